@@ -1,0 +1,118 @@
+package pgdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Config configures the PostgreSQL driver. The zero value is valid.
+type Config struct {
+	// Schema holds idem's tables. Defaults to "" (the connection's
+	// search_path, usually public). Migrate creates it when missing.
+	Schema string
+	// TablePrefix is prepended to every table, index and constraint name.
+	// Defaults to "" (tables are named as in the style guide:
+	// idempotency_record, processed_event, ...).
+	TablePrefix string
+}
+
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+func (c *Config) validate() error {
+	if c.Schema != "" && !identRe.MatchString(c.Schema) {
+		return fmt.Errorf("pgdriver: Schema %q must match %s", c.Schema, identRe)
+	}
+	if c.TablePrefix != "" && !identRe.MatchString(c.TablePrefix) {
+		return fmt.Errorf("pgdriver: TablePrefix %q must match %s", c.TablePrefix, identRe)
+	}
+	return nil
+}
+
+// Driver is the PostgreSQL implementation of driver.Driver[pgx.Tx].
+type Driver struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	table string // qualified prefix for table names: "schema".prefix
+	name  string // bare prefix for index and constraint names
+}
+
+var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
+
+// New returns a driver on pool. cfg may be nil.
+func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("pgdriver: nil pool")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	d := &Driver{pool: pool, cfg: c, name: c.TablePrefix}
+	d.table = c.TablePrefix
+	if c.Schema != "" {
+		d.table = pgx.Identifier{c.Schema}.Sanitize() + "." + c.TablePrefix
+	}
+	return d, nil
+}
+
+// Pool returns the pool the driver was built on.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "postgres" }
+
+// Caps implements driver.Driver.
+func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: true} }
+
+// Executor implements driver.Driver.
+func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.pool} }
+
+// UnwrapExecutor implements driver.Driver.
+func (d *Driver) UnwrapExecutor(tx pgx.Tx) driver.Executor {
+	return &executor{d: d, db: tx, inTx: true}
+}
+
+// Begin implements driver.Driver.
+func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgdriver: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// Commit implements driver.Driver.
+func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgdriver: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback implements driver.Driver.
+func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgdriver: rollback: %w", err)
+	}
+	return nil
+}
+
+// Table returns the qualified name of one of idem's tables, for example
+// Table("idempotency_record") -> "idem".idempotency_record.
+func (d *Driver) Table(name string) string { return d.table + name }
+
+// expand replaces {{table}} and {{name}} in an SQL template.
+func (d *Driver) expand(sql string) string {
+	return strings.NewReplacer("{{table}}", d.table, "{{name}}", d.name).Replace(sql)
+}

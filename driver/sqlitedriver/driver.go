@@ -1,0 +1,161 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Config configures the SQLite driver. The zero value is valid.
+type Config struct {
+	// TablePrefix is prepended to every table and index name. Defaults to
+	// "" (tables are named as in the style guide).
+	TablePrefix string
+	// BusyTimeout is how long a statement waits for another process that
+	// holds the write lock. Defaults to 10s. Used by Open only.
+	BusyTimeout time.Duration
+}
+
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// Driver is the SQLite implementation of driver.Driver[*sql.Tx].
+type Driver struct {
+	db     *sql.DB
+	cfg    Config
+	owned  bool
+	prefix string
+}
+
+var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
+
+// DSN returns the modernc.org/sqlite data source name Open uses for path.
+func DSN(path string, busyTimeout time.Duration) string {
+	if busyTimeout <= 0 {
+		busyTimeout = 10 * time.Second
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the SQLite database file at path with the
+// settings described in the package documentation. Close closes it.
+func Open(path string, cfg *Config) (*Driver, error) {
+	if path == "" || strings.Contains(path, "?") {
+		return nil, fmt.Errorf("sqlitedriver: bad database path %q", path)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	db, err := sql.Open("sqlite", DSN(path, c.BusyTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitedriver: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	if err := db.PingContext(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("sqlitedriver: open %s: %w", path, err)
+	}
+	d, err := New(db, &c)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
+}
+
+// New returns a driver on an existing *sql.DB opened with the "sqlite"
+// driver. The caller is responsible for the settings Open would apply (see
+// DSN and the package documentation). cfg may be nil.
+func New(db *sql.DB, cfg *Config) (*Driver, error) {
+	if db == nil {
+		return nil, errors.New("sqlitedriver: nil db")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.TablePrefix != "" && !identRe.MatchString(c.TablePrefix) {
+		return nil, fmt.Errorf("sqlitedriver: TablePrefix %q must match %s", c.TablePrefix, identRe)
+	}
+	return &Driver{db: db, cfg: c, prefix: c.TablePrefix}, nil
+}
+
+// DB returns the database handle.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Close closes the database if Open opened it.
+func (d *Driver) Close() error {
+	if d.owned {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "sqlite" }
+
+// Caps implements driver.Driver.
+func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: false} }
+
+// Executor implements driver.Driver.
+func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
+
+// UnwrapExecutor implements driver.Driver.
+func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor { return &executor{d: d, db: tx} }
+
+// Begin implements driver.Driver.
+func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitedriver: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// Commit implements driver.Driver.
+func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitedriver: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback implements driver.Driver.
+func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("sqlitedriver: rollback: %w", err)
+	}
+	return nil
+}
+
+// Table returns the name of one of idem's tables with the prefix applied.
+func (d *Driver) Table(name string) string { return d.prefix + name }
+
+func (d *Driver) expand(sql string) string {
+	return strings.ReplaceAll(sql, "{{table}}", d.prefix)
+}
+
+// micros converts a time to the stored representation.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// fromMicros converts a stored time back.
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }

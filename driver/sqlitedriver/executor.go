@@ -1,0 +1,47 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// dbtx is what *sql.DB and *sql.Tx have in common.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// executor implements driver.Executor on the database or a transaction.
+type executor struct {
+	d  *Driver
+	db dbtx
+}
+
+var _ driver.Executor = (*executor)(nil)
+
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlitedriver: %s: %w", op, driver.ErrNotFound)
+	}
+	return fmt.Errorf("sqlitedriver: %s: %w", op, err)
+}
+
+// affected returns ErrLeaseLost when res changed no row.
+func affected(op string, res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return mapErr(op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlitedriver: %s: %w", op, driver.ErrLeaseLost)
+	}
+	return nil
+}

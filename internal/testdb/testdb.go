@@ -1,0 +1,145 @@
+// Package testdb gives tests a private, migrated database: a fresh PostgreSQL
+// schema or a fresh SQLite file per test, so tests run in parallel.
+//
+// PostgreSQL comes from IDEM_TEST_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable). When it is
+// unreachable the test is skipped, except under CI=true, where it fails: CI
+// must never pass without having run the PostgreSQL tests.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+)
+
+// DefaultDSN is used when IDEM_TEST_DATABASE_URL is not set.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DSN returns the PostgreSQL test database URL.
+func DSN() string {
+	if v := os.Getenv("IDEM_TEST_DATABASE_URL"); v != "" {
+		return v
+	}
+	return DefaultDSN
+}
+
+var (
+	reachOnce sync.Once
+	reachErr  error
+)
+
+// RequirePostgres skips (or, under CI=true, fails) t when PostgreSQL is
+// unreachable.
+func RequirePostgres(t testing.TB) {
+	t.Helper()
+	reachOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, DSN())
+		if err != nil {
+			reachErr = err
+			return
+		}
+		reachErr = conn.Ping(ctx)
+		_ = conn.Close(ctx)
+	})
+	if reachErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at %s is required under CI=true: %v", DSN(), reachErr)
+		}
+		t.Skipf("PostgreSQL at %s unreachable (set CI=true to fail instead): %v", DSN(), reachErr)
+	}
+}
+
+// Schema creates a fresh schema and returns a pool whose search_path is that
+// schema, so the test's own tables land there too. Both are dropped when the
+// test ends.
+func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
+	t.Helper()
+	RequirePostgres(t)
+	ctx := context.Background()
+	schema := "t_" + randHex(6)
+	admin, err := pgx.Connect(ctx, DSN())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	_ = admin.Close(ctx)
+
+	cfg, err := pgxpool.ParseConfig(DSN())
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		c, err := pgx.Connect(context.Background(), DSN())
+		if err != nil {
+			return
+		}
+		_, _ = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		_ = c.Close(context.Background())
+	})
+	return pool, schema
+}
+
+// Postgres returns a migrated PostgreSQL driver in a fresh schema.
+func Postgres(t testing.TB) *pgdriver.Driver {
+	t.Helper()
+	pool, schema := Schema(t, 20)
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatalf("pgdriver: %v", err)
+	}
+	if err := drv.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return drv
+}
+
+// SQLitePath returns a path for a fresh SQLite database file.
+func SQLitePath(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "idem.db")
+}
+
+// SQLite returns a migrated SQLite driver on a fresh file.
+func SQLite(t testing.TB) *sqlitedriver.Driver {
+	t.Helper()
+	drv, err := sqlitedriver.Open(SQLitePath(t), nil)
+	if err != nil {
+		t.Fatalf("sqlitedriver: %v", err)
+	}
+	t.Cleanup(func() { _ = drv.Close() })
+	if err := drv.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return drv
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
