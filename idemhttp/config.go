@@ -1,0 +1,232 @@
+package idemhttp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Mode selects how a claimed command executes.
+type Mode int
+
+const (
+	// ModeTx (the default) runs the claim, the handler's writes and the
+	// stored response in ONE database transaction. The handler gets the
+	// transaction with TxFromContext. A crash at any point leaves either
+	// everything (effect and record) or nothing, and a retry then replays or
+	// executes. Use it whenever the handler's effect is in the same database.
+	ModeTx Mode = iota
+	// ModeLease claims the key with an in-progress record and a lease that
+	// the middleware renews while the handler runs, then stores the response
+	// in a second statement. Use it when the effect is outside the database
+	// (a call to a payment provider). Trade-off: if the process dies after
+	// the external effect and before the response is stored, the lease
+	// expires and a retry executes again; pass the Idempotency-Key (or a key
+	// derived from it) to the downstream system to close that window.
+	ModeLease
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeTx:
+		return "tx"
+	case ModeLease:
+		return "lease"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// NoWait as Config.Wait answers a duplicate of an in-flight request at once
+// with 409 and Retry-After, instead of waiting for the first one's outcome.
+const NoWait time.Duration = -1
+
+// TTL bounds of R-DIST-IDEM-5.
+const (
+	MinTTL = 24 * time.Hour
+	MaxTTL = 72 * time.Hour
+)
+
+// Config configures a Middleware. The zero value gives the defaults.
+type Config struct {
+	// Mode selects transaction-bound or lease execution. Defaults to ModeTx.
+	Mode Mode
+
+	// Methods are the protected methods: a request with one of them must
+	// carry an Idempotency-Key. Other methods pass through untouched.
+	// Defaults to POST and PATCH.
+	Methods []string
+
+	// TTL is how long a record deduplicates after it was created. Defaults
+	// to 24h. A TTL outside 24h..72h (R-DIST-IDEM-5) is rejected unless
+	// TTLOverrideReason says why.
+	TTL time.Duration
+	// TTLOverrideReason allows a TTL outside 24h..72h; it is logged at start.
+	TTLOverrideReason string
+
+	// Scope returns the principal (tenant, API client) a key belongs to. Keys
+	// are looked up per principal, method and route, so one client can never
+	// receive another client's stored response. An error answers 401.
+	// Defaults to DefaultScope: a hash of the Authorization header.
+	Scope func(*http.Request) (string, error)
+	// Route names the endpoint for the scope and the fingerprint. Defaults
+	// to DefaultRoute: the ServeMux pattern, or the URL path when the request
+	// was not routed by a ServeMux (set it to chi's RoutePattern with chi).
+	Route func(*http.Request) string
+
+	// MaxBodyBytes caps the request body read for the fingerprint; a larger
+	// body answers 413. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// MaxResponseBytes caps the stored response body. A larger response is
+	// never silently left unstored: the command is rolled back (ModeTx) or
+	// released (ModeLease) and answers 500. Defaults to 1 MiB.
+	MaxResponseBytes int
+
+	// ReplayHeaders are response headers stored and replayed in addition to
+	// Content-Type, Content-Encoding, Content-Language and Location.
+	// Set-Cookie is only replayed when listed here. Defaults to none.
+	ReplayHeaders []string
+
+	// Store decides which outcomes are stored and replayed. Defaults to
+	// DefaultStore: every status below 500 except 408, 425 and 429.
+	// Outcomes not stored roll back (ModeTx) or release the key (ModeLease)
+	// so that a retry executes again.
+	Store func(status int) bool
+
+	// MismatchStatus answers a reused key with another request. Defaults to
+	// 409 (the style guide); 422 follows the IETF idempotency-key draft.
+	MismatchStatus int
+
+	// Wait is how long a duplicate of an in-flight request waits for its
+	// outcome before answering 409 with Retry-After. Defaults to 5s; NoWait
+	// answers at once.
+	Wait time.Duration
+	// RetryAfter is the Retry-After sent with 409 request-in-progress and
+	// 503 answers. Defaults to 1s.
+	RetryAfter time.Duration
+
+	// Lease is how long a ModeLease claim lives without renewal; the
+	// middleware renews it every Lease/3 while the handler runs, so only a
+	// dead owner's claim expires. Defaults to 30s; at least 1s.
+	Lease time.Duration
+
+	// OnOutcome, if set, is called once per protected request with what
+	// idem did (for metrics).
+	OnOutcome func(r *http.Request, o Outcome)
+	// Logger receives warnings and errors. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now. Replicas should run NTP: lease
+	// and expiry times are compared across processes.
+	Now func() time.Time
+}
+
+// DefaultStore stores deterministic outcomes: every status below 500 except
+// 408 Request Timeout, 425 Too Early and 429 Too Many Requests, which say
+// "try again later" and must not be replayed.
+func DefaultStore(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Methods) == 0 {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if c.TTL == 0 {
+		c.TTL = MinTTL
+	}
+	if c.Scope == nil {
+		c.Scope = DefaultScope
+	}
+	if c.Route == nil {
+		c.Route = DefaultRoute
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 1 << 20
+	}
+	if c.Store == nil {
+		c.Store = DefaultStore
+	}
+	if c.MismatchStatus == 0 {
+		c.MismatchStatus = http.StatusConflict
+	}
+	if c.Wait == 0 {
+		c.Wait = 5 * time.Second
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Mode != ModeTx && c.Mode != ModeLease {
+		errs = append(errs, fmt.Errorf("unknown Mode %d", int(c.Mode)))
+	}
+	for _, m := range c.Methods {
+		if m == "" || strings.ToUpper(m) != m {
+			errs = append(errs, fmt.Errorf("method %q must be an upper-case HTTP method", m))
+		}
+	}
+	if c.TTL <= 0 {
+		errs = append(errs, fmt.Errorf("TTL %s must be positive", c.TTL))
+	} else if (c.TTL < MinTTL || c.TTL > MaxTTL) && strings.TrimSpace(c.TTLOverrideReason) == "" {
+		errs = append(errs, fmt.Errorf("TTL %s is outside %s..%s (R-DIST-IDEM-5): shorter lets a late client retry execute twice, longer grows the table; set TTLOverrideReason to allow it", c.TTL, MinTTL, MaxTTL))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes %d must not be negative", c.MaxBodyBytes))
+	}
+	if c.MaxResponseBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxResponseBytes %d must not be negative", c.MaxResponseBytes))
+	}
+	if c.MismatchStatus != http.StatusConflict && c.MismatchStatus != http.StatusUnprocessableEntity {
+		errs = append(errs, fmt.Errorf("MismatchStatus %d must be 409 or 422", c.MismatchStatus))
+	}
+	if c.Wait < 0 && c.Wait != NoWait {
+		errs = append(errs, fmt.Errorf("Wait %s must be positive or NoWait", c.Wait))
+	}
+	if c.RetryAfter < time.Second {
+		errs = append(errs, fmt.Errorf("RetryAfter %s must be at least 1s (Retry-After has whole seconds)", c.RetryAfter))
+	}
+	if c.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("Lease %s must be at least 1s", c.Lease))
+	}
+	if c.Lease >= c.TTL {
+		errs = append(errs, fmt.Errorf("Lease %s must be shorter than TTL %s", c.Lease, c.TTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemhttp: invalid config: %w", err)
+	}
+	return nil
+}
+
+// replayHeaders returns the canonical names of the headers stored for replay.
+func (c Config) replayHeaders() []string {
+	hs := []string{"Content-Type", "Content-Encoding", "Content-Language", "Location"}
+	for _, h := range c.ReplayHeaders {
+		h = http.CanonicalHeaderKey(h)
+		if !slices.Contains(hs, h) {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}

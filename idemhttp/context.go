@@ -1,0 +1,24 @@
+package idemhttp
+
+import "context"
+
+type txKey struct{}
+
+type keyKey struct{}
+
+// TxFromContext returns the transaction a ModeTx middleware opened for the
+// request. The handler does its business writes through it; the middleware
+// commits it together with the stored response. The handler must not commit
+// or roll it back itself: answering with a status that is not stored (5xx by
+// default) rolls it back.
+func TxFromContext[TTx any](ctx context.Context) (TTx, bool) {
+	tx, ok := ctx.Value(txKey{}).(TTx)
+	return tx, ok
+}
+
+// KeyFromContext returns the Idempotency-Key of the request being executed,
+// for handlers that pass it on to a downstream system.
+func KeyFromContext(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(keyKey{}).(string)
+	return k, ok
+}

@@ -1,0 +1,129 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// serveLease runs cmd in lease mode: claim with an in-progress record (its
+// own statement), run the handler while renewing the lease, then store the
+// response or release the key. A duplicate polls the record until it is
+// completed or released, bounded by Config.Wait.
+func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
+	ctx := cmd.r.Context()
+	ex := m.drv.Executor()
+	for polls := 0; ; polls++ {
+		p := m.claimParams(cmd, m.lockTimeout(cmd))
+		res, err := ex.RecordClaim(ctx, p)
+		if err != nil {
+			switch {
+			case errors.Is(err, driver.ErrLockTimeout):
+				m.inProgress(cmd)
+			case ctx.Err() == nil:
+				m.storeUnavailable(cmd, err)
+			}
+			return
+		}
+		if res.Claimed {
+			m.executeLease(cmd, next, ex, p.LeaseToken)
+			return
+		}
+		if m.answerExisting(cmd, res.Existing) {
+			return
+		}
+		if m.waitLeft(cmd) <= 0 {
+			m.inProgress(cmd)
+			return
+		}
+		if pause(ctx, pollDelay(polls)) != nil {
+			return
+		}
+	}
+}
+
+// executeLease runs the handler under a renewed lease and records its
+// outcome. A handler that produced a storable response is stored even if the
+// client went away meanwhile: its external effect happened, and releasing
+// the key would let a retry execute it again.
+func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.Executor, token string) {
+	ctx := cmd.r.Context()
+	bg := context.WithoutCancel(ctx)
+	stop := m.heartbeat(bg, ex, cmd, token)
+	rec := newRecorder(m.cfg.MaxResponseBytes)
+	returned := false
+	defer func() {
+		if !returned { // the handler panicked: release, let the panic go on
+			stop()
+			m.release(bg, ex, cmd, token)
+			m.report(cmd.r, OutcomeNotStored)
+		}
+	}()
+	next.ServeHTTP(rec, cmd.r.WithContext(context.WithValue(ctx, keyKey{}, cmd.key)))
+	returned = true
+	stop()
+
+	switch {
+	case rec.overflow:
+		m.release(bg, ex, cmd, token)
+		m.responseTooLarge(cmd)
+		return
+	case !m.cfg.Store(rec.statusCode()):
+		m.release(bg, ex, cmd, token)
+		rec.flush(cmd.w)
+		m.report(cmd.r, OutcomeNotStored)
+		return
+	}
+	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
+		if errors.Is(err, driver.ErrLeaseLost) {
+			m.cfg.Logger.Error("idemhttp: lease lost before the response was stored; another request may have executed the command too",
+				"key", cmd.key, "scope", cmd.scope)
+		} else {
+			m.cfg.Logger.Error("idemhttp: response not stored; a retry after the lease expires executes again",
+				"key", cmd.key, "scope", cmd.scope, "err", err)
+		}
+	}
+	rec.flush(cmd.w)
+	m.report(cmd.r, OutcomeExecuted)
+}
+
+// heartbeat renews the lease every Lease/3 until the returned stop is called;
+// stop waits for the renewer to exit.
+func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.Executor, cmd *command, token string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(m.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			err := ex.RecordExtendLease(ctx, cmd.scope, cmd.key, token, m.cfg.Now().Add(m.cfg.Lease))
+			if errors.Is(err, driver.ErrLeaseLost) {
+				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs", "key", cmd.key, "scope", cmd.scope)
+				return
+			}
+			if err != nil {
+				m.cfg.Logger.Warn("idemhttp: lease renewal failed", "key", cmd.key, "scope", cmd.scope, "err", err)
+			}
+		}
+	})
+	return sync.OnceFunc(func() {
+		close(done)
+		wg.Wait()
+	})
+}
+
+func (m *Middleware[TTx]) release(ctx context.Context, ex driver.Executor, cmd *command, token string) {
+	if err := ex.RecordRelease(ctx, cmd.scope, cmd.key, token); err != nil {
+		m.cfg.Logger.Warn("idemhttp: release failed; the key frees when its lease expires",
+			"key", cmd.key, "scope", cmd.scope, "err", err)
+	}
+}

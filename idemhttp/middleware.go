@@ -1,0 +1,264 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/problem"
+)
+
+// ReplayedHeader marks a replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Middleware makes the protected methods of the handlers it wraps
+// idempotent. Build one per policy with New; it is safe for concurrent use.
+type Middleware[TTx any] struct {
+	drv           driver.Driver[TTx]
+	cfg           Config
+	replayHeaders []string
+}
+
+// New returns a middleware storing its records through drv. cfg may be nil
+// for the defaults; an invalid cfg is an error.
+func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Middleware[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("idemhttp: nil driver")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if c.TTLOverrideReason != "" && (c.TTL < MinTTL || c.TTL > MaxTTL) {
+		c.Logger.Warn("idemhttp: TTL outside 24h..72h", "ttl", c.TTL, "reason", c.TTLOverrideReason)
+	}
+	return &Middleware[TTx]{drv: drv, cfg: c, replayHeaders: c.replayHeaders()}, nil
+}
+
+// Handler wraps next. Its signature is that of net/http middleware, so it
+// works with http.ServeMux, chi and anything net/http-compatible.
+func (m *Middleware[TTx]) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(m.cfg.Methods, r.Method) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		cmd, ok := m.parse(w, r)
+		if !ok {
+			return
+		}
+		if m.cfg.Mode == ModeLease {
+			m.serveLease(cmd, next)
+		} else {
+			m.serveTx(cmd, next)
+		}
+	})
+}
+
+// command is one protected request on its way through the middleware.
+type command struct {
+	w           http.ResponseWriter
+	r           *http.Request
+	key         string
+	scope       string
+	fingerprint []byte
+	started     time.Time
+}
+
+// parse validates the key, resolves the scope, reads the body and computes
+// the fingerprint. It answers the client itself when it returns false.
+func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*command, bool) {
+	reject := func(status int, typ, title, detail string) (*command, bool) {
+		problem.WriteError(w, status, typ, title, detail)
+		m.report(r, OutcomeRejected)
+		return nil, false
+	}
+	key, err := ParseKey(r.Header)
+	switch {
+	case errors.Is(err, ErrKeyMissing):
+		return reject(http.StatusBadRequest, problem.TypeKeyMissing, "Idempotency-Key header required",
+			r.Method+" on this endpoint needs an Idempotency-Key header: one key per operation, reused by every retry.")
+	case errors.Is(err, ErrKeyMultiple):
+		return reject(http.StatusBadRequest, problem.TypeKeyMultiple, "More than one Idempotency-Key header",
+			"Send exactly one Idempotency-Key header.")
+	case err != nil:
+		return reject(http.StatusBadRequest, problem.TypeKeyMalformed, "Malformed Idempotency-Key",
+			"An Idempotency-Key is 1 to 255 visible ASCII characters (a UUID is a good choice).")
+	}
+	principal, err := m.cfg.Scope(r)
+	if err != nil {
+		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return reject(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
+				fmt.Sprintf("The body exceeds %d bytes.", m.cfg.MaxBodyBytes))
+		}
+		return reject(http.StatusBadRequest, problem.TypeValidation, "Unreadable request body", err.Error())
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	route := m.cfg.Route(r)
+	// The scope is per route pattern; the fingerprint covers the concrete
+	// target, so one key sent to /accounts/1 and then /accounts/2 is a
+	// mismatch, never a replay of the other account's response.
+	fp := Fingerprint(r.Method, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
+	return &command{
+		w: w, r: r, key: key,
+		scope:       scopeOf(principal, r.Method, route),
+		fingerprint: fp[:],
+		started:     m.cfg.Now(),
+	}, true
+}
+
+// claimParams builds the claim of cmd with a fresh lease token.
+func (m *Middleware[TTx]) claimParams(cmd *command, lockTimeout time.Duration) *driver.RecordClaimParams {
+	now := m.cfg.Now()
+	return &driver.RecordClaimParams{
+		Scope:          cmd.scope,
+		Key:            cmd.key,
+		Fingerprint:    cmd.fingerprint,
+		LeaseToken:     newToken(),
+		LeaseExpiresAt: now.Add(m.cfg.Lease),
+		Now:            now,
+		ExpiresAt:      now.Add(m.cfg.TTL),
+		LockTimeout:    lockTimeout,
+	}
+}
+
+// waitLeft is how much of the wait budget of cmd remains.
+func (m *Middleware[TTx]) waitLeft(cmd *command) time.Duration {
+	if m.cfg.Wait == NoWait {
+		return 0
+	}
+	return m.cfg.Wait - m.cfg.Now().Sub(cmd.started)
+}
+
+// lockTimeout is the claim's lock wait: the remaining wait budget, at least
+// one millisecond (NoWait).
+func (m *Middleware[TTx]) lockTimeout(cmd *command) time.Duration {
+	return max(m.waitLeft(cmd), time.Millisecond)
+}
+
+// answerExisting answers from a live record that is not ours: a mismatch or a
+// replay. It returns false when the record is still in progress.
+func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool {
+	if !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+		problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
+			"Idempotency-Key already used for another request",
+			"This key was used with a different method, route or body. Use a new key for a new operation.")
+		m.report(cmd.r, OutcomeMismatch)
+		return true
+	}
+	if rec.State != driver.StateCompleted {
+		return false
+	}
+	m.replay(cmd, rec)
+	return true
+}
+
+// replay writes a stored response byte for byte.
+func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
+	h := cmd.w.Header()
+	if err := decodeHeaders(rec.Headers, h); err != nil {
+		m.cfg.Logger.Error("idemhttp: stored headers unreadable", "key", cmd.key, "scope", cmd.scope, "err", err)
+	}
+	h.Set(ReplayedHeader, "true")
+	cmd.w.WriteHeader(rec.Status)
+	_, _ = cmd.w.Write(rec.Body)
+	m.report(cmd.r, OutcomeReplayed)
+}
+
+// inProgress answers 409 with Retry-After.
+func (m *Middleware[TTx]) inProgress(cmd *command) {
+	cmd.w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(cmd.w, http.StatusConflict, problem.TypeRequestInProgress,
+		"A request with this Idempotency-Key is in progress",
+		"Retry with the same key after the Retry-After delay to get its result.")
+	m.report(cmd.r, OutcomeInProgress)
+}
+
+// storeUnavailable answers 503: idem fails closed.
+func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
+	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", cmd.scope, "err", err)
+	cmd.w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
+		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
+	m.report(cmd.r, OutcomeStoreError)
+}
+
+// outcomeUnknown answers 503 when the commit's result is unknown.
+func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
+	m.cfg.Logger.Error("idemhttp: commit result unknown", "key", cmd.key, "scope", cmd.scope, "err", err)
+	cmd.w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown,
+		"Outcome unknown", "The command may or may not have been applied. Retry with the same key: it is either replayed or executed once.")
+	m.report(cmd.r, OutcomeStoreError)
+}
+
+// responseTooLarge answers 500 when the response cannot be stored.
+func (m *Middleware[TTx]) responseTooLarge(cmd *command) {
+	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", cmd.scope, "limit", m.cfg.MaxResponseBytes)
+	problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeResponseTooLarge,
+		"Response too large to store", "The command was not applied because its response could not be stored for replay.")
+	m.report(cmd.r, OutcomeNotStored)
+}
+
+// complete stores rec's outcome through ex.
+func (m *Middleware[TTx]) complete(ctx context.Context, ex driver.Executor, cmd *command, token string, rec *recorder) error {
+	headers, err := encodeHeaders(rec.header, m.replayHeaders)
+	if err != nil {
+		return err
+	}
+	return ex.RecordComplete(ctx, &driver.RecordCompleteParams{
+		Scope: cmd.scope, Key: cmd.key, LeaseToken: token,
+		Status: rec.statusCode(), Headers: headers, Body: rec.body.Bytes(),
+	})
+}
+
+// pause sleeps d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// pollDelay is the n-th delay between two looks at an in-progress record.
+func pollDelay(n int) time.Duration {
+	return min(10*time.Millisecond<<min(n, 5), 250*time.Millisecond)
+}
+
+func (m *Middleware[TTx]) retryAfter() string {
+	return strconv.Itoa(int((m.cfg.RetryAfter + time.Second - 1) / time.Second))
+}
+
+func (m *Middleware[TTx]) report(r *http.Request, o Outcome) {
+	if m.cfg.OnOutcome != nil {
+		m.cfg.OnOutcome(r, o)
+	}
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,110 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// serveTx runs cmd in transaction-bound mode: BEGIN; claim; handler; store
+// response; COMMIT. A concurrent duplicate blocks on the claim's unique index
+// until the first transaction ends (bounded by Config.Wait), then replays its
+// committed record, or executes if the first one rolled back.
+func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
+	ctx := cmd.r.Context()
+	for polls := 0; ; polls++ {
+		tx, err := m.drv.Begin(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.storeUnavailable(cmd, err)
+			}
+			return
+		}
+		ex := m.drv.UnwrapExecutor(tx)
+		p := m.claimParams(cmd, m.lockTimeout(cmd))
+		res, err := ex.RecordClaim(ctx, p)
+		if err != nil {
+			m.rollback(ctx, tx)
+			switch {
+			case errors.Is(err, driver.ErrLockTimeout):
+				m.inProgress(cmd)
+			case ctx.Err() == nil:
+				m.storeUnavailable(cmd, err)
+			}
+			return
+		}
+		if res.Claimed {
+			m.executeTx(cmd, next, tx, ex, p.LeaseToken)
+			return
+		}
+		m.rollback(ctx, tx)
+		if m.answerExisting(cmd, res.Existing) {
+			return
+		}
+		// In progress under a lease: a ModeLease middleware shares the scope.
+		if m.waitLeft(cmd) <= 0 {
+			m.inProgress(cmd)
+			return
+		}
+		if pause(ctx, pollDelay(polls)) != nil {
+			return
+		}
+	}
+}
+
+// executeTx runs the handler in tx and commits its writes with the stored
+// response, or rolls everything back.
+func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex driver.Executor, token string) {
+	ctx := cmd.r.Context()
+	rec := newRecorder(m.cfg.MaxResponseBytes)
+	returned := false
+	defer func() {
+		if !returned { // the handler panicked: undo, let the panic go on
+			m.rollback(ctx, tx)
+			m.report(cmd.r, OutcomeNotStored)
+		}
+	}()
+	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
+	next.ServeHTTP(rec, cmd.r.WithContext(hctx))
+	returned = true
+
+	switch {
+	case ctx.Err() != nil: // the client is gone: nothing happened
+		m.rollback(ctx, tx)
+		m.report(cmd.r, OutcomeNotStored)
+		return
+	case rec.overflow:
+		m.rollback(ctx, tx)
+		m.responseTooLarge(cmd)
+		return
+	case !m.cfg.Store(rec.statusCode()):
+		m.rollback(ctx, tx)
+		rec.flush(cmd.w)
+		m.report(cmd.r, OutcomeNotStored)
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
+		m.rollback(ctx, tx)
+		m.storeUnavailable(cmd, err)
+		return
+	}
+	if err := m.drv.Commit(bg, tx); err != nil {
+		m.rollback(ctx, tx)
+		m.outcomeUnknown(cmd, err)
+		return
+	}
+	rec.flush(cmd.w)
+	m.report(cmd.r, OutcomeExecuted)
+}
+
+func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := m.drv.Rollback(ctx, tx); err != nil {
+		m.cfg.Logger.Warn("idemhttp: rollback failed", "err", err)
+	}
+}

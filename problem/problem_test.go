@@ -1,0 +1,297 @@
+package problem
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestMarshalJSON(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    Problem
+		want string
+	}{
+		{"zero value omits everything", Problem{}, `{}`},
+		{
+			"standard members in order",
+			Problem{Type: "about:blank", Title: "Not Found", Status: 404, Detail: "no such payment", Instance: "/payments/7"},
+			`{"type":"about:blank","title":"Not Found","status":404,"detail":"no such payment","instance":"/payments/7"}`,
+		},
+		{"empty strings omitted", Problem{Status: 409, Detail: "d"}, `{"status":409,"detail":"d"}`},
+		{
+			"extensions flattened and sorted",
+			Problem{Status: 400, Extensions: map[string]any{"zeta": 1, "alpha": "a", "errors": []string{"x"}}},
+			`{"status":400,"alpha":"a","errors":["x"],"zeta":1}`,
+		},
+		{
+			"extensions never overwrite standard members",
+			Problem{Type: "t", Status: 400, Extensions: map[string]any{"status": 200, "type": "evil", "Title": "x", "DETAIL": "y", "instance": "z", "ok": true}},
+			`{"type":"t","status":400,"ok":true}`,
+		},
+		{
+			"extension fills nothing when standard member empty",
+			Problem{Extensions: map[string]any{"title": "sneaky"}},
+			`{}`,
+		},
+		{"nil extension value kept", Problem{Extensions: map[string]any{"n": nil}}, `{"n":null}`},
+		{"strings are escaped", Problem{Detail: "a\"b\n"}, `{"detail":"a\"b\n"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := json.Marshal(tt.p)
+			if err != nil {
+				t.Fatalf("Marshal: %v", err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMarshalJSONBadExtension(t *testing.T) {
+	t.Parallel()
+	for name, v := range map[string]any{
+		"func": func() {},
+		"chan": make(chan int),
+		"NaN":  math.NaN(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := json.Marshal(Problem{Extensions: map[string]any{"bad": v}}); err == nil {
+				t.Fatal("Marshal succeeded, want error")
+			}
+		})
+	}
+}
+
+func TestUnmarshalJSON(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		in      string
+		want    Problem
+		wantErr bool
+	}{
+		{"empty object", `{}`, Problem{}, false},
+		{
+			"all members",
+			`{"type":"t","title":"T","status":409,"detail":"d","instance":"/i","balance":12345678901234567890,"tags":["a"]}`,
+			Problem{Type: "t", Title: "T", Status: 409, Detail: "d", Instance: "/i", Extensions: map[string]any{
+				"balance": json.Number("12345678901234567890"), "tags": []any{"a"},
+			}},
+			false,
+		},
+		{
+			"wrong member types are ignored",
+			`{"type":1,"title":null,"status":"409","detail":["x"],"instance":{}}`,
+			Problem{}, false,
+		},
+		{"fractional status ignored", `{"status":409.5}`, Problem{}, false},
+		{"status out of range ignored", `{"status":42}`, Problem{}, false},
+		{"case variants of standard members dropped", `{"Status":200,"TYPE":"x"}`, Problem{}, false},
+		{"array", `[]`, Problem{}, true},
+		{"null", `null`, Problem{}, true},
+		{"string", `"x"`, Problem{}, true},
+		{"invalid", `{`, Problem{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got Problem
+			err := json.Unmarshal([]byte(tt.in), &got)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %#v\nwant %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnmarshalJSONTrailingData(t *testing.T) {
+	t.Parallel()
+	var p Problem
+	if err := p.UnmarshalJSON([]byte(`{} {}`)); err == nil {
+		t.Fatal("want error for trailing data")
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := Problem{
+		Type: TypeKeyReused, Title: "Idempotency-Key reused", Status: 409,
+		Detail: "different body", Instance: "urn:uuid:1",
+		Extensions: map[string]any{"key": "abc", "n": json.Number("1.50")},
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Problem
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip\n got  %#v\n want %#v", out, in)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		p          Problem
+		wantStatus int
+		wantBody   string
+	}{
+		{
+			"defaults type and title",
+			Problem{Status: 404},
+			404, `{"type":"about:blank","title":"Not Found","status":404}`,
+		},
+		{
+			"keeps given fields",
+			Problem{Type: TypeRequestInProgress, Title: "In progress", Status: 409, Detail: "d"},
+			409, `{"type":"` + TypeRequestInProgress + `","title":"In progress","status":409,"detail":"d"}`,
+		},
+		{
+			"zero status becomes 500",
+			Problem{},
+			500, `{"type":"about:blank","title":"Internal Server Error","status":500}`,
+		},
+		{
+			"non-error status becomes 500",
+			Problem{Status: 200, Title: "x"},
+			500, `{"type":"about:blank","title":"x","status":500}`,
+		},
+		{
+			"invalid status becomes 500",
+			Problem{Status: 1000},
+			500, `{"type":"about:blank","title":"Internal Server Error","status":500}`,
+		},
+		{
+			"unknown status has no default title",
+			Problem{Status: 599},
+			599, `{"type":"about:blank","status":599}`,
+		},
+		{
+			"extensions written",
+			Problem{Status: 422, Type: TypeValidation, Extensions: map[string]any{"field": "amount"}},
+			422, `{"type":"` + TypeValidation + `","title":"Unprocessable Entity","status":422,"field":"amount"}`,
+		},
+		{
+			"unencodable extensions dropped",
+			Problem{Status: 400, Extensions: map[string]any{"bad": func() {}, "good": 1}},
+			400, `{"type":"about:blank","title":"Bad Request","status":400}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := httptest.NewRecorder()
+			rec.Header().Set("Retry-After", "1")
+			rec.Header().Set("Content-Type", "text/html")
+			Write(rec, tt.p)
+			res := rec.Result()
+			if res.StatusCode != tt.wantStatus {
+				t.Errorf("status = %d, want %d", res.StatusCode, tt.wantStatus)
+			}
+			if got := res.Header.Get("Content-Type"); got != MediaType {
+				t.Errorf("Content-Type = %q", got)
+			}
+			if got := res.Header.Get("Cache-Control"); got != "no-store" {
+				t.Errorf("Cache-Control = %q", got)
+			}
+			if got := res.Header.Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After = %q, caller's header lost", got)
+			}
+			if got := strings.TrimSuffix(rec.Body.String(), "\n"); got != tt.wantBody {
+				t.Errorf("body\n got  %s\n want %s", got, tt.wantBody)
+			}
+			var p Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+				t.Fatalf("body is not a problem: %v", err)
+			}
+			if p.Status != res.StatusCode {
+				t.Errorf("body status %d != response status %d", p.Status, res.StatusCode)
+			}
+		})
+	}
+}
+
+func TestWriteError(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	WriteError(rec, http.StatusBadRequest, TypeKeyMissing, "Idempotency-Key missing", "send one")
+	if rec.Code != 400 {
+		t.Errorf("status = %d", rec.Code)
+	}
+	want := `{"type":"` + TypeKeyMissing + `","title":"Idempotency-Key missing","status":400,"detail":"send one"}` + "\n"
+	if rec.Body.String() != want {
+		t.Errorf("body\n got  %s\n want %s", rec.Body.String(), want)
+	}
+	if rec.Header().Get("Content-Type") != MediaType {
+		t.Errorf("Content-Type = %q", rec.Header().Get("Content-Type"))
+	}
+}
+
+// slugs maps every exported type constant to its slug.
+var slugs = map[string]string{
+	TypeKeyMissing:        "key-missing",
+	TypeKeyMalformed:      "key-malformed",
+	TypeKeyMultiple:       "key-multiple",
+	TypeKeyReused:         "key-reused",
+	TypeRequestInProgress: "request-in-progress",
+	TypeBodyTooLarge:      "body-too-large",
+	TypeResponseTooLarge:  "response-too-large",
+	TypeStoreUnavailable:  "store-unavailable",
+	TypeOutcomeUnknown:    "outcome-unknown",
+	TypeUnauthenticated:   "unauthenticated",
+	TypeValidation:        "validation",
+}
+
+func TestTypeURI(t *testing.T) {
+	t.Parallel()
+	if got, want := TypeURI("key-missing"), "https://github.com/idemkit/idem/blob/main/docs/problems.md#key-missing"; got != want {
+		t.Errorf("TypeURI = %q, want %q", got, want)
+	}
+	for typ, slug := range slugs {
+		if got := TypeURI(slug); got != typ {
+			t.Errorf("TypeURI(%q) = %q, constant is %q", slug, got, typ)
+		}
+	}
+}
+
+// TestDocsCoverEveryType checks that docs/problems.md has a section, whose
+// heading is the slug (so the anchor is the slug), for every type.
+func TestDocsCoverEveryType(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/problems.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## (\S+)\s*$`).FindAllStringSubmatch(string(doc), -1) {
+		headings[m[1]] = true
+	}
+	for _, slug := range slugs {
+		if !headings[slug] {
+			t.Errorf("docs/problems.md has no section %q", "## "+slug)
+		}
+		delete(headings, slug)
+	}
+	for h := range headings {
+		t.Errorf("docs/problems.md section %q has no constant", h)
+	}
+}
