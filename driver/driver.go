@@ -45,9 +45,12 @@ type Caps struct {
 }
 
 // Executor runs idem's statements, either in a transaction or not. Methods are
-// grouped by the table they touch (Record* for idempotency records).
+// grouped by the table they touch (Record* for idempotency records, Inbox* for processed_event,
+// Outbox* for the outbox).
 type Executor interface {
 	RecordExecutor
+	InboxExecutor
+	OutboxExecutor
 }
 
 // Errors returned by Executor methods. Drivers wrap them with %w.

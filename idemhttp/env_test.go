@@ -37,7 +37,7 @@ type env struct {
 	// exec runs a statement on the database, outside any transaction.
 	exec func(t *testing.T, sql string)
 	// driver exposes the untyped executor for direct record inspection.
-	executor driver.Executor
+	executor   driver.Executor
 	closeStore func()
 }
 

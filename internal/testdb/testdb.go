@@ -80,18 +80,7 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	}
 	_ = admin.Close(ctx)
 
-	cfg, err := pgxpool.ParseConfig(DSN())
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pool: %v", err)
-	}
+	pool := Pool(t, schema, maxConns)
 	t.Cleanup(func() {
 		pool.Close()
 		c, err := pgx.Connect(context.Background(), DSN())
@@ -102,6 +91,26 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 		_ = c.Close(context.Background())
 	})
 	return pool, schema
+}
+
+// Pool opens another pool whose search_path is schema (a second "process"
+// on the same database). It is closed when the test ends.
+func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(DSN())
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // Postgres returns a migrated PostgreSQL driver in a fresh schema.

@@ -1,0 +1,33 @@
+// Package drivertest is the shared test suite that every idem storage backend
+// must pass, in the manner of watermill's pubsub tests and river's
+// riverdrivertest. A backend is done when
+//
+//	func TestSuite(t *testing.T) {
+//		drivertest.Run(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+//			return testdb.Postgres(t) // a fresh, migrated database
+//		})
+//		drivertest.RunMigrate(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+//			return newUnmigratedDriver(t) // a fresh, empty database
+//		})
+//	}
+//
+// is green under the race detector.
+//
+// Run checks the record semantics idem's HTTP middleware relies on (claim,
+// replay of the stored response byte for byte, fingerprint mismatch, lease
+// ownership, takeover of abandoned claims, expiry, cleanup in batches, scope
+// isolation), each one three times: through Driver.Executor, inside a
+// transaction that commits (what the transaction saw is exactly what others
+// see afterwards) and inside a transaction that rolls back (nothing remains).
+// It also checks that concurrent duplicates produce exactly one claim and, on
+// backends whose Caps report ConcurrentWriters, how a claim waits for a
+// concurrent uncommitted claim of the same key and how LockTimeout bounds
+// that wait.
+//
+// RunMigrate checks Migrate and MigrateTx on a database that has never been
+// migrated.
+//
+// Every subtest calls t.Parallel and builds its own driver, so the factory
+// must return an isolated database (a fresh PostgreSQL schema, a fresh SQLite
+// file) each time it is called.
+package drivertest

@@ -1,0 +1,221 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Run runs the shared suite against the backend that newDriver builds.
+// newDriver is called once per subtest and must return a fresh, migrated
+// driver on its own database; it registers its own cleanup with t.
+func Run[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	t.Helper()
+
+	// Record semantics, each through the three ways an executor is used.
+	t.Run("Record", func(t *testing.T) {
+		t.Parallel()
+		for _, sc := range recordScenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				t.Parallel()
+				for _, m := range execModes {
+					t.Run(m, func(t *testing.T) {
+						t.Parallel()
+						runScenario(t, newDriver, m, sc)
+					})
+				}
+			})
+		}
+	})
+
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
+	}{
+		{"Name", testName[TTx]},
+		{"RollbackOfClaimLeavesNoRecord", testRollbackOfClaim[TTx]},
+		{"RollbackOfCompleteKeepsClaim", testRollbackOfComplete[TTx]},
+		{"RollbackAfterCommitIsNotAnError", testRollbackAfterCommit[TTx]},
+		{"MigrateTwiceIsNoOp", testMigrateTwice[TTx]},
+		{"ConcurrentClaimsOneWinner", testConcurrentClaims[TTx]},
+		{"ConcurrentTakeoverOneWinner", testConcurrentTakeover[TTx]},
+		{"ConcurrentTx/SecondWaitsForCommit", testTxWaitsForCommit[TTx]},
+		{"ConcurrentTx/SecondClaimsAfterRollback", testTxClaimsAfterRollback[TTx]},
+		{"ConcurrentTx/ExecutorWaitsForCommit", testExecutorWaitsForCommit[TTx]},
+		{"ConcurrentTx/LockTimeout", testLockTimeout[TTx]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newDriver)
+		})
+	}
+}
+
+// RunMigrate runs the migration tests. newUnmigrated must return a driver on
+// a fresh database on which neither Migrate nor MigrateTx has run yet.
+func RunMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
+	}{
+		{"NoTablesBeforeMigrate", testNoTablesBeforeMigrate[TTx]},
+		{"MigrateTxRollbackThenCommit", testMigrateTxRollbackThenCommit[TTx]},
+		{"MigrateThenMigrateTx", testMigrateThenMigrateTx[TTx]},
+		{"ConcurrentMigrate", testConcurrentMigrate[TTx]},
+	}
+	t.Run("Migrate", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				tt.fn(t, newUnmigrated)
+			})
+		}
+	})
+}
+
+// Ways a scenario reaches the database.
+const (
+	modeExecutor   = "Executor"   // drv.Executor(), each statement commits
+	modeTxCommit   = "TxCommit"   // drv.UnwrapExecutor(tx), then Commit
+	modeTxRollback = "TxRollback" // drv.UnwrapExecutor(tx), then Rollback
+)
+
+var execModes = []string{modeExecutor, modeTxCommit, modeTxRollback}
+
+// scenario is a record test written against an Executor only, so it runs
+// unchanged in every mode. Each run starts on an empty database.
+type scenario struct {
+	name string
+	run  func(t *testing.T, ex driver.Executor)
+}
+
+// runScenario runs sc in mode m. In the transaction modes it then checks what
+// a user outside the transaction sees: after Commit, exactly the records the
+// transaction saw last; after Rollback, none of them.
+func runScenario[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], m string, sc scenario) {
+	drv := newDriver(t)
+	if m == modeExecutor {
+		sc.run(t, drv.Executor())
+		return
+	}
+
+	ctx := t.Context()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	// Registered after newDriver's cleanup, so it runs first: the
+	// transaction ends before its database is closed.
+	t.Cleanup(func() { _ = drv.Rollback(context.Background(), tx) })
+
+	tr := &tracker{Executor: drv.UnwrapExecutor(tx)}
+	sc.run(t, tr)
+	if t.Failed() {
+		return
+	}
+	inside := tr.snapshot(t)
+
+	if m == modeTxRollback {
+		if err := drv.Rollback(ctx, tx); err != nil {
+			t.Fatalf("Rollback: %v", err)
+		}
+		for k := range inside {
+			rec, err := drv.Executor().RecordGet(ctx, k.scope, k.key)
+			if !errors.Is(err, driver.ErrNotFound) {
+				t.Errorf("after rollback, RecordGet(%q, %q) = %+v, %v; want ErrNotFound", k.scope, k.key, rec, err)
+			}
+		}
+		return
+	}
+
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	for k, want := range inside {
+		got, err := drv.Executor().RecordGet(ctx, k.scope, k.key)
+		if want == nil {
+			if !errors.Is(err, driver.ErrNotFound) {
+				t.Errorf("after commit, RecordGet(%q, %q) = %+v, %v; want ErrNotFound as inside the transaction", k.scope, k.key, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("after commit, RecordGet(%q, %q): %v", k.scope, k.key, err)
+			continue
+		}
+		if d := diffRecord(got, want); d != "" {
+			t.Errorf("after commit, record (%q, %q) differs from what the transaction saw:\n%s", k.scope, k.key, d)
+		}
+	}
+}
+
+type scopedKey struct{ scope, key string }
+
+// tracker is an Executor that remembers every (scope, key) it was asked
+// about, so that runScenario can compare them after the transaction ends.
+type tracker struct {
+	driver.Executor
+
+	mu   sync.Mutex
+	keys map[scopedKey]struct{}
+}
+
+func (tr *tracker) touch(scope, key string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.keys == nil {
+		tr.keys = map[scopedKey]struct{}{}
+	}
+	tr.keys[scopedKey{scope, key}] = struct{}{}
+}
+
+// snapshot reads every touched record through the transaction; nil marks a
+// record the transaction does not see.
+func (tr *tracker) snapshot(t *testing.T) map[scopedKey]*driver.Record {
+	t.Helper()
+	out := map[scopedKey]*driver.Record{}
+	for k := range tr.keys {
+		rec, err := tr.Executor.RecordGet(t.Context(), k.scope, k.key)
+		switch {
+		case errors.Is(err, driver.ErrNotFound):
+			out[k] = nil
+		case err != nil:
+			t.Fatalf("RecordGet(%q, %q) in the transaction: %v", k.scope, k.key, err)
+		default:
+			out[k] = rec
+		}
+	}
+	return out
+}
+
+func (tr *tracker) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
+	tr.touch(p.Scope, p.Key)
+	return tr.Executor.RecordClaim(ctx, p)
+}
+
+func (tr *tracker) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
+	tr.touch(scope, key)
+	return tr.Executor.RecordGet(ctx, scope, key)
+}
+
+func (tr *tracker) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
+	tr.touch(p.Scope, p.Key)
+	return tr.Executor.RecordComplete(ctx, p)
+}
+
+func (tr *tracker) RecordRelease(ctx context.Context, scope, key, token string) error {
+	tr.touch(scope, key)
+	return tr.Executor.RecordRelease(ctx, scope, key, token)
+}
+
+func (tr *tracker) RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error {
+	tr.touch(scope, key)
+	return tr.Executor.RecordExtendLease(ctx, scope, key, token, until)
+}
