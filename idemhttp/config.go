@@ -86,7 +86,8 @@ type Config struct {
 	MaxResponseBytes int
 
 	// ReplayHeaders are response headers stored and replayed in addition to
-	// Content-Type, Content-Encoding, Content-Language and Location.
+	// Content-Type, Content-Encoding, Content-Language, Location and
+	// Cache-Control.
 	// Set-Cookie is only replayed when listed here. Defaults to none.
 	ReplayHeaders []string
 
@@ -221,7 +222,7 @@ func (c Config) validate() error {
 
 // replayHeaders returns the canonical names of the headers stored for replay.
 func (c Config) replayHeaders() []string {
-	hs := []string{"Content-Type", "Content-Encoding", "Content-Language", "Location"}
+	hs := []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Cache-Control"}
 	for _, h := range c.ReplayHeaders {
 		h = http.CanonicalHeaderKey(h)
 		if !slices.Contains(hs, h) {

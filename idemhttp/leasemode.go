@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -67,12 +68,13 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	returned = true
 	stop()
 
-	switch {
-	case rec.overflow:
-		m.release(bg, ex, cmd, token)
-		m.responseTooLarge(cmd)
-		return
-	case !m.cfg.Store(rec.statusCode()):
+	if rec.overflow {
+		// The effect happened and cannot be undone: releasing the key would
+		// let a retry execute it again. Store the 500 answer instead, so
+		// every retry gets it.
+		rec = newRecorder(math.MaxInt)
+		m.writeTooLarge(rec, cmd, "The command was executed but its response is too large to store; retries with this key get this answer.")
+	} else if !m.cfg.Store(rec.statusCode()) {
 		m.release(bg, ex, cmd, token)
 		rec.flush(cmd.w)
 		m.report(cmd.r, OutcomeNotStored)

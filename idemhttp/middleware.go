@@ -210,12 +210,11 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 	m.report(cmd.r, OutcomeStoreError)
 }
 
-// responseTooLarge answers 500 when the response cannot be stored.
-func (m *Middleware[TTx]) responseTooLarge(cmd *command) {
+// writeTooLarge writes the 500 answer for a response too large to store.
+func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, detail string) {
 	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", cmd.scope, "limit", m.cfg.MaxResponseBytes)
-	problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeResponseTooLarge,
-		"Response too large to store", "The command was not applied because its response could not be stored for replay.")
-	m.report(cmd.r, OutcomeNotStored)
+	problem.WriteError(w, http.StatusInternalServerError, problem.TypeResponseTooLarge,
+		"Response too large to store", detail)
 }
 
 // complete stores rec's outcome through ex.

@@ -262,13 +262,31 @@ func TestPanicReleasesKey(t *testing.T) {
 
 func TestResponseTooLarge(t *testing.T) {
 	t.Parallel()
-	forEach(t, func(t *testing.T, e *env) {
-		var calls atomic.Int64
-		h := e.wrap(t, &idemhttp.Config{MaxResponseBytes: 10}, effectHandler(t, e, 201, &calls))
-		checkProblem(t, send(h, "POST", "/pay?label=big", "k", `{}`), 500, problem.TypeResponseTooLarge)
-		if n := e.effects(t, "big"); n != 0 {
-			t.Fatalf("effects = %d: a response that cannot be stored must roll back", n)
-		}
+	t.Run("tx", func(t *testing.T) {
+		t.Parallel()
+		forEach(t, func(t *testing.T, e *env) {
+			var calls atomic.Int64
+			h := e.wrap(t, &idemhttp.Config{MaxResponseBytes: 10}, effectHandler(t, e, 201, &calls))
+			checkProblem(t, send(h, "POST", "/pay?label=big", "k", `{}`), 500, problem.TypeResponseTooLarge)
+			if n := e.effects(t, "big"); n != 0 {
+				t.Fatalf("effects = %d: a response that cannot be stored must roll back", n)
+			}
+		})
+	})
+	t.Run("lease", func(t *testing.T) {
+		t.Parallel()
+		forEach(t, func(t *testing.T, e *env) {
+			var calls atomic.Int64
+			h := e.wrap(t, &idemhttp.Config{Mode: idemhttp.ModeLease, MaxResponseBytes: 10}, effectHandler(t, e, 201, &calls))
+			checkProblem(t, send(h, "POST", "/pay?label=big", "k", `{}`), 500, problem.TypeResponseTooLarge)
+			// The external effect cannot be undone: the key stays taken and
+			// retries get the same 500 instead of executing again.
+			again := send(h, "POST", "/pay?label=big", "k", `{}`)
+			checkProblem(t, again, 500, problem.TypeResponseTooLarge)
+			if calls.Load() != 1 || e.effects(t, "big") != 1 {
+				t.Fatalf("calls = %d, effects = %d, want 1", calls.Load(), e.effects(t, "big"))
+			}
+		})
 	})
 }
 

@@ -78,7 +78,8 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 		return
 	case rec.overflow:
 		m.rollback(ctx, tx)
-		m.responseTooLarge(cmd)
+		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
+		m.report(cmd.r, OutcomeNotStored)
 		return
 	case !m.cfg.Store(rec.statusCode()):
 		m.rollback(ctx, tx)
