@@ -1,5 +1,3 @@
-// Package idemhttp makes HTTP commands idempotent with the Idempotency-Key
-// header.
 package idemhttp
 
 import (

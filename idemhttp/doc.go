@@ -1,0 +1,71 @@
+// Package idemhttp makes HTTP commands idempotent with the Idempotency-Key
+// header (rule R-DIST-IDEM-3 of the style guide).
+//
+// A Middleware wraps handlers as ordinary net/http middleware
+// (func(http.Handler) http.Handler via Middleware.Handler), so it works with
+// http.ServeMux, chi and anything net/http-compatible:
+//
+//	drv, _ := pgdriver.New(pool, nil)
+//	_ = drv.Migrate(ctx)
+//	mw, _ := idemhttp.New(drv, nil) // ModeTx, 24h TTL
+//	mux.Handle("POST /v1/payments", mw.Handler(createPayment))
+//
+// # What a client sees
+//
+//	request                                        answer
+//	new key                                        the handler runs; its response is stored and sent
+//	same key, same request, completed              stored status, headers, body byte for byte + Idempotent-Replayed: true
+//	same key, other method/target/body             409 key-reused (422 with Config.MismatchStatus)
+//	same key while the first is still running     waits up to Config.Wait for its outcome, else 409 request-in-progress + Retry-After
+//	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
+//	body larger than Config.MaxBodyBytes           413 body-too-large
+//	Scope hook error                               401 unauthenticated
+//	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
+//	commit failed                                  503 outcome-unknown: retry with the same key
+//
+// Every error is RFC 9457 application/problem+json with Cache-Control:
+// no-store; the type URIs are documented in docs/problems.md.
+//
+// # Keys, scopes and fingerprints
+//
+// A key is looked up within a scope: the principal returned by
+// Config.Scope (by default a hash of the Authorization header), the method
+// and the route (Config.Route, by default the ServeMux pattern). One client
+// can never receive another client's stored response. The fingerprint is a
+// SHA-256 of the method, the request target and the body; JSON bodies are
+// canonicalised first (CanonicalJSON), so key order and whitespace do not
+// cause false conflicts.
+//
+// # Modes
+//
+// ModeTx (the default) claims the key with an INSERT on a unique index inside
+// a transaction, runs the handler with that transaction in its context
+// (TxFromContext) and stores the response in the same transaction before
+// COMMIT. A duplicate blocks on the unique index until the first transaction
+// ends, so exactly one request executes, across goroutines, processes and
+// replicas. A crash at any point leaves either the effect and its record or
+// neither. The handler must do its writes through the transaction and must
+// not commit it.
+//
+// ModeLease is for effects outside the database (a payment provider call):
+// the claim is an in-progress record with a lease the middleware renews
+// while the handler runs; a crashed owner's lease expires and the next retry
+// takes over. If the owner dies after the external effect and before the
+// response is stored, that retry executes again: pass the key downstream to
+// close the window.
+//
+// # Outcomes
+//
+// Config.Store decides what is stored: by default every status below 500
+// except 408, 425 and 429. Other outcomes, a panic and (ModeTx) a request
+// cancelled by the client roll the transaction back or release the key, so
+// a retry executes again. A response larger than Config.MaxResponseBytes is
+// never silently left unstored: ModeTx rolls back and answers 500;
+// ModeLease stores that 500, since the effect cannot be undone.
+//
+// # Retention
+//
+// Records deduplicate for Config.TTL (24h by default); a TTL outside 24h..72h
+// is rejected unless Config.TTLOverrideReason explains it (R-DIST-IDEM-5).
+// Expired records are treated as absent and replaced.
+package idemhttp
