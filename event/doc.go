@@ -1,0 +1,48 @@
+// Package event defines the envelope that every idem event travels in, and the
+// IDs that make redelivery and retries harmless.
+//
+// # One ID per business operation
+//
+// An [Envelope] carries an ID generated once, when the business operation
+// happens (rule R-DIST-IDEM-1). The ID is stored with the event in the outbox
+// in the same transaction as the business write, and the relay publishes the
+// stored envelope as it is: a retry of the publish, a relay restart or a
+// redelivery to a consumer all carry the same ID, so the consumer's inbox
+// (processed_event) recognises the repeat. Never call [New] again for a retry
+// of the same operation (R-DIST-IDEM-X2, R-DIST-IDEM-X3).
+//
+// IDs are UUIDv7: the first 48 bits are a Unix millisecond timestamp, so IDs
+// sort by creation time and B-tree inserts stay sequential.
+//
+// # Deterministic IDs
+//
+// Code that re-runs (a saga step retried after a crash, a handler processing a
+// redelivered event) must emit the same IDs as the first run, otherwise the
+// downstream inbox sees a "new" event. [DerivedID] and [StepID] compute IDs
+// from their inputs instead of from a clock or random source:
+//
+//   - DerivedID(parent, name): an event emitted while handling event parent.
+//     The result keeps the parent's 48-bit timestamp, so it is a valid UUIDv7
+//     that sorts next to its cause.
+//   - StepIDAt(sagaID, step, t): a saga step whose saga has a persisted start
+//     time t. The result is a UUIDv7 with t's millisecond timestamp.
+//   - StepID(sagaID, step): as StepIDAt with the time taken from sagaID when
+//     sagaID is itself a UUIDv7 (recommended: create saga IDs with
+//     uuid.NewV7). Otherwise there is no time to embed and StepID returns a
+//     name-based UUIDv5 (see [StepID] for why it does not invent a time).
+//
+// The non-timestamp bits of a deterministic ID are the first 74 bits of a
+// SHA-256 over [Namespace], a domain tag and the length-prefixed inputs, with
+// the UUIDv7 version and RFC 4122 variant bits set. Distinct inputs collide
+// with probability about 2^-74 per pair within one millisecond.
+//
+// # Kafka mapping
+//
+// This package does not import a Kafka client. [Envelope.RecordHeaders] and
+// [FromRecord] map an envelope to and from a record key (Envelope.Key, the
+// aggregate ID, so one aggregate's events stay in one partition and in order),
+// a value (Envelope.Payload, JSON) and headers in the tiny [Header] type, which
+// converts field for field to kgo.RecordHeader. The ID, type, saga ID and
+// occurrence time travel in headers (HeaderEventID and friends), so a consumer
+// can deduplicate without parsing the payload.
+package event

@@ -1,0 +1,151 @@
+package event
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Envelope is one event as idem stores it in the outbox and publishes it to
+// Kafka. Build it with New inside the business transaction and store it as it
+// is; every later step (relay retries, consumer redeliveries) reuses it.
+type Envelope struct {
+	// ID identifies the business operation that produced the event. It is a
+	// UUIDv7 generated once by New (or computed by DerivedID/StepIDAt/StepID)
+	// and never regenerated on retry. Consumers deduplicate on it.
+	ID uuid.UUID
+	// Type names the event and its schema version, e.g. "OrderCreated.v1".
+	// It must match TypePattern.
+	Type string
+	// Key is the aggregate ID (order ID, account ID, ...). It becomes the
+	// Kafka record key, so all events of one aggregate land in one partition
+	// and are consumed in the order they were published. Required.
+	Key string
+	// SagaID names the saga the event belongs to, if any. Optional.
+	SagaID string
+	// OccurredAt is when the business operation happened. New sets it to the
+	// current UTC time truncated to microseconds, so it survives a round trip
+	// through PostgreSQL's timestamptz unchanged.
+	OccurredAt time.Time
+	// Payload is the event body, a JSON document.
+	Payload []byte
+	// Headers are extra string headers published with the record (trace
+	// context, tenant, ...). Names starting with ReservedHeaderPrefix
+	// ("idem-") are reserved for this package and rejected by Validate.
+	Headers map[string]string
+}
+
+// TypePattern is the pattern an event type must match: a name followed by a
+// schema version, such as "OrderCreated.v1" or "payments.Refunded.v12".
+const TypePattern = `^[A-Za-z][A-Za-z0-9_.-]*\.v[0-9]+$`
+
+// MaxTypeLen is the longest event type Validate accepts, in bytes.
+const MaxTypeLen = 255
+
+var typeRE = regexp.MustCompile(TypePattern)
+
+// New returns an envelope for a business operation happening now: a fresh
+// UUIDv7 ID, OccurredAt set to the current UTC time truncated to microseconds,
+// and payload encoded as JSON. A payload of type json.RawMessage or []byte is
+// taken as already-encoded JSON (it is validated and compacted, not
+// base64-encoded as encoding/json would do with a plain []byte).
+//
+// Call New once per business operation, inside the transaction that performs
+// it, and store the result in the outbox; a retry must reuse the stored
+// envelope, never call New again.
+func New(typ, key string, payload any) (Envelope, error) {
+	if raw, ok := payload.([]byte); ok {
+		payload = json.RawMessage(raw)
+	}
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("event: encode payload of %s: %w", typ, err)
+	}
+	id, err := NewID()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("event: new id: %w", err)
+	}
+	e := Envelope{
+		ID:         id,
+		Type:       typ,
+		Key:        key,
+		OccurredAt: time.Now().UTC().Truncate(time.Microsecond),
+		Payload:    body,
+	}
+	if err := e.Validate(); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+// Validate reports whether e can be stored and published. The returned error
+// wraps one of ErrInvalidID, ErrInvalidType, ErrEmptyKey, ErrInvalidTime,
+// ErrInvalidPayload or ErrReservedHeader.
+//
+// ID must be a non-nil RFC 4122 UUID of version 7, or of version 5 (what
+// StepID returns for a saga ID that is not a UUIDv7).
+func (e Envelope) Validate() error {
+	if _, err := e.check(); err != nil {
+		return fmt.Errorf("event: invalid envelope: %w", err)
+	}
+	return nil
+}
+
+// check validates e and returns, on failure, the name of the Kafka record
+// part that holds the bad field (a header name, "key" or "value") for
+// FromRecord's DecodeError.
+func (e Envelope) check() (string, error) {
+	if err := checkID(e.ID); err != nil {
+		return HeaderEventID, err
+	}
+	if len(e.Type) > MaxTypeLen || !typeRE.MatchString(e.Type) {
+		return HeaderEventType, fmt.Errorf("%w: %q does not match %s (max %d bytes)",
+			ErrInvalidType, truncate(e.Type), TypePattern, MaxTypeLen)
+	}
+	if e.Key == "" {
+		return "key", ErrEmptyKey
+	}
+	if e.OccurredAt.IsZero() {
+		return HeaderOccurredAt, ErrInvalidTime
+	}
+	if !json.Valid(e.Payload) {
+		return "value", ErrInvalidPayload
+	}
+	for name := range e.Headers {
+		if name == "" || isReserved(name) {
+			return name, fmt.Errorf("%w: %q", ErrReservedHeader, truncate(name))
+		}
+	}
+	return "", nil
+}
+
+func checkID(id uuid.UUID) error {
+	if id == uuid.Nil {
+		return fmt.Errorf("%w: nil UUID", ErrInvalidID)
+	}
+	if id.Variant() != uuid.RFC4122 {
+		return fmt.Errorf("%w: %s is not an RFC 4122 UUID", ErrInvalidID, id)
+	}
+	if v := id.Version(); v != 7 && v != 5 {
+		return fmt.Errorf("%w: %s is a version %d UUID, want 7", ErrInvalidID, id, v)
+	}
+	return nil
+}
+
+func isReserved(name string) bool {
+	return len(name) >= len(ReservedHeaderPrefix) &&
+		strings.EqualFold(name[:len(ReservedHeaderPrefix)], ReservedHeaderPrefix)
+}
+
+// truncate shortens s for error messages.
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

@@ -1,0 +1,43 @@
+package event
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors wrapped by Validate and FromRecord; test for them with errors.Is.
+var (
+	// ErrInvalidID: the ID is nil, not RFC 4122, or not version 7 (or 5).
+	ErrInvalidID = errors.New("invalid event id")
+	// ErrInvalidType: the type does not match TypePattern or is too long.
+	ErrInvalidType = errors.New("invalid event type")
+	// ErrEmptyKey: the aggregate key (Kafka record key) is empty.
+	ErrEmptyKey = errors.New("empty event key")
+	// ErrInvalidTime: OccurredAt is the zero time or its header is not RFC 3339.
+	ErrInvalidTime = errors.New("invalid occurred-at time")
+	// ErrInvalidPayload: the payload is not a JSON document.
+	ErrInvalidPayload = errors.New("payload is not valid JSON")
+	// ErrReservedHeader: an extra header is empty or uses the "idem-" prefix.
+	ErrReservedHeader = errors.New("reserved or empty header name")
+	// ErrMissingHeader: a required idem header is absent from the record.
+	ErrMissingHeader = errors.New("missing header")
+	// ErrDuplicateHeader: an idem header appears more than once in the record.
+	ErrDuplicateHeader = errors.New("duplicate header")
+)
+
+// DecodeError is returned by FromRecord when a record is not a valid idem
+// event. Field names the part of the record at fault: a header name such as
+// HeaderEventID, or "key" or "value". A consumer usually sends such a record
+// to a dead-letter topic: retrying cannot fix it.
+type DecodeError struct {
+	Field string
+	Err   error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("event: decode record: %s: %v", truncate(e.Field), e.Err)
+}
+
+// Unwrap returns the cause, so errors.Is(err, ErrMissingHeader) and the like
+// work through a DecodeError.
+func (e *DecodeError) Unwrap() error { return e.Err }
