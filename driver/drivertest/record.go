@@ -55,7 +55,7 @@ func testCompleteStoresResponse(t *testing.T, ex driver.Executor) {
 	for i := range 3 * 256 {
 		binary = append(binary, byte(i))
 	}
-	large := make([]byte, 1<<20)
+	large := make([]byte, 256<<10)
 	_, _ = rand.Read(large)
 
 	cases := []struct {

@@ -3,11 +3,13 @@ package pgdriver_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
@@ -90,22 +92,21 @@ func TestSchemaAndTablePrefix(t *testing.T) {
 		}
 		return out
 	}
-	want := map[string]string{
-		"app_idempotency_record":                schema,
-		"app_idempotency_record_pkey":           schema,
-		"app_idempotency_record_expires_at_idx": schema,
-		"app_idem_migration":                    schema,
-		"app_idem_migration_pkey":               schema,
-	}
 	got := relations()
-	for rel, ns := range want {
-		if got[rel] != ns {
-			t.Errorf("relation %s: in schema %q, want %q", rel, got[rel], ns)
+	for _, rel := range []string{
+		"app_idempotency_record",
+		"app_idempotency_record_pkey",
+		"app_idempotency_record_expires_at_idx",
+		"app_idem_migration",
+		"app_idem_migration_pkey",
+	} {
+		if got[rel] != schema {
+			t.Errorf("relation %s: in schema %q, want %q", rel, got[rel], schema)
 		}
 	}
 	for rel, ns := range got {
-		if _, ok := want[rel]; !ok {
-			t.Errorf("unexpected relation %s.%s: every object must be in %s and carry the prefix app_", ns, rel, schema)
+		if ns != schema || !strings.HasPrefix(rel, "app_") {
+			t.Errorf("relation %s.%s: every table and index must be in %s and carry the prefix app_", ns, rel, schema)
 		}
 	}
 
@@ -221,7 +222,117 @@ func TestTwoPoolsOneClaim(t *testing.T) {
 			t.Fatalf("%s: %d claims failed, first: %v", key, len(errs), errs[0])
 		}
 		if len(claimed) != 1 {
-			t.Fatalf("%s: %d of %d concurrent claims from two pools succeeded (%v); want exactly 1", key, len(claimed), 2*perPool, claimed)
+			t.Fatalf("%s: %d of %d concurrent claims from two pools succeeded (first ones: %v); want exactly 1", key, len(claimed), 2*perPool, claimed[:min(len(claimed), 3)])
+		}
+	}
+}
+
+// LockTimeout applies to the claim only: the caller's own lock_timeout in
+// its transaction survives, a pooled connection keeps the session default,
+// and the server logs no warning per claim.
+func TestLockTimeoutLeavesSettingsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 1)
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.MaxConns = 1 // every statement below uses the same session
+	var (
+		mu      sync.Mutex
+		notices []string
+	)
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n.Severity == "WARNING" {
+			notices = append(notices, n.Message)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+	now := time.Now()
+
+	show := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
+			t.Fatalf("SHOW lock_timeout: %v", err)
+		}
+		return v
+	}
+
+	p := claimParams("key-1", "a", now)
+	p.LockTimeout = 100 * time.Millisecond
+	if _, err := drv.Executor().RecordClaim(ctx, p); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if v := show(pool); v != "0" {
+		t.Errorf("after a claim with LockTimeout outside a transaction, the session's lock_timeout = %s, want the default 0", v)
+	}
+
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	defer func() { _ = drv.Rollback(context.Background(), tx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+		t.Fatalf("SET LOCAL: %v", err)
+	}
+	for _, key := range []string{"key-1", "key-2"} { // existing, then new
+		p := claimParams(key, "b", now)
+		p.LockTimeout = 100 * time.Millisecond
+		if _, err := drv.UnwrapExecutor(tx).RecordClaim(ctx, p); err != nil {
+			t.Fatalf("claim %s in tx: %v", key, err)
+		}
+		if v := show(tx); v != "5s" {
+			t.Errorf("after claiming %s with LockTimeout in the caller's transaction, its lock_timeout = %s, want the caller's 5s", key, v)
+		}
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notices) > 0 {
+		t.Errorf("server warnings: %q", notices)
+	}
+}
+
+// Two services with different table prefixes migrating into one new schema
+// at the same time.
+func TestConcurrentMigrateSharedNewSchema(t *testing.T) {
+	t.Parallel()
+	pool, base := testdb.Schema(t, 10)
+	schema := base + "_shared"
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	const services = 4
+	errs := make([]error, services)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range services {
+		drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, TablePrefix: fmt.Sprintf("svc%d_", i)})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		wg.Go(func() {
+			<-start
+			errs[i] = drv.Migrate(t.Context())
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("service %d: Migrate: %v", i, err)
 		}
 	}
 }

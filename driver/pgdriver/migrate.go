@@ -46,11 +46,11 @@ func (d *Driver) MigrateTx(ctx context.Context, tx pgx.Tx) error {
 	return d.apply(ctx, tx, ms)
 }
 
-// lockKey is the advisory lock that serialises migrators of one schema and
-// prefix.
+// lockKey is the advisory lock that serialises migrators of one schema
+// (whatever their prefixes: they share CREATE SCHEMA).
 func (d *Driver) lockKey() int64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("idem-migrate:" + d.cfg.Schema + ":" + d.cfg.TablePrefix))
+	_, _ = h.Write([]byte("idem-migrate:" + d.cfg.Schema))
 	return int64(h.Sum64())
 }
 

@@ -55,7 +55,9 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 
 // claimOnce runs the claim statement, with the lock timeout set around it in
 // the same round trip. Outside a transaction the batch runs in the implicit
-// transaction of one pipeline sync, so the local setting still applies.
+// transaction of one pipeline sync, so the local setting still applies and
+// ends with it. In the caller's transaction the caller's own lock_timeout is
+// saved first and restored after the claim.
 func (e *executor) claimOnce(ctx context.Context, claimSQL string, args []any, lockTimeout time.Duration) (bool, error) {
 	if lockTimeout <= 0 {
 		var ok bool
@@ -66,6 +68,9 @@ func (e *executor) claimOnce(ctx context.Context, claimSQL string, args []any, l
 		return ok, mapErr("claim", err)
 	}
 	b := &pgx.Batch{}
+	if e.inTx {
+		b.Queue("SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)")
+	}
 	b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
 	var ok bool
 	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
@@ -75,7 +80,9 @@ func (e *executor) claimOnce(ctx context.Context, claimSQL string, args []any, l
 		}
 		return err
 	})
-	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	if e.inTx {
+		b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
+	}
 	err := e.db.SendBatch(ctx, b).Close()
 	return ok, mapErr("claim", err)
 }

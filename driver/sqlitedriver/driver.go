@@ -48,13 +48,14 @@ func DSN(path string, busyTimeout time.Duration) string {
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
-	return "file:" + path + "?" + q.Encode()
+	// Escape what a file: URI would otherwise cut or decode.
+	return "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path) + "?" + q.Encode()
 }
 
 // Open opens (creating if needed) the SQLite database file at path with the
 // settings described in the package documentation. Close closes it.
 func Open(path string, cfg *Config) (*Driver, error) {
-	if path == "" || strings.Contains(path, "?") {
+	if path == "" {
 		return nil, fmt.Errorf("sqlitedriver: bad database path %q", path)
 	}
 	var c Config
