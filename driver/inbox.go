@@ -1,5 +1,50 @@
 package driver
 
-// InboxExecutor is the storage of the consumer inbox (table processed_event).
-// Its methods are added by the inbox work; see package inbox.
-type InboxExecutor interface{}
+import (
+	"bytes"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// InboxExecutor is the storage of the consumer inbox (table processed_event,
+// rule R-DIST-IDEM-2). See package inbox for the code that uses it.
+//
+// A row (consumer_name, event_id) says that consumer has applied the event.
+// The primary key is (consumer_name, event_id), not event_id alone as in the
+// style guide: several consumers (projections, services sharing a database)
+// each process the same event once.
+type InboxExecutor interface {
+	// InboxInsert records ids as processed by consumer at now, in ONE
+	// statement (INSERT ... ON CONFLICT DO NOTHING RETURNING), and returns
+	// the ids that were not recorded yet: exactly the ones the caller must
+	// now apply. An id given twice in ids is returned at most once. The
+	// order of the result is unspecified. It never reads before writing, so
+	// concurrent callers cannot both see an id as new: on a backend with
+	// concurrent writers, a caller inserting an id that an uncommitted
+	// transaction inserted waits for that transaction, then gets the id
+	// back only if it rolled back. An empty ids returns (nil, nil).
+	InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) (inserted []uuid.UUID, err error)
+
+	// InboxDeleteBefore deletes at most limit rows of consumer ("" for
+	// every consumer) whose processed_at is before before, oldest first, and
+	// returns how many it deleted. The cleaner calls it in a loop until it
+	// returns less than limit. limit must be positive.
+	InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
+
+	// InboxOldest returns the smallest processed_at over all consumers, and
+	// false when the table is empty (a metric of how far cleanup lags).
+	InboxOldest(ctx context.Context) (time.Time, bool, error)
+}
+
+// SortedUniqueIDs returns the distinct ids in ascending byte order (the order
+// of PostgreSQL's uuid type and of the canonical text form). Drivers insert
+// a batch in this order, so two transactions with overlapping batches take
+// their row locks in the same order and cannot deadlock each other.
+func SortedUniqueIDs(ids []uuid.UUID) []uuid.UUID {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(out)
+}

@@ -1,0 +1,95 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// InboxInsert implements driver.InboxExecutor with one statement for the
+// whole batch: the ids travel as one JSON array expanded by json_each, so a
+// batch of any size is a single statement with three bound parameters (no
+// chunking, far from SQLITE_MAX_VARIABLE_NUMBER). SQLite serialises writers,
+// so a concurrent duplicate waits for the write lock and then sees the
+// committed row.
+func (e *executor) InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) ([]uuid.UUID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	uniq := driver.SortedUniqueIDs(ids)
+	var b strings.Builder
+	b.Grow(len(uniq) * 39)
+	b.WriteByte('[')
+	for i, id := range uniq {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(id.String())
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+
+	// "WHERE true" keeps the parser from reading ON CONFLICT as a join
+	// constraint of the SELECT (see SQLite's UPSERT documentation).
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
+		SELECT ?1, j.value, ?2 FROM json_each(?3) AS j WHERE true
+		ON CONFLICT (consumer_name, event_id) DO NOTHING
+		RETURNING event_id`), consumer, micros(now), b.String())
+	if err != nil {
+		return nil, mapErr("inbox insert", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var inserted []uuid.UUID
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, mapErr("inbox insert", err)
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitedriver: inbox insert: stored event_id %q: %w", s, err)
+		}
+		inserted = append(inserted, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("inbox insert", err)
+	}
+	return inserted, nil
+}
+
+// InboxDeleteBefore implements driver.InboxExecutor.
+func (e *executor) InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: inbox delete: limit %d must be positive", limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}processed_event
+		WHERE (consumer_name, event_id) IN (
+			SELECT consumer_name, event_id FROM {{table}}processed_event
+			WHERE processed_at < ?1 AND (?2 = '' OR consumer_name = ?2)
+			ORDER BY processed_at LIMIT ?3)`), micros(before), consumer, limit)
+	if err != nil {
+		return 0, mapErr("inbox delete", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("inbox delete", err)
+}
+
+// InboxOldest implements driver.InboxExecutor.
+func (e *executor) InboxOldest(ctx context.Context) (time.Time, bool, error) {
+	var oldest sql.NullInt64
+	err := e.db.QueryRowContext(ctx, e.d.expand(`SELECT min(processed_at) FROM {{table}}processed_event`)).Scan(&oldest)
+	if err != nil {
+		return time.Time{}, false, mapErr("inbox oldest", err)
+	}
+	if !oldest.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicros(oldest.Int64), true, nil
+}

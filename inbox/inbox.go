@@ -1,0 +1,60 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Inbox deduplicates the events of one consumer. TTx is the transaction type
+// of the driver (pgx.Tx, *sql.Tx); the handlers receive it. Build one per
+// consumer with New; it is safe for concurrent use.
+type Inbox[TTx any] struct {
+	drv driver.Driver[TTx]
+	cfg Config
+}
+
+// New returns an inbox storing its processed_event rows through drv, whose
+// migrations must have run. cfg is required (Consumer has no default).
+func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Inbox[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("inbox: nil driver")
+	}
+	if cfg == nil {
+		return nil, errors.New("inbox: nil config: Config.Consumer is required")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Inbox[TTx]{drv: drv, cfg: c}, nil
+}
+
+// Consumer returns the consumer name the inbox records events under.
+func (ib *Inbox[TTx]) Consumer() string { return ib.cfg.Consumer }
+
+// rollback ends tx, even when ctx is already cancelled.
+func (ib *Inbox[TTx]) rollback(ctx context.Context, tx TTx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := ib.drv.Rollback(ctx, tx); err != nil {
+		ib.cfg.Logger.Warn("inbox: rollback failed", "consumer", ib.cfg.Consumer, "err", err)
+	}
+}
+
+// report calls Config.OnResult.
+func (ib *Inbox[TTx]) report(ctx context.Context, n int, res BatchResult, err error, started time.Time) {
+	if ib.cfg.OnResult == nil {
+		return
+	}
+	ib.cfg.OnResult(ctx, Result{
+		Consumer:   ib.cfg.Consumer,
+		Events:     n,
+		Applied:    res.Applied,
+		Duplicates: res.Duplicates,
+		Err:        err,
+		Duration:   time.Since(started),
+	})
+}
