@@ -1,0 +1,149 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBinary builds idemd and runs it as a user would.
+func TestBinary(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go tool not found: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "idemd")
+	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Run("serves and exits 0 on SIGTERM", func(t *testing.T) {
+		t.Parallel()
+		testServe(t, bin, syscall.SIGTERM)
+	})
+	t.Run("serves and exits 0 on SIGINT", func(t *testing.T) {
+		t.Parallel()
+		testServe(t, bin, syscall.SIGINT)
+	})
+	for name, args := range map[string][]string{
+		"bad flag":       {"-bogus"},
+		"bad addr":       {"-addr", "localhost"},
+		"unknown scheme": {"-db", "mysql://root@db/pay"},
+	} {
+		t.Run(name+" exits 2 with one line", func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(bin, args...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("%v: %v, want exit code 2", args, err)
+			}
+			if lines := strings.Count(stderr.String(), "\n"); lines != 1 || !strings.HasPrefix(stderr.String(), "idemd: ") {
+				t.Errorf("stderr %q, want one line", stderr.String())
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+		})
+	}
+}
+
+var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:(\S+)$`)
+
+func testServe(t *testing.T, bin string, sig syscall.Signal) {
+	dbPath := filepath.Join(t.TempDir(), "pay.db")
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-db", "sqlite:"+dbPath)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSuffix(line, "\n")
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	var base string
+	select {
+	case line := <-lines:
+		m := listenRe.FindStringSubmatch(line)
+		if m == nil || m[2] != dbPath {
+			t.Fatalf("first line %q, want the listen line; stderr %s", line, stderr.String())
+		}
+		base = m[1]
+	case <-time.After(20 * time.Second):
+		t.Fatal("no listen line within 20s")
+	}
+
+	post := func(key string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments",
+			strings.NewReader(`{"provider":"sber","external_payment_id":"ext-1","amount":"100.50","customer_id":42}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		return do(t, req)
+	}
+	res, created := post("k1")
+	if res.StatusCode != http.StatusCreated || !strings.Contains(created, `"amount":"100.5000"`) {
+		t.Fatalf("POST: %d %s", res.StatusCode, created)
+	}
+	res, replay := post("k1")
+	if res.StatusCode != http.StatusCreated || replay != created || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay: %d %s", res.StatusCode, replay)
+	}
+	loc, _ := http.NewRequest(http.MethodGet, base+res.Header.Get("Location"), nil)
+	if res, got := do(t, loc); res.StatusCode != http.StatusOK || got != created {
+		t.Errorf("GET %s: %d %s", loc.URL, res.StatusCode, got)
+	}
+
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Errorf("after %v: %v, want exit code 0; stderr %s", sig, err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running 20s after %v", sig)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"request"`) {
+		t.Errorf("no access log on stderr: %s", stderr.String())
+	}
+}
+
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}

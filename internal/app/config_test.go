@@ -1,0 +1,114 @@
+package app_test
+
+import (
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/app"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want app.Config
+	}{
+		{"defaults", nil, nil, app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
+			ShutdownTimeout: 15 * time.Second, LogFormat: "json"}},
+		{"environment", nil, map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://u:pw@db:5432/pay",
+			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text"},
+			app.Config{Addr: ":9090", DB: app.Database{Kind: app.Postgres, URL: "postgres://u:pw@db:5432/pay"},
+				ShutdownTimeout: 3 * time.Second, LogFormat: "text"}},
+		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m"},
+			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay"},
+			app.Config{Addr: "127.0.0.1:0", DB: app.Database{Kind: app.SQLite, Path: "/tmp/x.db"},
+				ShutdownTimeout: time.Minute, LogFormat: "json"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := app.ParseConfig(tt.args, envOf(tt.env))
+			if err != nil || got != tt.want {
+				t.Errorf("ParseConfig = %+v, %v\nwant %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		mention string
+	}{
+		{"unknown flag", []string{"-bogus"}, nil, "-bogus"},
+		{"positional argument", []string{"serve"}, nil, `"serve"`},
+		{"addr without port", []string{"-addr", "localhost"}, nil, "-addr"},
+		{"addr port out of range", []string{"-addr", "127.0.0.1:70000"}, nil, "port"},
+		{"addr named port", []string{"-addr", "127.0.0.1:http"}, nil, "port"},
+		{"bad addr from environment", nil, map[string]string{"IDEMD_ADDR": "nope"}, "IDEMD_ADDR"},
+		{"unknown scheme", []string{"-db", "mysql://root@db/pay"}, nil, `"mysql"`},
+		{"unknown scheme from environment", nil, map[string]string{"IDEMD_DB": "redis://x"}, "IDEMD_DB"},
+		{"empty sqlite path", []string{"-db", "sqlite:"}, nil, "empty"},
+		{"empty db", []string{"-db", " "}, nil, "-db"},
+		{"query in sqlite path", []string{"-db", "x.db?mode=ro"}, nil, "?"},
+		{"bad postgres URL", []string{"-db", "postgres://u:secret@db:notaport/pay"}, nil, "PostgreSQL URL"},
+		{"zero timeout", []string{"-shutdown-timeout", "0s"}, nil, "-shutdown-timeout"},
+		{"bad timeout", []string{"-shutdown-timeout", "soon"}, nil, "-shutdown-timeout"},
+		{"bad log format", []string{"-log-format", "xml"}, nil, "-log-format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := app.ParseConfig(tt.args, envOf(tt.env))
+			var ce *app.ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err %v, want a ConfigError", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.mention) || strings.Contains(msg, "\n") || strings.Contains(msg, "secret") {
+				t.Errorf("message %q: want one line mentioning %q, no password", msg, tt.mention)
+			}
+		})
+	}
+	if _, err := app.ParseConfig([]string{"-h"}, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+func TestParseDatabase(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want app.Database
+		str  string
+	}{
+		{"./idemd.db", app.Database{Kind: app.SQLite, Path: "./idemd.db"}, "sqlite:./idemd.db"},
+		{"/var/lib/idemd/pay.db", app.Database{Kind: app.SQLite, Path: "/var/lib/idemd/pay.db"}, "sqlite:/var/lib/idemd/pay.db"},
+		{"sqlite:pay.db", app.Database{Kind: app.SQLite, Path: "pay.db"}, "sqlite:pay.db"},
+		{"sqlite:///tmp/pay.db", app.Database{Kind: app.SQLite, Path: "/tmp/pay.db"}, "sqlite:/tmp/pay.db"},
+		{"postgres://postgres@127.0.0.1:5432/test", app.Database{Kind: app.Postgres, URL: "postgres://postgres@127.0.0.1:5432/test"},
+			"postgres://postgres@127.0.0.1:5432/test"},
+		{"postgresql://u:secret@db/pay?sslmode=disable", app.Database{Kind: app.Postgres, URL: "postgresql://u:secret@db/pay?sslmode=disable"},
+			"postgresql://u:xxxxx@db/pay?sslmode=disable"},
+		{"postgres://u@db/pay?password=secret", app.Database{Kind: app.Postgres, URL: "postgres://u@db/pay?password=secret"},
+			"postgres://u@db/pay?password=xxxxx"},
+	}
+	for _, tt := range tests {
+		got, err := app.ParseDatabase(tt.in)
+		if err != nil || got != tt.want || got.String() != tt.str {
+			t.Errorf("ParseDatabase(%q) = %+v (%s), %v; want %+v (%s)", tt.in, got, got, err, tt.want, tt.str)
+		}
+	}
+}

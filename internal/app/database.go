@@ -1,0 +1,100 @@
+package app
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Database kinds.
+const (
+	Postgres = "postgres"
+	SQLite   = "sqlite"
+)
+
+// Database says which database idemd uses.
+type Database struct {
+	// Kind is Postgres or SQLite.
+	Kind string
+	// URL is the PostgreSQL connection URL (Kind Postgres).
+	URL string
+	// Path is the SQLite file (Kind SQLite).
+	Path string
+}
+
+var (
+	schemeRe = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
+	// userInfoPasswordRe finds the password of a URL url.Parse rejects.
+	userInfoPasswordRe = regexp.MustCompile(`(://[^:/@]*):[^@/]*@`)
+)
+
+// ParseDatabase reads the -db setting:
+//
+//   - postgres://... or postgresql://...: PostgreSQL (a pgx connection URL).
+//   - sqlite:PATH (sqlite:///abs/path works too): SQLite file PATH.
+//   - anything without a scheme: a SQLite file path.
+//
+// Any other scheme is an error, as is a PATH containing '?'.
+func ParseDatabase(s string) (Database, error) {
+	if strings.TrimSpace(s) == "" {
+		return Database{}, fmt.Errorf("no database given")
+	}
+	m := schemeRe.FindStringSubmatch(s)
+	if m == nil {
+		return sqlitePath(s)
+	}
+	switch strings.ToLower(m[1]) {
+	case "postgres", "postgresql":
+		if _, err := pgxpool.ParseConfig(s); err != nil {
+			return Database{}, fmt.Errorf("bad PostgreSQL URL %s: %v", redactURL(s), errMessage(err))
+		}
+		return Database{Kind: Postgres, URL: s}, nil
+	case "sqlite", "sqlite3":
+		p := s[len(m[0]):]
+		if rest, ok := strings.CutPrefix(p, "//"); ok {
+			p = rest
+		}
+		return sqlitePath(p)
+	}
+	return Database{}, fmt.Errorf("unknown database scheme %q in %s: want postgres://..., sqlite:PATH or a file path", m[1], redactURL(s))
+}
+
+func sqlitePath(p string) (Database, error) {
+	switch {
+	case p == "":
+		return Database{}, fmt.Errorf("empty SQLite path")
+	case strings.ContainsAny(p, "?#"):
+		return Database{}, fmt.Errorf("SQLite path %q must not contain '?' or '#'", p)
+	}
+	return Database{Kind: SQLite, Path: p}, nil
+}
+
+// String describes the database for humans, without the password.
+func (d Database) String() string {
+	if d.Kind == Postgres {
+		return redactURL(d.URL)
+	}
+	return "sqlite:" + d.Path
+}
+
+// redactURL hides the password of a URL, in its user info or in a
+// password query parameter.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return userInfoPasswordRe.ReplaceAllString(s, "$1:xxxxx@")
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// errMessage keeps an error on one line.
+func errMessage(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

@@ -1,0 +1,25 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/problem"
+)
+
+// healthz answers {"status":"ok"} when the database answers a ping within
+// 2s, and a 503 problem otherwise.
+func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.ping(ctx); err != nil {
+		a.log.WarnContext(ctx, "health check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		problem.WriteError(w, http.StatusServiceUnavailable, "", "Database unavailable", "The database did not answer a ping.")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}

@@ -1,0 +1,54 @@
+package app
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// metrics are idemd's Prometheus metrics, in a registry of their own (no
+// global state: several apps can run in one test binary).
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	outcomes *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemd_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemd_http_request_duration_seconds",
+			Help:    "HTTP request duration by route pattern.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_http_outcomes_total",
+			Help: "What the idempotency middleware did with protected requests.",
+		}, []string{"outcome"}),
+	}
+	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeStoreError; o++ {
+		m.outcomes.WithLabelValues(o.String()) // export zeros
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// outcome is idemhttp's Config.OnOutcome.
+func (m *metrics) outcome(_ *http.Request, o idemhttp.Outcome) {
+	m.outcomes.WithLabelValues(o.String()).Inc()
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,80 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/problem"
+)
+
+// statusWriter remembers the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 && status >= 200 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe writes one access log line and updates the request metrics for
+// every request, and turns a handler panic into a logged 500 problem.
+func (a *App) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			p := recover()
+			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(p)
+			}
+			if p != nil {
+				a.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				if sw.status == 0 {
+					problem.WriteError(sw, http.StatusInternalServerError, "", "Internal error", "")
+				}
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			route := r.Pattern // set by the ServeMux on this request
+			if route == "" {
+				route = "unmatched"
+			}
+			elapsed := time.Since(start)
+			a.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+			a.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+			a.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.String("route", route),
+				slog.Int("status", status),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				slog.Bool("replayed", sw.Header().Get(idemhttp.ReplayedHeader) == "true"),
+				slog.Int("bytes", sw.bytes),
+			)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}

@@ -1,0 +1,50 @@
+package app
+
+import (
+	"net/http"
+
+	"github.com/idemkit/idem/problem"
+)
+
+// problemRouting serves mux, answering its own 404 (no route) and 405 (route
+// exists for other methods, Allow header kept) as problem+json instead of
+// text/plain. Handlers' own responses are untouched.
+func problemRouting(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&routingErrorWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// routingErrorWriter replaces a 404 or 405 written by the ServeMux with a
+// problem.
+type routingErrorWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *routingErrorWriter) WriteHeader(status int) {
+	switch status {
+	case http.StatusNotFound:
+		w.replaced = true
+		problem.WriteError(w.ResponseWriter, status, "", "Not Found",
+			"There is no route for "+w.r.Method+" "+w.r.URL.Path+".")
+	case http.StatusMethodNotAllowed:
+		w.replaced = true
+		problem.WriteError(w.ResponseWriter, status, "", "Method Not Allowed",
+			w.r.Method+" is not allowed on "+w.r.URL.Path+"; allowed: "+w.Header().Get("Allow")+".")
+	default:
+		w.ResponseWriter.WriteHeader(status)
+	}
+}
+
+func (w *routingErrorWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil // the ServeMux's text body
+	}
+	return w.ResponseWriter.Write(b)
+}

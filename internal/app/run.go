@@ -1,0 +1,58 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// startTimeout bounds connecting to and migrating the database.
+const startTimeout = 30 * time.Second
+
+// Run is idemd: it parses args and the environment, opens the database,
+// prints one line saying where it listens, serves until ctx is done (the
+// signal), drains and closes. It returns the process exit code.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := ParseConfig(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = fmt.Fprint(stdout, Usage())
+		return 0
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		return 2
+	}
+	log := newLogger(cfg.LogFormat, stderr)
+
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	a, err := New(sctx, cfg, log)
+	cancel()
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		return 1
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		return 1
+	}
+	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s\n", ln.Addr(), cfg.DB)
+	if err := a.Serve(ctx, ln); err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}

@@ -1,0 +1,156 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// run calls app.Run and returns its exit code and output.
+func run(t *testing.T, args []string, env map[string]string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = app.Run(context.Background(), args, envOf(env), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestRunStartupFailures(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = busy.Close() })
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		code    int
+		mention string
+	}{
+		{"bad flag", []string{"-port", "80"}, nil, 2, "-port"},
+		{"bad addr", []string{"-addr", "8080"}, nil, 2, "listen address"},
+		{"unknown scheme", nil, map[string]string{"IDEMD_DB": "mongodb://db"}, 2, "unknown database scheme"},
+		{"unreachable postgres", []string{"-db", "postgres://postgres:secret@127.0.0.1:1/test?connect_timeout=5"}, nil, 1, "unreachable"},
+		{"sqlite in a missing directory", []string{"-db", "/nonexistent/dir/x.db"}, nil, 1, "/nonexistent/dir/x.db"},
+		{"address in use", []string{"-addr", busy.Addr().String(), "-db", testdb.SQLitePath(t)}, nil, 1, "address already in use"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := run(t, tt.args, tt.env)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "idemd: ") ||
+				!strings.Contains(stderr, tt.mention) || strings.Contains(stderr, "secret") {
+				t.Errorf("stderr %q: want one line mentioning %q, no password", stderr, tt.mention)
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, []string{"-h"}, nil)
+	if code != 0 || !strings.Contains(stdout, "-addr") || !strings.Contains(stdout, "IDEMD_DB") || stderr != "" {
+		t.Errorf("-h: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+var listenRe = regexp.MustCompile(`^idemd listening on (http://\S+) with database (\S+)\n$`)
+
+// Cancelling Run's context (the signal) lets an in-flight request finish,
+// then Run returns 0.
+func TestRunDrainsOnShutdown(t *testing.T) {
+	t.Parallel()
+	path := testdb.SQLitePath(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + path}, envOf(nil), stdout, stderr)
+	}()
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == ""; {
+		if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
+			base = m[1]
+			if m[2] != "sqlite:"+path {
+				t.Errorf("listen line names database %q", m[2])
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen line; stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Another process holds SQLite's write lock: the POST waits in BEGIN.
+	other, err := sql.Open("sqlite", sqlitedriver.DSN(path, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	lock, err := other.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		status int
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody("ext-drain")))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "drain")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		res.Body.Close()
+		done <- result{status: res.StatusCode}
+	}()
+	time.Sleep(200 * time.Millisecond) // the request reaches BEGIN and waits
+	cancel()                           // SIGTERM
+	select {
+	case code := <-exited:
+		t.Fatalf("Run returned %d with a request in flight", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("new connection accepted during shutdown")
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.status != http.StatusCreated {
+		t.Errorf("in-flight request: %d, %v; want 201", r.status, r.err)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("exit code %d, want 0; stderr %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the drain")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
+		t.Errorf("stderr lacks the stop log: %s", stderr.String())
+	}
+}

@@ -1,0 +1,125 @@
+package payments
+
+import (
+	"errors"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/problem"
+)
+
+// Handler serves the payment endpoints. Create must run behind an idemhttp
+// middleware in ModeTx for the same database: it writes in the
+// middleware's transaction (idemhttp.TxFromContext[TTx]) and never commits
+// it.
+type Handler[TTx any] struct {
+	store Store[TTx]
+	log   *slog.Logger
+}
+
+// NewHandler returns the handlers on store. log defaults to slog.Default().
+func NewHandler[TTx any](store Store[TTx], log *slog.Logger) *Handler[TTx] {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler[TTx]{store: store, log: log}
+}
+
+// Create serves POST /v1/payments: 201 with Location for a new payment, 200
+// with the existing payment when its provider and external id are known,
+// 400/413/415/422 problems for bad requests.
+func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
+			"Unsupported media type", "Send the payment as application/json.")
+		return
+	}
+	np, err := DecodeCreate(r.Body)
+	if err != nil {
+		writeRequestError(w, err)
+		return
+	}
+	ctx := r.Context()
+	tx, ok := idemhttp.TxFromContext[TTx](ctx)
+	if !ok {
+		h.internalError(w, r, errors.New("no transaction in the request context: Create must run behind idemhttp in ModeTx"))
+		return
+	}
+	p, created, err := h.store.CreateOrGet(ctx, tx, np)
+	if err != nil {
+		h.internalError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", Location(p.ID))
+	}
+	writePayment(w, status, p)
+}
+
+// idRe accepts the canonical spelling of a positive id only, so that each
+// payment has one URL.
+var idRe = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
+
+// Get serves GET /v1/payments/{id}: 200 or 404.
+func (h *Handler[TTx]) Get(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if !idRe.MatchString(raw) || err != nil {
+		notFound(w, raw)
+		return
+	}
+	p, err := h.store.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		notFound(w, raw)
+	case err != nil:
+		h.internalError(w, r, err)
+	default:
+		writePayment(w, http.StatusOK, p)
+	}
+}
+
+func notFound(w http.ResponseWriter, id string) {
+	problem.WriteError(w, http.StatusNotFound, "", "Payment not found", "There is no payment with id "+strconv.Quote(id)+".")
+}
+
+func writeRequestError(w http.ResponseWriter, err error) {
+	var re *RequestError
+	if !errors.As(err, &re) {
+		re = badRequest("%v", err)
+	}
+	p := problem.Problem{Type: problem.TypeValidation, Status: re.Status, Detail: re.Detail}
+	switch re.Status {
+	case http.StatusUnprocessableEntity:
+		p.Title = "Invalid payment"
+		p.Extensions = map[string]any{"errors": re.Fields}
+	case http.StatusBadRequest:
+		p.Title = "Malformed request body"
+	case http.StatusRequestEntityTooLarge:
+		p.Title = "Request body too large"
+	}
+	problem.Write(w, p)
+}
+
+// internalError answers 500; the idemhttp middleware does not store it and
+// rolls the transaction back, so a retry executes again.
+func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == nil {
+		h.log.ErrorContext(r.Context(), "payments: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	problem.WriteError(w, http.StatusInternalServerError, "", "Internal error",
+		"The payment was not processed. Retry with the same Idempotency-Key.")
+}
+
+// isJSON reports whether the media type is application/json or +json.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}

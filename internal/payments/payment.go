@@ -1,0 +1,73 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/uniq"
+)
+
+// StatusPending is the status of a newly created payment.
+const StatusPending = "PENDING"
+
+// Limits of the payment fields.
+const (
+	// MaxTextLen is the longest provider or external payment id, in
+	// characters.
+	MaxTextLen = 128
+	// AmountScale is the number of fractional digits stored
+	// (numeric(19,4)).
+	AmountScale = 4
+	// AmountIntDigits is the largest number of integer digits of an amount
+	// (19 - 4).
+	AmountIntDigits = 15
+)
+
+// ProviderExternalIDKey is the UNIQUE constraint that makes a payment
+// exist at most once per (provider, external payment id), whatever
+// Idempotency-Key it was sent with. Every store's migration creates it
+// under this name.
+var ProviderExternalIDKey = uniq.Constraint{
+	Name:    "payment_provider_external_id_key",
+	Table:   "payment",
+	Columns: []string{"payment_provider", "external_payment_id"},
+}
+
+// ErrNotFound is returned by Store.Get for an unknown id.
+var ErrNotFound = errors.New("payments: payment not found")
+
+// NewPayment is a validated request to create a payment.
+type NewPayment struct {
+	Provider   string
+	ExternalID string
+	// Amount is positive with at most AmountScale fractional digits and
+	// AmountIntDigits integer digits.
+	Amount     decimal.Decimal
+	CustomerID int64
+}
+
+// Payment is a stored payment.
+type Payment struct {
+	ID         int64
+	Provider   string
+	ExternalID string
+	Amount     decimal.Decimal
+	Status     string
+	CustomerID int64
+	CreatedAt  time.Time
+}
+
+// Store keeps payments. TTx is the transaction type of the database library
+// (pgx.Tx, *sql.Tx): CreateOrGet writes in the caller's transaction, which
+// the idemhttp middleware commits together with the stored response.
+type Store[TTx any] interface {
+	// CreateOrGet inserts p with StatusPending in tx. When a payment with
+	// p's provider and external id already exists it returns that one with
+	// created=false instead (see uniq.CreateOrGet); tx stays usable.
+	CreateOrGet(ctx context.Context, tx TTx, p NewPayment) (pay Payment, created bool, err error)
+	// Get returns the committed payment with id, or ErrNotFound.
+	Get(ctx context.Context, id int64) (Payment, error)
+}

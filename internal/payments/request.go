@@ -1,0 +1,221 @@
+package payments
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+)
+
+// MaxRequestBytes caps the body of a create request.
+const MaxRequestBytes = 64 << 10
+
+// Fields of a create request, in the order errors are reported.
+const (
+	fieldProvider   = "provider"
+	fieldExternalID = "external_payment_id"
+	fieldAmount     = "amount"
+	fieldCustomerID = "customer_id"
+)
+
+var requestFields = []string{fieldProvider, fieldExternalID, fieldAmount, fieldCustomerID}
+
+// FieldError says what is wrong with one field of a request.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// RequestError is a rejected request: 400 when the body is not a JSON object
+// with known fields only, 413 when it is too large, 422 when fields are
+// missing or invalid (Fields lists them).
+type RequestError struct {
+	Status int
+	Detail string
+	Fields []FieldError
+}
+
+func (e *RequestError) Error() string { return "payments: bad request: " + e.Detail }
+
+func badRequest(format string, args ...any) *RequestError {
+	return &RequestError{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...)}
+}
+
+// DecodeCreate reads and validates a create request. It is strict: the body
+// must be one JSON object, without unknown or duplicate members and without
+// data after it; amount must be a JSON string holding a decimal, customer_id
+// a JSON integer. Errors are *RequestError.
+func DecodeCreate(r io.Reader) (NewPayment, error) {
+	body, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
+	if err != nil {
+		return NewPayment{}, badRequest("unreadable body: %v", err)
+	}
+	if len(body) > MaxRequestBytes {
+		return NewPayment{}, &RequestError{Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("the body exceeds %d bytes", MaxRequestBytes)}
+	}
+	raw, rerr := members(body)
+	if rerr != nil {
+		return NewPayment{}, rerr
+	}
+	var (
+		p    NewPayment
+		errs []FieldError
+	)
+	check := func(field string, parse func(json.RawMessage) string) {
+		v, ok := raw[field]
+		if !ok {
+			errs = append(errs, FieldError{field, "is required"})
+			return
+		}
+		if msg := parse(v); msg != "" {
+			errs = append(errs, FieldError{field, msg})
+		}
+	}
+	check(fieldProvider, func(v json.RawMessage) (msg string) { p.Provider, msg = parseText(v); return })
+	check(fieldExternalID, func(v json.RawMessage) (msg string) { p.ExternalID, msg = parseText(v); return })
+	check(fieldAmount, func(v json.RawMessage) (msg string) { p.Amount, msg = parseAmount(v); return })
+	check(fieldCustomerID, func(v json.RawMessage) (msg string) { p.CustomerID, msg = parseCustomerID(v); return })
+	if len(errs) > 0 {
+		details := make([]string, len(errs))
+		for i, e := range errs {
+			details[i] = e.Field + " " + e.Detail
+		}
+		return NewPayment{}, &RequestError{Status: http.StatusUnprocessableEntity,
+			Detail: strings.Join(details, "; "), Fields: errs}
+	}
+	return p, nil
+}
+
+// members splits a JSON object into its raw members, rejecting anything
+// that is not exactly one object with known, distinct member names.
+func members(body []byte) (map[string]json.RawMessage, *RequestError) {
+	if !utf8.Valid(body) {
+		return nil, badRequest("the body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, badRequest("the body must be a JSON object")
+	}
+	out := make(map[string]json.RawMessage, len(requestFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, badRequest("malformed JSON: %v", err)
+		}
+		name, _ := tok.(string) // object keys are always strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, badRequest("malformed JSON: %v", err)
+		}
+		switch {
+		case !isField(name):
+			return nil, badRequest("unknown field %q (known: %s)", name, strings.Join(requestFields, ", "))
+		case out[name] != nil:
+			return nil, badRequest("duplicate field %q", name)
+		}
+		out[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, badRequest("malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, badRequest("data after the JSON object")
+	}
+	return out, nil
+}
+
+func isField(name string) bool {
+	for _, f := range requestFields {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
+// parseText validates provider and external_payment_id.
+func parseText(v json.RawMessage) (string, string) {
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", "must be a string"
+	}
+	switch {
+	case strings.TrimSpace(s) == "":
+		return "", "must not be empty"
+	case utf8.RuneCountInString(s) > MaxTextLen:
+		return "", fmt.Sprintf("must be at most %d characters", MaxTextLen)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "", "must not contain control characters"
+	}
+	return s, ""
+}
+
+var amountRe = regexp.MustCompile(`^(-?)([0-9]+)(?:\.([0-9]+))?$`)
+
+// parseAmount validates a decimal amount sent as a JSON string.
+func parseAmount(v json.RawMessage) (decimal.Decimal, string) {
+	const want = `must be a decimal string like "100.50"`
+	var s string
+	if v[0] != '"' {
+		if v[0] == '-' || (v[0] >= '0' && v[0] <= '9') {
+			return decimal.Decimal{}, want + ", not a JSON number (JSON numbers are read as binary floats)"
+		}
+		return decimal.Decimal{}, want
+	}
+	if json.Unmarshal(v, &s) != nil {
+		return decimal.Decimal{}, want
+	}
+	m := amountRe.FindStringSubmatch(s)
+	if m == nil {
+		return decimal.Decimal{}, want
+	}
+	if len(m[3]) > AmountScale {
+		return decimal.Decimal{}, fmt.Sprintf("must have at most %d fractional digits", AmountScale)
+	}
+	if len(strings.TrimLeft(m[2], "0")) > AmountIntDigits {
+		return decimal.Decimal{}, fmt.Sprintf("must have at most %d integer digits", AmountIntDigits)
+	}
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		return decimal.Decimal{}, want
+	}
+	if m[1] == "-" || !d.IsPositive() {
+		return decimal.Decimal{}, "must be greater than 0"
+	}
+	return d, ""
+}
+
+var integerRe = regexp.MustCompile(`^-?[0-9]+$`)
+
+// parseCustomerID validates a positive JSON integer.
+func parseCustomerID(v json.RawMessage) (int64, string) {
+	const want = "must be a positive JSON integer"
+	s := string(v)
+	if !integerRe.MatchString(s) {
+		if v[0] == '"' {
+			return 0, want + ", not a string"
+		}
+		return 0, want
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil && strings.HasPrefix(s, "-"):
+		return 0, want
+	case err != nil:
+		return 0, fmt.Sprintf("must be at most %d", int64(1<<63-1))
+	case n <= 0:
+		return 0, want
+	}
+	return n, ""
+}

@@ -1,0 +1,96 @@
+package uniq
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Constraint names a UNIQUE constraint (or unique index) of a table.
+type Constraint struct {
+	// Name is the constraint or index name. PostgreSQL reports it in the
+	// error, so it is what Is compares there; name the constraint
+	// explicitly in the DDL (CONSTRAINT name UNIQUE (...)) instead of
+	// relying on a generated name. On SQLite it matches violations of a
+	// unique index on expressions, reported as "index 'name'".
+	Name string
+	// Table is the table the constraint belongs to, without schema.
+	Table string
+	// Columns are the constrained columns in index order. SQLite reports
+	// table and columns, not the constraint name, so Is compares them
+	// there (case-insensitively, as SQLite identifiers are).
+	Columns []string
+}
+
+// SQLSTATE and SQLite extended result codes of a unique violation.
+const (
+	pgUniqueViolation          = "23505"
+	sqliteConstraintUnique     = 2067 // SQLITE_CONSTRAINT_UNIQUE
+	sqliteConstraintPrimaryKey = 1555 // SQLITE_CONSTRAINT_PRIMARYKEY
+)
+
+// sqliteUniquePrefix starts the part of a SQLite message naming what was
+// violated: "UNIQUE constraint failed: payment.payment_provider, ...".
+const sqliteUniquePrefix = "UNIQUE constraint failed: "
+
+// Is reports whether err, or an error it wraps, is a unique violation of c:
+//
+//   - PostgreSQL (pgx): a *pgconn.PgError with SQLSTATE 23505 and
+//     ConstraintName equal to c.Name.
+//   - SQLite (modernc.org/sqlite, detected through its Code() int method,
+//     without importing the driver): extended code 2067
+//     (SQLITE_CONSTRAINT_UNIQUE) or 1555 (SQLITE_CONSTRAINT_PRIMARYKEY)
+//     whose message names exactly c.Table and c.Columns, in order; or, for
+//     a unique index on expressions, the index c.Name.
+//
+// Any other error, including a violation of another unique constraint of the
+// same table, gives false.
+func Is(err error, c Constraint) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == pgUniqueViolation && c.Name != "" && pgErr.ConstraintName == c.Name
+	}
+	var coded interface {
+		error
+		Code() int
+	}
+	if errors.As(err, &coded) {
+		code := coded.Code()
+		if code != sqliteConstraintUnique && code != sqliteConstraintPrimaryKey {
+			return false
+		}
+		return sqliteMatches(coded.Error(), code, c)
+	}
+	return false
+}
+
+// sqliteMatches reports whether the SQLite message msg of an error with the
+// given code names c. modernc.org/sqlite writes
+// "constraint failed: UNIQUE constraint failed: t.a, t.b (2067)".
+func sqliteMatches(msg string, code int, c Constraint) bool {
+	_, target, ok := strings.Cut(msg, sqliteUniquePrefix)
+	if !ok {
+		return false
+	}
+	target = strings.TrimSuffix(target, " ("+strconv.Itoa(code)+")")
+	if name, ok := strings.CutPrefix(target, "index '"); ok {
+		name, ok = strings.CutSuffix(name, "'")
+		return ok && c.Name != "" && strings.EqualFold(name, c.Name)
+	}
+	cols := strings.Split(target, ", ")
+	if c.Table == "" || len(cols) != len(c.Columns) {
+		return false
+	}
+	for i, qualified := range cols {
+		table, col, ok := strings.Cut(qualified, ".")
+		if !ok || !strings.EqualFold(table, c.Table) || !strings.EqualFold(col, c.Columns[i]) {
+			return false
+		}
+	}
+	return true
+}

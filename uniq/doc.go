@@ -1,0 +1,38 @@
+// Package uniq turns a database UNIQUE constraint into the second line of
+// defence for money (R-DIST-IDEM-4): the client's Idempotency-Key catches a
+// retry with the same key, the constraint catches the same business
+// operation sent under another key (a client that generated a new key on
+// retry, two replicas of a batch job, ...).
+//
+// Declare the constraint once, next to the table's migration:
+//
+//	var paymentKey = uniq.Constraint{
+//		Name:    "payment_provider_external_id_key",
+//		Table:   "payment",
+//		Columns: []string{"payment_provider", "external_payment_id"},
+//	}
+//
+// then create the row with CreateOrGet: on a violation of that constraint
+// (and only that one) it loads the row that won and reports created=false,
+// so the handler answers with the existing payment instead of failing or
+// creating a second one. Is recognises the violation on PostgreSQL (pgx:
+// SQLSTATE 23505 and the constraint's Name) and on SQLite (modernc.org/sqlite:
+// extended code SQLITE_CONSTRAINT_UNIQUE or SQLITE_CONSTRAINT_PRIMARYKEY and
+// exactly the Table and Columns of the constraint, in index order).
+//
+// # Transactions
+//
+// On PostgreSQL a failed statement aborts the whole transaction: after the
+// unique violation every further statement, including get, fails with
+// "current transaction is aborted". Inside a transaction, run create in a
+// savepoint with Savepoint, so the violation rolls back only the INSERT.
+// SQLite rolls back just the failing statement, so no savepoint is needed
+// there.
+//
+// get must see the row committed by the concurrent winner. That holds in
+// PostgreSQL's default READ COMMITTED isolation (every statement takes a new
+// snapshot, and the losing INSERT waits for the winner to commit before it
+// fails) and on SQLite (writers are serialised). Under REPEATABLE READ or
+// SERIALIZABLE the winner's row is invisible to the loser's snapshot: get
+// finds nothing and CreateOrGet returns its error.
+package uniq
