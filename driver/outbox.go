@@ -1,5 +1,112 @@
 package driver
 
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// OutboxRow is one event stored in the transactional outbox (table outbox).
+// See package outbox for the code that writes and relays it.
+type OutboxRow struct {
+	// ID is the row's sequence number, assigned by the database in insert
+	// order. Events of one Key are published in ID order. OutboxInsert
+	// ignores it.
+	ID int64
+
+	// EventID, EventType, Key, SagaID, OccurredAt, Payload and Headers are
+	// the fields of the event envelope, stored as they are so that every
+	// publication of the row carries the same event ID. EventID is unique
+	// in the table: enqueuing the same event twice stores it once
+	// (R-DIST-IDEM-X2).
+	EventID    uuid.UUID
+	EventType  string
+	Key        string
+	SagaID     string // "" is stored as NULL
+	OccurredAt time.Time
+	Payload    []byte
+	// Headers is the JSON object of the envelope's extra headers, or nil
+	// when it has none.
+	Headers []byte
+
+	// CreatedAt is when the row was enqueued (set by the caller of
+	// OutboxInsert); the lag metric measures from it.
+	CreatedAt time.Time
+
+	// Delivery state, maintained by the relay.
+	Attempts int
+	// LastError is the error of the last failed attempt ("" if none).
+	LastError string
+	// NextAttemptAt is when a failed row is retried; zero for a row that
+	// never failed (it is due at once).
+	NextAttemptAt time.Time
+	// ParkedAt is set when the row was parked as poison (see OutboxPark);
+	// zero otherwise.
+	ParkedAt time.Time
+	// PublishedAt is set once the row is published; zero before.
+	PublishedAt time.Time
+}
+
 // OutboxExecutor is the storage of the transactional outbox (table outbox).
-// Its methods are added by the outbox work; see package outbox.
-type OutboxExecutor interface{}
+//
+// # Per-key order and the head of a key
+//
+// The unpublished rows of one Key form a queue ordered by ID; its first row
+// is the key's head. A key is claimable when its head is due (never failed,
+// or NextAttemptAt not after now) and not parked. A head that is backing off
+// or parked blocks its whole key, so the events of a key are never
+// published out of order; other keys are not affected.
+type OutboxExecutor interface {
+	// OutboxInsert stores rows in the order given (their IDs increase in
+	// that order) with INSERT ... ON CONFLICT (event_id) DO NOTHING, and
+	// returns how many were new. A row whose EventID is already stored is
+	// skipped, so a retried enqueue of the same operation adds nothing.
+	// Backends with a wake-up channel (PostgreSQL NOTIFY) signal it in the
+	// same transaction when at least one row was inserted. An empty rows
+	// returns (0, nil).
+	OutboxInsert(ctx context.Context, rows []OutboxRow) (inserted int, err error)
+
+	// OutboxClaimBatch returns up to limit unpublished rows to publish
+	// next, ordered by ID: for each claimable key (see above) its head and
+	// the rows following it in ID order, up to (excluding) the first row of
+	// that key that is not due or is parked. Keys are taken oldest head
+	// first.
+	//
+	// On a backend with concurrent writers (PostgreSQL) the heads are
+	// locked with FOR UPDATE SKIP LOCKED: the method must run in a
+	// transaction (it returns an error otherwise), and that transaction
+	// must stay open until the rows are marked. A key whose head another
+	// transaction holds is skipped entirely, so several relays never
+	// publish the same row at the same time and never interleave within a
+	// key. On SQLite there are no row locks: only one relay may run per
+	// database.
+	OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]OutboxRow, error)
+
+	// OutboxMarkPublished sets published_at to at on the unpublished rows
+	// among ids. Rows already published keep their first time.
+	OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error
+
+	// OutboxMarkFailed records a failed attempt of row id: attempts+1,
+	// last_error = errText, next_attempt_at = nextAttempt. ErrNotFound if
+	// no unpublished row has that id.
+	OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error
+
+	// OutboxPark records a last failed attempt of row id (attempts+1,
+	// last_error = errText) and parks it at at: the row is kept but never
+	// claimed again, and it blocks the later rows of its key until an
+	// operator unparks it (see package outbox). ErrNotFound if no
+	// unpublished row has that id.
+	OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error
+
+	// OutboxDeletePublishedBefore deletes at most limit rows published
+	// before before and returns how many it deleted. Unpublished and parked
+	// rows are never deleted. limit must be positive.
+	OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// OutboxOldestUnpublished returns the CreatedAt of the oldest (lowest
+	// ID) unpublished row, parked rows included (a parked row is an event
+	// not delivered), and false when every row is published. It feeds the
+	// relay's lag metric, so it must be cheap however long the backlog is.
+	OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error)
+}

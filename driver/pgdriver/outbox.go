@@ -1,0 +1,350 @@
+package pgdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemkit/idem/driver"
+)
+
+const outboxColumns = `id, event_id, event_type, record_key, saga_id, payload, headers,
+	occurred_at, created_at, attempts, last_error, next_attempt_at, parked_at, published_at`
+
+// OutboxChannel is the notification channel on which OutboxInsert signals
+// new outbox rows: "<schema>.<prefix>idem_outbox", or
+// "<prefix>idem_outbox" without Config.Schema, so that relays of different
+// schemas or prefixes in one database do not wake each other. A name longer
+// than PostgreSQL's 63-byte identifier limit is replaced by a hash of it.
+func (d *Driver) OutboxChannel() string {
+	ch := d.name + "idem_outbox"
+	if d.cfg.Schema != "" {
+		ch = d.cfg.Schema + "." + ch
+	}
+	if len(ch) > 63 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(ch))
+		ch = fmt.Sprintf("idem_outbox_%016x", h.Sum64())
+	}
+	return ch
+}
+
+// OutboxInsert implements driver.OutboxExecutor with one statement for the
+// whole batch: the rows are passed as arrays and inserted in their order
+// (WITH ORDINALITY ... ORDER BY), so their IDs follow it. When at least one
+// row is new, the same statement calls pg_notify(OutboxChannel(), ”): the
+// notification is delivered when the caller's transaction commits, and never
+// if it rolls back. See ListenOutbox.
+func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	var (
+		ids      = make([]pgtype.UUID, len(rows))
+		types    = make([]string, len(rows))
+		keys     = make([]string, len(rows))
+		sagas    = make([]*string, len(rows))
+		payloads = make([][]byte, len(rows))
+		headers  = make([]*string, len(rows))
+		occurred = make([]time.Time, len(rows))
+		created  = make([]time.Time, len(rows))
+	)
+	for i, r := range rows {
+		ids[i] = pgtype.UUID{Bytes: r.EventID, Valid: true}
+		types[i] = r.EventType
+		keys[i] = r.Key
+		if r.SagaID != "" {
+			sagas[i] = &r.SagaID
+		}
+		payloads[i] = r.Payload
+		if r.Headers != nil {
+			h := string(r.Headers)
+			headers[i] = &h
+		}
+		occurred[i] = r.OccurredAt
+		created[i] = r.CreatedAt
+	}
+	// The notify CTE is not referenced by the INSERT; the final SELECT reads
+	// it so that it runs, after the insert, and only when a row was new.
+	var inserted, notified int
+	err := e.db.QueryRow(ctx, e.d.expand(`WITH ins AS (
+			INSERT INTO {{table}}outbox
+				(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at)
+			SELECT u.event_id, u.event_type, u.record_key, u.saga_id, u.payload, u.headers::jsonb,
+				u.occurred_at, u.created_at
+			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
+				$7::timestamptz[], $8::timestamptz[]) WITH ORDINALITY
+				AS u(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, ord)
+			ORDER BY u.ord
+			ON CONFLICT (event_id) DO NOTHING
+			RETURNING 1
+		), notify AS (
+			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
+		)
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notify)`),
+		ids, types, keys, sagas, payloads, headers, occurred, created, e.d.OutboxChannel(),
+	).Scan(&inserted, &notified)
+	if err != nil {
+		return 0, mapErr("outbox insert", err)
+	}
+	return inserted, nil
+}
+
+// OutboxClaimBatch implements driver.OutboxExecutor in one statement:
+//
+//  1. heads: the unpublished rows that have no earlier unpublished row of
+//     their key, are due and not parked, oldest first, locked with FOR
+//     UPDATE SKIP LOCKED. A head held by another relay is skipped, and with
+//     it its whole key: the key's later rows are not heads (their head is
+//     still unpublished), so nobody else can take them either.
+//  2. for each locked head, the unpublished rows of its key from the head
+//     on, in ID order, while they are due and not parked (a running
+//     bool_and over the key's queue), so a relay takes several events of a
+//     key in one batch without ever skipping one.
+//  3. all of them ordered by ID, at most limit.
+//
+// The later rows of a key are not locked: the head's lock guards the whole
+// key. Under READ COMMITTED a head published and committed by another relay
+// after this statement's snapshot is re-checked when it is locked and drops
+// out, and its successors still see it unpublished in the snapshot, so the
+// key is skipped rather than published twice.
+func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+	if !e.inTx {
+		return nil, errors.New("pgdriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("pgdriver: outbox claim: limit %d must be positive", limit)
+	}
+	rows, err := e.db.Query(ctx, e.d.expand(`WITH heads AS (
+			SELECT o.id, o.record_key FROM {{table}}outbox o
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $1)
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox p
+				WHERE p.record_key = o.record_key AND p.published_at IS NULL AND p.id < o.id)
+			ORDER BY o.id
+			LIMIT $2
+			FOR UPDATE OF o SKIP LOCKED
+		), queue AS (
+			SELECT f.*, bool_and(f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= $1))
+				OVER (PARTITION BY f.record_key ORDER BY f.id) AS ready
+			FROM heads h CROSS JOIN LATERAL (
+				SELECT `+outboxColumns+` FROM {{table}}outbox q
+				WHERE q.record_key = h.record_key AND q.published_at IS NULL AND q.id >= h.id
+				ORDER BY q.id
+				LIMIT $2
+			) f
+		)
+		SELECT `+outboxColumns+` FROM queue WHERE ready ORDER BY id LIMIT $2`), now, limit)
+	if err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	out, err := pgx.CollectRows(rows, scanOutboxRow)
+	if err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	return out, nil
+}
+
+func scanOutboxRow(row pgx.CollectableRow) (driver.OutboxRow, error) {
+	var (
+		r                          driver.OutboxRow
+		id                         pgtype.UUID
+		saga, lastErr              *string
+		attempts                   int32
+		nextAttempt, parked, pubAt *time.Time
+	)
+	err := row.Scan(&r.ID, &id, &r.EventType, &r.Key, &saga, &r.Payload, &r.Headers,
+		&r.OccurredAt, &r.CreatedAt, &attempts, &lastErr, &nextAttempt, &parked, &pubAt)
+	if err != nil {
+		return r, err
+	}
+	r.EventID = uuid.UUID(id.Bytes)
+	r.Attempts = int(attempts)
+	if saga != nil {
+		r.SagaID = *saga
+	}
+	if lastErr != nil {
+		r.LastError = *lastErr
+	}
+	if nextAttempt != nil {
+		r.NextAttemptAt = *nextAttempt
+	}
+	if parked != nil {
+		r.ParkedAt = *parked
+	}
+	if pubAt != nil {
+		r.PublishedAt = *pubAt
+	}
+	return r, nil
+}
+
+// OutboxMarkPublished implements driver.OutboxExecutor.
+func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = $2
+		WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`), ids, at)
+	return mapErr("outbox mark published", err)
+}
+
+// OutboxMarkFailed implements driver.OutboxExecutor.
+func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error {
+	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3
+		WHERE id = $1 AND published_at IS NULL`), id, errText, nextAttempt)
+	if err != nil {
+		return mapErr("outbox mark failed", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgdriver: outbox mark failed: row %d: %w", id, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// OutboxPark implements driver.OutboxExecutor.
+func (e *executor) OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error {
+	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = $2, parked_at = $3
+		WHERE id = $1 AND published_at IS NULL`), id, errText, at)
+	if err != nil {
+		return mapErr("outbox park", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgdriver: outbox park: row %d: %w", id, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// OutboxDeletePublishedBefore implements driver.OutboxExecutor. Like
+// RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
+// statement never locks more than limit rows, and skips rows a concurrent
+// cleaner holds.
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", limit)
+	}
+	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}outbox WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {{table}}outbox
+		WHERE published_at IS NOT NULL AND published_at < $1
+		ORDER BY published_at LIMIT $2
+		FOR UPDATE SKIP LOCKED))`), before, limit)
+	if err != nil {
+		return 0, mapErr("outbox delete", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// OutboxOldestUnpublished implements driver.OutboxExecutor. It reads the
+// lowest-ID unpublished row through the pending index, so it costs the same
+// however large the backlog is.
+func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
+	var oldest time.Time
+	err := e.db.QueryRow(ctx, e.d.expand(`SELECT created_at FROM {{table}}outbox
+		WHERE published_at IS NULL ORDER BY id LIMIT 1`)).Scan(&oldest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, mapErr("outbox oldest", err)
+	}
+	return oldest, true, nil
+}
+
+// ListenOutbox LISTENs on OutboxChannel and returns a channel that receives a
+// value soon after a transaction that enqueued outbox rows commits. Pass it
+// as outbox.RelayConfig.Wake, so the relay publishes new events at once
+// instead of at its next poll:
+//
+//	wake, err := drv.ListenOutbox(ctx, nil)
+//	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{Wake: wake})
+//
+// Signals are coalesced (the channel has capacity 1 and a send never blocks)
+// and carry no data: a wake-up only means "look now". Notifications are a
+// latency optimisation, never the source of truth: the relay still polls, so
+// a lost notification delays an event by at most the poll interval.
+//
+// The listener holds a dedicated connection, opened with the pool's
+// connection config but outside the pool, so it takes no pool slot and a
+// busy pool never delays it. ListenOutbox returns once LISTEN is in effect:
+// every enqueue committed after it returns is signalled. After a connection
+// error it reconnects with backoff (up to 5s), reports the error to onError
+// (if not nil) and sends one signal per reconnection, because notifications
+// sent while it was disconnected are lost. It stops and closes its
+// connection when ctx is done; the channel is never closed.
+func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
+	conn, err := d.listenConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wake := make(chan struct{}, 1)
+	go d.listenLoop(ctx, conn, wake, onError)
+	return wake, nil
+}
+
+// listenConn opens the listener's connection and LISTENs on it.
+func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.OutboxChannel()}.Sanitize()); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("pgdriver: outbox listen: %w", err)
+	}
+	return conn, nil
+}
+
+func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- struct{}, onError func(error)) {
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	report := func(err error) {
+		if onError != nil && ctx.Err() == nil {
+			onError(err)
+		}
+	}
+	defer func() {
+		if conn != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = conn.Close(closeCtx)
+			cancel()
+		}
+	}()
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if conn == nil {
+			var err error
+			if conn, err = d.listenConn(ctx); err != nil {
+				report(err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(delay):
+				}
+				delay = min(2*delay, 5*time.Second)
+				continue
+			}
+			delay = 100 * time.Millisecond
+			signal()
+		}
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			report(fmt.Errorf("pgdriver: outbox listen: %w", err))
+			_ = conn.Close(context.Background())
+			conn = nil
+			continue
+		}
+		signal()
+	}
+}

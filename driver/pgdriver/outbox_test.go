@@ -1,0 +1,382 @@
+package pgdriver_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/drivertest"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	drivertest.RunOutbox(t, func(t *testing.T) driver.Driver[pgx.Tx] {
+		return testdb.Postgres(t)
+	})
+}
+
+// recorder is an in-memory publisher that records what it receives.
+type recorder struct {
+	mu  sync.Mutex
+	got []event.Envelope
+	// block, if set, is called before recording (outside the lock).
+	block func(events []event.Envelope)
+}
+
+func (r *recorder) Publish(_ context.Context, events []event.Envelope) error {
+	if r.block != nil {
+		r.block(events)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, events...)
+	return nil
+}
+
+func (r *recorder) published() []event.Envelope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+func newEvent(t testing.TB, key string, seq int) event.Envelope {
+	t.Helper()
+	e, err := event.New("Test.Happened.v1", key, map[string]int{"seq": seq})
+	if err != nil {
+		t.Fatalf("event.New: %v", err)
+	}
+	return e
+}
+
+func enqueue(t testing.TB, drv *pgdriver.Driver, events ...event.Envelope) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Errorf("Begin: %v", err)
+		return
+	}
+	defer func() { _ = drv.Rollback(ctx, tx) }()
+	if err := outbox.Enqueue(ctx, drv, tx, events...); err != nil {
+		t.Errorf("Enqueue: %v", err)
+		return
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Errorf("Commit: %v", err)
+	}
+}
+
+func newRelay(t *testing.T, drv *pgdriver.Driver, pub outbox.Publisher, cfg *outbox.RelayConfig) *outbox.Relay[pgx.Tx] {
+	t.Helper()
+	r, err := outbox.NewRelay(drv, pub, cfg)
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	return r
+}
+
+// checkExactlyOnceInOrder checks that got holds every event of want once,
+// and each key's events in want's order.
+func checkExactlyOnceInOrder(t *testing.T, got []event.Envelope, want map[string][]uuid.UUID) {
+	t.Helper()
+	perKey := map[string][]uuid.UUID{}
+	for _, e := range got {
+		perKey[e.Key] = append(perKey[e.Key], e.ID)
+	}
+	for key, ids := range want {
+		if !slices.Equal(perKey[key], ids) {
+			t.Errorf("key %s: published %d events %v; want %d exactly once in enqueue order %v", key, len(perKey[key]), perKey[key], len(ids), ids)
+		}
+	}
+	total := 0
+	for _, ids := range want {
+		total += len(ids)
+	}
+	if len(got) != total {
+		t.Errorf("published %d events; want %d", len(got), total)
+	}
+}
+
+// Two relays in two processes (two pools) run while events are enqueued:
+// every event is published exactly once, each key in order.
+func TestOutboxTwoRelaysTwoPools(t *testing.T) {
+	t.Parallel()
+	poolA, schema := testdb.Schema(t, 10)
+	poolB := testdb.Pool(t, schema, 10)
+	drvA := newDriver(t, poolA, &pgdriver.Config{Schema: schema})
+	drvB := newDriver(t, poolB, &pgdriver.Config{Schema: schema})
+
+	pub := &recorder{block: func([]event.Envelope) { time.Sleep(time.Millisecond) }}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, d := range []*pgdriver.Driver{drvA, drvB} {
+		relay := newRelay(t, d, pub, &outbox.RelayConfig{BatchSize: 7, PollInterval: 5 * time.Millisecond})
+		wg.Go(func() {
+			if err := relay.Run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+
+	const keys, perKey = 8, 60
+	want := map[string][]uuid.UUID{}
+	for i := range perKey {
+		var batch []event.Envelope
+		for k := range keys {
+			e := newEvent(t, fmt.Sprintf("key-%d", k), i)
+			want[e.Key] = append(want[e.Key], e.ID)
+			batch = append(batch, e)
+		}
+		enqueue(t, []*pgdriver.Driver{drvA, drvB}[i%2], batch...)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(pub.published()) < keys*perKey && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a duplicate would show up now
+	cancel()
+	wg.Wait()
+	checkExactlyOnceInOrder(t, pub.published(), want)
+}
+
+// While one relay publishes a key's head, another relay skips that key
+// entirely (its later events too) and publishes the other keys.
+func TestOutboxLockedKeyIsSkipped(t *testing.T) {
+	t.Parallel()
+	poolA, schema := testdb.Schema(t, 5)
+	drvA := newDriver(t, poolA, &pgdriver.Config{Schema: schema})
+	drvB := newDriver(t, testdb.Pool(t, schema, 5), &pgdriver.Config{Schema: schema})
+
+	a1, a2, a3 := newEvent(t, "A", 1), newEvent(t, "A", 2), newEvent(t, "A", 3)
+	b1, b2 := newEvent(t, "B", 1), newEvent(t, "B", 2)
+	enqueue(t, drvA, a1)
+	enqueue(t, drvA, b1, a2, b2, a3)
+
+	inPublish, release := make(chan struct{}), make(chan struct{})
+	pub := &recorder{}
+	slow := &recorder{block: func([]event.Envelope) {
+		close(inPublish)
+		<-release
+	}}
+	relayA := newRelay(t, drvA, slow, &outbox.RelayConfig{BatchSize: 1}) // claims A's head only
+	relayB := newRelay(t, drvB, pub, nil)
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := relayA.RunOnce(t.Context())
+		doneA <- err
+	}()
+	<-inPublish
+	n, err := relayB.RunOnce(t.Context())
+	if err != nil {
+		t.Fatalf("relay B: %v", err)
+	}
+	if got := pub.published(); n != 2 || len(got) != 2 || got[0].ID != b1.ID || got[1].ID != b2.ID {
+		t.Errorf("while A's head is being published elsewhere, relay B published %d: %v; want B's two events only", n, got)
+	}
+	close(release)
+	if err := <-doneA; err != nil {
+		t.Fatalf("relay A: %v", err)
+	}
+	if n, err := relayB.RunOnce(t.Context()); n != 2 || err != nil {
+		t.Errorf("after relay A finished, relay B published %d, %v; want A's two remaining events", n, err)
+	}
+	got := append(slow.published(), pub.published()...)
+	var ids []uuid.UUID
+	for _, e := range got {
+		if e.Key == "A" {
+			ids = append(ids, e.ID)
+		}
+	}
+	if !slices.Equal(ids, []uuid.UUID{a1.ID, a2.ID, a3.ID}) {
+		t.Errorf("key A published as %v; want %v", ids, []uuid.UUID{a1.ID, a2.ID, a3.ID})
+	}
+}
+
+// With a 10s poll interval, LISTEN/NOTIFY gets a committed event published
+// within milliseconds.
+func TestOutboxNotifyWakesRelay(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wake, err := drv.ListenOutbox(ctx, func(err error) { t.Errorf("listener: %v", err) })
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	published := make(chan time.Time, 10)
+	relay := newRelay(t, drv, &recorder{}, &outbox.RelayConfig{
+		PollInterval: 10 * time.Second,
+		Wake:         wake,
+		OnPublished:  func([]event.Envelope) { published <- time.Now() },
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // the relay's first round is over: it now waits 10s
+
+	var latencies []time.Duration
+	for i := range 5 {
+		committed := time.Now()
+		enqueue(t, drv, newEvent(t, "order-1", i))
+		select {
+		case at := <-published:
+			latencies = append(latencies, at.Sub(committed))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d not published 5s after its commit (poll interval 10s): no wake-up", i)
+		}
+	}
+	slices.Sort(latencies)
+	t.Logf("Enqueue (begin..commit) -> published, 5 runs with PollInterval 10s: min %s, median %s, max %s",
+		latencies[0], latencies[2], latencies[4])
+	if latencies[2] > 200*time.Millisecond {
+		t.Errorf("median latency %s; want within 200ms", latencies[2])
+	}
+	cancel()
+	<-done
+}
+
+// A notification is sent on commit only, and only when a row was new.
+func TestOutboxNotifyOnCommitOfNewRows(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	wake, err := drv.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	quiet := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+			t.Errorf("%s: the relay was woken", what)
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+	woken := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: no wake-up within 5s", what)
+		}
+	}
+	quiet("after LISTEN")
+
+	e := newEvent(t, "k", 1)
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	quiet("enqueue not committed yet")
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	quiet("enqueue rolled back")
+
+	enqueue(t, drv, e)
+	woken("enqueue committed")
+	enqueue(t, drv, e)
+	quiet("duplicate enqueue committed")
+}
+
+// The listener survives the loss of its connection: it reconnects, says so,
+// and keeps delivering wake-ups.
+func TestOutboxListenerReconnects(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	errs := make(chan error, 10)
+	wake, err := drv.ListenOutbox(ctx, func(err error) { errs <- err })
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	// Kill the listener's backend, as a failover or an idle-killer would.
+	var killed int
+	err = drv.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE pid <> pg_backend_pid() AND query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`,
+		drv.OutboxChannel()).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminate listener: %d backends, %v; want 1", killed, err)
+	}
+	select {
+	case err := <-errs:
+		t.Logf("listener reported: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("listener did not report the lost connection")
+	}
+	select { // the reconnection signal: events committed meanwhile are looked for
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up after reconnecting")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		enqueue(t, drv, newEvent(t, "k", int(time.Now().UnixNano())))
+		select {
+		case <-wake:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no wake-up for commits after reconnecting")
+		}
+	}
+}
+
+// The PostgreSQL claim locks rows: outside a transaction it would release
+// them at once, so it refuses.
+func TestOutboxClaimNeedsTransaction(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	if _, err := drv.Executor().OutboxClaimBatch(t.Context(), time.Now(), 10); err == nil ||
+		!strings.Contains(err.Error(), "transaction") {
+		t.Errorf("OutboxClaimBatch outside a transaction = %v; want an error", err)
+	}
+}
+
+func TestOutboxChannel(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Schema(t, 2)
+	name := func(cfg *pgdriver.Config) string {
+		d, err := pgdriver.New(pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.OutboxChannel()
+	}
+	for _, tc := range []struct {
+		cfg  *pgdriver.Config
+		want string
+	}{
+		{nil, "idem_outbox"},
+		{&pgdriver.Config{TablePrefix: "app_"}, "app_idem_outbox"},
+		{&pgdriver.Config{Schema: "billing", TablePrefix: "app_"}, "billing.app_idem_outbox"},
+	} {
+		if got := name(tc.cfg); got != tc.want {
+			t.Errorf("OutboxChannel(%+v) = %q; want %q", tc.cfg, got, tc.want)
+		}
+	}
+	long1 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("p", 39) + "_"})
+	long2 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("q", 39) + "_"})
+	if len(long1) > 63 || long1 == long2 || !strings.HasPrefix(long1, "idem_outbox_") {
+		t.Errorf("long channel names %q, %q; want distinct names of at most 63 bytes", long1, long2)
+	}
+}

@@ -1,0 +1,226 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/driver"
+)
+
+const outboxColumns = `id, event_id, event_type, record_key, saga_id, payload, headers,
+	occurred_at, created_at, attempts, last_error, next_attempt_at, parked_at, published_at`
+
+// outboxInsertChunk bounds the rows of one INSERT statement (8 parameters a
+// row, far below SQLite's limit of 32766).
+const outboxInsertChunk = 500
+
+// OutboxInsert implements driver.OutboxExecutor with one multi-row INSERT
+// per 500 rows; the rows get their IDs in the order given. SQLite has no
+// notification mechanism: the relay finds new rows by polling.
+func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (int, error) {
+	total := 0
+	for len(rows) > 0 {
+		chunk := rows[:min(len(rows), outboxInsertChunk)]
+		rows = rows[len(chunk):]
+		var (
+			sb   strings.Builder
+			args = make([]any, 0, 8*len(chunk))
+		)
+		sb.WriteString(e.d.expand(`INSERT INTO {{table}}outbox
+			(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at) VALUES `))
+		for i, r := range chunk {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			var saga, headers any
+			if r.SagaID != "" {
+				saga = r.SagaID
+			}
+			if r.Headers != nil {
+				headers = string(r.Headers)
+			}
+			args = append(args, r.EventID.String(), r.EventType, r.Key, saga, nonNil(r.Payload), headers,
+				micros(r.OccurredAt), micros(r.CreatedAt))
+		}
+		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
+		res, err := e.db.ExecContext(ctx, sb.String(), args...)
+		if err != nil {
+			return total, mapErr("outbox insert", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, mapErr("outbox insert", err)
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// OutboxClaimBatch implements driver.OutboxExecutor with the same selection
+// as the PostgreSQL driver (heads of due keys, then each key's due rows in ID
+// order) but without row locks, which SQLite does not have: only one relay
+// may run per database. It is a single SELECT, so it runs in a transaction
+// or outside one alike; the relay runs it outside, so that it does not hold
+// SQLite's single write lock while it publishes.
+func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
+	}
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`WITH heads AS (
+			SELECT o.id, o.record_key FROM {{table}}outbox o
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1)
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox p
+				WHERE p.record_key = o.record_key AND p.published_at IS NULL AND p.id < o.id)
+			ORDER BY o.id
+			LIMIT ?2
+		), queue AS (
+			SELECT f.*, min(CASE WHEN f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= ?1)
+					THEN 1 ELSE 0 END)
+				OVER (PARTITION BY f.record_key ORDER BY f.id) AS ready
+			FROM heads h JOIN {{table}}outbox f
+				ON f.record_key = h.record_key AND f.published_at IS NULL AND f.id >= h.id
+		)
+		SELECT `+outboxColumns+` FROM queue WHERE ready = 1 ORDER BY id LIMIT ?2`), micros(now), limit)
+	if err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []driver.OutboxRow
+	for rows.Next() {
+		r, err := scanOutboxRow(rows)
+		if err != nil {
+			return nil, mapErr("outbox claim", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	return out, nil
+}
+
+func scanOutboxRow(rows *sql.Rows) (driver.OutboxRow, error) {
+	var (
+		r                          driver.OutboxRow
+		id                         string
+		saga, headers, lastErr     sql.NullString
+		occurred, created          int64
+		nextAttempt, parked, pubAt sql.NullInt64
+	)
+	err := rows.Scan(&r.ID, &id, &r.EventType, &r.Key, &saga, &r.Payload, &headers,
+		&occurred, &created, &r.Attempts, &lastErr, &nextAttempt, &parked, &pubAt)
+	if err != nil {
+		return r, err
+	}
+	if r.EventID, err = uuid.Parse(id); err != nil {
+		return r, fmt.Errorf("row %d: event_id %q: %w", r.ID, id, err)
+	}
+	r.SagaID = saga.String
+	if headers.Valid {
+		r.Headers = []byte(headers.String)
+	}
+	r.LastError = lastErr.String
+	r.OccurredAt = fromMicros(occurred)
+	r.CreatedAt = fromMicros(created)
+	if nextAttempt.Valid {
+		r.NextAttemptAt = fromMicros(nextAttempt.Int64)
+	}
+	if parked.Valid {
+		r.ParkedAt = fromMicros(parked.Int64)
+	}
+	if pubAt.Valid {
+		r.PublishedAt = fromMicros(pubAt.Int64)
+	}
+	return r, nil
+}
+
+// OutboxMarkPublished implements driver.OutboxExecutor.
+func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), outboxInsertChunk)]
+		ids = ids[len(chunk):]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, micros(at))
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		_, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = ?
+			WHERE published_at IS NULL AND id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), args...)
+		if err != nil {
+			return mapErr("outbox mark published", err)
+		}
+	}
+	return nil
+}
+
+// OutboxMarkFailed implements driver.OutboxExecutor.
+func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error {
+	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3
+		WHERE id = ?1 AND published_at IS NULL`), id, errText, micros(nextAttempt))
+	if err != nil {
+		return mapErr("outbox mark failed", err)
+	}
+	return outboxAffected("outbox mark failed", id, res)
+}
+
+// OutboxPark implements driver.OutboxExecutor.
+func (e *executor) OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error {
+	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = ?2, parked_at = ?3
+		WHERE id = ?1 AND published_at IS NULL`), id, errText, micros(at))
+	if err != nil {
+		return mapErr("outbox park", err)
+	}
+	return outboxAffected("outbox park", id, res)
+}
+
+func outboxAffected(op string, id int64, res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return mapErr(op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlitedriver: %s: row %d: %w", op, id, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// OutboxDeletePublishedBefore implements driver.OutboxExecutor.
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: outbox delete: limit %d must be positive", limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}outbox WHERE id IN (
+		SELECT id FROM {{table}}outbox
+		WHERE published_at IS NOT NULL AND published_at < ?1
+		ORDER BY published_at LIMIT ?2)`), micros(before), limit)
+	if err != nil {
+		return 0, mapErr("outbox delete", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("outbox delete", err)
+}
+
+// OutboxOldestUnpublished implements driver.OutboxExecutor: the CreatedAt of
+// the lowest-ID unpublished row, read through the pending index.
+func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
+	var oldest int64
+	err := e.db.QueryRowContext(ctx, e.d.expand(`SELECT created_at FROM {{table}}outbox
+		WHERE published_at IS NULL ORDER BY id LIMIT 1`)).Scan(&oldest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, mapErr("outbox oldest", err)
+	}
+	return fromMicros(oldest), true, nil
+}

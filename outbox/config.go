@@ -1,0 +1,128 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem/event"
+)
+
+// RelayConfig configures a Relay. The zero value (or nil) gives the
+// defaults.
+type RelayConfig struct {
+	// BatchSize is the most events claimed and published at once. Defaults
+	// to 500.
+	BatchSize int
+
+	// PollInterval is how long Run waits for new events after a round that
+	// found less than a full batch, unless Wake fires first or a failed
+	// event becomes due earlier. It is the fallback that bounds the delay of
+	// an event when no wake-up arrives. Defaults to 1s.
+	PollInterval time.Duration
+
+	// Wake, if set, makes Run look for events at once whenever it receives
+	// a value (for example pgdriver.Driver.ListenOutbox, fed by PostgreSQL
+	// NOTIFY on every commit that enqueued events). Wake-ups received while
+	// Run backs off after an error are ignored until the backoff ends.
+	// Defaults to nil: polling only.
+	Wake <-chan struct{}
+
+	// Backoff returns how long to wait before the next attempt after the
+	// attempt-th consecutive failure (attempt >= 1). It spaces the retries
+	// of a failed event, and of a whole round when the database or the
+	// publisher fails. Defaults to DefaultBackoff: 100ms doubling up to 1m.
+	Backoff func(attempt int) time.Duration
+
+	// MaxAttempts is how many failed attempts make an event poison: it is
+	// then parked (kept, never retried, blocking only the later events of
+	// its key), logged as an error and reported to OnPark. Defaults to 0:
+	// retry forever.
+	MaxAttempts int
+
+	// PublishTimeout is the deadline of the context given to Publish. On
+	// PostgreSQL the claiming transaction stays open while Publish runs, so
+	// a hung broker must not hold it forever; keep the database's
+	// idle_in_transaction_session_timeout above it. A broker client may
+	// outlive its context (kgo's idempotent producer does, for records
+	// whose outcome is unsure, rather than risk a duplicate); the relay then
+	// waits for it. Defaults to 30s.
+	PublishTimeout time.Duration
+
+	// OnPublished, if set, is called after each batch whose marks
+	// committed, with the events published (for metrics). It must not
+	// block.
+	OnPublished func(events []event.Envelope)
+	// OnLag, if set, is called after each round with the age of the oldest
+	// unpublished event (0 when there is none), parked ones included (for a
+	// lag gauge and its alert).
+	OnLag func(lag time.Duration)
+	// OnPark, if set, is called when an event is parked as poison after
+	// attempts failed attempts, the last one with err.
+	OnPark func(e event.Envelope, attempts int, err error)
+
+	// Logger receives warnings (failed attempts) and errors (parked
+	// events, storage failures). Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// DefaultBackoff is the default RelayConfig.Backoff: 100ms after the first
+// failure, doubling with each further one, at most 1 minute.
+func DefaultBackoff(attempt int) time.Duration {
+	const (
+		base = 100 * time.Millisecond
+		max  = time.Minute
+	)
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 20 {
+		return max
+	}
+	return min(base<<(attempt-1), max)
+}
+
+func (c RelayConfig) withDefaults() RelayConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c RelayConfig) validate() error {
+	var errs []error
+	if c.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("BatchSize %d must not be negative", c.BatchSize))
+	}
+	if c.PollInterval < 0 {
+		errs = append(errs, fmt.Errorf("PollInterval %s must not be negative", c.PollInterval))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d must not be negative", c.MaxAttempts))
+	}
+	if c.PublishTimeout < 0 {
+		errs = append(errs, fmt.Errorf("PublishTimeout %s must not be negative", c.PublishTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("outbox: invalid RelayConfig: %w", err)
+	}
+	return nil
+}

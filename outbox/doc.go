@@ -1,0 +1,90 @@
+// Package outbox is the producer side of idem: the transactional outbox.
+//
+// # Enqueue in the business transaction
+//
+// An event is not sent to Kafka by the code that performs the business
+// operation. It is written with [Enqueue] into the outbox table, in the
+// caller's transaction, next to the business write: both commit or neither
+// does. Enqueue never begins or commits a transaction.
+//
+//	tx, _ := drv.Begin(ctx)
+//	// ... business writes in tx ...
+//	e, _ := event.New("OrderCreated.v1", orderID, order)
+//	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil { ... }
+//	err = drv.Commit(ctx, tx)
+//
+// The envelope's ID is generated once per business operation (event.New) and
+// stored with the event; the outbox table has a UNIQUE constraint on it, so a
+// retried enqueue of the same envelope (a handler re-run after a redelivery,
+// with IDs from event.DerivedID or event.StepID) stores nothing new
+// (R-DIST-IDEM-X2).
+//
+// # The relay
+//
+// A [Relay] claims batches of committed, unpublished events, hands them to a
+// [Publisher] (the Kafka publisher lives in the Kafka package; this package
+// has no Kafka dependency) and marks them published.
+//
+// Order: the events of one key (Envelope.Key, the aggregate ID) are published
+// in the order they were enqueued (the outbox row ID). A key whose oldest
+// unpublished event failed waits for that event's retry; its later events are
+// never published before it. Other keys are not held up. Events of one
+// aggregate are ordered by the ID the database gave their rows, so enqueue
+// them after the business write that locks the aggregate (the usual
+// UPDATE of its row): concurrent transactions on one aggregate then enqueue
+// in commit order.
+//
+// Several relays may run against one PostgreSQL database (one per replica):
+// each batch is claimed in a transaction that locks the oldest unpublished
+// row of every key it takes (FOR UPDATE SKIP LOCKED) and is held while the
+// batch is published and marked, so two relays never publish the same event
+// at the same time and never interleave within a key. SQLite has no row
+// locks: run one relay per SQLite database. There the batch is read outside a
+// transaction and marked in a short one, so the relay does not hold SQLite's
+// single write lock while it publishes.
+//
+// # Delivery guarantee: at least once, with stable IDs
+//
+// Publishing and marking are two systems; no transaction spans both. A relay
+// that crashes (or loses its database connection) after Publish returned and
+// before the marks committed leaves the rows unpublished, and the next relay
+// publishes them again, with the same event IDs, because the stored envelope
+// is published as it is. The consumer's inbox (package inbox) drops the
+// repeat. The relay never publishes a new ID for an event it has already
+// tried to publish.
+//
+// # Failures, backoff and poison events
+//
+// A [Publisher] reports which events of a batch it published (see
+// [PublishError]). The relay marks exactly those. For every key, the first
+// event that was not published becomes the key's head: if its attempt failed
+// it is retried after RelayConfig.Backoff(attempts), and the key's later
+// events wait for it; an event the publisher skipped (it gave up earlier in
+// the batch) is simply claimed again at the next round. Keys without a
+// failure are not held up. When rounds keep failing (the broker is down) Run
+// also backs off as a whole, instead of trying one event after another in a
+// tight loop.
+//
+// An event is parked as poison when the publisher marks its error with
+// [ErrPoison] (a record that can never be published: too large, invalid,
+// denied), or when it has failed RelayConfig.MaxAttempts times (0, the
+// default, means never). Note that MaxAttempts counts every failed attempt,
+// those made during a broker outage too, so set it with the outage you want
+// to ride out in mind, or leave it at 0 and let the publisher classify
+// errors. A parked event stays in the table, is never retried, is logged as
+// an error and reported to RelayConfig.OnPark, and blocks the later events
+// of its own key (per-key order matters more than progress on that key);
+// other keys go on. The lag reported to RelayConfig.OnLag keeps growing
+// while a parked event waits, so an alert on lag catches it. After fixing
+// the cause, an operator unparks the event in SQL:
+//
+//	UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL WHERE event_id = '...';
+//
+// # Wake-ups
+//
+// The relay polls every RelayConfig.PollInterval. On PostgreSQL the driver's
+// OutboxInsert also calls pg_notify in the enqueuing transaction, which is
+// delivered on commit; pgdriver.Driver.ListenOutbox turns those
+// notifications into a channel to pass as RelayConfig.Wake, so new events
+// are published within milliseconds while polling stays the fallback.
+package outbox

@@ -1,0 +1,121 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem/event"
+)
+
+// Publisher sends a batch of events to the broker. The Kafka publisher lives
+// in the Kafka package; tests use an in-memory one.
+//
+// Publish must:
+//
+//   - publish every envelope as it is, with its ID: a republished event must
+//     be recognisable as the same event by the consumer's inbox;
+//   - keep the order of events with the same Key (the relay hands them over
+//     in outbox order): when an event fails, no later event of its key may
+//     be published (kgo fails every record buffered after a failed one in
+//     the same partition, which gives exactly this);
+//   - report an event as published only once the broker durably accepted
+//     it (for Kafka: acknowledged with acks=all by an idempotent producer);
+//   - return promptly when ctx is done, as far as the broker client allows.
+//
+// It returns nil when every event is published. Otherwise it should return
+// a *PublishError saying which events are published and why the others are
+// not, so that the relay marks exactly those and retries only the rest; any
+// other error means that no event is known to be published. Wrap ErrPoison
+// into the error of an event that can never be published (a record too
+// large, an invalid record, a denied topic) to park it at once.
+type Publisher interface {
+	Publish(ctx context.Context, events []event.Envelope) error
+}
+
+// PublisherFunc adapts a function to the Publisher interface.
+type PublisherFunc func(ctx context.Context, events []event.Envelope) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, events []event.Envelope) error {
+	return f(ctx, events)
+}
+
+var (
+	// ErrPoison marks the error of an event that retrying cannot publish.
+	// The relay parks such an event at its first failure, whatever
+	// RelayConfig.MaxAttempts says.
+	ErrPoison = errors.New("outbox: event cannot be published")
+	// ErrSkipped marks an event the publisher did not try because it gave
+	// up at an earlier one. The relay retries it at its next round without
+	// counting a failed attempt.
+	ErrSkipped = errors.New("outbox: event skipped after an earlier failure")
+)
+
+// PublishError reports a batch published in part.
+type PublishError struct {
+	// Errs has one entry per event given to Publish, in the same order: nil
+	// for an event that is published, the reason for one that is not. An
+	// event whose entry wraps ErrSkipped was not tried; one whose entry
+	// wraps ErrPoison is parked.
+	Errs []error
+}
+
+// PrefixError returns the PublishError of a publisher that publishes events
+// in order and stops at the first failure: the first index of n events are
+// published, event index failed with err, and the rest were skipped.
+func PrefixError(n, index int, err error) *PublishError {
+	errs := make([]error, n)
+	for i := index; i < n; i++ {
+		if i == index {
+			errs[i] = err
+		} else {
+			errs[i] = fmt.Errorf("%w: %w", ErrSkipped, err)
+		}
+	}
+	return &PublishError{Errs: errs}
+}
+
+func (e *PublishError) Error() string {
+	failed, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil && !errors.Is(err, ErrSkipped) {
+			failed++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if first < 0 {
+		for i, err := range e.Errs {
+			if err != nil {
+				return fmt.Sprintf("outbox: publish: event %d of %d: %v", i, len(e.Errs), err)
+			}
+		}
+		return fmt.Sprintf("outbox: publish: %d events, no error reported", len(e.Errs))
+	}
+	return fmt.Sprintf("outbox: publish: %d of %d events failed, first event %d: %v", failed, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap returns the events' errors, so errors.Is(err, ErrPoison) and the
+// like look through the whole batch.
+func (e *PublishError) Unwrap() []error { return e.Errs }
+
+// outcomes returns, for each of n events, nil if err reports it published,
+// or why not. A nil err publishes all; an error that is not a PublishError
+// (or one of the wrong length) fails the first event and skips the rest.
+func outcomes(err error, n int) []error {
+	out := make([]error, n)
+	if err == nil {
+		return out
+	}
+	var pe *PublishError
+	if errors.As(err, &pe) && len(pe.Errs) == n {
+		copy(out, pe.Errs)
+		return out
+	}
+	if errors.As(err, &pe) {
+		err = fmt.Errorf("%w (PublishError with %d results for %d events: nothing is known published)", err, len(pe.Errs), n)
+	}
+	return PrefixError(n, 0, err).Errs
+}

@@ -1,0 +1,64 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	kinds := func(errs []error) string {
+		var b strings.Builder
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				b.WriteByte('.')
+			case errors.Is(err, ErrSkipped):
+				b.WriteByte('s')
+			case errors.Is(err, ErrPoison):
+				b.WriteByte('P')
+			case errors.Is(err, boom):
+				b.WriteByte('F')
+			default:
+				b.WriteByte('?')
+			}
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"success", nil, "....."},
+		{"plain error: nothing known published", boom, "Fssss"},
+		{"prefix", PrefixError(5, 2, boom), "..Fss"},
+		{"prefix at the end", PrefixError(5, 4, boom), "....F"},
+		{"wrapped", fmt.Errorf("kafka: %w", PrefixError(5, 1, boom)), ".Fsss"},
+		{"per event", &PublishError{Errs: []error{nil, boom, nil, fmt.Errorf("%w: too large", ErrPoison), nil}}, ".F.P."},
+		{"wrong length", &PublishError{Errs: []error{nil, boom}}, "Fssss"},
+	} {
+		if got := kinds(outcomes(tc.err, 5)); got != tc.want {
+			t.Errorf("%s: outcomes = %s; want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPublishError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	pe := &PublishError{Errs: []error{nil, fmt.Errorf("%w: record too large", ErrPoison), boom, fmt.Errorf("%w: %w", ErrSkipped, boom)}}
+	err := fmt.Errorf("publisher: %w", pe)
+	if !errors.Is(err, ErrPoison) || !errors.Is(err, boom) {
+		t.Error("errors.Is does not look through the events' errors")
+	}
+	if got := err.Error(); !strings.Contains(got, "2 of 4 events failed, first event 1") {
+		t.Errorf("Error() = %q", got)
+	}
+	if got := PrefixError(3, 0, boom).Error(); !strings.Contains(got, "1 of 3 events failed, first event 0: boom") {
+		t.Errorf("PrefixError.Error() = %q", got)
+	}
+}

@@ -1,0 +1,163 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// ErrRunning is returned by Run when the relay is already running.
+var ErrRunning = errors.New("outbox: relay is already running")
+
+// finishTimeout bounds marking a published batch. The marks run on a context
+// detached from the caller's cancellation, so a batch published while the
+// relay shuts down is still marked instead of being published again.
+const finishTimeout = 15 * time.Second
+
+// Relay publishes the events of the outbox. Create it with NewRelay, then
+// call Run (the loop) or RunOnce (one batch, for tests and cron-style use).
+// One Relay handles one batch at a time; run one Relay per process. On
+// PostgreSQL, relays in several processes share the work safely; on SQLite,
+// run only one relay per database.
+type Relay[TTx any] struct {
+	drv driver.Driver[TTx]
+	pub Publisher
+	cfg RelayConfig
+	// locking: claim, publish and mark in one transaction whose row locks
+	// keep other relays off the claimed keys. Without concurrent writers
+	// (SQLite) a long transaction would hold the database's only write
+	// lock while publishing, so the batch is read without one and marked in
+	// a short transaction instead.
+	locking bool
+
+	mu      sync.Mutex // one round at a time
+	running atomic.Bool
+}
+
+// NewRelay returns a relay that publishes the outbox of drv through pub.
+// cfg may be nil; see RelayConfig for the defaults.
+func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) (*Relay[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("outbox: nil driver")
+	}
+	if pub == nil {
+		return nil, errors.New("outbox: nil publisher")
+	}
+	var c RelayConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay[TTx]{
+		drv:     drv,
+		pub:     pub,
+		cfg:     c.withDefaults(),
+		locking: drv.Caps().ConcurrentWriters,
+	}, nil
+}
+
+// Run publishes events until ctx is done, then returns nil (or ErrRunning if
+// the relay is already running). It never gives up: a failed round is logged
+// and retried after RelayConfig.Backoff of the number of consecutive failed
+// rounds. After a full batch it goes on at once; otherwise it waits for
+// RelayConfig.Wake, for the poll interval, or for the earliest retry of an
+// event it backed off, whichever comes first.
+func (r *Relay[TTx]) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+
+	var (
+		failures  int
+		nextRetry time.Time // earliest retry of an event backed off by this loop
+	)
+	for {
+		start := r.cfg.Now()
+		res, err := r.round(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.reportLag(ctx)
+		if !nextRetry.IsZero() && !nextRetry.After(start) {
+			nextRetry = time.Time{}
+		}
+		if !res.retryAt.IsZero() && (nextRetry.IsZero() || res.retryAt.Before(nextRetry)) {
+			nextRetry = res.retryAt
+		}
+
+		if err != nil {
+			failures++
+			wait := r.cfg.Backoff(failures)
+			if !res.publishFailed { // publish failures were logged with their event
+				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
+			}
+			if !sleep(ctx, wait, nil) {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		if res.claimed >= r.cfg.BatchSize {
+			continue
+		}
+		wait := r.cfg.PollInterval
+		if !nextRetry.IsZero() {
+			wait = min(wait, max(nextRetry.Sub(r.cfg.Now()), 0))
+		}
+		if !sleep(ctx, wait, r.cfg.Wake) {
+			return nil
+		}
+	}
+}
+
+// sleep waits for d, a value on wake (nil: never) or the end of ctx, and
+// reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}
+
+// RunOnce claims one batch, publishes it and marks it, and returns how many
+// events it published. A non-nil error is either a publish failure (the
+// events reported published are marked, each key's first failed event is
+// backed off or parked, the rest will be claimed again) or a storage failure
+// (nothing is marked: the whole batch will be claimed, and published, again).
+func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
+	res, err := r.round(ctx)
+	r.reportLag(ctx)
+	return res.published, err
+}
+
+// reportLag calls OnLag with the age of the oldest unpublished event.
+func (r *Relay[TTx]) reportLag(ctx context.Context) {
+	if r.cfg.OnLag == nil || ctx.Err() != nil {
+		return
+	}
+	oldest, ok, err := r.drv.Executor().OutboxOldestUnpublished(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn("outbox: lag unknown", "err", err)
+		return
+	}
+	var lag time.Duration
+	if ok {
+		lag = max(r.cfg.Now().Sub(oldest), 0)
+	}
+	r.cfg.OnLag(lag)
+}

@@ -1,0 +1,157 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+var errDown = errors.New("broker down")
+
+func enqueue(t *testing.T, drv *sqlitedriver.Driver, events ...event.Envelope) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Enqueue(ctx, drv, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustEvent(t *testing.T, key string) event.Envelope {
+	t.Helper()
+	e, err := event.New("Test.Happened.v1", key, map[string]string{"key": key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestNewRelayRejects(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
+	if _, err := outbox.NewRelay[any](nil, pub, nil); err == nil {
+		t.Error("NewRelay(nil driver) succeeded")
+	}
+	if _, err := outbox.NewRelay(drv, nil, nil); err == nil {
+		t.Error("NewRelay(nil publisher) succeeded")
+	}
+	if _, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{BatchSize: -1}); err == nil {
+		t.Error("NewRelay with a negative BatchSize succeeded")
+	}
+}
+
+// With the broker down, Run backs off round after round instead of trying
+// every event in a tight loop.
+func TestRunBacksOffWhileThePublisherFails(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	var events []event.Envelope
+	for i := range 20 {
+		events = append(events, mustEvent(t, string(rune('a'+i))))
+	}
+	enqueue(t, drv, events...)
+	var calls atomic.Int32
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error {
+		calls.Add(1)
+		return errDown
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff: func(int) time.Duration { return 50 * time.Millisecond },
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := relay.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// One round per 50ms backoff: about 6 in 300ms. Without the relay's own
+	// backoff every round would fail on the next event at once: 20+.
+	if n := calls.Load(); n < 1 || n > 10 {
+		t.Errorf("Publish called %d times in 300ms with a 50ms backoff; want about 6", n)
+	}
+}
+
+// A failed event is retried when its backoff ends, not at the next poll.
+func TestRunRetriesAtTheBackoffNotThePoll(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	var (
+		mu    sync.Mutex
+		calls int
+		done  = make(chan time.Time, 1)
+	)
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return errDown
+		}
+		done <- time.Now()
+		return nil
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: 10 * time.Second,
+		Backoff:      func(int) time.Duration { return 30 * time.Millisecond },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, drv, mustEvent(t, "k"))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	start := time.Now()
+	go func() { _ = relay.Run(ctx) }()
+	select {
+	case at := <-done:
+		t.Logf("published after one failure in %s", at.Sub(start))
+	case <-time.After(3 * time.Second):
+		t.Fatal("failed event not retried within 3s (backoff 30ms, poll 10s)")
+	}
+}
+
+// A publisher that outlives the relay's context: the batch it published is
+// still marked, so a restart does not publish it again, and the interrupted
+// attempt does not count as a failure.
+func TestShutdownDuringPublishStillMarks(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	enqueue(t, drv, mustEvent(t, "k"))
+	ctx, cancel := context.WithCancel(t.Context())
+	var published atomic.Int32
+	pub := outbox.PublisherFunc(func(_ context.Context, events []event.Envelope) error {
+		cancel() // SIGTERM arrives while the broker acknowledges
+		published.Add(int32(len(events)))
+		return nil
+	})
+	relay, err := outbox.NewRelay(drv, pub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v; want 1 published", n, err)
+	}
+	if _, ok, err := drv.Executor().OutboxOldestUnpublished(t.Context()); ok || err != nil {
+		t.Errorf("after a shutdown during Publish, the event is still unpublished (%v)", err)
+	}
+}

@@ -1,0 +1,160 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+)
+
+// roundResult is what one round did.
+type roundResult struct {
+	claimed       int
+	published     int
+	publishFailed bool
+	// retryAt is when the event this round backed off becomes due (zero if
+	// none).
+	retryAt time.Time
+}
+
+func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	detached := context.WithoutCancel(ctx)
+	var (
+		tx      TTx
+		ex      driver.Executor
+		inTx    bool
+		claimer = r.drv.Executor()
+	)
+	begin := func(ctx context.Context) error {
+		var err error
+		if tx, err = r.drv.Begin(ctx); err != nil {
+			return fmt.Errorf("outbox: begin: %w", err)
+		}
+		inTx = true
+		ex = r.drv.UnwrapExecutor(tx)
+		return nil
+	}
+	defer func() {
+		if inTx { // also on panic (a crashed publisher): the claim is released
+			rctx, cancel := context.WithTimeout(detached, finishTimeout)
+			_ = r.drv.Rollback(rctx, tx)
+			cancel()
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if r.locking {
+		// Begun on the detached context: database/sql ties a transaction
+		// to the context of BeginTx, and the marks must outlive a shutdown.
+		if err := begin(detached); err != nil {
+			return res, err
+		}
+		claimer = ex
+	}
+
+	rows, err := claimer.OutboxClaimBatch(ctx, r.cfg.Now(), r.cfg.BatchSize)
+	if err != nil {
+		return res, fmt.Errorf("outbox: claim: %w", err)
+	}
+	res.claimed = len(rows)
+	if len(rows) == 0 {
+		return res, nil
+	}
+	rows, events, bad := decode(rows)
+
+	var pubErr error
+	if len(events) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		pubErr = r.pub.Publish(pctx, events)
+		cancel()
+	}
+	o := r.sortOutcomes(rows, events, outcomes(pubErr, len(events)), ctx.Err() != nil)
+
+	// Mark what happened, even if ctx ended while publishing.
+	fctx, cancel := context.WithTimeout(detached, finishTimeout)
+	defer cancel()
+	if !inTx {
+		if err := begin(fctx); err != nil {
+			return res, err
+		}
+	}
+	now := r.cfg.Now()
+	if len(o.published) > 0 {
+		if err := ex.OutboxMarkPublished(fctx, o.published, now); err != nil {
+			return res, fmt.Errorf("outbox: mark %d events published: %w", len(o.published), err)
+		}
+	}
+	for _, b := range bad {
+		o.failed = append(o.failed, failedRow{row: b.row, err: b.err, park: true})
+	}
+	var retryAt time.Time
+	for i := range o.failed {
+		f := &o.failed[i]
+		f.row.Attempts++
+		if f.park {
+			if err := ex.OutboxPark(fctx, f.row.ID, f.err.Error(), now); err != nil {
+				return res, fmt.Errorf("outbox: park event %s: %w", f.row.EventID, err)
+			}
+			continue
+		}
+		f.retryIn = r.cfg.Backoff(f.row.Attempts)
+		at := now.Add(f.retryIn)
+		if err := ex.OutboxMarkFailed(fctx, f.row.ID, f.err.Error(), at); err != nil {
+			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
+		}
+		if retryAt.IsZero() || at.Before(retryAt) {
+			retryAt = at
+		}
+	}
+	if err := r.drv.Commit(fctx, tx); err != nil {
+		return res, fmt.Errorf("outbox: commit marks: %w", err)
+	}
+	inTx = false
+	res.published = len(o.published)
+	res.retryAt = retryAt
+
+	if len(o.events) > 0 && r.cfg.OnPublished != nil {
+		r.cfg.OnPublished(o.events)
+	}
+	r.logFailures(o)
+	if o.disordered > 0 {
+		r.cfg.Logger.Error("outbox: the publisher published events of a key after an earlier event of that key failed; per-key order is broken",
+			"events", o.disordered)
+	}
+	if o.firstErr != nil {
+		res.publishFailed = true
+		return res, fmt.Errorf("outbox: %d of %d events not published: %w", len(events)-len(o.published), len(events), pubErr)
+	}
+	return res, nil
+}
+
+// decode turns claimed rows into envelopes. A row that cannot be decoded is
+// poison: it is returned in bad, and the later rows of its key are dropped
+// from the batch so they are not published before it.
+func decode(rows []driver.OutboxRow) (kept []driver.OutboxRow, events []event.Envelope, bad []failedRow) {
+	kept = rows[:0:0]
+	var blocked map[string]bool
+	for _, row := range rows {
+		if blocked[row.Key] {
+			continue
+		}
+		e, err := toEnvelope(row)
+		if err != nil {
+			bad = append(bad, failedRow{row: row, err: err})
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[row.Key] = true
+			continue
+		}
+		kept = append(kept, row)
+		events = append(events, e)
+	}
+	return kept, events, bad
+}
