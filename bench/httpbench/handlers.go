@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// paymentRequest is the command every scenario serves.
+type paymentRequest struct {
+	CustomerID int64  `json:"customer_id"`
+	Amount     string `json:"amount"`
+	Currency   string `json:"currency"`
+}
+
+// paymentBody is the request body of command number n. It is a pure function
+// of n, so a replay of n's key sends the same bytes.
+func paymentBody(n int64) []byte {
+	return fmt.Appendf(nil, `{"customer_id":%d,"amount":"%d.%02d","currency":"EUR"}`, n%1000+1, 10+n%90, n%100)
+}
+
+// insertPayment is the business effect: one INSERT, in tx.
+func insertPayment(ctx context.Context, tx pgx.Tx, key string, p *paymentRequest) ([]byte, error) {
+	var (
+		id     int64
+		amount string
+	)
+	err := tx.QueryRow(ctx, `INSERT INTO payment (idem_key, customer_id, amount, currency)
+		VALUES ($1, $2, $3::numeric, $4) RETURNING id, amount::text`,
+		key, p.CustomerID, p.Amount, p.Currency).Scan(&id, &amount)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, `{"id":%d,"status":"created","customer_id":%d,"amount":%s,"currency":%s}`+"\n",
+		id, p.CustomerID, strconv.Quote(amount), strconv.Quote(p.Currency)), nil
+}
+
+// servePayment decodes the command, runs insertPayment in tx and answers
+// 201. It is the handler body shared by every scenario.
+func servePayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+	var p paymentRequest
+	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return nil
+	}
+	body, err := insertPayment(r.Context(), tx, r.Header.Get(idemhttp.KeyHeader), &p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(body)
+	return nil
+}
+
+// bareHandler is scenario a: BEGIN; INSERT; COMMIT; 201. No idempotency.
+func bareHandler(pool *pgxpool.Pool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		// The response is buffered and written after COMMIT returned, as
+		// any handler that must not announce an uncommitted effect does.
+		var buf bufferedResponse
+		if err := servePayment(&buf, r, tx); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := tx.Commit(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		buf.writeTo(w)
+	})
+}
+
+// idemBusinessHandler is the handler behind idemhttp in ModeTx: the same
+// INSERT, in the middleware's transaction, which it must not commit.
+func idemBusinessHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := idemhttp.TxFromContext[pgx.Tx](r.Context())
+		if !ok {
+			http.Error(w, "no transaction in context", http.StatusInternalServerError)
+			return
+		}
+		if err := servePayment(w, r, tx); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+}
+
+// naiveMiddleware is the style guide's sample IdempotencyInterceptor,
+// translated: SELECT the record by key; found: replay it (or 409 when the
+// body hash differs); not found: run the handler, then save the response in
+// a separate statement, ignoring errors. Check-then-execute: nothing stops
+// two concurrent requests with one key from both executing.
+func naiveMiddleware(pool *pgxpool.Pool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		key := r.Header.Get(idemhttp.KeyHeader)
+		if key == "" {
+			http.Error(w, "Idempotency-Key header required", http.StatusBadRequest)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "unreadable body", http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sum := sha256.Sum256(body) // computeHash(request.body)
+		hash := hex.EncodeToString(sum[:])
+
+		var (
+			storedHash   string
+			storedStatus int32
+			storedBody   []byte
+		)
+		err = pool.QueryRow(ctx, `SELECT command_hash, http_status, response
+			FROM naive_idempotency_record WHERE idempotency_key = $1`, key).
+			Scan(&storedHash, &storedStatus, &storedBody)
+		switch {
+		case err == nil:
+			if storedHash != hash {
+				http.Error(w, "Idempotency-Key already used with different payload", http.StatusConflict)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(int(storedStatus))
+			_, _ = w.Write(storedBody)
+			return
+		case !errors.Is(err, pgx.ErrNoRows):
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+
+		tee := &teeWriter{ResponseWriter: w}
+		next.ServeHTTP(tee, r)
+		if tee.status() >= 400 { // tap() only sees successful emissions
+			return
+		}
+		// The seed's tap(async ...) saves after the handler, and nobody
+		// awaits or checks it. Here it is awaited (the client sees the
+		// response after it), which only narrows the window.
+		_, _ = pool.Exec(context.WithoutCancel(ctx), `INSERT INTO naive_idempotency_record
+			(idempotency_key, command_hash, response, http_status) VALUES ($1, $2, $3, $4)`,
+			key, hash, tee.body.Bytes(), tee.status())
+	})
+}
+
+// teeWriter passes a response through and keeps a copy.
+type teeWriter struct {
+	http.ResponseWriter
+	code int
+	body bytes.Buffer
+}
+
+func (t *teeWriter) WriteHeader(code int) {
+	if t.code == 0 {
+		t.code = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if t.code == 0 {
+		t.code = http.StatusOK
+	}
+	t.body.Write(p)
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *teeWriter) status() int {
+	if t.code == 0 {
+		return http.StatusOK
+	}
+	return t.code
+}
+
+// bufferedResponse holds a response until the transaction committed.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header {
+	if b.header == nil {
+		b.header = make(http.Header)
+	}
+	return b.header
+}
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) writeTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	w.WriteHeader(b.code)
+	_, _ = w.Write(b.body.Bytes())
+}

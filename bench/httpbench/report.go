@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// conditions describes the machine and the settings of the run.
+func conditions(ctx context.Context, pool *pgxpool.Pool, o options) (string, error) {
+	var version, syncCommit, fsync string
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'),
+		current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&version, &syncCommit, &fsync)
+	if err != nil {
+		return "", fmt.Errorf("server settings: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "conditions: %s %s/%s, GOMAXPROCS=%d (NumCPU=%d), PostgreSQL %s, synchronous_commit=%s, fsync=%s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), version, syncCommit, fsync)
+	fmt.Fprintf(&b, "            load average at start %s (server, clients and PostgreSQL share these CPUs with whatever else runs)\n", loadAvg())
+	fmt.Fprintf(&b, "            clients=%d (closed loop, HTTP/1.1 keep-alive over loopback), pool=%d conns, duration=%s per scenario x %d rounds,\n",
+		o.clients, o.conns, o.duration, o.rounds)
+	fmt.Fprintf(&b, "            scenarios interleaved in %s slices (random order), warm-up %s per scenario", o.slice, o.warmup)
+	return b.String(), nil
+}
+
+// printTable prints the medians over rounds and the targets.
+func printTable(w io.Writer, scs []*scenario, vs []variant) {
+	base := scs[0]
+	ratios := func(sc *scenario) []float64 {
+		rs := make([]float64, len(sc.runs))
+		for i := range sc.runs {
+			rs[i] = sc.runs[i].rps / base.runs[i].rps
+		}
+		return rs
+	}
+	med := func(sc *scenario, f func(runResult) float64) float64 {
+		xs := make([]float64, len(sc.runs))
+		for i, r := range sc.runs {
+			xs[i] = f(r)
+		}
+		return median(xs)
+	}
+	ms := func(d float64) string { return fmt.Sprintf("%.2fms", d/float64(time.Millisecond)) }
+	us := func(d float64) string { return fmt.Sprintf("%.0fus", d/float64(time.Microsecond)) }
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\t\trequests\treq/s\tp50\tp99\tratio to a\t(min..max)\tRT/req\tstmt/req\tWAL B/req\tGo CPU/req\tPG CPU/req\tfailed\t")
+	var notes []string
+	for _, sc := range scs {
+		total, failed := 0, 0
+		for _, r := range sc.runs {
+			total += r.requests
+			failed += r.failures
+			if r.firstFail != "" && len(notes) < 8 {
+				notes = append(notes, fmt.Sprintf("%s: %s", sc.id, r.firstFail))
+			}
+		}
+		rs := ratios(sc)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%.2f\t(%.2f..%.2f)\t%.2f\t%.2f\t%.0f\t%s\t%s\t%d\t\n",
+			sc.id, sc.name+" ", total,
+			med(sc, func(r runResult) float64 { return r.rps }),
+			ms(med(sc, func(r runResult) float64 { return float64(r.p50) })),
+			ms(med(sc, func(r runResult) float64 { return float64(r.p99) })),
+			median(rs), slices.Min(rs), slices.Max(rs),
+			med(sc, func(r runResult) float64 { return r.rtPerReq }),
+			med(sc, func(r runResult) float64 { return r.stmPerReq }),
+			med(sc, func(r runResult) float64 { return r.walPerReq }),
+			us(med(sc, func(r runResult) float64 { return float64(r.goCPU) })),
+			us(med(sc, func(r runResult) float64 { return float64(r.pgCPU) })),
+			failed)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "requests: all rounds; other columns: median over rounds; ratio: median of the per-round ratios to a")
+	fmt.Fprintln(w, "RT: round trips to PostgreSQL; WAL: cluster-wide; Go CPU: this process (HTTP clients included); PG CPU: the pool's backends")
+	if len(vs) > 0 {
+		fmt.Fprintln(w, "proto: idemhttp unchanged, on a prototype of pgdriver (bench/httpbench/proto.go), not the library")
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "failure:", n)
+	}
+	fmt.Fprintln(w)
+
+	for _, sc := range scs {
+		if sc.target == 0 {
+			continue
+		}
+		got := median(ratios(sc))
+		verdict := "MISS"
+		if got >= sc.target {
+			verdict = "PASS"
+		}
+		if sc.proto {
+			verdict += " (prototype, informative)"
+		}
+		fmt.Fprintf(w, "target %s/a >= %.2f: %.2f  %-4s  %s\n", sc.id, sc.target, got, verdict, sc.name)
+	}
+}
+
+// printDuplicates runs the duplicates experiment and prints its outcome.
+func printDuplicates(ctx context.Context, w io.Writer, hc *http.Client, baseURL string, pool *pgxpool.Pool, runID string, o options, vs []variant) error {
+	targets := []*dupTarget{
+		{name: "naive", path: "/naive/payments", prefix: runID + "-dupnaive-", answers: map[string]int{}},
+		{name: "idem", path: "/idem/payments", prefix: runID + "-dupidem-", answers: map[string]int{}},
+	}
+	for i, v := range vs {
+		targets = append(targets, &dupTarget{name: "proto " + protoLabel(v.features), path: v.path,
+			prefix: fmt.Sprintf("%s-dupproto%d-", runID, i+1), answers: map[string]int{}})
+	}
+	res, err := duplicates(ctx, hc, baseURL, pool, targets, o.dup, o.dupK)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "duplicates experiment: %d distinct keys, %d identical requests sent at once per key, to d (naive), b (idem) and the prototypes\n", o.dup, o.dupK)
+	for i, t := range targets {
+		r := res[i]
+		fmt.Fprintf(w, "  %-36s payments written %4d for %d keys (%d extra); keys executed more than once %d, never %d; answers: %s\n",
+			t.name, r.executed, r.keys, max(r.executed-(r.keys-r.unexecuted), 0), r.dupKeys, r.unexecuted, answerSummary(t.answers))
+	}
+	fmt.Fprintf(w, "duplicate executions: naive %d of %d keys, idem %d\n", res[0].dupKeys, o.dup, res[1].dupKeys)
+	if res[1].dupKeys > 0 {
+		return errors.New("idem executed a key more than once")
+	}
+	return nil
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages, or "n/a".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
+}
