@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,9 @@ type Driver struct {
 	cfg   Config
 	table string // qualified prefix for table names: "schema".prefix
 	name  string // bare prefix for index and constraint names
+
+	replacer *strings.Replacer
+	sqlCache sync.Map // template -> expanded SQL
 }
 
 var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -63,6 +67,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	if c.Schema != "" {
 		d.table = pgx.Identifier{c.Schema}.Sanitize() + "." + c.TablePrefix
 	}
+	d.replacer = strings.NewReplacer("{{table}}", d.table, "{{name}}", d.name)
 	return d, nil
 }
 
@@ -112,7 +117,14 @@ func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
 // Table("idempotency_record") -> "idem".idempotency_record.
 func (d *Driver) Table(name string) string { return d.table + name }
 
-// expand replaces {{table}} and {{name}} in an SQL template.
+// expand replaces {{table}} and {{name}} in an SQL template. Templates are
+// constants, so each is expanded once and cached (the statements are on the
+// hot path of every request).
 func (d *Driver) expand(sql string) string {
-	return strings.NewReplacer("{{table}}", d.table, "{{name}}", d.name).Replace(sql)
+	if v, ok := d.sqlCache.Load(sql); ok {
+		return v.(string)
+	}
+	out := d.replacer.Replace(sql)
+	d.sqlCache.Store(sql, out)
+	return out
 }

@@ -1,6 +1,7 @@
 package pgdriver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,83 +15,113 @@ import (
 const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, headers, body,
 	lease_token, lease_expires_at, created_at, expires_at`
 
-// RecordClaim implements driver.RecordExecutor. The INSERT ... ON CONFLICT
-// waits on the unique index for a concurrent uncommitted claim of the same
-// key; p.LockTimeout bounds that wait with a transaction-local lock_timeout.
-func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
-	claimSQL := e.d.expand(`INSERT INTO {{table}}idempotency_record AS r
+// SQL of the claim. The INSERT ... ON CONFLICT DO NOTHING waits on the
+// unique index for a concurrent uncommitted claim of the same key, then
+// either inserts (the other rolled back) or does nothing. Doing nothing takes
+// no row lock and writes no WAL, so replays stay cheap; the read that follows
+// in the same round trip runs with a fresh snapshot (READ COMMITTED) and sees
+// the row the other transaction committed.
+const (
+	claimInsertSQL = `INSERT INTO {{table}}idempotency_record
 		(scope, idempotency_key, fingerprint, state, lease_token, lease_expires_at, created_at, expires_at)
 		VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7)
-		ON CONFLICT (scope, idempotency_key) DO UPDATE SET
-			fingerprint = EXCLUDED.fingerprint, state = 'in_progress',
-			http_status = NULL, headers = NULL, body = NULL,
-			lease_token = EXCLUDED.lease_token, lease_expires_at = EXCLUDED.lease_expires_at,
-			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-		WHERE r.expires_at <= $6
-		   OR (r.state = 'in_progress' AND r.lease_expires_at <= $6 AND r.fingerprint = EXCLUDED.fingerprint)
-		RETURNING true`)
-	args := []any{p.Scope, p.Key, p.Fingerprint, p.LeaseToken, p.LeaseExpiresAt, p.Now, p.ExpiresAt}
+		ON CONFLICT (scope, idempotency_key) DO NOTHING
+		RETURNING true`
+	claimReadSQL = `SELECT ` + recordColumns + `
+		FROM {{table}}idempotency_record WHERE scope = $1 AND idempotency_key = $2`
+	// claimTakeOverSQL replaces an expired record, or an abandoned
+	// in-progress one with the same fingerprint. A concurrent taker blocks on
+	// the row lock and then re-checks the condition, so only one wins.
+	claimTakeOverSQL = `UPDATE {{table}}idempotency_record SET
+			fingerprint = $3, state = 'in_progress', http_status = NULL, headers = NULL, body = NULL,
+			lease_token = $4, lease_expires_at = $5, created_at = $6, expires_at = $7
+		WHERE scope = $1 AND idempotency_key = $2
+		  AND (expires_at <= $6 OR (state = 'in_progress' AND lease_expires_at <= $6 AND fingerprint = $3))`
+)
 
-	// A deleted record between the claim and the read (released by its
-	// owner) makes us try again; a few rounds always settle it.
+// RecordClaim implements driver.RecordExecutor: one round trip for a new key
+// or a replay; a second one only to take over an expired or abandoned record.
+// p.LockTimeout bounds the wait for a concurrent claim with a
+// transaction-local lock_timeout.
+func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
+	args := []any{p.Scope, p.Key, p.Fingerprint, p.LeaseToken, p.LeaseExpiresAt, p.Now, p.ExpiresAt}
+	// A record deleted between the insert and the read (released by its
+	// owner), or taken over by someone else, makes us try again; a few
+	// rounds always settle it.
 	for range 5 {
-		claimed, err := e.claimOnce(ctx, claimSQL, args, p.LockTimeout)
+		claimed, rec, err := e.claimOnce(ctx, args, p.LockTimeout)
 		if err != nil {
 			return nil, err
 		}
 		if claimed {
 			return &driver.RecordClaimResult{Claimed: true}, nil
 		}
-		rec, err := e.RecordGet(ctx, p.Scope, p.Key)
-		if errors.Is(err, driver.ErrNotFound) {
+		if rec == nil {
 			continue
 		}
-		if err != nil {
-			return nil, err
+		abandoned := rec.State == driver.StateInProgress && !rec.LeaseExpiresAt.After(p.Now) &&
+			bytes.Equal(rec.Fingerprint, p.Fingerprint)
+		if rec.ExpiresAt.After(p.Now) && !abandoned {
+			return &driver.RecordClaimResult{Existing: rec}, nil
 		}
-		return &driver.RecordClaimResult{Existing: rec}, nil
+		tag, err := e.db.Exec(ctx, e.d.expand(claimTakeOverSQL), args...)
+		if err != nil {
+			return nil, mapErr("claim: take over", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return &driver.RecordClaimResult{Claimed: true}, nil
+		}
 	}
-	return nil, fmt.Errorf("pgdriver: claim %q: record keeps disappearing", p.Key)
+	return nil, fmt.Errorf("pgdriver: claim %q: record keeps changing", p.Key)
 }
 
-// claimOnce runs the claim statement, with the lock timeout set around it in
-// the same round trip. Outside a transaction the batch runs in the implicit
-// transaction of one pipeline sync, so the local setting still applies and
-// ends with it. In the caller's transaction the caller's own lock_timeout is
-// saved first and restored after the claim.
-func (e *executor) claimOnce(ctx context.Context, claimSQL string, args []any, lockTimeout time.Duration) (bool, error) {
-	if lockTimeout <= 0 {
-		var ok bool
-		err := e.db.QueryRow(ctx, claimSQL, args...).Scan(&ok)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		return ok, mapErr("claim", err)
-	}
+// claimOnce sends the claim and the read in one batch, with the lock timeout
+// set around them. Outside a transaction the batch runs in the implicit
+// transaction of one pipeline sync, so the local setting ends with it. In the
+// caller's transaction the caller's own lock_timeout is saved first and
+// restored after the claim.
+func (e *executor) claimOnce(ctx context.Context, args []any, lockTimeout time.Duration) (claimed bool, rec *driver.Record, err error) {
 	b := &pgx.Batch{}
-	if e.inTx {
-		b.Queue("SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)")
+	if lockTimeout > 0 {
+		if e.inTx {
+			b.Queue("SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)")
+		}
+		b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
 	}
-	b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
-	var ok bool
-	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&ok)
+	b.Queue(e.d.expand(claimInsertSQL), args...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&claimed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		return err
 	})
-	if e.inTx {
+	b.Queue(e.d.expand(claimReadSQL), args[0], args[1]).QueryRow(func(row pgx.Row) error {
+		r, err := scanRecord(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		rec = r
+		return err
+	})
+	if lockTimeout > 0 && e.inTx {
 		b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
 	}
-	err := e.db.SendBatch(ctx, b).Close()
-	return ok, mapErr("claim", err)
+	if err := e.db.SendBatch(ctx, b).Close(); err != nil {
+		return false, nil, mapErr("claim", err)
+	}
+	return claimed, rec, nil
 }
 
 // RecordGet implements driver.RecordExecutor.
 func (e *executor) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
-	row := e.db.QueryRow(ctx, e.d.expand(`SELECT `+recordColumns+`
-		FROM {{table}}idempotency_record WHERE scope = $1 AND idempotency_key = $2`), scope, key)
+	r, err := scanRecord(e.db.QueryRow(ctx, e.d.expand(claimReadSQL), scope, key))
+	if err != nil {
+		return nil, mapErr("get record", err)
+	}
+	return r, nil
+}
+
+func scanRecord(row pgx.Row) (*driver.Record, error) {
 	var (
 		r          driver.Record
 		status     *int32
@@ -100,7 +131,7 @@ func (e *executor) RecordGet(ctx context.Context, scope, key string) (*driver.Re
 	err := row.Scan(&r.Scope, &r.Key, &r.Fingerprint, &r.State, &status, &r.Headers, &r.Body,
 		&leaseToken, &leaseUntil, &r.CreatedAt, &r.ExpiresAt)
 	if err != nil {
-		return nil, mapErr("get record", err)
+		return nil, err
 	}
 	if status != nil {
 		r.Status = int(*status)
