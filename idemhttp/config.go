@@ -203,16 +203,16 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("MismatchStatus %d must be 409 or 422", c.MismatchStatus))
 	}
 	if c.Wait < 0 && c.Wait != NoWait {
-		errs = append(errs, fmt.Errorf("Wait %s must be positive or NoWait", c.Wait))
+		errs = append(errs, fmt.Errorf("invalid Wait %s: must be positive or NoWait", c.Wait))
 	}
 	if c.RetryAfter < time.Second {
 		errs = append(errs, fmt.Errorf("RetryAfter %s must be at least 1s (Retry-After has whole seconds)", c.RetryAfter))
 	}
 	if c.Lease < time.Second {
-		errs = append(errs, fmt.Errorf("Lease %s must be at least 1s", c.Lease))
+		errs = append(errs, fmt.Errorf("invalid Lease %s: must be at least 1s", c.Lease))
 	}
 	if c.Lease >= c.TTL {
-		errs = append(errs, fmt.Errorf("Lease %s must be shorter than TTL %s", c.Lease, c.TTL))
+		errs = append(errs, fmt.Errorf("invalid Lease %s: must be shorter than TTL %s", c.Lease, c.TTL))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("idemhttp: invalid config: %w", err)
