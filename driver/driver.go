@@ -51,6 +51,8 @@ type Executor interface {
 	RecordExecutor
 	InboxExecutor
 	OutboxExecutor
+	LockExecutor
+	SagaExecutor
 }
 
 // Errors returned by Executor methods. Drivers wrap them with %w.

@@ -120,12 +120,7 @@ func setupPostgres(t *testing.T) *fixture[pgx.Tx] {
 		},
 		kill: func(t *testing.T, tx pgx.Tx) {
 			t.Helper()
-			pid := tx.Conn().PgConn().PID()
-			var ok bool
-			// Waits (up to 5s) until the backend is gone.
-			if err := pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1, 5000)`, int32(pid)).Scan(&ok); err != nil || !ok {
-				t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
-			}
+			testdb.Terminate(t, pool, tx)
 		},
 		childEnv: []string{envBackend + "=postgres", envTarget + "=" + schema},
 	}

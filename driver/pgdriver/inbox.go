@@ -46,19 +46,20 @@ func (e *executor) InboxInsert(ctx context.Context, consumer string, ids []uuid.
 	return inserted, nil
 }
 
-// InboxDeleteBefore implements driver.InboxExecutor. Like
-// RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
-// statement never locks more than limit rows, and skips rows a concurrent
-// cleaner holds.
+// InboxDeleteBefore implements driver.InboxExecutor. It deletes by primary
+// key from a bounded subquery so one statement never locks more than limit
+// rows, and skips rows a concurrent cleaner holds. (Not by ctid as the other
+// cleanup deletes do: ctid is only unique within one partition, and
+// processed_event may be partitioned; see EnableInboxPartitioning.)
 func (e *executor) InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: inbox delete: limit %d must be positive", limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}processed_event WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}processed_event
+	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}processed_event WHERE (consumer_name, event_id) IN (
+		SELECT consumer_name, event_id FROM {{table}}processed_event
 		WHERE processed_at < $1 AND ($2::text = '' OR consumer_name = $2)
 		ORDER BY processed_at LIMIT $3
-		FOR UPDATE SKIP LOCKED))`), before, consumer, limit)
+		FOR UPDATE SKIP LOCKED)`), before, consumer, limit)
 	if err != nil {
 		return 0, mapErr("inbox delete", err)
 	}

@@ -147,6 +147,17 @@ func SQLite(t testing.TB) *sqlitedriver.Driver {
 	return drv
 }
 
+// Terminate kills the server backend behind tx, as a crash of the client
+// between two statements would, and waits (up to 5 s) until it is gone.
+func Terminate(t testing.TB, pool *pgxpool.Pool, tx pgx.Tx) {
+	t.Helper()
+	pid := tx.Conn().PgConn().PID()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1, 5000)`, int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

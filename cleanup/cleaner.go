@@ -1,0 +1,206 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Cleaner deletes what idem's tables no longer need, in small batches, on a
+// schedule (Run) or on demand (RunOnce). With several replicas sharing a
+// database, exactly one of them runs a given sweep: the one that takes the
+// lease Config.LockName; the others skip it.
+//
+// A Cleaner is safe for concurrent use; a RunOnce called while the same
+// Cleaner is sweeping reports Skipped.
+type Cleaner[TTx any] struct {
+	drv     driver.Driver[TTx]
+	cfg     Config
+	sched   cron.Schedule
+	rules   []sweepRule
+	owner   string
+	running atomic.Bool
+}
+
+// New returns a Cleaner for the tables of drv. cfg may be nil for the
+// defaults. A misconfiguration (a retention outside the R-DIST-IDEM-5 bounds
+// without a reason, a bad cron expression, partition mode on a driver without
+// it) is an error here, never a surprise at 03:00.
+func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("cleanup: nil driver")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	sched, _ := parseSchedule(c.Schedule, c.Location) // validated above
+	probe, _ := any(drv).(InboxPartitioner)
+	if c.PartitionedInbox && probe == nil {
+		return nil, fmt.Errorf("cleanup: invalid config: PartitionedInbox: the %s driver has no inbox partition mode (it does not implement cleanup.InboxPartitioner)", drv.Name())
+	}
+	cl := &Cleaner[TTx]{
+		drv:   drv,
+		cfg:   c,
+		sched: sched,
+		rules: c.builtinRules(probe),
+		owner: newOwner(),
+	}
+	cl.logConfig()
+	return cl, nil
+}
+
+// logConfig reports overrides and the documented misconfiguration of an
+// inbox window shorter than the redelivery horizon.
+func (c *Cleaner[TTx]) logConfig() {
+	in := c.cfg.Inbox
+	if in.Disabled {
+		return
+	}
+	if in.TTL < MinTTL || in.TTL > MaxTTL {
+		c.cfg.Logger.Warn("cleanup: inbox retention outside the R-DIST-IDEM-5 bounds, allowed by override",
+			"ttl", in.TTL, "min", MinTTL, "max", MaxTTL, "reason", in.OverrideReason)
+	}
+	if in.RedeliveryHorizon > 0 && in.TTL < in.RedeliveryHorizon {
+		c.cfg.Logger.Warn("cleanup: MISCONFIGURATION: inbox retention is shorter than the redelivery horizon; "+
+			"an event redelivered after its processed_event row is deleted is applied twice",
+			"inbox_ttl", in.TTL, "redelivery_horizon", in.RedeliveryHorizon)
+	}
+}
+
+// Owner returns the id this Cleaner writes into the lease row: host name,
+// process id and a random suffix, unique per Cleaner.
+func (c *Cleaner[TTx]) Owner() string { return c.owner }
+
+// RunOnce sweeps every configured table now, if this replica gets the lease
+// (Report.Skipped otherwise). Each table is deleted in batches of at most
+// Config.BatchSize rows until a batch deletes fewer, with Config.Pause
+// between batches. A table whose sweep fails does not stop the others; the
+// errors are joined. When ctx is done the sweep stops within one statement
+// and RunOnce returns ctx's error with what was done so far.
+func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
+	wall := time.Now()
+	rep := Report{Owner: c.owner, Started: c.cfg.Now()}
+	err := c.runOnce(ctx, &rep)
+	rep.Duration = time.Since(wall)
+	c.logReport(rep, err)
+	if c.cfg.OnSweep != nil {
+		c.cfg.OnSweep(rep)
+	}
+	return rep, err
+}
+
+func (c *Cleaner[TTx]) runOnce(ctx context.Context, rep *Report) error {
+	if !c.running.CompareAndSwap(false, true) {
+		rep.Skipped = true
+		return nil
+	}
+	defer c.running.Store(false)
+
+	held, err := c.acquire(ctx, rep.Started)
+	if err != nil {
+		return err
+	}
+	if !held {
+		rep.Skipped = true
+		return nil
+	}
+	sweepCtx, stop := c.keepLease(ctx)
+	err = c.sweep(sweepCtx, rep)
+	stop()
+	if cause := context.Cause(sweepCtx); errors.Is(cause, driver.ErrLeaseLost) && !errors.Is(err, driver.ErrLeaseLost) {
+		err = errors.Join(err, cause) // lost after the last statement
+	}
+	c.finish(ctx, err == nil)
+	return err
+}
+
+// sweep runs every rule with the cutoffs of rep.Started.
+func (c *Cleaner[TTx]) sweep(ctx context.Context, rep *Report) error {
+	ex := c.drv.Executor()
+	var errs []error
+	for _, r := range c.rules {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, context.Cause(ctx))...)
+		}
+		tr := TableReport{Table: r.table, Before: r.cutoff(rep.Started)}
+		start := time.Now()
+		tr.Err = c.sweepTable(ctx, ex, r, rep.Started, &tr)
+		tr.Duration = time.Since(start)
+		rep.Tables = append(rep.Tables, tr)
+		if tr.Err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: %s: %w", r.table, tr.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sweepTable deletes one table's old rows in bounded batches.
+func (c *Cleaner[TTx]) sweepTable(ctx context.Context, ex driver.Executor, r sweepRule, now time.Time, tr *TableReport) error {
+	if r.before != nil {
+		if err := r.before(ctx, tr.Before, now, tr); err != nil {
+			return err
+		}
+	}
+	for {
+		n, err := r.deleteBatch(ctx, ex, tr.Before, c.cfg.BatchSize)
+		tr.Batches++
+		tr.Deleted += n
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return err
+		}
+		if n < c.cfg.BatchSize {
+			return nil
+		}
+		if err := sleep(ctx, c.cfg.Pause); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Cleaner[TTx]) logReport(rep Report, err error) {
+	log := c.cfg.Logger
+	if rep.Skipped {
+		log.Debug("cleanup: sweep skipped: another replica holds the lease", "lock", c.cfg.LockName, "owner", c.owner)
+		return
+	}
+	attrs := []any{slog.Duration("duration", rep.Duration), slog.Int("deleted", rep.TotalDeleted())}
+	for _, t := range rep.Tables {
+		attrs = append(attrs, slog.Group(t.Table, "deleted", t.Deleted, "batches", t.Batches,
+			"dropped_partitions", len(t.PartitionsDropped), "duration", t.Duration))
+	}
+	if err != nil {
+		log.Error("cleanup: sweep failed", append(attrs, "err", err)...)
+		return
+	}
+	log.Info("cleanup: sweep done", attrs...)
+}
+
+// sleep waits d (nothing for NoPause), or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return context.Cause(ctx)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

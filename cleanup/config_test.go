@@ -1,0 +1,125 @@
+package cleanup_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+func noDelete(context.Context, driver.Executor, time.Time, int) (int, error) { return 0, nil }
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	tests := []struct {
+		name    string
+		cfg     cleanup.Config
+		wantErr string // "" means valid
+	}{
+		{"Defaults", cleanup.Config{}, ""},
+		{"InboxTTL24h", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 24 * time.Hour}}, ""},
+		{"InboxTTL72h", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 72 * time.Hour}}, ""},
+		{"InboxTTL1hRejected", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: time.Hour}}, "Inbox.TTL 1h0m0s is outside"},
+		{"InboxTTL1hWithReason", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: time.Hour, OverrideReason: "topic retention is 30 minutes"}}, ""},
+		{"InboxTTL1hBlankReason", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: time.Hour, OverrideReason: "  "}}, "Inbox.TTL 1h0m0s is outside"},
+		{"InboxTTL100hRejected", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 100 * time.Hour}}, "Inbox.TTL 100h0m0s is outside"},
+		{"InboxTTL100hWithReason", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 100 * time.Hour, OverrideReason: "7-day topic"}}, ""},
+		{"InboxTTLNegative", cleanup.Config{Inbox: cleanup.InboxRetention{TTL: -time.Hour, OverrideReason: "x"}}, "Inbox.TTL -1h0m0s must be positive"},
+		{"InboxDisabledIgnoresTTL", cleanup.Config{Inbox: cleanup.InboxRetention{Disabled: true, TTL: time.Hour}}, ""},
+		{"NegativeHorizon", cleanup.Config{Inbox: cleanup.InboxRetention{RedeliveryHorizon: -time.Hour}}, "RedeliveryHorizon"},
+		{"OutboxTTLNegative", cleanup.Config{Outbox: cleanup.OutboxRetention{TTL: -time.Minute}}, "Outbox.TTL"},
+		{"BadCron", cleanup.Config{Schedule: "61 * * * *"}, `Schedule "61 * * * *"`},
+		{"GarbageCron", cleanup.Config{Schedule: "every night"}, `Schedule "every night"`},
+		{"SixFieldCron", cleanup.Config{Schedule: "0 0 3 * * *"}, `Schedule "0 0 3 * * *"`},
+		{"MalformedTZ", cleanup.Config{Schedule: "CRON_TZ=UTC"}, `Schedule "CRON_TZ=UTC"`},
+		{"UnknownTZ", cleanup.Config{Schedule: "CRON_TZ=Nowhere/Atlantis 0 3 * * *"}, "Nowhere/Atlantis"},
+		{"NeverFires", cleanup.Config{Schedule: "0 3 30 2 *"}, "never fires"},
+		{"Descriptor", cleanup.Config{Schedule: "@daily"}, ""},
+		{"Every", cleanup.Config{Schedule: "@every 6h"}, ""},
+		{"WithTZ", cleanup.Config{Schedule: "CRON_TZ=UTC 30 2 * * 1-5"}, ""},
+		{"BatchSizeNegative", cleanup.Config{BatchSize: -1}, "BatchSize -1"},
+		{"PauseNegative", cleanup.Config{Pause: -5 * time.Millisecond}, "Pause -5ms"},
+		{"NoPause", cleanup.Config{Pause: cleanup.NoPause}, ""},
+		{"LeaseTooShort", cleanup.Config{Lease: 500 * time.Millisecond}, "Lease 500ms"},
+		{"HoldNegative", cleanup.Config{Hold: -time.Second}, "Hold -1s"},
+		{"NoHold", cleanup.Config{Hold: cleanup.NoHold}, ""},
+		{"BadLockName", cleanup.Config{LockName: " leading space"}, "LockName"},
+		{"PartitionsAheadNegative", cleanup.Config{PartitionsAhead: -1}, "PartitionsAhead"},
+		{"RuleWithoutTable", cleanup.Config{Rules: []cleanup.Rule{{Delete: noDelete}}}, "Table is required"},
+		{"RuleWithoutDelete", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga"}}}, "Delete is required"},
+		{"RuleBuiltinName", cleanup.Config{Rules: []cleanup.Rule{{Table: cleanup.TableInbox, Delete: noDelete}}}, "built-in"},
+		{"RuleTwice", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", Delete: noDelete}, {Table: "saga", Delete: noDelete}}}, "used twice"},
+		{"RuleNegativeTTL", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", TTL: -1, Delete: noDelete}}}, "TTL"},
+		{"Rule", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", TTL: 7 * 24 * time.Hour, Delete: noDelete}}}, ""},
+		{"PartitionedInboxOnSQLite", cleanup.Config{PartitionedInbox: true}, "no inbox partition mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tt.cfg
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			c, err := cleanup.New(drv, &cfg)
+			if tt.wantErr == "" {
+				if err != nil || c == nil {
+					t.Fatalf("New(%s) = %v, %v; want a cleaner", tt.name, c, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("New(%s) error = %v; want one containing %q", tt.name, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestNilConfigAndDriver(t *testing.T) {
+	t.Parallel()
+	if _, err := cleanup.New(testdb.SQLite(t), nil); err != nil {
+		t.Errorf("New(drv, nil): %v", err)
+	}
+	if _, err := cleanup.New[any](nil, nil); err == nil {
+		t.Error("New(nil, nil) = nil error")
+	}
+}
+
+// logs captures what New logs at Warn and above.
+func logs(t *testing.T, in cleanup.InboxRetention) string {
+	t.Helper()
+	var buf bytes.Buffer
+	cfg := &cleanup.Config{Inbox: in, Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if _, err := cleanup.New(testdb.SQLite(t), cfg); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return buf.String()
+}
+
+func TestWarnings(t *testing.T) {
+	t.Parallel()
+	t.Run("InboxShorterThanRedeliveryHorizon", func(t *testing.T) {
+		t.Parallel()
+		out := logs(t, cleanup.InboxRetention{TTL: 24 * time.Hour, RedeliveryHorizon: 7 * 24 * time.Hour})
+		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "MISCONFIGURATION") || !strings.Contains(out, "redelivery_horizon=168h0m0s") {
+			t.Errorf("log = %q; want a WARN about the redelivery horizon", out)
+		}
+	})
+	t.Run("InboxCoversRedeliveryHorizon", func(t *testing.T) {
+		t.Parallel()
+		if out := logs(t, cleanup.InboxRetention{TTL: 72 * time.Hour, RedeliveryHorizon: 72 * time.Hour}); out != "" {
+			t.Errorf("log = %q; want nothing", out)
+		}
+	})
+	t.Run("Override", func(t *testing.T) {
+		t.Parallel()
+		out := logs(t, cleanup.InboxRetention{TTL: time.Hour, OverrideReason: "dev box"})
+		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, `reason="dev box"`) {
+			t.Errorf("log = %q; want the override and its reason", out)
+		}
+	})
+}

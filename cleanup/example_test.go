@@ -1,0 +1,58 @@
+package cleanup_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+)
+
+func Example() {
+	dir, _ := os.MkdirTemp("", "idem-cleanup-example")
+	defer os.RemoveAll(dir)
+	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer drv.Close()
+	ctx := context.Background()
+	if err := drv.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Two events processed four days ago, one an hour ago.
+	now := time.Now()
+	ex := drv.Executor()
+	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New(), uuid.New()}, now.Add(-96*time.Hour))
+	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New()}, now.Add(-time.Hour))
+
+	c, err := cleanup.New(drv, &cleanup.Config{
+		Inbox: cleanup.InboxRetention{
+			TTL:               72 * time.Hour,
+			RedeliveryHorizon: 72 * time.Hour, // the topic's retention
+		},
+		Schedule: "0 3 * * *", // Run: daily at 03:00 (the default)
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err) // a retention outside 24h..72h or a bad cron expression
+	}
+	rep, err := c.RunOnce(ctx) // or go c.Run(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range rep.Tables {
+		fmt.Printf("%s: %d deleted\n", t.Table, t.Deleted)
+	}
+	// Output:
+	// idempotency_record: 0 deleted
+	// processed_event: 2 deleted
+	// outbox: 0 deleted
+}

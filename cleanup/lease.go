@@ -1,0 +1,102 @@
+package cleanup
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// newOwner returns a lease owner id unique to one Cleaner, readable in the
+// idem_lock table: host, pid and random bits.
+func newOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// acquire takes (or extends) the sweep lease at now.
+func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error) {
+	ok, err := c.drv.Executor().LockAcquire(ctx, c.cfg.LockName, c.owner, now, now.Add(c.cfg.Lease))
+	if err != nil {
+		return false, fmt.Errorf("cleanup: acquire lease %q: %w", c.cfg.LockName, err)
+	}
+	return ok, nil
+}
+
+// keepLease renews the lease every Lease/3 until stop is called. The
+// returned context is cancelled with an error wrapping driver.ErrLeaseLost
+// when another owner took the lease over, or when renewals kept failing
+// until the lease expired: from then on another replica may sweep, so this
+// one stops.
+func (c *Cleaner[TTx]) keepLease(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ex := c.drv.Executor()
+		validUntil := c.cfg.Now().Add(c.cfg.Lease)
+		tick := time.NewTicker(c.cfg.Lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			until := c.cfg.Now().Add(c.cfg.Lease)
+			err := ex.LockRenew(ctx, c.cfg.LockName, c.owner, until)
+			switch {
+			case err == nil:
+				validUntil = until
+			case errors.Is(err, driver.ErrLeaseLost):
+				cancel(fmt.Errorf("cleanup: lease %q taken over by another replica: %w", c.cfg.LockName, driver.ErrLeaseLost))
+				return
+			case ctx.Err() != nil:
+				return
+			case !c.cfg.Now().Before(validUntil):
+				cancel(fmt.Errorf("cleanup: lease %q expired, renewals failed: %w: %w", c.cfg.LockName, driver.ErrLeaseLost, err))
+				return
+			default:
+				c.cfg.Logger.Warn("cleanup: lease renewal failed; retrying", "lock", c.cfg.LockName, "err", err)
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// finish keeps the lease for Config.Hold after a completed sweep, so that
+// replicas woken slightly later by the same schedule skip it; after a failed
+// or cancelled sweep, or with NoHold, it releases the lease at once.
+func (c *Cleaner[TTx]) finish(ctx context.Context, completed bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ex := c.drv.Executor()
+	var err error
+	if completed && c.cfg.Hold != NoHold {
+		err = ex.LockRenew(ctx, c.cfg.LockName, c.owner, c.cfg.Now().Add(c.cfg.Hold))
+	} else {
+		err = ex.LockRelease(ctx, c.cfg.LockName, c.owner)
+	}
+	if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+		c.cfg.Logger.Warn("cleanup: could not hold or release the lease; it expires on its own", "lock", c.cfg.LockName, "err", err)
+	}
+}

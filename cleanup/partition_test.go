@@ -1,0 +1,329 @@
+package cleanup_test
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// pnow is the clock of the partition tests: noon UTC, so the 72h cutoff
+// falls in the middle of a day.
+var pnow = time.Date(2031, 3, 14, 12, 0, 0, 0, time.UTC)
+
+func day(i int) time.Time { return time.Date(2031, 3, 14+i, 0, 0, 0, 0, time.UTC) }
+
+// v7At returns a random UUIDv7 of the millisecond t.
+func v7At(t time.Time) uuid.UUID {
+	id := uuid.New()
+	b := pgdriver.InboxPartitionBound(t)
+	copy(id[:6], b[:6])
+	id[6] = 0x70 | id[6]&0x0f
+	return id
+}
+
+func v7s(t time.Time, n int) []uuid.UUID {
+	out := make([]uuid.UUID, n)
+	for i := range out {
+		out[i] = v7At(t.Add(time.Duration(i) * time.Second))
+	}
+	return out
+}
+
+// v4Outside returns a UUIDv4 whose first 48 bits fall in no day partition
+// of this century.
+func v4Outside() uuid.UUID {
+	id := uuid.New()
+	id[0] = 0xf0 | id[0]&0x0f
+	return id
+}
+
+type pgInbox struct {
+	t   *testing.T
+	drv *pgdriver.Driver
+}
+
+func partitioned(t *testing.T) pgInbox {
+	t.Helper()
+	drv := testdb.Postgres(t)
+	if err := drv.EnableInboxPartitioning(t.Context(), &pgdriver.PartitionOptions{Now: pnow, Behind: 6, Ahead: 3}); err != nil {
+		t.Fatalf("EnableInboxPartitioning: %v", err)
+	}
+	return pgInbox{t, drv}
+}
+
+func (p pgInbox) insert(ids []uuid.UUID, at time.Time) {
+	p.t.Helper()
+	got, err := p.drv.Executor().InboxInsert(p.t.Context(), "c", ids, at)
+	if err != nil || len(got) != len(ids) {
+		p.t.Fatalf("InboxInsert(%d ids at %s) = %d new, %v", len(ids), at, len(got), err)
+	}
+}
+
+// present reports how many of ids are still recorded (InboxInsert in a
+// rolled-back transaction returns the ones that are not).
+func (p pgInbox) present(ids []uuid.UUID) int {
+	p.t.Helper()
+	ctx := p.t.Context()
+	tx, err := p.drv.Begin(ctx)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer func() { _ = p.drv.Rollback(ctx, tx) }()
+	fresh, err := p.drv.UnwrapExecutor(tx).InboxInsert(ctx, "c", ids, pnow)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return len(ids) - len(fresh)
+}
+
+// where returns the partition that holds id.
+func (p pgInbox) where(id uuid.UUID) string {
+	p.t.Helper()
+	var rel string
+	if err := p.drv.Pool().QueryRow(p.t.Context(), `SELECT tableoid::regclass::text FROM processed_event WHERE event_id = $1`, id).Scan(&rel); err != nil {
+		p.t.Fatalf("locate %s: %v", id, err)
+	}
+	return rel
+}
+
+func (p pgInbox) partitions() []string {
+	p.t.Helper()
+	parts, err := p.drv.InboxPartitions(p.t.Context())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var names []string
+	for _, x := range parts {
+		names = append(names, x.Name)
+	}
+	return names
+}
+
+func pname(i int) string { return "processed_event_p" + day(i).Format("20060102") }
+
+func partitionCleaner(t *testing.T, drv *pgdriver.Driver, partitionedInbox bool) *cleanup.Cleaner[pgx.Tx] {
+	t.Helper()
+	c, err := cleanup.New(drv, &cleanup.Config{
+		PartitionedInbox: partitionedInbox,
+		PartitionsAhead:  5,
+		Now:              func() time.Time { return pnow },
+		BatchSize:        2,
+		Pause:            cleanup.NoPause,
+		Logger:           slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("cleanup.New: %v", err)
+	}
+	return c
+}
+
+func TestPartitionMode(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	if got, want := p.partitions(), []string{"processed_event_default", pname(-6), pname(-5), pname(-4), pname(-3), pname(-2), pname(-1), pname(0), pname(1), pname(2), pname(3)}; !slices.Equal(got, want) {
+		t.Fatalf("partitions after EnableInboxPartitioning = %v; want %v", got, want)
+	}
+	// Whole days older than the 72h TTL (cutoff: day -3 at noon).
+	dropped := append(v7s(day(-5).Add(time.Hour), 20), v7s(day(-4).Add(time.Hour), 10)...)
+	p.insert(dropped[:20], day(-5).Add(2*time.Hour))
+	p.insert(dropped[20:], day(-4).Add(2*time.Hour))
+	// Day -3 straddles the cutoff: kept whole until it has ended.
+	straddling := v7s(day(-3).Add(time.Hour), 5)
+	p.insert(straddling, day(-3).Add(time.Hour))
+	recent := v7s(day(-1), 10)
+	p.insert(recent, day(-1).Add(time.Minute))
+	// An event of day -5 processed an hour ago (a lagging consumer): its
+	// day is dropped, the row is kept.
+	lagging := v7s(day(-5).Add(3*time.Hour), 1)
+	p.insert(lagging, pnow.Add(-time.Hour))
+	// Ids that are not UUIDv7, and a UUIDv7 older than every partition, go
+	// to the default partition and are deleted by processed_at.
+	v4Old, v4Young, ancient := []uuid.UUID{v4Outside()}, []uuid.UUID{v4Outside()}, v7s(day(-30), 3)
+	p.insert(v4Old, pnow.Add(-100*time.Hour))
+	p.insert(v4Young, pnow.Add(-time.Hour))
+	p.insert(ancient, day(-30))
+	for _, id := range []uuid.UUID{v4Old[0], v4Young[0], ancient[0]} {
+		if rel := p.where(id); rel != "processed_event_default" {
+			t.Errorf("%s is stored in %s; want the default partition", id, rel)
+		}
+	}
+	if rel := p.where(recent[0]); rel != pname(-1) {
+		t.Errorf("a UUIDv7 of day -1 is stored in %s; want %s", rel, pname(-1))
+	}
+
+	rep, err := partitionCleaner(t, p.drv, true).RunOnce(t.Context())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	in := rep.Tables[1]
+	if in.Table != cleanup.TableInbox {
+		t.Fatalf("second table swept is %s", in.Table)
+	}
+	if want := []string{pname(-6), pname(-5), pname(-4)}; !slices.Equal(in.PartitionsDropped, want) {
+		t.Errorf("dropped %v; want %v", in.PartitionsDropped, want)
+	}
+	if want := []string{pname(4), pname(5)}; !slices.Equal(in.PartitionsCreated, want) {
+		t.Errorf("created %v; want %v", in.PartitionsCreated, want)
+	}
+	if in.Rescued != 1 || in.Deleted != 4 || in.Batches != 3 {
+		t.Errorf("rescued %d, deleted %d in %d batches; want 1 (lagging), 4 (old v4 + 3 ancient) in 3 batches of 2", in.Rescued, in.Deleted, in.Batches)
+	}
+	if n := p.present(dropped); n != 0 {
+		t.Errorf("%d rows of dropped days still deduplicate", n)
+	}
+	if n := p.present(v4Old) + p.present(ancient); n != 0 {
+		t.Errorf("%d old rows of the default partition left", n)
+	}
+	for name, ids := range map[string][]uuid.UUID{"straddling": straddling, "recent": recent, "lagging": lagging, "young v4": v4Young} {
+		if n := p.present(ids); n != len(ids) {
+			t.Errorf("%s: %d of %d rows deleted; want all kept", name, len(ids)-n, len(ids))
+		}
+	}
+	if rel := p.where(lagging[0]); rel != "processed_event_default" {
+		t.Errorf("the lagging row is in %s after its day was dropped; want the default partition", rel)
+	}
+	if got, want := p.partitions(), []string{"processed_event_default", pname(-3), pname(-2), pname(-1), pname(0), pname(1), pname(2), pname(3), pname(4), pname(5)}; !slices.Equal(got, want) {
+		t.Errorf("partitions after the sweep = %v; want %v", got, want)
+	}
+}
+
+// Creating a partition ahead moves the default partition's rows of that day
+// into it.
+func TestPartitionCreatedOverDefaultRows(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	future := v7s(day(7), 3)
+	p.insert(future, pnow)
+	if rel := p.where(future[0]); rel != "processed_event_default" {
+		t.Fatalf("a UUIDv7 of day 7 is in %s before its partition exists", rel)
+	}
+	created, err := p.drv.EnsureInboxPartitions(t.Context(), pnow, 7)
+	if err != nil {
+		t.Fatalf("EnsureInboxPartitions: %v", err)
+	}
+	if want := []string{pname(4), pname(5), pname(6), pname(7)}; !slices.Equal(created, want) {
+		t.Errorf("created %v; want %v", created, want)
+	}
+	if rel := p.where(future[0]); rel != pname(7) {
+		t.Errorf("the row is in %s after its day's partition was created; want %s", rel, pname(7))
+	}
+	if n := p.present(future); n != 3 {
+		t.Errorf("%d of 3 moved rows still deduplicate", n)
+	}
+}
+
+func TestEnableInboxPartitioningKeepsRows(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	p := pgInbox{t, drv}
+	before := append(v7s(day(-1), 5), v4Outside())
+	p.insert(before, pnow.Add(-time.Hour))
+	for range 2 { // the second call only checks the partitions
+		if err := drv.EnableInboxPartitioning(t.Context(), &pgdriver.PartitionOptions{Now: pnow}); err != nil {
+			t.Fatalf("EnableInboxPartitioning: %v", err)
+		}
+	}
+	if ok, err := drv.InboxPartitioned(t.Context()); err != nil || !ok {
+		t.Fatalf("InboxPartitioned = %v, %v", ok, err)
+	}
+	if n := p.present(before); n != len(before) {
+		t.Errorf("%d of %d rows survived the conversion", n, len(before))
+	}
+	if rel := p.where(before[0]); rel != pname(-1) {
+		t.Errorf("a converted row of day -1 is in %s", rel)
+	}
+	// The primary key still deduplicates: inserting again adds nothing.
+	if got, err := drv.Executor().InboxInsert(t.Context(), "c", before, pnow); err != nil || len(got) != 0 {
+		t.Errorf("InboxInsert of converted ids = %v, %v; want none new", got, err)
+	}
+}
+
+// The cleaner refuses a partition mode that does not match the table: row
+// DELETEs on a partitioned table would never drop a partition, and partition
+// mode on a plain table has nothing to drop.
+func TestPartitionModeMismatch(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	if _, err := partitionCleaner(t, p.drv, false).RunOnce(t.Context()); !errors.Is(err, cleanup.ErrInboxPartitioning) {
+		t.Errorf("DELETE mode on a partitioned table: err = %v; want ErrInboxPartitioning", err)
+	}
+	plain := testdb.Postgres(t)
+	if _, err := partitionCleaner(t, plain, true).RunOnce(t.Context()); !errors.Is(err, cleanup.ErrInboxPartitioning) {
+		t.Errorf("partition mode on a plain table: err = %v; want ErrInboxPartitioning", err)
+	}
+}
+
+// Dropping and creating partitions while consumers insert: no insert fails.
+func TestPartitionMaintenanceUnderInsertLoad(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	for i := -6; i <= -4; i++ {
+		p.insert(v7s(day(i), 500), day(i))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var inserted atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				at := pnow.Add(time.Duration(w*100000+i) * time.Millisecond)
+				ids := append(v7s(at, 5), v4Outside()) // today's partition and the default
+				if got, err := p.drv.Executor().InboxInsert(t.Context(), "c", ids, at); err != nil || len(got) != len(ids) {
+					t.Errorf("insert during partition maintenance: %d new, %v", len(got), err)
+					return
+				}
+				inserted.Add(int64(len(ids)))
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	rep, err := partitionCleaner(t, p.drv, true).RunOnce(t.Context())
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if in := rep.Tables[1]; len(in.PartitionsDropped) != 3 || len(in.PartitionsCreated) != 2 {
+		t.Errorf("dropped %v, created %v; want 3 and 2", in.PartitionsDropped, in.PartitionsCreated)
+	}
+	if inserted.Load() == 0 {
+		t.Error("no inserts ran during the sweep")
+	}
+}
+
+// InboxDeleteBefore on a partitioned processed_event deletes exactly the old
+// rows: partitions have overlapping ctids, so deleting by ctid would also
+// remove young rows that share one with an old row in another partition.
+func TestInboxDeleteBeforeOnPartitionedTable(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	old, young := v7s(day(-5), 10), v7s(day(-1), 10)
+	p.insert(old, day(-5))
+	p.insert(young, day(-1))
+	n, err := p.drv.Executor().InboxDeleteBefore(t.Context(), "", day(-3), 100)
+	if err != nil || n != len(old) {
+		t.Fatalf("InboxDeleteBefore = %d, %v; want %d", n, err, len(old))
+	}
+	if got := p.present(old); got != 0 {
+		t.Errorf("%d old rows survived", got)
+	}
+	if got := p.present(young); got != len(young) {
+		t.Errorf("%d of %d young rows survived", got, len(young))
+	}
+}

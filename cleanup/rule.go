@@ -1,0 +1,117 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Names of the built-in rules, as they appear in a Report.
+const (
+	TableRecords = "idempotency_record"
+	TableInbox   = "processed_event"
+	TableOutbox  = "outbox"
+)
+
+// Rule is one more table for the cleaner to sweep: the extension point for
+// tables added after the built-in ones (finished saga rows) and for an
+// application's own tables.
+type Rule struct {
+	// Table names the rule in reports and logs. Required, unique, and not
+	// one of the built-in names.
+	Table string
+	// TTL is the age past which rows are deleted: Delete receives
+	// now - TTL as before. Zero passes now itself, for rows that carry
+	// their own expiry time. Must not be negative.
+	TTL time.Duration
+	// Delete deletes at most limit rows that are older than before, with
+	// ONE bounded statement run through ex (which commits on its own), and
+	// returns how many it deleted. The cleaner calls it again, after
+	// Config.Pause, while it returns limit. Required.
+	Delete func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error)
+}
+
+var lockNameRe = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]{0,199}$`)
+
+func validateRules(rules []Rule) []error {
+	var errs []error
+	seen := map[string]bool{TableRecords: true, TableInbox: true, TableOutbox: true}
+	for i, r := range rules {
+		switch {
+		case r.Table == "":
+			errs = append(errs, fmt.Errorf("Config.Rules[%d]: Table is required", i))
+		case seen[r.Table]:
+			errs = append(errs, fmt.Errorf("Config.Rules[%d]: Table %q is used twice or is a built-in table", i, r.Table))
+		}
+		seen[r.Table] = true
+		if r.TTL < 0 {
+			errs = append(errs, fmt.Errorf("Config.Rules[%d] (%s): TTL %s must not be negative", i, r.Table, r.TTL))
+		}
+		if r.Delete == nil {
+			errs = append(errs, fmt.Errorf("Config.Rules[%d] (%s): Delete is required", i, r.Table))
+		}
+	}
+	return errs
+}
+
+// sweepRule is what a sweep runs for one table: either a batched delete (the
+// built-in DELETE rules and Config.Rules) or a custom pass (partition mode).
+type sweepRule struct {
+	table string
+	// cutoff maps the sweep's now to the "older than" bound.
+	cutoff func(now time.Time) time.Time
+	// deleteBatch deletes at most limit rows older than before.
+	deleteBatch func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error)
+	// before, if set, runs once ahead of the batches (partition
+	// maintenance) and fills in the table report.
+	before func(ctx context.Context, before, now time.Time, tr *TableReport) error
+}
+
+func olderThan(ttl time.Duration) func(time.Time) time.Time {
+	return func(now time.Time) time.Time { return now.Add(-ttl) }
+}
+
+// builtinRules returns the sweep rules of c, in sweep order.
+// probe is the driver's partition mode, nil when it has none.
+func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
+	var rules []sweepRule
+	if !c.Records.Disabled {
+		rules = append(rules, sweepRule{
+			table:  TableRecords,
+			cutoff: func(now time.Time) time.Time { return now },
+			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+				return ex.RecordDeleteExpired(ctx, before, limit)
+			},
+		})
+	}
+	if !c.Inbox.Disabled {
+		if c.PartitionedInbox {
+			rules = append(rules, partitionedInboxRule(probe, c.Inbox.TTL, c.PartitionsAhead))
+		} else {
+			rules = append(rules, sweepRule{
+				table:  TableInbox,
+				cutoff: olderThan(c.Inbox.TTL),
+				before: unpartitionedCheck(probe),
+				deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+					return ex.InboxDeleteBefore(ctx, "", before, limit)
+				},
+			})
+		}
+	}
+	if !c.Outbox.Disabled {
+		rules = append(rules, sweepRule{
+			table:  TableOutbox,
+			cutoff: olderThan(c.Outbox.TTL),
+			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+				return ex.OutboxDeletePublishedBefore(ctx, before, limit)
+			},
+		})
+	}
+	for _, r := range c.Rules {
+		rules = append(rules, sweepRule{table: r.Table, cutoff: olderThan(r.TTL), deleteBatch: r.Delete})
+	}
+	return rules
+}

@@ -1,0 +1,38 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// LockExecutor is the storage of named leases (table idem_lock): one row
+// (name, owner, expires_at) per lease. Replicas of a service use a lease so
+// that exactly one of them runs a periodic job (the cleanup sweep); the others
+// see it taken and skip.
+//
+// Ownership is continuous for as long as the row names the owner: a takeover
+// rewrites owner, a release deletes the row. Times are the caller's clock;
+// replicas should run NTP, and a lease should be long compared with the
+// clock skew between them.
+type LockExecutor interface {
+	// LockAcquire takes the lease name for owner until until, in ONE
+	// statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE): it inserts the
+	// row, or takes over a row whose expires_at is not after now, or extends
+	// it when owner already holds it. It returns true when owner holds the
+	// lease afterwards and false when another owner holds a live lease.
+	// Concurrent callers never both get true for a live lease.
+	LockAcquire(ctx context.Context, name, owner string, now, until time.Time) (bool, error)
+
+	// LockRenew moves the expiry of a lease owner holds to until (earlier
+	// or later). ErrLeaseLost when the row no longer names owner (another
+	// owner took the expired lease over, or it was released).
+	LockRenew(ctx context.Context, name, owner string, until time.Time) error
+
+	// LockRelease deletes the lease if owner holds it, so another owner may
+	// take it at once. ErrLeaseLost when owner does not hold it.
+	LockRelease(ctx context.Context, name, owner string) error
+
+	// LockGet returns the owner and expiry of the lease name, expired or
+	// not, or ErrNotFound when there is no row.
+	LockGet(ctx context.Context, name string) (owner string, expiresAt time.Time, err error)
+}

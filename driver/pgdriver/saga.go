@@ -1,0 +1,227 @@
+package pgdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver"
+)
+
+const sagaColumns = `saga_id, saga_type, state, data, created_at, updated_at, finished_at`
+
+func scanSaga(row pgx.Row) (*driver.Saga, error) {
+	var (
+		s        driver.Saga
+		finished *time.Time
+	)
+	if err := row.Scan(&s.ID, &s.Type, &s.State, &s.Data, &s.CreatedAt, &s.UpdatedAt, &finished); err != nil {
+		return nil, err
+	}
+	if finished != nil {
+		s.FinishedAt = *finished
+	}
+	return &s, nil
+}
+
+// finishedAt is the finished_at stored for a saga moving to state at now.
+func finishedAt(state string, now time.Time) *time.Time {
+	if driver.SagaFinished(state) {
+		return &now
+	}
+	return nil
+}
+
+// SagaCreate implements driver.SagaExecutor. A concurrent create of the same
+// ID waits on the primary key for the first transaction; the read that
+// follows a conflict is a new statement, so under READ COMMITTED it sees the
+// row that transaction committed.
+func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga, bool, error) {
+	if !driver.ValidSagaState(s.State) {
+		return nil, false, fmt.Errorf("pgdriver: saga create: unknown state %q", s.State)
+	}
+	insert := e.d.expand(`INSERT INTO {{table}}saga (` + sagaColumns + `)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (saga_id) DO NOTHING
+		RETURNING ` + sagaColumns)
+	// A saga deleted between the insert and the read (the cleaner) makes
+	// us try again; a few rounds always settle it.
+	for range 5 {
+		stored, err := scanSaga(e.db.QueryRow(ctx, insert,
+			s.ID, s.Type, s.State, s.Data, s.CreatedAt, s.UpdatedAt, finishedAt(s.State, s.UpdatedAt)))
+		if err == nil {
+			return stored, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, mapErr("saga create", err)
+		}
+		stored, err = e.SagaGet(ctx, s.ID)
+		if errors.Is(err, driver.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return stored, false, nil
+	}
+	return nil, false, fmt.Errorf("pgdriver: saga create %q: saga keeps disappearing", s.ID)
+}
+
+// SagaGet implements driver.SagaExecutor.
+func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, error) {
+	s, err := scanSaga(e.db.QueryRow(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga WHERE saga_id = $1`), sagaID))
+	if err != nil {
+		return nil, mapErr("saga get", err)
+	}
+	return s, nil
+}
+
+// SagaSetState implements driver.SagaExecutor. The UPDATE waits for the
+// share locks SagaStepRecord holds on the saga's row, so a step still being
+// recorded under the old state commits before the state changes; READ
+// COMMITTED then re-checks the guard against the newest row version.
+func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (bool, string, error) {
+	if !driver.ValidSagaState(to) {
+		return false, "", fmt.Errorf("pgdriver: saga set state: unknown state %q", to)
+	}
+	var state string
+	err := e.db.QueryRow(ctx, e.d.expand(`UPDATE {{table}}saga
+		SET state = $3, updated_at = $4, finished_at = $5
+		WHERE saga_id = $1 AND state = ANY ($2::text[])
+		RETURNING state`), sagaID, from, to, now, finishedAt(to, now)).Scan(&state)
+	if err == nil {
+		return true, state, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, "", mapErr("saga set state", err)
+	}
+	err = e.db.QueryRow(ctx, e.d.expand(`SELECT state FROM {{table}}saga WHERE saga_id = $1`), sagaID).Scan(&state)
+	if err != nil {
+		return false, "", mapErr("saga set state", err)
+	}
+	return false, state, nil
+}
+
+// SagaStepRecord implements driver.SagaExecutor in one statement: the step
+// row is selected from the saga's row when the saga is in the state the kind
+// requires, locking that row FOR SHARE (so SagaSetState waits for this
+// transaction), and inserted unless the step exists. A concurrent
+// uncommitted insert of the same step makes the statement wait on the
+// primary key; afterwards the step is skipped (that transaction committed)
+// or inserted here (it rolled back). Only when nothing was inserted does a
+// second statement read why: the existing step, or the saga's state.
+func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (bool, []byte, error) {
+	want, ok := driver.SagaStepState(kind)
+	if !ok {
+		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
+	}
+	var inserted bool
+	err := e.db.QueryRow(ctx, e.d.expand(`INSERT INTO {{table}}saga_step (saga_id, step_name, kind, result, completed_at)
+		SELECT s.saga_id, $2, $3, $4, $5 FROM {{table}}saga s
+		WHERE s.saga_id = $1 AND s.state = $6
+		FOR SHARE
+		ON CONFLICT (saga_id, step_name) DO NOTHING
+		RETURNING true`), sagaID, step, kind, result, now, want).Scan(&inserted)
+	if err == nil {
+		return true, nil, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, mapErr("saga step record", err)
+	}
+	var (
+		state    string
+		recorded bool
+		existing []byte
+	)
+	err = e.db.QueryRow(ctx, e.d.expand(`SELECT s.state, st.saga_id IS NOT NULL, st.result
+		FROM {{table}}saga s
+		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = $2
+		WHERE s.saga_id = $1`), sagaID, step).Scan(&state, &recorded, &existing)
+	if err != nil {
+		return false, nil, mapErr("saga step record", err)
+	}
+	if recorded {
+		return false, existing, nil
+	}
+	return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
+}
+
+// SagaStepSetResult implements driver.SagaExecutor.
+func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error {
+	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}saga_step SET result = $3
+		WHERE saga_id = $1 AND step_name = $2`), sagaID, step, result)
+	if err != nil {
+		return mapErr("saga step set result", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgdriver: saga step set result %q/%q: %w", sagaID, step, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// SagaSteps implements driver.SagaExecutor.
+func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaStep, error) {
+	rows, err := e.db.Query(ctx, e.d.expand(`SELECT saga_id, step_name, kind, seq, result, completed_at
+		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`), sagaID)
+	if err != nil {
+		return nil, mapErr("saga steps", err)
+	}
+	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.SagaStep, error) {
+		var s driver.SagaStep
+		err := row.Scan(&s.SagaID, &s.Name, &s.Kind, &s.Seq, &s.Result, &s.CompletedAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, mapErr("saga steps", err)
+	}
+	return steps, nil
+}
+
+// SagaList implements driver.SagaExecutor.
+func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]driver.Saga, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("pgdriver: saga list: limit %d must be positive", limit)
+	}
+	if len(states) == 0 {
+		return nil, nil
+	}
+	rows, err := e.db.Query(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga
+		WHERE state = ANY ($1::text[]) ORDER BY updated_at, saga_id LIMIT $2`), slices.Clone(states), limit)
+	if err != nil {
+		return nil, mapErr("saga list", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Saga, error) {
+		s, err := scanSaga(row)
+		if err != nil {
+			return driver.Saga{}, err
+		}
+		return *s, nil
+	})
+	if err != nil {
+		return nil, mapErr("saga list", err)
+	}
+	return out, nil
+}
+
+// SagaDeleteFinishedBefore implements driver.SagaExecutor. Like
+// RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
+// statement never locks more than limit sagas, and skips sagas a concurrent
+// cleaner holds. Their steps go with them (ON DELETE CASCADE).
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("pgdriver: saga delete: limit %d must be positive", limit)
+	}
+	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {{table}}saga
+		WHERE finished_at IS NOT NULL AND finished_at < $1
+		ORDER BY finished_at LIMIT $2
+		FOR UPDATE SKIP LOCKED))`), before, limit)
+	if err != nil {
+		return 0, mapErr("saga delete", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,184 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Saga states (column saga.state).
+const (
+	// SagaRunning: forward steps may run.
+	SagaRunning = "running"
+	// SagaCompleted: every forward step ran; the saga is finished.
+	SagaCompleted = "completed"
+	// SagaCompensating: a forward step failed for good; compensations run.
+	SagaCompensating = "compensating"
+	// SagaCompensated: every completed forward step was compensated; the
+	// saga is finished.
+	SagaCompensated = "compensated"
+	// SagaFailed: a compensation kept failing; compensating the saga again
+	// resumes where it stopped.
+	SagaFailed = "failed"
+)
+
+// Kinds of saga steps (column saga_step.kind).
+const (
+	// StepForward is a step of the saga's normal course.
+	StepForward = "forward"
+	// StepCompensation undoes a completed forward step.
+	StepCompensation = "compensation"
+)
+
+// ErrSagaState is returned (wrapped in a *SagaStateError) when a saga is not
+// in the state an operation requires.
+var ErrSagaState = errors.New("idem/driver: saga state does not allow this")
+
+// SagaStateError reports the state a saga was in when an operation that
+// required another state was refused. It matches ErrSagaState with
+// errors.Is.
+type SagaStateError struct {
+	SagaID string
+	// State is the saga's current state.
+	State string
+	// Want lists the states the operation required.
+	Want []string
+}
+
+func (e *SagaStateError) Error() string {
+	return fmt.Sprintf("idem/driver: saga %q is %s, want %v", e.SagaID, e.State, e.Want)
+}
+
+// Is reports whether target is ErrSagaState.
+func (e *SagaStateError) Is(target error) bool { return target == ErrSagaState }
+
+// Saga is one stored saga (table saga).
+type Saga struct {
+	ID    string
+	Type  string
+	State string
+	// Data is the saga's input, opaque to idem (the application's JSON).
+	// It is written once, by SagaCreate.
+	Data      []byte
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// FinishedAt is set when the saga reached SagaCompleted or
+	// SagaCompensated; zero otherwise.
+	FinishedAt time.Time
+}
+
+// SagaStep is one completed step of a saga (table saga_step).
+type SagaStep struct {
+	SagaID string
+	Name   string
+	// Kind is StepForward or StepCompensation.
+	Kind string
+	// Seq orders the steps of a saga by the time they were recorded: a
+	// step recorded after another has a greater Seq. Values are not
+	// contiguous and not comparable across sagas.
+	Seq         int64
+	Result      []byte
+	CompletedAt time.Time
+}
+
+// SagaExecutor is the storage of sagas (tables saga and saga_step). See
+// package saga for the code that uses it.
+//
+// A row (saga_id, step_name) of saga_step says that the step completed: it
+// is written in the transaction of the step's effect, so both commit or
+// neither does (rule R-DIST-IDEM-1: a saga step is identified by sagaId +
+// stepName).
+type SagaExecutor interface {
+	// SagaCreate inserts s if no saga has its ID (INSERT ... ON CONFLICT DO
+	// NOTHING) and returns the stored saga: s itself with created true, or
+	// the existing saga, unchanged, with created false. On a backend with
+	// concurrent writers, a create of an ID that an uncommitted transaction
+	// created waits for that transaction.
+	SagaCreate(ctx context.Context, s *Saga) (stored *Saga, created bool, err error)
+
+	// SagaGet returns the saga, or ErrNotFound.
+	SagaGet(ctx context.Context, sagaID string) (*Saga, error)
+
+	// SagaSetState moves the saga to state to at now, in one UPDATE guarded
+	// by the expected states from: it changes the saga only when its state
+	// is one of them. updated_at becomes now; finished_at becomes now when
+	// to is SagaCompleted or SagaCompensated, and NULL otherwise. It
+	// returns changed true and current == to when it moved the saga, and
+	// changed false with the saga's current state when the guard refused.
+	// ErrNotFound when there is no such saga.
+	//
+	// On a backend with concurrent writers the UPDATE waits for the
+	// transactions that are recording a step of the saga (see
+	// SagaStepRecord), so no step of the old state commits after the state
+	// changed.
+	SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (changed bool, current string, err error)
+
+	// SagaStepRecord records that step of kind completed at now with
+	// result, in ONE statement (INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	// RETURNING), and returns inserted true when the row is new: the caller
+	// must now perform the step's effect in the same transaction. When the
+	// step is already recorded it returns inserted false and the stored
+	// result (then the existing row is read), whatever the saga's state.
+	//
+	// A new row is only inserted while the saga is in the state its kind
+	// requires: SagaRunning for StepForward, SagaCompensating for
+	// StepCompensation; otherwise a *SagaStateError. ErrNotFound when there
+	// is no such saga. On a backend with concurrent writers, the statement
+	// share-locks the saga's row until the transaction ends (so that
+	// SagaSetState waits for it), and a step that an uncommitted transaction
+	// recorded makes it wait for that transaction: then it reports the
+	// step as existing if that transaction committed, or inserts it if it
+	// rolled back.
+	SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (inserted bool, existingResult []byte, err error)
+
+	// SagaStepSetResult replaces the result of a recorded step (the step's
+	// function ran after SagaStepRecord claimed it, in the same
+	// transaction). ErrNotFound if the step is not recorded.
+	SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error
+
+	// SagaSteps returns the recorded steps of the saga, forward and
+	// compensation, ordered by Seq. A saga without steps, or no saga,
+	// gives an empty result.
+	SagaSteps(ctx context.Context, sagaID string) ([]SagaStep, error)
+
+	// SagaList returns at most limit sagas whose state is one of states,
+	// least recently updated first (for a recovery loop that resumes
+	// interrupted compensations). limit must be positive.
+	SagaList(ctx context.Context, states []string, limit int) ([]Saga, error)
+
+	// SagaDeleteFinishedBefore deletes at most limit finished sagas
+	// (SagaCompleted or SagaCompensated) whose finished_at is before
+	// before, oldest first, with their steps, and returns how many sagas it
+	// deleted. Running, compensating and failed sagas are never deleted.
+	// The cleaner calls it in a loop until it returns less than limit.
+	// limit must be positive.
+	SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// SagaFinished reports whether state is a final state (SagaCompleted or
+// SagaCompensated), the states in which finished_at is set.
+func SagaFinished(state string) bool {
+	return state == SagaCompleted || state == SagaCompensated
+}
+
+// SagaStepState returns the saga state in which a new step of kind may be
+// recorded, and false for an unknown kind.
+func SagaStepState(kind string) (string, bool) {
+	switch kind {
+	case StepForward:
+		return SagaRunning, true
+	case StepCompensation:
+		return SagaCompensating, true
+	}
+	return "", false
+}
+
+// ValidSagaState reports whether state is one of the five saga states.
+func ValidSagaState(state string) bool {
+	switch state {
+	case SagaRunning, SagaCompleted, SagaCompensating, SagaCompensated, SagaFailed:
+		return true
+	}
+	return false
+}

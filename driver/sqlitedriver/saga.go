@@ -1,0 +1,238 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+const sagaColumns = `saga_id, saga_type, state, data, created_at, updated_at, finished_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSaga(row scanner) (*driver.Saga, error) {
+	var (
+		s                driver.Saga
+		created, updated int64
+		finished         sql.NullInt64
+	)
+	if err := row.Scan(&s.ID, &s.Type, &s.State, &s.Data, &created, &updated, &finished); err != nil {
+		return nil, err
+	}
+	s.CreatedAt = fromMicros(created)
+	s.UpdatedAt = fromMicros(updated)
+	if finished.Valid {
+		s.FinishedAt = fromMicros(finished.Int64)
+	}
+	return &s, nil
+}
+
+// finishedAt is the finished_at stored for a saga moving to state at now.
+func finishedAt(state string, now time.Time) any {
+	if driver.SagaFinished(state) {
+		return micros(now)
+	}
+	return nil
+}
+
+// jsonStrings encodes states as a JSON array for json_each.
+func jsonStrings(states []string) string {
+	if states == nil {
+		states = []string{}
+	}
+	b, _ := json.Marshal(states) // []string always encodes
+	return string(b)
+}
+
+// SagaCreate implements driver.SagaExecutor. SQLite serialises writers, so
+// the read after a conflict sees the committed saga.
+func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga, bool, error) {
+	if !driver.ValidSagaState(s.State) {
+		return nil, false, fmt.Errorf("sqlitedriver: saga create: unknown state %q", s.State)
+	}
+	stored, err := scanSaga(e.db.QueryRowContext(ctx, e.d.expand(`INSERT INTO {{table}}saga (`+sagaColumns+`)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+		ON CONFLICT (saga_id) DO NOTHING
+		RETURNING `+sagaColumns),
+		s.ID, s.Type, s.State, s.Data, micros(s.CreatedAt), micros(s.UpdatedAt), finishedAt(s.State, s.UpdatedAt)))
+	if err == nil {
+		return stored, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, false, mapErr("saga create", err)
+	}
+	stored, err = e.SagaGet(ctx, s.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	return stored, false, nil
+}
+
+// SagaGet implements driver.SagaExecutor.
+func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, error) {
+	s, err := scanSaga(e.db.QueryRowContext(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga WHERE saga_id = ?1`), sagaID))
+	if err != nil {
+		return nil, mapErr("saga get", err)
+	}
+	return s, nil
+}
+
+// SagaSetState implements driver.SagaExecutor.
+func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (bool, string, error) {
+	if !driver.ValidSagaState(to) {
+		return false, "", fmt.Errorf("sqlitedriver: saga set state: unknown state %q", to)
+	}
+	var state string
+	err := e.db.QueryRowContext(ctx, e.d.expand(`UPDATE {{table}}saga
+		SET state = ?3, updated_at = ?4, finished_at = ?5
+		WHERE saga_id = ?1 AND state IN (SELECT value FROM json_each(?2))
+		RETURNING state`), sagaID, jsonStrings(from), to, micros(now), finishedAt(to, now)).Scan(&state)
+	if err == nil {
+		return true, state, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return false, "", mapErr("saga set state", err)
+	}
+	err = e.db.QueryRowContext(ctx, e.d.expand(`SELECT state FROM {{table}}saga WHERE saga_id = ?1`), sagaID).Scan(&state)
+	if err != nil {
+		return false, "", mapErr("saga set state", err)
+	}
+	return false, state, nil
+}
+
+// SagaStepRecord implements driver.SagaExecutor in one statement: the step
+// row is selected from the saga's row when the saga is in the state the kind
+// requires, numbered after the saga's last step, and inserted unless the
+// step exists. SQLite serialises writers, so the numbering is exact and a
+// concurrent duplicate waits for the write lock and then finds the committed
+// step. Only when nothing was inserted does a second statement read why.
+func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (bool, []byte, error) {
+	want, ok := driver.SagaStepState(kind)
+	if !ok {
+		return false, nil, fmt.Errorf("sqlitedriver: saga step record: unknown kind %q", kind)
+	}
+	var inserted int
+	err := e.db.QueryRowContext(ctx, e.d.expand(`INSERT INTO {{table}}saga_step (saga_id, step_name, kind, seq, result, completed_at)
+		SELECT s.saga_id, ?2, ?3,
+			(SELECT coalesce(max(seq), 0) + 1 FROM {{table}}saga_step WHERE saga_id = ?1), ?4, ?5
+		FROM {{table}}saga s
+		WHERE s.saga_id = ?1 AND s.state = ?6
+		ON CONFLICT (saga_id, step_name) DO NOTHING
+		RETURNING 1`), sagaID, step, kind, result, micros(now), want).Scan(&inserted)
+	if err == nil {
+		return true, nil, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return false, nil, mapErr("saga step record", err)
+	}
+	var (
+		state    string
+		recorded bool
+		existing []byte
+	)
+	err = e.db.QueryRowContext(ctx, e.d.expand(`SELECT s.state, st.saga_id IS NOT NULL, st.result
+		FROM {{table}}saga s
+		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = ?2
+		WHERE s.saga_id = ?1`), sagaID, step).Scan(&state, &recorded, &existing)
+	if err != nil {
+		return false, nil, mapErr("saga step record", err)
+	}
+	if recorded {
+		return false, existing, nil
+	}
+	return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
+}
+
+// SagaStepSetResult implements driver.SagaExecutor.
+func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error {
+	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}saga_step SET result = ?3
+		WHERE saga_id = ?1 AND step_name = ?2`), sagaID, step, result)
+	if err != nil {
+		return mapErr("saga step set result", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return mapErr("saga step set result", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlitedriver: saga step set result %q/%q: %w", sagaID, step, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// SagaSteps implements driver.SagaExecutor.
+func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaStep, error) {
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT saga_id, step_name, kind, seq, result, completed_at
+		FROM {{table}}saga_step WHERE saga_id = ?1 ORDER BY seq`), sagaID)
+	if err != nil {
+		return nil, mapErr("saga steps", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []driver.SagaStep
+	for rows.Next() {
+		var (
+			s         driver.SagaStep
+			completed int64
+		)
+		if err := rows.Scan(&s.SagaID, &s.Name, &s.Kind, &s.Seq, &s.Result, &completed); err != nil {
+			return nil, mapErr("saga steps", err)
+		}
+		s.CompletedAt = fromMicros(completed)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("saga steps", err)
+	}
+	return out, nil
+}
+
+// SagaList implements driver.SagaExecutor.
+func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]driver.Saga, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("sqlitedriver: saga list: limit %d must be positive", limit)
+	}
+	if len(states) == 0 {
+		return nil, nil
+	}
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga
+		WHERE state IN (SELECT value FROM json_each(?1)) ORDER BY updated_at, saga_id LIMIT ?2`), jsonStrings(states), limit)
+	if err != nil {
+		return nil, mapErr("saga list", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []driver.Saga
+	for rows.Next() {
+		s, err := scanSaga(rows)
+		if err != nil {
+			return nil, mapErr("saga list", err)
+		}
+		out = append(out, *s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("saga list", err)
+	}
+	return out, nil
+}
+
+// SagaDeleteFinishedBefore implements driver.SagaExecutor. The steps of the
+// deleted sagas go with them (foreign key ON DELETE CASCADE, and a trigger
+// for connections without PRAGMA foreign_keys).
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: saga delete: limit %d must be positive", limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}saga WHERE saga_id IN (
+		SELECT saga_id FROM {{table}}saga
+		WHERE finished_at IS NOT NULL AND finished_at < ?1
+		ORDER BY finished_at LIMIT ?2)`), micros(before), limit)
+	if err != nil {
+		return 0, mapErr("saga delete", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("saga delete", err)
+}

@@ -1,0 +1,54 @@
+package saga
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Coordinator. The zero value gives the defaults.
+type Config struct {
+	// Now is the clock that stamps sagas and steps. Defaults to time.Now.
+	Now func() time.Time
+
+	// CompensationAttempts is how many times Compensate runs one
+	// compensation (each attempt in its own transaction) before it gives
+	// up, marks the saga Failed and returns a *CompensationError.
+	// Defaults to 3; at least 1.
+	CompensationAttempts int
+
+	// CompensationBackoff is the wait before the second attempt of a
+	// compensation; it doubles for every further attempt. Defaults to
+	// 100ms.
+	CompensationBackoff time.Duration
+
+	// Logger receives warnings (failed compensation attempts, a saga that
+	// could not be marked Failed). Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.CompensationAttempts == 0 {
+		c.CompensationAttempts = 3
+	}
+	if c.CompensationBackoff == 0 {
+		c.CompensationBackoff = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.CompensationAttempts < 1 {
+		return fmt.Errorf("saga: invalid config: CompensationAttempts %d must be at least 1", c.CompensationAttempts)
+	}
+	if c.CompensationBackoff < 0 {
+		return fmt.Errorf("saga: invalid config: CompensationBackoff %s must not be negative", c.CompensationBackoff)
+	}
+	return nil
+}

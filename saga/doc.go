@@ -1,0 +1,110 @@
+// Package saga runs the steps of long business processes (an order that
+// reserves stock, charges a card and books a courier) exactly once each,
+// and undoes the completed ones, in reverse order, when a later step fails
+// for good (rule R-DIST-IDEM-1: a saga step is identified by sagaId +
+// stepName; every step and every compensation must be idempotent, because
+// the saga retries them).
+//
+//	sagas, err := saga.New(drv, nil)
+//
+//	// In the consumer of OrderCreated: start the saga and run its first
+//	// step, in the transaction of the inbox.
+//	_, err = ib.ProcessTx(ctx, tx, env.ID, func(ctx context.Context, tx pgx.Tx) error {
+//		if _, _, err := sagas.Start(ctx, tx, orderID, "order", env.Payload); err != nil {
+//			return err
+//		}
+//		_, _, err := sagas.Step(ctx, tx, orderID, "reserve-stock", func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//			resID, err := reserveStock(ctx, tx, order) // the effect, through tx
+//			if err != nil {
+//				return nil, err
+//			}
+//			ev, _ := event.New("StockReserved.v1", orderID, reservation)
+//			if _, err := sagas.Emit(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
+//				return nil, err
+//			}
+//			return []byte(resID), nil // the step's result, kept for its compensation
+//		})
+//		return err
+//	})
+//	// commit tx, then the Kafka offset
+//
+//	// In the consumer of PaymentFailed: stop the saga in the inbox's
+//	// transaction, then, after the commit, undo what was done.
+//	err = sagas.Abort(ctx, tx, orderID) // commit tx
+//	err = sagas.Compensate(ctx, orderID, saga.Compensations[pgx.Tx]{
+//		"reserve-stock": func(ctx context.Context, tx pgx.Tx, fwd saga.StepRecord) ([]byte, error) {
+//			return nil, releaseStock(ctx, tx, string(fwd.Result))
+//		},
+//		"validate-order": nil, // nothing to undo
+//	})
+//
+// # Guarantees
+//
+//   - One effect per step. Step records (sagaID, stepName) in the table
+//     saga_step with INSERT ... ON CONFLICT DO NOTHING before it calls the
+//     step's function, in the caller's transaction, and the function writes
+//     its effect through that transaction: record and effect commit
+//     together or not at all. A step retried or redelivered after its
+//     commit is skipped and returns the result recorded the first time; a
+//     step whose transaction rolled back, or whose process died before
+//     COMMIT, left nothing and runs again. There is no SELECT before the
+//     INSERT (no TOCTOU window).
+//   - Concurrent duplicates run once. A second transaction recording the
+//     same step waits for the first (PostgreSQL on the primary key, SQLite
+//     for its single write lock) and then skips it, or runs it if the
+//     first rolled back.
+//   - Deterministic events. Emit sets an event's ID to EventID(sagaID,
+//     stepName, name), derived from the step (event.StepID, event.DerivedID),
+//     so a step that runs again emits the same IDs; the outbox's unique
+//     event_id makes the repeat a no-op and downstream inboxes drop it
+//     anyway.
+//   - Compensation in reverse. Compensate runs the compensation of every
+//     completed forward step, most recent first, each as the step
+//     CompensationName(step) ("compensate:" + step) in a transaction of its
+//     own, so each runs once however often Compensate is called or retried.
+//     A step that never completed is never compensated. Once a saga is
+//     compensating, forward steps are refused (a *StateError); on
+//     PostgreSQL a forward step whose transaction is still open when
+//     compensation starts makes Compensate wait for it and is then
+//     compensated too.
+//   - State survives crashes. The saga's state (running, completed,
+//     compensating, compensated, failed), its input and its completed steps
+//     with their results live in the tables saga and saga_step; Get and
+//     Resume read them, the Coordinator keeps nothing in memory. A
+//     compensation that keeps failing leaves the saga Failed with the
+//     compensations done so far recorded; the next Compensate (or Resume)
+//     continues from there.
+//
+// # Driving a saga by events
+//
+// A saga advances when it consumes an event, never from memory. The
+// consumer of each event runs, in one transaction: inbox.ProcessTx (the
+// event is applied once), Step (the step runs once, with its effect), and
+// Emit for the events that trigger the next step (published by the outbox
+// relay after the commit); then it commits and acknowledges the event. After
+// a crash, the broker redelivers the events whose offsets were not
+// committed; their steps either committed (the inbox, or Step, skips them)
+// or left nothing (they run now). The saga continues from its last recorded
+// step, on whichever replica consumes the event. Step and the inbox are
+// complementary: the inbox deduplicates per event ID and consumer, Step per
+// (saga, step), so a step triggered by two different events (a retry
+// published with a new ID, a second consumer) still runs once.
+//
+// The last step calls Complete in its transaction. A permanent failure calls
+// Abort in its transaction and Compensate after the commit; a recovery loop
+// (at start-up, then periodically) calls Compensate for every saga List
+// returns in state Compensating or Failed, so a compensation interrupted by
+// a crash between the commit and Compensate is finished.
+//
+// # What the caller must do
+//
+//   - Write a step's effect through the transaction Step passes to its
+//     function, and only through it. After Step returned an error, roll the
+//     transaction back.
+//   - Make effects outside the database idempotent (a payment provider's
+//     idempotency key, for example EventID(sagaID, stepName, "charge")): a
+//     step or compensation whose transaction rolled back runs again.
+//   - Keep step names stable: a renamed step is a new step and runs again.
+//   - Keep finished sagas (DeleteFinished, run by the cleaner) at least as
+//     long as their events can be redelivered.
+package saga

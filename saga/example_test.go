@@ -1,0 +1,110 @@
+package saga_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/saga"
+)
+
+// An order saga: reserve stock, then charge the card, which fails for good;
+// the reservation is compensated. Every step runs once however often it is
+// delivered, and the event it emits has an ID derived from the step.
+func Example() {
+	dir, _ := os.MkdirTemp("", "idem-saga-example")
+	defer func() { _ = os.RemoveAll(dir) }()
+	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = drv.Close() }()
+	ctx := context.Background()
+	if err := drv.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `CREATE TABLE reservation (order_id TEXT PRIMARY KEY, released INTEGER NOT NULL DEFAULT 0)`); err != nil {
+		panic(err)
+	}
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		panic(err)
+	}
+	const orderID = "order-42"
+
+	// The consumer of OrderCreated (delivered twice): start the saga and
+	// reserve the stock, in one transaction (with inbox.ProcessTx in a
+	// real consumer).
+	reserve := func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO reservation (order_id) VALUES (?)`, orderID); err != nil {
+			return nil, err
+		}
+		ev, err := event.New("StockReserved.v1", orderID, map[string]string{"order": orderID})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := sagas.Emit(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
+			return nil, err
+		}
+		return []byte("reservation-" + orderID), nil
+	}
+	for range 2 {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			panic(err)
+		}
+		if _, _, err := sagas.Start(ctx, tx, orderID, "order", []byte(`{"amount":"99.9000"}`)); err != nil {
+			panic(err)
+		}
+		res, ran, err := sagas.Step(ctx, tx, orderID, "reserve-stock", reserve)
+		if err != nil {
+			panic(err)
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			panic(err)
+		}
+		fmt.Printf("reserve-stock: ran=%v result=%s\n", ran, res)
+	}
+
+	// The card is declined: the charge step fails and is not recorded.
+	_, _, err = sagas.RunStep(ctx, orderID, "charge-card", func(context.Context, *sql.Tx) ([]byte, error) {
+		return nil, errors.New("card declined")
+	})
+	fmt.Println("charge-card:", err)
+
+	// Undo what completed, most recent first.
+	err = sagas.Compensate(ctx, orderID, saga.Compensations[*sql.Tx]{
+		"reserve-stock": func(ctx context.Context, tx *sql.Tx, fwd saga.StepRecord) ([]byte, error) {
+			fmt.Printf("releasing %s\n", fwd.Result)
+			_, err := tx.ExecContext(ctx, `UPDATE reservation SET released = 1 WHERE order_id = ?`, orderID)
+			return nil, err
+		},
+		"charge-card": nil, // never completed, never compensated
+	})
+	if err != nil {
+		panic(err)
+	}
+	s, err := sagas.Get(ctx, orderID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("state:", s.State)
+	for _, st := range s.Steps {
+		fmt.Printf("step %d: %s\n", st.Seq, st.Name)
+	}
+	fmt.Println("event ID derived from the step:", saga.EventID(orderID, "reserve-stock", "") == event.StepID(orderID, "reserve-stock"))
+	// Output:
+	// reserve-stock: ran=true result=reservation-order-42
+	// reserve-stock: ran=false result=reservation-order-42
+	// charge-card: saga "order-42": step "charge-card" failed: card declined
+	// releasing reservation-order-42
+	// state: compensated
+	// step 1: reserve-stock
+	// step 2: compensate:reserve-stock
+	// event ID derived from the step: true
+}

@@ -1,0 +1,185 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Coordinator runs the steps and compensations of sagas stored through one
+// driver. TTx is the driver's transaction type (pgx.Tx, *sql.Tx). It keeps no
+// saga in memory: every call reads and writes the database, so any replica,
+// and a restarted process, continues a saga where it stands. Build one with
+// New; it is safe for concurrent use.
+type Coordinator[TTx any] struct {
+	drv driver.Driver[TTx]
+	cfg Config
+}
+
+// New returns a Coordinator storing sagas through drv, whose migrations must
+// have run. cfg may be nil.
+func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Coordinator[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("saga: nil driver")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Coordinator[TTx]{drv: drv, cfg: c}, nil
+}
+
+// Start creates the saga sagaID of type sagaType with its input data, Running,
+// in the caller's transaction tx, unless it exists: then it returns the
+// stored saga (state, data and all, as the first Start wrote them) and
+// created false. Call it in the transaction of the saga's first step, so a
+// redelivery of the event that starts the saga starts it once.
+//
+// It fails with ErrTypeMismatch when the saga exists with another type.
+// Saga IDs should be UUIDv7 text (event.NewID().String()): the IDs of the
+// events its steps emit (EventID) then sort by the saga's start.
+func (c *Coordinator[TTx]) Start(ctx context.Context, tx TTx, sagaID, sagaType string, data []byte) (s *Saga, created bool, err error) {
+	if err := checkName("saga ID", sagaID); err != nil {
+		return nil, false, err
+	}
+	if err := checkName("saga type", sagaType); err != nil {
+		return nil, false, err
+	}
+	now := c.cfg.Now()
+	stored, created, err := c.drv.UnwrapExecutor(tx).SagaCreate(ctx, &driver.Saga{
+		ID: sagaID, Type: sagaType, State: driver.SagaRunning, Data: data, CreatedAt: now, UpdatedAt: now,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("saga %q: start: %w", sagaID, err)
+	}
+	if stored.Type != sagaType {
+		return nil, false, fmt.Errorf("saga %q: start as %q: %w (%q)", sagaID, sagaType, ErrTypeMismatch, stored.Type)
+	}
+	return fromDriver(stored, nil), created, nil
+}
+
+// Get reads the saga and its recorded steps. ErrNotFound if there is none.
+func (c *Coordinator[TTx]) Get(ctx context.Context, sagaID string) (*Saga, error) {
+	return c.get(ctx, c.drv.Executor(), sagaID)
+}
+
+// GetTx is Get inside the caller's transaction: it sees what tx wrote.
+func (c *Coordinator[TTx]) GetTx(ctx context.Context, tx TTx, sagaID string) (*Saga, error) {
+	return c.get(ctx, c.drv.UnwrapExecutor(tx), sagaID)
+}
+
+func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.Executor, sagaID string) (*Saga, error) {
+	s, err := ex.SagaGet(ctx, sagaID)
+	if err != nil {
+		return nil, wrapErr(sagaID, "get", err)
+	}
+	steps, err := ex.SagaSteps(ctx, sagaID)
+	if err != nil {
+		return nil, wrapErr(sagaID, "get", err)
+	}
+	if steps == nil {
+		steps = []driver.SagaStep{}
+	}
+	return fromDriver(s, steps), nil
+}
+
+// List returns at most limit sagas in one of states, least recently updated
+// first. A recovery loop lists Compensating and Failed sagas at start-up
+// (and periodically) and calls Compensate for each, so a compensation
+// interrupted by a crash is finished.
+func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State) ([]*Saga, error) {
+	ss := make([]string, len(states))
+	for i, s := range states {
+		ss[i] = string(s)
+	}
+	list, err := c.drv.Executor().SagaList(ctx, ss, limit)
+	if err != nil {
+		return nil, fmt.Errorf("saga: list: %w", err)
+	}
+	out := make([]*Saga, len(list))
+	for i := range list {
+		out[i] = fromDriver(&list[i], nil)
+	}
+	return out, nil
+}
+
+// Complete marks the saga Completed in the caller's transaction tx, after
+// its last forward step (usually in the same transaction). Completing a
+// completed saga is a no-op; a saga that is compensating, compensated or
+// failed gives a *StateError.
+//
+// On PostgreSQL, Complete (like Abort and Compensate) waits for the other
+// open transactions that record a step of the saga. Two transactions that
+// both ran a step of one saga and then both call Complete deadlock; the
+// database aborts one of them, whose caller rolls back and retries (a
+// redelivery), which is always safe.
+func (c *Coordinator[TTx]) Complete(ctx context.Context, tx TTx, sagaID string) error {
+	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "complete", []State{Running}, Completed, Completed)
+}
+
+// Abort marks the saga Compensating in the caller's transaction tx: forward
+// steps are refused from then on (a *StateError). Call it in the transaction
+// that handles the permanent failure of a step (the consumer of a
+// PaymentFailed event), then, after tx committed, Compensate. If the process
+// dies in between, List finds the saga Compensating.
+//
+// Aborting a saga that is already compensating, compensated or failed is a
+// no-op; a completed saga gives a *StateError.
+func (c *Coordinator[TTx]) Abort(ctx context.Context, tx TTx, sagaID string) error {
+	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "abort", []State{Running}, Compensating,
+		Compensating, Compensated, Failed)
+}
+
+// setState moves the saga from one of from to to; a saga already in one of
+// done is left as it is without error.
+func (c *Coordinator[TTx]) setState(ctx context.Context, ex driver.Executor, sagaID, op string, from []State, to State, done ...State) error {
+	changed, cur, err := ex.SagaSetState(ctx, sagaID, states(from), string(to), c.cfg.Now())
+	if err != nil {
+		return wrapErr(sagaID, op, err)
+	}
+	if changed || slices.Contains(done, State(cur)) {
+		return nil
+	}
+	return &StateError{SagaID: sagaID, Op: op, State: State(cur), Want: from}
+}
+
+func states(ss []State) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// wrapErr turns driver errors into this package's.
+func wrapErr(sagaID, op string, err error) error {
+	var se *driver.SagaStateError
+	switch {
+	case errors.As(err, &se):
+		want := make([]State, len(se.Want))
+		for i, s := range se.Want {
+			want[i] = State(s)
+		}
+		return &StateError{SagaID: sagaID, Op: op, State: State(se.State), Want: want}
+	case errors.Is(err, driver.ErrNotFound):
+		return fmt.Errorf("saga %q: %s: %w", sagaID, op, ErrNotFound)
+	}
+	return fmt.Errorf("saga %q: %s: %w", sagaID, op, err)
+}
+
+// rollback ends tx, even when ctx is already cancelled.
+func (c *Coordinator[TTx]) rollback(ctx context.Context, tx TTx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.drv.Rollback(ctx, tx); err != nil {
+		c.cfg.Logger.Warn("saga: rollback failed", "err", err)
+	}
+}

@@ -1,0 +1,114 @@
+package saga
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// StepFunc is the effect of a step. It writes through tx, the transaction in
+// which the step is recorded, and returns the step's result (what later
+// steps and the step's compensation need: a reservation ID, a charge ID), or
+// nil.
+type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err error)
+
+// Step runs the forward step stepName of saga sagaID once, in the caller's
+// transaction tx: it records the step (sagaID, stepName) and, if it was not
+// recorded before, calls fn with tx and stores fn's result with the record.
+// The record and fn's writes commit together when the caller commits tx,
+// or vanish together if tx rolls back.
+//
+// It returns ran true when fn ran now, and (the recorded result, false, nil)
+// when the step had completed before (a retried or redelivered step): fn is
+// not called and nothing is written.
+//
+// A step of a saga that is not Running gives a *StateError (unless the step
+// had completed: then its result is returned as above); a saga that was not
+// started gives ErrNotFound. If fn fails, Step returns a *StepError wrapping
+// its error. After any error the caller must roll tx back: tx may hold the
+// record of a step whose effect did not happen.
+//
+// A concurrent Step of the same step waits for this one's transaction
+// (PostgreSQL on the primary key, SQLite for the write lock) and then skips,
+// or runs if this one rolled back. While tx is open, PostgreSQL holds a
+// share lock on the saga's row, so Abort and Compensate wait for the step to
+// commit and then compensate it too.
+func (c *Coordinator[TTx]) Step(ctx context.Context, tx TTx, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+	if err := checkStep(sagaID, stepName); err != nil {
+		return nil, false, err
+	}
+	if fn == nil {
+		return nil, false, fmt.Errorf("saga %q: step %q: nil function", sagaID, stepName)
+	}
+	return c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn)
+}
+
+// RunStep is Step in a transaction of its own: it begins one, runs Step and
+// commits, or rolls back on any error (and on a panic of fn, which it lets
+// go on). Use Step to join the transaction of an inbox.ProcessTx.
+func (c *Coordinator[TTx]) RunStep(ctx context.Context, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+	if err := checkStep(sagaID, stepName); err != nil {
+		return nil, false, err
+	}
+	if fn == nil {
+		return nil, false, fmt.Errorf("saga %q: step %q: nil function", sagaID, stepName)
+	}
+	err = c.inTx(ctx, func(tx TTx) error {
+		var err error
+		result, ran, err = c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return result, ran, nil
+}
+
+// step claims (sagaID, name) with one INSERT ... ON CONFLICT DO NOTHING and,
+// if the claim is new, runs fn in the same transaction. Claiming before
+// running is what makes concurrent duplicates wait instead of both running
+// fn.
+func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx]) ([]byte, bool, error) {
+	ex := c.drv.UnwrapExecutor(tx)
+	inserted, existing, err := ex.SagaStepRecord(ctx, sagaID, name, kind, nil, c.cfg.Now())
+	if err != nil {
+		return nil, false, wrapErr(sagaID, "step "+name, err)
+	}
+	if !inserted {
+		return existing, false, nil
+	}
+	result, err := fn(ctx, tx)
+	if err != nil {
+		return nil, false, &StepError{SagaID: sagaID, Step: name, Err: err}
+	}
+	if result != nil {
+		if err := ex.SagaStepSetResult(ctx, sagaID, name, result); err != nil {
+			return nil, false, wrapErr(sagaID, "step "+name, err)
+		}
+	}
+	return result, true, nil
+}
+
+// inTx runs fn in a new transaction and commits it, or rolls it back when fn
+// fails or panics.
+func (c *Coordinator[TTx]) inTx(ctx context.Context, fn func(tx TTx) error) (err error) {
+	tx, err := c.drv.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("saga: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			c.rollback(ctx, tx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := c.drv.Commit(ctx, tx); err != nil {
+		return fmt.Errorf("saga: %w", err)
+	}
+	committed = true
+	return nil
+}
