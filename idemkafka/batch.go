@@ -1,0 +1,171 @@
+package idemkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/inbox"
+)
+
+// failure tracks the record of a partition batch whose handler failed.
+type failure struct {
+	idx    int // index in the batch; -1 when none
+	count  int // failed tries
+	poison bool
+	err    error
+}
+
+// partition applies the records of one partition in order and returns how
+// many leading records are handled (applied, duplicates or dead-lettered).
+// It stops early, leaving the rest to be polled again, when the database or
+// the dead-letter topic keeps failing, or when ctx is done.
+func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p kgo.FetchTopicPartition) (int, BatchStats) {
+	var (
+		st       BatchStats
+		recs     = p.Records
+		evs      = make([]inbox.Event, len(recs))
+		decErrs  = make([]error, len(recs))
+		attempts = c.cfg.Retry.Attempts
+		fail     = failure{idx: -1}
+		dbFails  int // consecutive database or dead-letter failures
+		tried    bool
+	)
+	for i, r := range recs {
+		e, err := Envelope(r)
+		evs[i], decErrs[i] = inbox.Event{ID: e.ID, Payload: e}, err
+	}
+	// transient counts a failure that is not the record's fault and
+	// reports whether to try again (after a backoff).
+	transient := func(err error) bool {
+		st.Failures++
+		st.Err = err
+		dbFails++
+		if dbFails >= attempts {
+			c.cfg.Logger.Warn("idemkafka: giving up on the batch for now; the partition is rewound and polled again",
+				"topic", p.Topic, "partition", p.Partition, "tries", dbFails, "err", err)
+			return false
+		}
+		c.cfg.Logger.Warn("idemkafka: batch failed; retrying",
+			"topic", p.Topic, "partition", p.Partition, "try", dbFails, "err", err)
+		return sleep(ctx, c.cfg.Retry.Backoff(dbFails))
+	}
+
+	pos := 0
+	for pos < len(recs) {
+		if tried && ctx.Err() != nil {
+			break // stopping: the rest is left for the next owner
+		}
+		tried = true
+
+		// A record that is not an idem event, or whose handler gave up:
+		// dead-letter it, then move on.
+		if decErrs[pos] != nil || (fail.idx == pos && (fail.poison || fail.count >= attempts)) {
+			n, cause := fail.count, decErrs[pos]
+			if cause == nil {
+				cause = fail.err
+			} else {
+				n = 0
+			}
+			if err := c.sendDeadLetter(work, cl, recs[pos], n, cause); err != nil {
+				if !transient(err) {
+					break
+				}
+				continue
+			}
+			st.DeadLettered++
+			pos++
+			dbFails = 0
+			fail = failure{idx: -1}
+			continue
+		}
+
+		end := pos + 1
+		if fail.idx == pos {
+			// The record that failed: alone, after a pause.
+			if !sleep(ctx, c.cfg.Retry.Backoff(fail.count)) {
+				break
+			}
+		} else {
+			for end < len(recs) && decErrs[end] == nil && end != fail.idx {
+				end++
+			}
+		}
+		res, err := c.in.ProcessBatch(work, evs[pos:end], c.apply)
+		if err == nil {
+			st.Applied += res.Applied
+			st.Duplicates += res.Duplicates
+			if fail.idx == pos {
+				fail = failure{idx: -1}
+			}
+			pos = end
+			dbFails = 0
+			continue
+		}
+
+		var ee *inbox.EventError
+		if !errors.As(err, &ee) {
+			// The database failed: nothing of [pos, end) is applied
+			// (or, after a failed COMMIT, maybe all of it: a redelivery
+			// is skipped then). Retry the same records.
+			if !transient(err) {
+				break
+			}
+			continue
+		}
+		// The handler failed on record i: nothing of [pos, end) is
+		// applied. The next round applies [pos, i) in a transaction of
+		// its own, then tries i alone.
+		st.Failures++
+		st.Err = err
+		dbFails = 0
+		i := pos + ee.Index
+		if fail.idx == i {
+			fail.count++
+		} else {
+			fail = failure{idx: i, count: 1}
+		}
+		fail.err = err
+		fail.poison = errors.Is(err, ErrPoison) || errors.Is(err, inbox.ErrNilEventID)
+		c.cfg.Logger.Warn("idemkafka: handler failed",
+			"topic", p.Topic, "partition", p.Partition, "offset", recs[i].Offset,
+			"event_id", ee.ID, "try", fail.count, "of", attempts, "err", err)
+	}
+	return pos, st
+}
+
+// apply runs the handler on a new event. A panic is turned into an error,
+// so the record is retried and dead-lettered like any failing record
+// instead of crashing the process on every redelivery.
+func (c *Consumer[TTx]) apply(ctx context.Context, tx TTx, e inbox.Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Logger.Error("idemkafka: handler panicked", "event_id", e.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("idemkafka: handler panicked: %v", p)
+		}
+	}()
+	return c.cfg.Handler(ctx, tx, e.Payload.(event.Envelope))
+}
+
+// sleep waits for d or the end of ctx and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

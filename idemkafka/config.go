@@ -1,0 +1,258 @@
+package idemkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
+)
+
+// DeadLetterSuffix is appended to a record's topic to name its dead-letter
+// topic when ConsumerConfig.DeadLetterTopic is empty.
+const DeadLetterSuffix = ".dlq"
+
+// ConsumerConfig configures a Consumer. TTx is the transaction type of the
+// driver; the handler receives the transaction its effects must be written
+// through.
+type ConsumerConfig[TTx any] struct {
+	// Seeds are the seed brokers, host:port. Required.
+	Seeds []string
+	// Group is the Kafka consumer group. Required. Every instance of one
+	// consumer uses the same group and the same inbox consumer name.
+	Group string
+	// Topics are the topics to consume. Required.
+	Topics []string
+
+	// Handler applies one new event: it writes the event's effects (and any
+	// follow-up events, through outbox.Enqueue) through tx, and only
+	// through tx. It runs once per event ID for the inbox's consumer name,
+	// inside the transaction that records the ID. It is never called for a
+	// duplicate. It is called again for the same event whenever its
+	// transaction rolled back: it failed (or panicked), a later event of
+	// the same batch failed, or the commit failed. It is called from one
+	// goroutine per Consumer. ctx carries the values of
+	// Run's context but is not cancelled with it: a transaction in flight
+	// is finished when the consumer stops. Required.
+	Handler func(ctx context.Context, tx TTx, e event.Envelope) error
+
+	// MaxPollRecords is the most records one poll returns, over all
+	// partitions. Each partition's share is applied in one database
+	// transaction. Defaults to 500.
+	MaxPollRecords int
+
+	// Retry bounds the attempts on a failing record and on a failing
+	// database. See Retry for the defaults.
+	Retry Retry
+
+	// DeadLetterTopic receives the records that cannot be applied: those
+	// that are not valid idem events, and those whose handler failed
+	// Retry.Attempts times (or returned an error wrapping ErrPoison). The
+	// copy keeps the original key, value and headers and adds the headers
+	// HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset,
+	// HeaderDLQConsumer and HeaderDLQAttempts. The topic must exist (or
+	// the cluster must create topics on demand): until the copy is
+	// acknowledged the record's partition does not move on. Defaults to
+	// the record's topic followed by DeadLetterSuffix ("orders.dlq").
+	DeadLetterTopic string
+
+	// ExtraOpts are more kgo options for the consumer's client (TLS, SASL,
+	// a logger, session timeouts, ...). The consumer sets the seeds, the
+	// group, the topics, DisableAutoCommit and BlockRebalanceOnPoll after
+	// them, so those cannot be overridden. OnPartitionsAssigned, Revoked,
+	// Lost and CallbackBlocked callbacks given here are called by the
+	// consumer's own callbacks; do not commit offsets in them. Options
+	// that would break the consumer's guarantees are rejected by
+	// NewConsumer: ConsumeRegex, ConsumePartitions, TransactionalID, and
+	// anything weakening the producer that writes dead letters
+	// (DisableIdempotentWrite, RequiredAcks other than AllISRAcks,
+	// AllowIdempotentProduceCancellation). The consumer group protocol
+	// tested is the classic one (kgo's default); KIP-848's
+	// ServerSideBalancer is untested.
+	ExtraOpts []kgo.Opt
+
+	// Logger receives warnings (retries, rewinds, failed offset commits,
+	// dead letters) and debug messages. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// OnBatch, if set, is called once per partition batch, after its
+	// offsets were committed (or failed to), with what the batch did: for
+	// metrics of processed, duplicate and dead-lettered events. It runs on
+	// the consumer's goroutine and must be fast.
+	OnBatch func(ctx context.Context, s BatchStats)
+}
+
+// Retry bounds retries. The zero value gives the defaults.
+type Retry struct {
+	// Attempts is how many times a record whose handler fails is tried
+	// before it is dead-lettered, the first try included; and how many
+	// times a batch is tried when the database fails before the consumer
+	// gives up for this poll, rewinds the partition and polls again (so a
+	// database outage never skips a record: it only slows the partition
+	// down). Defaults to 5.
+	Attempts int
+	// Backoff returns the pause before retry n (n >= 1 is the number of
+	// failed tries so far). Defaults to DefaultBackoff.
+	Backoff func(n int) time.Duration
+}
+
+// DefaultBackoff is the default Retry.Backoff: 100ms after the first
+// failure, doubling after each further one, at most 10s.
+func DefaultBackoff(n int) time.Duration {
+	const (
+		base    = 100 * time.Millisecond
+		ceiling = 10 * time.Second
+	)
+	if n < 1 {
+		n = 1
+	}
+	if n > 10 {
+		return ceiling
+	}
+	return min(base<<(n-1), ceiling)
+}
+
+// BatchStats is what one partition batch did, as reported to
+// ConsumerConfig.OnBatch.
+type BatchStats struct {
+	// Topic and Partition name the partition.
+	Topic     string
+	Partition int32
+	// Records is how many records the poll returned for the partition.
+	Records int
+	// Applied events had their handler run and their effects committed.
+	Applied int
+	// Duplicates were skipped: processed before (a redelivery) or
+	// repeated within the batch.
+	Duplicates int
+	// DeadLettered records were copied to the dead-letter topic and
+	// skipped.
+	DeadLettered int
+	// Failures counts failed tries: handler errors and database (or
+	// dead-letter topic) errors, whether tried again or not.
+	Failures int
+	// Rewound is how many records, at the end of the batch, were not
+	// handled because the database (or the dead-letter topic) kept
+	// failing or the consumer was stopping: the partition was rewound to
+	// the first of them, so they are polled again.
+	Rewound int
+	// Committed reports whether the offset commit after the batch
+	// succeeded (false also when there was nothing to commit). A failed
+	// commit is harmless: the records are redelivered and deduplicated.
+	Committed bool
+	// Err is the last error the batch met (nil if none).
+	Err error
+	// Duration is the time the batch took, the offset commit included.
+	Duration time.Duration
+}
+
+func (c ConsumerConfig[TTx]) withDefaults() ConsumerConfig[TTx] {
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = 500
+	}
+	if c.Retry.Attempts == 0 {
+		c.Retry.Attempts = 5
+	}
+	if c.Retry.Backoff == nil {
+		c.Retry.Backoff = DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c ConsumerConfig[TTx]) validate() error {
+	var errs []error
+	if len(c.Seeds) == 0 {
+		errs = append(errs, errors.New("no Seeds: at least one seed broker is required"))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("no Group: a consumer group is required"))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("no Topics: at least one topic is required"))
+	}
+	for _, t := range c.Topics {
+		if t == "" {
+			errs = append(errs, errors.New("empty topic name in Topics"))
+		}
+		if dlq := c.deadLetterTopic(t); slices.Contains(c.Topics, dlq) {
+			errs = append(errs, fmt.Errorf("the dead-letter topic %q of %q is also consumed", dlq, t))
+		}
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("no Handler: a handler is required"))
+	}
+	if c.MaxPollRecords < 0 {
+		errs = append(errs, fmt.Errorf("MaxPollRecords %d must not be negative", c.MaxPollRecords))
+	}
+	if c.Retry.Attempts < 0 {
+		errs = append(errs, fmt.Errorf("Retry.Attempts %d must not be negative", c.Retry.Attempts))
+	}
+	if strings.TrimSpace(c.DeadLetterTopic) != c.DeadLetterTopic {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic %q has leading or trailing spaces", c.DeadLetterTopic))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemkafka: invalid ConsumerConfig: %w", err)
+	}
+	return nil
+}
+
+// deadLetterTopic returns where records of topic go when they cannot be
+// applied.
+func (c ConsumerConfig[TTx]) deadLetterTopic(topic string) string {
+	if c.DeadLetterTopic != "" {
+		return c.DeadLetterTopic
+	}
+	return topic + DeadLetterSuffix
+}
+
+// Errors returned by NewConsumer and NewPublisher when a kgo option would
+// break a guarantee.
+var (
+	// ErrNotIdempotent: the options disable the idempotent producer
+	// (DisableIdempotentWrite), lower acks below all in-sync replicas, or
+	// let a context cancel an in-flight idempotent produce
+	// (AllowIdempotentProduceCancellation), any of which can lose or
+	// duplicate records on a broker retry (rule R-DIST-IDEM-X2).
+	ErrNotIdempotent = errors.New("idemkafka: the producer must be idempotent with acks=all")
+	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
+	// the client (ConsumeRegex, ConsumePartitions, TransactionalID).
+	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
+)
+
+// optionsError wraps an error of kgo.NewClient; kgo's own refusal of acks
+// below all with idempotence on counts as ErrNotIdempotent.
+func optionsError(what string, err error) error {
+	if strings.Contains(err.Error(), "acks") { // "idempotency requires acks=all"
+		return fmt.Errorf("%w: %s: %w", ErrNotIdempotent, what, err)
+	}
+	return fmt.Errorf("idemkafka: %s: %w", what, err)
+}
+
+// checkProducer reports whether cl produces idempotently with acks=all and
+// without transactions.
+func checkProducer(cl *kgo.Client) error {
+	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+		return fmt.Errorf("%w: DisableIdempotentWrite is set", ErrNotIdempotent)
+	}
+	if acks, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); !ok || acks != kgo.AllISRAcks() {
+		return fmt.Errorf("%w: RequiredAcks is not AllISRAcks", ErrNotIdempotent)
+	}
+	if on, _ := cl.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); on {
+		return fmt.Errorf("%w: AllowIdempotentProduceCancellation is set (a cancelled produce may be sent again as a new record)", ErrNotIdempotent)
+	}
+	if vs := cl.OptValues(kgo.TransactionalID); len(vs) == 2 {
+		if set, _ := vs[1].(bool); set {
+			return fmt.Errorf("%w: TransactionalID", ErrUnsupportedOption)
+		}
+	}
+	return nil
+}

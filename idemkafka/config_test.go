@@ -1,0 +1,73 @@
+package idemkafka_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/inbox"
+)
+
+func TestConsumerConfigValidated(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	drv := b.open(t)
+	in, err := inbox.New(drv, &inbox.Config{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := func() idemkafka.ConsumerConfig[*sqlTx] {
+		return idemkafka.ConsumerConfig[*sqlTx]{
+			Seeds:   []string{"127.0.0.1:1"},
+			Group:   "g",
+			Topics:  []string{"orders"},
+			Handler: func(context.Context, *sqlTx, event.Envelope) error { return nil },
+		}
+	}
+	if _, err := idemkafka.NewConsumer(drv, in, valid()); err != nil {
+		t.Fatalf("NewConsumer with a minimal config: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		edit func(*idemkafka.ConsumerConfig[*sqlTx])
+		want string
+	}{
+		"no seeds":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = nil }, "Seeds"},
+		"no group":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Group = "" }, "Group"},
+		"no topics":         {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = nil }, "Topics"},
+		"empty topic":       {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{""} }, "empty topic"},
+		"no handler":        {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Handler = nil }, "Handler"},
+		"negative poll":     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.MaxPollRecords = -1 }, "MaxPollRecords"},
+		"negative attempts": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Retry.Attempts = -1 }, "Attempts"},
+		"consumes its dead letters": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.Topics = []string{"orders", "orders.dlq"}
+		}, `"orders.dlq" of "orders" is also consumed`},
+		"dead letters to itself": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.DeadLetterTopic = "orders" }, "also consumed"},
+	} {
+		cfg := valid()
+		tc.edit(&cfg)
+		if _, err := idemkafka.NewConsumer(drv, in, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewConsumer = %v; want an error mentioning %q", name, err, tc.want)
+		}
+	}
+	if _, err := idemkafka.NewConsumer(nil, in, valid()); err == nil {
+		t.Error("NewConsumer with a nil driver: no error")
+	}
+	if _, err := idemkafka.NewConsumer(drv, nil, valid()); err == nil {
+		t.Error("NewConsumer with a nil inbox: no error")
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]time.Duration{
+		0: 100 * time.Millisecond, 1: 100 * time.Millisecond, 2: 200 * time.Millisecond,
+		5: 1600 * time.Millisecond, 7: 6400 * time.Millisecond, 8: 10 * time.Second, 1000: 10 * time.Second,
+	} {
+		if got := idemkafka.DefaultBackoff(n); got != want {
+			t.Errorf("DefaultBackoff(%d) = %s; want %s", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package idemkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/inbox"
+)
+
+// ErrRunning is returned by Run when the consumer is already running.
+var ErrRunning = errors.New("idemkafka: consumer is already running")
+
+// commitTimeout bounds one offset commit. A commit that fails is harmless:
+// the records are redelivered and the inbox drops them.
+const commitTimeout = 30 * time.Second
+
+type partitionsCallback = func(context.Context, *kgo.Client, map[string][]int32)
+
+// Consumer applies the events of Kafka topics through an inbox, once per
+// event ID, and commits each record's offset only after the database
+// transaction that applied it committed. Create it with NewConsumer and call
+// Run. See the package documentation for the guarantees.
+type Consumer[TTx any] struct {
+	in   *inbox.Inbox[TTx]
+	cfg  ConsumerConfig[TTx]
+	opts []kgo.Opt
+
+	userAssigned, userRevoked, userLost partitionsCallback
+	userBlocked                         func(context.Context, *kgo.Client)
+
+	running atomic.Bool
+	hooks   hooks
+}
+
+// hooks are test seams.
+type hooks struct {
+	// beforeCommit runs after a poll's batches committed in the database
+	// and before their offsets are committed, with the records whose
+	// offsets are about to be committed.
+	beforeCommit func(records []*kgo.Record)
+}
+
+// NewConsumer returns a consumer that applies events with cfg.Handler
+// through in. drv is the driver in was built with (the inbox runs the
+// transactions; the handler receives them as TTx). NewConsumer validates
+// cfg and the kgo options (see ConsumerConfig.ExtraOpts) but does not
+// connect: Run does.
+func NewConsumer[TTx any](drv driver.Driver[TTx], in *inbox.Inbox[TTx], cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
+	if drv == nil {
+		return nil, errors.New("idemkafka: nil driver")
+	}
+	if in == nil {
+		return nil, errors.New("idemkafka: nil inbox")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer[TTx]{in: in, cfg: cfg.withDefaults()}
+
+	// Check the options on a client that consumes no topic, so it never
+	// joins the group: NewConsumer does no I/O.
+	probe, err := kgo.NewClient(append(slices.Clone(cfg.ExtraOpts), kgo.SeedBrokers(cfg.Seeds...), kgo.ConsumerGroup(cfg.Group))...)
+	if err != nil {
+		return nil, optionsError("invalid ExtraOpts", err)
+	}
+	defer probe.Close()
+	if err := checkProducer(probe); err != nil {
+		return nil, fmt.Errorf("idemkafka: ExtraOpts (the consumer produces dead letters): %w", err)
+	}
+	if on, _ := probe.OptValue(kgo.ConsumeRegex).(bool); on {
+		return nil, fmt.Errorf("%w: ConsumeRegex", ErrUnsupportedOption)
+	}
+	if ps, _ := probe.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
+		return nil, fmt.Errorf("%w: ConsumePartitions", ErrUnsupportedOption)
+	}
+	c.userAssigned, _ = probe.OptValue(kgo.OnPartitionsAssigned).(partitionsCallback)
+	c.userRevoked, _ = probe.OptValue(kgo.OnPartitionsRevoked).(partitionsCallback)
+	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
+	c.userBlocked, _ = probe.OptValue(kgo.OnPartitionsCallbackBlocked).(func(context.Context, *kgo.Client))
+
+	c.opts = append(slices.Clone(cfg.ExtraOpts),
+		kgo.SeedBrokers(cfg.Seeds...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.onAssigned),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.OnPartitionsCallbackBlocked(c.onBlocked),
+	)
+	return c, nil
+}
+
+// Run joins the group and applies events until ctx is done, then finishes
+// the database transaction in flight, commits the offsets of what
+// committed, leaves the group and returns nil. Records polled but not
+// applied by then are left to the partition's next owner. Run returns an
+// error only if the client cannot be created or is closed under it, and
+// ErrRunning if the consumer is already running. A Consumer may be run again
+// after Run returned.
+func (c *Consumer[TTx]) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		return fmt.Errorf("idemkafka: consumer client: %w", err)
+	}
+	// Leaves the group; there is nothing to commit (every cycle committed
+	// what it applied).
+	defer cl.CloseAllowingRebalance()
+	if err := checkProducer(cl); err != nil { // cannot happen: checked in NewConsumer
+		return err
+	}
+	c.cfg.Logger.Info("idemkafka: consumer started", "group", c.cfg.Group, "topics", c.cfg.Topics, "consumer", c.in.Consumer())
+
+	failedPolls := 0 // consecutive polls that returned only errors
+	for {
+		fs := cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		if fs.IsClientClosed() {
+			cl.AllowRebalance()
+			return fmt.Errorf("idemkafka: %w", kgo.ErrClientClosed)
+		}
+		fetchErr := false
+		fs.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			fetchErr = true
+			c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
+		})
+		c.cycle(ctx, cl, fs)
+		cl.AllowRebalance()
+		if ctx.Err() != nil {
+			c.cfg.Logger.Info("idemkafka: consumer stopping", "group", c.cfg.Group, "consumer", c.in.Consumer())
+			return nil
+		}
+		// A fatal fetch error (authorization, say) comes back at every
+		// poll: do not spin on it.
+		if fetchErr && fs.NumRecords() == 0 {
+			failedPolls++
+			sleep(ctx, c.cfg.Retry.Backoff(failedPolls))
+		} else {
+			failedPolls = 0
+		}
+	}
+}
+
+// cycle applies one poll, partition by partition, commits the offsets of
+// what committed in the database, and rewinds every partition to its first
+// record that was not handled. It runs with the rebalance blocked, so the
+// partitions it commits are still owned.
+func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetches) {
+	parts := partitions(fs)
+	if len(parts) == 0 {
+		return
+	}
+	// A transaction started is finished even if ctx ends meanwhile.
+	work := context.WithoutCancel(ctx)
+	var (
+		commits []*kgo.Record
+		rewinds = map[string]map[int32]kgo.EpochOffset{}
+		stats   = make([]BatchStats, len(parts))
+		started = make([]time.Time, len(parts))
+	)
+	for i, p := range parts {
+		started[i] = time.Now()
+		done := 0
+		if ctx.Err() == nil {
+			done, stats[i] = c.partition(ctx, work, cl, p)
+		}
+		stats[i].Topic, stats[i].Partition, stats[i].Records = p.Topic, p.Partition, len(p.Records)
+		if done > 0 {
+			commits = append(commits, p.Records[done-1])
+		}
+		if done < len(p.Records) {
+			r := p.Records[done]
+			stats[i].Rewound = len(p.Records) - done
+			if rewinds[r.Topic] == nil {
+				rewinds[r.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			rewinds[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+		}
+	}
+	if len(rewinds) > 0 {
+		// Before AllowRebalance, so the partitions are still ours; the
+		// next poll returns these records again.
+		cl.SetOffsets(rewinds)
+	}
+
+	var commitErr error
+	if len(commits) > 0 {
+		if c.hooks.beforeCommit != nil {
+			c.hooks.beforeCommit(commits)
+		}
+		cctx, cancel := context.WithTimeout(work, commitTimeout)
+		commitErr = cl.CommitRecords(cctx, commits...)
+		cancel()
+		if commitErr != nil {
+			c.cfg.Logger.Warn("idemkafka: offset commit failed; the records will be redelivered and skipped as duplicates",
+				"group", c.cfg.Group, "err", commitErr)
+		}
+	}
+	if c.cfg.OnBatch == nil {
+		return
+	}
+	for i := range stats {
+		s := &stats[i]
+		s.Committed = commitErr == nil && s.Records > s.Rewound
+		if commitErr != nil && s.Err == nil {
+			s.Err = commitErr
+		}
+		s.Duration = time.Since(started[i])
+		c.cfg.OnBatch(ctx, *s)
+	}
+}
+
+// partitions returns the non-empty partitions of fs, each once, with its
+// records in offset order.
+func partitions(fs kgo.Fetches) []kgo.FetchTopicPartition {
+	type key struct {
+		topic     string
+		partition int32
+	}
+	var (
+		out []kgo.FetchTopicPartition
+		idx = map[key]int{}
+	)
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		k := key{p.Topic, p.Partition}
+		if i, ok := idx[k]; ok {
+			out[i].Records = slices.Concat(out[i].Records, p.Records)
+			return
+		}
+		idx[k] = len(out)
+		out = append(out, p)
+	})
+	return out
+}
+
+func (c *Consumer[TTx]) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.cfg.Logger.Info("idemkafka: partitions assigned", "group", c.cfg.Group, "partitions", assigned)
+	if c.userAssigned != nil {
+		c.userAssigned(ctx, cl, assigned)
+	}
+}
+
+// onRevoked runs while no batch is in flight (BlockRebalanceOnPoll): every
+// cycle committed what it applied, so there is nothing to commit here.
+func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if len(revoked) > 0 {
+		c.cfg.Logger.Info("idemkafka: partitions revoked", "group", c.cfg.Group, "partitions", revoked)
+	}
+	if c.userRevoked != nil {
+		c.userRevoked(ctx, cl, revoked)
+	}
+}
+
+// onLost: the membership is gone (session expired, fenced); commits would
+// fail. Applied records whose offsets were not committed are redelivered to
+// the new owner and skipped by the inbox.
+func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
+	if c.userLost != nil {
+		c.userLost(ctx, cl, lost)
+	}
+}
+
+func (c *Consumer[TTx]) onBlocked(ctx context.Context, cl *kgo.Client) {
+	c.cfg.Logger.Debug("idemkafka: a rebalance waits for the batch in flight", "group", c.cfg.Group)
+	if c.userBlocked != nil {
+		c.userBlocked(ctx, cl)
+	}
+}

@@ -1,0 +1,72 @@
+// Package idemkafka is idem's Kafka glue, on franz-go: a consumer runner that
+// applies each event once through an inbox, and an outbox publisher with the
+// idempotent producer enforced. It is the only idem package that imports a
+// Kafka client, so a service that uses only the HTTP middleware does not
+// link one.
+//
+// # Records
+//
+// An event travels as a record whose key is the aggregate key (so one
+// aggregate's events share a partition and keep their order), whose value
+// is the JSON payload, and whose headers carry the event ID, type, saga ID
+// and occurrence time (see package event). [Record] and [Envelope] convert.
+// A consumer deduplicates on the ID header without parsing the payload.
+//
+// # Consumer
+//
+// [Consumer] runs a franz-go consumer group with auto-commit off and
+// BlockRebalanceOnPoll. Each poll is handled partition by partition: the
+// partition's records are applied with inbox.ProcessBatch in ONE database
+// transaction (one INSERT ... ON CONFLICT DO NOTHING for all their event
+// IDs, then the handler for each new event, then COMMIT), and only then are
+// their offsets committed, for exactly the records whose transaction
+// committed. Then the rebalance is allowed. So:
+//
+//   - An offset is never committed ahead of the database. A crash after the
+//     database commit and before the offset commit redelivers records the
+//     inbox then skips as duplicates; a crash before the database commit
+//     redelivers records that were never applied.
+//   - A rebalance waits for the batch in flight (it is applied and
+//     committed first), so a revoked partition has nothing left to commit
+//     and no member ever commits a partition it no longer owns. A batch
+//     that outlives the session timeout loses the partition; its offset
+//     commit is then refused and the new owner's redelivery is skipped by
+//     the inbox.
+//   - A handler error on record i of a batch rolls the batch back; the
+//     records before i are applied again in a transaction of their own,
+//     then record i alone, with backoff, up to Retry.Attempts times. A
+//     record that still fails, whose handler returns an error wrapping
+//     [ErrPoison], or that is not an idem event at all, is copied to the
+//     dead-letter topic (synchronously, acks=all) with headers naming the
+//     error and its origin, and only then is its offset committed: one
+//     poison record never stalls its partition, and is never lost.
+//   - A database error (not the handler's) retries the whole batch with
+//     backoff, then rewinds the partition to the first record not applied
+//     (kgo's SetOffsets) and polls it again: an outage slows a partition
+//     down but never skips a record. The same holds when the dead-letter
+//     topic cannot be written.
+//   - Cancelling Run's context finishes the transaction in flight, commits
+//     its offsets and leaves the group.
+//
+// The handler writes its effects through the transaction it receives, and
+// emits follow-up events with outbox.Enqueue in that transaction. Effects
+// outside the database are not covered by the inbox.
+//
+// # Publisher
+//
+// [Publisher] implements outbox.Publisher. Its client produces with
+// franz-go's idempotent producer and acks=all; options that would turn
+// either off are refused at construction ([ErrNotIdempotent]). A broker
+// retry of an appended batch (a replica timeout) is then deduplicated by
+// the broker's sequence numbers, and records of one key stay in order.
+// Idempotence does not span producer sessions or separate Publish calls: a
+// relay that crashes after publishing and before marking the rows
+// published publishes them again, with the same event IDs, and the
+// consumer's inbox drops the copies (rule R-DIST-IDEM-X2 asks for both).
+//
+// # Tests
+//
+// The package's tests run against franz-go's kfake broker over real TCP
+// listeners (internal/kafkatest), or against the real cluster named by
+// IDEM_TEST_KAFKA_SEEDS, with PostgreSQL and SQLite for the inbox.
+package idemkafka

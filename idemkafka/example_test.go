@@ -1,0 +1,83 @@
+package idemkafka_test
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/outbox"
+)
+
+// A projection that applies each OrderCreated event once, in PostgreSQL.
+// Every replica runs the same code: one consumer group, one inbox name.
+func ExampleNewConsumer() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	drv, err := pgdriver.New(pool, &pgdriver.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(drv, &inbox.Config{Consumer: "order-projection"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[pgx.Tx]{
+		Seeds:  []string{"localhost:9092"},
+		Group:  "order-projection",
+		Topics: []string{"orders"}, // failures go to "orders.dlq"
+		Handler: func(ctx context.Context, tx pgx.Tx, e event.Envelope) error {
+			// The effect, in the inbox's transaction: it commits with the
+			// event's processed_event row, before the offset.
+			_, err := tx.Exec(ctx, `INSERT INTO order_view (order_id, body) VALUES ($1, $2)`, e.Key, e.Payload)
+			return err
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Until Ctrl-C: then the batch in flight commits and the group is left.
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The outbox relay publishing to Kafka with the idempotent producer.
+func ExampleNewPublisher() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	drv, err := pgdriver.New(pool, &pgdriver.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{
+		Seeds:        []string{"localhost:9092"},
+		DefaultTopic: "orders",
+	})
+	if err != nil {
+		log.Fatal(err) // for instance ErrNotIdempotent
+	}
+	defer pub.Close()
+	relay, err := outbox.NewRelay(drv, pub, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

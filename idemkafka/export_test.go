@@ -1,0 +1,9 @@
+package idemkafka
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// SetBeforeCommit installs a hook that runs after a poll's batches
+// committed in the database and before their offsets are committed.
+func SetBeforeCommit[TTx any](c *Consumer[TTx], fn func(records []*kgo.Record)) {
+	c.hooks.beforeCommit = fn
+}

@@ -1,0 +1,259 @@
+package idemkafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/kafkatest"
+)
+
+var errBoom = errors.New("boom")
+
+// Records that cannot be applied (a handler that keeps failing, one that
+// returns ErrPoison, one that panics, a record that is not an idem event)
+// are copied to the dead-letter topic with the error headers, before their
+// offsets are committed, and the partition goes on. A failing dead-letter
+// topic holds the partition until the copy is acknowledged.
+func TestPoisonRecordsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	kc.CreateTopic(t, dlq, 1)
+	group := kafkatest.Name("g")
+
+	evs := newEvents(t, 8, 2)
+	failing, poison, panicking := evs[2], evs[4], evs[6]
+	garbage := &kgo.Record{Key: []byte("order-x"), Value: []byte("not an event"),
+		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}, {Key: idemkafka.HeaderDLQError, Value: []byte("an older dead letter")}}}
+	rs := recordsOf(topic, evs[:4]...)
+	rs = append(rs, garbage)
+	rs = append(rs, recordsOf(topic, evs[4:]...)...)
+	kc.Produce(t, topic, rs...)
+	// Offsets: evs[0..3] 0..3, garbage 4, evs[4..7] 5..8.
+	dead := map[int64]struct {
+		attempts string
+		err      string
+	}{
+		2: {"3", "boom"},
+		4: {"0", "missing header"},
+		5: {"1", "poison"},
+		7: {"3", "handler panicked"},
+	}
+
+	var (
+		mu    sync.Mutex
+		calls = map[uuid.UUID]int{}
+	)
+	hook := func(e event.Envelope) error {
+		mu.Lock()
+		calls[e.ID]++
+		mu.Unlock()
+		switch e.ID {
+		case failing.ID:
+			return errBoom
+		case poison.ID:
+			return fmt.Errorf("unknown product: %w", idemkafka.ErrPoison)
+		case panicking.ID:
+			panic("nil map")
+		}
+		return nil
+	}
+	var dlqFault interface{ Hits() int }
+	if !kc.Real() {
+		// The first two dead letters are refused: the partition waits.
+		dlqFault = kc.Fake(t).Fault(kfakeFault(kmsg.Produce, dlq, kerr.TopicAuthorizationFailed, 2))
+	}
+	// The commit of a dead letter's offset comes after its copy.
+	var early atomic.Value
+	checkDLQFirst := func(c *idemkafka.Consumer[*sqlTx]) {
+		idemkafka.SetBeforeCommit(c, func(rs []*kgo.Record) {
+			copies := kc.EndOffsets(t, dlq)[0]
+			want := int64(0)
+			for off := range dead {
+				if off <= rs[0].Offset {
+					want++
+				}
+			}
+			if copies < want {
+				early.Store(fmt.Sprintf("committing offset %d with %d dead letters written; want %d", rs[0].Offset, copies, want))
+			}
+		})
+	}
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, hook, topic), checkDLQFirst)
+	waitFor(t, 30*time.Second, "the partition committed to its end", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+
+	if msg := early.Load(); msg != nil {
+		t.Fatal(msg)
+	}
+	mustOnce(t, b, "billing", []event.Envelope{evs[0], evs[1], evs[3], evs[5], evs[7]})
+	if calls[failing.ID] != 3 || calls[poison.ID] != 1 || calls[panicking.ID] != 3 {
+		t.Errorf("handler calls: failing %d, poison %d, panicking %d; want 3, 1 (ErrPoison skips the retries), 3",
+			calls[failing.ID], calls[poison.ID], calls[panicking.ID])
+	}
+	if s := inst.stats.get(); s.dead != 4 || s.applied != 5 {
+		t.Errorf("stats: dead-lettered %d, applied %d; want 4 and 5", s.dead, s.applied)
+	}
+	if dlqFault != nil && dlqFault.Hits() != 2 {
+		t.Errorf("dead-letter fault hit %d times; want 2", dlqFault.Hits())
+	}
+
+	copies := kc.Records(t, dlq)
+	if len(copies) != len(dead) {
+		t.Fatalf("dead-letter topic holds %d records; want %d", len(copies), len(dead))
+	}
+	for _, c := range copies {
+		off, _ := parseInt(header(c, idemkafka.HeaderDLQOffset))
+		want, ok := dead[off]
+		if !ok {
+			t.Fatalf("dead letter of offset %d; want one of %v", off, dead)
+		}
+		orig := rs[off]
+		if !bytes.Equal(c.Key, orig.Key) || !bytes.Equal(c.Value, orig.Value) {
+			t.Errorf("dead letter of offset %d: key %q value %q; want the original %q %q", off, c.Key, c.Value, orig.Key, orig.Value)
+		}
+		for _, h := range orig.Headers {
+			if strings.HasPrefix(h.Key, idemkafka.DLQHeaderPrefix) {
+				continue
+			}
+			if got := header(c, h.Key); got != string(h.Value) {
+				t.Errorf("dead letter of offset %d: header %s = %q; want the original %q", off, h.Key, got, h.Value)
+			}
+		}
+		for name, v := range map[string]string{
+			idemkafka.HeaderDLQTopic:     topic,
+			idemkafka.HeaderDLQPartition: "0",
+			idemkafka.HeaderDLQConsumer:  "billing",
+			idemkafka.HeaderDLQAttempts:  want.attempts,
+		} {
+			if got := header(c, name); got != v {
+				t.Errorf("dead letter of offset %d: %s = %q; want %q", off, name, got, v)
+			}
+		}
+		if got := header(c, idemkafka.HeaderDLQError); !strings.Contains(got, want.err) {
+			t.Errorf("dead letter of offset %d: %s = %q; want it to mention %q", off, idemkafka.HeaderDLQError, got, want.err)
+		}
+		if n := headerCount(c, idemkafka.HeaderDLQError); n != 1 {
+			t.Errorf("dead letter of offset %d has %d %s headers; want 1", off, n, idemkafka.HeaderDLQError)
+		}
+	}
+}
+
+// flakyDriver fails Begin a number of times, as a database that is down.
+type flakyDriver[TTx any] struct {
+	driver.Driver[TTx]
+	fails atomic.Int64
+}
+
+var errDBDown = errors.New("connection refused")
+
+func (d *flakyDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
+	if d.fails.Add(-1) >= 0 {
+		var zero TTx
+		return zero, errDBDown
+	}
+	return d.Driver.Begin(ctx)
+}
+
+// The database fails (not the handler): the batch is retried, then the
+// partition is rewound and polled again, as long as it takes. Nothing is
+// skipped, nothing is dead-lettered.
+func TestDatabaseDownRewinds(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 10, 3)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	drv := &flakyDriver[*sqlTx]{Driver: b.open(t)}
+	drv.fails.Store(7) // Attempts is 3: two rewinds, then success
+	in, err := inbox.New[*sqlTx](drv, &inbox.Config{Consumer: "billing", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := startWith(t, drv, in, consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "the partition committed to its end", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+
+	mustOnce(t, b, "billing", evs)
+	s := inst.stats.get()
+	if s.failures != 7 || s.rewound == 0 || s.dead != 0 {
+		t.Errorf("stats: %d failures, %d records rewound, %d dead-lettered; want 7 failures, rewinds, none dead-lettered", s.failures, s.rewound, s.dead)
+	}
+	if n := kc.EndOffsets(t, topic+idemkafka.DeadLetterSuffix)[0]; n != 0 {
+		t.Errorf("dead-letter topic holds %d records; want 0", n)
+	}
+}
+
+// The broker refuses the offset commits: the applied records are
+// redelivered to the next consumer and skipped as duplicates.
+func TestOffsetCommitRefused(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 2)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 20, 4)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	fault := fake.Fault(kfakeFault(kmsg.OffsetCommit, "", kerr.GroupAuthorizationFailed, -1))
+	first := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every event applied", func() bool { return distinct(t, b, "billing") == len(evs) })
+	mustStop(t, first)
+	fault.Remove()
+	if got := kc.Committed(t, group, topic); len(got) != 0 || fault.Hits() == 0 {
+		t.Fatalf("committed %v with the commits refused (%d refusals)", got, fault.Hits())
+	}
+	if s := first.stats.get(); s.commitFailures == 0 {
+		t.Errorf("OnBatch reported no failed commit")
+	}
+
+	again := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every partition committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, again)
+	mustOnce(t, b, "billing", evs)
+	if s := again.stats.get(); s.applied != 0 || s.duplicates != len(evs) {
+		t.Errorf("second consumer applied %d, skipped %d; want 0 and %d", s.applied, s.duplicates, len(evs))
+	}
+}
+
+func header(r *kgo.Record, name string) string {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func headerCount(r *kgo.Record, name string) int {
+	n := 0
+	for _, h := range r.Headers {
+		if h.Key == name {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,250 @@
+package idemkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/outbox"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Seeds are the seed brokers, host:port. Required unless Client is set.
+	Seeds []string
+
+	// DefaultTopic is the topic of every event when Topic is nil, or when
+	// Topic returns "".
+	DefaultTopic string
+	// Topic, if set, picks each event's topic. Defaults to nil: every
+	// event goes to DefaultTopic. One of the two is required.
+	Topic func(e event.Envelope) string
+
+	// ExtraOpts are more kgo options for the publisher's client (TLS,
+	// SASL, compression, linger, ...). The client is idempotent with
+	// acks=all (franz-go's defaults); NewPublisher rejects options that
+	// change that (DisableIdempotentWrite, RequiredAcks other than
+	// AllISRAcks, AllowIdempotentProduceCancellation) with
+	// ErrNotIdempotent, and TransactionalID with ErrUnsupportedOption.
+	ExtraOpts []kgo.Opt
+
+	// Client, if set, is used instead of a client of the publisher's own
+	// (Seeds and ExtraOpts must then be empty). It is checked like
+	// ExtraOpts, and Close does not close it.
+	Client *kgo.Client
+
+	// Logger receives errors the caller cannot see in Publish's result
+	// (an order violation within a key). Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Publisher publishes outbox events to Kafka with an idempotent producer
+// and acks=all. It implements outbox.Publisher. It is safe for concurrent
+// use.
+type Publisher struct {
+	cl       *kgo.Client
+	owned    bool
+	topic    func(event.Envelope) string
+	maxBytes func(topic string) int32
+	log      *slog.Logger
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// recordOverhead is the room left in a record batch for the batch header
+// and the record's own framing when checking an event's size up front.
+const recordOverhead = 1024
+
+// NewPublisher returns a publisher. It creates its client (or checks
+// cfg.Client) but does not connect until the first Publish.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	p := &Publisher{topic: cfg.Topic, log: cfg.Logger}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	switch {
+	case cfg.Topic == nil && cfg.DefaultTopic == "":
+		return nil, errors.New("idemkafka: invalid PublisherConfig: DefaultTopic or Topic is required")
+	case cfg.Client != nil && (len(cfg.Seeds) > 0 || len(cfg.ExtraOpts) > 0):
+		return nil, errors.New("idemkafka: invalid PublisherConfig: Seeds and ExtraOpts must be empty when Client is set")
+	case cfg.Client == nil && len(cfg.Seeds) == 0:
+		return nil, errors.New("idemkafka: invalid PublisherConfig: no Seeds: at least one seed broker is required")
+	}
+	if cfg.Client != nil {
+		p.cl = cfg.Client
+	} else {
+		opts := append([]kgo.Opt{
+			kgo.SeedBrokers(cfg.Seeds...),
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+		}, cfg.ExtraOpts...)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return nil, optionsError("publisher client", err)
+		}
+		p.cl, p.owned = cl, true
+	}
+	if err := checkProducer(p.cl); err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.maxBytes, _ = p.cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
+	if p.topic == nil {
+		p.topic = func(event.Envelope) string { return cfg.DefaultTopic }
+	} else if cfg.DefaultTopic != "" {
+		pick := cfg.Topic
+		p.topic = func(e event.Envelope) string {
+			if t := pick(e); t != "" {
+				return t
+			}
+			return cfg.DefaultTopic
+		}
+	}
+	return p, nil
+}
+
+// Client returns the publisher's client.
+func (p *Publisher) Client() *kgo.Client { return p.cl }
+
+// Close closes the client, unless it was given in PublisherConfig.Client. A
+// Publish blocked on a record whose outcome the broker has not told yet
+// (see Publish) returns then.
+func (p *Publisher) Close() {
+	if p.owned {
+		p.cl.Close()
+	}
+}
+
+// Publish produces events as records (see Record) and waits until the
+// broker acknowledged each of them with acks=all. It returns nil when all
+// are published, and otherwise an *outbox.PublishError with one entry per
+// event: nil for a published event, the cause for the others. Events that
+// can never be published (invalid envelope, record too large, rejected by
+// the broker as invalid, topic denied) wrap outbox.ErrPoison; an event of a
+// key whose earlier event failed before being sent wraps outbox.ErrSkipped
+// and is not sent.
+//
+// Order: the events of one key go to one partition (the key is hashed as
+// Java clients do) in the order given, and the idempotent producer keeps
+// that order through its retries. A broker retry (a timeout after the
+// broker appended the batch, a leader change) is deduplicated by the
+// broker with the producer's sequence numbers, so it never writes a record
+// twice.
+//
+// ctx bounds the wait only while no record has reached a broker. Once one
+// has, and the broker's answer is unknown (a timeout), the producer keeps
+// retrying until it learns the outcome, whatever ctx says, because giving
+// up could duplicate the record on a later publish. Close ends such a wait.
+func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
+	if len(events) == 0 {
+		return nil
+	}
+	var (
+		errs   = make([]error, len(events))
+		failed map[string]int // key -> index of its first event that was not sent
+		rs     = make([]*kgo.Record, 0, len(events))
+		index  = make(map[*kgo.Record]int, len(events))
+	)
+	for i, e := range events {
+		if j, ok := failed[e.Key]; ok {
+			errs[i] = fmt.Errorf("%w: event %d of key %q failed", outbox.ErrSkipped, j, e.Key)
+			continue
+		}
+		r, err := p.record(e)
+		if err != nil {
+			errs[i] = err
+			if failed == nil {
+				failed = map[string]int{}
+			}
+			failed[e.Key] = i
+			continue
+		}
+		rs = append(rs, r)
+		index[r] = i
+	}
+	if len(rs) > 0 {
+		for _, res := range p.cl.ProduceSync(ctx, rs...) {
+			i := index[res.Record]
+			if res.Err != nil {
+				errs[i] = classify(res.Record.Topic, res.Err)
+				continue
+			}
+			if res.Record.ProducerID < 0 { // cannot happen: checked at construction
+				p.log.Error("idemkafka: record was produced without idempotence", "event_id", events[i].ID, "topic", res.Record.Topic)
+			}
+		}
+	}
+	return p.outcome(events, errs)
+}
+
+// record returns the record of e, or a poison error if it cannot be
+// published.
+func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", outbox.ErrPoison, err)
+	}
+	topic := p.topic(e)
+	if topic == "" {
+		return nil, fmt.Errorf("%w: no topic for event %s", outbox.ErrPoison, e.ID)
+	}
+	r := Record(topic, e)
+	if p.maxBytes != nil {
+		size := len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+		if limit := int(p.maxBytes(topic)); size+recordOverhead > limit {
+			return nil, fmt.Errorf("%w: %w: event %s is %d bytes; records up to %d bytes fit a batch (ProducerBatchMaxBytes %d)",
+				outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, limit-recordOverhead, limit)
+		}
+	}
+	return r, nil
+}
+
+// poisonErrs are produce errors that retrying the same record cannot fix.
+var poisonErrs = []error{
+	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
+	kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.InvalidTopicException,
+	kerr.TopicAuthorizationFailed, kerr.PolicyViolation,
+	kerr.UnsupportedForMessageFormat,
+}
+
+func classify(topic string, err error) error {
+	for _, pe := range poisonErrs {
+		if errors.Is(err, pe) {
+			return fmt.Errorf("%w: produce to %s: %w", outbox.ErrPoison, topic, err)
+		}
+	}
+	return fmt.Errorf("idemkafka: produce to %s: %w", topic, err)
+}
+
+// outcome returns nil if errs are all nil, and a PublishError otherwise. It
+// logs an event published after an earlier event of its key failed: the
+// broker rejected a batch (a poison record) and accepted a later one, so
+// that key's order is broken and an operator must look.
+func (p *Publisher) outcome(events []event.Envelope, errs []error) error {
+	var stopped map[string]bool
+	bad := false
+	for i, err := range errs {
+		key := events[i].Key
+		switch {
+		case err != nil:
+			bad = true
+			if stopped == nil {
+				stopped = map[string]bool{}
+			}
+			stopped[key] = true
+		case stopped[key]:
+			p.log.Error("idemkafka: event published after an earlier event of its key failed; the key's order is broken",
+				"event_id", events[i].ID, "key", key)
+		}
+	}
+	if !bad {
+		return nil
+	}
+	return &outbox.PublishError{Errs: errs}
+}

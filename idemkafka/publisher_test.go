@@ -1,0 +1,316 @@
+package idemkafka_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/outbox"
+)
+
+// fastRetry makes kgo retry a failed produce after 10ms instead of its
+// default backoff.
+var fastRetry = kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })
+
+func newPublisher(t *testing.T, cfg idemkafka.PublisherConfig) *idemkafka.Publisher {
+	t.Helper()
+	p, err := idemkafka.NewPublisher(cfg)
+	if err != nil {
+		t.Fatalf("NewPublisher: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Options that make the producer non-idempotent, lower acks or add
+// transactions are refused, for the publisher and for the consumer's
+// dead-letter producer.
+func TestOptionsRejected(t *testing.T) {
+	t.Parallel()
+	seeds := []string{"127.0.0.1:1"} // never dialled: construction does no I/O
+	b := setupSQLite(t)
+	drv := b.open(t)
+	in, err := inbox.New(drv, &inbox.Config{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		opts []kgo.Opt
+		want error
+	}{
+		{"DisableIdempotentWrite", []kgo.Opt{kgo.DisableIdempotentWrite()}, idemkafka.ErrNotIdempotent},
+		{"LeaderAck without idempotence", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())}, idemkafka.ErrNotIdempotent},
+		{"LeaderAck", []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}, idemkafka.ErrNotIdempotent},
+		{"NoAck", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())}, idemkafka.ErrNotIdempotent},
+		{"AllowIdempotentProduceCancellation", []kgo.Opt{kgo.AllowIdempotentProduceCancellation()}, idemkafka.ErrNotIdempotent},
+		{"TransactionalID", []kgo.Opt{kgo.TransactionalID("relay")}, idemkafka.ErrUnsupportedOption},
+	}
+	for _, tc := range cases {
+		t.Run("publisher/"+tc.name, func(t *testing.T) {
+			_, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: tc.opts})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("NewPublisher = %v; want %v", err, tc.want)
+			}
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, tc.opts...)...)
+			if err != nil {
+				return // kgo refuses it already
+			}
+			defer cl.Close()
+			if _, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Client: cl, DefaultTopic: "orders"}); !errors.Is(err, tc.want) {
+				t.Fatalf("NewPublisher with the client = %v; want %v", err, tc.want)
+			}
+		})
+		t.Run("consumer/"+tc.name, func(t *testing.T) {
+			cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
+			cfg.ExtraOpts = tc.opts
+			_, err := idemkafka.NewConsumer(drv, in, cfg)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("NewConsumer = %v; want %v", err, tc.want)
+			}
+		})
+	}
+
+	for name, opts := range map[string][]kgo.Opt{
+		"ConsumeRegex":      {kgo.ConsumeRegex()},
+		"ConsumePartitions": {kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
+	} {
+		cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
+		cfg.ExtraOpts = opts
+		if _, err := idemkafka.NewConsumer(drv, in, cfg); err == nil {
+			t.Errorf("NewConsumer with %s: no error", name)
+		}
+	}
+
+	// The defaults pass, with and without a client of the caller's.
+	newPublisher(t, idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders"})
+	cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
+	if _, err := idemkafka.NewConsumer(drv, in, cfg); err != nil {
+		t.Errorf("NewConsumer with the test options: %v", err)
+	}
+}
+
+// The broker appends a batch, then answers with a retriable error that
+// leaves the outcome unknown (a replica timeout), and the producer sends
+// the batch again. The idempotent publisher leaves one record per event;
+// the same records produced with idempotence disabled (built directly with
+// kgo, since NewPublisher refuses it) are duplicated in the log, and only
+// the consumer's inbox saves the effects.
+func TestPublishRetryAfterAppend(t *testing.T) {
+	t.Parallel()
+	for _, code := range []*kerr.Error{kerr.RequestTimedOut, kerr.NotEnoughReplicasAfterAppend} {
+		t.Run(code.Message+"/idempotent", func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			topic := kc.Topic(t, "orders", 3)
+			p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, ExtraOpts: []kgo.Opt{fastRetry}})
+			evs := newEvents(t, 9, 3)
+
+			fault := fake.Fault(kfakeFault(kmsg.Produce, topic, code, 3))
+			if err := p.Publish(t.Context(), evs); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			if fault.Hits() == 0 {
+				t.Fatal("the fault never hit")
+			}
+			got := kc.Records(t, topic)
+			if len(got) != len(evs) {
+				t.Fatalf("log holds %d records for %d events (%d faults); want one each", len(got), len(evs), fault.Hits())
+			}
+			mustPublished(t, got, evs)
+		})
+		t.Run(code.Message+"/not-idempotent", func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			topic := kc.Topic(t, "orders", 3)
+			cl := kc.Client(t, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()), fastRetry)
+			if _, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Client: cl, DefaultTopic: topic}); !errors.Is(err, idemkafka.ErrNotIdempotent) {
+				t.Fatalf("NewPublisher accepted a non-idempotent client: %v", err)
+			}
+			evs := newEvents(t, 9, 3)
+
+			fault := fake.Fault(kfakeFault(kmsg.Produce, topic, code, 3))
+			if err := cl.ProduceSync(t.Context(), recordsOf(topic, evs...)...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+			got := kc.Records(t, topic)
+			if len(got) <= len(evs) {
+				t.Fatalf("log holds %d records for %d events (%d faults); want duplicates without idempotence", len(got), len(evs), fault.Hits())
+			}
+			t.Logf("without idempotence: %d records for %d events", len(got), len(evs))
+
+			// The inbox still applies each event once.
+			b := setupSQLite(t)
+			group := kafkatest.Name("g")
+			inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+			waitFor(t, 30*time.Second, "the duplicated log consumed", func() bool { return allCommitted(t, kc, group, topic) })
+			mustStop(t, inst)
+			mustOnce(t, b, "billing", evs)
+			if s := inst.stats.get(); s.duplicates != len(got)-len(evs) {
+				t.Errorf("consumer skipped %d duplicates; want %d", s.duplicates, len(got)-len(evs))
+			}
+		})
+	}
+}
+
+// mustPublished checks that rs hold evs once each, every field intact, each
+// key's events in the order given, written by an idempotent producer.
+func mustPublished(t *testing.T, rs []*kgo.Record, evs []event.Envelope) {
+	t.Helper()
+	byID := map[uuid.UUID]event.Envelope{}
+	for _, e := range evs {
+		byID[e.ID] = e
+	}
+	seen := map[uuid.UUID]bool{}
+	perKey := map[string][]uuid.UUID{}
+	slices.SortStableFunc(rs, func(a, b *kgo.Record) int { // partition, then offset
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	for _, r := range rs {
+		got, err := idemkafka.Envelope(r)
+		if err != nil {
+			t.Fatalf("record %d/%d: %v", r.Partition, r.Offset, err)
+		}
+		want, ok := byID[got.ID]
+		switch {
+		case !ok:
+			t.Fatalf("record of unknown event %s", got.ID)
+		case seen[got.ID]:
+			t.Fatalf("event %s published twice", got.ID)
+		case got.Type != want.Type || got.Key != want.Key || !got.OccurredAt.Equal(want.OccurredAt) ||
+			!bytes.Equal(got.Payload, want.Payload) || got.SagaID != want.SagaID || fmt.Sprint(got.Headers) != fmt.Sprint(want.Headers):
+			t.Fatalf("event %s came back as %+v; want %+v", got.ID, got, want)
+		case r.ProducerID < 0:
+			t.Fatalf("event %s was produced without idempotence", got.ID)
+		}
+		seen[got.ID] = true
+		perKey[got.Key] = append(perKey[got.Key], got.ID)
+	}
+	if len(seen) != len(evs) {
+		t.Fatalf("%d of %d events published", len(seen), len(evs))
+	}
+	for key, ids := range perKey {
+		var want []uuid.UUID
+		for _, e := range evs {
+			if e.Key == key {
+				want = append(want, e.ID)
+			}
+		}
+		if !slices.Equal(ids, want) {
+			t.Fatalf("key %s: published in order %v; want %v", key, ids, want)
+		}
+	}
+}
+
+// Events go to the topic Topic picks (or DefaultTopic), intact and in
+// order per key.
+func TestPublishRoundTrip(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	orders := kc.Topic(t, "orders", 4)
+	audit := kc.Topic(t, "audit", 2)
+	p := newPublisher(t, idemkafka.PublisherConfig{
+		Seeds:        kc.Seeds,
+		DefaultTopic: orders,
+		Topic: func(e event.Envelope) string {
+			if strings.HasSuffix(e.Key, "-0") {
+				return audit
+			}
+			return "" // DefaultTopic
+		},
+	})
+	evs := newEvents(t, 200, 7)
+	evs[3].SagaID = "saga-1"
+	evs[3].Headers = map[string]string{"traceparent": "00-abc-01", "tenant": "t1"}
+	if err := p.Publish(t.Context(), evs); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	var toAudit, toOrders []event.Envelope
+	for _, e := range evs {
+		if strings.HasSuffix(e.Key, "-0") {
+			toAudit = append(toAudit, e)
+		} else {
+			toOrders = append(toOrders, e)
+		}
+	}
+	mustPublished(t, kc.Records(t, audit), toAudit)
+	mustPublished(t, kc.Records(t, orders), toOrders)
+	if err := p.Publish(t.Context(), nil); err != nil {
+		t.Errorf("Publish(nil) = %v", err)
+	}
+}
+
+// A batch published in part reports each event: published, poison (too
+// large, rejected by the broker) or skipped behind an earlier failure of
+// its key, so the relay marks exactly the published ones.
+func TestPublishPartialFailure(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 2)
+	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic})
+
+	evs := newEvents(t, 5, 2) // keys order-0, order-1, order-0, order-1, order-0
+	big, err := event.New("OrderCreated.v1", evs[2].Key, map[string]string{"pad": strings.Repeat("x", 2<<20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs[2] = big
+	err = p.Publish(t.Context(), evs)
+	var pe *outbox.PublishError
+	if !errors.As(err, &pe) || len(pe.Errs) != len(evs) {
+		t.Fatalf("Publish = %v; want an *outbox.PublishError with %d entries", err, len(evs))
+	}
+	for i, check := range []func(error) bool{
+		func(err error) bool { return err == nil },
+		func(err error) bool { return err == nil },
+		func(err error) bool { return errors.Is(err, outbox.ErrPoison) && errors.Is(err, kerr.MessageTooLarge) },
+		func(err error) bool { return err == nil },                        // another key
+		func(err error) bool { return errors.Is(err, outbox.ErrSkipped) }, // behind the poison of its key
+	} {
+		if !check(pe.Errs[i]) {
+			t.Errorf("event %d (key %s): %v", i, evs[i].Key, pe.Errs[i])
+		}
+	}
+	mustPublished(t, kc.Records(t, topic), []event.Envelope{evs[0], evs[1], evs[3]})
+
+	// The broker rejects a request as invalid: poison, nothing published.
+	if kc.Real() {
+		return
+	}
+	more := newEvents(t, 3, 3)
+	fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, topic, kerr.InvalidRecord, 1))
+	err = p.Publish(t.Context(), more)
+	if !errors.As(err, &pe) || fault.Hits() != 1 {
+		t.Fatalf("Publish with the broker rejecting the batch = %v (%d faults)", err, fault.Hits())
+	}
+	published := 0
+	for i, err := range pe.Errs {
+		switch {
+		case err == nil:
+			published++
+		case !errors.Is(err, outbox.ErrPoison) || !errors.Is(err, kerr.InvalidRecord):
+			t.Errorf("event %d: %v; want ErrPoison wrapping INVALID_RECORD", i, err)
+		}
+	}
+	if n := len(kc.Records(t, topic)) - 3; n != published {
+		t.Errorf("%d records appended, %d events reported published", n, published)
+	}
+}

@@ -1,0 +1,104 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/kafkatest"
+)
+
+// A second member joins the group while the first is in the middle of a
+// batch. The rebalance waits for that batch (applied and committed), then
+// moves partitions; over 2,000 events (plus 196 duplicate records) nothing
+// is lost, nothing takes effect twice, and each key keeps its order.
+func TestRebalanceInFlight(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testRebalanceInFlight[pgx.Tx], testRebalanceInFlight[*sql.Tx])
+}
+
+func testRebalanceInFlight[TTx any](t *testing.T, b *backend[TTx]) {
+	const (
+		n      = 2000
+		parts  = 6
+		keys   = 40
+		joinAt = 600 // the handler call of the first member during which the second joins
+	)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", parts)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, n, keys)
+	var rs []*kgo.Record
+	for i, e := range evs {
+		rs = append(rs, recordsOf(topic, e)...)
+		if i%10 == 9 && i >= keys { // a duplicate of an earlier event of the same key
+			rs = append(rs, recordsOf(topic, evs[i-keys])...)
+		}
+	}
+	kc.Produce(t, topic, rs...)
+
+	var (
+		calls    atomic.Int64
+		joining  = make(chan struct{})
+		blocked  = make(chan struct{})
+		once     sync.Once
+		revokedA atomic.Int64
+	)
+	// The first member, in the middle of a batch, lets the second one
+	// start and waits until the rebalance waits for it.
+	hookA := func(event.Envelope) error {
+		if calls.Add(1) == joinAt {
+			close(joining)
+			select {
+			case <-blocked:
+			case <-time.After(20 * time.Second):
+				t.Error("the rebalance never waited for the batch in flight")
+			}
+		}
+		return nil
+	}
+	cfgA := consumerConfig(kc, b, "billing", group, hookA, topic)
+	cfgA.MaxPollRecords = 100
+	cfgA.ExtraOpts = append(cfgA.ExtraOpts,
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { once.Do(func() { close(blocked) }) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			revokedA.Add(int64(len(ps[topic])))
+		}),
+	)
+	a := start(t, b, "billing", cfgA)
+
+	select {
+	case <-joining:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first member applied only %d events", calls.Load())
+	}
+	cfgB := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfgB.MaxPollRecords = 100
+	bb := start(t, b, "billing", cfgB)
+
+	waitFor(t, 60*time.Second, "every event applied and every partition committed", func() bool {
+		return allCommitted(t, kc, group, topic) && distinct(t, b, "billing") == n
+	})
+	handedOver := revokedA.Load() // before the stop revokes the rest
+	mustStop(t, a)
+	mustStop(t, bb)
+
+	mustOnce(t, b, "billing", evs)
+	mustKeyOrder(t, b.rows(t, "billing"))
+	sa, sb := a.stats.get(), bb.stats.get()
+	if handedOver == 0 || sb.applied == 0 {
+		t.Errorf("the first member handed over %d partitions, the second applied %d events; want a real handover", handedOver, sb.applied)
+	}
+	if sa.applied+sb.applied != n || sa.dead+sb.dead != 0 {
+		t.Errorf("applied %d+%d, dead-lettered %d+%d; want %d applied, none dead-lettered", sa.applied, sb.applied, sa.dead, sb.dead, n)
+	}
+	t.Logf("first member: %d applied, %d duplicates, %d partitions handed over; second: %d applied, %d duplicates",
+		sa.applied, sa.duplicates, handedOver, sb.applied, sb.duplicates)
+}

@@ -1,0 +1,32 @@
+package idemkafka
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
+)
+
+// Record returns the Kafka record of e for topic: key e.Key, value
+// e.Payload, and headers e.RecordHeaders() (the event ID, type, saga ID and
+// occurrence time, then e's extra headers). The record is fresh: the caller
+// may hand it to a kgo client, which takes ownership.
+func Record(topic string, e event.Envelope) *kgo.Record {
+	hs := e.RecordHeaders()
+	rh := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		rh[i] = kgo.RecordHeader(h)
+	}
+	return &kgo.Record{Topic: topic, Key: e.RecordKey(), Value: e.Payload, Headers: rh}
+}
+
+// Envelope decodes a record written by Record (or by any producer that
+// follows event.FromRecord's header mapping). A record that is not a valid
+// idem event returns an *event.DecodeError: retrying cannot fix it, so the
+// consumer dead-letters it at once.
+func Envelope(r *kgo.Record) (event.Envelope, error) {
+	hs := make([]event.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = event.Header(h)
+	}
+	return event.FromRecord(r.Key, r.Value, hs)
+}
