@@ -71,3 +71,12 @@ func (c *Cleaner[TTx]) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// CheckSchedule reports whether spec is a valid Config.Schedule (five cron
+// fields or a descriptor such as @daily, firing at least once), so a
+// program can reject a bad schedule while it parses its configuration,
+// before it opens a database.
+func CheckSchedule(spec string) error {
+	_, err := parseSchedule(spec, time.Local)
+	return err
+}

@@ -10,7 +10,14 @@
 // Flags (each overrides its environment variable): -addr (IDEMD_ADDR,
 // default 127.0.0.1:8080), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
 // file path; default ./idemd.db), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
-// default 15s), -log-format (IDEMD_LOG_FORMAT, json or text).
+// default 15s), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
+// (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
+// "0 3 * * *", or off).
+//
+// The retention sweep (package cleanup) deletes expired idempotency records
+// and old inbox and outbox rows in small batches; with several idemd
+// replicas on one PostgreSQL exactly one sweeps a given run. Its counts are
+// exported as idem_cleanup_sweeps_total and idem_cleanup_deleted_rows_total.
 //
 // idemd prints one line on stdout with its address and database (password
 // redacted) and logs to stderr, one access log line per request. SIGINT or

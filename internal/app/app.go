@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
@@ -28,6 +29,9 @@ type App struct {
 	handler http.Handler
 	ping    func(context.Context) error
 	close   func()
+	// sweep runs the retention sweep on its schedule until its context
+	// ends; nil when Config.Cleanup is CleanupOff.
+	sweep func(context.Context) error
 }
 
 // New opens and migrates the database of cfg and builds the handler. The
@@ -91,7 +95,8 @@ func (a *App) openSQLite(ctx context.Context) error {
 }
 
 // setup migrates idem's tables and the payment table, then builds the
-// handler for the transaction type of the database.
+// handler for the transaction type of the database and the retention
+// sweep.
 func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], store payments.Store[TTx], migrate func(context.Context) error) error {
 	err := drv.Migrate(ctx)
 	if err == nil {
@@ -99,6 +104,17 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], store p
 	}
 	if err == nil {
 		a.handler, err = routes(a, drv, store)
+	}
+	if err == nil && a.cfg.Cleanup != CleanupOff {
+		var c *cleanup.Cleaner[TTx]
+		c, err = cleanup.New(drv, &cleanup.Config{
+			Schedule: a.cfg.Cleanup,
+			Logger:   a.log,
+			OnSweep:  a.metrics.sweep,
+		})
+		if err == nil {
+			a.sweep = c.Run
+		}
 	}
 	if err != nil {
 		a.close()

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/cleanup"
 )
 
 // Defaults of Config.
@@ -17,6 +19,12 @@ const (
 	DefaultDB              = "./idemd.db"
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogFormat       = "json"
+	// DefaultCleanup is the retention sweep's schedule: daily at 03:00
+	// local time, as in the style guide.
+	DefaultCleanup = "0 3 * * *"
+	// CleanupOff as Config.Cleanup disables the retention sweep (another
+	// replica or a job runs it).
+	CleanupOff = "off"
 )
 
 // Config is idemd's configuration.
@@ -30,6 +38,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogFormat is "json" (the default) or "text".
 	LogFormat string
+	// Cleanup is the cron schedule (5 fields) of the retention sweep that
+	// deletes expired idempotency records and old inbox and outbox rows
+	// (package cleanup), or CleanupOff. Defaults to DefaultCleanup. With
+	// several replicas on one database, one sweeps and the others skip.
+	Cleanup string
 }
 
 // ConfigError is a configuration mistake: idemd exits with code 2.
@@ -51,6 +64,7 @@ var settings = []setting{
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight requests"},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
+	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
 }
 
 // Usage describes the flags and environment variables.
@@ -98,7 +112,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return "-" + name
 	}
 
-	cfg := Config{Addr: *values["addr"], LogFormat: *values["log-format"]}
+	cfg := Config{Addr: *values["addr"], LogFormat: *values["log-format"], Cleanup: strings.TrimSpace(*values["cleanup"])}
 	if err := checkAddr(cfg.Addr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("addr"), err)
 	}
@@ -114,6 +128,9 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg.ShutdownTimeout = d
 	if cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return Config{}, configErrorf("%s: %q is not json or text", source("log-format"), cfg.LogFormat)
+	}
+	if err := cleanup.CheckSchedule(cfg.Cleanup); cfg.Cleanup != CleanupOff && err != nil {
+		return Config{}, configErrorf("%s: %v", source("cleanup"), err)
 	}
 	return cfg, nil
 }

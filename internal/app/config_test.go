@@ -23,15 +23,15 @@ func TestParseConfig(t *testing.T) {
 		want app.Config
 	}{
 		{"defaults", nil, nil, app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
-			ShutdownTimeout: 15 * time.Second, LogFormat: "json"}},
+			ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *"}},
 		{"environment", nil, map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://u:pw@db:5432/pay",
-			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text"},
+			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text", "IDEMD_CLEANUP": "off"},
 			app.Config{Addr: ":9090", DB: app.Database{Kind: app.Postgres, URL: "postgres://u:pw@db:5432/pay"},
-				ShutdownTimeout: 3 * time.Second, LogFormat: "text"}},
-		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m"},
-			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay"},
+				ShutdownTimeout: 3 * time.Second, LogFormat: "text", Cleanup: "off"}},
+		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m", "-cleanup", "30 4 * * 1-5"},
+			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay", "IDEMD_CLEANUP": "off"},
 			app.Config{Addr: "127.0.0.1:0", DB: app.Database{Kind: app.SQLite, Path: "/tmp/x.db"},
-				ShutdownTimeout: time.Minute, LogFormat: "json"}},
+				ShutdownTimeout: time.Minute, LogFormat: "json", Cleanup: "30 4 * * 1-5"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +67,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"zero timeout", []string{"-shutdown-timeout", "0s"}, nil, "-shutdown-timeout"},
 		{"bad timeout", []string{"-shutdown-timeout", "soon"}, nil, "-shutdown-timeout"},
 		{"bad log format", []string{"-log-format", "xml"}, nil, "-log-format"},
+		{"bad cleanup schedule", []string{"-cleanup", "3am daily"}, nil, "-cleanup"},
+		{"cleanup schedule with 6 fields", nil, map[string]string{"IDEMD_CLEANUP": "0 0 3 * * *"}, "IDEMD_CLEANUP"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

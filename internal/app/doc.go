@@ -26,4 +26,8 @@
 // idem's tables and the payment table live in the same database, so that in
 // idemhttp's ModeTx the payment, the idempotency record and the stored
 // response commit in one transaction.
+//
+// Serve also runs the retention sweep (package cleanup) on Config.Cleanup's
+// cron schedule, daily at 03:00 by default; replicas sharing a database
+// take turns through cleanup's lease, so one sweeps and the others skip.
 package app

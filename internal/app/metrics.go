@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -17,6 +18,8 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	outcomes *prometheus.CounterVec
+	sweeps   *prometheus.CounterVec
+	deleted  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -35,11 +38,22 @@ func newMetrics() *metrics {
 			Name: "idem_http_outcomes_total",
 			Help: "What the idempotency middleware did with protected requests.",
 		}, []string{"outcome"}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_cleanup_sweeps_total",
+			Help: "Retention sweeps by result: done, skipped (another replica sweeps), failed.",
+		}, []string{"result"}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_cleanup_deleted_rows_total",
+			Help: "Rows the retention sweep deleted, by table.",
+		}, []string{"table"}),
+	}
+	for _, r := range []string{"done", "skipped", "failed"} {
+		m.sweeps.WithLabelValues(r)
 	}
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeStoreError; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -47,6 +61,21 @@ func newMetrics() *metrics {
 // outcome is idemhttp's Config.OnOutcome.
 func (m *metrics) outcome(_ *http.Request, o idemhttp.Outcome) {
 	m.outcomes.WithLabelValues(o.String()).Inc()
+}
+
+// sweep is cleanup's Config.OnSweep.
+func (m *metrics) sweep(rep cleanup.Report) {
+	result := "done"
+	for _, t := range rep.Tables {
+		m.deleted.WithLabelValues(t.Table).Add(float64(t.Deleted))
+		if t.Err != nil {
+			result = "failed"
+		}
+	}
+	if rep.Skipped {
+		result = "skipped"
+	}
+	m.sweeps.WithLabelValues(result).Inc()
 }
 
 func (m *metrics) handler() http.Handler {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -153,4 +154,93 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("stderr lacks the stop log: %s", stderr.String())
 	}
+}
+
+// idemd runs the retention sweep on its -cleanup schedule: an expired
+// idempotency record is deleted, a live one is kept, and /metrics counts it.
+func TestRunSweepsExpiredRecords(t *testing.T) {
+	t.Parallel()
+	path := testdb.SQLitePath(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", path, "-cleanup", "@every 1s"}, envOf(nil), stdout, stderr)
+	}()
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == ""; time.Sleep(5 * time.Millisecond) {
+		if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
+			base = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen line; stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+	}
+	for i, key := range []string{"expired", "live"} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody("ext-sweep-"+key)))
+		req.Header.Set("Idempotency-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("POST %d: status %d", i, res.StatusCode)
+		}
+	}
+	db, err := sql.Open("sqlite", sqlitedriver.DSN(path, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE idempotency_record SET expires_at = ? WHERE idempotency_key = 'expired'`,
+		time.Now().Add(-time.Hour).UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	deletedMetric := regexp.MustCompile(`(?m)^idem_cleanup_deleted_rows_total\{table="idempotency_record"\} 1$`)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if deletedMetric.Match(body) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep deleted the expired record; metrics:\n%s\nstderr %s", grepLines(string(body), "idem_cleanup"), stderr.String())
+		}
+	}
+	var keys []string
+	rows, err := db.Query(`SELECT idempotency_key FROM idempotency_record`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != "live" {
+		t.Errorf("records after the sweep: %q; want only \"live\"", keys)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("exit code %d; stderr %s", code, stderr.String())
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

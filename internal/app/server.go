@@ -12,7 +12,8 @@ import (
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
 // accepting, waits up to Config.ShutdownTimeout for in-flight requests, and
-// returns. It does not close the database (Close does).
+// returns. It also runs the retention sweep on Config.Cleanup's schedule.
+// It does not close the database (Close does).
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.handler,
@@ -24,6 +25,17 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if a.sweep != nil {
+		// Stops with ctx; a sweep in progress stops within one statement.
+		swept := make(chan struct{})
+		defer func() { <-swept }()
+		go func() {
+			defer close(swept)
+			if err := a.sweep(ctx); err != nil {
+				a.log.Error("retention sweep stopped", "err", err)
+			}
+		}()
+	}
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
