@@ -21,6 +21,7 @@ const (
 const (
 	DefaultInboxTTL  = 72 * time.Hour
 	DefaultOutboxTTL = 24 * time.Hour
+	DefaultSagaTTL   = 72 * time.Hour
 	DefaultBatchSize = 1000
 	DefaultPause     = 50 * time.Millisecond
 	DefaultSchedule  = "0 3 * * *"
@@ -52,9 +53,12 @@ type Config struct {
 	// Outbox is the retention of published outbox rows.
 	Outbox OutboxRetention
 
-	// Rules are further tables to sweep (finished saga rows, an
-	// application's own tables), after the built-in ones, in order.
-	// Defaults to none.
+	// Sagas is the retention of finished sagas (tables saga and saga_step,
+	// written by package saga).
+	Sagas SagaRetention
+
+	// Rules are further tables to sweep (an application's own tables),
+	// after the built-in ones, in order. Defaults to none.
 	Rules []Rule
 
 	// PartitionedInbox selects the PostgreSQL partition mode of the inbox:
@@ -145,12 +149,35 @@ type OutboxRetention struct {
 	TTL time.Duration
 }
 
+// SagaRetention configures the sweep of finished sagas. A saga is finished
+// when it is Completed or Compensated; running, compensating and failed
+// sagas are never deleted, however old. A finished saga is deleted with its
+// steps.
+type SagaRetention struct {
+	// Disabled leaves the tables alone. Defaults to false.
+	Disabled bool
+	// TTL is how long a saga is kept after it finished (its finished_at).
+	// Defaults to 72h. Less than 24h needs OverrideReason; there is no
+	// upper bound (a finished saga is an audit trail, and keeping it longer
+	// only costs space). Keep it at least as long as Inbox.TTL and
+	// Inbox.RedeliveryHorizon: an event of a deleted saga that arrives
+	// later finds no saga (saga.ErrNotFound), and an event that starts the
+	// saga creates it anew and runs its steps again. New logs a warning
+	// when TTL is shorter than either.
+	TTL time.Duration
+	// OverrideReason allows a TTL under 24h; it is logged by New.
+	OverrideReason string
+}
+
 func (c Config) withDefaults() Config {
 	if c.Inbox.TTL == 0 {
 		c.Inbox.TTL = DefaultInboxTTL
 	}
 	if c.Outbox.TTL == 0 {
 		c.Outbox.TTL = DefaultOutboxTTL
+	}
+	if c.Sagas.TTL == 0 {
+		c.Sagas.TTL = DefaultSagaTTL
 	}
 	if c.PartitionsAhead == 0 {
 		c.PartitionsAhead = DefaultPartitionsAhead
@@ -199,6 +226,13 @@ func (c Config) validate() error {
 	}
 	if !c.Outbox.Disabled && c.Outbox.TTL <= 0 {
 		errs = append(errs, fmt.Errorf("Outbox.TTL %s must be positive", c.Outbox.TTL))
+	}
+	if !c.Sagas.Disabled {
+		if c.Sagas.TTL <= 0 {
+			errs = append(errs, fmt.Errorf("Sagas.TTL %s must be positive", c.Sagas.TTL))
+		} else if c.Sagas.TTL < MinTTL && strings.TrimSpace(c.Sagas.OverrideReason) == "" {
+			errs = append(errs, fmt.Errorf("Sagas.TTL %s is under %s: a late event of a deleted saga finds no saga, or starts it again; set Sagas.OverrideReason to allow it", c.Sagas.TTL, MinTTL))
+		}
 	}
 	errs = append(errs, validateRules(c.Rules)...)
 	if c.PartitionsAhead < 1 {

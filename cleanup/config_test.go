@@ -53,11 +53,18 @@ func TestConfigValidation(t *testing.T) {
 		{"BadLockName", cleanup.Config{LockName: " leading space"}, "LockName"},
 		{"PartitionsAheadNegative", cleanup.Config{PartitionsAhead: -1}, "PartitionsAhead"},
 		{"RuleWithoutTable", cleanup.Config{Rules: []cleanup.Rule{{Delete: noDelete}}}, "Table is required"},
-		{"RuleWithoutDelete", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga"}}}, "Delete is required"},
+		{"RuleWithoutDelete", cleanup.Config{Rules: []cleanup.Rule{{Table: "audit_log"}}}, "Delete is required"},
 		{"RuleBuiltinName", cleanup.Config{Rules: []cleanup.Rule{{Table: cleanup.TableInbox, Delete: noDelete}}}, "built-in"},
-		{"RuleTwice", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", Delete: noDelete}, {Table: "saga", Delete: noDelete}}}, "used twice"},
-		{"RuleNegativeTTL", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", TTL: -1, Delete: noDelete}}}, "TTL"},
-		{"Rule", cleanup.Config{Rules: []cleanup.Rule{{Table: "saga", TTL: 7 * 24 * time.Hour, Delete: noDelete}}}, ""},
+		{"RuleTwice", cleanup.Config{Rules: []cleanup.Rule{{Table: "audit_log", Delete: noDelete}, {Table: "audit_log", Delete: noDelete}}}, "used twice"},
+		{"RuleNegativeTTL", cleanup.Config{Rules: []cleanup.Rule{{Table: "audit_log", TTL: -1, Delete: noDelete}}}, "TTL"},
+		{"Rule", cleanup.Config{Rules: []cleanup.Rule{{Table: "audit_log", TTL: 7 * 24 * time.Hour, Delete: noDelete}}}, ""},
+		{"RuleSagaIsBuiltin", cleanup.Config{Rules: []cleanup.Rule{{Table: cleanup.TableSagas, Delete: noDelete}}}, "built-in"},
+		{"SagasTTL24h", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: 24 * time.Hour}}, ""},
+		{"SagasTTL30d", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: 30 * 24 * time.Hour}}, ""},
+		{"SagasTTL1hRejected", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: time.Hour}}, "Sagas.TTL 1h0m0s is under 24h0m0s"},
+		{"SagasTTL1hWithReason", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: time.Hour, OverrideReason: "load test database"}}, ""},
+		{"SagasTTLNegative", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: -time.Hour, OverrideReason: "x"}}, "Sagas.TTL -1h0m0s must be positive"},
+		{"SagasDisabledIgnoresTTL", cleanup.Config{Sagas: cleanup.SagaRetention{Disabled: true, TTL: time.Hour}}, ""},
 		{"PartitionedInboxOnSQLite", cleanup.Config{PartitionedInbox: true}, "no inbox partition mode"},
 	}
 	for _, tt := range tests {
@@ -90,11 +97,11 @@ func TestNilConfigAndDriver(t *testing.T) {
 }
 
 // logs captures what New logs at Warn and above.
-func logs(t *testing.T, in cleanup.InboxRetention) string {
+func logs(t *testing.T, cfg cleanup.Config) string {
 	t.Helper()
 	var buf bytes.Buffer
-	cfg := &cleanup.Config{Inbox: in, Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	if _, err := cleanup.New(testdb.SQLite(t), cfg); err != nil {
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := cleanup.New(testdb.SQLite(t), &cfg); err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return buf.String()
@@ -102,24 +109,45 @@ func logs(t *testing.T, in cleanup.InboxRetention) string {
 
 func TestWarnings(t *testing.T) {
 	t.Parallel()
-	t.Run("InboxShorterThanRedeliveryHorizon", func(t *testing.T) {
-		t.Parallel()
-		out := logs(t, cleanup.InboxRetention{TTL: 24 * time.Hour, RedeliveryHorizon: 7 * 24 * time.Hour})
-		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "MISCONFIGURATION") || !strings.Contains(out, "redelivery_horizon=168h0m0s") {
-			t.Errorf("log = %q; want a WARN about the redelivery horizon", out)
-		}
-	})
-	t.Run("InboxCoversRedeliveryHorizon", func(t *testing.T) {
-		t.Parallel()
-		if out := logs(t, cleanup.InboxRetention{TTL: 72 * time.Hour, RedeliveryHorizon: 72 * time.Hour}); out != "" {
-			t.Errorf("log = %q; want nothing", out)
-		}
-	})
-	t.Run("Override", func(t *testing.T) {
-		t.Parallel()
-		out := logs(t, cleanup.InboxRetention{TTL: time.Hour, OverrideReason: "dev box"})
-		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, `reason="dev box"`) {
-			t.Errorf("log = %q; want the override and its reason", out)
-		}
-	})
+	week := 7 * 24 * time.Hour
+	tests := []struct {
+		name string
+		cfg  cleanup.Config
+		want []string // substrings of the log; none means no warning at all
+	}{
+		{"Defaults", cleanup.Config{}, nil},
+		{"InboxShorterThanRedeliveryHorizon",
+			cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 24 * time.Hour, RedeliveryHorizon: week}, Sagas: cleanup.SagaRetention{TTL: week}},
+			[]string{"level=WARN", "MISCONFIGURATION: inbox retention is shorter than the redelivery horizon", "redelivery_horizon=168h0m0s"}},
+		{"InboxCoversRedeliveryHorizon",
+			cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 72 * time.Hour, RedeliveryHorizon: 72 * time.Hour}}, nil},
+		{"Override",
+			cleanup.Config{Inbox: cleanup.InboxRetention{TTL: time.Hour, OverrideReason: "dev box"}},
+			[]string{"level=WARN", "inbox retention outside", `reason="dev box"`}},
+		{"SagasShorterThanInbox",
+			cleanup.Config{Sagas: cleanup.SagaRetention{TTL: 48 * time.Hour}},
+			[]string{"level=WARN", "MISCONFIGURATION: finished sagas are deleted", "saga_ttl=48h0m0s", "inbox_ttl=72h0m0s"}},
+		{"SagasShorterThanRedeliveryHorizon",
+			cleanup.Config{Inbox: cleanup.InboxRetention{TTL: 100 * time.Hour, OverrideReason: "4-day topic", RedeliveryHorizon: 100 * time.Hour}},
+			[]string{"MISCONFIGURATION: finished sagas are deleted", "saga_ttl=72h0m0s", "redelivery_horizon=100h0m0s"}},
+		{"SagasLongerThanInbox", cleanup.Config{Sagas: cleanup.SagaRetention{TTL: 30 * 24 * time.Hour}}, nil},
+		{"SagasInboxDisabled", cleanup.Config{Inbox: cleanup.InboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{TTL: 24 * time.Hour}}, nil},
+		{"SagasOverride",
+			cleanup.Config{Inbox: cleanup.InboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{TTL: time.Hour, OverrideReason: "load test"}},
+			[]string{"level=WARN", "finished-saga retention under", `reason="load test"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := logs(t, tt.cfg)
+			if len(tt.want) == 0 && out != "" {
+				t.Errorf("log = %q; want nothing", out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("log = %q; want it to contain %q", out, w)
+				}
+			}
+		})
+	}
 }

@@ -27,8 +27,15 @@
 //   - outbox: published rows are kept for Config.Outbox.TTL after
 //     published_at (24h by default) for audits and manual republishing.
 //     Rows not yet published, and parked rows, are never deleted.
-//   - further tables (finished saga rows, an application's own tables) are
-//     added as Config.Rules, swept after the built-in ones.
+//   - saga and saga_step (package saga): a saga that finished (completed
+//     or compensated) is deleted with its steps Config.Sagas.TTL after its
+//     finished_at, 72h by default; less than 24h needs
+//     Config.Sagas.OverrideReason. Running, compensating and failed sagas
+//     are never deleted: they are work in progress. Keep finished sagas at
+//     least as long as the inbox keeps their events (New warns otherwise):
+//     a late event of a deleted saga finds no saga, or starts it again.
+//   - an application's own tables are added as Config.Rules, swept after
+//     the built-in ones.
 //
 // A row exactly as old as its TTL is kept; an idempotency record whose
 // expires_at equals now is deleted (it is already treated as absent).
@@ -36,12 +43,13 @@
 // # Batches
 //
 // Every DELETE removes at most Config.BatchSize rows (1000 by default,
-// oldest first; on PostgreSQL rows held by a concurrent transaction are
-// skipped, never waited for), and a table is swept again after
-// Config.Pause (50ms) until a batch deletes fewer rows. So a sweep never
-// holds many row locks, never holds them for long, and leaves room to the
-// application's inserts and to replication. When the context is cancelled
-// the running statement is cancelled and the sweep stops.
+// oldest first; for sagas, BatchSize sagas with their steps; on PostgreSQL
+// rows held by a concurrent transaction are skipped, never waited for), and
+// a table is swept again after Config.Pause (50ms) until a batch deletes
+// fewer rows. So a sweep never holds many row locks, never holds them for
+// long, and leaves room to the application's inserts and to replication.
+// When the context is cancelled the running statement is cancelled and the
+// sweep stops.
 //
 // # Replicas
 //

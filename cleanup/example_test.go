@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/saga"
 )
 
 func Example() {
@@ -33,11 +34,37 @@ func Example() {
 	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New(), uuid.New()}, now.Add(-96*time.Hour))
 	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New()}, now.Add(-time.Hour))
 
+	// A saga that completed four days ago, and one still running.
+	fourDaysAgo := func() time.Time { return now.Add(-96 * time.Hour) }
+	sagas, err := saga.New(drv, &saga.Config{Now: fourDaysAgo})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, id := range []string{"order-1", "order-2"} {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, _, err := sagas.Start(ctx, tx, id, "order", nil); err != nil {
+			log.Fatal(err)
+		}
+		if id == "order-1" {
+			if err := sagas.Complete(ctx, tx, id); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			log.Fatal(err)
+		}
+	}
+
 	c, err := cleanup.New(drv, &cleanup.Config{
 		Inbox: cleanup.InboxRetention{
 			TTL:               72 * time.Hour,
 			RedeliveryHorizon: 72 * time.Hour, // the topic's retention
 		},
+		// Finished sagas: kept 72h after they finished (the default).
+		Sagas:    cleanup.SagaRetention{TTL: 72 * time.Hour},
 		Schedule: "0 3 * * *", // Run: daily at 03:00 (the default)
 		Logger:   slog.New(slog.DiscardHandler),
 	})
@@ -55,4 +82,5 @@ func Example() {
 	// idempotency_record: 0 deleted
 	// processed_event: 2 deleted
 	// outbox: 0 deleted
+	// saga: 1 deleted
 }

@@ -21,14 +21,14 @@ type Report struct {
 
 // TableReport is the sweep of one table.
 type TableReport struct {
-	// Table is the rule's name (TableRecords, TableInbox, TableOutbox or a
-	// Rule's Table).
+	// Table is the rule's name (TableRecords, TableInbox, TableOutbox,
+	// TableSagas or a Rule's Table).
 	Table string
 	// Before is the cutoff: rows older than it were deleted.
 	Before time.Time
-	// Deleted is how many rows the DELETE statements reported removed. A
-	// statement interrupted by a cancelled context may have removed rows
-	// it could not report.
+	// Deleted is how many rows the DELETE statements reported removed (for
+	// TableSagas: sagas, each with its steps). A statement interrupted by a
+	// cancelled context may have removed rows it could not report.
 	Deleted int
 	// Batches is how many DELETE statements ran.
 	Batches int

@@ -14,11 +14,13 @@ const (
 	TableRecords = "idempotency_record"
 	TableInbox   = "processed_event"
 	TableOutbox  = "outbox"
+	// TableSagas is the sweep of finished sagas (table saga, whose steps
+	// in saga_step go with them). Its Deleted counts sagas.
+	TableSagas = "saga"
 )
 
 // Rule is one more table for the cleaner to sweep: the extension point for
-// tables added after the built-in ones (finished saga rows) and for an
-// application's own tables.
+// an application's own tables, swept after the built-in ones.
 type Rule struct {
 	// Table names the rule in reports and logs. Required, unique, and not
 	// one of the built-in names.
@@ -38,7 +40,7 @@ var lockNameRe = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]{0,199}$`)
 
 func validateRules(rules []Rule) []error {
 	var errs []error
-	seen := map[string]bool{TableRecords: true, TableInbox: true, TableOutbox: true}
+	seen := map[string]bool{TableRecords: true, TableInbox: true, TableOutbox: true, TableSagas: true}
 	for i, r := range rules {
 		switch {
 		case r.Table == "":
@@ -107,6 +109,15 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 			cutoff: olderThan(c.Outbox.TTL),
 			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
 				return ex.OutboxDeletePublishedBefore(ctx, before, limit)
+			},
+		})
+	}
+	if !c.Sagas.Disabled {
+		rules = append(rules, sweepRule{
+			table:  TableSagas,
+			cutoff: olderThan(c.Sagas.TTL),
+			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+				return ex.SagaDeleteFinishedBefore(ctx, before, limit)
 			},
 		})
 	}

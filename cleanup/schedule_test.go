@@ -81,7 +81,7 @@ func TestRuleExtension(t *testing.T) {
 		Logger:    slog.New(slog.DiscardHandler),
 		OnSweep:   func(r cleanup.Report) { reports = append(reports, r) },
 		Rules: []cleanup.Rule{{
-			Table: "saga",
+			Table: "audit_log",
 			TTL:   7 * 24 * time.Hour,
 			Delete: func(_ context.Context, _ driver.Executor, before time.Time, limit int) (int, error) {
 				cutoffs = append(cutoffs, before)
@@ -102,11 +102,11 @@ func TestRuleExtension(t *testing.T) {
 	for _, tr := range rep.Tables {
 		tables = append(tables, tr.Table)
 	}
-	if want := []string{cleanup.TableRecords, cleanup.TableInbox, cleanup.TableOutbox, "saga"}; !slices.Equal(tables, want) {
+	if want := []string{cleanup.TableRecords, cleanup.TableInbox, cleanup.TableOutbox, cleanup.TableSagas, "audit_log"}; !slices.Equal(tables, want) {
 		t.Errorf("swept %v; want %v in that order", tables, want)
 	}
-	if rep.Deleted("saga") != 25 || len(cutoffs) != 3 || rep.Tables[3].Batches != 3 {
-		t.Errorf("saga: deleted %d in %d calls (report %+v); want 25 in 3", rep.Deleted("saga"), len(cutoffs), rep.Tables[3])
+	if rep.Deleted("audit_log") != 25 || len(cutoffs) != 3 || rep.Tables[4].Batches != 3 {
+		t.Errorf("audit_log: deleted %d in %d calls (report %+v); want 25 in 3", rep.Deleted("audit_log"), len(cutoffs), rep.Tables[4])
 	}
 	for _, b := range cutoffs {
 		if !b.Equal(now.Add(-7 * 24 * time.Hour)) {

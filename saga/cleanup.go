@@ -10,14 +10,18 @@ import (
 // DeleteFinished deletes at most limit sagas that finished (Completed or
 // Compensated) before before, with their steps, in one bounded statement,
 // and returns how many it deleted. Running, compensating and failed sagas
-// are never deleted. It has the signature of cleanup.Rule.Delete, so the
-// cleaner sweeps finished sagas with
+// are never deleted.
 //
-//	cleanup.Rule{Table: "saga", TTL: 7 * 24 * time.Hour, Delete: saga.DeleteFinished}
+// The cleaner of package cleanup already sweeps finished sagas with this
+// statement (cleanup.Config.Sagas: 72h after they finished by default, on
+// the cleaner's schedule, one replica at a time), so most applications never
+// call DeleteFinished. It is for a job of one's own; it has the signature of
+// cleanup.Rule.Delete.
 //
 // Keep finished sagas at least as long as the events that drive them can be
 // redelivered (the inbox retention): a redelivered event of a deleted saga
-// finds no saga (ErrNotFound) instead of its recorded step.
+// finds no saga (ErrNotFound) instead of its recorded step, and an event
+// that starts the saga creates it anew.
 func DeleteFinished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
 	return ex.SagaDeleteFinishedBefore(ctx, before, limit)
 }

@@ -397,3 +397,54 @@ func testDeleteFinished[TTx any](t *testing.T, f *fixture[TTx]) {
 		}
 	}
 }
+
+// Every compensation is retried at every point: its first attempt fails
+// before its effect, its second after its effect (before COMMIT, so the
+// effect rolls back), its third commits; then Compensate is called again
+// after the commit, by this process and by a restarted one. Each
+// compensation takes effect exactly once, in reverse order, and its
+// function is never called after its commit.
+func testCompensateRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	cfg := &saga.Config{CompensationAttempts: 3, CompensationBackoff: time.Millisecond}
+	c := f.coordinator(t, cfg)
+	id := f.runUntilFailure(t, c, 4)
+	comps := saga.Compensations[TTx]{}
+	calls := map[string]*atomic.Int32{}
+	for _, step := range stepsN(4) {
+		n := new(atomic.Int32)
+		calls[step] = n
+		undo := f.undo(t, id)
+		comps[step] = func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
+			switch n.Add(1) {
+			case 1: // before the effect
+				return nil, errBoom
+			case 2: // after the effect, before COMMIT
+				if _, err := undo(ctx, tx, fwd); err != nil {
+					return nil, err
+				}
+				return nil, errBoom
+			}
+			return undo(ctx, tx, fwd)
+		}
+	}
+	if err := c.Compensate(ctx, id, comps); err != nil {
+		t.Fatalf("Compensate: %v", err)
+	}
+	// After COMMIT: again, and from a restarted process.
+	if err := c.Compensate(ctx, id, comps); err != nil {
+		t.Fatalf("Compensate after the commit: %v", err)
+	}
+	if s, err := f.coordinator(t, cfg).Resume(ctx, id, comps); err != nil || s.State != saga.Compensated {
+		t.Fatalf("Resume by a restarted process = %+v, %v; want compensated", s, err)
+	}
+	f.wantCompensated(t, c, id, 4)
+	for _, step := range stepsN(3) {
+		if n := calls[step].Load(); n != 3 {
+			t.Errorf("compensation of %s was called %d times; want 3 (2 failed attempts, 1 commit)", step, n)
+		}
+	}
+	if n := calls["step-4"].Load(); n != 0 {
+		t.Errorf("compensation of the failed step-4, which never completed, was called %d times", n)
+	}
+}

@@ -105,6 +105,10 @@
 //     idempotency key, for example EventID(sagaID, stepName, "charge")): a
 //     step or compensation whose transaction rolled back runs again.
 //   - Keep step names stable: a renamed step is a new step and runs again.
-//   - Keep finished sagas (DeleteFinished, run by the cleaner) at least as
-//     long as their events can be redelivered.
+//   - Keep finished sagas at least as long as their events can be
+//     redelivered. The cleaner of package cleanup deletes a saga that
+//     finished (Completed or Compensated), with its steps,
+//     cleanup.Config.Sagas.TTL after it finished (72h by default, the
+//     default inbox retention; it warns when the inbox keeps events longer).
+//     Running, compensating and failed sagas are never deleted.
 package saga

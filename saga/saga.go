@@ -44,8 +44,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Coordinator[TTx], error
 // redelivery of the event that starts the saga starts it once.
 //
 // It fails with ErrTypeMismatch when the saga exists with another type.
-// Saga IDs should be UUIDv7 text (event.NewID().String()): the IDs of the
-// events its steps emit (EventID) then sort by the saga's start.
+// Saga IDs should be UUIDv7 text (the String of an ID from event.NewID):
+// the IDs of the events its steps emit (EventID) then sort by the saga's
+// start.
 func (c *Coordinator[TTx]) Start(ctx context.Context, tx TTx, sagaID, sagaType string, data []byte) (s *Saga, created bool, err error) {
 	if err := checkName("saga ID", sagaID); err != nil {
 		return nil, false, err

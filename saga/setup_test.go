@@ -328,17 +328,20 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/ConcurrentCalls", fn: testCompensateConcurrent[TTx]},
 		{name: "Compensate/FailsOnceInTheMiddle", fn: testCompensateFailsOnce[TTx]},
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
+		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
 		{name: "Compensate/NothingToUndo", fn: testCompensateNothing[TTx]},
 		{name: "Compensate/InFlightStepIsCompensated", fn: testCompensateWaitsForStep[TTx]},
 		{name: "Abort/ThenRecover", fn: testAbortThenRecover[TTx]},
 		{name: "Resume/RunningSaga", fn: testResumeRunning[TTx]},
+		{name: "Resume/DrivenByEventsAfterRestarts", fn: testResumeDrivenByEvents[TTx], isolated: true},
 		{name: "Emit/DeterministicIDs", fn: testEmitDeterministic[TTx]},
 		{name: "Emit/RetriedStepReemitsSameIDs", fn: testEmitRetried[TTx]},
 		{name: "Crash/ProcessExitsBeforeCommit", fn: testCrashStep[TTx]},
 		{name: "Crash/ProcessExitsDuringCompensation", fn: testCrashCompensation[TTx]},
 		{name: "Crash/ConnectionKilledBeforeCommit", fn: testCrashConnectionKilled[TTx]},
 		{name: "DeleteFinished", fn: testDeleteFinished[TTx], isolated: true},
+		{name: "Cleanup/FinishedSagasSwept", fn: testCleanupFinished[TTx], isolated: true},
 	}
 }
 

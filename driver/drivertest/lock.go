@@ -213,7 +213,9 @@ func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // exactly one sweeps and the other reports Skipped; replicas never sweep at
 // the same time; a dead replica's lease is taken over once it expires; a
 // replica whose lease was taken over stops; cancelling stops a sweep within
-// one batch.
+// one batch; finished sagas older than their retention are deleted with
+// their steps, young ones are kept, and running, compensating and failed
+// sagas never are.
 //
 // newDriver has the contract of Run's. openReplica returns a second driver
 // on drv's database with its own connections, as a second process would
@@ -233,6 +235,7 @@ func RunCleanup[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"DeadReplicaLeaseTakenOver", testCleanupDeadReplica[TTx]},
 		{"LeaseLostStopsSweep", testCleanupLeaseLost[TTx]},
 		{"CancelStopsSweep", testCleanupCancel[TTx]},
+		{"FinishedSagas", testCleanupFinishedSagas[TTx]},
 	}
 	t.Run("Cleanup", func(t *testing.T) {
 		t.Parallel()
@@ -552,7 +555,7 @@ func testCleanupLeaseLost[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 
 func testCleanupCancel[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() driver.Driver[TTx]) {
 	cfg := clConfig(fixedClock(t0))
-	cfg.Records.Disabled, cfg.Inbox.Disabled, cfg.Outbox.Disabled = true, true, true
+	cfg.Records.Disabled, cfg.Inbox.Disabled, cfg.Outbox.Disabled, cfg.Sagas.Disabled = true, true, true, true
 	cfg.Pause = 100 * time.Millisecond
 	var batches atomic.Int32
 	cfg.Rules = []cleanup.Rule{probeRule(func(context.Context, int) (int, error) {
@@ -575,6 +578,81 @@ func testCleanupCancel[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() d
 	if _, _, err := drv.Executor().LockGet(t.Context(), cleanup.DefaultLockName); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("lease after a cancelled sweep: err = %v; want released (ErrNotFound)", err)
 	}
+}
+
+// Finished sagas older than Sagas.TTL are deleted with their steps, in
+// batches, oldest first; a finished saga exactly TTL old or younger is kept
+// until a later sweep; running, compensating and failed sagas are never
+// deleted, however old.
+func testCleanupFinishedSagas[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() driver.Driver[TTx]) {
+	ex, now := drv.Executor(), t0
+	const ttl = 5 * 24 * time.Hour // not the default: the cleaner must use Sagas.TTL
+	mk := func(id, state string, at time.Time) {
+		sagaCreate(t, ex, sagaAt(id, at.Add(-time.Hour)))
+		sagaRecord(t, ex, id, "step-1", driver.StepForward, []byte("r"), at.Add(-time.Minute))
+		if state != driver.SagaRunning {
+			sagaSetState(t, ex, id, []string{driver.SagaRunning}, state, at)
+		}
+	}
+	var old, kept, unfinished []string
+	for i := range 15 {
+		id, state := fmt.Sprintf("old-%d", i), driver.SagaCompleted
+		if i%2 == 1 {
+			state = driver.SagaCompensated
+		}
+		mk(id, state, now.Add(-ttl-time.Duration(i+1)*time.Minute))
+		old = append(old, id)
+	}
+	mk("edge", driver.SagaCompleted, now.Add(-ttl)) // exactly TTL old: kept
+	mk("young", driver.SagaCompensated, now.Add(-ttl+time.Hour))
+	kept = append(kept, "edge", "young")
+	for _, state := range []string{driver.SagaRunning, driver.SagaCompensating, driver.SagaFailed} {
+		mk("unfinished-"+state, state, now.Add(-100*ttl))
+		unfinished = append(unfinished, "unfinished-"+state)
+	}
+	present := func(when string, ids []string, want bool) {
+		t.Helper()
+		for _, id := range ids {
+			_, err := ex.SagaGet(t.Context(), id)
+			steps := sagaSteps(t, ex, id)
+			switch {
+			case want && (err != nil || len(steps) != 1):
+				t.Errorf("%s: saga %s: %v, %d steps; want kept with its step", when, id, err, len(steps))
+			case !want && (!errors.Is(err, driver.ErrNotFound) || len(steps) != 0):
+				t.Errorf("%s: saga %s: %v, %d steps; want deleted with its steps", when, id, err, len(steps))
+			}
+		}
+	}
+
+	cfg := clConfig(fixedClock(now))
+	cfg.Sagas.TTL = ttl
+	rep := runOnce(t, newCleaner(t, drv, cfg))
+	wantDeleted(t, rep, cleanup.TableSagas, len(old))
+	for _, tr := range rep.Tables {
+		if tr.Table == cleanup.TableSagas && (tr.Batches != 3 || !tr.Before.Equal(now.Add(-ttl))) {
+			t.Errorf("sagas: %d batches before %s; want 3 batches of at most 7 before now - TTL", tr.Batches, tr.Before)
+		}
+	}
+	present("after the first sweep", old, false)
+	present("after the first sweep", kept, true)
+	present("after the first sweep", unfinished, true)
+
+	// A later sweep deletes the rest of the finished sagas, never the
+	// unfinished ones; the sweep can be turned off.
+	later := now.Add(ttl + time.Hour)
+	cfg = clConfig(fixedClock(later))
+	cfg.Sagas.Disabled = true
+	cfg.Hold = cleanup.NoHold
+	if rep := runOnce(t, newCleaner(t, drv, cfg)); rep.Deleted(cleanup.TableSagas) != 0 {
+		t.Errorf("a sweep with Sagas.Disabled deleted %d sagas", rep.Deleted(cleanup.TableSagas))
+	}
+	present("after a sweep with Sagas.Disabled", kept, true)
+	cfg = clConfig(fixedClock(later))
+	cfg.Sagas.TTL = ttl
+	rep = runOnce(t, newCleaner(t, drv, cfg))
+	wantDeleted(t, rep, cleanup.TableSagas, len(kept))
+	present("after the later sweep", kept, false)
+	present("after the later sweep", unfinished, true)
 }
 
 // idemServer is an idemhttp-protected POST /payments whose handler counts
