@@ -495,6 +495,16 @@ func testOutboxClaimLimit[TTx any](t *testing.T, newDriver func(t *testing.T) dr
 	obWantIDs(t, "limit 2", obClaim(t, drv, t0, 2), rows[0], rows[1])
 	obWantIDs(t, "limit 3", obClaim(t, drv, t0, 3), rows[0], rows[1], rows[2])
 	obWantIDs(t, "limit 1", obClaim(t, drv, t0, 1), rows[0])
+
+	// As many heads as the limit, and keys with later rows interleaved:
+	// still the lowest IDs of the ready queues.
+	drv = newDriver(t)
+	rows = obStored(t, drv, obRow(t, "A", 1, t0), obRow(t, "B", 1, t0), obRow(t, "A", 2, t0), obRow(t, "C", 1, t0),
+		obRow(t, "A", 3, t0), obRow(t, "B", 2, t0))
+	obWantIDs(t, "interleaved, limit 2", obClaim(t, drv, t0, 2), rows[0], rows[1])
+	obWantIDs(t, "interleaved, limit 3", obClaim(t, drv, t0, 3), rows[0], rows[1], rows[2])
+	obWantIDs(t, "interleaved, limit 5", obClaim(t, drv, t0, 5), rows[0], rows[1], rows[2], rows[3], rows[4])
+	obWantIDs(t, "interleaved, limit 10", obClaim(t, drv, t0, 10), rows...)
 	tx := begin(t, drv)
 	if _, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), t0, 0); err == nil {
 		t.Error("OutboxClaimBatch with limit 0 succeeded; want an error")

@@ -1,0 +1,80 @@
+// Command kafkabench measures idem's Kafka-side throughput on a real
+// PostgreSQL with synchronous commit (issue 3), side by side in one run:
+// what the batched inbox buys over one transaction per event, what dedup
+// costs a batch, and how fast the outbox relay drains PostgreSQL into
+// Kafka with per-key order kept.
+//
+//	go run ./bench/kafkabench                        # 3 rounds + relay; about 2 minutes on 2 cores
+//	go run ./bench/kafkabench -rounds 5 -n 100000 -workers 4
+//	go run ./bench/kafkabench -scenarios relay -relay-batch 100,500,2000 -relays 2
+//	go run ./bench/kafkabench -h                     # every flag
+//
+// It creates a private schema (dropped at exit) with idem's tables
+// (pgdriver's Migrate) and one business table per consumer scenario. The
+// effect of an event is one ledger row (INSERT event_id, account, amount;
+// no UNIQUE on event_id, so a duplicate effect can be counted). No Kafka is
+// involved in the consumer scenarios: events are generated in memory
+// (UUIDv7 IDs, as event.New makes them) and delivered the way a consumer
+// would, so that the figures are the database side alone.
+//
+//	a   the seed's pattern, one transaction per event: BEGIN; INSERT INTO
+//	    processed_event ... ON CONFLICT DO NOTHING; if a row was inserted,
+//	    the effect; COMMIT. -workers-a goroutines (default 8) each with its
+//	    own connection, so that group commit can share fsyncs between
+//	    them: a's best case, to be fair to it.
+//	b   idem's batched inbox as idemkafka.Consumer drives it: batches of
+//	    -batch events (a poll; 500 is the Consumer's MaxPollRecords),
+//	    inbox.ProcessBatch per batch (one INSERT ... ON CONFLICT DO NOTHING
+//	    RETURNING for all IDs, the handler per new event, one COMMIT). The
+//	    handler is what a ConsumerConfig.Handler is: per event, so it
+//	    writes the effect with its own INSERT in the batch's transaction.
+//	c   b without dedup: BEGIN, the same INSERT per event, COMMIT.
+//	b2  the effect batched too, which the inbox API allows through
+//	    ProcessBatchTx: the handler only collects the new events, then one
+//	    INSERT ... SELECT FROM unnest writes all their effects, then COMMIT.
+//	    Not reachable through idemkafka.Consumer (its handler is per
+//	    event); informative.
+//	c2  b2 without dedup: one INSERT ... unnest per batch.
+//
+// b, c, b2 and c2 run -workers goroutines (default 4, half of a's; think
+// partitions consumed at once), each taking the next batch. With a
+// statement per event, b and c are bound by round trips, not CPU, so a
+// second batch in flight per core hides that latency (on 2 cores, -workers
+// 2 gave about half the throughput of 4). Every round runs each scenario once, in a random order, on a
+// fresh pool, after a CHECKPOINT (so that full-page writes weigh on each
+// alike) and a TRUNCATE of the tables at the round's start; the table
+// reports medians over -rounds rounds and the ratios are medians of
+// per-round ratios. Targets: b/a >= 5, b/c >= 0.8, b >= 20,000 events/s.
+//
+// Beside the figures it prints the batch size, synchronous_commit (and
+// fsync, wal_sync_method, commit_delay), and per run the fsync rate: the
+// pg_stat_wal.wal_sync delta over the run divided by its duration. The
+// pool is closed and its backends waited for before the second reading,
+// because a backend flushes its statistics at exit. pg_stat_wal is
+// cluster-wide: other sessions on the server count too.
+//
+// Checks, per run: the effect table holds exactly one row per event (and
+// processed_event one row per event for the inbox scenarios). Then a
+// duplicate round redelivers -dup (10%) of the run's events, each batch
+// also carrying a second copy of its first event: a and b/b2 must skip
+// them all and add no effect; c and c2, having no dedup, add one effect
+// per redelivery (shown, expected).
+//
+// The relay: -relay-n (100,000) events over -relay-keys (1000) keys, each
+// carrying its key and its sequence number within the key, are enqueued
+// with outbox.Enqueue (-enqueue-writers transactions of -enqueue-batch
+// events; a writer owns a share of the keys, so a key's outbox order is its
+// sequence order). Then -relays outbox.Relay instances with an
+// idemkafka.Publisher (idempotent producer, acks=all) publish them to a
+// kfake cluster started in the process (one broker, TCP on 127.0.0.1, a
+// topic of -partitions partitions), and the time until OnPublished has
+// counted them all is measured. The topic is then read back with a kgo
+// client: every event present, duplicates counted, and per key the
+// sequence numbers 1, 2, 3, ... in log order. -relay-batch lists the
+// RelayConfig.BatchSize values to try (each on an emptied outbox and a new
+// topic); other RelayConfig fields keep their defaults. Target: >= 20,000
+// events/s with per-key order kept.
+//
+// Absolute numbers depend on the machine and on what else runs on it: the
+// bench, PostgreSQL and kfake share the same CPUs.
+package main
