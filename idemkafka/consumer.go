@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,14 @@ import (
 var ErrRunning = errors.New("idemkafka: consumer is already running")
 
 // commitTimeout bounds one offset commit. A commit that fails is harmless:
-// the records are redelivered and the inbox drops them.
+// the records are redelivered and the inbox drops them. It is retried at
+// the next poll, and at least every pendingRetry while the partition gets
+// no new records, so a consumer lag left by a failed commit clears.
 const commitTimeout = 30 * time.Second
+
+// pendingRetry is how long a poll waits for records while an offset commit
+// that failed is waiting to be retried.
+const pendingRetry = time.Second
 
 type partitionsCallback = func(context.Context, *kgo.Client, map[string][]int32)
 
@@ -37,6 +44,17 @@ type Consumer[TTx any] struct {
 
 	running atomic.Bool
 	hooks   hooks
+
+	// pending holds, per owned partition, the last applied record whose
+	// offset commit failed, until a commit of it or a later record of the
+	// partition succeeds, or the partition is revoked or lost.
+	pendingMu sync.Mutex
+	pending   map[topicPartition]*kgo.Record
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // hooks are test seams.
@@ -126,7 +144,13 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 
 	failedPolls := 0 // consecutive polls that returned only errors
 	for {
-		fs := cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if c.hasPending() {
+			// Come back soon to retry the commit even if no record arrives.
+			pctx, cancel = context.WithTimeout(ctx, pendingRetry)
+		}
+		fs := cl.PollRecords(pctx, c.cfg.MaxPollRecords)
+		cancel()
 		if fs.IsClientClosed() {
 			cl.AllowRebalance()
 			return fmt.Errorf("idemkafka: %w", kgo.ErrClientClosed)
@@ -162,7 +186,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 // partitions it commits are still owned.
 func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetches) {
 	parts := partitions(fs)
-	if len(parts) == 0 {
+	if len(parts) == 0 && !c.hasPending() {
 		return
 	}
 	// A transaction started is finished even if ctx ends meanwhile.
@@ -198,6 +222,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		cl.SetOffsets(rewinds)
 	}
 
+	commits = c.withPending(commits)
 	var commitErr error
 	if len(commits) > 0 {
 		if c.hooks.beforeCommit != nil {
@@ -206,8 +231,9 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		cctx, cancel := context.WithTimeout(work, commitTimeout)
 		commitErr = cl.CommitRecords(cctx, commits...)
 		cancel()
+		c.settlePending(commits, commitErr)
 		if commitErr != nil {
-			c.cfg.Logger.Warn("idemkafka: offset commit failed; the records will be redelivered and skipped as duplicates",
+			c.cfg.Logger.Warn("idemkafka: offset commit failed; it is retried, and records redelivered meanwhile are skipped as duplicates",
 				"group", c.cfg.Group, "err", commitErr)
 		}
 	}
@@ -223,6 +249,68 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		s.Duration = time.Since(started[i])
 		c.cfg.OnBatch(ctx, *s)
 	}
+}
+
+// withPending adds to commits the pending record of every partition that
+// has no newer record in commits.
+func (c *Consumer[TTx]) withPending(commits []*kgo.Record) []*kgo.Record {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	if len(c.pending) == 0 {
+		return commits
+	}
+	have := make(map[topicPartition]bool, len(commits))
+	for _, r := range commits {
+		have[topicPartition{r.Topic, r.Partition}] = true
+	}
+	for k, r := range c.pending {
+		if !have[k] {
+			commits = append(commits, r)
+		}
+	}
+	return commits
+}
+
+// settlePending records the outcome of committing commits: on success
+// their partitions have nothing pending; on failure each waits with its
+// record for the next try.
+func (c *Consumer[TTx]) settlePending(commits []*kgo.Record, err error) {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	for _, r := range commits {
+		k := topicPartition{r.Topic, r.Partition}
+		if err == nil {
+			delete(c.pending, k)
+			continue
+		}
+		if c.pending == nil {
+			c.pending = map[topicPartition]*kgo.Record{}
+		}
+		c.pending[k] = r
+	}
+}
+
+func (c *Consumer[TTx]) hasPending() bool {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	return len(c.pending) > 0
+}
+
+// takePending removes and returns the pending records of ps.
+func (c *Consumer[TTx]) takePending(ps map[string][]int32) []*kgo.Record {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	var out []*kgo.Record
+	for topic, parts := range ps {
+		for _, p := range parts {
+			k := topicPartition{topic, p}
+			if r, ok := c.pending[k]; ok {
+				out = append(out, r)
+				delete(c.pending, k)
+			}
+		}
+	}
+	return out
 }
 
 // partitions returns the non-empty partitions of fs, each once, with its
@@ -259,10 +347,20 @@ func (c *Consumer[TTx]) onAssigned(ctx context.Context, cl *kgo.Client, assigned
 }
 
 // onRevoked runs while no batch is in flight (BlockRebalanceOnPoll): every
-// cycle committed what it applied, so there is nothing to commit here.
+// cycle committed what it applied, except offsets whose commit failed; those
+// get a last try here, while the partitions are still ours. If it fails too,
+// the next owner gets the records again and its inbox skips them.
 func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	if len(revoked) > 0 {
 		c.cfg.Logger.Info("idemkafka: partitions revoked", "group", c.cfg.Group, "partitions", revoked)
+	}
+	if recs := c.takePending(revoked); len(recs) > 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		if err := cl.CommitRecords(cctx, recs...); err != nil {
+			c.cfg.Logger.Warn("idemkafka: offset commit of revoked partitions failed; the next owner skips the redelivered records",
+				"group", c.cfg.Group, "err", err)
+		}
+		cancel()
 	}
 	if c.userRevoked != nil {
 		c.userRevoked(ctx, cl, revoked)
@@ -274,6 +372,7 @@ func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked m
 // the new owner and skipped by the inbox.
 func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
 	c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
+	c.takePending(lost)
 	if c.userLost != nil {
 		c.userLost(ctx, cl, lost)
 	}

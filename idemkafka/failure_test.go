@@ -257,3 +257,30 @@ func headerCount(r *kgo.Record, name string) int {
 	}
 	return n
 }
+
+// An offset commit that fails is retried while the consumer runs, even when
+// the partition gets no new record: the committed offset reaches the end
+// (no consumer lag left behind) without a restart or a redelivery.
+func TestFailedOffsetCommitRetried(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 10, 2)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	fault := fake.Fault(kfakeFault(kmsg.OffsetCommit, "", kerr.UnknownServerError, 2)) // the first two commits fail
+	c := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every event applied", func() bool { return distinct(t, b, "billing") == len(evs) })
+	waitFor(t, 15*time.Second, "the offsets committed after the failed commits", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, c)
+	if fault.Hits() == 0 {
+		t.Fatal("no offset commit failed: the test did not test anything")
+	}
+	mustOnce(t, b, "billing", evs)
+	if s := c.stats.get(); s.applied != len(evs) || s.duplicates != 0 {
+		t.Errorf("applied %d, skipped %d; want %d and 0", s.applied, s.duplicates, len(evs))
+	}
+}
