@@ -34,6 +34,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		attempts = c.cfg.Retry.Attempts
 		fail     = failure{idx: -1}
 		dbFails  int // consecutive database or dead-letter failures
+		single   int // records before it are applied one at a time
 		tried    bool
 	)
 	for i, r := range recs {
@@ -91,12 +92,12 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			if !sleep(ctx, c.cfg.Retry.Backoff(fail.count)) {
 				break
 			}
-		} else {
+		} else if pos >= single {
 			for end < len(recs) && decErrs[end] == nil && end != fail.idx {
 				end++
 			}
 		}
-		res, err := c.in.ProcessBatch(work, evs[pos:end], c.apply)
+		res, err := c.process(work, evs[pos:end])
 		if err == nil {
 			st.Applied += res.Applied
 			st.Duplicates += res.Duplicates
@@ -108,8 +109,30 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			continue
 		}
 
-		var ee *inbox.EventError
-		if !errors.As(err, &ee) {
+		var (
+			ee *inbox.EventError
+			be *inbox.BulkError
+			i  = -1 // the record the handler failed on
+		)
+		if c.cfg.BatchHandler != nil && errors.As(err, &be) {
+			if end-pos > 1 {
+				// The batch handler failed on one of several records:
+				// nothing of [pos, end) is applied. The next rounds
+				// apply them one at a time, so the one at fault fails
+				// alone.
+				st.Failures++
+				st.Err = err
+				dbFails = 0
+				single = end
+				c.cfg.Logger.Warn("idemkafka: batch handler failed; applying its records one at a time",
+					"topic", p.Topic, "partition", p.Partition, "offset", recs[pos].Offset, "records", end-pos, "err", err)
+				continue
+			}
+			i = pos
+		} else if errors.As(err, &ee) {
+			i = pos + ee.Index
+		}
+		if i < 0 {
 			// The database failed: nothing of [pos, end) is applied
 			// (or, after a failed COMMIT, maybe all of it: a redelivery
 			// is skipped then). Retry the same records.
@@ -124,7 +147,6 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		st.Failures++
 		st.Err = err
 		dbFails = 0
-		i := pos + ee.Index
 		if fail.idx == i {
 			fail.count++
 		} else {
@@ -134,9 +156,34 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		fail.poison = errors.Is(err, ErrPoison) || errors.Is(err, inbox.ErrNilEventID)
 		c.cfg.Logger.Warn("idemkafka: handler failed",
 			"topic", p.Topic, "partition", p.Partition, "offset", recs[i].Offset,
-			"event_id", ee.ID, "try", fail.count, "of", attempts, "err", err)
+			"event_id", evs[i].ID, "try", fail.count, "of", attempts, "err", err)
 	}
 	return pos, st
+}
+
+// process applies evs, new events only, in a transaction of its own, with
+// Handler or BatchHandler.
+func (c *Consumer[TTx]) process(ctx context.Context, evs []inbox.Event) (inbox.BatchResult, error) {
+	if c.cfg.BatchHandler != nil {
+		return c.in.ProcessBulk(ctx, evs, c.applyBulk)
+	}
+	return c.in.ProcessBatch(ctx, evs, c.apply)
+}
+
+// applyBulk runs the batch handler on new events. A panic is turned into
+// an error, as in apply.
+func (c *Consumer[TTx]) applyBulk(ctx context.Context, tx TTx, fresh []inbox.Event) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Logger.Error("idemkafka: batch handler panicked", "events", len(fresh), "first_event_id", fresh[0].ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("idemkafka: handler panicked: %v", p)
+		}
+	}()
+	envs := make([]event.Envelope, len(fresh))
+	for i, e := range fresh {
+		envs[i] = e.Payload.(event.Envelope)
+	}
+	return c.cfg.BatchHandler(ctx, tx, envs)
 }
 
 // apply runs the handler on a new event. A panic is turned into an error,

@@ -39,8 +39,30 @@ type ConsumerConfig[TTx any] struct {
 	// the same batch failed, or the commit failed. It is called from one
 	// goroutine per Consumer. ctx carries the values of
 	// Run's context but is not cancelled with it: a transaction in flight
-	// is finished when the consumer stops. Required.
+	// is finished when the consumer stops. Exactly one of Handler and
+	// BatchHandler is required.
 	Handler func(ctx context.Context, tx TTx, e event.Envelope) error
+
+	// BatchHandler, instead of Handler, applies all the new events of a
+	// partition batch with one call: events are the batch's records that
+	// are not duplicates (first copy of each event ID), in offset order,
+	// and the handler writes their effects through tx, typically with one
+	// bulk statement (a multi-row INSERT, COPY), which is much faster than
+	// a statement per event. It runs inside the transaction that records
+	// the events' IDs (inbox.ProcessBulk) and is never called with an
+	// empty slice.
+	//
+	// If it fails (or panics), the transaction rolls back, and since the
+	// error cannot say which event was at fault, the batch's records are
+	// then applied one at a time, each in a transaction of its own with a
+	// one-event slice: a record that fails alone is retried and
+	// dead-lettered exactly as with Handler (Retry, ErrPoison), and the
+	// others are applied; then the partition goes back to whole batches.
+	// A BatchHandler that returns ErrPoison for a whole batch thus only
+	// dead-letters the records that return it alone. Everything said of
+	// Handler (tx only, called again after a rollback, one goroutine, ctx)
+	// holds for BatchHandler. events may be kept after the call.
+	BatchHandler func(ctx context.Context, tx TTx, events []event.Envelope) error
 
 	// MaxPollRecords is the most records one poll returns, over all
 	// partitions. Each partition's share is applied in one database
@@ -187,8 +209,11 @@ func (c ConsumerConfig[TTx]) validate() error {
 			errs = append(errs, fmt.Errorf("the dead-letter topic %q of %q is also consumed", dlq, t))
 		}
 	}
-	if c.Handler == nil {
-		errs = append(errs, errors.New("no Handler: a handler is required"))
+	switch {
+	case c.Handler == nil && c.BatchHandler == nil:
+		errs = append(errs, errors.New("no Handler: a Handler or a BatchHandler is required"))
+	case c.Handler != nil && c.BatchHandler != nil:
+		errs = append(errs, errors.New("both Handler and BatchHandler are set: set exactly one"))
 	}
 	if c.MaxPollRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxPollRecords %d must not be negative", c.MaxPollRecords))

@@ -65,8 +65,8 @@ type hooks struct {
 	beforeCommit func(records []*kgo.Record)
 }
 
-// NewConsumer returns a consumer that applies events with cfg.Handler
-// through in. drv is the driver in was built with (the inbox runs the
+// NewConsumer returns a consumer that applies events with cfg.Handler (or
+// cfg.BatchHandler) through in. drv is the driver in was built with (the inbox runs the
 // transactions; the handler receives them as TTx). NewConsumer validates
 // cfg and the kgo options (see ConsumerConfig.ExtraOpts) but does not
 // connect: Run does.

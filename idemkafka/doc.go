@@ -48,6 +48,24 @@
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
 //
+// # Batch handler
+//
+// With [ConsumerConfig].Handler the handler runs once per new event, so
+// each event costs at least one statement and one round trip to the
+// database, which bounds a partition's throughput. When the effect of many
+// events can be written at once (a multi-row INSERT with unnest, COPY),
+// set BatchHandler instead: the partition's records are applied with
+// inbox.ProcessBulk, and the handler receives all the batch's new events
+// (duplicates removed, offset order) in one call, in the same transaction
+// as their dedup rows. The guarantees above hold unchanged; only the
+// handler error differs, since it cannot name the record at fault: the
+// batch rolls back and its records are applied again ONE AT A TIME, each in
+// a transaction of its own with a one-event slice, so the record at fault
+// fails alone and is retried and dead-lettered as with Handler, the others
+// are applied, and then the partition returns to whole batches. Offsets
+// are committed, as always, only for records whose transaction committed
+// (or that were dead-lettered).
+//
 // The handler writes its effects through the transaction it receives, and
 // emits follow-up events with outbox.Enqueue in that transaction. Effects
 // outside the database are not covered by the inbox.

@@ -53,6 +53,52 @@ func ExampleNewConsumer() {
 	}
 }
 
+// The same projection with a batch handler: each partition batch's new
+// events are written with ONE statement (a multi-row INSERT over unnest)
+// instead of one INSERT per event, in the inbox's transaction. A record
+// whose effect fails makes the consumer apply the batch one record at a
+// time, so only that record is retried and dead-lettered.
+func ExampleNewConsumer_batchHandler() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	drv, err := pgdriver.New(pool, &pgdriver.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(drv, &inbox.Config{Consumer: "order-projection"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[pgx.Tx]{
+		Seeds:  []string{"localhost:9092"},
+		Group:  "order-projection",
+		Topics: []string{"orders"},
+		BatchHandler: func(ctx context.Context, tx pgx.Tx, events []event.Envelope) error {
+			// events are the batch's new events, duplicates removed, in
+			// offset order.
+			ids := make([]string, len(events))
+			bodies := make([]string, len(events))
+			for i, e := range events {
+				ids[i], bodies[i] = e.Key, string(e.Payload)
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO order_view (order_id, body)
+				SELECT * FROM unnest($1::text[], $2::jsonb[])`, ids, bodies)
+			return err
+		},
+		MaxPollRecords: 1000, // bigger batches, fewer statements
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // The outbox relay publishing to Kafka with the idempotent producer.
 func ExampleNewPublisher() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

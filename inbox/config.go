@@ -32,8 +32,9 @@ type Config struct {
 	// (skipped duplicates). Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// OnResult, if set, is called once per Process, ProcessTx, ProcessBatch
-	// and ProcessBatchTx call that returned (not one that panicked), with
+	// OnResult, if set, is called once per Process, ProcessTx,
+	// ProcessBatch, ProcessBatchTx, ProcessBulk and ProcessBulkTx call that
+	// returned (not one that panicked), with
 	// what it did: for metrics of processed and duplicate events. It runs
 	// on the caller's goroutine and must be fast. Defaults to nil.
 	OnResult func(ctx context.Context, r Result)

@@ -18,7 +18,8 @@
 // inserted a row, calls the handler with the same transaction, then commits
 // both. There is no SELECT before the INSERT, so there is no window between a
 // check and a write (TOCTOU). The package never commits behind the caller's
-// back: ProcessTx and ProcessBatchTx join a transaction the caller owns.
+// back: ProcessTx, ProcessBatchTx and ProcessBulkTx join a transaction the
+// caller owns.
 //
 // # Guarantees
 //
@@ -45,21 +46,40 @@
 //     names the event (ID and index), so the caller can retry the batch or
 //     dead-letter that event. IDs are inserted in sorted order, so
 //     overlapping batches of concurrent consumers cannot deadlock.
+//   - A bulk batch (ProcessBulk, ProcessBulkTx) is the same single
+//     transaction and INSERT, but the handler runs ONCE with all the new
+//     events of the batch (duplicates removed, input order), so it can
+//     write their effects with one statement too. If it fails, the whole
+//     batch rolls back and the *BulkError cannot name an event: apply the
+//     events one at a time to find the one at fault.
+//
+// # Which form
+//
+// Process handles one event per transaction: the simplest, and right for a
+// low rate. ProcessBatch amortises the transaction and the dedup INSERT
+// over a batch (a Kafka poll), but the handler still costs a round trip per
+// event, which bounds the throughput. ProcessBulk removes that last round
+// trip when the effect of many events can be written at once (a multi-row
+// INSERT ... SELECT FROM unnest(...), COPY into a staging table): a
+// projection or an append-only log then applies a batch in a constant
+// number of statements. Its price is the error: a failing batch must be
+// replayed event by event to isolate the culprit (package idemkafka does
+// that for its BatchHandler).
 //
 // # What the caller must do
 //
 //   - Write the effect through the transaction the handler receives, and
 //     only through it. On SQLite this is also a necessity: the driver has a
 //     single connection, so a second transaction would wait forever.
-//   - Commit the broker offset only after Process or ProcessBatch returned
-//     nil. A failed call (including a failed COMMIT, whose outcome is
-//     unknown) must lead to a redelivery, never to a skipped event;
-//     redelivering is always safe.
+//   - Commit the broker offset only after Process, ProcessBatch or
+//     ProcessBulk returned nil. A failed call (including a failed COMMIT,
+//     whose outcome is unknown) must lead to a redelivery, never to a
+//     skipped event; redelivering is always safe.
 //   - Keep the event ID stable across redeliveries: it comes from the
 //     producer, generated once per business operation (package event).
-//   - After ProcessTx or ProcessBatchTx returned an error, roll the
-//     transaction back: it holds the dedup rows of events whose effect
-//     failed.
+//   - After ProcessTx, ProcessBatchTx or ProcessBulkTx returned an error,
+//     roll the transaction back: it holds the dedup rows of events whose
+//     effect failed.
 //   - Keep processed_event rows at least as long as an event can be
 //     redelivered (broker retention, the longest consumer lag, a replay
 //     window). Once the cleanup deleted an event's row, a redelivery of it
