@@ -29,11 +29,10 @@
 //	    handler is what a ConsumerConfig.Handler is: per event, so it
 //	    writes the effect with its own INSERT in the batch's transaction.
 //	c   b without dedup: BEGIN, the same INSERT per event, COMMIT.
-//	b2  the effect batched too, which the inbox API allows through
-//	    ProcessBatchTx: the handler only collects the new events, then one
-//	    INSERT ... SELECT FROM unnest writes all their effects, then COMMIT.
-//	    Not reachable through idemkafka.Consumer (its handler is per
-//	    event); informative.
+//	b2  the effect batched too, as a ConsumerConfig.BatchHandler does:
+//	    inbox.ProcessBulk per batch (the same dedup INSERT, then one
+//	    function call with the batch's new events, which writes all their
+//	    effects with one INSERT ... SELECT FROM unnest), one COMMIT.
 //	c2  b2 without dedup: one INSERT ... unnest per batch.
 //
 // b, c, b2 and c2 run -workers goroutines (default 4, half of a's; think
