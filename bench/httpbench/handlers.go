@@ -53,7 +53,7 @@ func servePayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
 	var p paymentRequest
 	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 		http.Error(w, "bad body", http.StatusBadRequest)
-		return nil
+		return nil //nolint:nilerr // answered 400: the client's error, not the handler's
 	}
 	body, err := insertPayment(r.Context(), tx, r.Header.Get(idemhttp.KeyHeader), &p)
 	if err != nil {

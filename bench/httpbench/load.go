@@ -179,7 +179,7 @@ func send(ctx context.Context, hc *http.Client, url string, req request) (int, h
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, body, err
 }

@@ -91,7 +91,7 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer admin.Close(context.Background())
+	defer func() { _ = admin.Close(context.Background()) }()
 	if err := createSchema(ctx, admin, schema); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
