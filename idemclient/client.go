@@ -1,0 +1,515 @@
+package idemclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/problem"
+)
+
+// Header names.
+const (
+	// HeaderKey carries the key of the operation a request belongs to.
+	HeaderKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on a response the server replayed from an
+	// earlier attempt instead of executing the request again.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// MaxKeyLen is the longest key idemhttp accepts.
+const MaxKeyLen = 255
+
+// drainLimit bounds how much of a retried response's body is read so the
+// connection can be reused; peekLimit bounds how much of a 409, 422 or 500
+// body is read to find its problem type.
+const (
+	drainLimit = 64 << 10
+	peekLimit  = 64 << 10
+)
+
+// ErrBodyTooLarge is returned, before anything is sent, for a retryable
+// request without GetBody whose body exceeds Config.MaxBodyBytes.
+var ErrBodyTooLarge = errors.New("idemclient: request body larger than MaxBodyBytes")
+
+// ErrKeyReused matches a *KeyReusedError with errors.Is.
+var ErrKeyReused = errors.New("idemclient: Idempotency-Key reused for a different request")
+
+// KeyReusedError is returned by Do when the server answers key-reused (409,
+// or 422 with idemhttp's MismatchStatus): the key was first used with a
+// different request. It is a programming error and is never retried: the
+// operation already has an outcome under this key, and a different request
+// needs a new key (see docs/problems.md#key-reused).
+type KeyReusedError struct {
+	// Key is the key the server refused.
+	Key string
+	// StatusCode is 409 or 422.
+	StatusCode int
+	// Problem is the server's problem details.
+	Problem problem.Problem
+}
+
+func (e *KeyReusedError) Error() string {
+	s := fmt.Sprintf("idemclient: Idempotency-Key %q reused for a different request (status %d)", e.Key, e.StatusCode)
+	if e.Problem.Detail != "" {
+		s += ": " + e.Problem.Detail
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrKeyReused) true.
+func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
+
+// Error is returned by Do when the last attempt ended without a response (a
+// transport error) or the request's context ended. Re-issue the operation
+// later with the same Key: the server may have executed it.
+type Error struct {
+	// Method and URL of the request.
+	Method, URL string
+	// Key is the Idempotency-Key of every attempt, "" if none.
+	Key string
+	// Attempts is the number of attempts sent.
+	Attempts int
+	// Err is the cause: the last transport error, or the context's error
+	// wrapped together with the last outcome.
+	Err error
+}
+
+func (e *Error) Error() string {
+	k := ""
+	if e.Key != "" {
+		k = fmt.Sprintf(", Idempotency-Key %q", e.Key)
+	}
+	return fmt.Sprintf("idemclient: %s %s: %d attempt(s)%s: %v", e.Method, e.URL, e.Attempts, k, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewKey returns a fresh key for one business operation: a UUIDv7, which
+// sorts by creation time (friendly to the server's index). Store it with the
+// operation before the first attempt; see the package documentation.
+func NewKey() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("idemclient: new key: %w", err)
+	}
+	return u.String(), nil
+}
+
+// WithKey returns a shallow copy of req (see http.Request.Clone; the body is
+// shared) carrying key as its Idempotency-Key, replacing any it had. The key
+// must be 1 to 255 visible ASCII characters.
+func WithKey(req *http.Request, key string) (*http.Request, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set(HeaderKey, key)
+	return r, nil
+}
+
+// Replayed reports whether resp was replayed by the server from an earlier
+// attempt (Idempotent-Replayed: true) rather than executed now.
+func Replayed(resp *http.Response) bool {
+	return resp != nil && strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true")
+}
+
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("idemclient: Idempotency-Key must be 1 to %d characters, got %d", MaxKeyLen, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("idemclient: Idempotency-Key byte 0x%02x at offset %d is not visible ASCII", c, i)
+		}
+	}
+	return nil
+}
+
+// Client sends requests with one Idempotency-Key per operation and retries
+// them with it. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+}
+
+// New returns a client. cfg may be nil for the defaults; an invalid cfg is
+// an error.
+func New(cfg *Config) (*Client, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{cfg: c}, nil
+}
+
+// NewKey returns a key from the client's Config.NewKey.
+func (c *Client) NewKey() (string, error) {
+	key, err := c.cfg.NewKey()
+	if err != nil {
+		return "", fmt.Errorf("idemclient: new key: %w", err)
+	}
+	if err := checkKey(key); err != nil {
+		return "", fmt.Errorf("idemclient: Config.NewKey: %w", err)
+	}
+	return key, nil
+}
+
+// idempotent are the methods RFC 9110 defines as idempotent.
+var idempotent = []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodOptions, http.MethodTrace}
+
+// Do sends req, adding an Idempotency-Key when its method needs one, and
+// retries it with the same key and body as the package documentation
+// describes. req is not modified; the attempts are clones of it carrying
+// req's context. Like http.Client.Do, Do closes req.Body.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	key, err := c.key(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	if key == "" && !slices.Contains(idempotent, req.Method) {
+		// A keyless non-idempotent request: exactly one attempt.
+		return c.cfg.HTTPClient.Do(req)
+	}
+	getBody, err := c.bodySource(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.loop(req, key, getBody)
+}
+
+// key returns the request's key, or a new one when its method needs one,
+// or "".
+func (c *Client) key(req *http.Request) (string, error) {
+	switch vs := req.Header.Values(HeaderKey); {
+	case len(vs) > 1:
+		return "", fmt.Errorf("idemclient: %d Idempotency-Key headers; send exactly one", len(vs))
+	case len(vs) == 1:
+		key := strings.TrimSpace(vs[0])
+		if key == "" {
+			return "", errors.New("idemclient: empty Idempotency-Key header")
+		}
+		return key, nil
+	}
+	if !slices.Contains(c.cfg.Methods, req.Method) {
+		return "", nil
+	}
+	return c.NewKey()
+}
+
+// bodySource returns a function giving the body of each attempt, the same
+// bytes every time, or nil for a request without body.
+func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	if req.GetBody != nil {
+		first := req.Body
+		return func() (io.ReadCloser, error) {
+			if first != nil { // the first attempt sends req.Body itself
+				b := first
+				first = nil
+				return b, nil
+			}
+			return req.GetBody()
+		}, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(req.Body, c.cfg.MaxBodyBytes+1))
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("idemclient: read request body: %w", err)
+	}
+	if int64(len(b)) > c.cfg.MaxBodyBytes {
+		return nil, fmt.Errorf("%w (%d bytes; set GetBody or raise the limit)", ErrBodyTooLarge, c.cfg.MaxBodyBytes)
+	}
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
+}
+
+// loop sends the attempts.
+func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadCloser, error)) (*http.Response, error) {
+	ctx := req.Context()
+	start := time.Now()
+	fail := func(attempts int, err error) error {
+		return &Error{Method: req.Method, URL: redactedURL(req), Key: key, Attempts: attempts, Err: err}
+	}
+	var (
+		lastResp *http.Response
+		lastErr  error
+	)
+	for attempt := 1; ; attempt++ {
+		r, err := c.attempt(req, key, getBody)
+		if err != nil {
+			return nil, fail(attempt-1, err)
+		}
+		resp, err := c.cfg.HTTPClient.Do(r)
+		lastResp, lastErr = resp, err
+		info := Retry{Request: r, Key: key, Attempt: attempt, Err: err}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fail(attempt, err) // err wraps the context's error
+			}
+			if permanent(err) {
+				return nil, fail(attempt, err)
+			}
+		} else {
+			info.StatusCode = resp.StatusCode
+			var v verdict
+			v, info.ProblemType = classify(resp)
+			switch v {
+			case final:
+				return resp, nil
+			case reused:
+				p := peek(resp)
+				drain(resp)
+				return nil, &KeyReusedError{Key: key, StatusCode: resp.StatusCode, Problem: p}
+			}
+		}
+		if attempt >= c.cfg.MaxAttempts {
+			return c.giveUp(attempt, lastResp, lastErr, fail)
+		}
+		d := c.delay(attempt, resp)
+		if !c.fits(ctx, start, d) {
+			return c.giveUp(attempt, lastResp, lastErr, fail)
+		}
+		info.Delay = d
+		if c.cfg.OnRetry != nil {
+			c.cfg.OnRetry(info)
+		}
+		drain(resp)
+		if err := c.cfg.Sleep(ctx, d); err != nil {
+			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", err, outcomeError(resp, lastErr)))
+		}
+		if ctx.Err() != nil {
+			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), outcomeError(resp, lastErr)))
+		}
+	}
+}
+
+// giveUp ends the loop with the last outcome.
+func (c *Client) giveUp(attempts int, resp *http.Response, err error, fail func(int, error) error) (*http.Response, error) {
+	if resp != nil {
+		return resp, nil
+	}
+	return nil, fail(attempts, err)
+}
+
+// attempt builds the request of one attempt.
+func (c *Client) attempt(req *http.Request, key string, getBody func() (io.ReadCloser, error)) (*http.Request, error) {
+	r := req.Clone(req.Context())
+	if key != "" {
+		r.Header.Set(HeaderKey, key)
+	}
+	if getBody != nil {
+		b, err := getBody()
+		if err != nil {
+			return nil, fmt.Errorf("idemclient: request body for a retry: %w", err)
+		}
+		r.Body = b
+		r.GetBody = func() (io.ReadCloser, error) {
+			// Redirects within one attempt (307, 308) resend the body too.
+			return getBody()
+		}
+	}
+	return r, nil
+}
+
+// delay is the wait before retry n after resp (nil after a transport error).
+func (c *Client) delay(n int, resp *http.Response) time.Duration {
+	var d time.Duration
+	if ra, ok := retryAfter(resp, time.Now()); ok {
+		d = ra
+	} else if c.cfg.Backoff != nil {
+		d = c.cfg.Backoff(n)
+	} else {
+		d = jitter(c.cfg.BaseDelay, c.cfg.MaxDelay, n)
+	}
+	return min(max(d, 0), c.cfg.MaxDelay)
+}
+
+// fits reports whether a wait of d ends before the context's deadline and
+// the MaxElapsed budget.
+func (c *Client) fits(ctx context.Context, start time.Time, d time.Duration) bool {
+	end := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && !end.Before(dl) {
+		return false
+	}
+	if c.cfg.MaxElapsed > 0 && end.Sub(start) > c.cfg.MaxElapsed {
+		return false
+	}
+	return true
+}
+
+// jitter is full-jitter exponential backoff: uniform in
+// [0, min(maxDelay, base*2^(n-1))].
+func jitter(base, maxDelay time.Duration, n int) time.Duration {
+	ceil := base
+	for i := 1; i < n && ceil < maxDelay; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, maxDelay)
+	if ceil <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(ceil) + 1))
+}
+
+// retryAfter parses the Retry-After of resp: delta-seconds or an HTTP-date.
+func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp == nil {
+		return 0, false
+	}
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if strings.Trim(v, "0123456789") == "" { // delta-seconds
+		const maxSeconds = 1 << 32 // no overflow; MaxDelay caps it anyway
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil { // only a value out of range gets here
+			s = maxSeconds
+		}
+		return time.Duration(min(s, maxSeconds)) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+type verdict int
+
+const (
+	final verdict = iota
+	retry
+	reused
+)
+
+// classify decides what a response means for the operation, and returns its
+// problem type if it was read.
+func classify(resp *http.Response) (verdict, string) {
+	switch resp.StatusCode {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return retry, problemType(resp)
+	case http.StatusInternalServerError:
+		t := problemType(resp)
+		if t == problem.TypeResponseTooLarge {
+			return final, t // deterministic until the operator raises the limit
+		}
+		return retry, t
+	case http.StatusConflict, http.StatusUnprocessableEntity:
+		t := problemType(resp)
+		switch {
+		case t == problem.TypeKeyReused:
+			return reused, t
+		case t == problem.TypeRequestInProgress && resp.StatusCode == http.StatusConflict:
+			return retry, t
+		}
+		return final, t
+	}
+	return final, ""
+}
+
+// problemType returns the type of a problem+json response, leaving its body
+// readable from the start.
+func problemType(resp *http.Response) string {
+	return peek(resp).Type
+}
+
+// peek decodes the problem details of resp, if it has them, and restores the
+// body so that it still reads from the start.
+func peek(resp *http.Response) problem.Problem {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != problem.MediaType || resp.Body == nil {
+		return problem.Problem{}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), errReader{err}, resp.Body), resp.Body}
+	var p problem.Problem
+	if json.Unmarshal(b, &p) != nil {
+		return problem.Problem{}
+	}
+	return p
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// errReader replays a read error met while peeking; nil reads as EOF so the
+// MultiReader moves on to the rest of the body.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
+}
+
+// permanent reports transport errors that no retry can fix.
+func permanent(err error) bool {
+	var (
+		cve *tls.CertificateVerificationError
+		uae x509.UnknownAuthorityError
+		he  x509.HostnameError
+		cie x509.CertificateInvalidError
+		rhe tls.RecordHeaderError
+	)
+	return errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &he) ||
+		errors.As(err, &cie) || errors.As(err, &rhe)
+}
+
+// outcomeError describes the last outcome for an error message.
+func outcomeError(resp *http.Response, err error) error {
+	if err != nil {
+		return err
+	}
+	if resp != nil {
+		return fmt.Errorf("response %s", resp.Status)
+	}
+	return errors.New("none")
+}
+
+// drain reads a little of resp's body so the connection can be reused, and
+// closes it.
+func drain(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	_ = resp.Body.Close()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// redactedURL is the request URL without its password.
+func redactedURL(req *http.Request) string {
+	if req.URL == nil {
+		return ""
+	}
+	return req.URL.Redacted()
+}

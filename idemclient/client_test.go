@@ -1,0 +1,794 @@
+package idemclient_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/problem"
+)
+
+// attempt is what the test server saw of one request.
+type attempt struct {
+	method string
+	keys   []string
+	body   string
+}
+
+// recorder is a test server answering attempt n with answer(n, w, r).
+type recorder struct {
+	mu       sync.Mutex
+	attempts []attempt
+}
+
+func (rec *recorder) seen() []attempt {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]attempt(nil), rec.attempts...)
+}
+
+// server starts a test server; answer gets the 1-based attempt number.
+func server(t *testing.T, answer func(n int, w http.ResponseWriter, r *http.Request)) (*httptest.Server, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		rec.mu.Lock()
+		rec.attempts = append(rec.attempts, attempt{method: r.Method, keys: r.Header.Values(idemclient.HeaderKey), body: string(b)})
+		n := len(rec.attempts)
+		rec.mu.Unlock()
+		answer(n, w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, rec
+}
+
+// sleeps records the waits a client asked for, without sleeping.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *sleeps) delays() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
+}
+
+// newClient returns a client that never sleeps, on a transport without
+// keep-alives (so net/http never retries a request on its own: every attempt
+// the server sees is one of the client's).
+func newClient(t *testing.T, cfg *idemclient.Config) (*idemclient.Client, *sleeps) {
+	t.Helper()
+	s := &sleeps{}
+	if cfg == nil {
+		cfg = &idemclient.Config{}
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = s.sleep
+	}
+	if cfg.HTTPClient == nil {
+		tr := &http.Transport{DisableKeepAlives: true}
+		t.Cleanup(tr.CloseIdleConnections)
+		cfg.HTTPClient = &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	}
+	c, err := idemclient.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c, s
+}
+
+// hijackClose kills the connection without any response, after the request
+// was read: the client cannot know whether it executed.
+func hijackClose(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	_ = conn.Close()
+}
+
+func writeProblem(w http.ResponseWriter, status int, typ string, retryAfter string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	problem.WriteError(w, status, typ, "t", "d")
+}
+
+func post(t *testing.T, url, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return string(b)
+}
+
+// checkSameKeyAndBody asserts every attempt carried one and the same key and
+// the same body, and returns the key.
+func checkSameKeyAndBody(t *testing.T, as []attempt, body string) string {
+	t.Helper()
+	if len(as) == 0 {
+		t.Fatal("no attempts")
+	}
+	key := ""
+	for i, a := range as {
+		if len(a.keys) != 1 {
+			t.Fatalf("attempt %d: Idempotency-Key headers %q, want exactly one", i+1, a.keys)
+		}
+		if i == 0 {
+			key = a.keys[0]
+		} else if a.keys[0] != key {
+			t.Errorf("attempt %d: key %q, want the first attempt's %q (rule X3)", i+1, a.keys[0], key)
+		}
+		if a.body != body {
+			t.Errorf("attempt %d: body %q, want %q", i+1, a.body, body)
+		}
+	}
+	return key
+}
+
+func TestSameKeyAfterNetworkErrors(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n <= 2 {
+			hijackClose(t, w)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "ok")
+	})
+	var retries []idemclient.Retry
+	c, _ := newClient(t, &idemclient.Config{OnRetry: func(r idemclient.Retry) { retries = append(retries, r) }})
+	body := `{"amount":"10.00"}`
+	resp, err := c.Do(post(t, srv.URL, body))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if resp.StatusCode != http.StatusCreated || readBody(t, resp) != "ok" {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	as := rec.seen()
+	if len(as) != 3 {
+		t.Fatalf("%d attempts, want 3", len(as))
+	}
+	key := checkSameKeyAndBody(t, as, body)
+	u, err := uuid.Parse(key)
+	if err != nil || u.Version() != 7 {
+		t.Errorf("generated key %q: want a UUIDv7 (%v)", key, err)
+	}
+	if got := resp.Request.Header.Get(idemclient.HeaderKey); got != key {
+		t.Errorf("resp.Request key %q, want %q", got, key)
+	}
+	if len(retries) != 2 {
+		t.Fatalf("OnRetry called %d times, want 2", len(retries))
+	}
+	for i, r := range retries {
+		if r.Err == nil || r.StatusCode != 0 || r.Key != key || r.Attempt != i+1 {
+			t.Errorf("retry %d: %+v", i, r)
+		}
+	}
+}
+
+func TestNetworkErrorsExhausted(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { hijackClose(t, w) })
+	c, _ := newClient(t, &idemclient.Config{MaxAttempts: 3})
+	resp, err := c.Do(post(t, srv.URL, `{}`))
+	if resp != nil {
+		t.Fatalf("got a response: %d", resp.StatusCode)
+	}
+	var e *idemclient.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err %v (%T), want *idemclient.Error", err, err)
+	}
+	as := rec.seen()
+	key := checkSameKeyAndBody(t, as, `{}`)
+	if e.Attempts != 3 || len(as) != 3 || e.Key != key || e.Method != http.MethodPost {
+		t.Errorf("Error %+v, %d attempts seen, key %q", e, len(as), key)
+	}
+}
+
+func TestSameKeyAndBodyAfter503(t *testing.T) {
+	t.Parallel()
+	for _, getBody := range []bool{true, false} {
+		t.Run("GetBody="+strconv.FormatBool(getBody), func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n <= 3 {
+					writeProblem(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "")
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			c, s := newClient(t, &idemclient.Config{BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second})
+			body := strings.Repeat("x", 10_000)
+			req := post(t, srv.URL, body)
+			if !getBody {
+				req.GetBody = nil
+				req.Body = io.NopCloser(strings.NewReader(body))
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			as := rec.seen()
+			if len(as) != 4 {
+				t.Fatalf("%d attempts, want 4", len(as))
+			}
+			checkSameKeyAndBody(t, as, body)
+			if req.Header.Get(idemclient.HeaderKey) != "" {
+				t.Error("Do modified the caller's request")
+			}
+			// Full jitter: retry n waits in [0, 100ms * 2^(n-1)].
+			ds := s.delays()
+			if len(ds) != 3 {
+				t.Fatalf("delays %v", ds)
+			}
+			for i, d := range ds {
+				if ceil := 100 * time.Millisecond << i; d < 0 || d > ceil {
+					t.Errorf("delay %d = %s, want within [0, %s]", i+1, d, ceil)
+				}
+			}
+		})
+	}
+}
+
+func TestCallerKeyKept(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{http.MethodPost, http.MethodPut, "MOVE"} {
+		t.Run(method, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					w.WriteHeader(http.StatusBadGateway)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			c, _ := newClient(t, nil)
+			req, _ := http.NewRequest(method, srv.URL, strings.NewReader("b"))
+			req, err := idemclient.WithKey(req, "op-2026-0001")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			resp.Body.Close()
+			as := rec.seen()
+			if len(as) != 2 {
+				t.Fatalf("%d attempts, want 2 (a keyed request is retried, whatever its method)", len(as))
+			}
+			if key := checkSameKeyAndBody(t, as, "b"); key != "op-2026-0001" {
+				t.Errorf("key %q, want the caller's", key)
+			}
+		})
+	}
+}
+
+func TestWithKeyRejectsMalformed(t *testing.T) {
+	t.Parallel()
+	req, _ := http.NewRequest(http.MethodPost, "http://example.invalid", nil)
+	for _, k := range []string{"", "a b", strings.Repeat("k", 256), "é"} {
+		if _, err := idemclient.WithKey(req, k); err == nil {
+			t.Errorf("WithKey(%q) accepted", k)
+		}
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header string
+		want   time.Duration
+	}{
+		{"3", 3 * time.Second},
+		{"0", 0},
+		{"60", 10 * time.Second}, // capped at MaxDelay
+		{"99999999999999999999", 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.header, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					w.Header().Set("Retry-After", tt.header)
+					w.WriteHeader(http.StatusTooManyRequests)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			c, s := newClient(t, nil)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			resp.Body.Close()
+			if ds := s.delays(); len(ds) != 1 || ds[0] != tt.want {
+				t.Errorf("delays %v, want [%s]", ds, tt.want)
+			}
+		})
+	}
+}
+
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(5 * time.Second)
+	srv, _ := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	c, s := newClient(t, nil)
+	resp, err := c.Do(post(t, srv.URL, "{}"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	resp.Body.Close()
+	// The HTTP-date has whole seconds: the wait is 4 to 5 seconds.
+	if ds := s.delays(); len(ds) != 1 || ds[0] < 3*time.Second || ds[0] > 5*time.Second {
+		t.Errorf("delays %v, want one of about 5s", ds)
+	}
+}
+
+func TestRequestInProgressRetried(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			writeProblem(w, http.StatusConflict, problem.TypeRequestInProgress, "2")
+			return
+		}
+		w.Header().Set(idemclient.HeaderReplayed, "true")
+		w.WriteHeader(http.StatusCreated)
+	})
+	var info idemclient.Retry
+	c, s := newClient(t, &idemclient.Config{OnRetry: func(r idemclient.Retry) { info = r }})
+	resp, err := c.Do(post(t, srv.URL, "{}"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || !idemclient.Replayed(resp) {
+		t.Errorf("status %d, replayed %v", resp.StatusCode, idemclient.Replayed(resp))
+	}
+	checkSameKeyAndBody(t, rec.seen(), "{}")
+	if ds := s.delays(); len(ds) != 1 || ds[0] != 2*time.Second {
+		t.Errorf("delays %v, want [2s] from Retry-After", ds)
+	}
+	if info.StatusCode != http.StatusConflict || info.ProblemType != problem.TypeRequestInProgress || info.Delay != 2*time.Second {
+		t.Errorf("OnRetry got %+v", info)
+	}
+}
+
+func TestKeyReusedNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusConflict, http.StatusUnprocessableEntity} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, status, problem.TypeKeyReused, "")
+			})
+			c, _ := newClient(t, nil)
+			req, _ := idemclient.WithKey(post(t, srv.URL, "{}"), "k-1")
+			resp, err := c.Do(req)
+			if resp != nil {
+				t.Fatalf("got a response %d", resp.StatusCode)
+			}
+			var e *idemclient.KeyReusedError
+			if !errors.As(err, &e) || !errors.Is(err, idemclient.ErrKeyReused) {
+				t.Fatalf("err %v, want a *KeyReusedError", err)
+			}
+			if e.Key != "k-1" || e.StatusCode != status || e.Problem.Type != problem.TypeKeyReused || e.Problem.Detail != "d" {
+				t.Errorf("KeyReusedError %+v", e)
+			}
+			if n := len(rec.seen()); n != 1 {
+				t.Errorf("%d attempts, want 1", n)
+			}
+		})
+	}
+}
+
+func TestFinalStatusesNotRetried(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status int
+		typ    string
+	}{
+		{"400", http.StatusBadRequest, ""},
+		{"400 key-missing", http.StatusBadRequest, problem.TypeKeyMissing},
+		{"401", http.StatusUnauthorized, problem.TypeUnauthenticated},
+		{"404", http.StatusNotFound, ""},
+		{"409 business conflict", http.StatusConflict, ""},
+		{"409 other problem", http.StatusConflict, problem.TypeValidation},
+		{"413", http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge},
+		{"422 validation", http.StatusUnprocessableEntity, problem.TypeValidation},
+		{"422 request-in-progress", http.StatusUnprocessableEntity, problem.TypeRequestInProgress},
+		{"500 response-too-large", http.StatusInternalServerError, problem.TypeResponseTooLarge},
+		{"501", http.StatusNotImplemented, ""},
+		{"201", http.StatusCreated, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				if tt.typ != "" {
+					writeProblem(w, tt.status, tt.typ, "1")
+					return
+				}
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, "plain")
+			})
+			c, _ := newClient(t, nil)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			body := readBody(t, resp)
+			if resp.StatusCode != tt.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if n := len(rec.seen()); n != 1 {
+				t.Errorf("%d attempts, want 1", n)
+			}
+			// The body is intact even when the client peeked at it.
+			if tt.typ != "" {
+				var p problem.Problem
+				if err := p.UnmarshalJSON([]byte(body)); err != nil || p.Type != tt.typ {
+					t.Errorf("body %q: %v", body, err)
+				}
+			} else if body != "plain" {
+				t.Errorf("body %q", body)
+			}
+		})
+	}
+}
+
+func TestMaxAttempts(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown, "")
+	})
+	c, s := newClient(t, &idemclient.Config{MaxAttempts: 3})
+	resp, err := c.Do(post(t, srv.URL, "{}"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "outcome-unknown") {
+		t.Errorf("last response %d %q, want the 503 with its body readable", resp.StatusCode, body)
+	}
+	as := rec.seen()
+	if len(as) != 3 || len(s.delays()) != 2 {
+		t.Errorf("%d attempts and %d waits, want 3 and 2", len(as), len(s.delays()))
+	}
+	key := checkSameKeyAndBody(t, as, "{}")
+	if resp.Request.Header.Get(idemclient.HeaderKey) != key {
+		t.Error("the key to re-issue with is not on resp.Request")
+	}
+}
+
+func TestMaxAttemptsOne(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	c, _ := newClient(t, &idemclient.Config{MaxAttempts: 1})
+	resp, err := c.Do(post(t, srv.URL, "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n := len(rec.seen()); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+}
+
+func TestContextCancelDuringBackoff(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	// The real sleep, waiting 10s per retry.
+	c, err := idemclient.New(&idemclient.Config{
+		HTTPClient: &http.Client{Transport: tr},
+		Backoff:    func(int) time.Duration { return time.Hour },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := post(t, srv.URL, "{}").WithContext(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	resp, err := c.Do(req)
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("Do returned after %s, want promptly after the cancel", elapsed)
+	}
+	if resp != nil {
+		t.Fatalf("got a response %d", resp.StatusCode)
+	}
+	var e *idemclient.Error
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &e) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err %v: want context.Canceled wrapped with the last outcome (503)", err)
+	}
+	if e.Attempts != 1 || len(rec.seen()) != 1 || e.Key == "" {
+		t.Errorf("Error %+v", e)
+	}
+}
+
+func TestContextCanceledBeforeAttempt(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, _ := newClient(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Do(post(t, srv.URL, "{}").WithContext(ctx))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d attempts reached the server", n)
+	}
+}
+
+func TestDeadlineGivesUpEarly(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusConflict, problem.TypeRequestInProgress, "5")
+	})
+	for _, viaCtx := range []bool{true, false} {
+		t.Run("ctx="+strconv.FormatBool(viaCtx), func(t *testing.T) {
+			cfg := &idemclient.Config{}
+			req := post(t, srv.URL, "{}")
+			if viaCtx {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				req = req.WithContext(ctx)
+			} else {
+				cfg.MaxElapsed = 3 * time.Second
+			}
+			c, s := newClient(t, cfg)
+			before := len(rec.seen())
+			start := time.Now()
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if time.Since(start) > time.Second || len(s.delays()) != 0 || len(rec.seen())-before != 1 {
+				t.Errorf("waited %v; want to give up at once since Retry-After 5s ends after the budget", s.delays())
+			}
+			if resp.StatusCode != http.StatusConflict {
+				t.Errorf("status %d", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestGetRetriedWithoutKey(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			hijackClose(t, w)
+			return
+		}
+		if n == 2 {
+			w.WriteHeader(http.StatusGatewayTimeout)
+			return
+		}
+		_, _ = io.WriteString(w, "got")
+	})
+	c, _ := newClient(t, nil)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if b := readBody(t, resp); b != "got" {
+		t.Errorf("body %q", b)
+	}
+	as := rec.seen()
+	if len(as) != 3 {
+		t.Fatalf("%d attempts, want 3", len(as))
+	}
+	for _, a := range as {
+		if len(a.keys) != 0 {
+			t.Errorf("GET carried Idempotency-Key %q", a.keys)
+		}
+	}
+}
+
+func TestKeylessNonIdempotentNotRetried(t *testing.T) {
+	t.Parallel()
+	t.Run("503", func(t *testing.T) {
+		t.Parallel()
+		srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+		c, s := newClient(t, &idemclient.Config{Methods: []string{http.MethodPatch}})
+		resp, err := c.Do(post(t, srv.URL, "{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		as := rec.seen()
+		if len(as) != 1 || len(s.delays()) != 0 || len(as[0].keys) != 0 || as[0].body != "{}" {
+			t.Errorf("attempts %+v: want exactly one, keyless", as)
+		}
+	})
+	t.Run("network error", func(t *testing.T) {
+		t.Parallel()
+		srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { hijackClose(t, w) })
+		c, _ := newClient(t, &idemclient.Config{Methods: []string{}})
+		_, err := c.Do(post(t, srv.URL, "{}"))
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Errorf("%d attempts, want 1", n)
+		}
+	})
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, _ := newClient(t, &idemclient.Config{MaxBodyBytes: 10})
+	req := post(t, srv.URL, "")
+	req.GetBody = nil
+	req.Body = io.NopCloser(strings.NewReader("0123456789A"))
+	if _, err := c.Do(req); !errors.Is(err, idemclient.ErrBodyTooLarge) {
+		t.Fatalf("err %v, want ErrBodyTooLarge", err)
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d attempts sent", n)
+	}
+	// Exactly at the limit is fine, and so is any size with GetBody.
+	req.Body = io.NopCloser(strings.NewReader("0123456789"))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = c.Do(post(t, srv.URL, strings.Repeat("y", 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+func TestRequestKeyHeaderChecks(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, _ := newClient(t, nil)
+	req := post(t, srv.URL, "{}")
+	req.Header.Add(idemclient.HeaderKey, "a")
+	req.Header.Add(idemclient.HeaderKey, "b")
+	if _, err := c.Do(req); err == nil {
+		t.Error("two Idempotency-Key headers accepted")
+	}
+	req = post(t, srv.URL, "{}")
+	req.Header.Set(idemclient.HeaderKey, " ")
+	if _, err := c.Do(req); err == nil {
+		t.Error("an empty Idempotency-Key accepted")
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d attempts sent", n)
+	}
+}
+
+func TestKeyGenerator(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	n := 0
+	c, _ := newClient(t, &idemclient.Config{NewKey: func() (string, error) { n++; return "gen-" + strconv.Itoa(n), nil }})
+	for range 2 {
+		resp, err := c.Do(post(t, srv.URL, "{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	as := rec.seen()
+	if len(as) != 2 || as[0].keys[0] != "gen-1" || as[1].keys[0] != "gen-2" {
+		t.Errorf("attempts %+v: want one new key per operation", as)
+	}
+
+	bad, _ := newClient(t, &idemclient.Config{NewKey: func() (string, error) { return "", errors.New("no entropy") }})
+	if _, err := bad.Do(post(t, srv.URL, "{}")); err == nil || !strings.Contains(err.Error(), "no entropy") {
+		t.Errorf("err %v", err)
+	}
+	bad, _ = newClient(t, &idemclient.Config{NewKey: func() (string, error) { return "has space", nil }})
+	if _, err := bad.Do(post(t, srv.URL, "{}")); err == nil {
+		t.Error("malformed generated key accepted")
+	}
+}
+
+func TestNewKey(t *testing.T) {
+	t.Parallel()
+	a, err := idemclient.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := idemclient.NewKey()
+	if u, err := uuid.Parse(a); err != nil || u.Version() != 7 || a == b {
+		t.Errorf("NewKey %q, %q: %v", a, b, err)
+	}
+}
+
+func TestReplayed(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{"true": true, "True": true, "": false, "false": false, "1": false} {
+		resp := &http.Response{Header: http.Header{}}
+		if v != "" {
+			resp.Header.Set(idemclient.HeaderReplayed, v)
+		}
+		if got := idemclient.Replayed(resp); got != want {
+			t.Errorf("Replayed(%q) = %v", v, got)
+		}
+	}
+	if idemclient.Replayed(nil) {
+		t.Error("Replayed(nil)")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	bad := map[string]idemclient.Config{
+		"negative attempts":     {MaxAttempts: -1},
+		"negative base":         {BaseDelay: -time.Second},
+		"negative max":          {MaxDelay: -time.Second},
+		"max below base":        {BaseDelay: time.Second, MaxDelay: time.Millisecond},
+		"negative elapsed":      {MaxElapsed: -time.Second},
+		"negative body limit":   {MaxBodyBytes: -1},
+		"empty method":          {Methods: []string{""}},
+		"method with space":     {Methods: []string{"PO ST"}},
+		"method with separator": {Methods: []string{"POST,PATCH"}},
+	}
+	for name, cfg := range bad {
+		if _, err := idemclient.New(&cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, cfg := range []*idemclient.Config{nil, {}, {MaxAttempts: 1, BaseDelay: time.Minute}, {Methods: []string{}}} {
+		if _, err := idemclient.New(cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package idemclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts  = 5
+	DefaultBaseDelay    = 100 * time.Millisecond
+	DefaultMaxDelay     = 10 * time.Second
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultTimeout is the per-attempt timeout of the default HTTP client.
+	DefaultTimeout = 30 * time.Second
+)
+
+// Config configures a Client. The zero value (or a nil *Config) gives the
+// defaults.
+type Config struct {
+	// HTTPClient sends each attempt. Defaults to an http.Client on
+	// http.DefaultTransport with a Timeout of DefaultTimeout (30s), which
+	// bounds each attempt separately (including reading the body of the
+	// response Do returns). An attempt that times out may have executed on
+	// the server; it is retried with the same key.
+	HTTPClient *http.Client
+
+	// MaxAttempts is the maximum number of attempts per Do, the first one
+	// included; 1 disables retries. Defaults to DefaultMaxAttempts (5).
+	MaxAttempts int
+
+	// BaseDelay is the backoff before the first retry, doubled for each
+	// further one before jitter. Defaults to DefaultBaseDelay (100ms).
+	BaseDelay time.Duration
+
+	// MaxDelay caps every wait, Retry-After included. Defaults to
+	// DefaultMaxDelay (10s); it may not be below BaseDelay.
+	MaxDelay time.Duration
+
+	// MaxElapsed, when positive, is the time budget of one Do, counted from
+	// its start: no wait may end after it, so Do gives up rather than sleep
+	// past it. It does not interrupt an attempt in flight (the request's
+	// context and HTTPClient.Timeout do that). Zero means no budget beyond
+	// MaxAttempts and the context.
+	MaxElapsed time.Duration
+
+	// Methods are the methods whose requests need an Idempotency-Key: Do
+	// generates one when such a request has none. nil means POST and PATCH;
+	// an empty non-nil slice means never generate a key.
+	Methods []string
+
+	// NewKey generates a key for a request that needs one. Defaults to
+	// NewKey (a UUIDv7). It must return 1 to 255 visible ASCII characters.
+	NewKey func() (string, error)
+
+	// MaxBodyBytes is the largest request body Do buffers to resend it when
+	// the request has no GetBody. Defaults to DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+
+	// Backoff, if set, replaces the default full-jitter backoff: it returns
+	// the wait before retry n (1 for the second attempt) when the response
+	// has no Retry-After. The result is capped at MaxDelay.
+	Backoff func(n int) time.Duration
+
+	// Sleep, if set, replaces the wait between attempts (a test hook, or a
+	// clock of your own). It must return ctx.Err() promptly when ctx ends.
+	// It is called for every retry, with d >= 0.
+	Sleep func(ctx context.Context, d time.Duration) error
+
+	// OnRetry, if set, is called before each wait, for logs and metrics. It
+	// runs on the goroutine calling Do and must not block.
+	OnRetry func(Retry)
+}
+
+// Retry describes a failed attempt that Do is about to retry.
+type Retry struct {
+	// Request is the attempt that failed; its body has been consumed.
+	Request *http.Request
+	// Key is the Idempotency-Key every attempt carries ("" for an idempotent
+	// method sent without one).
+	Key string
+	// Attempt is the number of the attempt that failed, from 1.
+	Attempt int
+	// StatusCode is the status of its response, 0 after a transport error.
+	StatusCode int
+	// ProblemType is the problem type URI of its response, if it had one.
+	ProblemType string
+	// Err is the transport error, nil when a response came back.
+	Err error
+	// Delay is the wait before the next attempt.
+	Delay time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BaseDelay == 0 {
+		c.BaseDelay = DefaultBaseDelay
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = max(DefaultMaxDelay, c.BaseDelay)
+	}
+	if c.Methods == nil {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	} else {
+		c.Methods = append([]string(nil), c.Methods...)
+	}
+	if c.NewKey == nil {
+		c.NewKey = NewKey
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d: must be at least 1", c.MaxAttempts))
+	}
+	if c.BaseDelay < 0 {
+		errs = append(errs, fmt.Errorf("BaseDelay %s: must not be negative", c.BaseDelay))
+	}
+	if c.MaxDelay < 0 {
+		errs = append(errs, fmt.Errorf("MaxDelay %s: must not be negative", c.MaxDelay))
+	} else if c.MaxDelay < c.BaseDelay {
+		errs = append(errs, fmt.Errorf("MaxDelay %s: must not be below BaseDelay %s", c.MaxDelay, c.BaseDelay))
+	}
+	if c.MaxElapsed < 0 {
+		errs = append(errs, fmt.Errorf("MaxElapsed %s: must not be negative", c.MaxElapsed))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes %d: must not be negative", c.MaxBodyBytes))
+	}
+	for _, m := range c.Methods {
+		if !isToken(m) {
+			errs = append(errs, fmt.Errorf("method %q in Methods is not an HTTP method token", m))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idemclient: invalid config: %w", err)
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of a method.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,64 @@
+package idemclient
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"7", 7 * time.Second, true},
+		{" 7 ", 7 * time.Second, true},
+		{"0", 0, true},
+		{"-1", 0, false},
+		{"1.5", 0, false},
+		{"soon", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},        // in the past: at once
+		{"Wednesday, 02-Dec-26 10:00:30 GMT", 30 * time.Second, true}, // RFC 850
+		{"Wed Dec  2 10:00:45 2026", 45 * time.Second, true},          // asctime
+	}
+	for _, tt := range tests {
+		resp := &http.Response{Header: http.Header{}}
+		if tt.v != "" {
+			resp.Header.Set("Retry-After", tt.v)
+		}
+		got, ok := retryAfter(resp, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("retryAfter(%q) = %s, %v; want %s, %v", tt.v, got, ok, tt.want, tt.ok)
+		}
+	}
+	if _, ok := retryAfter(nil, now); ok {
+		t.Error("retryAfter(nil) ok")
+	}
+}
+
+func TestJitter(t *testing.T) {
+	t.Parallel()
+	base, ceil := 100*time.Millisecond, 10*time.Second
+	for n := 1; n <= 40; n++ {
+		want := min(base<<min(n-1, 20), ceil)
+		var top time.Duration
+		for range 200 {
+			d := jitter(base, ceil, n)
+			if d < 0 || d > want {
+				t.Fatalf("jitter(n=%d) = %s, want within [0, %s]", n, d, want)
+			}
+			top = max(top, d)
+		}
+		if top < want/2 { // 200 uniform draws all in the lower half: (1/2)^200
+			t.Errorf("jitter(n=%d) never above %s: not full jitter", n, top)
+		}
+	}
+	if d := jitter(0, 0, 3); d != 0 {
+		t.Errorf("jitter with zero base = %s", d)
+	}
+}
