@@ -34,6 +34,20 @@
 // UPDATE of its row): concurrent transactions on one aggregate then enqueue
 // in commit order.
 //
+// Enqueue itself takes no lock on the key. On PostgreSQL a row gets its ID
+// at INSERT, not at COMMIT, so two transactions that enqueue for one key
+// without serialising on it may commit in the opposite order of their IDs:
+// the higher ID, committed first, can then be published before the lower
+// one is visible, and the lower one is published when it commits (events
+// are never lost, skipped or stuck; a key then follows commit order, not ID
+// order, which is only observable for transactions that did not see each
+// other's writes). With several relays this case can also make two relays
+// publish the later rows of that key at the same time (duplicates that the
+// consumer's inbox drops; the second relay's marks then wait for the first
+// relay's transaction), since the key's lock is the lock of its head row.
+// Serialising the transactions of an aggregate, as above, rules all of this
+// out. SQLite serialises writers, so there IDs always follow commit order.
+//
 // Several relays may run against one PostgreSQL database (one per replica):
 // each batch is claimed in a transaction that locks the oldest unpublished
 // row of every key it takes (FOR UPDATE SKIP LOCKED) and is held while the
@@ -41,7 +55,11 @@
 // at the same time and never interleave within a key. SQLite has no row
 // locks: run one relay per SQLite database. There the batch is read outside a
 // transaction and marked in a short one, so the relay does not hold SQLite's
-// single write lock while it publishes.
+// single write lock while it publishes. Nothing enforces this: two relays on
+// one SQLite database publish the same events concurrently (duplicates, and
+// marks failing with driver.ErrNotFound that make a round's batch be
+// published again), though each key's events still first reach the broker
+// in order.
 //
 // # Delivery guarantee: at least once, with stable IDs
 //
@@ -63,7 +81,8 @@
 // the batch) is simply claimed again at the next round. Keys without a
 // failure are not held up. When rounds keep failing (the broker is down) Run
 // also backs off as a whole, instead of trying one event after another in a
-// tight loop.
+// tight loop; a round that published some events is not a failed round, so
+// a key that keeps failing does not slow the relay down for the others.
 //
 // An event is parked as poison when the publisher marks its error with
 // [ErrPoison] (a record that can never be published: too large, invalid,

@@ -16,9 +16,13 @@ import (
 //
 // Every envelope is validated first (event.Envelope.Validate); one invalid
 // envelope stores none of them. Events are stored in the order given, which
-// is the order in which the events of one key are published. An envelope
-// whose ID is already in the outbox (a retry of the same operation) is
-// skipped: the first stored version of an ID is the one published.
+// is the order in which the events of one key are published. Across
+// transactions, the events of a key are published in the order of their
+// rows' IDs only if those transactions are serialised on the key (enqueue
+// after the write that locks the aggregate); see the package documentation.
+// An envelope whose ID is already in the outbox (a retry of the same
+// operation) is skipped: the first stored version of an ID is the one
+// published.
 func Enqueue[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, events ...event.Envelope) error {
 	if len(events) == 0 {
 		return nil

@@ -65,9 +65,11 @@ func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) 
 // Run publishes events until ctx is done, then returns nil (or ErrRunning if
 // the relay is already running). It never gives up: a failed round is logged
 // and retried after RelayConfig.Backoff of the number of consecutive failed
-// rounds. After a full batch it goes on at once; otherwise it waits for
-// RelayConfig.Wake, for the poll interval, or for the earliest retry of an
-// event it backed off, whichever comes first.
+// rounds. A round that published some of its events and failed others does
+// not count as failed (the broker is up; the failed events wait for their
+// own retry, and the other keys go on). After a full batch it goes on at
+// once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
+// for the earliest retry of an event it backed off, whichever comes first.
 func (r *Relay[TTx]) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -92,7 +94,11 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			nextRetry = res.retryAt
 		}
 
-		if err != nil {
+		// A round that published events despite a publish failure shows
+		// the broker up: its failed events wait for their own retry
+		// (nextRetry), and backing off the whole relay would hold up the
+		// keys that did not fail.
+		if err != nil && (!res.publishFailed || res.published == 0) {
 			failures++
 			wait := r.cfg.Backoff(failures)
 			if !res.publishFailed { // publish failures were logged with their event

@@ -155,3 +155,57 @@ func TestShutdownDuringPublishStillMarks(t *testing.T) {
 		t.Errorf("after a shutdown during Publish, the event is still unpublished (%v)", err)
 	}
 }
+
+// A round that published some events and failed others proves the broker
+// up: the failed events wait for their own retry, and Run does not back off
+// as a whole, which would hold up the keys that have no failure.
+func TestRunDoesNotBackOffAfterPartialSuccess(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	published := make(chan event.Envelope, 10)
+	pub := outbox.PublisherFunc(func(_ context.Context, events []event.Envelope) error {
+		errs := make([]error, len(events))
+		failed := false
+		for i, e := range events {
+			if e.Key == "bad" {
+				errs[i], failed = errDown, true
+				continue
+			}
+			published <- e
+		}
+		if failed {
+			return &outbox.PublishError{Errs: errs}
+		}
+		return nil
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: 10 * time.Millisecond,
+		Backoff:      func(int) time.Duration { return 5 * time.Second },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, drv, mustEvent(t, "bad"), mustEvent(t, "good-1"))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-published:
+	case <-time.After(3 * time.Second):
+		t.Fatal("good-1 not published within 3s")
+	}
+	enqueued := time.Now()
+	enqueue(t, drv, mustEvent(t, "good-2"))
+	select {
+	case e := <-published:
+		t.Logf("%s published %s after its commit", e.Key, time.Since(enqueued))
+	case <-time.After(2 * time.Second):
+		t.Fatal("good-2 not published within 2s (poll 10ms): the failure of key bad held up the whole relay")
+	}
+}

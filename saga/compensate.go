@@ -119,9 +119,12 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrState) || errors.Is(err, ErrNotFound) {
+		var stepErr *StepError
+		if !errors.As(err, &stepErr) && (errors.Is(err, ErrState) || errors.Is(err, ErrNotFound)) {
 			// Another Compensate marked the saga Failed, or the saga is
-			// gone: this call has nothing more to do.
+			// gone: this call has nothing more to do. (An error of the
+			// compensation itself, a *StepError, is a failed attempt even
+			// when it wraps one of these.)
 			return err
 		}
 		if ctx.Err() != nil {

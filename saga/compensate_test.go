@@ -448,3 +448,31 @@ func testCompensateRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Errorf("compensation of the failed step-4, which never completed, was called %d times", n)
 	}
 }
+
+// A compensation whose own error happens to wrap saga.ErrNotFound or
+// saga.ErrState (it looked up another saga, say) is an ordinary failed
+// attempt: it is retried, and if it keeps failing the saga is marked Failed
+// with a *CompensationError, like any other failure.
+func testCompensateFnErrorWrapsSagaSentinel[TTx any](t *testing.T, f *fixture[TTx]) {
+	for _, sentinel := range []error{saga.ErrNotFound, saga.ErrState} {
+		c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
+		id := f.runUntilFailure(t, c, 3)
+		comps := f.compensations(t, id, stepsN(3))
+		var calls atomic.Int32
+		comps["step-2"] = func(context.Context, TTx, saga.StepRecord) ([]byte, error) {
+			calls.Add(1)
+			return nil, fmt.Errorf("look up the child saga: %w", sentinel)
+		}
+		err := c.Compensate(t.Context(), id, comps)
+		var ce *saga.CompensationError
+		if !errors.As(err, &ce) || ce.Step != "step-2" || !errors.Is(err, sentinel) {
+			t.Errorf("%v: Compensate = %v; want a *CompensationError for step-2", sentinel, err)
+		}
+		if n := calls.Load(); n != 2 {
+			t.Errorf("%v: the compensation ran %d times; want 2 (CompensationAttempts)", sentinel, n)
+		}
+		if s := mustGet(t, c, id); s.State != saga.Failed {
+			t.Errorf("%v: saga is %s after the compensation kept failing; want failed", sentinel, s.State)
+		}
+	}
+}

@@ -330,6 +330,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
 		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
+		{name: "Compensate/FnErrorWrapsSagaSentinel", fn: testCompensateFnErrorWrapsSagaSentinel[TTx]},
 		{name: "Compensate/NothingToUndo", fn: testCompensateNothing[TTx]},
 		{name: "Compensate/InFlightStepIsCompensated", fn: testCompensateWaitsForStep[TTx]},
 		{name: "Abort/ThenRecover", fn: testAbortThenRecover[TTx]},

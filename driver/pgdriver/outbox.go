@@ -123,6 +123,14 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 // after this statement's snapshot is re-checked when it is locked and drops
 // out, and its successors still see it unpublished in the snapshot, so the
 // key is skipped rather than published twice.
+//
+// The head's lock guards its key only if the key's rows commit in ID order
+// (package outbox asks callers to serialise a key's transactions). A row
+// whose lower ID commits after another relay locked a later head of its key
+// becomes a head of its own, and the queue read from it includes the other
+// relay's unlocked rows: both relays then publish those rows (duplicates,
+// dropped by the consumer's inbox), and the second relay's marks wait for
+// the first relay's transaction. See TestOutboxLowerIDCommittedLate.
 func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
 	if !e.inTx {
 		return nil, errors.New("pgdriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")

@@ -380,3 +380,108 @@ func TestOutboxChannel(t *testing.T) {
 		t.Errorf("long channel names %q, %q; want distinct names of at most 63 bytes", long1, long2)
 	}
 }
+
+// Row IDs are given at INSERT, not at COMMIT: two transactions that enqueue
+// for one key without serialising on the aggregate (see package outbox) can
+// commit in the opposite order of their IDs. The relay then publishes in
+// commit order: the higher ID, committed first, is published before the
+// lower one exists for it, and the lower one, once committed, is published
+// too (it is not stuck behind its already published successor, nor
+// skipped).
+func TestOutboxLowerIDCommittedLate(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	first, second := newEvent(t, "K", 1), newEvent(t, "K", 2)
+
+	tx1, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Rollback(ctx, tx1) }()
+	if err := outbox.Enqueue(ctx, drv, tx1, first); err != nil { // gets the lower ID
+		t.Fatal(err)
+	}
+	enqueue(t, drv, second) // higher ID, committed first
+
+	pub := &recorder{}
+	relay := newRelay(t, drv, pub, nil)
+	if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("RunOnce with the lower ID uncommitted = %d, %v; want the committed event", n, err)
+	}
+	if err := drv.Commit(ctx, tx1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("RunOnce after the lower ID committed = %d, %v; want it published", n, err)
+	}
+	got := pub.published()
+	if len(got) != 2 || got[0].ID != second.ID || got[1].ID != first.ID {
+		t.Errorf("published %v; want commit order [%s %s]", obIDsOf(got), second.ID, first.ID)
+	}
+	if _, ok, err := drv.Executor().OutboxOldestUnpublished(ctx); ok || err != nil {
+		t.Errorf("an event is left unpublished (%v)", err)
+	}
+}
+
+// Enqueued after the business write that locks the aggregate, as package
+// outbox asks, concurrent transactions of one key get their IDs in commit
+// order, and the relay publishes them in enqueue order.
+func TestOutboxAggregateLockGivesIDsInCommitOrder(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 10)
+	drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE TABLE aggregate (id text PRIMARY KEY, version int NOT NULL);
+		INSERT INTO aggregate VALUES ('K', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	var (
+		mu    sync.Mutex
+		order []uuid.UUID // in commit order
+		wg    sync.WaitGroup
+	)
+	for i := range writers {
+		wg.Go(func() {
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer func() { _ = drv.Rollback(ctx, tx) }()
+			if _, err := tx.Exec(ctx, `UPDATE aggregate SET version = version + 1 WHERE id = 'K'`); err != nil {
+				t.Error(err)
+				return
+			}
+			e := newEvent(t, "K", i)
+			if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+			mu.Lock() // held across COMMIT: order is the commit order
+			defer mu.Unlock()
+			if err := drv.Commit(ctx, tx); err != nil {
+				t.Error(err)
+				return
+			}
+			order = append(order, e.ID)
+		})
+	}
+	wg.Wait()
+	pub := &recorder{}
+	relay := newRelay(t, drv, pub, nil)
+	if n, err := relay.RunOnce(ctx); n != writers || err != nil {
+		t.Fatalf("RunOnce = %d, %v; want %d", n, err, writers)
+	}
+	checkExactlyOnceInOrder(t, pub.published(), map[string][]uuid.UUID{"K": order})
+}
+
+func obIDsOf(es []event.Envelope) []uuid.UUID {
+	ids := make([]uuid.UUID, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
