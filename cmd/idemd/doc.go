@@ -1,30 +1,55 @@
-// Command idemd is idem's reference daemon: a small payments service whose
-// POST /v1/payments is exactly-once, protected by an Idempotency-Key (the
-// idemhttp middleware) and by a UNIQUE (payment_provider,
-// external_payment_id) constraint (package uniq).
+// Command idemd is idem's reference daemon: a small payments and orders
+// service. POST /v1/payments is exactly-once, protected by an
+// Idempotency-Key (the idemhttp middleware) and by a UNIQUE
+// (payment_provider, external_payment_id) constraint (package uniq).
+// POST /v1/orders stores an order and its OrderCreated.v1 event in one
+// transaction (transactional outbox); a relay publishes the event to Kafka
+// and a consumer applies it once (inbox) to a per-customer projection read
+// by GET /v1/customers/{id}/summary:
 //
-//	go run ./cmd/idemd                                  # SQLite ./idemd.db, 127.0.0.1:8080
-//	go run ./cmd/idemd -db postgres://postgres@127.0.0.1:5432/test
-//	IDEMD_ADDR=:9090 IDEMD_DB=sqlite:/tmp/pay.db go run ./cmd/idemd
+//	HTTP -> order + outbox (one tx) -> relay -> Kafka -> inbox consumer -> projection
+//
+// It runs with one command on embedded defaults, a SQLite file and an
+// in-process Kafka broker:
+//
+//	go run ./cmd/idemd                                  # SQLite ./idemd.db, embedded Kafka, 127.0.0.1:8080
+//	go run ./cmd/idemd -db postgres://postgres@127.0.0.1:5432/test -kafka kafka-1:9092,kafka-2:9092
+//	IDEMD_ADDR=:9090 IDEMD_DB=sqlite:/tmp/pay.db IDEMD_KAFKA=off go run ./cmd/idemd
 //
 // Flags (each overrides its environment variable): -addr (IDEMD_ADDR,
 // default 127.0.0.1:8080), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
 // file path; default ./idemd.db), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
 // default 15s), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
-// "0 3 * * *", or off).
+// "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
+// in-process broker on a random port of 127.0.0.1 whose log is kept in
+// PATH.kafka next to a SQLite database; off, no relay and no consumer, the
+// events stay in the outbox and the summary answers 503; or the seed
+// brokers host:port,host:port of a real cluster), -kafka-topic
+// (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
+// TOPIC.dlq).
+//
+// Several replicas: run them all on one PostgreSQL with -kafka pointing at
+// a real cluster (the topic created beforehand, or auto-created). Relays
+// share the outbox safely and the consumers share the topic's partitions
+// through the group idemd-order-projection. The embedded broker is per
+// process, so it is for a single replica only (and SQLite is single-host).
 //
 // The retention sweep (package cleanup) deletes expired idempotency records
 // and old inbox and outbox rows in small batches; with several idemd
 // replicas on one PostgreSQL exactly one sweeps a given run. Its counts are
-// exported as idem_cleanup_sweeps_total and idem_cleanup_deleted_rows_total.
+// exported as idem_cleanup_sweeps_total and idem_cleanup_deleted_rows_total;
+// the relay's lag as idem_outbox_lag_seconds and the consumer's work as
+// idem_inbox_events_total{result}.
 //
-// idemd prints one line on stdout with its address and database (password
-// redacted) and logs to stderr, one access log line per request. SIGINT or
-// SIGTERM stops accepting connections, drains in-flight requests, closes the
-// database and exits 0; a second signal kills it at once. Exit code 2 means
-// bad configuration, 1 a runtime failure (such as an unreachable database).
+// idemd prints one line on stdout with its address, its database (password
+// redacted) and its Kafka, and logs to stderr, one access log line per
+// request. SIGINT or SIGTERM stops accepting connections, drains in-flight
+// requests, stops the relay and the consumer (which finishes its batch),
+// closes the embedded broker and the database, and exits 0; a second signal
+// kills it at once. Exit code 2 means bad configuration, 1 a runtime failure
+// (such as an unreachable database).
 //
-// The endpoints and the wiring are in internal/app; the payments domain in
-// internal/payments.
+// The endpoints and the wiring are in internal/app; the domains in
+// internal/payments and internal/orders.
 package main

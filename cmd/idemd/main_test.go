@@ -59,7 +59,7 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:(\S+)$`)
+var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:(\S+) and kafka embedded \(127\.0\.0\.1:\d+\)$`)
 
 func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	dbPath := filepath.Join(t.TempDir(), "pay.db")
@@ -115,6 +115,26 @@ func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	loc, _ := http.NewRequest(http.MethodGet, base+res.Header.Get("Location"), nil)
 	if res, got := do(t, loc); res.StatusCode != http.StatusOK || got != created {
 		t.Errorf("GET %s: %d %s", loc.URL, res.StatusCode, got)
+	}
+
+	// The order pipeline on the embedded defaults: order, outbox, relay,
+	// in-process Kafka, consumer, projection.
+	order, _ := http.NewRequest(http.MethodPost, base+"/v1/orders",
+		strings.NewReader(`{"customer_id":42,"amount":"19.90","items":[{"sku":"A-1","quantity":2}]}`))
+	order.Header.Set("Content-Type", "application/json")
+	order.Header.Set("Idempotency-Key", "order-1")
+	if res, body := do(t, order); res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/orders: %d %s", res.StatusCode, body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/customers/42/summary", nil)
+		res, body := do(t, req)
+		if res.StatusCode == http.StatusOK && strings.Contains(body, `"orders":1,"total_amount":"19.9000"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("summary: %d %s", res.StatusCode, body)
+		}
 	}
 
 	if err := cmd.Process.Signal(sig); err != nil {

@@ -15,13 +15,16 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/orders"
+	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
+	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/payments/pgstore"
 	"github.com/idemkit/idem/internal/payments/sqlitestore"
 )
 
-// App is a configured idemd: an open, migrated database and its HTTP
-// handler.
+// App is a configured idemd: an open, migrated database, its HTTP
+// handler, and the order pipeline's relay and consumer.
 type App struct {
 	cfg     Config
 	log     *slog.Logger
@@ -32,10 +35,22 @@ type App struct {
 	// sweep runs the retention sweep on its schedule until its context
 	// ends; nil when Config.Cleanup is CleanupOff.
 	sweep func(context.Context) error
+	// relay publishes the outbox to Kafka and consume applies the order
+	// events to the projection, until their context ends; nil when
+	// Config.Kafka is off.
+	relay, consume func(context.Context) error
+	// kafka describes the Kafka in use, for the listen line; started is
+	// what Serve logs about it when the pipeline starts.
+	kafka   string
+	started []any
+	// enqueued wakes the relay after a POST /v1/orders whose transaction
+	// has committed (ListenOutbox does it on PostgreSQL, across replicas).
+	enqueued chan struct{}
 }
 
-// New opens and migrates the database of cfg and builds the handler. The
-// caller must Close the App. log may be nil (slog.Default()).
+// New opens and migrates the database of cfg, starts the embedded Kafka
+// broker if configured, and builds the handler. The caller must Close the
+// App. log may be nil (slog.Default()).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if log == nil {
 		log = slog.Default()
@@ -43,7 +58,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	a := &App{cfg: cfg, log: log, metrics: newMetrics()}
+	if cfg.Kafka.Mode == "" {
+		cfg.Kafka.Mode = DefaultKafka
+	}
+	if cfg.KafkaTopic == "" {
+		cfg.KafkaTopic = DefaultKafkaTopic
+	}
+	a := &App{cfg: cfg, log: log, metrics: newMetrics(), enqueued: make(chan struct{}, 1)}
 	var err error
 	switch cfg.DB.Kind {
 	case Postgres:
@@ -57,6 +78,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// stores are the domain stores of one database.
+type stores[TTx any] struct {
+	payments payments.Store[TTx]
+	orders   orders.Store[TTx]
+	// migrate creates the domain tables.
+	migrate []func(context.Context) error
+	// wake, if set, returns the relay's wake-up channel, until ctx ends.
+	wake func(ctx context.Context) (<-chan struct{}, error)
 }
 
 func (a *App) openPostgres(ctx context.Context) error {
@@ -79,9 +110,16 @@ func (a *App) openPostgres(ctx context.Context) error {
 		pool.Close()
 		return err
 	}
-	store := pgstore.New(pool)
-	a.ping, a.close = store.Ping, pool.Close
-	return setup[pgx.Tx](ctx, a, drv, store, store.Migrate)
+	pay, ord := pgstore.New(pool), ordpg.New(pool)
+	a.ping, a.close = pay.Ping, pool.Close
+	return setup(ctx, a, drv, stores[pgx.Tx]{
+		payments: pay,
+		orders:   ord,
+		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
+		wake: func(ctx context.Context) (<-chan struct{}, error) {
+			return drv.ListenOutbox(ctx, func(err error) { a.log.Warn("outbox listener", "err", err) })
+		},
+	})
 }
 
 func (a *App) openSQLite(ctx context.Context) error {
@@ -89,21 +127,27 @@ func (a *App) openSQLite(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("database %s unusable: %s", a.cfg.DB, errMessage(err))
 	}
-	store := sqlitestore.New(drv.DB())
-	a.ping, a.close = store.Ping, func() { _ = drv.Close() }
-	return setup[*sql.Tx](ctx, a, drv, store, store.Migrate)
+	pay, ord := sqlitestore.New(drv.DB()), ordsqlite.New(drv.DB())
+	a.ping, a.close = pay.Ping, func() { _ = drv.Close() }
+	return setup(ctx, a, drv, stores[*sql.Tx]{
+		payments: pay,
+		orders:   ord,
+		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
+	})
 }
 
-// setup migrates idem's tables and the payment table, then builds the
-// handler for the transaction type of the database and the retention
-// sweep.
-func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], store payments.Store[TTx], migrate func(context.Context) error) error {
+// setup migrates idem's tables and the domain tables, then builds the
+// handler for the transaction type of the database, the retention sweep,
+// and the order pipeline (Kafka, relay, consumer).
+func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	err := drv.Migrate(ctx)
-	if err == nil {
-		err = migrate(ctx)
+	for _, m := range st.migrate {
+		if err == nil {
+			err = m(ctx)
+		}
 	}
 	if err == nil {
-		a.handler, err = routes(a, drv, store)
+		a.handler, err = routes(a, drv, st)
 	}
 	if err == nil && a.cfg.Cleanup != CleanupOff {
 		var c *cleanup.Cleaner[TTx]
@@ -120,12 +164,16 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], store p
 		a.close()
 		return fmt.Errorf("database %s: %s", a.cfg.DB, errMessage(err))
 	}
+	if err := pipeline(a, drv, st); err != nil {
+		a.close()
+		return fmt.Errorf("kafka %s: %s", a.cfg.Kafka, errMessage(err))
+	}
 	return nil
 }
 
 // routes builds the handler: access log and metrics around a ServeMux
 // whose routing errors are problems.
-func routes[TTx any](a *App, drv driver.Driver[TTx], store payments.Store[TTx]) (http.Handler, error) {
+func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handler, error) {
 	idem, err := idemhttp.New(drv, &idemhttp.Config{
 		Scope:     scope,
 		OnOutcome: a.metrics.outcome,
@@ -134,17 +182,35 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], store payments.Store[TTx]) 
 	if err != nil {
 		return nil, err
 	}
-	h := payments.NewHandler(store, a.log)
+	h := payments.NewHandler(st.payments, a.log)
+	o := orders.NewHandler(st.orders, drv, a.cfg.Kafka.Mode != KafkaOff, a.log)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", authenticate(idem.Handler(http.HandlerFunc(h.Create))))
 	mux.Handle("GET /v1/payments/{id}", authenticate(http.HandlerFunc(h.Get)))
+	mux.Handle("POST /v1/orders", authenticate(a.wakeRelay(idem.Handler(http.HandlerFunc(o.Create)))))
+	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(o.Get)))
+	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return a.observe(problemRouting(mux)), nil
 }
 
+// wakeRelay signals a.enqueued after next returns: the middleware has then
+// committed (or rolled back) the request's transaction. The signal is
+// coalesced and never blocks.
+func (a *App) wakeRelay(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		select {
+		case a.enqueued <- struct{}{}:
+		default:
+		}
+	})
+}
+
 // Handler is the application's HTTP handler.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Close closes the database.
+// Close closes the Kafka publisher, the embedded broker and the database,
+// in that order. Call it after Serve returned.
 func (a *App) Close() { a.close() }

@@ -25,6 +25,10 @@ const (
 	// CleanupOff as Config.Cleanup disables the retention sweep (another
 	// replica or a job runs it).
 	CleanupOff = "off"
+	// DefaultKafka is the default -kafka: an in-process broker.
+	DefaultKafka = KafkaEmbedded
+	// DefaultKafkaTopic is the topic of the order events.
+	DefaultKafkaTopic = "idemd.orders"
 )
 
 // Config is idemd's configuration.
@@ -43,6 +47,12 @@ type Config struct {
 	// (package cleanup), or CleanupOff. Defaults to DefaultCleanup. With
 	// several replicas on one database, one sweeps and the others skip.
 	Cleanup string
+	// Kafka is the Kafka cluster of the order events. Defaults to
+	// KafkaEmbedded.
+	Kafka Kafka
+	// KafkaTopic is the topic of the order events. Defaults to
+	// DefaultKafkaTopic.
+	KafkaTopic string
 }
 
 // ConfigError is a configuration mistake: idemd exits with code 2.
@@ -65,6 +75,8 @@ var settings = []setting{
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight requests"},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
+	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica only), off (events stay in the outbox), or seed brokers host:port,host:port"},
+	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
 }
 
 // Usage describes the flags and environment variables.
@@ -131,6 +143,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	if err := cleanup.CheckSchedule(cfg.Cleanup); cfg.Cleanup != CleanupOff && err != nil {
 		return Config{}, configErrorf("%s: %v", source("cleanup"), err)
+	}
+	if cfg.Kafka, err = ParseKafka(*values["kafka"]); err != nil {
+		return Config{}, configErrorf("%s: %v", source("kafka"), err)
+	}
+	cfg.KafkaTopic = *values["kafka-topic"]
+	if err := CheckTopic(cfg.KafkaTopic); err != nil {
+		return Config{}, configErrorf("%s: %v", source("kafka-topic"), err)
 	}
 	return cfg, nil
 }

@@ -23,15 +23,19 @@ func TestParseConfig(t *testing.T) {
 		want app.Config
 	}{
 		{"defaults", nil, nil, app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
-			ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *"}},
+			ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders"}},
 		{"environment", nil, map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://u:pw@db:5432/pay",
-			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text", "IDEMD_CLEANUP": "off"},
+			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text", "IDEMD_CLEANUP": "off",
+			"IDEMD_KAFKA": "off", "IDEMD_KAFKA_TOPIC": "shop.orders_v1"},
 			app.Config{Addr: ":9090", DB: app.Database{Kind: app.Postgres, URL: "postgres://u:pw@db:5432/pay"},
-				ShutdownTimeout: 3 * time.Second, LogFormat: "text", Cleanup: "off"}},
-		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m", "-cleanup", "30 4 * * 1-5"},
-			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay", "IDEMD_CLEANUP": "off"},
+				ShutdownTimeout: 3 * time.Second, LogFormat: "text", Cleanup: "off",
+				Kafka: app.Kafka{Mode: app.KafkaOff}, KafkaTopic: "shop.orders_v1"}},
+		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m", "-cleanup", "30 4 * * 1-5",
+			"-kafka", "kafka-1:9092, 10.0.0.2:9093,[::1]:9094", "-kafka-topic", "orders"},
+			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay", "IDEMD_CLEANUP": "off", "IDEMD_KAFKA": "off"},
 			app.Config{Addr: "127.0.0.1:0", DB: app.Database{Kind: app.SQLite, Path: "/tmp/x.db"},
-				ShutdownTimeout: time.Minute, LogFormat: "json", Cleanup: "30 4 * * 1-5"}},
+				ShutdownTimeout: time.Minute, LogFormat: "json", Cleanup: "30 4 * * 1-5",
+				Kafka: app.Kafka{Mode: app.KafkaBrokers, Brokers: "kafka-1:9092,10.0.0.2:9093,[::1]:9094"}, KafkaTopic: "orders"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,6 +73,16 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad log format", []string{"-log-format", "xml"}, nil, "-log-format"},
 		{"bad cleanup schedule", []string{"-cleanup", "3am daily"}, nil, "-cleanup"},
 		{"cleanup schedule with 6 fields", nil, map[string]string{"IDEMD_CLEANUP": "0 0 3 * * *"}, "IDEMD_CLEANUP"},
+		{"empty kafka", []string{"-kafka", " "}, nil, "-kafka"},
+		{"kafka broker without port", []string{"-kafka", "kafka-1"}, nil, `"kafka-1"`},
+		{"kafka broker with a scheme", []string{"-kafka", "kafka://k:9092"}, nil, "-kafka"},
+		{"kafka broker port out of range", []string{"-kafka", "k:9092,k:99999"}, nil, `"k:99999"`},
+		{"kafka empty broker", []string{"-kafka", "k:9092,"}, nil, "-kafka"},
+		{"kafka typo from environment", nil, map[string]string{"IDEMD_KAFKA": "kafka"}, "IDEMD_KAFKA"},
+		{"empty topic", []string{"-kafka-topic", ""}, nil, "-kafka-topic"},
+		{"topic with a slash", []string{"-kafka-topic", "a/b"}, nil, "-kafka-topic"},
+		{"topic dot dot", nil, map[string]string{"IDEMD_KAFKA_TOPIC": ".."}, "IDEMD_KAFKA_TOPIC"},
+		{"topic too long", []string{"-kafka-topic", strings.Repeat("t", 246)}, nil, "at most 245"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package app is idemd, the reference daemon, minus its main: configuration
-// (flags and environment), wiring of the database, idem's HTTP middleware
-// and the payments endpoints, and the server's lifecycle.
+// (flags and environment), wiring of the database, idem's HTTP middleware,
+// the payments and orders endpoints, the order pipeline (outbox relay,
+// Kafka, inbox consumer, projection), and the server's lifecycle.
 //
 // Run is the whole program; cmd/idemd only connects it to the process's
 // arguments, environment, standard streams and signals. Exit codes: 0 after
@@ -10,10 +11,14 @@
 //
 // Routes, all answering errors as application/problem+json:
 //
-//	POST /v1/payments       create a payment (Idempotency-Key required)
-//	GET  /v1/payments/{id}  read a payment
-//	GET  /healthz           {"status":"ok"} after pinging the database, else 503
-//	GET  /metrics           Prometheus metrics
+//	POST /v1/payments                create a payment (Idempotency-Key required)
+//	GET  /v1/payments/{id}           read a payment
+//	POST /v1/orders                  create an order (Idempotency-Key required)
+//	GET  /v1/orders/{id}             read an order
+//	GET  /v1/customers/{id}/summary  the projection: orders, total_amount, last_order_id
+//	                                 (404 before the first order arrives, 503 with -kafka off)
+//	GET  /healthz                    {"status":"ok"} after pinging the database, else 503
+//	GET  /metrics                    Prometheus metrics
 //
 // Principals: a request with "Authorization: Bearer <token>" belongs to the
 // principal identified by the token (any non-empty token is accepted: this
@@ -23,11 +28,51 @@
 // principals using the same key execute independently.
 //
 // The database is PostgreSQL for a postgres:// URL and SQLite otherwise;
-// idem's tables and the payment table live in the same database, so that in
-// idemhttp's ModeTx the payment, the idempotency record and the stored
-// response commit in one transaction.
+// idem's tables and the domain tables live in the same database, so that in
+// idemhttp's ModeTx the payment (or the order and its outbox event), the
+// idempotency record and the stored response commit in one transaction.
+//
+// # Orders and the projection
+//
+// The data flow of an order:
+//
+//	POST /v1/orders -> customer_order row + OrderCreated.v1 in the outbox (one transaction)
+//	  -> outbox relay (outbox.Relay, idempotent producer) -> Kafka topic (-kafka-topic, idemd.orders)
+//	  -> consumer group idemd-order-projection (idemkafka.Consumer, inbox "order-projection")
+//	  -> customer_order_summary upsert, in the inbox's transaction
+//
+// Each arrow is at-least-once and the next step deduplicates: a retried POST
+// is replayed by idemhttp, a republished event has the same ID, and the
+// inbox applies an event ID once. Event types other than OrderCreated.v1 are
+// applied as no-ops; unreadable payloads go to the dead-letter topic
+// (TOPIC.dlq). The summary is eventually consistent: it trails the order by
+// the relay's latency and the consumer's. The relay is woken after each
+// order this process stores, and on PostgreSQL by LISTEN/NOTIFY after any
+// replica's; it also polls every second.
+//
+// Config.Kafka chooses the cluster. KafkaEmbedded (the default) starts an
+// in-process broker (franz-go's kfake) on a random port of 127.0.0.1, with
+// the topic (3 partitions) and its dead-letter topic created; with SQLite
+// its log (records, committed offsets) persists in the directory PATH.kafka
+// next to the database, so a restart loses nothing; with PostgreSQL it
+// lives in memory, and events published but not yet consumed when idemd
+// stops never reach the projection (use a real cluster there). Each process has its own embedded broker,
+// so it suits one replica only: several replicas need PostgreSQL and a real
+// cluster (-kafka host:port,...), whose topics must exist (or be created on
+// demand). KafkaOff runs no relay and no consumer.
+//
+// Serve runs the relay and the consumer next to the HTTP server and the
+// retention sweep. On shutdown it drains HTTP first (a request in flight may
+// still enqueue an event), then stops the relay and the consumer (which
+// finishes its batch and commits its offsets); Close then closes the
+// publisher, the embedded broker and the database.
 //
 // Serve also runs the retention sweep (package cleanup) on Config.Cleanup's
 // cron schedule, daily at 03:00 by default; replicas sharing a database
 // take turns through cleanup's lease, so one sweeps and the others skip.
+//
+// Metrics besides the HTTP ones: idem_http_outcomes_total,
+// idem_cleanup_sweeps_total, idem_cleanup_deleted_rows_total,
+// idem_outbox_lag_seconds (age of the oldest unpublished event) and
+// idem_inbox_events_total{result="applied|duplicate|dead_lettered"}.
 package app

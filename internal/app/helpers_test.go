@@ -43,6 +43,14 @@ func databases(t *testing.T, test func(t *testing.T, e *env)) {
 // counting its payment rows.
 func dbSetting(t *testing.T, kind string) (string, func() int) {
 	t.Helper()
+	dbArg, count := dbCounter(t, kind)
+	return dbArg, func() int { return count("payment") }
+}
+
+// dbCounter returns a -db value for a fresh database of kind and a function
+// counting the rows of a table.
+func dbCounter(t *testing.T, kind string) (string, func(table string) int) {
+	t.Helper()
 	ctx := context.Background()
 	if kind == app.Postgres {
 		pool, schema := testdb.Schema(t, 2)
@@ -53,9 +61,9 @@ func dbSetting(t *testing.T, kind string) (string, func() int) {
 		q := u.Query()
 		q.Set("search_path", schema)
 		u.RawQuery = q.Encode()
-		return u.String(), func() int {
+		return u.String(), func(table string) int {
 			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM payment`).Scan(&n); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
 				t.Errorf("count: %v", err)
 			}
 			return n
@@ -66,7 +74,7 @@ func dbSetting(t *testing.T, kind string) (string, func() int) {
 		once sync.Once
 		db   *sql.DB
 	)
-	return "sqlite:" + path, func() int {
+	return "sqlite:" + path, func(table string) int {
 		once.Do(func() { // a second connection, as another process would have
 			var err error
 			if db, err = sql.Open("sqlite", sqlitedriver.DSN(path, 0)); err != nil {
@@ -75,7 +83,7 @@ func dbSetting(t *testing.T, kind string) (string, func() int) {
 			t.Cleanup(func() { _ = db.Close() })
 		})
 		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM payment`).Scan(&n); err != nil {
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
 			t.Errorf("count: %v", err)
 		}
 		return n

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemkafka"
 )
 
 // metrics are idemd's Prometheus metrics, in a registry of their own (no
@@ -20,6 +23,8 @@ type metrics struct {
 	outcomes *prometheus.CounterVec
 	sweeps   *prometheus.CounterVec
 	deleted  *prometheus.CounterVec
+	lagSecs  prometheus.Gauge
+	events   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -46,6 +51,17 @@ func newMetrics() *metrics {
 			Name: "idem_cleanup_deleted_rows_total",
 			Help: "Rows the retention sweep deleted, by table.",
 		}, []string{"table"}),
+		lagSecs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_outbox_lag_seconds",
+			Help: "Age of the oldest unpublished outbox event (0 when none), after the relay's last round.",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_inbox_events_total",
+			Help: "Events the order projection's consumer handled, by result: applied, duplicate, dead_lettered.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"applied", "duplicate", "dead_lettered"} {
+		m.events.WithLabelValues(r)
 	}
 	for _, r := range []string{"done", "skipped", "failed"} {
 		m.sweeps.WithLabelValues(r)
@@ -53,7 +69,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeStoreError; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,6 +92,16 @@ func (m *metrics) sweep(rep cleanup.Report) {
 		result = "skipped"
 	}
 	m.sweeps.WithLabelValues(result).Inc()
+}
+
+// lag is outbox's RelayConfig.OnLag.
+func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
+
+// batch is idemkafka's ConsumerConfig.OnBatch.
+func (m *metrics) batch(_ context.Context, s idemkafka.BatchStats) {
+	m.events.WithLabelValues("applied").Add(float64(s.Applied))
+	m.events.WithLabelValues("duplicate").Add(float64(s.Duplicates))
+	m.events.WithLabelValues("dead_lettered").Add(float64(s.DeadLettered))
 }
 
 func (m *metrics) handler() http.Handler {

@@ -42,7 +42,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1
 	}
-	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s\n", ln.Addr(), cfg.DB)
+	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s and kafka %s\n", ln.Addr(), cfg.DB, a.Kafka())
 	if err := a.Serve(ctx, ln); err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1

@@ -72,7 +72,7 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-var listenRe = regexp.MustCompile(`^idemd listening on (http://\S+) with database (\S+)\n$`)
+var listenRe = regexp.MustCompile(`^idemd listening on (http://\S+) with database (\S+) and kafka (embedded \(127\.0\.0\.1:\d+\)|off|\S+)\n$`)
 
 // Cancelling Run's context (the signal) lets an in-flight request finish,
 // then Run returns 0.

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
-// accepting, waits up to Config.ShutdownTimeout for in-flight requests, and
-// returns. It also runs the retention sweep on Config.Cleanup's schedule.
-// It does not close the database (Close does).
+// accepting, waits up to Config.ShutdownTimeout for in-flight requests,
+// then stops the outbox relay and the projection's consumer (which
+// finishes its batch in flight and commits its offsets), and returns. It
+// also runs the retention sweep on Config.Cleanup's schedule. It does not
+// close the database or the embedded broker (Close does, afterwards).
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.handler,
@@ -25,6 +28,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	stopWorkers := a.startWorkers(ctx)
+	defer stopWorkers()
 	if a.sweep != nil {
 		// Stops with ctx; a sweep in progress stops within one statement.
 		swept := make(chan struct{})
@@ -52,6 +57,37 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", a.cfg.ShutdownTimeout, err)
 	}
+	stopWorkers()
 	a.log.Info("stopped")
 	return nil
+}
+
+// startWorkers runs the outbox relay and the projection's consumer, if
+// any, until the returned function is called; it waits for them to stop.
+// Their context is not ctx: they must outlive the HTTP drain (a request
+// in flight may still enqueue an event).
+func (a *App) startWorkers(ctx context.Context) (stop func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		name string
+		run  func(context.Context) error
+	}{{"outbox relay", a.relay}, {"order projection consumer", a.consume}} {
+		if w.run == nil {
+			continue
+		}
+		a.log.Info(w.name+" started", a.started...)
+		wg.Go(func() {
+			if err := w.run(wctx); err != nil && wctx.Err() == nil {
+				a.log.Error(w.name+" stopped", "err", err)
+			}
+		})
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
 }

@@ -1,0 +1,85 @@
+package app
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Kafka modes.
+const (
+	// KafkaEmbedded runs an in-process Kafka broker (franz-go's kfake) on
+	// a random port of 127.0.0.1. Its log lives next to a SQLite database
+	// (PATH.kafka/) and in memory with PostgreSQL. Each idemd has its own
+	// broker, so it suits one replica only.
+	KafkaEmbedded = "embedded"
+	// KafkaOff runs no relay and no consumer: orders are stored, their
+	// events stay in the outbox, and the summary endpoint answers 503.
+	KafkaOff = "off"
+	// KafkaBrokers is a real cluster, named by its seed brokers.
+	KafkaBrokers = "brokers"
+)
+
+// Kafka says which Kafka idemd uses.
+type Kafka struct {
+	// Mode is KafkaEmbedded, KafkaOff or KafkaBrokers.
+	Mode string
+	// Brokers are the seed brokers, host:port separated by commas
+	// (KafkaBrokers).
+	Brokers string
+}
+
+// Seeds returns the seed brokers.
+func (k Kafka) Seeds() []string { return strings.Split(k.Brokers, ",") }
+
+// String describes the Kafka setting as -kafka accepts it.
+func (k Kafka) String() string {
+	if k.Mode == KafkaBrokers {
+		return k.Brokers
+	}
+	return k.Mode
+}
+
+var brokerRe = regexp.MustCompile(`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?):([0-9]{1,5})$`)
+
+// ParseKafka reads the -kafka setting: embedded, off, or a comma separated
+// list of seed brokers host:port.
+func ParseKafka(s string) (Kafka, error) {
+	switch v := strings.TrimSpace(s); v {
+	case "":
+		return Kafka{}, fmt.Errorf("no Kafka given: want embedded, off or host:port[,host:port...]")
+	case KafkaEmbedded, KafkaOff:
+		return Kafka{Mode: v}, nil
+	}
+	var seeds []string
+	for _, b := range strings.Split(s, ",") {
+		b = strings.TrimSpace(b)
+		m := brokerRe.FindStringSubmatch(b)
+		var port int
+		if m != nil {
+			_, _ = fmt.Sscan(m[3], &port)
+		}
+		if m == nil || port < 1 || port > 65535 {
+			return Kafka{}, fmt.Errorf("bad Kafka broker %q in %q: want embedded, off or host:port[,host:port...] like kafka-1:9092", b, s)
+		}
+		seeds = append(seeds, b)
+	}
+	return Kafka{Mode: KafkaBrokers, Brokers: strings.Join(seeds, ",")}, nil
+}
+
+var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+
+// CheckTopic applies Kafka's rules for topic names: 1 to 249 characters
+// among ASCII letters, digits, '.', '_' and '-', and not "." or "..". The
+// dead-letter topic adds ".dlq", so the name is limited to 245 here.
+func CheckTopic(t string) error {
+	switch {
+	case t == "" || t == "." || t == "..":
+		return fmt.Errorf("bad Kafka topic %q: it must not be empty, \".\" or \"..\"", t)
+	case len(t) > 249-len(".dlq"):
+		return fmt.Errorf("bad Kafka topic %q: at most %d characters (its dead-letter topic adds .dlq)", t, 249-len(".dlq"))
+	case !topicRe.MatchString(t):
+		return fmt.Errorf("bad Kafka topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+	}
+	return nil
+}

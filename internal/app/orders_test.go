@@ -1,0 +1,276 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/kafkatest"
+)
+
+// served is the app serving on a real listener (so the relay and the
+// consumer run), with the embedded Kafka broker unless args say otherwise.
+type served struct {
+	t     *testing.T
+	base  string
+	count func(table string) int
+}
+
+func serve(t *testing.T, kind string, args ...string) *served {
+	t.Helper()
+	dbArg, count := dbCounter(t, kind)
+	return serveOn(t, dbArg, count, args...)
+}
+
+// serveOn serves on the database of dbArg (replicas share one).
+func serveOn(t *testing.T, dbArg string, count func(string) int, args ...string) *served {
+	t.Helper()
+	cfg, err := app.ParseConfig(append([]string{"-db", dbArg, "-cleanup", "off"}, args...), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		a.Close()
+	})
+	return &served{t: t, base: "http://" + ln.Addr().String(), count: count}
+}
+
+func (s *served) do(method, path, key, body string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func orderBody(customer int, amount string) string {
+	return fmt.Sprintf(`{"customer_id":%d,"amount":%q,"items":[{"sku":"A-1","quantity":2}]}`, customer, amount)
+}
+
+// waitSummary polls the customer's summary until it shows orders orders,
+// for up to 10s, and returns it.
+func (s *served) waitSummary(customer, orders int) map[string]any {
+	s.t.Helper()
+	path := fmt.Sprintf("/v1/customers/%d/summary", customer)
+	var last response
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		last = s.do(http.MethodGet, path, "", "")
+		if last.status == http.StatusOK {
+			if m := last.json(s.t); m["orders"] == float64(orders) {
+				return m
+			}
+		} else if last.status != http.StatusNotFound {
+			s.t.Fatalf("GET %s: %d %s", path, last.status, last.body)
+		}
+	}
+	s.t.Fatalf("GET %s: no summary with %d orders within 10s; last %d %s", path, orders, last.status, last.body)
+	return nil
+}
+
+// HTTP -> order + outbox -> relay -> embedded Kafka -> inbox -> projection.
+func TestOrdersEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.Postgres, app.SQLite} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := serve(t, kind)
+			if r := s.do(http.MethodGet, "/v1/customers/42/summary", "", ""); r.status != http.StatusNotFound || r.problemType(t) == "" {
+				t.Errorf("summary before any order: %d %s", r.status, r.body)
+			}
+			created := s.do(http.MethodPost, "/v1/orders", "order-1", orderBody(42, "19.90"))
+			if created.status != http.StatusCreated {
+				t.Fatalf("POST: %d %s", created.status, created.body)
+			}
+			o := created.json(t)
+			id, _ := o["id"].(string)
+			if created.header.Get("Location") != "/v1/orders/"+id || o["amount"] != "19.9000" || o["status"] != "CREATED" ||
+				o["customer_id"] != float64(42) || !strings.Contains(string(created.body), `"items":[{"sku":"A-1","quantity":2}]`) {
+				t.Errorf("POST: %v %s", created.header, created.body)
+			}
+			replay := s.do(http.MethodPost, "/v1/orders", "order-1", orderBody(42, "19.90"))
+			if replay.status != http.StatusCreated || string(replay.body) != string(created.body) || replay.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("replay: %d %v %s", replay.status, replay.header, replay.body)
+			}
+			if n := s.count("customer_order"); n != 1 {
+				t.Errorf("%d orders, want 1", n)
+			}
+			if n := s.count("outbox"); n != 1 {
+				t.Errorf("%d outbox rows, want 1", n)
+			}
+			if r := s.do(http.MethodGet, "/v1/orders/"+id, "", ""); r.status != http.StatusOK || string(r.body) != string(created.body) {
+				t.Errorf("GET order: %d %s", r.status, r.body)
+			}
+			sum := s.waitSummary(42, 1)
+			if sum["customer_id"] != float64(42) || sum["total_amount"] != "19.9000" || sum["last_order_id"] != id {
+				t.Errorf("summary %v", sum)
+			}
+			// The consumer reports the applied event once its offsets are
+			// committed, just after the projection's commit.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				m := string(s.do(http.MethodGet, "/metrics", "", "").body)
+				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 1`) && strings.Contains(m, "idem_outbox_lag_seconds ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("metrics lack the applied event or the lag:\n%s", grepLines(m, "idem_"))
+				}
+			}
+			if r := s.do(http.MethodGet, "/v1/orders/999999", "", ""); r.status != http.StatusNotFound {
+				t.Errorf("GET missing order: %d", r.status)
+			}
+		})
+	}
+}
+
+// Twenty orders of two customers posted at once: the summaries add up
+// exactly.
+func TestOrdersConcurrentSummaries(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.Postgres, app.SQLite} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := serve(t, kind)
+			const n = 20
+			totals := map[int]decimal.Decimal{}
+			var wg sync.WaitGroup
+			for i := range n {
+				customer := 7 + i%2
+				amount := fmt.Sprintf("%d.%04d", i+1, 37*i+1)
+				totals[customer] = totals[customer].Add(decimal.RequireFromString(amount))
+				wg.Go(func() {
+					r := s.do(http.MethodPost, "/v1/orders", fmt.Sprintf("k-%d", i), orderBody(customer, amount))
+					if r.status != http.StatusCreated {
+						t.Errorf("POST %d: %d %s", i, r.status, r.body)
+					}
+				})
+			}
+			wg.Wait()
+			for customer, total := range totals {
+				sum := s.waitSummary(customer, n/2)
+				if sum["total_amount"] != total.StringFixed(4) {
+					t.Errorf("customer %d: total %v, want %s", customer, sum["total_amount"], total.StringFixed(4))
+				}
+			}
+			if got := s.count("processed_event"); got != n {
+				t.Errorf("%d processed events, want %d", got, n)
+			}
+		})
+	}
+}
+
+// With -kafka off, orders are stored and their events wait in the outbox;
+// the summary answers 503.
+func TestOrdersKafkaOff(t *testing.T) {
+	t.Parallel()
+	s := serve(t, app.SQLite, "-kafka", "off")
+	if r := s.do(http.MethodPost, "/v1/orders", "k", orderBody(1, "5")); r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	r := s.do(http.MethodGet, "/v1/customers/1/summary", "", "")
+	if r.status != http.StatusServiceUnavailable || r.problemType(t) == "" || !strings.Contains(string(r.body), "off") {
+		t.Errorf("summary: %d %s", r.status, r.body)
+	}
+	if n := s.count("outbox"); n != 1 {
+		t.Errorf("%d outbox rows, want 1", n)
+	}
+}
+
+func TestOrdersBadRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, app.SQLite)
+	tests := []struct {
+		name, key, body string
+		status          int
+		mention         string
+	}{
+		{"no key", "", orderBody(1, "1"), http.StatusBadRequest, "Idempotency-Key"},
+		{"unknown field", "k1", `{"customer_id":1,"amount":"1","items":[{"sku":"a","quantity":1}],"coupon":"x"}`, http.StatusBadRequest, "coupon"},
+		{"unknown item field", "k2", `{"customer_id":1,"amount":"1","items":[{"sku":"a","quantity":1,"price":1}]}`, http.StatusBadRequest, "price"},
+		{"amount number", "k3", `{"customer_id":1,"amount":1.5,"items":[{"sku":"a","quantity":1}]}`, http.StatusUnprocessableEntity, "amount"},
+		{"no items", "k4", `{"customer_id":1,"amount":"1","items":[]}`, http.StatusUnprocessableEntity, "items"},
+		{"bad quantity", "k5", `{"customer_id":1,"amount":"1","items":[{"sku":"a","quantity":1001}]}`, http.StatusUnprocessableEntity, "items[0].quantity"},
+	}
+	for _, tt := range tests {
+		r := e.do(http.MethodPost, "/v1/orders", map[string]string{"Idempotency-Key": tt.key}, tt.body)
+		if tt.key == "" {
+			r = e.do(http.MethodPost, "/v1/orders", nil, tt.body)
+		}
+		if r.status != tt.status || r.problemType(t) == "" || !strings.Contains(string(r.body), tt.mention) {
+			t.Errorf("%s: %d %s, want %d mentioning %s", tt.name, r.status, r.body, tt.status, tt.mention)
+		}
+	}
+}
+
+// Two replicas on one PostgreSQL and one Kafka cluster (kfake, or the real
+// one of IDEM_TEST_KAFKA_SEEDS): orders posted to either are projected
+// exactly once, whichever replica's relay publishes them and whichever
+// replica's consumer owns their partition.
+func TestOrdersReplicas(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-orders")
+	cluster.CreateTopic(t, topic, 3)
+	cluster.CreateTopic(t, topic+".dlq", 1)
+	dbArg, count := dbCounter(t, app.Postgres)
+	args := []string{"-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic}
+	replicas := []*served{serveOn(t, dbArg, count, args...), serveOn(t, dbArg, count, args...)}
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := replicas[i%2].do(http.MethodPost, "/v1/orders", fmt.Sprintf("k-%d", i), orderBody(5, "0.5"))
+			if r.status != http.StatusCreated {
+				t.Errorf("POST %d: %d %s", i, r.status, r.body)
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range replicas {
+		if sum := r.waitSummary(5, n); sum["total_amount"] != "10.0000" {
+			t.Errorf("summary %v", sum)
+		}
+	}
+	if got := count("processed_event"); got != n {
+		t.Errorf("%d processed events, want %d", got, n)
+	}
+}

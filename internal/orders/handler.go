@@ -1,0 +1,207 @@
+package orders
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/problem"
+)
+
+// Handler serves the orders endpoints. Create must run behind idemhttp in
+// ModeTx: it writes the order and its event through the middleware's
+// transaction.
+type Handler[TTx any] struct {
+	store      Store[TTx]
+	drv        driver.Driver[TTx]
+	projection bool
+	log        *slog.Logger
+}
+
+// NewHandler returns the handler. drv is the driver whose outbox receives
+// the events; projection says whether the projection runs (when it does
+// not, Summary answers 503). log may be nil.
+func NewHandler[TTx any](store Store[TTx], drv driver.Driver[TTx], projection bool, log *slog.Logger) *Handler[TTx] {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler[TTx]{store: store, drv: drv, projection: projection, log: log}
+}
+
+// Create is POST /v1/orders: the order and its OrderCreated.v1 event in
+// the middleware's transaction, then 201 with the order.
+func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
+			"Unsupported media type", "Send the order as application/json.")
+		return
+	}
+	no, err := DecodeCreate(r.Body)
+	if err != nil {
+		writeRequestError(w, err)
+		return
+	}
+	ctx := r.Context()
+	tx, ok := idemhttp.TxFromContext[TTx](ctx)
+	if !ok {
+		h.internalError(w, r, errors.New("no transaction in the request context: Create must run behind idemhttp in ModeTx"))
+		return
+	}
+	o, err := h.store.Create(ctx, tx, no)
+	if err != nil {
+		h.internalError(w, r, err)
+		return
+	}
+	e, err := CreatedEvent(o)
+	if err == nil {
+		err = outbox.Enqueue(ctx, h.drv, tx, e)
+	}
+	if err != nil {
+		h.internalError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", Location(o.ID))
+	writeJSON(w, http.StatusCreated, toJSON(o))
+}
+
+var idRe = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
+
+func parseID(raw string) (int64, bool) {
+	id, err := strconv.ParseInt(raw, 10, 64)
+	return id, idRe.MatchString(raw) && err == nil
+}
+
+// Get is GET /v1/orders/{id}.
+func (h *Handler[TTx]) Get(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, ok := parseID(raw)
+	if !ok {
+		notFound(w, "Order not found", "There is no order with id "+strconv.Quote(raw)+".")
+		return
+	}
+	o, err := h.store.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		notFound(w, "Order not found", "There is no order with id "+strconv.Quote(raw)+".")
+	case err != nil:
+		h.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, toJSON(o))
+	}
+}
+
+// Summary is GET /v1/customers/{id}/summary: the projection's row, 404
+// before the customer's first order reached it, 503 when the projection
+// does not run.
+func (h *Handler[TTx]) Summary(w http.ResponseWriter, r *http.Request) {
+	if !h.projection {
+		problem.WriteError(w, http.StatusServiceUnavailable, "", "Projection off",
+			"The order projection is off (idemd runs with -kafka off): orders are stored and their events stay in the outbox.")
+		return
+	}
+	raw := r.PathValue("id")
+	const title = "Summary not found"
+	detail := "Customer " + strconv.Quote(raw) + " has no order in the projection (yet: it is eventually consistent)."
+	id, ok := parseID(raw)
+	if !ok {
+		notFound(w, title, detail)
+		return
+	}
+	s, err := h.store.Summary(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		notFound(w, title, detail)
+	case err != nil:
+		h.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, summaryJSON{
+			CustomerID:  s.CustomerID,
+			Orders:      s.Orders,
+			TotalAmount: s.TotalAmount.StringFixed(AmountScale),
+			LastOrderID: strconv.FormatInt(s.LastOrderID, 10),
+		})
+	}
+}
+
+type orderJSON struct {
+	ID         string `json:"id"`
+	CustomerID int64  `json:"customer_id"`
+	Amount     string `json:"amount"`
+	Status     string `json:"status"`
+	Items      []Item `json:"items"`
+	CreatedAt  string `json:"created_at"`
+}
+
+type summaryJSON struct {
+	CustomerID  int64  `json:"customer_id"`
+	Orders      int64  `json:"orders"`
+	TotalAmount string `json:"total_amount"`
+	LastOrderID string `json:"last_order_id"`
+}
+
+func toJSON(o Order) orderJSON {
+	return orderJSON{
+		ID:         strconv.FormatInt(o.ID, 10),
+		CustomerID: o.CustomerID,
+		Amount:     o.Amount.StringFixed(AmountScale),
+		Status:     o.Status,
+		Items:      o.Items,
+		CreatedAt:  FormatTime(o.CreatedAt),
+	}
+}
+
+// Location is the path of an order.
+func Location(id int64) string { return "/v1/orders/" + strconv.FormatInt(id, 10) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // cannot happen: strings, integers and items
+		panic(err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func notFound(w http.ResponseWriter, title, detail string) {
+	problem.WriteError(w, http.StatusNotFound, "", title, detail)
+}
+
+func writeRequestError(w http.ResponseWriter, err error) {
+	var re *RequestError
+	if !errors.As(err, &re) {
+		re = badRequest("%v", err)
+	}
+	p := problem.Problem{Type: problem.TypeValidation, Status: re.Status, Detail: re.Detail}
+	switch re.Status {
+	case http.StatusUnprocessableEntity:
+		p.Title = "Invalid order"
+		p.Extensions = map[string]any{"errors": re.Fields}
+	case http.StatusBadRequest:
+		p.Title = "Malformed request body"
+	case http.StatusRequestEntityTooLarge:
+		p.Title = "Request body too large"
+	}
+	problem.Write(w, p)
+}
+
+func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == nil {
+		h.log.ErrorContext(r.Context(), "orders: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	problem.WriteError(w, http.StatusInternalServerError, "", "Internal error",
+		"The order was not processed. Retry with the same Idempotency-Key.")
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}

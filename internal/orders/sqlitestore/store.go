@@ -1,0 +1,139 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/internal/orders"
+)
+
+// Store is the SQLite orders store.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+var _ orders.Store[*sql.Tx] = (*Store)(nil)
+
+// New returns a store on db; call Migrate before use.
+func New(db *sql.DB) *Store { return &Store{db: db, now: time.Now} }
+
+const columns = `id, customer_id, amount, status, items, created_at`
+
+// Create implements orders.Store.
+func (s *Store) Create(ctx context.Context, tx *sql.Tx, o orders.NewOrder) (orders.Order, error) {
+	items, err := json.Marshal(o.Items)
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("sqlitestore: create order: %w", err)
+	}
+	ord, err := scan(tx.QueryRowContext(ctx, `INSERT INTO customer_order
+		(customer_id, amount, status, items, created_at) VALUES (?, ?, ?, ?, ?) RETURNING `+columns,
+		o.CustomerID, o.Amount.StringFixed(orders.AmountScale), orders.StatusCreated, string(items),
+		orders.FormatTime(s.now().Truncate(time.Microsecond))))
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("sqlitestore: create order: %w", err)
+	}
+	return ord, nil
+}
+
+// Get implements orders.Store.
+func (s *Store) Get(ctx context.Context, id int64) (orders.Order, error) {
+	o, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM customer_order WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return orders.Order{}, orders.ErrNotFound
+	}
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("sqlitestore: get order %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// ApplyCreated implements orders.Store: the new total is computed in Go
+// (amounts are decimal TEXT) inside tx, a write transaction no other
+// writer can interleave with.
+func (s *Store) ApplyCreated(ctx context.Context, tx *sql.Tx, e orders.OrderCreated) error {
+	amount, err := decimal.NewFromString(e.Amount)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: apply order %d: amount %q: %w", e.OrderID, e.Amount, err)
+	}
+	var old string
+	err = tx.QueryRowContext(ctx, `SELECT total_amount FROM customer_order_summary WHERE customer_id = ?`, e.CustomerID).Scan(&old)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("sqlitestore: apply order %d: %w", e.OrderID, err)
+	default:
+		d, err := decimal.NewFromString(old)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: apply order %d: stored total %q: %w", e.OrderID, old, err)
+		}
+		amount = amount.Add(d)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO customer_order_summary
+			(customer_id, orders, total_amount, last_order_id, updated_at)
+		VALUES (?1, 1, ?2, ?3, ?4)
+		ON CONFLICT (customer_id) DO UPDATE SET
+			orders        = orders + 1,
+			total_amount  = ?2,
+			last_order_id = max(last_order_id, ?3),
+			updated_at    = ?4`,
+		e.CustomerID, amount.StringFixed(orders.AmountScale), e.OrderID, orders.FormatTime(s.now().Truncate(time.Microsecond)))
+	if err != nil {
+		return fmt.Errorf("sqlitestore: apply order %d: %w", e.OrderID, err)
+	}
+	return nil
+}
+
+// Summary implements orders.Store.
+func (s *Store) Summary(ctx context.Context, customerID int64) (orders.Summary, error) {
+	var (
+		sum            orders.Summary
+		total, updated string
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT customer_id, orders, total_amount, last_order_id, updated_at
+		FROM customer_order_summary WHERE customer_id = ?`, customerID).
+		Scan(&sum.CustomerID, &sum.Orders, &total, &sum.LastOrderID, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return orders.Summary{}, orders.ErrNotFound
+	}
+	if err == nil {
+		sum.TotalAmount, err = decimal.NewFromString(total)
+	}
+	if err == nil {
+		sum.UpdatedAt, err = time.Parse(time.RFC3339Nano, updated)
+	}
+	if err != nil {
+		return orders.Summary{}, fmt.Errorf("sqlitestore: summary of customer %d: %w", customerID, err)
+	}
+	sum.UpdatedAt = sum.UpdatedAt.UTC()
+	return sum, nil
+}
+
+func scan(row *sql.Row) (orders.Order, error) {
+	var (
+		o                        orders.Order
+		amount, items, createdAt string
+	)
+	if err := row.Scan(&o.ID, &o.CustomerID, &amount, &o.Status, &items, &createdAt); err != nil {
+		return orders.Order{}, err
+	}
+	d, err := decimal.NewFromString(amount)
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("stored amount %q: %w", amount, err)
+	}
+	if err := json.Unmarshal([]byte(items), &o.Items); err != nil {
+		return orders.Order{}, fmt.Errorf("stored items: %w", err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, createdAt)
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("stored created_at %q: %w", createdAt, err)
+	}
+	o.Amount, o.CreatedAt = d, t.UTC()
+	return o, nil
+}
