@@ -176,7 +176,7 @@ func (c *Consumer[TTx]) applyBulk(ctx context.Context, tx TTx, fresh []inbox.Eve
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("idemkafka: batch handler panicked", "events", len(fresh), "first_event_id", fresh[0].ID, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("idemkafka: handler panicked: %v", p)
+			err = panicError(p)
 		}
 	}()
 	envs := make([]event.Envelope, len(fresh))
@@ -193,10 +193,20 @@ func (c *Consumer[TTx]) apply(ctx context.Context, tx TTx, e inbox.Event) (err e
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("idemkafka: handler panicked", "event_id", e.ID, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("idemkafka: handler panicked: %v", p)
+			err = panicError(p)
 		}
 	}()
 	return c.cfg.Handler(ctx, tx, e.Payload.(event.Envelope))
+}
+
+// panicError is the error of a handler that panicked with p. An error value
+// stays in the chain, so a panic with an error wrapping ErrPoison is poison
+// as if the handler had returned it.
+func panicError(p any) error {
+	if err, ok := p.(error); ok {
+		return fmt.Errorf("idemkafka: handler panicked: %w", err)
+	}
+	return fmt.Errorf("idemkafka: handler panicked: %v", p)
 }
 
 // sleep waits for d or the end of ctx and reports whether ctx is still live.

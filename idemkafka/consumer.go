@@ -83,8 +83,11 @@ func NewConsumer[TTx any](drv driver.Driver[TTx], in *inbox.Inbox[TTx], cfg Cons
 	c := &Consumer[TTx]{in: in, cfg: cfg.withDefaults()}
 
 	// Check the options on a client that consumes no topic, so it never
-	// joins the group: NewConsumer does no I/O.
-	probe, err := kgo.NewClient(append(slices.Clone(cfg.ExtraOpts), kgo.SeedBrokers(cfg.Seeds...), kgo.ConsumerGroup(cfg.Group))...)
+	// joins the group: NewConsumer does no I/O. With autocommit on, kgo
+	// would install its default revoke callback (commit every polled
+	// offset) on the probe, and it would be read back below as the user's
+	// and run at every revoke: DisableAutoCommit makes it a no-op.
+	probe, err := kgo.NewClient(append(slices.Clone(cfg.ExtraOpts), kgo.SeedBrokers(cfg.Seeds...), kgo.ConsumerGroup(cfg.Group), kgo.DisableAutoCommit())...)
 	if err != nil {
 		return nil, optionsError("invalid ExtraOpts", err)
 	}
@@ -129,6 +132,11 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	// Commits left pending by an earlier Run belong to a membership that
+	// is gone: the group's next owner of those partitions commits them.
+	c.pendingMu.Lock()
+	clear(c.pending)
+	c.pendingMu.Unlock()
 
 	cl, err := kgo.NewClient(c.opts...)
 	if err != nil {
@@ -154,6 +162,16 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			cl.AllowRebalance()
 			return fmt.Errorf("idemkafka: %w", kgo.ErrClientClosed)
+		}
+		if len(fs) == 0 && ctx.Err() == nil {
+			// kgo returns no fetch at all only when the data it woke up
+			// for was taken away (a rebalance purged it), and then
+			// without blocking rebalances: a revoke may run right now,
+			// so this is no time to commit (the pending commits would
+			// race onRevoked and could be put back for partitions no
+			// longer owned). Every other return blocks them.
+			cl.AllowRebalance()
+			continue
 		}
 		fetchErr := false
 		fs.EachError(func(topic string, partition int32, err error) {

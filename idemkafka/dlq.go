@@ -44,8 +44,8 @@ const MaxDLQErrorLen = 4096
 const dlqTimeout = 30 * time.Second
 
 // ErrPoison marks a handler error that retrying cannot fix: a record whose
-// handler returns an error wrapping ErrPoison is dead-lettered at once,
-// without the remaining Retry.Attempts.
+// handler returns an error wrapping ErrPoison (or panics with such an error)
+// is dead-lettered at once, without the remaining Retry.Attempts.
 var ErrPoison = errors.New("idemkafka: poison event")
 
 // deadLetter returns the dead-letter copy of r for topic.

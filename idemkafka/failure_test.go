@@ -284,3 +284,97 @@ func TestFailedOffsetCommitRetried(t *testing.T) {
 		t.Errorf("applied %d, skipped %d; want %d and 0", s.applied, s.duplicates, len(evs))
 	}
 }
+
+// A handler that panics with an error wrapping ErrPoison is dead-lettered at
+// once, as if it had returned that error: the panic's error chain is kept.
+func TestPanicWithPoisonDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	kc.CreateTopic(t, dlq, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 3, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	var calls atomic.Int64
+	hook := func(e event.Envelope) error {
+		if e.ID == evs[1].ID {
+			calls.Add(1)
+			panic(fmt.Errorf("unknown product: %w", idemkafka.ErrPoison))
+		}
+		return nil
+	}
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, hook, topic))
+	waitFor(t, 30*time.Second, "the partition committed to its end", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+
+	mustOnce(t, b, "billing", []event.Envelope{evs[0], evs[2]})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the panicking handler ran %d times; want 1 (its panic wraps ErrPoison)", n)
+	}
+	copies := kc.Records(t, dlq)
+	if len(copies) != 1 {
+		t.Fatalf("dead-letter topic holds %d records; want 1", len(copies))
+	}
+	if got := header(copies[0], idemkafka.HeaderDLQAttempts); got != "1" {
+		t.Errorf("%s = %q; want 1", idemkafka.HeaderDLQAttempts, got)
+	}
+	if got := header(copies[0], idemkafka.HeaderDLQError); !strings.Contains(got, "handler panicked") || !strings.Contains(got, "poison") {
+		t.Errorf("%s = %q; want it to name the panic and the poison", idemkafka.HeaderDLQError, got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (kgo's logger).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// NewConsumer reads the user's partition callbacks from a probe client;
+// kgo's default revoke callback (commit every polled offset) installed on
+// that probe must not run when the consumer's partitions are revoked: the
+// consumer commits only what it applied.
+func TestRevokeRunsNoDefaultCommit(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 2)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 6, 3)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	var logs syncBuffer
+	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfg.ExtraOpts = append(cfg.ExtraOpts, kgo.WithLogger(kgo.BasicLogger(&logs, kgo.LogLevelDebug, nil)))
+	inst := start(t, b, "billing", cfg)
+	waitFor(t, 30*time.Second, "every partition committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst) // revokes every partition
+	mustOnce(t, b, "billing", evs)
+
+	revoked := false
+	for _, l := range strings.Split(logs.String(), "\n") {
+		revoked = revoked || strings.Contains(l, "entering OnPartitionsRevoked")
+		// The consumer never commits an empty set; kgo's default revoke
+		// on the (closed) probe does.
+		if strings.Contains(l, "in CommitOffsetsSync") && strings.Contains(l, "with: map[]") {
+			t.Errorf("a revoke ran kgo's default offset commit: %s", l)
+		}
+	}
+	if !revoked {
+		t.Fatal("no revoke logged: the test did not test anything")
+	}
+}
