@@ -9,6 +9,18 @@
 //
 //	HTTP -> order + outbox (one tx) -> relay -> Kafka -> inbox consumer -> projection
 //
+// A second consumer drives an order payment saga (package saga) from the
+// same events: OrderCreated.v1 charges the order once (a payment of
+// provider idemd-saga, external id order-<id>) and emits
+// PaymentCaptured.v1, whose consumption marks the order CONFIRMED; an
+// amount over 10000.0000 is declined, the saga aborted and compensated,
+// and the order REJECTED. GET /v1/orders/{id} shows the status (and the
+// payment_id) as it progresses:
+//
+//	curl -s localhost:8080/v1/orders -H 'Idempotency-Key: o-1' -H 'Content-Type: application/json' \
+//	     -d '{"customer_id":42,"amount":"19.90","items":[{"sku":"A-1","quantity":2}]}'   # "status":"CREATED"
+//	curl -s localhost:8080/v1/orders/1     # moments later: "status":"CONFIRMED","payment_id":"..."
+//
 // It runs with one command on embedded defaults, a SQLite file and an
 // in-process Kafka broker:
 //
@@ -23,8 +35,9 @@
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
 // "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
 // in-process broker on a random port of 127.0.0.1 whose log is kept in
-// PATH.kafka next to a SQLite database; off, no relay and no consumer, the
-// events stay in the outbox and the summary answers 503; or the seed
+// PATH.kafka next to a SQLite database; off, no relay, no consumer and no
+// saga, the events stay in the outbox, orders stay CREATED and the summary
+// answers 503; or the seed
 // brokers host:port,host:port of a real cluster), -kafka-topic
 // (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
 // TOPIC.dlq).
@@ -32,20 +45,21 @@
 // Several replicas: run them all on one PostgreSQL with -kafka pointing at
 // a real cluster (the topic created beforehand, or auto-created). Relays
 // share the outbox safely and the consumers share the topic's partitions
-// through the group idemd-order-projection. The embedded broker is per
+// through the groups idemd-order-projection and idemd-order-saga (an
+// order's events share a partition, keyed by the order ID). The embedded broker is per
 // process, so it is for a single replica only (and SQLite is single-host).
 //
 // The retention sweep (package cleanup) deletes expired idempotency records
 // and old inbox and outbox rows in small batches; with several idemd
 // replicas on one PostgreSQL exactly one sweeps a given run. Its counts are
 // exported as idem_cleanup_sweeps_total and idem_cleanup_deleted_rows_total;
-// the relay's lag as idem_outbox_lag_seconds and the consumer's work as
-// idem_inbox_events_total{result}.
+// the relay's lag as idem_outbox_lag_seconds and the projection
+// consumer's work as idem_inbox_events_total{result}.
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per
 // request. SIGINT or SIGTERM stops accepting connections, drains in-flight
-// requests, stops the relay and the consumer (which finishes its batch),
+// requests, stops the relay and the consumers (which finish their batch),
 // closes the embedded broker and the database, and exits 0; a second signal
 // kills it at once. Exit code 2 means bad configuration, 1 a runtime failure
 // (such as an unreachable database).

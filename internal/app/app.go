@@ -39,6 +39,9 @@ type App struct {
 	// events to the projection, until their context ends; nil when
 	// Config.Kafka is off.
 	relay, consume func(context.Context) error
+	// saga runs the order payment saga's consumer and its compensator
+	// until its context ends; nil when Config.Kafka is off.
+	saga func(context.Context) error
 	// kafka describes the Kafka in use, for the listen line; started is
 	// what Serve logs about it when the pipeline starts.
 	kafka   string

@@ -14,7 +14,8 @@
 //	POST /v1/payments                create a payment (Idempotency-Key required)
 //	GET  /v1/payments/{id}           read a payment
 //	POST /v1/orders                  create an order (Idempotency-Key required)
-//	GET  /v1/orders/{id}             read an order
+//	GET  /v1/orders/{id}             read an order: status CREATED, then CONFIRMED (with
+//	                                 payment_id) or REJECTED, as the order saga advances
 //	GET  /v1/customers/{id}/summary  the projection: orders, total_amount, last_order_id
 //	                                 (404 before the first order arrives, 503 with -kafka off)
 //	GET  /healthz                    {"status":"ok"} after pinging the database, else 503
@@ -50,6 +51,33 @@
 // order this process stores, and on PostgreSQL by LISTEN/NOTIFY after any
 // replica's; it also polls every second.
 //
+// # The order payment saga
+//
+// A second consumer of the same topic (group idemd-order-saga, inbox
+// "order-saga", orders.PaymentSaga) drives the saga "order-<id>" of type
+// order-payment (package saga) from the events it consumes, each in the
+// inbox's transaction:
+//
+//	OrderCreated.v1    -> Start; step place-order (no effect, records the order ID);
+//	                      step charge-payment: a payment (provider idemd-saga, external
+//	                      id order-<id>) + payment_id on the order + PaymentCaptured.v1
+//	                      emitted with an ID derived from the step (saga.Emit, outbox)
+//	                   -> or, for an amount over 10000.0000, Abort: the charge is
+//	                      declined for good and never recorded (nothing to undo)
+//	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED; Complete
+//	after an Abort     -> the compensator (after the batch's commit, at start-up and
+//	                      every 5s) compensates Compensating and Failed sagas:
+//	                      compensate:place-order sets status REJECTED
+//
+// Nothing of a saga lives in memory: its state and steps are in the tables
+// saga and saga_step, so any replica, or a restarted idemd, continues it.
+// Every step runs once per saga (saga.Step), every event once per consumer
+// (the inbox), and the payment exists once per order (the UNIQUE provider
+// and external ID): events delivered again, even after the saga's inbox
+// forgot them, change nothing. A saga's copy of an event that arrives after
+// the saga moved on is a no-op. With -kafka off no saga runs and orders stay
+// CREATED.
+//
 // Config.Kafka chooses the cluster. KafkaEmbedded (the default) starts an
 // in-process broker (franz-go's kfake) on a random port of 127.0.0.1, with
 // the topic (3 partitions) and its dead-letter topic created; with SQLite
@@ -59,12 +87,13 @@
 // stops never reach the projection (use a real cluster there). Each process has its own embedded broker,
 // so it suits one replica only: several replicas need PostgreSQL and a real
 // cluster (-kafka host:port,...), whose topics must exist (or be created on
-// demand). KafkaOff runs no relay and no consumer.
+// demand). KafkaOff runs no relay and no consumer (and no saga).
 //
-// Serve runs the relay and the consumer next to the HTTP server and the
-// retention sweep. On shutdown it drains HTTP first (a request in flight may
-// still enqueue an event), then stops the relay and the consumer (which
-// finishes its batch and commits its offsets); Close then closes the
+// Serve runs the relay, the projection's consumer and the saga's consumer
+// (with its compensator) next to the HTTP server and the retention sweep.
+// On shutdown it drains HTTP first (a request in flight may still enqueue
+// an event), then stops the relay and the consumers (which finish their
+// batch and commit their offsets); Close then closes the
 // publisher, the embedded broker and the database.
 //
 // Serve also runs the retention sweep (package cleanup) on Config.Cleanup's
@@ -74,5 +103,6 @@
 // Metrics besides the HTTP ones: idem_http_outcomes_total,
 // idem_cleanup_sweeps_total, idem_cleanup_deleted_rows_total,
 // idem_outbox_lag_seconds (age of the oldest unpublished event) and
-// idem_inbox_events_total{result="applied|duplicate|dead_lettered"}.
+// idem_inbox_events_total{result="applied|duplicate|dead_lettered"} (the
+// projection's consumer only; the saga's consumer is not counted).
 package app

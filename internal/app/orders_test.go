@@ -134,21 +134,25 @@ func TestOrdersEndToEnd(t *testing.T) {
 			if n := s.count("customer_order"); n != 1 {
 				t.Errorf("%d orders, want 1", n)
 			}
-			if n := s.count("outbox"); n != 1 {
-				t.Errorf("%d outbox rows, want 1", n)
+			// The order saga confirms the order: its PaymentCaptured.v1
+			// is the second event of the outbox.
+			got := s.waitStatus(id, "CONFIRMED")
+			if got["amount"] != "19.9000" || got["created_at"] != o["created_at"] || got["payment_id"] == nil {
+				t.Errorf("GET order: %v", got)
 			}
-			if r := s.do(http.MethodGet, "/v1/orders/"+id, "", ""); r.status != http.StatusOK || string(r.body) != string(created.body) {
-				t.Errorf("GET order: %d %s", r.status, r.body)
+			if n := s.count("outbox"); n != 2 {
+				t.Errorf("%d outbox rows, want 2", n)
 			}
 			sum := s.waitSummary(42, 1)
 			if sum["customer_id"] != float64(42) || sum["total_amount"] != "19.9000" || sum["last_order_id"] != id {
 				t.Errorf("summary %v", sum)
 			}
-			// The consumer reports the applied event once its offsets are
+			// The consumer reports the applied events (OrderCreated.v1,
+			// and PaymentCaptured.v1 as a no-op) once its offsets are
 			// committed, just after the projection's commit.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				m := string(s.do(http.MethodGet, "/metrics", "", "").body)
-				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 1`) && strings.Contains(m, "idem_outbox_lag_seconds ") {
+				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 2`+"\n") && strings.Contains(m, "idem_outbox_lag_seconds ") {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -191,9 +195,11 @@ func TestOrdersConcurrentSummaries(t *testing.T) {
 					t.Errorf("customer %d: total %v, want %s", customer, sum["total_amount"], total.StringFixed(4))
 				}
 			}
-			if got := s.count("processed_event"); got != n {
-				t.Errorf("%d processed events, want %d", got, n)
-			}
+			// Each consumer applies the n OrderCreated.v1 and the n
+			// PaymentCaptured.v1 of the saga once.
+			s.waitCount(consumerEvents(app.ProjectionInbox), 2*n)
+			s.waitCount(consumerEvents(app.SagaInbox), 2*n)
+			s.waitCount("payment WHERE payment_provider = 'idemd-saga'", n)
 		})
 	}
 }
@@ -270,7 +276,8 @@ func TestOrdersReplicas(t *testing.T) {
 			t.Errorf("summary %v", sum)
 		}
 	}
-	if got := count("processed_event"); got != n {
-		t.Errorf("%d processed events, want %d", got, n)
-	}
+	replicas[0].waitCount(consumerEvents(app.ProjectionInbox), 2*n)
+	replicas[0].waitCount(consumerEvents(app.SagaInbox), 2*n)
+	replicas[0].waitCount("customer_order WHERE status = 'CONFIRMED'", n)
+	replicas[0].waitCount("payment", n)
 }

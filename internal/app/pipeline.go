@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/orders"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/saga"
 )
 
 // Names of the order projection's consumer.
@@ -23,6 +24,13 @@ const (
 	ProjectionInbox = "order-projection"
 	// ProjectionGroup is its Kafka consumer group.
 	ProjectionGroup = "idemd-order-projection"
+	// SagaInbox is the inbox consumer name of the order payment saga.
+	SagaInbox = "order-saga"
+	// SagaGroup is its Kafka consumer group.
+	SagaGroup = "idemd-order-saga"
+	// SagaRecoverInterval is how often the saga's compensator looks for
+	// aborted (or interrupted) sagas besides after each batch.
+	SagaRecoverInterval = 5 * time.Second
 	// EmbeddedPartitions is the partition count of the topic the embedded
 	// broker creates.
 	EmbeddedPartitions = 3
@@ -124,6 +132,61 @@ func pipeline[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 		return err
 	}
 	a.consume = consumer.Run
+	return sagaConsumer(a, drv, st, seeds, extra)
+}
+
+// sagaConsumer sets up the order payment saga: a second consumer of the
+// topic (inbox SagaInbox, group SagaGroup) whose handler runs the saga's
+// steps in the inbox's transaction, and its compensator, which compensates
+// the sagas the handler aborted once their transaction committed.
+func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds []string, extra []kgo.Opt) error {
+	sagas, err := saga.New(drv, &saga.Config{Logger: a.log})
+	if err != nil {
+		return err
+	}
+	ps := orders.NewPaymentSaga(sagas, st.orders, st.payments, a.log)
+	in, err := inbox.New(drv, &inbox.Config{Consumer: SagaInbox, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	wake := make(chan struct{}, 1)
+	consumer, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[TTx]{
+		Seeds:   seeds,
+		Group:   SagaGroup,
+		Topics:  []string{a.cfg.KafkaTopic},
+		Handler: ps.Handle,
+		Logger:  a.log,
+		// After the batch's transaction committed: the relay publishes
+		// the events its steps emitted, and the compensator compensates
+		// the sagas it aborted.
+		OnBatch: func(_ context.Context, s idemkafka.BatchStats) {
+			if s.Applied == 0 {
+				return
+			}
+			for _, c := range []chan struct{}{a.enqueued, wake} {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
+		},
+		ExtraOpts: extra,
+	})
+	if err != nil {
+		return err
+	}
+	a.saga = func(ctx context.Context) error {
+		cctx, cancel := context.WithCancel(ctx)
+		compensated := make(chan struct{})
+		go func() {
+			defer close(compensated)
+			_ = ps.RunCompensator(cctx, wake, SagaRecoverInterval)
+		}()
+		err := consumer.Run(ctx)
+		cancel()
+		<-compensated
+		return err
+	}
 	return nil
 }
 

@@ -13,8 +13,9 @@ import (
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
 // accepting, waits up to Config.ShutdownTimeout for in-flight requests,
-// then stops the outbox relay and the projection's consumer (which
-// finishes its batch in flight and commits its offsets), and returns. It
+// then stops the outbox relay, the projection's consumer and the order
+// saga's consumer (which finish their batch in flight and commit their
+// offsets), and returns. It
 // also runs the retention sweep on Config.Cleanup's schedule. It does not
 // close the database or the embedded broker (Close does, afterwards).
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
@@ -62,8 +63,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// startWorkers runs the outbox relay and the projection's consumer, if
-// any, until the returned function is called; it waits for them to stop.
+// startWorkers runs the outbox relay, the projection's consumer and the
+// order saga's consumer (with its compensator), if any, until the returned function is called; it waits for them to stop.
 // Their context is not ctx: they must outlive the HTTP drain (a request
 // in flight may still enqueue an event).
 func (a *App) startWorkers(ctx context.Context) (stop func()) {
@@ -72,7 +73,7 @@ func (a *App) startWorkers(ctx context.Context) (stop func()) {
 	for _, w := range []struct {
 		name string
 		run  func(context.Context) error
-	}{{"outbox relay", a.relay}, {"order projection consumer", a.consume}} {
+	}{{"outbox relay", a.relay}, {"order projection consumer", a.consume}, {"order saga consumer", a.saga}} {
 		if w.run == nil {
 			continue
 		}

@@ -10,6 +10,17 @@
 // key, the outbox's event ID and the inbox make the whole effectively
 // exactly-once.
 //
+// PaymentSaga is the order payment saga (package saga), driven by the
+// same events through a second inbox consumer: on OrderCreated.v1 it
+// starts the saga "order-<id>" and charges the order once (a payment of
+// provider SagaProvider through the payments store, in the inbox's
+// transaction, and PaymentCaptured.v1 emitted with an ID derived from the
+// step); on PaymentCaptured.v1 it sets the order CONFIRMED and completes
+// the saga. An amount over PaymentLimit is declined for good: the saga is
+// aborted in the same transaction, and RunCompensator compensates it after
+// the commit, setting the order REJECTED (the compensation of the first
+// step, place-order). Orders go CREATED -> CONFIRMED or REJECTED.
+//
 // The store is per database, like payments': pgstore (PostgreSQL,
 // numeric(19,4)) and sqlitestore (SQLite, exact decimal TEXT), both
 // checked by storetest.

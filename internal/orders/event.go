@@ -43,16 +43,26 @@ func Projection[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx, e e
 		if e.Type != EventOrderCreated {
 			return nil
 		}
-		var oc OrderCreated
-		if err := json.Unmarshal(e.Payload, &oc); err != nil {
-			return fmt.Errorf("%w: %s %s: %w", idemkafka.ErrPoison, e.Type, e.ID, err)
-		}
-		amount, err := decimal.NewFromString(oc.Amount)
-		if err != nil || oc.OrderID <= 0 || oc.CustomerID <= 0 || !amount.IsPositive() {
-			return fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+		oc, _, err := decodeCreated(e)
+		if err != nil {
+			return err
 		}
 		return store.ApplyCreated(ctx, tx, oc)
 	}
+}
+
+// decodeCreated reads the payload of an OrderCreated.v1 event; an
+// unreadable one is poison (ErrPoison).
+func decodeCreated(e event.Envelope) (OrderCreated, decimal.Decimal, error) {
+	var oc OrderCreated
+	if err := json.Unmarshal(e.Payload, &oc); err != nil {
+		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", idemkafka.ErrPoison, e.Type, e.ID, err)
+	}
+	amount, err := decimal.NewFromString(oc.Amount)
+	if err != nil || oc.OrderID <= 0 || oc.CustomerID <= 0 || !amount.IsPositive() {
+		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+	}
+	return oc, amount, nil
 }
 
 // TimeFormat is the format of times in responses and events: RFC 3339 in

@@ -138,6 +138,8 @@ type orderJSON struct {
 	Status     string `json:"status"`
 	Items      []Item `json:"items"`
 	CreatedAt  string `json:"created_at"`
+	// PaymentID is set once the order saga charged the order.
+	PaymentID string `json:"payment_id,omitempty"`
 }
 
 type summaryJSON struct {
@@ -148,7 +150,7 @@ type summaryJSON struct {
 }
 
 func toJSON(o Order) orderJSON {
-	return orderJSON{
+	j := orderJSON{
 		ID:         strconv.FormatInt(o.ID, 10),
 		CustomerID: o.CustomerID,
 		Amount:     o.Amount.StringFixed(AmountScale),
@@ -156,6 +158,10 @@ func toJSON(o Order) orderJSON {
 		Items:      o.Items,
 		CreatedAt:  FormatTime(o.CreatedAt),
 	}
+	if o.PaymentID != 0 {
+		j.PaymentID = strconv.FormatInt(o.PaymentID, 10)
+	}
+	return j
 }
 
 // Location is the path of an order.

@@ -8,8 +8,14 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// StatusCreated is the status of a new order.
-const StatusCreated = "CREATED"
+// Order statuses. An order is CREATED by POST /v1/orders; the order
+// payment saga then makes it CONFIRMED (its payment was captured) or
+// REJECTED (the payment failed for good).
+const (
+	StatusCreated   = "CREATED"
+	StatusConfirmed = "CONFIRMED"
+	StatusRejected  = "REJECTED"
+)
 
 // EventOrderCreated is the type of the event enqueued with every new order.
 const EventOrderCreated = "OrderCreated.v1"
@@ -50,6 +56,8 @@ type Order struct {
 	Status     string
 	Items      []Item
 	CreatedAt  time.Time
+	// PaymentID is the payment the order saga charged, 0 before.
+	PaymentID int64
 }
 
 // Summary is a customer's row of the projection.
@@ -74,4 +82,10 @@ type Store[TTx any] interface {
 	ApplyCreated(ctx context.Context, tx TTx, e OrderCreated) error
 	// Summary reads a customer's summary, or returns ErrNotFound.
 	Summary(ctx context.Context, customerID int64) (Summary, error)
+	// SetStatus sets the status of order id through tx, or returns
+	// ErrNotFound. Setting the status it has is a no-op: it is idempotent.
+	SetStatus(ctx context.Context, tx TTx, id int64, status string) error
+	// SetPayment records through tx the payment charged for order id, or
+	// returns ErrNotFound. It is idempotent.
+	SetPayment(ctx context.Context, tx TTx, id, paymentID int64) error
 }

@@ -24,7 +24,7 @@ var _ orders.Store[pgx.Tx] = (*Store)(nil)
 // New returns a store on pool; call Migrate before use.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-const columns = `id, customer_id, amount::text, status, items::text, created_at`
+const columns = `id, customer_id, amount::text, status, items::text, created_at, payment_id`
 
 // Create implements orders.Store.
 func (s *Store) Create(ctx context.Context, tx pgx.Tx, o orders.NewOrder) (orders.Order, error) {
@@ -92,13 +92,38 @@ func (s *Store) Summary(ctx context.Context, customerID int64) (orders.Summary, 
 	return sum, nil
 }
 
+// SetStatus implements orders.Store.
+func (s *Store) SetStatus(ctx context.Context, tx pgx.Tx, id int64, status string) error {
+	tag, err := tx.Exec(ctx, `UPDATE customer_order SET status = $2 WHERE id = $1`, id, status)
+	if err != nil {
+		return fmt.Errorf("pgstore: set status of order %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: set status of order %d: %w", id, orders.ErrNotFound)
+	}
+	return nil
+}
+
+// SetPayment implements orders.Store.
+func (s *Store) SetPayment(ctx context.Context, tx pgx.Tx, id, paymentID int64) error {
+	tag, err := tx.Exec(ctx, `UPDATE customer_order SET payment_id = $2 WHERE id = $1`, id, paymentID)
+	if err != nil {
+		return fmt.Errorf("pgstore: set payment of order %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: set payment of order %d: %w", id, orders.ErrNotFound)
+	}
+	return nil
+}
+
 func scan(row pgx.Row) (orders.Order, error) {
 	var (
 		o             orders.Order
 		amount, items string
 		created       time.Time
+		payment       *int64
 	)
-	if err := row.Scan(&o.ID, &o.CustomerID, &amount, &o.Status, &items, &created); err != nil {
+	if err := row.Scan(&o.ID, &o.CustomerID, &amount, &o.Status, &items, &created, &payment); err != nil {
 		return orders.Order{}, err
 	}
 	d, err := decimal.NewFromString(amount)
@@ -109,5 +134,8 @@ func scan(row pgx.Row) (orders.Order, error) {
 		return orders.Order{}, fmt.Errorf("stored items: %w", err)
 	}
 	o.Amount, o.CreatedAt = d, created.UTC()
+	if payment != nil {
+		o.PaymentID = *payment
+	}
 	return o, nil
 }

@@ -24,7 +24,7 @@ var _ orders.Store[*sql.Tx] = (*Store)(nil)
 // New returns a store on db; call Migrate before use.
 func New(db *sql.DB) *Store { return &Store{db: db, now: time.Now} }
 
-const columns = `id, customer_id, amount, status, items, created_at`
+const columns = `id, customer_id, amount, status, items, created_at, payment_id`
 
 // Create implements orders.Store.
 func (s *Store) Create(ctx context.Context, tx *sql.Tx, o orders.NewOrder) (orders.Order, error) {
@@ -115,12 +115,39 @@ func (s *Store) Summary(ctx context.Context, customerID int64) (orders.Summary, 
 	return sum, nil
 }
 
+// SetStatus implements orders.Store.
+func (s *Store) SetStatus(ctx context.Context, tx *sql.Tx, id int64, status string) error {
+	return s.update(ctx, tx, "status", `UPDATE customer_order SET status = ? WHERE id = ?`, status, id)
+}
+
+// SetPayment implements orders.Store.
+func (s *Store) SetPayment(ctx context.Context, tx *sql.Tx, id, paymentID int64) error {
+	return s.update(ctx, tx, "payment", `UPDATE customer_order SET payment_id = ? WHERE id = ?`, paymentID, id)
+}
+
+// update runs an UPDATE of the order id (the last argument).
+func (s *Store) update(ctx context.Context, tx *sql.Tx, what, query string, value any, id int64) error {
+	res, err := tx.ExecContext(ctx, query, value, id)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err == nil && n == 0 {
+		err = orders.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitestore: set %s of order %d: %w", what, id, err)
+	}
+	return nil
+}
+
 func scan(row *sql.Row) (orders.Order, error) {
 	var (
 		o                        orders.Order
 		amount, items, createdAt string
+		payment                  sql.NullInt64
 	)
-	if err := row.Scan(&o.ID, &o.CustomerID, &amount, &o.Status, &items, &createdAt); err != nil {
+	if err := row.Scan(&o.ID, &o.CustomerID, &amount, &o.Status, &items, &createdAt, &payment); err != nil {
 		return orders.Order{}, err
 	}
 	d, err := decimal.NewFromString(amount)
@@ -134,6 +161,6 @@ func scan(row *sql.Row) (orders.Order, error) {
 	if err != nil {
 		return orders.Order{}, fmt.Errorf("stored created_at %q: %w", createdAt, err)
 	}
-	o.Amount, o.CreatedAt = d, t.UTC()
+	o.Amount, o.CreatedAt, o.PaymentID = d, t.UTC(), payment.Int64
 	return o, nil
 }

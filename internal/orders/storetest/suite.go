@@ -33,6 +33,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"SummaryAddsExactly":    testSummaryAddsExactly[TTx],
 		"ProjectionIgnores":     testProjectionIgnores[TTx],
 		"ConcurrentApplies":     testConcurrentApplies[TTx],
+		"SetStatusAndPayment":   testSetStatusAndPayment[TTx],
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -213,6 +214,47 @@ func testConcurrentApplies[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	if s := summary(t, h, 9); s.Orders != n || s.TotalAmount.StringFixed(4) != "20.2000" || s.LastOrderID != n {
 		t.Errorf("summary %+v (total %s)", s, s.TotalAmount)
+	}
+}
+
+// The saga's updates: idempotent, in the caller's transaction, ErrNotFound
+// for an unknown order.
+func testSetStatusAndPayment[TTx any](t *testing.T, h Harness[TTx]) {
+	ctx := context.Background()
+	o := create(t, h, 3, "1")
+	boom := errors.New("boom")
+	if err := inTx(ctx, h, func(tx TTx) error {
+		if err := h.Store.SetStatus(ctx, tx, o.ID, orders.StatusRejected); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("rolled back SetStatus: %v", err)
+	}
+	for range 2 { // again: a no-op
+		if err := inTx(ctx, h, func(tx TTx) error {
+			if err := h.Store.SetPayment(ctx, tx, o.ID, 77); err != nil {
+				return err
+			}
+			return h.Store.SetStatus(ctx, tx, o.ID, orders.StatusConfirmed)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := h.Store.Get(ctx, o.ID)
+	if err != nil || got.Status != orders.StatusConfirmed || got.PaymentID != 77 || got.Amount.StringFixed(4) != "1.0000" {
+		t.Errorf("Get = %+v, %v", got, err)
+	}
+	if o.PaymentID != 0 {
+		t.Errorf("new order has payment %d", o.PaymentID)
+	}
+	err = inTx(ctx, h, func(tx TTx) error { return h.Store.SetStatus(ctx, tx, 1<<62, orders.StatusConfirmed) })
+	if !errors.Is(err, orders.ErrNotFound) {
+		t.Errorf("SetStatus of a missing order: %v", err)
+	}
+	err = inTx(ctx, h, func(tx TTx) error { return h.Store.SetPayment(ctx, tx, 1<<62, 1) })
+	if !errors.Is(err, orders.ErrNotFound) {
+		t.Errorf("SetPayment of a missing order: %v", err)
 	}
 }
 

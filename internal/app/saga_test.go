@@ -1,0 +1,201 @@
+package app_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/app"
+)
+
+// consumerEvents is the "table" of the processed events of one inbox
+// consumer, for served.count and waitCount.
+func consumerEvents(consumer string) string {
+	return "processed_event WHERE consumer_name = '" + consumer + "'"
+}
+
+// waitStatus polls GET /v1/orders/{id} until the order has status, for up
+// to 10s, and returns it.
+func (s *served) waitStatus(id, status string) map[string]any {
+	s.t.Helper()
+	var last response
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		last = s.do(http.MethodGet, "/v1/orders/"+id, "", "")
+		if last.status != http.StatusOK {
+			s.t.Fatalf("GET order %s: %d %s", id, last.status, last.body)
+		}
+		if m := last.json(s.t); m["status"] == status {
+			return m
+		}
+	}
+	s.t.Fatalf("order %s: not %s within 10s; last %s", id, status, last.body)
+	return nil
+}
+
+// waitCount polls until table (possibly followed by a WHERE clause) has
+// want rows, for up to 10s.
+func (s *served) waitCount(table string, want int) {
+	s.t.Helper()
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = s.count(table); got == want {
+			return
+		}
+	}
+	s.t.Fatalf("%s: %d rows, want %d", table, got, want)
+}
+
+// dbExecer returns a function running a statement on the database of
+// dbArg as another process would (a connection of its own).
+func dbExecer(t *testing.T, dbArg string) func(query string) {
+	t.Helper()
+	ctx := context.Background()
+	var exec func(query string) error
+	if path, ok := strings.CutPrefix(dbArg, "sqlite:"); ok {
+		db, err := sql.Open("sqlite", sqlitedriver.DSN(path, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		exec = func(q string) error { _, err := db.ExecContext(ctx, q); return err }
+	} else {
+		pool, err := pgxpool.New(ctx, dbArg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		exec = func(q string) error { _, err := pool.Exec(ctx, q); return err }
+	}
+	return func(query string) {
+		t.Helper()
+		if err := exec(query); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+	}
+}
+
+// The order payment saga: an order is charged once and CONFIRMED, an order
+// over the limit is REJECTED without a payment, and the same events
+// delivered again (republished from the outbox, their inbox rows gone)
+// change nothing.
+func TestOrderSaga(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.Postgres, app.SQLite} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dbArg, count := dbCounter(t, kind)
+			exec := dbExecer(t, dbArg)
+			s := serveOn(t, dbArg, count)
+			post := func(key, amount string) string {
+				r := s.do(http.MethodPost, "/v1/orders", key, orderBody(42, amount))
+				if r.status != http.StatusCreated {
+					t.Fatalf("POST: %d %s", r.status, r.body)
+				}
+				if st := r.json(t)["status"]; st != "CREATED" {
+					t.Errorf("POST: status %v", st)
+				}
+				id, _ := r.json(t)["id"].(string)
+				return id
+			}
+			okID, bigID := post("ok", "19.90"), post("big", "10000.0001")
+
+			confirmed := s.waitStatus(okID, "CONFIRMED")
+			payID, _ := confirmed["payment_id"].(string)
+			pay := s.do(http.MethodGet, "/v1/payments/"+payID, "", "")
+			if pay.status != http.StatusOK {
+				t.Fatalf("GET payment %q: %d %s", payID, pay.status, pay.body)
+			}
+			if p := pay.json(t); p["provider"] != "idemd-saga" || p["external_payment_id"] != "order-"+okID ||
+				p["amount"] != "19.9000" || p["customer_id"] != float64(42) {
+				t.Errorf("payment %v", p)
+			}
+			rejected := s.waitStatus(bigID, "REJECTED")
+			if _, ok := rejected["payment_id"]; ok {
+				t.Errorf("rejected order has a payment: %v", rejected)
+			}
+			state := func() string {
+				t.Helper()
+				var b strings.Builder
+				for _, q := range []string{
+					"payment",
+					"payment WHERE payment_provider = 'idemd-saga' AND external_payment_id = 'order-" + okID + "'",
+					"payment WHERE external_payment_id = 'order-" + bigID + "'",
+					"customer_order WHERE id = " + okID + " AND status = 'CONFIRMED' AND payment_id IS NOT NULL",
+					"customer_order WHERE id = " + bigID + " AND status = 'REJECTED' AND payment_id IS NULL",
+					"saga WHERE saga_id = 'order-" + okID + "' AND state = 'completed'",
+					"saga WHERE saga_id = 'order-" + bigID + "' AND state = 'compensated'",
+					"saga_step", "outbox",
+				} {
+					fmt.Fprintf(&b, "%s: %d\n", q, count(q))
+				}
+				return b.String()
+			}
+			// The rejected saga is compensated just after the order is
+			// marked: wait for the whole final state.
+			want := "payment: 1\n" +
+				"payment WHERE payment_provider = 'idemd-saga' AND external_payment_id = 'order-" + okID + "': 1\n" +
+				"payment WHERE external_payment_id = 'order-" + bigID + "': 0\n" +
+				"customer_order WHERE id = " + okID + " AND status = 'CONFIRMED' AND payment_id IS NOT NULL: 1\n" +
+				"customer_order WHERE id = " + bigID + " AND status = 'REJECTED' AND payment_id IS NULL: 1\n" +
+				"saga WHERE saga_id = 'order-" + okID + "' AND state = 'completed': 1\n" +
+				"saga WHERE saga_id = 'order-" + bigID + "' AND state = 'compensated': 1\n" +
+				// place-order, charge-payment, confirm-order; place-order,
+				// compensate:place-order
+				"saga_step: 5\n" +
+				"outbox: 3\n"
+			got := ""
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if got = state(); got == want {
+					break
+				}
+			}
+			if got != want {
+				t.Fatalf("state:\n%swant:\n%s", got, want)
+			}
+			s.waitCount(consumerEvents(app.SagaInbox), 3)
+
+			// Deliver every event again, and make the saga's inbox forget
+			// them: the saga's steps (and the payment's UNIQUE constraint)
+			// must absorb the repeats by themselves.
+			exec("DELETE FROM " + consumerEvents(app.SagaInbox))
+			exec("UPDATE outbox SET published_at = NULL")
+			s.waitCount(consumerEvents(app.SagaInbox), 3)
+			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			if got := state(); got != want {
+				t.Errorf("after the redelivery:\n%swant:\n%s", got, want)
+			}
+			if r := s.do(http.MethodGet, "/v1/orders/"+okID, "", ""); r.json(t)["status"] != "CONFIRMED" || r.json(t)["payment_id"] != payID {
+				t.Errorf("after the redelivery: %s", r.body)
+			}
+			// The projection dropped the copies (its inbox kept them).
+			if sum := s.waitSummary(42, 2); sum["total_amount"] != "10019.9001" {
+				t.Errorf("summary %v", sum)
+			}
+		})
+	}
+}
+
+// With -kafka off no saga runs: the order stays CREATED.
+func TestOrderSagaKafkaOff(t *testing.T) {
+	t.Parallel()
+	s := serve(t, app.SQLite, "-kafka", "off")
+	r := s.do(http.MethodPost, "/v1/orders", "k", orderBody(1, "5"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	id, _ := r.json(t)["id"].(string)
+	time.Sleep(300 * time.Millisecond)
+	if got := s.do(http.MethodGet, "/v1/orders/"+id, "", "").json(t); got["status"] != "CREATED" {
+		t.Errorf("order %v", got)
+	}
+	if n := s.count("saga") + s.count("payment"); n != 0 {
+		t.Errorf("%d sagas and payments, want 0", n)
+	}
+}

@@ -1,0 +1,242 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/saga"
+)
+
+// The order payment saga: its type, its steps and the event it emits.
+const (
+	// SagaType is the type of every order payment saga.
+	SagaType = "order-payment"
+	// StepPlace is the first forward step: it has no effect (the order
+	// exists already) and records the order ID; its compensation rejects
+	// the order.
+	StepPlace = "place-order"
+	// StepCharge creates the order's payment and emits
+	// EventPaymentCaptured.
+	StepCharge = "charge-payment"
+	// StepConfirm confirms the order and completes the saga.
+	StepConfirm = "confirm-order"
+	// EventPaymentCaptured is the type of the event StepCharge emits.
+	EventPaymentCaptured = "PaymentCaptured.v1"
+	// SagaProvider is the payment provider of the saga's payments; their
+	// external payment ID is the saga ID.
+	SagaProvider = "idemd-saga"
+)
+
+// PaymentLimit is the demonstration limit of the saga's payment step: an
+// order whose amount exceeds it is declined for good and REJECTED.
+var PaymentLimit = decimal.RequireFromString("10000.0000")
+
+// SagaID returns the ID of the payment saga of order id, "order-<id>",
+// which is also the external payment ID of its payment.
+func SagaID(orderID int64) string { return "order-" + strconv.FormatInt(orderID, 10) }
+
+// PaymentCaptured is the payload of a PaymentCaptured.v1 event.
+type PaymentCaptured struct {
+	OrderID    int64  `json:"order_id"`
+	PaymentID  int64  `json:"payment_id"`
+	CustomerID int64  `json:"customer_id"`
+	Amount     string `json:"amount"` // decimal string, AmountScale digits
+}
+
+// PaymentSaga drives the order payment saga from the events it consumes;
+// it keeps nothing in memory (the state is in the saga tables):
+//
+//	OrderCreated.v1    -> Start, step place-order, then step charge-payment
+//	                      (payment + PaymentCaptured.v1 in the outbox), or,
+//	                      above PaymentLimit, Abort (the charge failed for good)
+//	PaymentCaptured.v1 -> step confirm-order (CONFIRMED), Complete
+//	after an Abort     -> Compensate (RunCompensator): compensate:place-order
+//	                      sets REJECTED
+//
+// Every step runs once per saga (saga.Step), every event once per
+// consumer (the inbox), and the payment exists once per order (UNIQUE
+// provider and external ID).
+type PaymentSaga[TTx any] struct {
+	sagas    *saga.Coordinator[TTx]
+	orders   Store[TTx]
+	payments payments.Store[TTx]
+	log      *slog.Logger
+}
+
+// NewPaymentSaga returns the saga on the coordinator and the stores of one
+// database. log may be nil.
+func NewPaymentSaga[TTx any](sagas *saga.Coordinator[TTx], ord Store[TTx], pay payments.Store[TTx], log *slog.Logger) *PaymentSaga[TTx] {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &PaymentSaga[TTx]{sagas: sagas, orders: ord, payments: pay, log: log}
+}
+
+// Handle is the saga consumer's handler (idemkafka.ConsumerConfig.Handler):
+// it runs in the inbox's transaction tx and ignores (applies as no-ops)
+// the event types it does not know. Unreadable payloads are poison.
+func (p *PaymentSaga[TTx]) Handle(ctx context.Context, tx TTx, e event.Envelope) error {
+	switch e.Type {
+	case EventOrderCreated:
+		return p.onCreated(ctx, tx, e)
+	case EventPaymentCaptured:
+		return p.onCaptured(ctx, tx, e)
+	}
+	return nil
+}
+
+func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelope) error {
+	oc, amount, err := decodeCreated(e)
+	if err != nil {
+		return err
+	}
+	id := SagaID(oc.OrderID)
+	s, _, err := p.sagas.Start(ctx, tx, id, SagaType, e.Payload)
+	if err != nil {
+		return err
+	}
+	if s.State != saga.Running {
+		return nil // it moved on: a late copy of the event
+	}
+	if _, _, err := p.sagas.Step(ctx, tx, id, StepPlace, func(context.Context, TTx) ([]byte, error) {
+		return []byte(strconv.FormatInt(oc.OrderID, 10)), nil
+	}); err != nil {
+		return err
+	}
+	if amount.GreaterThan(PaymentLimit) {
+		// The charge fails for good: the step is not recorded (there is
+		// nothing to undo), the saga stops here, in this transaction;
+		// RunCompensator compensates it after the commit.
+		p.log.InfoContext(ctx, "order saga: payment declined, aborting", "saga", id, "amount", oc.Amount, "limit", PaymentLimit.StringFixed(AmountScale))
+		return p.sagas.Abort(ctx, tx, id)
+	}
+	_, _, err = p.sagas.Step(ctx, tx, id, StepCharge, func(ctx context.Context, tx TTx) ([]byte, error) {
+		pay, _, err := p.payments.CreateOrGet(ctx, tx, payments.NewPayment{
+			Provider:   SagaProvider,
+			ExternalID: id,
+			Amount:     amount,
+			CustomerID: oc.CustomerID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := p.orders.SetPayment(ctx, tx, oc.OrderID, pay.ID); err != nil {
+			return nil, err
+		}
+		ev, err := event.New(EventPaymentCaptured, strconv.FormatInt(oc.OrderID, 10), PaymentCaptured{
+			OrderID:    oc.OrderID,
+			PaymentID:  pay.ID,
+			CustomerID: oc.CustomerID,
+			Amount:     amount.StringFixed(AmountScale),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := p.sagas.Emit(ctx, tx, id, StepCharge, "", ev); err != nil {
+			return nil, err
+		}
+		return []byte(strconv.FormatInt(pay.ID, 10)), nil
+	})
+	return err
+}
+
+func (p *PaymentSaga[TTx]) onCaptured(ctx context.Context, tx TTx, e event.Envelope) error {
+	var pc PaymentCaptured
+	if err := json.Unmarshal(e.Payload, &pc); err != nil || pc.OrderID <= 0 {
+		return fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+	}
+	id := SagaID(pc.OrderID)
+	s, err := p.sagas.GetTx(ctx, tx, id)
+	if errors.Is(err, saga.ErrNotFound) {
+		p.log.WarnContext(ctx, "order saga: payment of an unknown saga, ignored", "saga", id, "event", e.ID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if s.State != saga.Running {
+		return nil // completed (a late copy) or compensating
+	}
+	if _, _, err := p.sagas.Step(ctx, tx, id, StepConfirm, func(ctx context.Context, tx TTx) ([]byte, error) {
+		return nil, p.orders.SetStatus(ctx, tx, pc.OrderID, StatusConfirmed)
+	}); err != nil {
+		return err
+	}
+	return p.sagas.Complete(ctx, tx, id)
+}
+
+// Compensations are the saga's compensations. Only place-order is ever
+// compensated: a saga is aborted only before its charge, and never after
+// its confirmation. A completed charge-payment has no entry on purpose
+// (idemd has no refunds): Compensate would then fail with
+// saga.ErrNoCompensation and leave the saga Failed, for an operator.
+func (p *PaymentSaga[TTx]) Compensations() saga.Compensations[TTx] {
+	return saga.Compensations[TTx]{
+		StepPlace: func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
+			orderID, err := strconv.ParseInt(string(fwd.Result), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("order saga: result %q of %s: %w", fwd.Result, StepPlace, err)
+			}
+			return nil, p.orders.SetStatus(ctx, tx, orderID, StatusRejected)
+		},
+	}
+}
+
+// Recover compensates the order sagas that are Compensating or Failed (at
+// most limit of them): those aborted by Handle, and those whose
+// compensation a crash or an error interrupted. It returns how many it
+// finished; the errors of the others are logged.
+func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) {
+	list, err := p.sagas.List(ctx, limit, saga.Compensating, saga.Failed)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for _, s := range list {
+		if s.Type != SagaType {
+			continue
+		}
+		if err := p.sagas.Compensate(ctx, s.ID, p.Compensations()); err != nil {
+			if ctx.Err() != nil {
+				return done, ctx.Err()
+			}
+			p.log.WarnContext(ctx, "order saga: compensation failed", "saga", s.ID, "state", s.State, "err", err)
+			continue
+		}
+		done++
+		p.log.InfoContext(ctx, "order saga: compensated", "saga", s.ID)
+	}
+	return done, nil
+}
+
+// RecoverBatch is how many sagas one Recover of RunCompensator handles.
+const RecoverBatch = 100
+
+// RunCompensator runs Recover at once, after each signal on wake (sent
+// after a saga consumer's batch committed) and every interval, until ctx
+// ends. It returns nil when ctx ends.
+func (p *PaymentSaga[TTx]) RunCompensator(ctx context.Context, wake <-chan struct{}, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := p.Recover(ctx, RecoverBatch); err != nil && ctx.Err() == nil {
+			p.log.WarnContext(ctx, "order saga: recovery failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+	}
+}
