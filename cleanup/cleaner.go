@@ -132,7 +132,7 @@ func (c *Cleaner[TTx]) runOnce(ctx context.Context, rep *Report) error {
 		rep.Skipped = true
 		return nil
 	}
-	sweepCtx, stop := c.keepLease(ctx)
+	sweepCtx, stop := c.keepLease(ctx, rep.Started.Add(c.cfg.Lease))
 	err = c.sweep(sweepCtx, rep)
 	stop()
 	if cause := context.Cause(sweepCtx); errors.Is(cause, driver.ErrLeaseLost) && !errors.Is(err, driver.ErrLeaseLost) {

@@ -39,7 +39,11 @@ func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error)
 // when another owner took the lease over, or when renewals kept failing
 // until the lease expired: from then on another replica may sweep, so this
 // one stops.
-func (c *Cleaner[TTx]) keepLease(parent context.Context) (ctx context.Context, stop func()) {
+//
+// validUntil is the expiry the lease was acquired with: counting from a
+// later clock reading would let this replica sweep on past the moment
+// another one may take the lease over.
+func (c *Cleaner[TTx]) keepLease(parent context.Context, validUntil time.Time) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -47,7 +51,6 @@ func (c *Cleaner[TTx]) keepLease(parent context.Context) (ctx context.Context, s
 	go func() {
 		defer wg.Done()
 		ex := c.drv.Executor()
-		validUntil := c.cfg.Now().Add(c.cfg.Lease)
 		tick := time.NewTicker(c.cfg.Lease / 3)
 		defer tick.Stop()
 		for {

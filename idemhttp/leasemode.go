@@ -66,6 +66,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	}()
 	next.ServeHTTP(rec, cmd.r.WithContext(context.WithValue(ctx, keyKey{}, cmd.key)))
 	returned = true
+	rec.seal()
 	stop()
 
 	if rec.overflow {

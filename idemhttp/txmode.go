@@ -70,6 +70,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
 	next.ServeHTTP(rec, cmd.r.WithContext(hctx))
 	returned = true
+	rec.seal()
 
 	switch {
 	case ctx.Err() != nil: // the client is gone: nothing happened

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -64,11 +65,18 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 		if rec.ExpiresAt.After(p.Now) && !abandoned {
 			return &driver.RecordClaimResult{Existing: rec}, nil
 		}
-		tag, err := e.db.Exec(ctx, e.d.expand(claimTakeOverSQL), args...)
-		if err != nil {
+		// The take-over waits on the row lock of a concurrent taker (in
+		// ModeTx, for as long as its handler runs): bound it like the claim.
+		var took int64
+		b := &pgx.Batch{}
+		b.Queue(e.d.expand(claimTakeOverSQL), args...).Exec(func(tag pgconn.CommandTag) error {
+			took = tag.RowsAffected()
+			return nil
+		})
+		if err := e.sendWithLockTimeout(ctx, b, p.LockTimeout); err != nil {
 			return nil, mapErr("claim: take over", err)
 		}
-		if tag.RowsAffected() == 1 {
+		if took == 1 {
 			return &driver.RecordClaimResult{Claimed: true}, nil
 		}
 	}
@@ -82,12 +90,6 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 // restored after the claim.
 func (e *executor) claimOnce(ctx context.Context, args []any, lockTimeout time.Duration) (claimed bool, rec *driver.Record, err error) {
 	b := &pgx.Batch{}
-	if lockTimeout > 0 {
-		if e.inTx {
-			b.Queue("SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)")
-		}
-		b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
-	}
 	b.Queue(e.d.expand(claimInsertSQL), args...).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&claimed)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -103,13 +105,31 @@ func (e *executor) claimOnce(ctx context.Context, args []any, lockTimeout time.D
 		rec = r
 		return err
 	})
-	if lockTimeout > 0 && e.inTx {
-		b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
-	}
-	if err := e.db.SendBatch(ctx, b).Close(); err != nil {
+	if err := e.sendWithLockTimeout(ctx, b, lockTimeout); err != nil {
 		return false, nil, mapErr("claim", err)
 	}
 	return claimed, rec, nil
+}
+
+// sendWithLockTimeout sends the statements of b with lock_timeout set to
+// lockTimeout around them (nothing when it is zero). Outside a transaction
+// the batch runs in the implicit transaction of one pipeline sync, so the
+// local setting ends with it. In the caller's transaction the caller's own
+// lock_timeout is saved first and restored afterwards.
+func (e *executor) sendWithLockTimeout(ctx context.Context, b *pgx.Batch, lockTimeout time.Duration) error {
+	if lockTimeout > 0 {
+		var pre []*pgx.QueuedQuery
+		if e.inTx {
+			pre = append(pre, &pgx.QueuedQuery{SQL: "SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)"})
+		}
+		pre = append(pre, &pgx.QueuedQuery{SQL: "SELECT set_config('lock_timeout', $1, true)",
+			Arguments: []any{fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1))}})
+		b.QueuedQueries = append(pre, b.QueuedQueries...)
+		if e.inTx {
+			b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
+		}
+	}
+	return e.db.SendBatch(ctx, b).Close()
 }
 
 // RecordGet implements driver.RecordExecutor.

@@ -1,0 +1,62 @@
+package cleanup_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// TestLeaseValidityCountsFromAcquire: when renewals fail, the sweep stops once
+// the lease it acquired has expired (Started + Lease), however long the
+// acquisition itself took, not one Lease after the sweep began renewing.
+func TestLeaseValidityCountsFromAcquire(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	t0 := time.Date(2031, 3, 14, 3, 0, 0, 0, time.UTC)
+	var calls atomic.Int64
+	var cur atomic.Int64
+	cur.Store(t0.Add(900 * time.Millisecond).UnixNano()) // the acquisition took 900ms
+	now := func() time.Time {
+		if calls.Add(1) == 1 {
+			return t0 // Report.Started: the lease is acquired until t0 + Lease
+		}
+		return time.Unix(0, cur.Load())
+	}
+	broken := false
+	start := time.Now()
+	c, err := cleanup.New(drv, &cleanup.Config{
+		Records: cleanup.RecordRetention{Disabled: true}, Inbox: cleanup.InboxRetention{Disabled: true},
+		Outbox: cleanup.OutboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{Disabled: true},
+		Lease: time.Second, Hold: cleanup.NoHold, Pause: cleanup.NoPause, Now: now, BatchSize: 10,
+		Rules: []cleanup.Rule{{Table: "slow", Delete: func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
+			if !broken { // renewals fail from now on, and the lease expires
+				broken = true
+				if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE idem_lock RENAME TO idem_lock_gone`); err != nil {
+					return 0, err
+				}
+				cur.Store(t0.Add(time.Second + time.Millisecond).UnixNano())
+			}
+			if time.Since(start) > 1500*time.Millisecond {
+				return 0, nil
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+				return limit, nil
+			}
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(t.Context()); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("RunOnce = %v; want ErrLeaseLost: the lease acquired until %s had expired", err, t0.Add(time.Second))
+	}
+}
