@@ -31,6 +31,9 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 			return
 		}
 		if res.Claimed {
+			if !m.freshLease(cmd, ex, p) {
+				return
+			}
 			m.executeLease(cmd, next, ex, p.LeaseToken)
 			return
 		}
@@ -46,6 +49,43 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 		}
 	}
 }
+
+// freshLease makes sure the lease just claimed is good for a full
+// Config.Lease before the handler runs. The claim's times were computed
+// before it waited for the record's row (up to Config.Wait); if that took
+// more than a heartbeat interval, the lease written may be short or already
+// expired, and a duplicate could take over from a live owner. It is renewed
+// first; a lease already taken over answers 409, and a renewal that fails
+// releases the key and answers 503, the handler not run in either case.
+func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.Executor, p *driver.RecordClaimParams) bool {
+	if m.cfg.Now().Sub(p.Now) < m.cfg.Lease/3 {
+		return true
+	}
+	ctx := cmd.r.Context()
+	err := ex.RecordExtendLease(ctx, cmd.scope, cmd.key, p.LeaseToken, m.cfg.Now().Add(m.cfg.Lease))
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, driver.ErrLeaseLost):
+		m.inProgress(cmd)
+	default:
+		m.release(context.WithoutCancel(ctx), ex, cmd, p.LeaseToken)
+		if ctx.Err() == nil {
+			m.storeUnavailable(cmd, err)
+		}
+	}
+	return false
+}
+
+// Storing a lease-mode outcome is retried on errors other than a lost
+// lease, completeAttempts times in all, completeRetryDelay*n apart: well
+// within the lease left after the last renewal (at least 2/3 of
+// Config.Lease, which is at least 1s). An outcome not stored leaves the key
+// in progress until its lease expires, and then a retry executes again.
+const (
+	completeAttempts   = 3
+	completeRetryDelay = 50 * time.Millisecond
+)
 
 // executeLease runs the handler under a renewed lease and records its
 // outcome. A handler that produced a storable response is stored even if the
@@ -81,7 +121,13 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		m.report(cmd.r, OutcomeNotStored)
 		return
 	}
-	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
+	err := m.complete(bg, ex, cmd, token, rec)
+	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {
+		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", cmd.scope, "err", err)
+		_ = pause(bg, time.Duration(n)*completeRetryDelay)
+		err = m.complete(bg, ex, cmd, token, rec)
+	}
+	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
 			m.cfg.Logger.Error("idemhttp: lease lost before the response was stored; another request may have executed the command too",
 				"key", cmd.key, "scope", cmd.scope)

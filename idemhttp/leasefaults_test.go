@@ -1,0 +1,129 @@
+package idemhttp_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/problem"
+)
+
+// faultyDriver is a SQLite driver whose executor fails the first
+// failComplete RecordComplete calls, and runs onClaim after each
+// RecordClaim (ModeLease uses Executor, never a transaction).
+type faultyDriver struct {
+	*sqlitedriver.Driver
+	failComplete atomic.Int32
+	onClaim      func()
+}
+
+func (d *faultyDriver) Executor() driver.Executor {
+	return faultyExecutor{Executor: d.Driver.Executor(), d: d}
+}
+
+type faultyExecutor struct {
+	driver.Executor
+	d *faultyDriver
+}
+
+func (e faultyExecutor) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
+	if e.d.failComplete.Add(-1) >= 0 {
+		return errors.New("transient: connection reset")
+	}
+	return e.Executor.RecordComplete(ctx, p)
+}
+
+func (e faultyExecutor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
+	res, err := e.Executor.RecordClaim(ctx, p)
+	if e.d.onClaim != nil {
+		e.d.onClaim()
+	}
+	return res, err
+}
+
+func leaseMiddleware(t *testing.T, drv *faultyDriver, cfg *idemhttp.Config, h http.Handler) http.Handler {
+	t.Helper()
+	cfg.Mode = idemhttp.ModeLease
+	mw, err := idemhttp.New[*sql.Tx](drv, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw.Handler(h)
+}
+
+// A transient failure to store a lease-mode outcome is retried: the
+// response is stored, and the retry of the request gets the replay instead
+// of executing the external effect again once the lease expires.
+func TestLeaseCompleteRetried(t *testing.T) {
+	t.Parallel()
+	drv := &faultyDriver{Driver: testdb.SQLite(t)}
+	drv.failComplete.Store(2)
+	var calls atomic.Int64
+	h := leaseMiddleware(t, drv, &idemhttp.Config{Wait: idemhttp.NoWait}, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"charged":true}`))
+	}))
+	if rr := send(h, "POST", "/charge", "k1", `{}`); rr.Code != http.StatusCreated {
+		t.Fatalf("first request: %d %s", rr.Code, rr.Body)
+	}
+	rr := send(h, "POST", "/charge", "k1", `{}`)
+	if rr.Code != http.StatusCreated || rr.Header().Get("Idempotent-Replayed") != "true" || rr.Body.String() != `{"charged":true}` {
+		t.Fatalf("retry: %d %q replayed=%q; want the stored 201", rr.Code, rr.Body, rr.Header().Get("Idempotent-Replayed"))
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", calls.Load())
+	}
+}
+
+// A claim that waited longer than a heartbeat interval (here: the clock
+// jumps past the lease during the claim) renews its lease before running
+// the handler, so a duplicate cannot take over from the live owner.
+func TestLeaseRenewedAfterSlowClaim(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	drv := &faultyDriver{Driver: testdb.SQLite(t)}
+	var slowClaims atomic.Int32
+	slowClaims.Store(1)
+	drv.onClaim = func() {
+		if slowClaims.Add(-1) >= 0 {
+			now.Add(int64(time.Minute)) // the first claim "waited" a minute
+		}
+	}
+	var calls atomic.Int64
+	running, finish := make(chan struct{}), make(chan struct{})
+	h := leaseMiddleware(t, drv, &idemhttp.Config{Wait: idemhttp.NoWait, Now: clock, Lease: 30 * time.Second},
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if calls.Add(1) == 1 {
+				close(running)
+				<-finish
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+	first := make(chan int, 1)
+	go func() { first <- send(h, "POST", "/charge", "k2", `{}`).Code }()
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request's handler did not start")
+	}
+	rr := send(h, "POST", "/charge", "k2", `{}`)
+	close(finish)
+	checkProblem(t, rr, http.StatusConflict, problem.TypeRequestInProgress)
+	if code := <-first; code != http.StatusCreated {
+		t.Errorf("first request: %d", code)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times while its owner was alive, want 1", calls.Load())
+	}
+}
