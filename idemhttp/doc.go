@@ -50,9 +50,11 @@
 // ModeLease is for effects outside the database (a payment provider call):
 // the claim is an in-progress record with a lease the middleware renews
 // while the handler runs; a crashed owner's lease expires and the next retry
-// takes over. If the owner dies after the external effect and before the
-// response is stored, that retry executes again: pass the key downstream to
-// close the window.
+// takes over. A claim that waited for the record's row renews its lease
+// before the handler runs, and a failure to store the outcome is retried a
+// few times, so a live owner is never taken over. If the owner dies after
+// the external effect and before the response is stored, that retry
+// executes again: pass the key downstream to close the window.
 //
 // # Outcomes
 //
