@@ -207,6 +207,9 @@ func (c *Client) key(req *http.Request) (string, error) {
 		if key == "" {
 			return "", errors.New("idemclient: empty Idempotency-Key header")
 		}
+		if err := checkKey(key); err != nil {
+			return "", err
+		}
 		return key, nil
 	}
 	if !slices.Contains(c.cfg.Methods, req.Method) {
@@ -222,15 +225,10 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		return nil, nil
 	}
 	if req.GetBody != nil {
-		first := req.Body
-		return func() (io.ReadCloser, error) {
-			if first != nil { // the first attempt sends req.Body itself
-				b := first
-				first = nil
-				return b, nil
-			}
-			return req.GetBody()
-		}, nil
+		// Every attempt, the first included, reads a fresh copy: a request
+		// passed to Do again (its Body already read) still sends its body.
+		_ = req.Body.Close()
+		return req.GetBody, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(req.Body, c.cfg.MaxBodyBytes+1))
 	_ = req.Body.Close()
@@ -260,6 +258,12 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 			return nil, fail(attempt-1, err)
 		}
 		resp, err := c.cfg.HTTPClient.Do(r)
+		if err != nil && resp != nil {
+			// CheckRedirect failed (a redirect loop, a policy): the
+			// response's body is already closed, and the next attempt
+			// would be redirected the same way.
+			return nil, fail(attempt, err)
+		}
 		lastResp, lastErr = resp, err
 		info := Retry{Request: r, Key: key, Attempt: attempt, Err: err}
 		if err != nil {

@@ -61,6 +61,7 @@
 //	transport error (connection refused, reset,       retry with the same key: the request may or may not
 //	  EOF before the response, per-attempt timeout)     have reached the server; that is what the key is for
 //	TLS certificate error                             done: returns the error (retrying cannot help)
+//	redirect policy error (CheckRedirect, 10 hops)    done: returns the error (retrying cannot help)
 //	408, 425, 429, 502, 503, 504                      retry (503 store-unavailable and outcome-unknown included)
 //	500                                               retry, except problem type response-too-large
 //	409 request-in-progress                           retry after Retry-After: the first attempt is still running
@@ -103,7 +104,8 @@
 //     example with context.Canceled or context.DeadlineExceeded).
 //   - A key-reused answer is a *KeyReusedError (errors.Is(err, ErrKeyReused)).
 //   - Errors found before any attempt (body too large to buffer, unreadable
-//     body, key generator failure, two Idempotency-Key headers) are returned
+//     body, key generator failure, two Idempotency-Key headers, a key that
+//     is not 1 to 255 visible ASCII characters) are returned
 //     as plain errors; nothing was sent.
 //
 // The bodies of responses that are retried are drained (up to 64 KiB) and

@@ -67,7 +67,9 @@
 //	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED; Complete
 //	after an Abort     -> the compensator (after the batch's commit, at start-up and
 //	                      every 5s) compensates Compensating and Failed sagas:
-//	                      compensate:place-order sets status REJECTED
+//	                      compensate:place-order sets status REJECTED (a Failed saga
+//	                      with a completed charge, which has no compensation, is
+//	                      left to an operator)
 //
 // Nothing of a saga lives in memory: its state and steps are in the tables
 // saga and saga_step, so any replica, or a restarted idemd, continues it.

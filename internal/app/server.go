@@ -32,12 +32,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	stopWorkers := a.startWorkers(ctx)
 	defer stopWorkers()
 	if a.sweep != nil {
-		// Stops with ctx; a sweep in progress stops within one statement.
+		// Stops with ctx, or when Serve returns (its server failed); a
+		// sweep in progress stops within one statement.
+		sctx, stopSweep := context.WithCancel(ctx)
 		swept := make(chan struct{})
-		defer func() { <-swept }()
+		defer func() { stopSweep(); <-swept }()
 		go func() {
 			defer close(swept)
-			if err := a.sweep(ctx); err != nil {
+			if err := a.sweep(sctx); err != nil {
 				a.log.Error("retention sweep stopped", "err", err)
 			}
 		}()

@@ -193,20 +193,45 @@ func (p *PaymentSaga[TTx]) Compensations() saga.Compensations[TTx] {
 }
 
 // Recover compensates the order sagas that are Compensating or Failed (at
-// most limit of them): those aborted by Handle, and those whose
+// most limit of each): those aborted by Handle, and those whose
 // compensation a crash or an error interrupted. It returns how many it
-// finished; the errors of the others are logged.
+// finished; the errors of the others are logged. A Failed saga with a
+// completed step that has no compensation (a charge) is left alone, for an
+// operator: compensating it again would fail the same way (it was logged
+// when it failed).
 func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) {
-	list, err := p.sagas.List(ctx, limit, saga.Compensating, saga.Failed)
+	// Compensating first, in a list of their own: Failed sagas left alone
+	// are never updated, so they would stay the least recently updated
+	// and could fill a common list.
+	list, err := p.sagas.List(ctx, limit, saga.Compensating)
 	if err != nil {
 		return 0, err
 	}
+	failed, err := p.sagas.List(ctx, limit, saga.Failed)
+	if err != nil {
+		return 0, err
+	}
+	comps := p.Compensations()
 	done := 0
-	for _, s := range list {
+	for _, s := range append(list, failed...) {
 		if s.Type != SagaType {
 			continue
 		}
-		if err := p.sagas.Compensate(ctx, s.ID, p.Compensations()); err != nil {
+		if s.State == saga.Failed {
+			full, err := p.sagas.Get(ctx, s.ID)
+			if err != nil {
+				if ctx.Err() != nil {
+					return done, ctx.Err()
+				}
+				p.log.WarnContext(ctx, "order saga: read failed saga", "saga", s.ID, "err", err)
+				continue
+			}
+			if step := uncompensable(full, comps); step != "" {
+				p.log.DebugContext(ctx, "order saga: failed for good, left to an operator", "saga", s.ID, "step", step)
+				continue
+			}
+		}
+		if err := p.sagas.Compensate(ctx, s.ID, comps); err != nil {
 			if ctx.Err() != nil {
 				return done, ctx.Err()
 			}
@@ -217,6 +242,20 @@ func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) 
 		p.log.InfoContext(ctx, "order saga: compensated", "saga", s.ID)
 	}
 	return done, nil
+}
+
+// uncompensable returns a completed forward step of s that is not
+// compensated and has no compensation in comps, or "".
+func uncompensable[TTx any](s *saga.Saga, comps saga.Compensations[TTx]) string {
+	for _, st := range s.Steps {
+		if st.Compensation || s.Compensated(st.Name) {
+			continue
+		}
+		if _, ok := comps[st.Name]; !ok {
+			return st.Name
+		}
+	}
+	return ""
 }
 
 // RecoverBatch is how many sagas one Recover of RunCompensator handles.

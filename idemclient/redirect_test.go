@@ -1,0 +1,99 @@
+package idemclient_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idem/idemclient"
+)
+
+// A redirect loop makes http.Client.Do return both a response (whose body
+// it has already closed) and an error. Do must report the error (a nil
+// response and an *Error), not hand over the closed response as final.
+func TestRedirectLoopIsAnError(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Path, http.StatusTemporaryRedirect)
+	})
+	c, _ := newClient(t, nil)
+	resp, err := c.Do(post(t, srv.URL+"/loop", `{"a":1}`))
+	if resp != nil {
+		resp.Body.Close()
+		t.Fatalf("Do returned a response (%s) and error %v; want no response", resp.Status, err)
+	}
+	var e *idemclient.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err %v, want an *idemclient.Error", err)
+	}
+	if e.Attempts != 1 {
+		t.Errorf("%d attempts, want 1: a redirect policy error is not transient", e.Attempts)
+	}
+	// Every request of the redirect chain carried the key and the body.
+	checkSameKeyAndBody(t, rec.seen(), `{"a":1}`)
+}
+
+// A key the caller set that no server can accept (not visible ASCII, or
+// too long) is refused before anything is sent, like two key headers.
+func TestRequestKeyHeaderMalformed(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, s := newClient(t, nil)
+	for _, key := range []string{"a\x01b", strings.Repeat("k", 300)} {
+		req := post(t, srv.URL, "{}")
+		req.Header[idemclient.HeaderKey] = []string{key}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("key %q accepted", key)
+		}
+		var e *idemclient.Error
+		if errors.As(err, &e) {
+			t.Errorf("key %q: %v, want a plain error (nothing sent)", key, err)
+		}
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d attempts sent", n)
+	}
+	if d := s.delays(); len(d) != 0 {
+		t.Errorf("waits %v, want none", d)
+	}
+}
+
+// A request sent with Do twice (a new operation reusing the request value,
+// its Body read by the first Do) still sends its body on the first attempt
+// of the second Do.
+func TestRequestReusedSendsBody(t *testing.T) {
+	t.Parallel()
+	var bodies []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := idemclient.New(&idemclient.Config{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"n":1}`))
+	for i := range 2 {
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("Do %d: %v", i, err)
+		}
+		_ = resp.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 2 || bodies[0] != `{"n":1}` || bodies[1] != `{"n":1}` {
+		t.Fatalf("bodies received: %q; want the body twice", bodies)
+	}
+}
