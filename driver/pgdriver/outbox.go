@@ -138,15 +138,93 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit in
 	if limit <= 0 {
 		return nil, fmt.Errorf("pgdriver: outbox claim: limit %d must be positive", limit)
 	}
-	rows, err := e.db.Query(ctx, e.d.expand(`WITH heads AS (
-			SELECT o.id, o.record_key FROM {{table}}outbox o
+	if e.d.outboxFewKeys.Load() {
+		keys, err := e.outboxPendingKeys(ctx, limit+1)
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) == 0 {
+			return nil, nil
+		}
+		if len(keys) <= limit {
+			out, _, err := e.outboxClaim(ctx, outboxHeadsByKeySQL, now, limit, keys)
+			return out, err
+		}
+		e.d.outboxFewKeys.Store(false)
+	}
+	out, heads, err := e.outboxClaim(ctx, outboxHeadsScanSQL, now, limit, nil)
+	if err == nil && heads < limit {
+		// Fewer heads than the limit: the scan read every pending row.
+		// Count the keys next time.
+		e.d.outboxFewKeys.Store(true)
+	}
+	return out, err
+}
+
+// The heads of OutboxClaimBatch, two ways. outboxHeadsScanSQL scans the
+// pending rows in ID order and keeps those with no earlier pending row of
+// their key: it stops after limit heads, which is quick while many keys are
+// pending, but with fewer pending keys than limit it reads the whole
+// backlog (10 keys, 50,000 rows: 2,000 events/s). outboxHeadsByKeySQL takes
+// the keys ($3, listed by outboxPendingKeys) and each one's first pending
+// row through the (record_key, id) index. OutboxClaimBatch picks by the
+// number of pending keys, counted only after a scan found fewer heads than
+// its limit.
+// Under READ COMMITTED, a head published by another relay since the
+// snapshot fails the re-check of published_at when it is locked and drops
+// out, in both.
+const (
+	outboxHeadsScanSQL = `SELECT o.id, o.record_key FROM {{table}}outbox o
 			WHERE o.published_at IS NULL AND o.parked_at IS NULL
 			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $1)
 			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox p
 				WHERE p.record_key = o.record_key AND p.published_at IS NULL AND p.id < o.id)
 			ORDER BY o.id
 			LIMIT $2
-			FOR UPDATE OF o SKIP LOCKED
+			FOR UPDATE OF o SKIP LOCKED`
+	outboxHeadsByKeySQL = `SELECT o.id, o.record_key
+			FROM unnest($3::text[]) AS k(record_key)
+			CROSS JOIN LATERAL (SELECT p.id FROM {{table}}outbox p
+				WHERE p.record_key = k.record_key AND p.published_at IS NULL
+				ORDER BY p.id LIMIT 1) f
+			JOIN {{table}}outbox o ON o.id = f.id
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $1)
+			ORDER BY o.id
+			LIMIT $2
+			FOR UPDATE OF o SKIP LOCKED`
+)
+
+// outboxPendingKeys lists up to n keys that have pending rows, with a loose
+// index scan of (record_key, id): one index probe per key.
+func (e *executor) outboxPendingKeys(ctx context.Context, n int) ([]string, error) {
+	rows, err := e.db.Query(ctx, e.d.expand(`WITH RECURSIVE k AS (
+			(SELECT record_key FROM {{table}}outbox WHERE published_at IS NULL ORDER BY record_key LIMIT 1)
+			UNION ALL
+			SELECT (SELECT o.record_key FROM {{table}}outbox o
+				WHERE o.published_at IS NULL AND o.record_key > k.record_key
+				ORDER BY o.record_key LIMIT 1)
+			FROM k WHERE k.record_key IS NOT NULL
+		)
+		SELECT record_key FROM k WHERE record_key IS NOT NULL LIMIT $1`), n)
+	if err != nil {
+		return nil, mapErr("outbox claim: keys", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, mapErr("outbox claim: keys", err)
+	}
+	return keys, nil
+}
+
+// outboxClaim runs the claim with the given heads. It returns the rows and
+// how many heads were locked (when any row was claimed).
+func (e *executor) outboxClaim(ctx context.Context, headsSQL string, now time.Time, limit int, keys []string) ([]driver.OutboxRow, int, error) {
+	args := []any{now, limit}
+	if keys != nil {
+		args = append(args, keys)
+	}
+	rows, err := e.db.Query(ctx, e.d.expand(`WITH heads AS (`+headsSQL+`
 		), bound AS (
 			SELECT CASE WHEN count(*) >= $2 THEN max(id) ELSE 9223372036854775807 END AS top FROM heads
 		), queue AS (
@@ -160,18 +238,22 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit in
 				LIMIT $2
 			) f
 		)
-		SELECT `+outboxColumns+` FROM queue WHERE ready ORDER BY id LIMIT $2`), now, limit)
+		SELECT `+outboxColumns+`, (SELECT count(*) FROM heads) FROM queue WHERE ready ORDER BY id LIMIT $2`), args...)
 	if err != nil {
-		return nil, mapErr("outbox claim", err)
+		return nil, 0, mapErr("outbox claim", err)
 	}
-	out, err := pgx.CollectRows(rows, scanOutboxRow)
+	var heads int64
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.OutboxRow, error) {
+		return scanOutboxRow(row, &heads)
+	})
 	if err != nil {
-		return nil, mapErr("outbox claim", err)
+		return nil, 0, mapErr("outbox claim", err)
 	}
-	return out, nil
+	return out, int(heads), nil
 }
 
-func scanOutboxRow(row pgx.CollectableRow) (driver.OutboxRow, error) {
+// scanOutboxRow scans the outboxColumns of row, then extra.
+func scanOutboxRow(row pgx.CollectableRow, extra ...any) (driver.OutboxRow, error) {
 	var (
 		r                          driver.OutboxRow
 		id                         pgtype.UUID
@@ -179,8 +261,8 @@ func scanOutboxRow(row pgx.CollectableRow) (driver.OutboxRow, error) {
 		attempts                   int32
 		nextAttempt, parked, pubAt *time.Time
 	)
-	err := row.Scan(&r.ID, &id, &r.EventType, &r.Key, &saga, &r.Payload, &r.Headers,
-		&r.OccurredAt, &r.CreatedAt, &attempts, &lastErr, &nextAttempt, &parked, &pubAt)
+	err := row.Scan(append([]any{&r.ID, &id, &r.EventType, &r.Key, &saga, &r.Payload, &r.Headers,
+		&r.OccurredAt, &r.CreatedAt, &attempts, &lastErr, &nextAttempt, &parked, &pubAt}, extra...)...)
 	if err != nil {
 		return r, err
 	}

@@ -485,3 +485,72 @@ func obIDsOf(es []event.Envelope) []uuid.UUID {
 	}
 	return ids
 }
+
+// OutboxClaimBatch finds the heads by scanning pending rows in ID order, or
+// key by key once a scan found fewer heads than its limit. Both ways
+// claim the same rows: the lowest IDs of the ready queues, in order, a
+// backing-off or parked head blocking its key.
+func TestOutboxClaimHeadsBothWays(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var rows []driver.OutboxRow
+	for i := range 40 {
+		key := fmt.Sprintf("k%d", i%7)
+		e, err := event.New("Test.v1", key, map[string]int{"seq": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, driver.OutboxRow{EventID: e.ID, EventType: e.Type, Key: e.Key, OccurredAt: e.OccurredAt, Payload: e.Payload, CreatedAt: now})
+	}
+	if _, err := drv.Executor().OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	// k1's head backs off, k2's head is parked.
+	var k1, k2 int64
+	if err := drv.Pool().QueryRow(ctx, `SELECT min(id) FILTER (WHERE record_key = 'k1'), min(id) FILTER (WHERE record_key = 'k2') FROM outbox`).Scan(&k1, &k2); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Executor().OutboxMarkFailed(ctx, k1, "later", now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Executor().OutboxPark(ctx, k2, "poison", now); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(limit int) []int64 {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = drv.Rollback(ctx, tx) }()
+		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, now, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, len(got))
+		for i, r := range got {
+			ids[i] = r.ID
+		}
+		return ids
+	}
+	// Limit 100: the first claim scans and finds fewer heads, the next
+	// ones go key by key (7 keys); limit 10: key by key, full batches;
+	// limits 3 and 1: more keys than the limit, back to the scan.
+	for _, limit := range []int{100, 10, 3, 1} {
+		r, err := drv.Pool().Query(ctx, `SELECT id FROM outbox WHERE record_key NOT IN ('k1', 'k2') ORDER BY id LIMIT $1`, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if got := claim(limit); !slices.Equal(got, want) {
+				t.Errorf("limit %d, claim %d: %v; want %v", limit, i, got, want)
+			}
+		}
+	}
+}
