@@ -114,9 +114,8 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 // below it), so step 2 reads only up to that ID: a claim then reads about
 // limit rows instead of up to limit per key (with a backlog of 100 rows per
 // key, 10 ms instead of 134 ms for a batch of 500). With fewer pending keys
-// than limit, the heads scan and the per-key reads are proportional to the
-// backlog: keep RelayConfig.BatchSize at most the number of keys that
-// usually have pending events.
+// than limit, the heads are found key by key instead (outboxHeadsByKeySQL),
+// and each key's queue is read up to limit rows.
 //
 // The later rows of a key are not locked: the head's lock guards the whole
 // key. Under READ COMMITTED a head published and committed by another relay
