@@ -1,0 +1,96 @@
+// Package appmigrate applies the embedded, numbered SQL migrations of
+// idemd's own domain tables (payments, orders), separately from idem's:
+// each domain records its applied versions in a table of its own, so the
+// domains and idem migrate independently in one database.
+package appmigrate
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Postgres applies the pending migrations of fsys/dir in one transaction,
+// recording them in table (created if missing). An advisory lock on
+// lockName and the current schema serialises replicas starting together.
+func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, lockName string) error {
+	ms, err := driver.LoadMigrations(fsys, dir)
+	if err != nil {
+		return err
+	}
+	t := pgx.Identifier{table}.Sanitize()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || ':' || current_schema()))`, lockName); err != nil {
+			return fmt.Errorf("migrate %s: lock: %w", table, err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("migrate %s: %w", table, err)
+		}
+		for _, m := range ms {
+			var applied bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE version = $1)`, m.Version).Scan(&applied); err != nil {
+				return fmt.Errorf("migrate %s: %w", table, err)
+			}
+			if applied {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+				return fmt.Errorf("migrate %s: %w", table, err)
+			}
+		}
+		return nil
+	})
+}
+
+// SQLite applies the pending migrations of fsys/dir in one transaction
+// (BEGIN IMMEDIATE with a database opened by sqlitedriver, which serialises
+// concurrent migrators), recording them in table (created if missing).
+func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) error {
+	ms, err := driver.LoadMigrations(fsys, dir)
+	if err != nil {
+		return err
+	}
+	t := `"` + table + `"`
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", table, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ')))`); err != nil {
+		return fmt.Errorf("migrate %s: %w", table, err)
+	}
+	for _, m := range ms {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+t+` WHERE version = ?`, m.Version).Scan(&n); err != nil {
+			return fmt.Errorf("migrate %s: %w", table, err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+t+` (version, name) VALUES (?, ?)`, m.Version, m.Name); err != nil {
+			return fmt.Errorf("migrate %s: %w", table, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate %s: commit: %w", table, err)
+	}
+	return nil
+}
