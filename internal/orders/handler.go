@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/apijson"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/problem"
 )
@@ -39,14 +38,14 @@ func NewHandler[TTx any](store Store[TTx], drv driver.Driver[TTx], projection bo
 // Create is POST /v1/orders: the order and its OrderCreated.v1 event in
 // the middleware's transaction, then 201 with the order.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !apijson.IsJSON(ct) {
 		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
 			"Unsupported media type", "Send the order as application/json.")
 		return
 	}
 	no, err := DecodeCreate(r.Body)
 	if err != nil {
-		writeRequestError(w, err)
+		apijson.WriteRequestError(w, err, "Invalid order")
 		return
 	}
 	ctx := r.Context()
@@ -181,33 +180,10 @@ func notFound(w http.ResponseWriter, title, detail string) {
 	problem.WriteError(w, http.StatusNotFound, "", title, detail)
 }
 
-func writeRequestError(w http.ResponseWriter, err error) {
-	var re *RequestError
-	if !errors.As(err, &re) {
-		re = badRequest("%v", err)
-	}
-	p := problem.Problem{Type: problem.TypeValidation, Status: re.Status, Detail: re.Detail}
-	switch re.Status {
-	case http.StatusUnprocessableEntity:
-		p.Title = "Invalid order"
-		p.Extensions = map[string]any{"errors": re.Fields}
-	case http.StatusBadRequest:
-		p.Title = "Malformed request body"
-	case http.StatusRequestEntityTooLarge:
-		p.Title = "Request body too large"
-	}
-	problem.Write(w, p)
-}
-
 func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() == nil {
 		h.log.ErrorContext(r.Context(), "orders: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	problem.WriteError(w, http.StatusInternalServerError, "", "Internal error",
 		"The order was not processed. Retry with the same Idempotency-Key.")
-}
-
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }

@@ -15,30 +15,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/internal/apijson"
 )
 
 // MaxRequestBytes bounds the body of POST /v1/orders.
 const MaxRequestBytes = 64 << 10
 
-// FieldError is one invalid field of a request.
-type FieldError struct {
-	Field  string `json:"field"`
-	Detail string `json:"detail"`
-}
+// FieldError and RequestError are the shared request errors.
+type (
+	FieldError   = apijson.FieldError
+	RequestError = apijson.RequestError
+)
 
-// RequestError is an invalid request: 400 (not a JSON object of the known
-// fields), 413 (too large) or 422 (Fields are invalid).
-type RequestError struct {
-	Status int
-	Detail string
-	Fields []FieldError
-}
-
-func (e *RequestError) Error() string { return "orders: bad request: " + e.Detail }
-
-func badRequest(format string, args ...any) *RequestError {
-	return &RequestError{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...)}
-}
+var badRequest = apijson.BadRequest
 
 // DecodeCreate reads and validates the body of POST /v1/orders:
 //
@@ -47,13 +37,9 @@ func badRequest(format string, args ...any) *RequestError {
 // Unknown and duplicate fields and trailing data are 400; every invalid
 // field is reported in one 422.
 func DecodeCreate(r io.Reader) (NewOrder, error) {
-	body, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
-	if err != nil {
-		return NewOrder{}, badRequest("unreadable body: %v", err)
-	}
-	if len(body) > MaxRequestBytes {
-		return NewOrder{}, &RequestError{Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("the body exceeds %d bytes", MaxRequestBytes)}
+	body, rerr := apijson.ReadBody(r, MaxRequestBytes)
+	if rerr != nil {
+		return NewOrder{}, rerr
 	}
 	if !utf8.Valid(body) {
 		return NewOrder{}, badRequest("the body is not valid UTF-8")
@@ -73,7 +59,7 @@ func DecodeCreate(r io.Reader) (NewOrder, error) {
 	)
 	add := func(field, msg string) {
 		if msg != "" {
-			errs = append(errs, FieldError{field, msg})
+			errs = append(errs, FieldError{Field: field, Detail: msg})
 		}
 	}
 	required := func(field string) (json.RawMessage, bool) {

@@ -3,13 +3,12 @@ package payments
 import (
 	"errors"
 	"log/slog"
-	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/apijson"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -34,14 +33,14 @@ func NewHandler[TTx any](store Store[TTx], log *slog.Logger) *Handler[TTx] {
 // with the existing payment when its provider and external id are known,
 // 400/413/415/422 problems for bad requests.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !apijson.IsJSON(ct) {
 		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
 			"Unsupported media type", "Send the payment as application/json.")
 		return
 	}
 	np, err := DecodeCreate(r.Body)
 	if err != nil {
-		writeRequestError(w, err)
+		apijson.WriteRequestError(w, err, "Invalid payment")
 		return
 	}
 	ctx := r.Context()
@@ -90,24 +89,6 @@ func notFound(w http.ResponseWriter, id string) {
 	problem.WriteError(w, http.StatusNotFound, "", "Payment not found", "There is no payment with id "+strconv.Quote(id)+".")
 }
 
-func writeRequestError(w http.ResponseWriter, err error) {
-	var re *RequestError
-	if !errors.As(err, &re) {
-		re = badRequest("%v", err)
-	}
-	p := problem.Problem{Type: problem.TypeValidation, Status: re.Status, Detail: re.Detail}
-	switch re.Status {
-	case http.StatusUnprocessableEntity:
-		p.Title = "Invalid payment"
-		p.Extensions = map[string]any{"errors": re.Fields}
-	case http.StatusBadRequest:
-		p.Title = "Malformed request body"
-	case http.StatusRequestEntityTooLarge:
-		p.Title = "Request body too large"
-	}
-	problem.Write(w, p)
-}
-
 // internalError answers 500; the idemhttp middleware does not store it and
 // rolls the transaction back, so a retry executes again.
 func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
@@ -116,10 +97,4 @@ func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err
 	}
 	problem.WriteError(w, http.StatusInternalServerError, "", "Internal error",
 		"The payment was not processed. Retry with the same Idempotency-Key.")
-}
-
-// isJSON reports whether the media type is application/json or +json.
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/internal/apijson"
 )
 
 // MaxRequestBytes caps the body of a create request.
@@ -29,39 +31,22 @@ const (
 
 var requestFields = []string{fieldProvider, fieldExternalID, fieldAmount, fieldCustomerID}
 
-// FieldError says what is wrong with one field of a request.
-type FieldError struct {
-	Field  string `json:"field"`
-	Detail string `json:"detail"`
-}
+// FieldError and RequestError are the shared request errors.
+type (
+	FieldError   = apijson.FieldError
+	RequestError = apijson.RequestError
+)
 
-// RequestError is a rejected request: 400 when the body is not a JSON object
-// with known fields only, 413 when it is too large, 422 when fields are
-// missing or invalid (Fields lists them).
-type RequestError struct {
-	Status int
-	Detail string
-	Fields []FieldError
-}
-
-func (e *RequestError) Error() string { return "payments: bad request: " + e.Detail }
-
-func badRequest(format string, args ...any) *RequestError {
-	return &RequestError{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...)}
-}
+var badRequest = apijson.BadRequest
 
 // DecodeCreate reads and validates a create request. It is strict: the body
 // must be one JSON object, without unknown or duplicate members and without
 // data after it; amount must be a JSON string holding a decimal, customer_id
 // a JSON integer. Errors are *RequestError.
 func DecodeCreate(r io.Reader) (NewPayment, error) {
-	body, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes+1))
-	if err != nil {
-		return NewPayment{}, badRequest("unreadable body: %v", err)
-	}
-	if len(body) > MaxRequestBytes {
-		return NewPayment{}, &RequestError{Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("the body exceeds %d bytes", MaxRequestBytes)}
+	body, rerr := apijson.ReadBody(r, MaxRequestBytes)
+	if rerr != nil {
+		return NewPayment{}, rerr
 	}
 	raw, rerr := members(body)
 	if rerr != nil {
@@ -74,11 +59,11 @@ func DecodeCreate(r io.Reader) (NewPayment, error) {
 	check := func(field string, parse func(json.RawMessage) string) {
 		v, ok := raw[field]
 		if !ok {
-			errs = append(errs, FieldError{field, "is required"})
+			errs = append(errs, FieldError{Field: field, Detail: "is required"})
 			return
 		}
 		if msg := parse(v); msg != "" {
-			errs = append(errs, FieldError{field, msg})
+			errs = append(errs, FieldError{Field: field, Detail: msg})
 		}
 	}
 	check(fieldProvider, func(v json.RawMessage) (msg string) { p.Provider, msg = parseText(v); return })
