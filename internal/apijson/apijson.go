@@ -4,11 +4,13 @@
 package apijson
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/idemkit/idem/problem"
@@ -68,6 +70,38 @@ func WriteRequestError(w http.ResponseWriter, err error, invalidTitle string) {
 		p.Title = "Request body too large"
 	}
 	problem.Write(w, p)
+}
+
+// Object reads a JSON object of the known fields from dec, as raw values:
+// unknown and duplicate members are 400 RequestErrors; what names the object
+// in messages.
+func Object(dec *json.Decoder, what string, known []string) (map[string]json.RawMessage, *RequestError) {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, BadRequest("%s must be a JSON object", what)
+	}
+	out := make(map[string]json.RawMessage, len(known))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, BadRequest("malformed JSON: %v", err)
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, BadRequest("malformed JSON: %v", err)
+		}
+		switch {
+		case !slices.Contains(known, name):
+			return nil, BadRequest("unknown field %q in %s (known: %s)", name, what, strings.Join(known, ", "))
+		case out[name] != nil:
+			return nil, BadRequest("duplicate field %q in %s", name, what)
+		}
+		out[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, BadRequest("malformed JSON: %v", err)
+	}
+	return out, nil
 }
 
 // IsJSON reports whether the media type is application/json or +json.

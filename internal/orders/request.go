@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -46,7 +45,7 @@ func DecodeCreate(r io.Reader) (NewOrder, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	raw, rerr := object(dec, "the body", []string{"customer_id", "amount", "items"})
+	raw, rerr := apijson.Object(dec, "the body", []string{"customer_id", "amount", "items"})
 	if rerr != nil {
 		return NewOrder{}, rerr
 	}
@@ -97,36 +96,6 @@ func DecodeCreate(r io.Reader) (NewOrder, error) {
 	return o, nil
 }
 
-// object reads a JSON object of the known fields from dec, as raw values.
-func object(dec *json.Decoder, what string, known []string) (map[string]json.RawMessage, *RequestError) {
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, badRequest("%s must be a JSON object", what)
-	}
-	out := make(map[string]json.RawMessage, len(known))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, badRequest("malformed JSON: %v", err)
-		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, badRequest("malformed JSON: %v", err)
-		}
-		switch {
-		case !slices.Contains(known, name):
-			return nil, badRequest("unknown field %q in %s (known: %s)", name, what, strings.Join(known, ", "))
-		case out[name] != nil:
-			return nil, badRequest("duplicate field %q in %s", name, what)
-		}
-		out[name] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, badRequest("malformed JSON: %v", err)
-	}
-	return out, nil
-}
-
 func parseItems(v json.RawMessage, add func(field, msg string)) ([]Item, *RequestError) {
 	dec := json.NewDecoder(bytes.NewReader(v))
 	dec.UseNumber()
@@ -137,7 +106,7 @@ func parseItems(v json.RawMessage, add func(field, msg string)) ([]Item, *Reques
 	var items []Item
 	for i := 0; dec.More(); i++ {
 		field := "items[" + strconv.Itoa(i) + "]"
-		raw, rerr := object(dec, field, []string{"sku", "quantity"})
+		raw, rerr := apijson.Object(dec, field, []string{"sku", "quantity"})
 		if rerr != nil {
 			if strings.HasPrefix(rerr.Detail, field+" must be") {
 				add(field, "must be a JSON object")

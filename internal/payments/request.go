@@ -89,44 +89,14 @@ func members(body []byte) (map[string]json.RawMessage, *RequestError) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, badRequest("the body must be a JSON object")
-	}
-	out := make(map[string]json.RawMessage, len(requestFields))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, badRequest("malformed JSON: %v", err)
-		}
-		name, _ := tok.(string) // object keys are always strings
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, badRequest("malformed JSON: %v", err)
-		}
-		switch {
-		case !isField(name):
-			return nil, badRequest("unknown field %q (known: %s)", name, strings.Join(requestFields, ", "))
-		case out[name] != nil:
-			return nil, badRequest("duplicate field %q", name)
-		}
-		out[name] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, badRequest("malformed JSON: %v", err)
+	out, rerr := apijson.Object(dec, "the body", requestFields)
+	if rerr != nil {
+		return nil, rerr
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, badRequest("data after the JSON object")
 	}
 	return out, nil
-}
-
-func isField(name string) bool {
-	for _, f := range requestFields {
-		if f == name {
-			return true
-		}
-	}
-	return false
 }
 
 // parseText validates provider and external_payment_id.
