@@ -109,4 +109,31 @@ type OutboxExecutor interface {
 	// not delivered), and false when every row is published. It feeds the
 	// relay's lag metric, so it must be cheap however long the backlog is.
 	OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error)
+
+	// OutboxRedrive marks published rows unpublished again (published_at,
+	// attempts, last_error and next_attempt_at cleared) so that the relay
+	// publishes them once more, with their stored event IDs: consumers
+	// with an inbox drop the copies they already applied. It is the safety
+	// net for a broker that lost events it had acknowledged (a fresh
+	// embedded log, a deleted topic, a failed-over cluster). It changes at
+	// most p.Limit rows, lowest ID first, and returns how many; call it
+	// until it returns 0. Rows published before p.PublishedSince or at or
+	// after p.PublishedBefore are not changed (the upper bound keeps a
+	// loop from redriving what the relay has just republished), nor are
+	// unpublished or parked rows.
+	OutboxRedrive(ctx context.Context, p OutboxRedriveParams) (int, error)
+}
+
+// OutboxRedriveParams selects the rows of OutboxRedrive.
+type OutboxRedriveParams struct {
+	// PublishedSince is the earliest publication time redriven; zero
+	// means every retained row.
+	PublishedSince time.Time
+	// PublishedBefore excludes rows published at or after it; it must
+	// not be zero.
+	PublishedBefore time.Time
+	// Keys, when not empty, limits the redrive to rows of these keys.
+	Keys []string
+	// Limit is the most rows changed by one call; it must be positive.
+	Limit int
 }

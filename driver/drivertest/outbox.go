@@ -45,6 +45,7 @@ func RunOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Mark/FailedAndPark", testOutboxMarkFailedAndPark[TTx]},
 		{"DeletePublishedBefore", testOutboxDeletePublished[TTx]},
 		{"OldestUnpublished", testOutboxOldestUnpublished[TTx]},
+		{"Redrive", testOutboxRedrive[TTx]},
 		{"Relay/CommittedEnqueuePublishedOnce", testRelayCommitted[TTx]},
 		{"Relay/RolledBackEnqueueNeverPublished", testRelayRolledBack[TTx]},
 		{"Relay/DuplicateEnqueuePublishedOnce", testRelayDuplicateEnqueue[TTx]},
@@ -57,6 +58,7 @@ func RunOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Relay/PublisherPanicReleasesClaim", testRelayPublisherPanics[TTx]},
 		{"Relay/ConcurrentRelaysExactlyOnce", testRelayConcurrent[TTx]},
 		{"Relay/Run", testRelayRun[TTx]},
+		{"Relay/RedriveRepublishesSameEvents", testRelayRedrive[TTx]},
 	}
 	t.Run("Outbox", func(t *testing.T) {
 		t.Parallel()
@@ -596,6 +598,59 @@ func testOutboxDeletePublished[TTx any](t *testing.T, newDriver func(t *testing.
 	}
 }
 
+func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	ex := drv.Executor()
+	// a1 a2 b1 c1 published at t1; a3 b2 at t2; c2 parked; a4 pending.
+	rows := obStored(t, drv,
+		obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0), obRow(t, "c", 1, t0),
+		obRow(t, "a", 3, t0), obRow(t, "b", 2, t0), obRow(t, "c", 2, t0), obRow(t, "a", 4, t0))
+	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[:4]...), t1); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[4:6]...), t2); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	if err := ex.OutboxMarkFailed(ctx, rows[6].ID, "boom", t0); err != nil {
+		t.Fatalf("MarkFailed: %v", err)
+	}
+	if err := ex.OutboxPark(ctx, rows[6].ID, "poison", t0); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	redrive := func(p driver.OutboxRedriveParams, want int) {
+		t.Helper()
+		n, err := ex.OutboxRedrive(ctx, p)
+		if err != nil || n != want {
+			t.Fatalf("OutboxRedrive(%+v) = %d, %v; want %d", p, n, err, want)
+		}
+	}
+	end := t2.Add(time.Hour)
+	if _, err := ex.OutboxRedrive(ctx, driver.OutboxRedriveParams{PublishedBefore: end}); err == nil {
+		t.Error("OutboxRedrive with limit 0 succeeded; want an error")
+	}
+	if _, err := ex.OutboxRedrive(ctx, driver.OutboxRedriveParams{Limit: 10}); err == nil {
+		t.Error("OutboxRedrive without PublishedBefore succeeded; want an error")
+	}
+	// Nothing published in [t2+1us, end), nothing before t1.
+	redrive(driver.OutboxRedriveParams{PublishedSince: t2.Add(time.Microsecond), PublishedBefore: end, Limit: 10}, 0)
+	redrive(driver.OutboxRedriveParams{PublishedBefore: t1, Limit: 10}, 0)
+	// Key filter, then the since bound: only b2 (published at t2).
+	redrive(driver.OutboxRedriveParams{PublishedSince: t2, PublishedBefore: end, Keys: []string{"b", "zz"}, Limit: 10}, 1)
+	obWantIDs(t, "claim after redriving b since t2", obClaim(t, drv, end, 100), rows[5], rows[7])
+	// The rest in batches of 2, lowest id first; the parked and the
+	// pending rows are not touched.
+	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
+	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
+	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 1)
+	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 0)
+	// Every key's queue again in id order: a1..a4, b1 b2, and c1, which
+	// precedes the parked c2 (still parked: never claimed).
+	obWantIDs(t, "claim after redrive", obClaim(t, drv, end, 100),
+		rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[7])
+}
+
 func testOutboxOldestUnpublished[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	ctx := t.Context()
@@ -662,6 +717,50 @@ func obSameEnvelope(a, b event.Envelope) bool {
 	return a.ID == b.ID && a.Type == b.Type && a.Key == b.Key && a.SagaID == b.SagaID &&
 		a.OccurredAt.Equal(b.OccurredAt) && string(a.Payload) == string(b.Payload) &&
 		(len(a.Headers) == 0 && len(b.Headers) == 0 || reflect.DeepEqual(a.Headers, b.Headers))
+}
+
+func testRelayRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	old := []event.Envelope{obEnvelope(t, "k1", 1), obEnvelope(t, "k1", 2), obEnvelope(t, "k2", 1)}
+	obEnqueue(t, drv, old...)
+	pub := &obPublisher{}
+	relay := obRelay(t, drv, pub, nil)
+	if n, err := relay.RunOnce(ctx); err != nil || n != 3 {
+		t.Fatalf("RunOnce = %d, %v; want 3", n, err)
+	}
+	since := time.Now()
+	newer := []event.Envelope{obEnvelope(t, "k1", 3), obEnvelope(t, "k3", 1)}
+	obEnqueue(t, drv, newer...)
+	if n, err := relay.RunOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("RunOnce = %d, %v; want 2", n, err)
+	}
+	// Redrive the last publication only, then everything.
+	if n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{Since: since}); err != nil || n != 2 {
+		t.Fatalf("Redrive(since the second round) = %d, %v; want 2", n, err)
+	}
+	if n, err := relay.RunOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("RunOnce after a redrive = %d, %v; want 2", n, err)
+	}
+	if n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{Keys: []string{"k1"}, BatchSize: 1}); err != nil || n != 3 {
+		t.Fatalf("Redrive(k1) = %d, %v; want 3", n, err)
+	}
+	if n, err := relay.RunOnce(ctx); err != nil || n != 3 {
+		t.Fatalf("RunOnce after a redrive = %d, %v; want 3", n, err)
+	}
+	got := pub.published()
+	want := []uuid.UUID{old[0].ID, old[1].ID, old[2].ID, newer[0].ID, newer[1].ID, newer[0].ID, newer[1].ID, old[0].ID, old[1].ID, newer[0].ID}
+	if g := obEnvIDs(got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("published %v; want %v (same IDs, each key in order)", g, want)
+	}
+	for _, e := range got {
+		if orig := obFind(append(old, newer...), e.ID); !obSameEnvelope(e, orig) {
+			t.Errorf("republished %+v differs from the enqueued %+v", e, orig)
+		}
+	}
+	if _, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{BatchSize: -1}); err == nil {
+		t.Error("Redrive with a negative BatchSize succeeded")
+	}
 }
 
 func testRelayRolledBack[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {

@@ -358,6 +358,40 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 	return oldest, true, nil
 }
 
+// OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
+// p.Limit rows found through the published_at index.
+func (e *executor) OutboxRedrive(ctx context.Context, p driver.OutboxRedriveParams) (int, error) {
+	if err := checkRedrive(p); err != nil {
+		return 0, err
+	}
+	var keys []string
+	if len(p.Keys) > 0 {
+		keys = p.Keys
+	}
+	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
+		WHERE id = ANY (ARRAY(
+			SELECT id FROM {{table}}outbox
+			WHERE published_at IS NOT NULL AND published_at >= $1 AND published_at < $2
+				AND ($3::text[] IS NULL OR record_key = ANY ($3::text[]))
+			ORDER BY id LIMIT $4
+			FOR UPDATE SKIP LOCKED))`), p.PublishedSince, p.PublishedBefore, keys, p.Limit)
+	if err != nil {
+		return 0, mapErr("outbox redrive", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func checkRedrive(p driver.OutboxRedriveParams) error {
+	switch {
+	case p.Limit <= 0:
+		return fmt.Errorf("pgdriver: outbox redrive: limit %d must be positive", p.Limit)
+	case p.PublishedBefore.IsZero():
+		return errors.New("pgdriver: outbox redrive: PublishedBefore must be set")
+	}
+	return nil
+}
+
 // ListenOutbox LISTENs on OutboxChannel and returns a channel that receives a
 // value soon after a transaction that enqueued outbox rows commits. Pass it
 // as outbox.RelayConfig.Wake, so the relay publishes new events at once

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -223,4 +225,42 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 		return time.Time{}, false, mapErr("outbox oldest", err)
 	}
 	return fromMicros(oldest), true, nil
+}
+
+// OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
+// p.Limit rows.
+func (e *executor) OutboxRedrive(ctx context.Context, p driver.OutboxRedriveParams) (int, error) {
+	switch {
+	case p.Limit <= 0:
+		return 0, fmt.Errorf("sqlitedriver: outbox redrive: limit %d must be positive", p.Limit)
+	case p.PublishedBefore.IsZero():
+		return 0, errors.New("sqlitedriver: outbox redrive: PublishedBefore must be set")
+	}
+	since := int64(math.MinInt64)
+	if !p.PublishedSince.IsZero() {
+		since = micros(p.PublishedSince)
+	}
+	args := []any{since, micros(p.PublishedBefore), p.Limit}
+	keyFilter := ""
+	if len(p.Keys) > 0 {
+		// Numbered: a bare ? would take the number after the highest
+		// one seen so far in the text (?2), not after ?3.
+		marks := make([]string, len(p.Keys))
+		for i, k := range p.Keys {
+			args = append(args, k)
+			marks[i] = "?" + strconv.Itoa(len(args))
+		}
+		keyFilter = " AND record_key IN (" + strings.Join(marks, ", ") + ")"
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
+		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
+		WHERE id IN (
+			SELECT id FROM {{table}}outbox
+			WHERE published_at IS NOT NULL AND published_at >= ?1 AND published_at < ?2`+keyFilter+`
+			ORDER BY id LIMIT ?3)`), args...)
+	if err != nil {
+		return 0, mapErr("outbox redrive", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("outbox redrive", err)
 }

@@ -1,0 +1,71 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// DefaultRedriveBatch is the rows one statement of Redrive changes when
+// RedriveOptions.BatchSize is 0.
+const DefaultRedriveBatch = 1000
+
+// RedriveOptions selects the published events that Redrive publishes again.
+type RedriveOptions struct {
+	// Since is the earliest publication time redriven ("the last two
+	// hours": time.Now().Add(-2*time.Hour)). Zero redrives every
+	// published row still in the outbox (retention removes them after
+	// cleanup.Config's outbox TTL).
+	Since time.Time
+	// Keys, when not empty, limits the redrive to the events of these keys
+	// (aggregate IDs).
+	Keys []string
+	// BatchSize is the most rows one statement changes; 0 means
+	// DefaultRedriveBatch.
+	BatchSize int
+}
+
+// Redrive makes published events unpublished again so that the relay
+// publishes them once more, with their original event IDs, and returns how
+// many it changed. It is the safety net for a broker that lost events it had
+// acknowledged: a fresh log of an embedded broker, a deleted and recreated
+// topic, a cluster that failed over to a replica that lagged. Consumers that
+// deduplicate with an inbox (package inbox) drop the copies of events they
+// had already applied, so redriving too much costs only traffic; redriving
+// too little loses events, so when in doubt, redrive a wider window.
+//
+// Only rows published before Redrive started are changed, in batches, so it
+// ends even while relays run and republish what it released. Per-key order:
+// the redriven rows of a key are published in ID order, but if a key also
+// has unpublished rows that a relay is publishing at that moment, a
+// redriven (older) event can reach consumers after a newer one; consumers
+// of redriven events must therefore tolerate seeing an old event late (the
+// inbox drops it if it was applied; a handler that was never given it
+// applies it then). Parked rows are not touched.
+func Redrive[TTx any](ctx context.Context, drv driver.Driver[TTx], opts RedriveOptions) (int, error) {
+	if opts.BatchSize < 0 {
+		return 0, fmt.Errorf("outbox: redrive: BatchSize %d must not be negative", opts.BatchSize)
+	}
+	if opts.BatchSize == 0 {
+		opts.BatchSize = DefaultRedriveBatch
+	}
+	p := driver.OutboxRedriveParams{
+		PublishedSince:  opts.Since,
+		PublishedBefore: time.Now().Add(time.Microsecond),
+		Keys:            opts.Keys,
+		Limit:           opts.BatchSize,
+	}
+	total := 0
+	for {
+		n, err := drv.Executor().OutboxRedrive(ctx, p)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("outbox: redrive: %w", err)
+		}
+		if n < p.Limit {
+			return total, nil
+		}
+	}
+}
