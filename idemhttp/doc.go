@@ -18,7 +18,8 @@
 //	same key, other method/target/body             409 key-reused (422 with Config.MismatchStatus)
 //	same key while the first is still running     waits up to Config.Wait for its outcome, else 409 request-in-progress + Retry-After
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
-//	body larger than Config.MaxBodyBytes           413 body-too-large
+//	body larger than Config.MaxBodyBytes           413 body-too-large, whatever its size; the key is not claimed
+//	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
 //	Scope hook error                               401 unauthenticated
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key

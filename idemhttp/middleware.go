@@ -109,7 +109,11 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 			return reject(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
 				fmt.Sprintf("The body exceeds %d bytes.", m.cfg.MaxBodyBytes))
 		}
-		return reject(http.StatusBadRequest, problem.TypeValidation, "Unreadable request body", err.Error())
+		// The error names the connection's addresses: the log has it, the
+		// client does not.
+		m.cfg.Logger.Info("idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)
+		return reject(http.StatusBadRequest, problem.TypeValidation, "Unreadable request body",
+			"The request body could not be read.")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	route := m.cfg.Route(r)

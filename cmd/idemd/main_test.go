@@ -18,14 +18,7 @@ import (
 // TestBinary builds idemd and runs it as a user would.
 func TestBinary(t *testing.T) {
 	t.Parallel()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go tool not found: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "idemd")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := idemdBinary(t) // built once for every test (e2e_helpers_test.go)
 	t.Run("serves and exits 0 on SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		testServe(t, bin, syscall.SIGTERM)
@@ -59,7 +52,7 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:(\S+) and kafka embedded \(127\.0\.0\.1:\d+\)$`)
+var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:(\S+) and kafka embedded \(127\.0\.0\.1:\d+, log [^)]+\)$`)
 
 func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	dbPath := filepath.Join(t.TempDir(), "pay.db")
@@ -129,7 +122,7 @@ func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		req, _ := http.NewRequest(http.MethodGet, base+"/v1/customers/42/summary", nil)
 		res, body := do(t, req)
-		if res.StatusCode == http.StatusOK && strings.Contains(body, `"orders":1,"total_amount":"19.9000"`) {
+		if res.StatusCode == http.StatusOK && strings.Contains(body, `"orders":1,"pending":0,"confirmed":1,"rejected":0,"total_amount":"19.9000"`) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,6 +1,10 @@
 // Package apijson holds what idemd's JSON endpoints (payments, orders)
 // share: the request error and its RFC 9457 rendering, the bounded body
 // read, and the media type check.
+//
+// A problem's detail describes the client's input only: an error from the
+// network (a connection broken mid-body) or from Go is never shown, since it
+// names addresses and internals; RequestError.Err keeps it for the log.
 package apijson
 
 import (
@@ -11,6 +15,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/idemkit/idem/problem"
@@ -23,41 +28,76 @@ type FieldError struct {
 }
 
 // RequestError is a rejected request: 400 when the body is not a JSON object
-// with known fields only, 413 when it is too large, 422 when fields are
-// missing or invalid (Fields lists them).
+// with known fields only (or could not be read), 413 when it is too large,
+// 422 when fields are missing or invalid (Fields lists them).
 type RequestError struct {
 	Status int
+	// Detail is the problem's detail: it must not hold anything but what
+	// the client sent.
 	Detail string
 	Fields []FieldError
+	// Title, if set, replaces the title WriteRequestError gives Status.
+	Title string
+	// Err is the cause for the server's log (a network error while reading
+	// the body); it is never sent to the client.
+	Err error
 }
 
 func (e *RequestError) Error() string { return "bad request: " + e.Detail }
+
+// Unwrap returns Err.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// Titles and details shared with idemhttp's own answers, so that a client
+// gets one answer whichever layer rejects its request.
+const (
+	// TitleTooLarge is the title of a 413 body-too-large problem.
+	TitleTooLarge = "Request body too large"
+	// TitleUnreadable and DetailUnreadable answer a body that could not be
+	// read (the connection broke or timed out mid-body).
+	TitleUnreadable  = "Unreadable request body"
+	DetailUnreadable = "The request body could not be read."
+)
+
+// TooLarge returns the 413 RequestError of a body over max bytes; it is
+// written as idemhttp's body-too-large problem, with the same detail.
+func TooLarge(max int64) *RequestError {
+	return &RequestError{Status: http.StatusRequestEntityTooLarge, Title: TitleTooLarge,
+		Detail: "The body exceeds " + strconv.FormatInt(max, 10) + " bytes."}
+}
 
 // BadRequest returns a 400 RequestError.
 func BadRequest(format string, args ...any) *RequestError {
 	return &RequestError{Status: http.StatusBadRequest, Detail: fmt.Sprintf(format, args...)}
 }
 
-// ReadBody reads r up to max bytes: a longer body is a 413 RequestError.
+// ReadBody reads r up to max bytes: a longer body is a 413 RequestError
+// (TooLarge; also when r is an http.MaxBytesReader that hit its own
+// limit), a read error a 400 whose detail does not repeat the error (it
+// names the connection's addresses): the error is in Err.
 func ReadBody(r io.Reader, max int64) ([]byte, *RequestError) {
 	body, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, BadRequest("unreadable body: %v", err)
+		if tooLarge, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, TooLarge(tooLarge.Limit)
+		}
+		return nil, &RequestError{Status: http.StatusBadRequest, Title: TitleUnreadable,
+			Detail: DetailUnreadable, Err: err}
 	}
 	if int64(len(body)) > max {
-		return nil, &RequestError{Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("the body exceeds %d bytes", max)}
+		return nil, TooLarge(max)
 	}
 	return body, nil
 }
 
-// WriteRequestError answers err as a validation problem; invalidTitle is the
-// title of a 422 ("Invalid payment"). An error that is not a RequestError is
-// a 400.
+// WriteRequestError answers err as a validation problem, or for a 413 as
+// the body-too-large problem idemhttp answers; invalidTitle is the title of
+// a 422 ("Invalid payment"). An error that is not a RequestError is a 400
+// whose detail does not repeat it.
 func WriteRequestError(w http.ResponseWriter, err error, invalidTitle string) {
 	var re *RequestError
 	if !errors.As(err, &re) {
-		re = BadRequest("%v", err)
+		re = &RequestError{Status: http.StatusBadRequest, Detail: "The request body is invalid.", Err: err}
 	}
 	p := problem.Problem{Type: problem.TypeValidation, Status: re.Status, Detail: re.Detail}
 	switch re.Status {
@@ -67,7 +107,10 @@ func WriteRequestError(w http.ResponseWriter, err error, invalidTitle string) {
 	case http.StatusBadRequest:
 		p.Title = "Malformed request body"
 	case http.StatusRequestEntityTooLarge:
-		p.Title = "Request body too large"
+		p.Type, p.Title = problem.TypeBodyTooLarge, TitleTooLarge
+	}
+	if re.Title != "" {
+		p.Title = re.Title
 	}
 	problem.Write(w, p)
 }
@@ -83,12 +126,12 @@ func Object(dec *json.Decoder, what string, known []string) (map[string]json.Raw
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, BadRequest("malformed JSON: %v", err)
+			return nil, malformed(err)
 		}
 		name, _ := tok.(string)
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, BadRequest("malformed JSON: %v", err)
+			return nil, malformed(err)
 		}
 		switch {
 		case !slices.Contains(known, name):
@@ -99,13 +142,44 @@ func Object(dec *json.Decoder, what string, known []string) (map[string]json.Raw
 		out[name] = v
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, BadRequest("malformed JSON: %v", err)
+		return nil, malformed(err)
 	}
 	return out, nil
 }
 
-// IsJSON reports whether the media type is application/json or +json.
+// malformed is the 400 of a JSON syntax error, which describes the
+// client's input; any other error (dec's reader failed) is not repeated.
+func malformed(err error) *RequestError {
+	if _, ok := errors.AsType[*json.SyntaxError](err); ok || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return BadRequest("malformed JSON: %v", err)
+	}
+	return &RequestError{Status: http.StatusBadRequest, Title: TitleUnreadable, Detail: DetailUnreadable, Err: err}
+}
+
+// IsJSON reports whether the media type is application/json or +json; an
+// empty or malformed one is not.
 func IsJSON(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// WriteUnsupportedMediaType answers 415 to a request whose Content-Type is
+// missing or not JSON; what names the resource sent ("payment").
+func WriteUnsupportedMediaType(w http.ResponseWriter, what string) {
+	problem.WriteError(w, http.StatusUnsupportedMediaType, "",
+		http.StatusText(http.StatusUnsupportedMediaType), "Send the "+what+" as application/json.")
+}
+
+// RequireJSON answers 415 (WriteUnsupportedMediaType) to a request whose
+// Content-Type is missing or not JSON, and passes the others to next. Put
+// it in front of the idempotency middleware: the 415 then claims no key and
+// stores nothing, so the corrected request may reuse the key.
+func RequireJSON(what string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsJSON(r.Header.Get("Content-Type")) {
+			WriteUnsupportedMediaType(w, what)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

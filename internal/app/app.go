@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +17,7 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/apijson"
 	"github.com/idemkit/idem/internal/orders"
 	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
@@ -39,9 +42,15 @@ type App struct {
 	// events to the projection, until their context ends; nil when
 	// Config.Kafka is off.
 	relay, consume func(context.Context) error
+	// flush publishes one batch of the outbox and returns how many events
+	// it published; shutdown calls it until it returns 0.
+	flush func(context.Context) (int, error)
 	// saga runs the order payment saga's consumer and its compensator
 	// until its context ends; nil when Config.Kafka is off.
 	saga func(context.Context) error
+	// watchdog drives the orders whose saga stopped moving (see
+	// Config.SagaStuckAfter); nil when Config.Kafka is off.
+	watchdog func(context.Context) error
 	// kafka describes the Kafka in use, for the listen line; started is
 	// what Serve logs about it when the pipeline starts.
 	kafka   string
@@ -91,6 +100,10 @@ type stores[TTx any] struct {
 	migrate []func(context.Context) error
 	// wake, if set, returns the relay's wake-up channel, until ctx ends.
 	wake func(ctx context.Context) (<-chan struct{}, error)
+	// stale lists the orders still CREATED, for the watchdog.
+	stale orders.StaleLister
+	// identity names the database, for the embedded broker's log.
+	identity func(ctx context.Context) (string, error)
 }
 
 func (a *App) openPostgres(ctx context.Context) error {
@@ -118,10 +131,12 @@ func (a *App) openPostgres(ctx context.Context) error {
 	return setup(ctx, a, drv, stores[pgx.Tx]{
 		payments: pay,
 		orders:   ord,
+		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
 		wake: func(ctx context.Context) (<-chan struct{}, error) {
 			return drv.ListenOutbox(ctx, func(err error) { a.log.Warn("outbox listener", "err", err) })
 		},
+		identity: func(ctx context.Context) (string, error) { return postgresIdentity(ctx, pool) },
 	})
 }
 
@@ -135,8 +150,29 @@ func (a *App) openSQLite(ctx context.Context) error {
 	return setup(ctx, a, drv, stores[*sql.Tx]{
 		payments: pay,
 		orders:   ord,
+		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
+		identity: func(context.Context) (string, error) {
+			abs, err := filepath.Abs(a.cfg.DB.Path)
+			return "sqlite:" + abs, err
+		},
 	})
+}
+
+// postgresIdentity names the database: its name and schema (where idemd's
+// tables are) on the cluster's system identifier (or, for a role that may not read it, the server's address).
+func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var db, schema, sys string
+	err := pool.QueryRow(ctx, `SELECT current_database(), coalesce(current_schema(), ''), system_identifier::text
+		FROM pg_control_system()`).Scan(&db, &schema, &sys)
+	if err != nil {
+		err = pool.QueryRow(ctx, `SELECT current_database(), coalesce(current_schema(), ''),
+			coalesce(host(inet_server_addr()), 'socket') || ':' || coalesce(inet_server_port()::text, '')`).Scan(&db, &schema, &sys)
+	}
+	if err != nil {
+		return "", fmt.Errorf("identify the database: %w", err)
+	}
+	return "postgres:" + db + "." + schema + "@" + sys, nil
 }
 
 // setup migrates idem's tables and the domain tables, then builds the
@@ -167,8 +203,12 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		a.close()
 		return fmt.Errorf("database %s: %s", a.cfg.DB, errMessage(err))
 	}
-	if err := pipeline(a, drv, st); err != nil {
+	if err := pipeline(ctx, a, drv, st); err != nil {
 		a.close()
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return err
+		}
 		return fmt.Errorf("kafka %s: %s", a.cfg.Kafka, errMessage(err))
 	}
 	return nil
@@ -177,20 +217,36 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 // routes builds the handler: access log and metrics around a ServeMux
 // whose routing errors are problems.
 func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handler, error) {
-	idem, err := idemhttp.New(drv, &idemhttp.Config{
-		Scope:     scope,
-		OnOutcome: a.metrics.outcome,
-		Logger:    a.log,
-	})
+	// One middleware per endpoint, whose MaxBodyBytes is the endpoint's
+	// own limit: every body over it gets the middleware's 413
+	// body-too-large, whatever its size, before a key is claimed.
+	idem := func(maxBody int64) (*idemhttp.Middleware[TTx], error) {
+		return idemhttp.New(drv, &idemhttp.Config{
+			Scope:        scope,
+			OnOutcome:    a.metrics.outcome,
+			Logger:       a.log,
+			MaxBodyBytes: maxBody,
+		})
+	}
+	idemPayments, err := idem(payments.MaxRequestBytes)
+	if err != nil {
+		return nil, err
+	}
+	idemOrders, err := idem(orders.MaxRequestBytes)
 	if err != nil {
 		return nil, err
 	}
 	h := payments.NewHandler(st.payments, a.log)
 	o := orders.NewHandler(st.orders, drv, a.cfg.Kafka.Mode != KafkaOff, a.log)
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/payments", authenticate(idem.Handler(http.HandlerFunc(h.Create))))
+	// apijson.RequireJSON answers 415 in front of the middleware: a missing
+	// or wrong Content-Type claims no key, so the corrected request may
+	// reuse it.
+	mux.Handle("POST /v1/payments", authenticate(apijson.RequireJSON("payment",
+		idemPayments.Handler(http.HandlerFunc(h.Create)))))
 	mux.Handle("GET /v1/payments/{id}", authenticate(http.HandlerFunc(h.Get)))
-	mux.Handle("POST /v1/orders", authenticate(a.wakeRelay(idem.Handler(http.HandlerFunc(o.Create)))))
+	mux.Handle("POST /v1/orders", authenticate(apijson.RequireJSON("order",
+		a.wakeRelay(idemOrders.Handler(http.HandlerFunc(o.Create))))))
 	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(o.Get)))
 	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)

@@ -29,6 +29,18 @@ const (
 	DefaultKafka = KafkaEmbedded
 	// DefaultKafkaTopic is the topic of the order events.
 	DefaultKafkaTopic = "idemd.orders"
+	// DefaultKafkaEmbeddedAddr is where the embedded broker listens: a
+	// free port of the loopback interface.
+	DefaultKafkaEmbeddedAddr = "127.0.0.1:0"
+	// DefaultPostgresKafkaDir is the embedded broker's log directory with
+	// PostgreSQL (with SQLite it is the database file's path + ".kafka").
+	DefaultPostgresKafkaDir = "./idemd.kafka"
+	// DefaultSagaStuckAfter is how long an order may stay CREATED before
+	// its events are published again.
+	DefaultSagaStuckAfter = time.Minute
+	// DefaultSagaGiveUpAfter is how long an order may stay CREATED before
+	// its saga is aborted (not charged yet) or reported to an operator.
+	DefaultSagaGiveUpAfter = 15 * time.Minute
 )
 
 // Config is idemd's configuration.
@@ -53,6 +65,34 @@ type Config struct {
 	// KafkaTopic is the topic of the order events. Defaults to
 	// DefaultKafkaTopic.
 	KafkaTopic string
+	// KafkaDir is the embedded broker's log directory (KafkaEmbedded).
+	// Empty means DB.Path+".kafka" with SQLite and
+	// DefaultPostgresKafkaDir with PostgreSQL.
+	KafkaDir string
+	// KafkaEmbeddedAddr is the embedded broker's listen address.
+	// Defaults to DefaultKafkaEmbeddedAddr (a free port).
+	KafkaEmbeddedAddr string
+	// SagaStuckAfter is how long an order may stay CREATED before idemd
+	// publishes its events again from the outbox. Defaults to
+	// DefaultSagaStuckAfter.
+	SagaStuckAfter time.Duration
+	// SagaGiveUpAfter is how long an order may stay CREATED before idemd
+	// aborts its saga (when nothing was charged: the order is REJECTED)
+	// or reports it to an operator (when it was). Defaults to
+	// DefaultSagaGiveUpAfter; it must exceed SagaStuckAfter.
+	SagaGiveUpAfter time.Duration
+}
+
+// EmbeddedKafkaDir returns the embedded broker's log directory: KafkaDir, or
+// its default for the database.
+func (c Config) EmbeddedKafkaDir() string {
+	switch {
+	case c.KafkaDir != "":
+		return c.KafkaDir
+	case c.DB.Kind == SQLite:
+		return c.DB.Path + ".kafka"
+	}
+	return DefaultPostgresKafkaDir
 }
 
 // ConfigError is a configuration mistake: idemd exits with code 2.
@@ -75,8 +115,12 @@ var settings = []setting{
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight requests"},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
-	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica only), off (events stay in the outbox), or seed brokers host:port,host:port"},
+	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica per database), off (events stay in the outbox), or seed brokers host:port,host:port"},
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
+	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
+	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
+	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again"},
+	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator"},
 }
 
 // Usage describes the flags and environment variables.
@@ -151,7 +195,40 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := CheckTopic(cfg.KafkaTopic); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-topic"), err)
 	}
+	cfg.KafkaDir = strings.TrimSpace(*values["kafka-dir"])
+	cfg.KafkaEmbeddedAddr = strings.TrimSpace(*values["kafka-embedded-addr"])
+	if err := checkAddr(cfg.KafkaEmbeddedAddr); err != nil {
+		return Config{}, configErrorf("%s: %v", source("kafka-embedded-addr"), err)
+	}
+	if cfg.Kafka.Mode != KafkaEmbedded {
+		for _, name := range []string{"kafka-dir", "kafka-embedded-addr"} {
+			if src := source(name); src != "-"+name || isSet(fs, name) {
+				return Config{}, configErrorf("%s is only for -kafka embedded (-kafka is %s)", src, cfg.Kafka)
+			}
+		}
+	}
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+	}{{"saga-stuck-after", &cfg.SagaStuckAfter}, {"saga-give-up-after", &cfg.SagaGiveUpAfter}} {
+		v, err := time.ParseDuration(*values[d.name])
+		if err != nil || v <= 0 {
+			return Config{}, configErrorf("%s: %q is not a positive duration like 1m", source(d.name), *values[d.name])
+		}
+		*d.to = v
+	}
+	if cfg.SagaGiveUpAfter <= cfg.SagaStuckAfter {
+		return Config{}, configErrorf("%s (%s) must be longer than %s (%s)", source("saga-give-up-after"), cfg.SagaGiveUpAfter,
+			source("saga-stuck-after"), cfg.SagaStuckAfter)
+	}
 	return cfg, nil
+}
+
+// isSet reports whether flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // checkAddr accepts host:port with a numeric port.

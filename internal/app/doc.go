@@ -16,10 +16,20 @@
 //	POST /v1/orders                  create an order (Idempotency-Key required)
 //	GET  /v1/orders/{id}             read an order: status CREATED, then CONFIRMED (with
 //	                                 payment_id) or REJECTED, as the order saga advances
-//	GET  /v1/customers/{id}/summary  the projection: orders, total_amount, last_order_id
-//	                                 (404 before the first order arrives, 503 with -kafka off)
+//	GET  /v1/customers/{id}/summary  the projection: orders, pending, confirmed, rejected,
+//	                                 total_amount (confirmed orders only), last_order_id
+//	                                 (404 before the first event arrives, 503 with -kafka off)
 //	GET  /healthz                    {"status":"ok"} after pinging the database, else 503
 //	GET  /metrics                    Prometheus metrics
+//
+// The POST endpoints answer, before the idempotency middleware claims the
+// key (so the corrected request may reuse it): 415 when Content-Type is
+// missing or not JSON, and 413 body-too-large for a body over the
+// endpoint's limit (payments.MaxRequestBytes, orders.MaxRequestBytes: 64
+// KiB), one problem whatever the size, since each endpoint's middleware
+// has that limit as its MaxBodyBytes. Malformed (400) and invalid (422)
+// bodies are the key's stored outcome. A problem's detail never holds a
+// network or database error: those are logged.
 //
 // Principals: a request with "Authorization: Bearer <token>" belongs to the
 // principal identified by the token (any non-empty token is accepted: this
@@ -40,13 +50,22 @@
 //	POST /v1/orders -> customer_order row + OrderCreated.v1 in the outbox (one transaction)
 //	  -> outbox relay (outbox.Relay, idempotent producer) -> Kafka topic (-kafka-topic, idemd.orders)
 //	  -> consumer group idemd-order-projection (idemkafka.Consumer, inbox "order-projection")
-//	  -> customer_order_summary upsert, in the inbox's transaction
+//	  -> customer_order_summary upserts, in the inbox's transaction
 //
 // Each arrow is at-least-once and the next step deduplicates: a retried POST
 // is replayed by idemhttp, a republished event has the same ID, and the
-// inbox applies an event ID once. Event types other than OrderCreated.v1 are
-// applied as no-ops; unreadable payloads go to the dead-letter topic
-// (TOPIC.dlq). The summary is eventually consistent: it trails the order by
+// inbox applies an event ID once. The projection counts OrderCreated.v1
+// (orders), OrderConfirmed.v1 (confirmed, and its amount in total_amount)
+// and OrderRejected.v1 (rejected); pending is orders-confirmed-rejected,
+// never below 0. Each event only adds to its customer's counters, so the
+// events of an order may arrive in any order (republished from the outbox
+// after a broker lost data, say): the summary converges all the same.
+// Other event types are applied as no-ops; unreadable payloads go to the
+// dead-letter topic (TOPIC.dlq). The consumer uses a batch handler
+// (orders.ProjectionBatch): a partition batch's events are added up into
+// one delta per customer, applied in ascending customer_id order, so
+// replicas consuming other partitions lock the summary rows in one order
+// and never deadlock. The summary is eventually consistent: it trails the order by
 // the relay's latency and the consumer's. The relay is woken after each
 // order this process stores, and on PostgreSQL by LISTEN/NOTIFY after any
 // replica's; it also polls every second.
@@ -60,16 +79,21 @@
 //
 //	OrderCreated.v1    -> Start; step place-order (no effect, records the order ID);
 //	                      step charge-payment: a payment (provider idemd-saga, external
-//	                      id order-<id>) + payment_id on the order + PaymentCaptured.v1
-//	                      emitted with an ID derived from the step (saga.Emit, outbox)
+//	                      id order-<id>, status CAPTURED) + payment_id on the order +
+//	                      PaymentCaptured.v1 emitted with an ID derived from the step
+//	                      (saga.Emit, outbox)
 //	                   -> or, for an amount over 10000.0000, Abort: the charge is
 //	                      declined for good and never recorded (nothing to undo)
-//	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED; Complete
+//	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED + OrderConfirmed.v1
+//	                      (ID saga.EventID("order-<id>", "confirm-order", "")); Complete
 //	after an Abort     -> the compensator (after the batch's commit, at start-up and
 //	                      every 5s) compensates Compensating and Failed sagas:
-//	                      compensate:place-order sets status REJECTED (a Failed saga
-//	                      with a completed charge, which has no compensation, is
-//	                      left to an operator)
+//	                      compensate:place-order sets status REJECTED + OrderRejected.v1
+//	                      (ID saga.EventID("order-<id>", "compensate:place-order", ""))
+//	                      in its transaction (a Failed saga with a completed charge,
+//	                      which has no compensation, is left to an operator)
+//	OrderConfirmed.v1, -> no-ops (for the projection)
+//	OrderRejected.v1
 //
 // Nothing of a saga lives in memory: its state and steps are in the tables
 // saga and saga_step, so any replica, or a restarted idemd, continues it.

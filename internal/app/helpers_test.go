@@ -93,7 +93,7 @@ func dbCounter(t *testing.T, kind string) (string, func(table string) int) {
 func newEnv(t *testing.T, kind string) *env {
 	t.Helper()
 	dbArg, count := dbSetting(t, kind)
-	cfg, err := app.ParseConfig([]string{"-db", dbArg}, func(string) string { return "" })
+	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-kafka-dir", t.TempDir()}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

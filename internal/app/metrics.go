@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/orders"
 )
 
 // metrics are idemd's Prometheus metrics, in a registry of their own (no
@@ -25,6 +26,8 @@ type metrics struct {
 	deleted  *prometheus.CounterVec
 	lagSecs  prometheus.Gauge
 	events   *prometheus.CounterVec
+	stuck    *prometheus.CounterVec
+	operator prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -59,6 +62,17 @@ func newMetrics() *metrics {
 			Name: "idem_inbox_events_total",
 			Help: "Events the order projection's consumer handled, by result: applied, duplicate, dead_lettered.",
 		}, []string{"result"}),
+		stuck: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemd_order_watchdog_orders_total",
+			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED), operator (captured payment, order not moving).",
+		}, []string{"action"}),
+		operator: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemd_orders_needing_operator",
+			Help: "Orders with a captured payment that stayed CREATED past -saga-give-up-after, at the watchdog's last round.",
+		}),
+	}
+	for _, r := range []string{"redriven", "aborted", "operator"} {
+		m.stuck.WithLabelValues(r)
 	}
 	for _, r := range []string{"applied", "duplicate", "dead_lettered"} {
 		m.events.WithLabelValues(r)
@@ -69,7 +83,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeStoreError; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events, m.stuck, m.operator,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -95,6 +109,13 @@ func (m *metrics) sweep(rep cleanup.Report) {
 }
 
 // lag is outbox's RelayConfig.OnLag.
+func (m *metrics) watchdog(s orders.WatchdogStats) {
+	m.stuck.WithLabelValues("redriven").Add(float64(s.Stuck))
+	m.stuck.WithLabelValues("aborted").Add(float64(s.Aborted))
+	m.stuck.WithLabelValues("operator").Add(float64(s.Operator))
+	m.operator.Set(float64(s.Operator))
+}
+
 func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
 
 // batch is idemkafka's ConsumerConfig.OnBatch.

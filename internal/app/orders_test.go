@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,9 @@ func serve(t *testing.T, kind string, args ...string) *served {
 // serveOn serves on the database of dbArg (replicas share one).
 func serveOn(t *testing.T, dbArg string, count func(string) int, args ...string) *served {
 	t.Helper()
+	if !slices.Contains(args, "-kafka") {
+		args = append(args, "-kafka-dir", t.TempDir())
+	}
 	cfg, err := app.ParseConfig(append([]string{"-db", dbArg, "-cleanup", "off"}, args...), envOf(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -87,23 +91,34 @@ func orderBody(customer int, amount string) string {
 	return fmt.Sprintf(`{"customer_id":%d,"amount":%q,"items":[{"sku":"A-1","quantity":2}]}`, customer, amount)
 }
 
-// waitSummary polls the customer's summary until it shows orders orders,
-// for up to 10s, and returns it.
-func (s *served) waitSummary(customer, orders int) map[string]any {
+// summaryCounts formats the counters of a summary as waitSummary compares
+// them.
+func summaryCounts(m map[string]any) string {
+	return fmt.Sprintf("orders=%v pending=%v confirmed=%v rejected=%v total_amount=%v",
+		m["orders"], m["pending"], m["confirmed"], m["rejected"], m["total_amount"])
+}
+
+// waitSummary polls the customer's summary until its counters are want
+// (as summaryCounts formats them), for up to 10s, and returns it.
+func (s *served) waitSummary(customer int, want string) map[string]any {
 	s.t.Helper()
 	path := fmt.Sprintf("/v1/customers/%d/summary", customer)
 	var last response
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		last = s.do(http.MethodGet, path, "", "")
 		if last.status == http.StatusOK {
-			if m := last.json(s.t); m["orders"] == float64(orders) {
+			m := last.json(s.t)
+			if p, _ := m["pending"].(float64); p < 0 {
+				s.t.Fatalf("GET %s: negative pending: %s", path, last.body)
+			}
+			if summaryCounts(m) == want {
 				return m
 			}
 		} else if last.status != http.StatusNotFound {
 			s.t.Fatalf("GET %s: %d %s", path, last.status, last.body)
 		}
 	}
-	s.t.Fatalf("GET %s: no summary with %d orders within 10s; last %d %s", path, orders, last.status, last.body)
+	s.t.Fatalf("GET %s: no summary with %s within 10s; last %d %s", path, want, last.status, last.body)
 	return nil
 }
 
@@ -140,19 +155,23 @@ func TestOrdersEndToEnd(t *testing.T) {
 			if got["amount"] != "19.9000" || got["created_at"] != o["created_at"] || got["payment_id"] == nil {
 				t.Errorf("GET order: %v", got)
 			}
-			if n := s.count("outbox"); n != 2 {
-				t.Errorf("%d outbox rows, want 2", n)
+			// OrderCreated.v1, PaymentCaptured.v1 and OrderConfirmed.v1
+			// (emitted with the status).
+			if n := s.count("outbox"); n != 3 {
+				t.Errorf("%d outbox rows, want 3", n)
 			}
-			sum := s.waitSummary(42, 1)
-			if sum["customer_id"] != float64(42) || sum["total_amount"] != "19.9000" || sum["last_order_id"] != id {
-				t.Errorf("summary %v", sum)
+			s.waitSummary(42, "orders=1 pending=0 confirmed=1 rejected=0 total_amount=19.9000")
+			want := `{"customer_id":42,"orders":1,"pending":0,"confirmed":1,"rejected":0,"total_amount":"19.9000","last_order_id":"` + id + `"}` + "\n"
+			if r := s.do(http.MethodGet, "/v1/customers/42/summary", "", ""); r.status != http.StatusOK || string(r.body) != want {
+				t.Errorf("summary: %d %s, want %s", r.status, r.body, want)
 			}
 			// The consumer reports the applied events (OrderCreated.v1,
-			// and PaymentCaptured.v1 as a no-op) once its offsets are
-			// committed, just after the projection's commit.
+			// OrderConfirmed.v1, and PaymentCaptured.v1 as a no-op) once
+			// its offsets are committed, just after the projection's
+			// commit.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				m := string(s.do(http.MethodGet, "/metrics", "", "").body)
-				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 2`+"\n") && strings.Contains(m, "idem_outbox_lag_seconds ") {
+				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 3`+"\n") && strings.Contains(m, "idem_outbox_lag_seconds ") {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -190,15 +209,12 @@ func TestOrdersConcurrentSummaries(t *testing.T) {
 			}
 			wg.Wait()
 			for customer, total := range totals {
-				sum := s.waitSummary(customer, n/2)
-				if sum["total_amount"] != total.StringFixed(4) {
-					t.Errorf("customer %d: total %v, want %s", customer, sum["total_amount"], total.StringFixed(4))
-				}
+				s.waitSummary(customer, fmt.Sprintf("orders=%d pending=0 confirmed=%d rejected=0 total_amount=%s", n/2, n/2, total.StringFixed(4)))
 			}
-			// Each consumer applies the n OrderCreated.v1 and the n
-			// PaymentCaptured.v1 of the saga once.
-			s.waitCount(consumerEvents(app.ProjectionInbox), 2*n)
-			s.waitCount(consumerEvents(app.SagaInbox), 2*n)
+			// Each consumer applies the n OrderCreated.v1, and the n
+			// PaymentCaptured.v1 and n OrderConfirmed.v1 of the saga once.
+			s.waitCount(consumerEvents(app.ProjectionInbox), 3*n)
+			s.waitCount(consumerEvents(app.SagaInbox), 3*n)
 			s.waitCount("payment WHERE payment_provider = 'idemd-saga'", n)
 		})
 	}
@@ -272,12 +288,10 @@ func TestOrdersReplicas(t *testing.T) {
 	}
 	wg.Wait()
 	for _, r := range replicas {
-		if sum := r.waitSummary(5, n); sum["total_amount"] != "10.0000" {
-			t.Errorf("summary %v", sum)
-		}
+		r.waitSummary(5, fmt.Sprintf("orders=%d pending=0 confirmed=%d rejected=0 total_amount=10.0000", n, n))
 	}
-	replicas[0].waitCount(consumerEvents(app.ProjectionInbox), 2*n)
-	replicas[0].waitCount(consumerEvents(app.SagaInbox), 2*n)
+	replicas[0].waitCount(consumerEvents(app.ProjectionInbox), 3*n)
+	replicas[0].waitCount(consumerEvents(app.SagaInbox), 3*n)
 	replicas[0].waitCount("customer_order WHERE status = 'CONFIRMED'", n)
 	replicas[0].waitCount("payment", n)
 }

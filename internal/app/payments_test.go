@@ -191,9 +191,14 @@ func TestValidation(t *testing.T) {
 						t.Errorf("errors %v, want field %s first", errs, tt.field)
 					}
 				}
-				// A rejection is a deterministic outcome: replayed for the same key.
+				// A rejection is a deterministic outcome: replayed for the
+				// same key; but a 415 is answered before the key is claimed.
 				again := e.post(key, tt.body, hdr...)
-				if again.status != r.status || !bytes.Equal(again.body, r.body) || again.header.Get("Idempotent-Replayed") != "true" {
+				replayed := "true"
+				if tt.status == http.StatusUnsupportedMediaType {
+					replayed = ""
+				}
+				if again.status != r.status || !bytes.Equal(again.body, r.body) || again.header.Get("Idempotent-Replayed") != replayed {
 					t.Errorf("retry: %d %s, want the stored %d", again.status, again.body, r.status)
 				}
 			})

@@ -2,12 +2,9 @@ package app
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver"
@@ -34,49 +31,50 @@ const (
 	// EmbeddedPartitions is the partition count of the topic the embedded
 	// broker creates.
 	EmbeddedPartitions = 3
+	// ConsumerSessionTimeout is the consumers' group session timeout: the
+	// partitions of a replica that died move to the others after it.
+	ConsumerSessionTimeout = 6 * time.Second
 )
 
 // pipeline sets up the order events' way to the projection: the embedded
 // broker if configured, the relay (outbox -> Kafka) and the consumer
 // (Kafka -> inbox -> projection). Serve runs them. On error it closes
 // what it started (but not the database).
-func pipeline[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) error {
+func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	var (
 		seeds []string
-		extra []kgo.Opt // of the consumer
+		extra = []kgo.Opt{ // of the consumers
+			// A replica that dies loses its partitions to the others
+			// within the session timeout (kgo's default is 45 s).
+			kgo.SessionTimeout(ConsumerSessionTimeout),
+			kgo.HeartbeatInterval(ConsumerSessionTimeout / 6),
+		}
 	)
 	switch a.cfg.Kafka.Mode {
 	case KafkaOff:
 		a.kafka = KafkaOff
 		return nil
 	case KafkaEmbedded:
-		opts := []kfake.Opt{
-			kfake.NumBrokers(1),
-			kfake.SeedTopics(EmbeddedPartitions, a.cfg.KafkaTopic),
-			kfake.SeedTopics(1, a.cfg.KafkaTopic+idemkafka.DeadLetterSuffix),
-		}
-		if a.cfg.DB.Kind == SQLite {
-			// The broker's log survives a restart, so events published
-			// but not yet consumed are not lost with it.
-			opts = append(opts, kfake.DataDir(a.cfg.DB.Path+".kafka"))
-		}
-		broker, err := kfake.NewCluster(opts...)
+		identity, err := st.identity(ctx)
 		if err != nil {
-			return fmt.Errorf("start the embedded broker: %w", err)
+			return err
 		}
-		seeds = broker.ListenAddrs()
-		a.kafka = KafkaEmbedded + " (" + strings.Join(seeds, ",") + ")"
-		dir := "memory"
-		if a.cfg.DB.Kind == SQLite {
-			dir = filepath.Clean(a.cfg.DB.Path + ".kafka")
+		broker, err := startEmbedded(ctx, a, drv, identity)
+		if err != nil {
+			return err
 		}
-		a.started = []any{"kafka", "embedded", "addr", strings.Join(seeds, ","), "log", dir,
-			"topic", a.cfg.KafkaTopic, "partitions", EmbeddedPartitions}
+		seeds = broker.cluster.ListenAddrs()
+		a.kafka = KafkaEmbedded + " (" + strings.Join(seeds, ",") + ", log " + broker.dir + ")"
+		a.started = []any{"kafka", "embedded", "addr", strings.Join(seeds, ","), "log", broker.dir,
+			"new_log", broker.fresh, "topic", a.cfg.KafkaTopic, "partitions", EmbeddedPartitions}
 		// A broker restored from its log may not wake a waiting fetch
 		// on new records: poll it often (it is in-process).
 		extra = append(extra, kgo.FetchMaxWait(500*time.Millisecond))
 		closeDB := a.close
-		a.close = func() { broker.Close(); closeDB() }
+		a.close = func() {
+			broker.close()
+			closeDB()
+		}
 	default:
 		seeds = a.cfg.Kafka.Seeds()
 		a.kafka = a.cfg.Kafka.String()
@@ -94,9 +92,11 @@ func pipeline[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	closeRest := a.close
 	a.close = func() { pub.Close(); closeRest() }
 	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag}
-	if _, err := outbox.NewRelay(drv, pub, &relayCfg); err != nil {
+	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
+	if err != nil {
 		return err
 	}
+	a.flush = flusher.RunOnce
 	a.relay = func(ctx context.Context) error {
 		cfg := relayCfg
 		cfg.Wake = a.enqueued // this process's orders
@@ -120,13 +120,18 @@ func pipeline[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 		return err
 	}
 	consumer, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[TTx]{
-		Seeds:     seeds,
-		Group:     ProjectionGroup,
-		Topics:    []string{a.cfg.KafkaTopic},
-		Handler:   orders.Projection(st.orders),
-		Logger:    a.log,
-		OnBatch:   a.metrics.batch,
-		ExtraOpts: extra,
+		Seeds:  seeds,
+		Group:  ProjectionGroup,
+		Topics: []string{a.cfg.KafkaTopic},
+		// One delta per customer per partition batch, applied in
+		// ascending customer ID order: replicas consuming other
+		// partitions lock the summary rows in the same order, so their
+		// transactions never deadlock. (BatchHandler replaces Handler:
+		// a failing batch is retried one event at a time.)
+		BatchHandler: orders.ProjectionBatch(st.orders),
+		Logger:       a.log,
+		OnBatch:      a.metrics.batch,
+		ExtraOpts:    extra,
 	})
 	if err != nil {
 		return err
@@ -175,6 +180,29 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 	if err != nil {
 		return err
 	}
+	wd, err := orders.NewWatchdog(drv, ps, st.stale, orders.WatchdogConfig{
+		StuckAfter:  a.cfg.SagaStuckAfter,
+		GiveUpAfter: a.cfg.SagaGiveUpAfter,
+		OnRound: func(s orders.WatchdogStats) {
+			a.metrics.watchdog(s)
+			if s.Redriven > 0 || s.Aborted > 0 {
+				select { // publish now, not at the next poll
+				case a.enqueued <- struct{}{}:
+				default:
+				}
+			}
+			if s.Aborted > 0 {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}, a.log)
+	if err != nil {
+		return err
+	}
+	a.watchdog = wd.Run
 	a.saga = func(ctx context.Context) error {
 		cctx, cancel := context.WithCancel(ctx)
 		compensated := make(chan struct{})

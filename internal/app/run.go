@@ -18,6 +18,9 @@ const startTimeout = 30 * time.Second
 // prints one line saying where it listens, serves until ctx is done (the
 // signal), drains and closes. It returns the process exit code.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "outbox" {
+		return runOutbox(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := ParseConfig(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = fmt.Fprint(stdout, Usage())
@@ -29,24 +32,32 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := newLogger(cfg.LogFormat, stderr)
 
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
-	a, err := New(sctx, cfg, log)
-	cancel()
-	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
-		return 1
-	}
-	defer a.Close()
+	// Listen first: a port in use fails before anything starts.
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1
 	}
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	a, err := New(sctx, cfg, log)
+	cancel()
+	if err != nil {
+		_ = ln.Close()
+		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return 2
+		}
+		return 1
+	}
 	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s and kafka %s\n", ln.Addr(), cfg.DB, a.Kafka())
-	if err := a.Serve(ctx, ln); err != nil {
+	err = a.Serve(ctx, ln)
+	a.Close()
+	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1
 	}
+	log.Info("shutdown: Kafka client, embedded broker and database closed")
 	return 0
 }
 

@@ -72,7 +72,7 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-var listenRe = regexp.MustCompile(`^idemd listening on (http://\S+) with database (\S+) and kafka (embedded \(127\.0\.0\.1:\d+\)|off|\S+)\n$`)
+var listenRe = regexp.MustCompile(`^idemd listening on (http://\S+) with database (\S+) and kafka (embedded \(127\.0\.0\.1:\d+, log [^)]+\)|off|\S+)\n$`)
 
 // Cancelling Run's context (the signal) lets an in-flight request finish,
 // then Run returns 0.
@@ -180,6 +180,7 @@ func TestRunSweepsExpiredRecords(t *testing.T) {
 	for i, key := range []string{"expired", "live"} {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody("ext-sweep-"+key)))
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

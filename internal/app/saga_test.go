@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/orders"
+	"github.com/idemkit/idem/saga"
 )
 
 // consumerEvents is the "table" of the processed events of one inbox
@@ -113,7 +115,7 @@ func TestOrderSaga(t *testing.T) {
 				t.Fatalf("GET payment %q: %d %s", payID, pay.status, pay.body)
 			}
 			if p := pay.json(t); p["provider"] != "idemd-saga" || p["external_payment_id"] != "order-"+okID ||
-				p["amount"] != "19.9000" || p["customer_id"] != float64(42) {
+				p["amount"] != "19.9000" || p["customer_id"] != float64(42) || p["status"] != "CAPTURED" {
 				t.Errorf("payment %v", p)
 			}
 			rejected := s.waitStatus(bigID, "REJECTED")
@@ -132,6 +134,8 @@ func TestOrderSaga(t *testing.T) {
 					"saga WHERE saga_id = 'order-" + okID + "' AND state = 'completed'",
 					"saga WHERE saga_id = 'order-" + bigID + "' AND state = 'compensated'",
 					"saga_step", "outbox",
+					"outbox WHERE event_type = 'OrderConfirmed.v1' AND event_id = '" + saga.EventID("order-"+okID, orders.StepConfirm, "").String() + "'",
+					"outbox WHERE event_type = 'OrderRejected.v1' AND event_id = '" + saga.EventID("order-"+bigID, saga.CompensationName(orders.StepPlace), "").String() + "'",
 				} {
 					fmt.Fprintf(&b, "%s: %d\n", q, count(q))
 				}
@@ -149,7 +153,11 @@ func TestOrderSaga(t *testing.T) {
 				// place-order, charge-payment, confirm-order; place-order,
 				// compensate:place-order
 				"saga_step: 5\n" +
-				"outbox: 3\n"
+				// OrderCreated.v1 twice, PaymentCaptured.v1,
+				// OrderConfirmed.v1, OrderRejected.v1
+				"outbox: 5\n" +
+				"outbox WHERE event_type = 'OrderConfirmed.v1' AND event_id = '" + saga.EventID("order-"+okID, orders.StepConfirm, "").String() + "': 1\n" +
+				"outbox WHERE event_type = 'OrderRejected.v1' AND event_id = '" + saga.EventID("order-"+bigID, saga.CompensationName(orders.StepPlace), "").String() + "': 1\n"
 			got := ""
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if got = state(); got == want {
@@ -159,14 +167,14 @@ func TestOrderSaga(t *testing.T) {
 			if got != want {
 				t.Fatalf("state:\n%swant:\n%s", got, want)
 			}
-			s.waitCount(consumerEvents(app.SagaInbox), 3)
+			s.waitCount(consumerEvents(app.SagaInbox), 5)
 
 			// Deliver every event again, and make the saga's inbox forget
 			// them: the saga's steps (and the payment's UNIQUE constraint)
 			// must absorb the repeats by themselves.
 			exec("DELETE FROM " + consumerEvents(app.SagaInbox))
 			exec("UPDATE outbox SET published_at = NULL")
-			s.waitCount(consumerEvents(app.SagaInbox), 3)
+			s.waitCount(consumerEvents(app.SagaInbox), 5)
 			s.waitCount("outbox WHERE published_at IS NULL", 0)
 			if got := state(); got != want {
 				t.Errorf("after the redelivery:\n%swant:\n%s", got, want)
@@ -174,9 +182,57 @@ func TestOrderSaga(t *testing.T) {
 			if r := s.do(http.MethodGet, "/v1/orders/"+okID, "", ""); r.json(t)["status"] != "CONFIRMED" || r.json(t)["payment_id"] != payID {
 				t.Errorf("after the redelivery: %s", r.body)
 			}
-			// The projection dropped the copies (its inbox kept them).
-			if sum := s.waitSummary(42, 2); sum["total_amount"] != "10019.9001" {
-				t.Errorf("summary %v", sum)
+			// The projection dropped the copies (its inbox kept them); the
+			// rejected order is not in the total.
+			s.waitSummary(42, "orders=2 pending=0 confirmed=1 rejected=1 total_amount=19.9000")
+		})
+	}
+}
+
+// The summary counts outcomes: confirmed and rejected orders, the total of
+// the confirmed ones only, pending the others; republishing every event
+// (an operator recovering a broker's lost data) changes nothing.
+func TestOrderSummaryOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.Postgres, app.SQLite} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dbArg, count := dbCounter(t, kind)
+			exec := dbExecer(t, dbArg)
+			s := serveOn(t, dbArg, count)
+			posts := []struct {
+				customer int
+				amount   string
+			}{
+				{9, "19.90"}, {9, "10000.0001"}, {9, "5"}, {10, "20000"}, {9, "20000"}, {9, "0.0001"},
+			}
+			for i, o := range posts {
+				if r := s.do(http.MethodPost, "/v1/orders", fmt.Sprint("k-", i), orderBody(o.customer, o.amount)); r.status != http.StatusCreated {
+					t.Fatalf("POST %d: %d %s", i, r.status, r.body)
+				}
+			}
+			want9 := "orders=5 pending=0 confirmed=3 rejected=2 total_amount=24.9001"
+			want10 := "orders=1 pending=0 confirmed=0 rejected=1 total_amount=0.0000"
+			s.waitSummary(9, want9)
+			s.waitSummary(10, want10)
+			// 3 confirmed orders: OrderCreated.v1, PaymentCaptured.v1,
+			// OrderConfirmed.v1; 3 rejected: OrderCreated.v1,
+			// OrderRejected.v1.
+			const events = 3*3 + 3*2
+			s.waitCount("outbox", events)
+			s.waitCount("outbox WHERE event_type = 'OrderConfirmed.v1'", 3)
+			s.waitCount("outbox WHERE event_type = 'OrderRejected.v1'", 3)
+			s.waitCount(consumerEvents(app.ProjectionInbox), events)
+			s.waitCount("payment WHERE status = 'CAPTURED'", 3)
+
+			exec("UPDATE outbox SET published_at = NULL")
+			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			s.waitCount(consumerEvents(app.SagaInbox), events)
+			time.Sleep(300 * time.Millisecond) // the copies reach the projection, which drops them
+			s.waitSummary(9, want9)
+			s.waitSummary(10, want10)
+			if n := count(consumerEvents(app.ProjectionInbox)); n != events {
+				t.Errorf("the projection processed %d events, want %d", n, events)
 			}
 		})
 	}

@@ -11,13 +11,22 @@ import (
 	"time"
 )
 
-// Serve serves on ln until ctx is done, then shuts down gracefully: it stops
-// accepting, waits up to Config.ShutdownTimeout for in-flight requests,
-// then stops the outbox relay, the projection's consumer and the order
-// saga's consumer (which finish their batch in flight and commit their
-// offsets), and returns. It
-// also runs the retention sweep on Config.Cleanup's schedule. It does not
-// close the database or the embedded broker (Close does, afterwards).
+// Serve serves on ln until ctx is done, then shuts down in this order,
+// logging each step, all within Config.ShutdownTimeout:
+//
+//  1. stop accepting connections and wait for the requests in flight;
+//  2. stop the outbox relay and publish what is left in the outbox (the
+//     events of the requests just finished), so nothing waits for the next
+//     start;
+//  3. stop the consumers (the projection, the order saga and its
+//     compensator, the stuck-order watchdog): each finishes the batch in
+//     flight and commits its offsets;
+//  4. publish what their last batches enqueued.
+//
+// It also runs the retention sweep on Config.Cleanup's schedule. It does
+// not close the database or the embedded broker: Close does, afterwards.
+// An event left unpublished by a timeout is not lost: it stays in the
+// outbox for the next start.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.handler,
@@ -29,8 +38,13 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	stopWorkers := a.startWorkers(ctx)
-	defer stopWorkers()
+	// Their context is not ctx: they must outlive the HTTP drain (a
+	// request in flight may still enqueue an event).
+	relay := a.startWorkers(ctx, worker{"outbox relay", a.relay})
+	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume},
+		worker{"order saga consumer", a.saga}, worker{"stuck order watchdog", a.watchdog})
+	defer consumers.stop()
+	defer relay.stop()
 	if a.sweep != nil {
 		// Stops with ctx, or when Serve returns (its server failed); a
 		// sweep in progress stops within one statement.
@@ -49,7 +63,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
+	start := time.Now()
+	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", a.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
@@ -60,37 +75,79 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", a.cfg.ShutdownTimeout, err)
 	}
-	stopWorkers()
-	a.log.Info("stopped")
+	relay.stop()
+	a.log.Info("shutdown: 2/4 requests done, relay stopped; publishing what is left in the outbox", "elapsed", since(start))
+	a.flushOutbox(sctx)
+	a.log.Info("shutdown: 3/4 stopping the consumers (each commits its batch in flight)", "elapsed", since(start))
+	consumers.stop()
+	a.log.Info("shutdown: 4/4 consumers stopped; publishing the events of their last batches", "elapsed", since(start))
+	a.flushOutbox(sctx)
+	a.log.Info("stopped", "elapsed", since(start))
 	return nil
 }
 
-// startWorkers runs the outbox relay, the projection's consumer and the
-// order saga's consumer (with its compensator), if any, until the returned function is called; it waits for them to stop.
-// Their context is not ctx: they must outlive the HTTP drain (a request
-// in flight may still enqueue an event).
-func (a *App) startWorkers(ctx context.Context) (stop func()) {
+func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+
+// flushOutbox publishes the outbox until it is empty (for this relay: rows
+// another replica's relay holds are its own), ctx ends, or a batch fails.
+func (a *App) flushOutbox(ctx context.Context) {
+	if a.flush == nil {
+		return
+	}
+	total := 0
+	for ctx.Err() == nil {
+		n, err := a.flush(ctx)
+		total += n
+		if err != nil {
+			a.log.Warn("shutdown: outbox flush stopped; the rest is published at the next start", "published", total, "err", err)
+			return
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		a.log.Warn("shutdown: timeout while flushing the outbox; the rest is published at the next start", "published", total)
+		return
+	}
+	a.log.Info("shutdown: outbox flushed", "published", total)
+}
+
+// worker is a named background loop; run is nil when it is not configured.
+type worker struct {
+	name string
+	run  func(context.Context) error
+}
+
+// workers runs a group of workers until stop.
+type workers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// startWorkers runs ws until the group's stop is called.
+func (a *App) startWorkers(ctx context.Context, ws ...worker) *workers {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	for _, w := range []struct {
-		name string
-		run  func(context.Context) error
-	}{{"outbox relay", a.relay}, {"order projection consumer", a.consume}, {"order saga consumer", a.saga}} {
+	g := &workers{cancel: cancel}
+	for _, w := range ws {
 		if w.run == nil {
 			continue
 		}
 		a.log.Info(w.name+" started", a.started...)
-		wg.Go(func() {
+		g.wg.Go(func() {
 			if err := w.run(wctx); err != nil && wctx.Err() == nil {
 				a.log.Error(w.name+" stopped", "err", err)
 			}
 		})
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-		})
-	}
+	return g
+}
+
+// stop cancels the group and waits for its workers; it may be called again.
+func (g *workers) stop() {
+	g.once.Do(func() {
+		g.cancel()
+		g.wg.Wait()
+	})
 }

@@ -1,9 +1,11 @@
 package orders
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -34,21 +36,115 @@ func CreatedEvent(o Order) (event.Envelope, error) {
 	})
 }
 
-// Projection returns the consumer handler of the customer summary: it
-// applies OrderCreated.v1 events through tx and ignores (applies as a
-// no-op) every other type, so new event types never stall the partition.
-// A payload it cannot read is poison: dead-lettered at once.
+// OrderOutcome is the payload of the OrderConfirmed.v1 and
+// OrderRejected.v1 events.
+type OrderOutcome struct {
+	OrderID    int64  `json:"order_id"`
+	CustomerID int64  `json:"customer_id"`
+	Amount     string `json:"amount"` // decimal string, AmountScale digits
+}
+
+// OutcomeEvent returns the envelope of type typ (EventOrderConfirmed or
+// EventOrderRejected) of o, keyed by the order ID like OrderCreated.v1.
+// Its ID is random: the saga replaces it with a derived one (saga.Emit).
+func OutcomeEvent(typ string, o Order) (event.Envelope, error) {
+	return event.New(typ, strconv.FormatInt(o.ID, 10), OrderOutcome{
+		OrderID:    o.ID,
+		CustomerID: o.CustomerID,
+		Amount:     o.Amount.StringFixed(AmountScale),
+	})
+}
+
+// Projection returns the per-event consumer handler of the customer
+// summary: ProjectionBatch with one event.
 func Projection[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx, e event.Envelope) error {
+	batch := ProjectionBatch(store)
 	return func(ctx context.Context, tx TTx, e event.Envelope) error {
-		if e.Type != EventOrderCreated {
-			return nil
-		}
-		oc, _, err := decodeCreated(e)
-		if err != nil {
+		return batch(ctx, tx, []event.Envelope{e})
+	}
+}
+
+// ProjectionBatch returns the batch consumer handler of the customer
+// summary (idemkafka.ConsumerConfig.BatchHandler): it adds up the events
+// into one SummaryDelta per customer (Deltas) and applies them through tx
+// with Store.Apply, in ascending customer ID order, so two transactions
+// (two replicas' partition batches) lock the same summary rows in the
+// same order and never deadlock. Event types other than OrderCreated.v1,
+// OrderConfirmed.v1 and OrderRejected.v1 are ignored (applied as no-ops),
+// so new event types never stall the partition. A payload it cannot read
+// is poison: dead-lettered at once (after the consumer's one-at-a-time
+// retry of the batch).
+func ProjectionBatch[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx, events []event.Envelope) error {
+	return func(ctx context.Context, tx TTx, events []event.Envelope) error {
+		deltas, err := Deltas(events)
+		if err != nil || len(deltas) == 0 {
 			return err
 		}
-		return store.ApplyCreated(ctx, tx, oc)
+		return store.Apply(ctx, tx, deltas)
 	}
+}
+
+// Deltas adds up what events contribute to the summaries, one delta per
+// customer, sorted by customer ID:
+//
+//	OrderCreated.v1   -> orders + 1
+//	OrderConfirmed.v1 -> confirmed + 1, total_amount + amount
+//	OrderRejected.v1  -> rejected + 1
+//
+// and every one of them last_order_id = greatest(last_order_id, order_id).
+// Additions commute, so the summary is the same whatever order an order's
+// events arrive in (a republished old event, partitions consumed at
+// different speeds). Other event types are skipped; an unreadable payload
+// of a known type is poison (ErrPoison).
+func Deltas(events []event.Envelope) ([]SummaryDelta, error) {
+	byCustomer := map[int64]*SummaryDelta{}
+	for _, e := range events {
+		var (
+			orderID, customerID int64
+			add                 func(d *SummaryDelta)
+		)
+		switch e.Type {
+		case EventOrderCreated:
+			oc, _, err := decodeCreated(e)
+			if err != nil {
+				return nil, err
+			}
+			orderID, customerID = oc.OrderID, oc.CustomerID
+			add = func(d *SummaryDelta) { d.Orders++ }
+		case EventOrderConfirmed, EventOrderRejected:
+			oo, amount, err := decodeOutcome(e)
+			if err != nil {
+				return nil, err
+			}
+			orderID, customerID = oo.OrderID, oo.CustomerID
+			if e.Type == EventOrderConfirmed {
+				add = func(d *SummaryDelta) { d.Confirmed++; d.ConfirmedAmount = d.ConfirmedAmount.Add(amount) }
+			} else {
+				add = func(d *SummaryDelta) { d.Rejected++ }
+			}
+		default:
+			continue
+		}
+		d := byCustomer[customerID]
+		if d == nil {
+			d = &SummaryDelta{CustomerID: customerID}
+			byCustomer[customerID] = d
+		}
+		add(d)
+		d.LastOrderID = max(d.LastOrderID, orderID)
+	}
+	out := make([]SummaryDelta, 0, len(byCustomer))
+	for _, d := range byCustomer {
+		out = append(out, *d)
+	}
+	SortDeltas(out)
+	return out, nil
+}
+
+// SortDeltas sorts deltas by ascending customer ID, the order in which the
+// stores lock the summary rows.
+func SortDeltas(deltas []SummaryDelta) {
+	slices.SortFunc(deltas, func(a, b SummaryDelta) int { return cmp.Compare(a.CustomerID, b.CustomerID) })
 }
 
 // decodeCreated reads the payload of an OrderCreated.v1 event; an
@@ -63,6 +159,20 @@ func decodeCreated(e event.Envelope) (OrderCreated, decimal.Decimal, error) {
 		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
 	}
 	return oc, amount, nil
+}
+
+// decodeOutcome reads the payload of an OrderConfirmed.v1 or
+// OrderRejected.v1 event; an unreadable one is poison (ErrPoison).
+func decodeOutcome(e event.Envelope) (OrderOutcome, decimal.Decimal, error) {
+	var oo OrderOutcome
+	if err := json.Unmarshal(e.Payload, &oo); err != nil {
+		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", idemkafka.ErrPoison, e.Type, e.ID, err)
+	}
+	amount, err := decimal.NewFromString(oo.Amount)
+	if err != nil || oo.OrderID <= 0 || oo.CustomerID <= 0 || !amount.IsPositive() {
+		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+	}
+	return oo, amount, nil
 }
 
 // TimeFormat is the format of times in responses and events: RFC 3339 in

@@ -38,13 +38,15 @@ func NewHandler[TTx any](store Store[TTx], drv driver.Driver[TTx], projection bo
 // Create is POST /v1/orders: the order and its OrderCreated.v1 event in
 // the middleware's transaction, then 201 with the order.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !apijson.IsJSON(ct) {
-		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
-			"Unsupported media type", "Send the order as application/json.")
+	if !apijson.IsJSON(r.Header.Get("Content-Type")) { // as apijson.RequireJSON, in front of the middleware
+		apijson.WriteUnsupportedMediaType(w, "order")
 		return
 	}
 	no, err := DecodeCreate(r.Body)
 	if err != nil {
+		if cause := errors.Unwrap(err); cause != nil && r.Context().Err() == nil {
+			h.log.InfoContext(r.Context(), "orders: request body unreadable", "method", r.Method, "path", r.URL.Path, "err", cause)
+		}
 		apijson.WriteRequestError(w, err, "Invalid order")
 		return
 	}
@@ -97,9 +99,10 @@ func (h *Handler[TTx]) Get(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Summary is GET /v1/customers/{id}/summary: the projection's row, 404
-// before the customer's first order reached it, 503 when the projection
-// does not run.
+// Summary is GET /v1/customers/{id}/summary: the projection's row (orders,
+// pending, confirmed, rejected, total_amount of the confirmed orders,
+// last_order_id), 404 before the customer's first event reached it, 503
+// when the projection does not run.
 func (h *Handler[TTx]) Summary(w http.ResponseWriter, r *http.Request) {
 	if !h.projection {
 		problem.WriteError(w, http.StatusServiceUnavailable, "", "Projection off",
@@ -124,6 +127,9 @@ func (h *Handler[TTx]) Summary(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, summaryJSON{
 			CustomerID:  s.CustomerID,
 			Orders:      s.Orders,
+			Pending:     s.Pending(),
+			Confirmed:   s.Confirmed,
+			Rejected:    s.Rejected,
 			TotalAmount: s.TotalAmount.StringFixed(AmountScale),
 			LastOrderID: strconv.FormatInt(s.LastOrderID, 10),
 		})
@@ -141,9 +147,15 @@ type orderJSON struct {
 	PaymentID string `json:"payment_id,omitempty"`
 }
 
+// summaryJSON is a customer's summary: orders created, of which pending
+// (orders - confirmed - rejected, never below 0), confirmed and rejected;
+// total_amount sums the confirmed orders only.
 type summaryJSON struct {
 	CustomerID  int64  `json:"customer_id"`
 	Orders      int64  `json:"orders"`
+	Pending     int64  `json:"pending"`
+	Confirmed   int64  `json:"confirmed"`
+	Rejected    int64  `json:"rejected"`
 	TotalAmount string `json:"total_amount"`
 	LastOrderID string `json:"last_order_id"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -59,9 +60,16 @@ type PaymentCaptured struct {
 //	OrderCreated.v1    -> Start, step place-order, then step charge-payment
 //	                      (payment + PaymentCaptured.v1 in the outbox), or,
 //	                      above PaymentLimit, Abort (the charge failed for good)
-//	PaymentCaptured.v1 -> step confirm-order (CONFIRMED), Complete
+//	PaymentCaptured.v1 -> step confirm-order (CONFIRMED + OrderConfirmed.v1
+//	                      in the outbox), Complete
 //	after an Abort     -> Compensate (RunCompensator): compensate:place-order
-//	                      sets REJECTED
+//	                      sets REJECTED (+ OrderRejected.v1 in the outbox)
+//	OrderConfirmed.v1, OrderRejected.v1 -> ignored (for the projection)
+//
+// OrderConfirmed.v1 has the ID saga.EventID("order-<id>", "confirm-order",
+// "") and OrderRejected.v1 saga.EventID("order-<id>",
+// "compensate:place-order", ""), so a step that runs again re-emits the
+// same event, which the outbox drops.
 //
 // Every step runs once per saga (saga.Step), every event once per
 // consumer (the inbox), and the payment exists once per order (UNIQUE
@@ -91,6 +99,8 @@ func (p *PaymentSaga[TTx]) Handle(ctx context.Context, tx TTx, e event.Envelope)
 		return p.onCreated(ctx, tx, e)
 	case EventPaymentCaptured:
 		return p.onCaptured(ctx, tx, e)
+	case EventOrderConfirmed, EventOrderRejected:
+		return nil // the saga's own outcome, for the projection
 	}
 	return nil
 }
@@ -126,6 +136,7 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 			ExternalID: id,
 			Amount:     amount,
 			CustomerID: oc.CustomerID,
+			Status:     payments.StatusCaptured,
 		})
 		if err != nil {
 			return nil, err
@@ -168,7 +179,7 @@ func (p *PaymentSaga[TTx]) onCaptured(ctx context.Context, tx TTx, e event.Envel
 		return nil // completed (a late copy) or compensating
 	}
 	if _, _, err := p.sagas.Step(ctx, tx, id, StepConfirm, func(ctx context.Context, tx TTx) ([]byte, error) {
-		return nil, p.orders.SetStatus(ctx, tx, pc.OrderID, StatusConfirmed)
+		return nil, p.setStatus(ctx, tx, id, StepConfirm, pc.OrderID, StatusConfirmed, EventOrderConfirmed)
 	}); err != nil {
 		return err
 	}
@@ -187,9 +198,44 @@ func (p *PaymentSaga[TTx]) Compensations() saga.Compensations[TTx] {
 			if err != nil {
 				return nil, fmt.Errorf("order saga: result %q of %s: %w", fwd.Result, StepPlace, err)
 			}
-			return nil, p.orders.SetStatus(ctx, tx, orderID, StatusRejected)
+			return nil, p.setStatus(ctx, tx, SagaID(orderID), saga.CompensationName(StepPlace), orderID, StatusRejected, EventOrderRejected)
+		},
+		// A charge recorded as declined (by the watchdog) charged
+		// nothing: there is nothing to undo. A real charge cannot be
+		// undone (no refunds): the saga fails, for an operator.
+		StepCharge: func(_ context.Context, _ TTx, fwd saga.StepRecord) ([]byte, error) {
+			if declined(fwd.Result) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("order saga: payment %s was captured and idemd has no refunds: %w", fwd.Result, saga.ErrNoCompensation)
 		},
 	}
+}
+
+// declined reports whether a charge-payment result says nothing was
+// charged.
+func declined(result []byte) bool { return strings.HasPrefix(string(result), DeclinedPrefix) }
+
+// setStatus sets the status of order orderID through tx and emits its
+// event typ (OrderConfirmed.v1, OrderRejected.v1) in the outbox, in the
+// same transaction, with the ID saga.EventID(sagaID, step, ""): a step
+// (or compensation) that runs again emits the same ID, which the outbox
+// and the inboxes drop. The payload is read from the order row, through
+// tx.
+func (p *PaymentSaga[TTx]) setStatus(ctx context.Context, tx TTx, sagaID, step string, orderID int64, status, typ string) error {
+	if err := p.orders.SetStatus(ctx, tx, orderID, status); err != nil {
+		return err
+	}
+	o, err := p.orders.GetTx(ctx, tx, orderID)
+	if err != nil {
+		return fmt.Errorf("order saga: %s: %w", step, err)
+	}
+	ev, err := OutcomeEvent(typ, o)
+	if err != nil {
+		return err
+	}
+	_, err = p.sagas.Emit(ctx, tx, sagaID, step, "", ev)
+	return err
 }
 
 // Recover compensates the order sagas that are Compensating or Failed (at
@@ -251,7 +297,7 @@ func uncompensable[TTx any](s *saga.Saga, comps saga.Compensations[TTx]) string 
 		if st.Compensation || s.Compensated(st.Name) {
 			continue
 		}
-		if _, ok := comps[st.Name]; !ok {
+		if _, ok := comps[st.Name]; !ok || (st.Name == StepCharge && !declined(st.Result)) {
 			return st.Name
 		}
 	}

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
 	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
@@ -110,4 +114,144 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 	if s2.State != saga.Failed || !s2.UpdatedAt.Equal(s.UpdatedAt) {
 		t.Errorf("saga touched again: %s updated %s (was %s)", s2.State, s2.UpdatedAt, s.UpdatedAt)
 	}
+}
+
+// The saga's outcomes: the confirm-order step emits OrderConfirmed.v1 and
+// the compensation of place-order OrderRejected.v1, each in its
+// transaction, keyed by the order ID, with an ID derived from the saga and
+// the step; the saga ignores both; its payment is CAPTURED.
+func TestSagaEmitsOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv := testdb.SQLite(t)
+	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
+	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
+		if err := m(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	handle := func(e event.Envelope) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ps.Handle(ctx, tx, e); err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("Handle %s: %v", e.Type, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newOrder := func(customer int64, amount string) (orders.Order, event.Envelope) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := ord.Create(ctx, tx, orders.NewOrder{CustomerID: customer, Amount: decimal.RequireFromString(amount), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, e
+	}
+	// outbox returns the stored events of type typ.
+	outbox := func(typ string) []event.Envelope {
+		t.Helper()
+		rows, err := drv.DB().QueryContext(ctx, `SELECT event_id, record_key, COALESCE(saga_id, ''), payload FROM outbox WHERE event_type = ? ORDER BY id`, typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []event.Envelope
+		for rows.Next() {
+			var (
+				e  event.Envelope
+				id string
+			)
+			if err := rows.Scan(&id, &e.Key, &e.SagaID, &e.Payload); err != nil {
+				t.Fatal(err)
+			}
+			e.ID, e.Type = uuid.MustParse(id), typ
+			out = append(out, e)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	ok, created := newOrder(7, "12.5")
+	handle(created)
+	captured := outbox(orders.EventPaymentCaptured)
+	if len(captured) != 1 {
+		t.Fatalf("%d PaymentCaptured.v1, want 1", len(captured))
+	}
+	captured[0].Type = orders.EventPaymentCaptured
+	handle(captured[0])
+	handle(captured[0]) // the saga completed: a no-op
+	got, err := ord.Get(ctx, ok.ID)
+	if err != nil || got.Status != orders.StatusConfirmed {
+		t.Fatalf("order %+v, %v; want CONFIRMED", got, err)
+	}
+	if p, err := pay.Get(ctx, got.PaymentID); err != nil || p.Status != "CAPTURED" {
+		t.Errorf("payment %+v, %v; want CAPTURED", p, err)
+	}
+	confirmed := outbox(orders.EventOrderConfirmed)
+	wantPayload := fmt.Sprintf(`{"order_id":%d,"customer_id":7,"amount":"12.5000"}`, ok.ID)
+	if len(confirmed) != 1 || confirmed[0].ID != saga.EventID(orders.SagaID(ok.ID), orders.StepConfirm, "") ||
+		confirmed[0].Key != strconv.FormatInt(ok.ID, 10) || confirmed[0].SagaID != orders.SagaID(ok.ID) || string(confirmed[0].Payload) != wantPayload {
+		t.Errorf("OrderConfirmed.v1 %+v (payload %s), want one with payload %s", confirmed, payloads(confirmed), wantPayload)
+	}
+
+	big, created := newOrder(8, "10000.0001")
+	handle(created)
+	for range 2 { // the second: nothing left to compensate
+		if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := ord.Get(ctx, big.ID); err != nil || got.Status != orders.StatusRejected {
+		t.Fatalf("order %+v, %v; want REJECTED", got, err)
+	}
+	rejected := outbox(orders.EventOrderRejected)
+	wantPayload = fmt.Sprintf(`{"order_id":%d,"customer_id":8,"amount":"10000.0001"}`, big.ID)
+	if len(rejected) != 1 || rejected[0].ID != saga.EventID(orders.SagaID(big.ID), saga.CompensationName(orders.StepPlace), "") ||
+		rejected[0].Key != strconv.FormatInt(big.ID, 10) || string(rejected[0].Payload) != wantPayload {
+		t.Errorf("OrderRejected.v1 %+v (payload %s), want one with payload %s", rejected, payloads(rejected), wantPayload)
+	}
+
+	// The saga ignores its own outcomes.
+	for _, e := range append(confirmed, rejected...) {
+		e.Type = orders.EventOrderConfirmed
+		if e.Key == strconv.FormatInt(big.ID, 10) {
+			e.Type = orders.EventOrderRejected
+		}
+		handle(e)
+	}
+	if n := len(outbox(orders.EventOrderConfirmed)) + len(outbox(orders.EventOrderRejected)) + len(outbox(orders.EventPaymentCaptured)); n != 3 {
+		t.Errorf("%d events after the no-ops, want 3", n)
+	}
+}
+
+func payloads(evs []event.Envelope) string {
+	var b strings.Builder
+	for _, e := range evs {
+		b.Write(e.Payload)
+		b.WriteByte(' ')
+	}
+	return b.String()
 }

@@ -33,13 +33,15 @@ func NewHandler[TTx any](store Store[TTx], log *slog.Logger) *Handler[TTx] {
 // with the existing payment when its provider and external id are known,
 // 400/413/415/422 problems for bad requests.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !apijson.IsJSON(ct) {
-		problem.WriteError(w, http.StatusUnsupportedMediaType, "",
-			"Unsupported media type", "Send the payment as application/json.")
+	if !apijson.IsJSON(r.Header.Get("Content-Type")) { // as apijson.RequireJSON, in front of the middleware
+		apijson.WriteUnsupportedMediaType(w, "payment")
 		return
 	}
 	np, err := DecodeCreate(r.Body)
 	if err != nil {
+		if cause := errors.Unwrap(err); cause != nil && r.Context().Err() == nil {
+			h.log.InfoContext(r.Context(), "payments: request body unreadable", "method", r.Method, "path", r.URL.Path, "err", cause)
+		}
 		apijson.WriteRequestError(w, err, "Invalid payment")
 		return
 	}

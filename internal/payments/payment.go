@@ -10,8 +10,15 @@ import (
 	"github.com/idemkit/idem/uniq"
 )
 
-// StatusPending is the status of a newly created payment.
-const StatusPending = "PENDING"
+// Payment statuses.
+const (
+	// StatusPending is the status of a payment created by POST
+	// /v1/payments, and the default of NewPayment.Status.
+	StatusPending = "PENDING"
+	// StatusCaptured is the status of a payment whose money was taken:
+	// the payments idemd's order saga charges.
+	StatusCaptured = "CAPTURED"
+)
 
 // Limits of the payment fields.
 const (
@@ -47,6 +54,17 @@ type NewPayment struct {
 	// AmountIntDigits integer digits.
 	Amount     decimal.Decimal
 	CustomerID int64
+	// Status is the status the payment is created with; "" means
+	// StatusPending.
+	Status string
+}
+
+// StatusOrDefault returns p.Status, or StatusPending when it is empty.
+func (p NewPayment) StatusOrDefault() string {
+	if p.Status == "" {
+		return StatusPending
+	}
+	return p.Status
 }
 
 // Payment is a stored payment.
@@ -64,7 +82,7 @@ type Payment struct {
 // (pgx.Tx, *sql.Tx): CreateOrGet writes in the caller's transaction, which
 // the idemhttp middleware commits together with the stored response.
 type Store[TTx any] interface {
-	// CreateOrGet inserts p with StatusPending in tx. When a payment with
+	// CreateOrGet inserts p with p.StatusOrDefault() in tx. When a payment with
 	// p's provider and external id already exists it returns that one with
 	// created=false instead (see uniq.CreateOrGet); tx stays usable.
 	CreateOrGet(ctx context.Context, tx TTx, p NewPayment) (pay Payment, created bool, err error)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,19 +54,46 @@ func (s *Store) Get(ctx context.Context, id int64) (orders.Order, error) {
 	return o, nil
 }
 
-// ApplyCreated implements orders.Store with one upsert.
-func (s *Store) ApplyCreated(ctx context.Context, tx pgx.Tx, e orders.OrderCreated) error {
-	_, err := tx.Exec(ctx, `INSERT INTO customer_order_summary AS s
-			(customer_id, orders, total_amount, last_order_id)
-		VALUES ($1, 1, $2::numeric, $3)
-		ON CONFLICT (customer_id) DO UPDATE SET
-			orders        = s.orders + 1,
-			total_amount  = s.total_amount + excluded.total_amount,
-			last_order_id = greatest(s.last_order_id, excluded.last_order_id),
-			updated_at    = now()`,
-		e.CustomerID, e.Amount, e.OrderID)
+// GetTx implements orders.Store.
+func (s *Store) GetTx(ctx context.Context, tx pgx.Tx, id int64) (orders.Order, error) {
+	o, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM customer_order WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return orders.Order{}, fmt.Errorf("pgstore: get order %d: %w", id, orders.ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("pgstore: apply order %d: %w", e.OrderID, err)
+		return orders.Order{}, fmt.Errorf("pgstore: get order %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// applyDelta is the upsert of one customer's delta. Each statement locks
+// one summary row; Apply sends them in ascending customer ID order.
+const applyDelta = `INSERT INTO customer_order_summary AS s
+		(customer_id, orders, confirmed, rejected, total_amount, last_order_id)
+	VALUES ($1, $2, $3, $4, $5::numeric, $6)
+	ON CONFLICT (customer_id) DO UPDATE SET
+		orders        = s.orders + excluded.orders,
+		confirmed     = s.confirmed + excluded.confirmed,
+		rejected      = s.rejected + excluded.rejected,
+		total_amount  = s.total_amount + excluded.total_amount,
+		last_order_id = greatest(s.last_order_id, excluded.last_order_id),
+		updated_at    = now()`
+
+// Apply implements orders.Store: one upsert per customer, in ascending
+// customer ID order, sent in one pipelined batch (one round trip).
+func (s *Store) Apply(ctx context.Context, tx pgx.Tx, deltas []orders.SummaryDelta) error {
+	if len(deltas) == 0 {
+		return nil
+	}
+	deltas = slices.Clone(deltas)
+	orders.SortDeltas(deltas)
+	b := &pgx.Batch{}
+	for _, d := range deltas {
+		b.Queue(applyDelta, d.CustomerID, d.Orders, d.Confirmed, d.Rejected,
+			d.ConfirmedAmount.StringFixed(orders.AmountScale), d.LastOrderID)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: apply %d summary deltas: %w", len(deltas), err)
 	}
 	return nil
 }
@@ -76,9 +104,9 @@ func (s *Store) Summary(ctx context.Context, customerID int64) (orders.Summary, 
 		sum   orders.Summary
 		total string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT customer_id, orders, total_amount::text, last_order_id, updated_at
+	err := s.pool.QueryRow(ctx, `SELECT customer_id, orders, confirmed, rejected, total_amount::text, last_order_id, updated_at
 		FROM customer_order_summary WHERE customer_id = $1`, customerID).
-		Scan(&sum.CustomerID, &sum.Orders, &total, &sum.LastOrderID, &sum.UpdatedAt)
+		Scan(&sum.CustomerID, &sum.Orders, &sum.Confirmed, &sum.Rejected, &total, &sum.LastOrderID, &sum.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return orders.Summary{}, orders.ErrNotFound
 	}

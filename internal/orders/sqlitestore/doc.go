@@ -4,7 +4,7 @@
 //
 // The tables mirror the PostgreSQL ones within SQLite's types: amounts are
 // exact decimal TEXT with 4 fractional digits ("19.9000"), never REAL,
-// enforced by STRICT tables and CHECKs, so ApplyCreated adds them in Go
+// enforced by STRICT tables and CHECKs, so Apply adds them in Go
 // with shopspring/decimal inside the inbox's write transaction (BEGIN
 // IMMEDIATE: no concurrent writer); items is JSON TEXT; times are RFC 3339
 // TEXT in UTC with microseconds. Migrations are embedded and tracked in

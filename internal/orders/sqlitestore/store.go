@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -54,40 +55,61 @@ func (s *Store) Get(ctx context.Context, id int64) (orders.Order, error) {
 	return o, nil
 }
 
-// ApplyCreated implements orders.Store: the new total is computed in Go
-// (amounts are decimal TEXT) inside tx, a write transaction no other
-// writer can interleave with.
-func (s *Store) ApplyCreated(ctx context.Context, tx *sql.Tx, e orders.OrderCreated) error {
-	amount, err := decimal.NewFromString(e.Amount)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: apply order %d: amount %q: %w", e.OrderID, e.Amount, err)
+// GetTx implements orders.Store.
+func (s *Store) GetTx(ctx context.Context, tx *sql.Tx, id int64) (orders.Order, error) {
+	o, err := scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM customer_order WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return orders.Order{}, fmt.Errorf("sqlitestore: get order %d: %w", id, orders.ErrNotFound)
 	}
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("sqlitestore: get order %d: %w", id, err)
+	}
+	return o, nil
+}
+
+// Apply implements orders.Store: per customer, in ascending customer ID
+// order, the new total is computed in Go (amounts are decimal TEXT) inside
+// tx, a write transaction no other writer can interleave with, then
+// upserted.
+func (s *Store) Apply(ctx context.Context, tx *sql.Tx, deltas []orders.SummaryDelta) error {
+	deltas = slices.Clone(deltas)
+	orders.SortDeltas(deltas)
+	now := orders.FormatTime(s.now().Truncate(time.Microsecond))
+	for _, d := range deltas {
+		if err := s.apply(ctx, tx, d, now); err != nil {
+			return fmt.Errorf("sqlitestore: apply the summary delta of customer %d: %w", d.CustomerID, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) apply(ctx context.Context, tx *sql.Tx, d orders.SummaryDelta, now string) error {
+	total := d.ConfirmedAmount
 	var old string
-	err = tx.QueryRowContext(ctx, `SELECT total_amount FROM customer_order_summary WHERE customer_id = ?`, e.CustomerID).Scan(&old)
+	err := tx.QueryRowContext(ctx, `SELECT total_amount FROM customer_order_summary WHERE customer_id = ?`, d.CustomerID).Scan(&old)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		return fmt.Errorf("sqlitestore: apply order %d: %w", e.OrderID, err)
+		return err
 	default:
-		d, err := decimal.NewFromString(old)
+		o, err := decimal.NewFromString(old)
 		if err != nil {
-			return fmt.Errorf("sqlitestore: apply order %d: stored total %q: %w", e.OrderID, old, err)
+			return fmt.Errorf("stored total %q: %w", old, err)
 		}
-		amount = amount.Add(d)
+		total = total.Add(o)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO customer_order_summary
-			(customer_id, orders, total_amount, last_order_id, updated_at)
-		VALUES (?1, 1, ?2, ?3, ?4)
+			(customer_id, orders, confirmed, rejected, total_amount, last_order_id, updated_at)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 		ON CONFLICT (customer_id) DO UPDATE SET
-			orders        = orders + 1,
-			total_amount  = ?2,
-			last_order_id = max(last_order_id, ?3),
-			updated_at    = ?4`,
-		e.CustomerID, amount.StringFixed(orders.AmountScale), e.OrderID, orders.FormatTime(s.now().Truncate(time.Microsecond)))
-	if err != nil {
-		return fmt.Errorf("sqlitestore: apply order %d: %w", e.OrderID, err)
-	}
-	return nil
+			orders        = orders + excluded.orders,
+			confirmed     = confirmed + excluded.confirmed,
+			rejected      = rejected + excluded.rejected,
+			total_amount  = excluded.total_amount,
+			last_order_id = max(last_order_id, excluded.last_order_id),
+			updated_at    = excluded.updated_at`,
+		d.CustomerID, d.Orders, d.Confirmed, d.Rejected, total.StringFixed(orders.AmountScale), d.LastOrderID, now)
+	return err
 }
 
 // Summary implements orders.Store.
@@ -96,9 +118,9 @@ func (s *Store) Summary(ctx context.Context, customerID int64) (orders.Summary, 
 		sum            orders.Summary
 		total, updated string
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT customer_id, orders, total_amount, last_order_id, updated_at
+	err := s.db.QueryRowContext(ctx, `SELECT customer_id, orders, confirmed, rejected, total_amount, last_order_id, updated_at
 		FROM customer_order_summary WHERE customer_id = ?`, customerID).
-		Scan(&sum.CustomerID, &sum.Orders, &total, &sum.LastOrderID, &updated)
+		Scan(&sum.CustomerID, &sum.Orders, &sum.Confirmed, &sum.Rejected, &total, &sum.LastOrderID, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return orders.Summary{}, orders.ErrNotFound
 	}

@@ -2,8 +2,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/orders"
 )
 
@@ -32,6 +35,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"RollbackLeavesNothing": testRollbackLeavesNothing[TTx],
 		"SummaryAddsExactly":    testSummaryAddsExactly[TTx],
 		"ProjectionIgnores":     testProjectionIgnores[TTx],
+		"ProjectionCommutes":    testProjectionCommutes[TTx],
 		"ConcurrentApplies":     testConcurrentApplies[TTx],
 		"SetStatusAndPayment":   testSetStatusAndPayment[TTx],
 	}
@@ -73,10 +77,44 @@ func create[TTx any](t *testing.T, h Harness[TTx], customer int64, amount string
 	return o
 }
 
+// apply applies, in a transaction of its own, the creation of order of
+// customer and, if amount is not "", its confirmation with amount.
 func apply[TTx any](ctx context.Context, h Harness[TTx], order, customer int64, amount string) error {
-	return inTx(ctx, h, func(tx TTx) error {
-		return h.Store.ApplyCreated(ctx, tx, orders.OrderCreated{OrderID: order, CustomerID: customer, Amount: amount})
-	})
+	d := orders.SummaryDelta{CustomerID: customer, Orders: 1, LastOrderID: order}
+	if amount != "" {
+		d.Confirmed, d.ConfirmedAmount = 1, decimal.RequireFromString(amount)
+	}
+	return inTx(ctx, h, func(tx TTx) error { return h.Store.Apply(ctx, tx, []orders.SummaryDelta{d}) })
+}
+
+// project applies events with orders.ProjectionBatch, in a transaction of
+// its own.
+func project[TTx any](t *testing.T, h Harness[TTx], events ...event.Envelope) {
+	t.Helper()
+	ctx := context.Background()
+	if err := inTx(ctx, h, func(tx TTx) error { return orders.ProjectionBatch(h.Store)(ctx, tx, events) }); err != nil {
+		t.Fatalf("project %d events: %v", len(events), err)
+	}
+}
+
+// orderEvents returns the OrderCreated.v1 of o and its outcome event typ
+// (EventOrderConfirmed or EventOrderRejected).
+func orderEvents(t *testing.T, o orders.Order, typ string) (created, outcome event.Envelope) {
+	t.Helper()
+	created, err := orders.CreatedEvent(o)
+	if err == nil {
+		outcome, err = orders.OutcomeEvent(typ, o)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created, outcome
+}
+
+// summaryString formats what a summary shows.
+func summaryString(s orders.Summary) string {
+	return fmt.Sprintf("customer %d: orders %d pending %d confirmed %d rejected %d total %s last %d",
+		s.CustomerID, s.Orders, s.Pending(), s.Confirmed, s.Rejected, s.TotalAmount.StringFixed(4), s.LastOrderID)
 }
 
 func summary[TTx any](t *testing.T, h Harness[TTx], customer int64) orders.Summary {
@@ -126,7 +164,7 @@ func testRollbackLeavesNothing[TTx any](t *testing.T, h Harness[TTx]) {
 			return err
 		}
 		id = o.ID
-		if err := h.Store.ApplyCreated(ctx, tx, orders.OrderCreated{OrderID: o.ID, CustomerID: 1, Amount: "1.0000"}); err != nil {
+		if err := h.Store.Apply(ctx, tx, []orders.SummaryDelta{{CustomerID: 1, Orders: 1, LastOrderID: o.ID}}); err != nil {
 			return err
 		}
 		return boom
@@ -152,12 +190,38 @@ func testSummaryAddsExactly[TTx any](t *testing.T, h Harness[TTx]) {
 	if err := apply(ctx, h, 3, 6, "19.9000"); err != nil {
 		t.Fatal(err)
 	}
+	if err := apply(ctx, h, 11, 6, ""); err != nil { // created, not confirmed
+		t.Fatal(err)
+	}
 	s := summary(t, h, 5)
-	if s.CustomerID != 5 || s.Orders != 4 || s.TotalAmount.StringFixed(4) != "1000000000000000.3000" || s.LastOrderID != 10 || s.UpdatedAt.IsZero() {
+	if s.CustomerID != 5 || s.Orders != 4 || s.Confirmed != 4 || s.Pending() != 0 ||
+		s.TotalAmount.StringFixed(4) != "1000000000000000.3000" || s.LastOrderID != 10 || s.UpdatedAt.IsZero() {
 		t.Errorf("summary %+v (total %s)", s, s.TotalAmount)
 	}
-	if s := summary(t, h, 6); s.Orders != 1 || s.TotalAmount.StringFixed(4) != "19.9000" || s.LastOrderID != 3 {
+	if s := summary(t, h, 6); s.Orders != 2 || s.Confirmed != 1 || s.Pending() != 1 || s.TotalAmount.StringFixed(4) != "19.9000" || s.LastOrderID != 11 {
 		t.Errorf("summary %+v", s)
+	}
+	// Several customers in one call, in any order of the slice; a
+	// customer with no order yet gets a row with zero orders.
+	if err := inTx(ctx, h, func(tx TTx) error {
+		return h.Store.Apply(ctx, tx, []orders.SummaryDelta{
+			{CustomerID: 8, Rejected: 1, LastOrderID: 20},
+			{CustomerID: 6, Rejected: 1, LastOrderID: 11},
+			{CustomerID: 7, Confirmed: 2, ConfirmedAmount: decimal.RequireFromString("0.0002"), LastOrderID: 21},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"customer 6: orders 2 pending 0 confirmed 1 rejected 1 total 19.9000 last 11",
+		"customer 7: orders 0 pending 0 confirmed 2 rejected 0 total 0.0002 last 21",
+		"customer 8: orders 0 pending 0 confirmed 0 rejected 1 total 0.0000 last 20",
+	} {
+		var c int64
+		_, _ = fmt.Sscanf(want, "customer %d:", &c)
+		if got := summaryString(summary(t, h, c)); got != want {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
 	}
 }
 
@@ -165,26 +229,127 @@ func testProjectionIgnores[TTx any](t *testing.T, h Harness[TTx]) {
 	ctx := context.Background()
 	project := orders.Projection(h.Store)
 	o := create(t, h, 77, "2.5")
-	created, err := orders.CreatedEvent(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	created, confirmed := orderEvents(t, o, orders.EventOrderConfirmed)
 	other, err := event.New("OrderShipped.v1", "1", map[string]int{"order_id": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []event.Envelope{created, other} {
+	captured, err := event.New(orders.EventPaymentCaptured, "1", orders.PaymentCaptured{OrderID: o.ID, PaymentID: 1, CustomerID: 77, Amount: "2.5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []event.Envelope{created, other, captured, confirmed} {
 		if err := inTx(ctx, h, func(tx TTx) error { return project(ctx, tx, e) }); err != nil {
 			t.Fatalf("project %s: %v", e.Type, err)
 		}
 	}
-	if s := summary(t, h, 77); s.Orders != 1 || s.TotalAmount.StringFixed(4) != "2.5000" || s.LastOrderID != o.ID {
+	if s := summary(t, h, 77); s.Orders != 1 || s.Confirmed != 1 || s.TotalAmount.StringFixed(4) != "2.5000" || s.LastOrderID != o.ID {
 		t.Errorf("summary %+v", s)
 	}
-	bad := created
-	bad.Payload = []byte(`{"order_id":"x"}`)
-	if err := inTx(ctx, h, func(tx TTx) error { return project(ctx, tx, bad) }); err == nil {
-		t.Error("bad payload applied")
+	// Only unknown types are ignored: a batch of them changes nothing.
+	if err := inTx(ctx, h, func(tx TTx) error {
+		return orders.ProjectionBatch(h.Store)(ctx, tx, []event.Envelope{other, captured})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []event.Envelope{created, confirmed} {
+		for _, payload := range []string{`{"order_id":"x"}`, `{"order_id":1,"customer_id":77,"amount":"-1"}`, `{"order_id":1,"amount":"1"}`} {
+			bad := e
+			bad.Payload = []byte(payload)
+			err := inTx(ctx, h, func(tx TTx) error { return project(ctx, tx, bad) })
+			if !errors.Is(err, idemkafka.ErrPoison) {
+				t.Errorf("%s %s: %v, want ErrPoison", e.Type, payload, err)
+			}
+			// In a batch, the bad event fails the whole batch.
+			err = inTx(ctx, h, func(tx TTx) error {
+				return orders.ProjectionBatch(h.Store)(ctx, tx, []event.Envelope{created, bad})
+			})
+			if !errors.Is(err, idemkafka.ErrPoison) {
+				t.Errorf("batch with %s %s: %v, want ErrPoison", e.Type, payload, err)
+			}
+		}
+	}
+	if s := summary(t, h, 77); s.Orders != 1 || s.Confirmed != 1 || s.TotalAmount.StringFixed(4) != "2.5000" {
+		t.Errorf("after the bad events: summary %+v", s)
+	}
+}
+
+// The events of an order may arrive in any order, alone or in batches (a
+// republished old event, a batch replayed one at a time): the summaries
+// come out the same.
+func testProjectionCommutes[TTx any](t *testing.T, h Harness[TTx]) {
+	// Customer c gets: order A confirmed (10.5), order B rejected (20),
+	// order C confirmed (0.0001), order D only created.
+	var all [][]event.Envelope // per customer, its 7 events
+	for c := int64(100); c < 106; c++ {
+		a, b := create(t, h, c, "10.5"), create(t, h, c, "20")
+		cc, d := create(t, h, c, "0.0001"), create(t, h, c, "3")
+		ac, ao := orderEvents(t, a, orders.EventOrderConfirmed)
+		bc, bo := orderEvents(t, b, orders.EventOrderRejected)
+		ccc, cco := orderEvents(t, cc, orders.EventOrderConfirmed)
+		dc, _ := orderEvents(t, d, orders.EventOrderConfirmed)
+		all = append(all, []event.Envelope{ac, ao, bc, bo, ccc, cco, dc})
+	}
+	orderings := []func(evs []event.Envelope){
+		// 100: in order, one at a time.
+		func(evs []event.Envelope) {
+			for _, e := range evs {
+				project(t, h, e)
+			}
+		},
+		// 101: reversed, one at a time: every outcome before its creation.
+		func(evs []event.Envelope) {
+			for _, e := range slices.Backward(evs) {
+				project(t, h, e)
+			}
+		},
+		// 102: one batch.
+		func(evs []event.Envelope) { project(t, h, evs...) },
+		// 103: one batch, reversed.
+		func(evs []event.Envelope) {
+			rev := slices.Clone(evs)
+			slices.Reverse(rev)
+			project(t, h, rev...)
+		},
+		// 104: outcomes first, then the creations in a batch.
+		func(evs []event.Envelope) {
+			project(t, h, evs[1], evs[3], evs[5])
+			project(t, h, evs[0], evs[2], evs[4], evs[6])
+		},
+		// 105: an outcome and a creation of other orders in each batch.
+		func(evs []event.Envelope) {
+			project(t, h, evs[5], evs[0])
+			project(t, h, evs[1:5]...)
+			project(t, h, evs[6])
+		},
+	}
+	for i, apply := range orderings {
+		apply(all[i])
+	}
+	for i, evs := range all {
+		c := int64(100 + i)
+		var lastID int64
+		for _, e := range evs {
+			var p struct {
+				OrderID int64 `json:"order_id"`
+			}
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			lastID = max(lastID, p.OrderID)
+		}
+		want := fmt.Sprintf("customer %d: orders 4 pending 1 confirmed 2 rejected 1 total 10.5001 last %d", c, lastID)
+		if got := summaryString(summary(t, h, c)); got != want {
+			t.Errorf("ordering %d:\ngot  %s\nwant %s", i, got, want)
+		}
+	}
+	// Before its creation, an outcome alone makes a row with zero orders
+	// and nothing pending.
+	o := create(t, h, 200, "5")
+	_, confirmed := orderEvents(t, o, orders.EventOrderConfirmed)
+	project(t, h, confirmed)
+	if got, want := summaryString(summary(t, h, 200)), fmt.Sprintf("customer 200: orders 0 pending 0 confirmed 1 rejected 0 total 5.0000 last %d", o.ID); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
 
@@ -212,7 +377,7 @@ func testConcurrentApplies[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatal(err)
 		}
 	}
-	if s := summary(t, h, 9); s.Orders != n || s.TotalAmount.StringFixed(4) != "20.2000" || s.LastOrderID != n {
+	if s := summary(t, h, 9); s.Orders != n || s.Confirmed != n || s.TotalAmount.StringFixed(4) != "20.2000" || s.LastOrderID != n {
 		t.Errorf("summary %+v (total %s)", s, s.TotalAmount)
 	}
 }
@@ -244,6 +409,22 @@ func testSetStatusAndPayment[TTx any](t *testing.T, h Harness[TTx]) {
 	got, err := h.Store.Get(ctx, o.ID)
 	if err != nil || got.Status != orders.StatusConfirmed || got.PaymentID != 77 || got.Amount.StringFixed(4) != "1.0000" {
 		t.Errorf("Get = %+v, %v", got, err)
+	}
+	// GetTx reads through the transaction: its own uncommitted status too.
+	if err := inTx(ctx, h, func(tx TTx) error {
+		if err := h.Store.SetStatus(ctx, tx, o.ID, orders.StatusRejected); err != nil {
+			return err
+		}
+		in, err := h.Store.GetTx(ctx, tx, o.ID)
+		if err != nil || in.Status != orders.StatusRejected || in.PaymentID != 77 || in.CustomerID != 3 {
+			t.Errorf("GetTx = %+v, %v", in, err)
+		}
+		if _, err := h.Store.GetTx(ctx, tx, 1<<62); !errors.Is(err, orders.ErrNotFound) {
+			t.Errorf("GetTx of a missing order: %v", err)
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
 	}
 	if o.PaymentID != 0 {
 		t.Errorf("new order has payment %d", o.PaymentID)

@@ -36,7 +36,7 @@ func (s *Store) CreateOrGet(ctx context.Context, tx pgx.Tx, p payments.NewPaymen
 				pay, err = scan(tx.QueryRow(ctx, `INSERT INTO payment
 					(payment_provider, external_payment_id, amount, status, customer_id)
 					VALUES ($1, $2, $3::numeric, $4, $5) RETURNING `+columns,
-					p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), payments.StatusPending, p.CustomerID))
+					p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), p.StatusOrDefault(), p.CustomerID))
 				return err
 			})
 			return pay, err

@@ -38,7 +38,7 @@ func (s *Store) CreateOrGet(ctx context.Context, tx *sql.Tx, p payments.NewPayme
 			return scan(tx.QueryRowContext(ctx, `INSERT INTO payment
 				(payment_provider, external_payment_id, amount, status, customer_id, created_at)
 				VALUES (?, ?, ?, ?, ?, ?) RETURNING `+columns,
-				p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), payments.StatusPending, p.CustomerID, created))
+				p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), p.StatusOrDefault(), p.CustomerID, created))
 		},
 		func(ctx context.Context) (payments.Payment, error) {
 			return scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM payment

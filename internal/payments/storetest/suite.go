@@ -34,6 +34,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"RollbackLeavesNothing":  testRollbackLeavesNothing[TTx],
 		"DuplicateKeepsTxUsable": testDuplicateKeepsTxUsable[TTx],
 		"Concurrent":             testConcurrent[TTx],
+		"GivenStatus":            testGivenStatus[TTx],
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -223,5 +224,28 @@ func testConcurrent[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	if got := count(t, h); got != 1 {
 		t.Errorf("%d rows, want exactly 1", got)
+	}
+}
+
+// A payment created with a status keeps it (the order saga's are
+// CAPTURED); without one it is PENDING.
+func testGivenStatus[TTx any](t *testing.T, h Harness[TTx]) {
+	ctx := context.Background()
+	captured := newPayment("ext-captured", "7.25")
+	captured.Status = payments.StatusCaptured
+	p, created, err := createOrGet(ctx, h, captured)
+	if err != nil || !created || p.Status != payments.StatusCaptured {
+		t.Fatalf("CreateOrGet: %+v, created %v, err %v; want a new CAPTURED payment", p, created, err)
+	}
+	if got, err := h.Store.Get(ctx, p.ID); err != nil || got.Status != payments.StatusCaptured {
+		t.Errorf("Get = %+v, %v; want CAPTURED", got, err)
+	}
+	// The existing payment is returned as stored, whatever status is asked.
+	again := newPayment("ext-captured", "7.25")
+	if p2, created, err := createOrGet(ctx, h, again); err != nil || created || p2.ID != p.ID || p2.Status != payments.StatusCaptured {
+		t.Errorf("again: %+v, created %v, err %v; want the CAPTURED payment", p2, created, err)
+	}
+	if p3, _, err := createOrGet(ctx, h, newPayment("ext-default", "1")); err != nil || p3.Status != payments.StatusPending {
+		t.Errorf("no status: %+v, %v; want PENDING", p3, err)
 	}
 }

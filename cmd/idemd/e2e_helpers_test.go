@@ -1,0 +1,1399 @@
+package main_test
+
+// Helpers of the end-to-end tests (e2e_test.go): the idemd binary (built
+// once, without -race), idemd processes, fresh PostgreSQL databases, a TCP
+// proxy that can cut PostgreSQL off, the order load, and the invariants.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// Knobs of the end-to-end tests. IDEM_E2E_SOAK=1 turns on a longer soak
+// (ten times the orders: e2eSoakOrders on PostgreSQL, half on SQLite; and
+// e2eSoakKills kills, restarts or outages per scenario); -e2e.orders and
+// -e2e.kills override both:
+//
+//	IDEM_E2E_SOAK=1 go test -race -run TestE2E -timeout 20m ./cmd/idemd
+//	go test -run 'TestE2E/postgres/SIGKILL' -e2e.orders 1000 -e2e.kills 3 ./cmd/idemd
+var (
+	e2eOrdersFlag = flag.Int("e2e.orders", 0, "orders per idemd end-to-end scenario (0: the scenario's default, 300 or 150 with SQLite; ten times more with IDEM_E2E_SOAK=1)")
+	e2eKillsFlag  = flag.Int("e2e.kills", 0, "kills (restarts, outages) per idemd end-to-end scenario (0: 1, or 5 with IDEM_E2E_SOAK=1)")
+)
+
+const (
+	e2eSoakEnv    = "IDEM_E2E_SOAK"
+	e2eSoakOrders = 3000
+	e2eSoakKills  = 5
+)
+
+func e2eSoak() bool { return os.Getenv(e2eSoakEnv) == "1" }
+
+// e2eOrders is the number of orders of a scenario whose default is def.
+func e2eOrders(def int) int {
+	switch {
+	case *e2eOrdersFlag > 0:
+		return *e2eOrdersFlag
+	case e2eSoak():
+		return max(def, e2eSoakOrders*def/300)
+	}
+	return def
+}
+
+// e2eKills is the number of kills (or outages) of a scenario.
+func e2eKills() int {
+	switch {
+	case *e2eKillsFlag > 0:
+		return *e2eKillsFlag
+	case e2eSoak():
+		return e2eSoakKills
+	}
+	return 1
+}
+
+// ---------------------------------------------------------------------------
+// The binary
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+	helpOut   string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// idemdBinary builds idemd once per test binary (without -race, whatever
+// the tests run with) and returns its path.
+func idemdBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("go tool not found: %w", err)
+			return
+		}
+		if buildDir, err = os.MkdirTemp("", "idemd-test-"); err != nil {
+			buildErr = err
+			return
+		}
+		bin := filepath.Join(buildDir, "idemd")
+		if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		out, _ := exec.Command(bin, "-h").CombinedOutput()
+		buildBin, helpOut = bin, string(out)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// hasFlag reports whether idemd -h lists -name.
+func hasFlag(t testing.TB, name string) bool {
+	idemdBinary(t)
+	return strings.Contains(helpOut, "  -"+name+" ")
+}
+
+// ---------------------------------------------------------------------------
+// idemd processes
+
+// syncBuffer is a bytes.Buffer safe for a writer and readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one idemd process.
+type proc struct {
+	name   string
+	args   []string
+	base   string // http://127.0.0.1:PORT
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{} // closed when it exited
+	err    error         // its exit, once done is closed
+	// stopping is set before the test signals it: an exit without it is
+	// unexpected.
+	stopping atomic.Bool
+	started  time.Time
+}
+
+var listenLineRe = regexp.MustCompile(`^idemd listening on (http://\S+) `)
+
+// cluster tracks the idemd processes of one scenario: it dumps their stderr
+// on failure and kills those still running when the test ends.
+type cluster struct {
+	t *testing.T
+	// dir is the processes' working directory: a default relative path
+	// (./idemd.db, ./idemd.kafka) lands there, not in the repository.
+	dir   string
+	mu    sync.Mutex
+	procs []*proc
+	n     map[string]int
+}
+
+func newCluster(t *testing.T) *cluster {
+	c := &cluster{t: t, dir: t.TempDir(), n: map[string]int{}}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		procs := slices.Clone(c.procs)
+		c.mu.Unlock()
+		for _, p := range procs {
+			p.stopping.Store(true)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("---- %s (%s), %s; stderr tail:\n%s", p.name, strings.Join(p.args, " "), p.exitString(), tail(p.stderr.String()))
+			}
+		}
+	})
+	return c
+}
+
+// start runs idemd with args and waits for its listen line. It does not
+// fail the test, so that any goroutine may call it.
+func (c *cluster) start(name string, args ...string) (*proc, error) {
+	bin := idemdBinary(c.t)
+	c.mu.Lock()
+	c.n[name]++
+	p := &proc{
+		name:   fmt.Sprintf("%s#%d", name, c.n[name]),
+		args:   args,
+		cmd:    exec.Command(bin, args...),
+		stderr: &syncBuffer{},
+		done:   make(chan struct{}),
+	}
+	c.mu.Unlock()
+	p.cmd.Dir = c.dir
+	p.cmd.Stderr = p.stderr
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", p.name, err)
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSuffix(line, "\n")
+		_, _ = io.Copy(io.Discard, stdout)
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case line := <-lines:
+		m := listenLineRe.FindStringSubmatch(line)
+		if m == nil {
+			p.stopping.Store(true)   // reported here
+			_ = p.cmd.Process.Kill() // a no-op on an exited one: its status stays
+			<-p.done
+			return nil, fmt.Errorf("%s: first line %q, not the listen line (%s); stderr:\n%s", p.name, line, p.exitString(), tail(p.stderr.String()))
+		}
+		p.base = m[1]
+	case <-time.After(60 * time.Second):
+		return nil, fmt.Errorf("%s: no listen line within 60s; stderr:\n%s", p.name, tail(p.stderr.String()))
+	}
+	return p, nil
+}
+
+// unexpectedExits lists the processes that exited without being asked to.
+func (c *cluster) unexpectedExits() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+			if !p.stopping.Load() {
+				out = append(out, fmt.Sprintf("%s exited by itself: %s", p.name, p.exitString()))
+			}
+		default:
+		}
+	}
+	return out
+}
+
+func (p *proc) exitString() string {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return "exit status 0"
+		}
+		return p.err.Error()
+	default:
+		return "running"
+	}
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends sig and waits up to wait for the exit; it kills the process
+// and reports an error if it is still running then. For SIGTERM it also
+// reports an exit code other than 0.
+func (p *proc) stop(sig syscall.Signal, wait time.Duration) error {
+	p.stopping.Store(true)
+	if err := p.cmd.Process.Signal(sig); err != nil && p.running() {
+		return fmt.Errorf("%s: signal %v: %w", p.name, sig, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s still running %s after %v (killed)", p.name, wait, sig)
+	}
+	if sig != syscall.SIGKILL && p.err != nil {
+		return fmt.Errorf("%s after %v: %w, want exit status 0", p.name, sig, p.err)
+	}
+	return nil
+}
+
+// tail is the end of an idemd's stderr: its last warnings and errors, its
+// last lines other than the access log, and its very last lines.
+func tail(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	var warn, other []string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.HasPrefix(l, "idemd:") || strings.HasPrefix(l, "panic"):
+			warn = append(warn, l)
+		case !strings.Contains(l, "msg=request "):
+			other = append(other, l)
+		}
+	}
+	last := func(ls []string, n int) []string { return ls[max(0, len(ls)-n):] }
+	var b strings.Builder
+	fmt.Fprintf(&b, "  (%d lines, %d warnings/errors; the last ones:)\n", len(lines), len(warn))
+	for _, l := range last(warn, 15) {
+		b.WriteString("  ! " + clip(l, 400) + "\n")
+	}
+	b.WriteString("  (the last lines besides warnings and the access log:)\n")
+	for _, l := range last(other, 20) {
+		b.WriteString("  . " + clip(l, 400) + "\n")
+	}
+	b.WriteString("  (the last lines:)\n")
+	for _, l := range last(lines, 8) {
+		b.WriteString("  | " + clip(l, 400) + "\n")
+	}
+	return b.String()
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// freeAddr returns a 127.0.0.1 address with a port free right now, so that
+// a restarted idemd listens where the clients keep retrying.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// commonArgs are the flags of every idemd of the scenarios.
+func commonArgs(addr, db string) []string {
+	return []string{"-addr", addr, "-db", db, "-cleanup", "off", "-log-format", "text", "-shutdown-timeout", "10s"}
+}
+
+// ---------------------------------------------------------------------------
+// Databases
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// pgDatabase is a fresh PostgreSQL database on the server of
+// IDEM_TEST_DATABASE_URL, dropped when the test ends.
+type pgDatabase struct {
+	name string
+	url  *url.URL // of the database
+	pool *pgxpool.Pool
+}
+
+func newPGDatabase(t *testing.T) *pgDatabase {
+	t.Helper()
+	testdb.RequirePostgres(t)
+	u, err := url.Parse(testdb.DSN())
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("IDEM_TEST_DATABASE_URL %q: the end-to-end tests need a postgres:// URL", testdb.DSN())
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		t.Fatalf("connect to the postgres database: %v", err)
+	}
+	defer conn.Close(ctx)
+	name := "e2e_" + randHex(6)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin.String())
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	db := *u
+	db.Path = "/" + name
+	d := &pgDatabase{name: name, url: &db}
+	cfg, err := pgxpool.ParseConfig(db.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	if d.pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.pool.Close) // before the drop
+	return d
+}
+
+// via returns the database's URL through another host:port (a proxy).
+func (d *pgDatabase) via(hostport string) string {
+	u := *d.url
+	u.Host = hostport
+	return u.String()
+}
+
+// dbOrder is a row of customer_order, dbPayment one of payment.
+type dbOrder struct {
+	id, customer int64
+	amount       decimal.Decimal
+	status       string
+	paymentID    *int64
+}
+
+type dbPayment struct {
+	id                 int64
+	provider, external string
+	amount             decimal.Decimal
+	status             string
+	customer           int64
+}
+
+// dbState is what the database holds.
+type dbState struct {
+	orders   []dbOrder
+	payments []dbPayment
+}
+
+// stateReader reads the database of a scenario.
+type stateReader func(ctx context.Context) (dbState, error)
+
+const (
+	ordersQuery   = `SELECT id, customer_id, CAST(amount AS text), status, payment_id FROM customer_order ORDER BY id`
+	paymentsQuery = `SELECT id, payment_provider, external_payment_id, CAST(amount AS text), status, customer_id FROM payment ORDER BY id`
+)
+
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+func scanOrders(rs rowScanner) ([]dbOrder, error) {
+	var out []dbOrder
+	for rs.Next() {
+		var (
+			o   dbOrder
+			amt string
+		)
+		if err := rs.Scan(&o.id, &o.customer, &amt, &o.status, &o.paymentID); err != nil {
+			return nil, err
+		}
+		var err error
+		if o.amount, err = decimal.NewFromString(amt); err != nil {
+			return nil, fmt.Errorf("order %d: amount %q: %w", o.id, amt, err)
+		}
+		out = append(out, o)
+	}
+	return out, rs.Err()
+}
+
+func scanPayments(rs rowScanner) ([]dbPayment, error) {
+	var out []dbPayment
+	for rs.Next() {
+		var (
+			p   dbPayment
+			amt string
+		)
+		if err := rs.Scan(&p.id, &p.provider, &p.external, &amt, &p.status, &p.customer); err != nil {
+			return nil, err
+		}
+		var err error
+		if p.amount, err = decimal.NewFromString(amt); err != nil {
+			return nil, fmt.Errorf("payment %d: amount %q: %w", p.id, amt, err)
+		}
+		out = append(out, p)
+	}
+	return out, rs.Err()
+}
+
+// state reads the PostgreSQL database directly (never through a proxy).
+func (d *pgDatabase) state(ctx context.Context) (dbState, error) {
+	var s dbState
+	rows, err := d.pool.Query(ctx, ordersQuery)
+	if err != nil {
+		return s, err
+	}
+	s.orders, err = scanOrders(rows)
+	rows.Close()
+	if err != nil {
+		return s, err
+	}
+	rows, err = d.pool.Query(ctx, paymentsQuery)
+	if err != nil {
+		return s, err
+	}
+	s.payments, err = scanPayments(rows)
+	rows.Close()
+	return s, err
+}
+
+// sqliteState reads the SQLite file at path, while idemd runs (WAL: the
+// reader does not block it) or after it stopped.
+func sqliteState(path string) stateReader {
+	return func(ctx context.Context) (dbState, error) {
+		var s dbState
+		db, err := sql.Open("sqlite", sqlitedriver.DSN(path, 10*time.Second))
+		if err != nil {
+			return s, err
+		}
+		defer db.Close()
+		rows, err := db.QueryContext(ctx, ordersQuery)
+		if err != nil {
+			return s, err
+		}
+		s.orders, err = scanOrders(rows)
+		_ = rows.Close()
+		if err != nil {
+			return s, err
+		}
+		rows, err = db.QueryContext(ctx, paymentsQuery)
+		if err != nil {
+			return s, err
+		}
+		s.payments, err = scanPayments(rows)
+		_ = rows.Close()
+		return s, err
+	}
+}
+
+// ---------------------------------------------------------------------------
+// A TCP proxy in front of PostgreSQL that can cut it off
+
+type pgProxy struct {
+	upstream string
+	addr     string
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[net.Conn]struct{}
+	down     bool
+	closed   bool
+	cuts     int // connections closed by cut
+}
+
+func newPGProxy(t testing.TB, upstream string) *pgProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pgProxy{upstream: upstream, addr: ln.Addr().String(), ln: ln, conns: map[net.Conn]struct{}{}}
+	go p.serve(ln)
+	t.Cleanup(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		p.cut()
+	})
+	return p
+}
+
+func (p *pgProxy) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.pipe(c)
+	}
+}
+
+func (p *pgProxy) pipe(c net.Conn) {
+	u, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.down || p.closed {
+		p.mu.Unlock()
+		_ = c.Close()
+		_ = u.Close()
+		return
+	}
+	p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+	<-done
+	_ = c.Close()
+	_ = u.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, u)
+	p.mu.Unlock()
+}
+
+// cut closes every proxied connection and the listener (new connections
+// are refused) until restore. It returns the number of connections cut.
+func (p *pgProxy) cut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	n := len(p.conns) / 2
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.cuts += n
+	return n
+}
+
+// restore listens again on the same address.
+func (p *pgProxy) restore() error {
+	var (
+		ln  net.Listener
+		err error
+	)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", p.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("proxy: listen again on %s: %w", p.addr, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = ln.Close()
+		return nil
+	}
+	p.down, p.ln = false, ln
+	go p.serve(ln)
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Orders and the load
+
+// order is one business operation: one key, one body, retried until
+// answered.
+type order struct {
+	idx      int
+	key      string
+	customer int64
+	amount   decimal.Decimal
+	body     []byte
+
+	mu        sync.Mutex
+	ids       []int64   // of every 201 answer, load and replay
+	answered  time.Time // of the first 201
+	status    int       // of the last answer
+	lastErr   string
+	notReplay bool // a replay-pass answer without Idempotent-Replayed
+}
+
+// makeOrders plans n orders of customers 1..customers; about 15% exceed
+// the payment limit (10000.0000) and must be REJECTED, and the limit
+// itself (CONFIRMED) and one ten-thousandth above it (REJECTED) are among
+// them.
+func makeOrders(n, customers int) []*order {
+	run := randHex(4)
+	rng := mrand.New(mrand.NewPCG(uint64(n), 7))
+	out := make([]*order, n)
+	for i := range out {
+		var amount string
+		switch {
+		case i == 0:
+			amount = "10000.0000"
+		case i == 1:
+			amount = "10000.0001"
+		case i == 2:
+			amount = "19.9"
+		case rng.IntN(100) < 15:
+			amount = decimal.New(100_000_001+rng.Int64N(500_000_000), -4).StringFixed(4)
+		default:
+			amount = decimal.New(10_000+rng.Int64N(99_990_000), -4).StringFixed(4)
+		}
+		customer := int64(1 + i%customers)
+		out[i] = &order{
+			idx:      i,
+			key:      fmt.Sprintf("e2e-%s-%05d", run, i),
+			customer: customer,
+			amount:   decimal.RequireFromString(amount),
+			body: fmt.Appendf(nil, `{"customer_id":%d,"amount":%q,"items":[{"sku":"SKU-%d","quantity":%d}]}`,
+				customer, amount, i%7, 1+i%3),
+		}
+	}
+	return out
+}
+
+var paymentLimit = decimal.RequireFromString("10000.0000")
+
+// wantStatus is the final status of an order of amount a.
+func wantStatus(a decimal.Decimal) string {
+	if a.GreaterThan(paymentLimit) {
+		return "REJECTED"
+	}
+	return "CONFIRMED"
+}
+
+// record notes an answer; it reports whether it is the order's first 201.
+func (o *order) record(status int, body []byte) (first bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.status = status
+	if status != http.StatusCreated {
+		o.lastErr = fmt.Sprintf("%d %s", status, clip(strings.TrimSpace(string(body)), 200))
+		return false
+	}
+	var v struct {
+		ID string `json:"id"`
+	}
+	id, err := int64(0), json.Unmarshal(body, &v)
+	if err == nil {
+		id, err = strconv.ParseInt(v.ID, 10, 64)
+	}
+	if err != nil || id <= 0 {
+		o.lastErr = fmt.Sprintf("201 without an order id: %s", clip(string(body), 200))
+		return false
+	}
+	o.ids = append(o.ids, id)
+	if o.answered.IsZero() {
+		o.answered = time.Now()
+		return true
+	}
+	return false
+}
+
+func (o *order) fail(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lastErr = clip(err.Error(), 300)
+}
+
+// firstID is the id of the first 201, 0 before.
+func (o *order) firstID() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.ids) == 0 {
+		return 0
+	}
+	return o.ids[0]
+}
+
+// answeredBy returns the ids of the orders answered at or before t.
+func answeredBy(orders []*order, t time.Time) []int64 {
+	var ids []int64
+	for _, o := range orders {
+		o.mu.Lock()
+		if !o.answered.IsZero() && !o.answered.After(t) {
+			ids = append(ids, o.ids[0])
+		}
+		o.mu.Unlock()
+	}
+	return ids
+}
+
+// retryable says whether a status idemclient gave up on is worth another
+// round (the server is restarting or its database is away).
+func retryable(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// newIdemClient is one client of the load: idemclient on its own
+// connections (through rt, when not nil).
+func newIdemClient(rt http.RoundTripper) (*idemclient.Client, *http.Transport) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 4
+	if rt == nil {
+		rt = tr
+	}
+	c, err := idemclient.New(&idemclient.Config{
+		HTTPClient:  &http.Client{Transport: rt, Timeout: 15 * time.Second},
+		MaxAttempts: 10,
+		BaseDelay:   50 * time.Millisecond,
+		MaxDelay:    time.Second,
+	})
+	if err != nil {
+		panic(err) // a valid constant configuration
+	}
+	return c, tr
+}
+
+// send posts o with its key until a 201 or a final answer (or ctx ends);
+// it calls answered after the first 201. It reports whether the last
+// answer was a 201 marked Idempotent-Replayed.
+func send(ctx context.Context, c *idemclient.Client, base string, o *order, answered func()) (replayed bool) {
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/orders", bytes.NewReader(o.body))
+		if err != nil {
+			o.fail(err)
+			return false
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if req, err = idemclient.WithKey(req, o.key); err != nil {
+			o.fail(err)
+			return false
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			o.fail(err)
+			if errors.Is(err, idemclient.ErrKeyReused) {
+				return false
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			o.fail(err)
+			continue
+		}
+		if o.record(resp.StatusCode, body) {
+			answered()
+		}
+		switch {
+		case resp.StatusCode == http.StatusCreated:
+			return idemclient.Replayed(resp)
+		case retryable(resp.StatusCode):
+			sleepCtx(ctx, 100*time.Millisecond)
+		default:
+			return false // a final answer other than 201: reported by the invariants
+		}
+	}
+	return false
+}
+
+// load sends the orders from clients concurrent clients. transport, if
+// set, gives the RoundTripper of client i; base is the URL they post to.
+type load struct {
+	orders    []*order
+	clients   int
+	base      string
+	transport func(i int) http.RoundTripper
+	// onAnswer is called with the number of orders answered so far after
+	// each first 201; it must not block.
+	onAnswer func(n int64)
+	// gate, if set, is called before handing out order i; false stops.
+	gate     func(ctx context.Context, i int) bool
+	answered atomic.Int64
+}
+
+func (l *load) run(ctx context.Context) {
+	ch := make(chan *order)
+	var wg sync.WaitGroup
+	for i := range l.clients {
+		var rt http.RoundTripper
+		if l.transport != nil {
+			rt = l.transport(i)
+		}
+		c, tr := newIdemClient(rt)
+		wg.Go(func() {
+			defer tr.CloseIdleConnections()
+			for o := range ch {
+				send(ctx, c, l.base, o, func() {
+					n := l.answered.Add(1)
+					if l.onAnswer != nil {
+						l.onAnswer(n)
+					}
+				})
+			}
+		})
+	}
+feed:
+	for i, o := range l.orders {
+		if l.gate != nil && !l.gate(ctx, i) {
+			break
+		}
+		select {
+		case ch <- o:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// replay posts every answered order again with its key: the answer must be
+// the stored 201 (Idempotent-Replayed), naming the same order.
+func replay(ctx context.Context, base string, orders []*order) {
+	ch := make(chan *order)
+	var wg sync.WaitGroup
+	for range 8 {
+		c, tr := newIdemClient(nil)
+		wg.Go(func() {
+			defer tr.CloseIdleConnections()
+			for o := range ch {
+				if !send(ctx, c, base, o, func() {}) {
+					o.mu.Lock()
+					o.notReplay = true
+					o.mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, o := range orders {
+		if o.firstID() != 0 {
+			ch <- o
+		}
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// failover is a RoundTripper that sends to the first of its hosts that
+// answers: after a transport error it moves to the next one (the same
+// request, so the same key, goes there on idemclient's retry).
+type failover struct {
+	rt    http.RoundTripper
+	mu    sync.Mutex
+	hosts []string // host:port
+	cur   int
+}
+
+func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	host := f.hosts[f.cur]
+	f.mu.Unlock()
+	r := req.Clone(req.Context())
+	r.URL.Host, r.Host = host, host
+	resp, err := f.rt.RoundTrip(r)
+	if err != nil && req.Context().Err() == nil {
+		f.mu.Lock()
+		if f.hosts[f.cur] == host {
+			f.cur = (f.cur + 1) % len(f.hosts)
+		}
+		f.mu.Unlock()
+	}
+	return resp, err
+}
+
+// killPlan schedules the kills (or outages) of a scenario of n orders in
+// the middle of its load: kill k happens when points[k] orders are
+// answered, evenly spread, the first at n/(kills+2) (a third for one
+// kill). So that a slow kill (a failover being measured) does not let the
+// load run out before the next one, the feeder hands out at most slack
+// orders past the next point until the kill before it is handled.
+type killPlan struct {
+	points  []int64
+	slack   int
+	trigger chan struct{}
+	mu      sync.Mutex
+	handled int
+	changed chan struct{} // closed when handled changes
+	atKill  []int64       // orders answered when each kill began
+}
+
+func newKillPlan(n, kills, clients int) *killPlan {
+	k := &killPlan{slack: 2 * clients, trigger: make(chan struct{}, kills), changed: make(chan struct{})}
+	for i := 1; i <= kills; i++ {
+		k.points = append(k.points, int64(n*i/(kills+2)))
+	}
+	return k
+}
+
+// answered is the load's onAnswer.
+func (k *killPlan) answered(n int64) {
+	if slices.Contains(k.points, n) {
+		k.trigger <- struct{}{}
+	}
+}
+
+// gate is the load's gate: it waits until order i may be handed out.
+func (k *killPlan) gate(ctx context.Context, i int) bool {
+	for {
+		k.mu.Lock()
+		h, ch := k.handled, k.changed
+		k.mu.Unlock()
+		if h >= len(k.points) || int64(i) < k.points[h]+int64(k.slack) {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// each runs kill for every point, once the load reaches it, until ctx ends
+// or kill returns false; kill gets the kill's index.
+func (k *killPlan) each(ctx context.Context, l *load, kill func(i int) bool) {
+	for i := range k.points {
+		select {
+		case <-k.trigger:
+		case <-ctx.Done():
+			return
+		}
+		k.mu.Lock()
+		k.atKill = append(k.atKill, l.answered.Load())
+		k.mu.Unlock()
+		ok := kill(i)
+		k.mu.Lock()
+		k.handled++
+		close(k.changed)
+		k.changed = make(chan struct{})
+		k.mu.Unlock()
+		if !ok {
+			return
+		}
+	}
+}
+
+// last is the number of orders answered when the last kill began.
+func (k *killPlan) last() int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.atKill[len(k.atKill)-1]
+}
+
+// check makes sure the kills happened in the middle of the load (of n
+// orders, answered of them answered): otherwise the scenario would pass
+// without testing anything.
+func (k *killPlan) check(t *testing.T, n int, answered int64) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.atKill) != len(k.points) {
+		t.Errorf("harness: %d of %d kills happened during the load", len(k.atKill), len(k.points))
+	}
+	for _, a := range k.atKill {
+		if a <= 0 || a >= int64(n) {
+			t.Errorf("harness: a kill at %d of %d orders answered is not in the middle of the load", a, n)
+		}
+	}
+	if len(k.atKill) > 0 && answered <= k.atKill[len(k.atKill)-1] {
+		t.Errorf("harness: no order answered after the last kill (%d answered)", answered)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Invariants
+
+// expectation is what a scenario checks once the load is over.
+type expectation struct {
+	orders    []*order
+	customers int
+	state     stateReader
+	// base returns the URL of a live idemd, for the summaries.
+	base  func() string
+	exits func() []string
+}
+
+// report is the outcome of one check of the invariants.
+type report struct {
+	ops, answered, twoIDs  int
+	dbOrders, strangers    int
+	created, wrongStatus   int
+	confirmed, rejected    int
+	wantConf, wantRej      int
+	badPayment, payNotConf int
+	summaryWrong           int
+	customers              int
+	exits                  []string
+	details                []string
+}
+
+func (r *report) ok() bool {
+	return r.answered == r.ops && r.twoIDs == 0 && r.dbOrders == r.ops && r.strangers == 0 &&
+		r.created == 0 && r.wrongStatus == 0 && r.badPayment == 0 && r.payNotConf == 0 &&
+		r.summaryWrong == 0 && len(r.exits) == 0
+}
+
+func (r *report) detail(format string, args ...any) {
+	if len(r.details) < 30 {
+		r.details = append(r.details, fmt.Sprintf(format, args...))
+	}
+}
+
+// table renders the report as a table, wrong rows marked, then details.
+func (r *report) table() string {
+	var b strings.Builder
+	row := func(name string, want, got int) {
+		mark := ""
+		if want != got {
+			mark = "   <-- wrong"
+		}
+		fmt.Fprintf(&b, "  %-46s %7d %7d%s\n", name, want, got, mark)
+	}
+	fmt.Fprintf(&b, "  %-46s %7s %7s\n", "invariant", "want", "got")
+	row("orders answered 2xx (201)", r.ops, r.answered)
+	row("keys with two ids", 0, r.twoIDs)
+	row("orders in the database", r.ops, r.dbOrders)
+	row("orders no key was answered with", 0, r.strangers)
+	row("orders left CREATED", 0, r.created)
+	row("orders with the wrong final status", 0, r.wrongStatus)
+	row("CONFIRMED orders without exactly 1 payment", 0, r.badPayment)
+	row("payments for non-confirmed orders", 0, r.payNotConf)
+	row(fmt.Sprintf("customers whose summary is wrong (of %d)", r.customers), 0, r.summaryWrong)
+	row("idemd processes that exited by themselves", 0, len(r.exits))
+	fmt.Fprintf(&b, "  (orders CONFIRMED %d of %d expected, REJECTED %d of %d expected)\n", r.confirmed, r.wantConf, r.rejected, r.wantRej)
+	for _, e := range r.exits {
+		b.WriteString("  - " + e + "\n")
+	}
+	for _, d := range r.details {
+		b.WriteString("  - " + d + "\n")
+	}
+	return b.String()
+}
+
+// check checks the invariants once.
+func check(ctx context.Context, e expectation) *report {
+	r := &report{ops: len(e.orders), customers: e.customers}
+	if e.exits != nil {
+		r.exits = e.exits()
+	}
+	byID := map[int64]*order{}
+	for _, o := range e.orders {
+		if wantStatus(o.amount) == "CONFIRMED" {
+			r.wantConf++
+		} else {
+			r.wantRej++
+		}
+		o.mu.Lock()
+		ids := slices.Compact(slices.Sorted(slices.Values(o.ids)))
+		status, lastErr := o.status, o.lastErr
+		notReplay := o.notReplay
+		o.mu.Unlock()
+		switch {
+		case len(ids) == 0:
+			r.detail("key %s: no 201 (last status %d, last error %q)", o.key, status, lastErr)
+		case len(ids) > 1:
+			r.answered++
+			r.twoIDs++
+			r.detail("key %s: answered with the orders %v", o.key, ids)
+		default:
+			r.answered++
+			if notReplay {
+				r.detail("key %s: a retry after the load was answered 201 without Idempotent-Replayed: true", o.key)
+			}
+		}
+		for _, id := range ids {
+			byID[id] = o
+		}
+	}
+
+	st, err := e.state(ctx)
+	if err != nil {
+		r.dbOrders = -1
+		r.detail("read the database: %v", err)
+		return r
+	}
+	r.dbOrders = len(st.orders)
+	payments := map[string][]dbPayment{}
+	for _, p := range st.payments {
+		if p.provider == "idemd-saga" {
+			payments[p.external] = append(payments[p.external], p)
+		}
+	}
+	byCustomer := map[int64][]dbOrder{}
+	known := map[string]bool{}
+	for _, o := range st.orders {
+		byCustomer[o.customer] = append(byCustomer[o.customer], o)
+		ext := "order-" + strconv.FormatInt(o.id, 10)
+		known[ext] = true
+		if op := byID[o.id]; op == nil {
+			r.strangers++
+			r.detail("order %d (customer %d, %s) is no key's answer", o.id, o.customer, o.amount.StringFixed(4))
+		} else if op.customer != o.customer || !op.amount.Equal(o.amount) {
+			r.strangers++
+			r.detail("order %d is customer %d, %s; its key %s asked for customer %d, %s",
+				o.id, o.customer, o.amount.StringFixed(4), op.key, op.customer, op.amount.StringFixed(4))
+		}
+		want := wantStatus(o.amount)
+		switch o.status {
+		case "CONFIRMED":
+			r.confirmed++
+		case "REJECTED":
+			r.rejected++
+		}
+		switch {
+		case o.status == "CREATED":
+			r.created++
+		case o.status != want:
+			r.wrongStatus++
+			r.detail("order %d of %s is %s, want %s", o.id, o.amount.StringFixed(4), o.status, want)
+		}
+		ps := payments[ext]
+		if o.status == "CONFIRMED" {
+			switch {
+			case len(ps) != 1:
+				r.badPayment++
+				r.detail("CONFIRMED order %d has %d payments %s", o.id, len(ps), ext)
+			case !ps[0].amount.Equal(o.amount) || ps[0].customer != o.customer:
+				r.badPayment++
+				r.detail("CONFIRMED order %d (customer %d, %s) has the payment %d of customer %d, %s",
+					o.id, o.customer, o.amount.StringFixed(4), ps[0].id, ps[0].customer, ps[0].amount.StringFixed(4))
+			case o.paymentID == nil || *o.paymentID != ps[0].id:
+				r.badPayment++
+				r.detail("CONFIRMED order %d has payment_id %v, its payment is %d", o.id, ptrString(o.paymentID), ps[0].id)
+			}
+		} else if len(ps) > 0 {
+			r.payNotConf++
+			r.detail("%s order %d has %d payments %s", o.status, o.id, len(ps), ext)
+		}
+	}
+	for ext, ps := range payments {
+		if !known[ext] {
+			r.payNotConf++
+			r.detail("%d payments %s for no order", len(ps), ext)
+		}
+	}
+
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for c := int64(1); c <= int64(e.customers); c++ {
+		status, body, err := getSummary(ctx, hc, e.base(), c)
+		if err != nil {
+			r.summaryWrong++
+			r.detail("customer %d summary: %v", c, err)
+			continue
+		}
+		if diff := summaryDiff(c, byCustomer[c], status, body); diff != "" {
+			r.summaryWrong++
+			r.detail("customer %d summary: %s", c, diff)
+		}
+	}
+	return r
+}
+
+func ptrString(p *int64) string {
+	if p == nil {
+		return "NULL"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func getSummary(ctx context.Context, hc *http.Client, base string, customer int64) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/customers/%d/summary", base, customer), nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// summaryDiff compares a customer's GET /v1/customers/{id}/summary (status
+// and body) with what the customer's orders (rows of customer_order) say,
+// and describes the differences ("" when there are none). This is the one
+// place that knows the summary's shape:
+//
+//	{"customer_id": 42, "orders": 3, "pending": 0, "confirmed": 2, "rejected": 1,
+//	 "total_amount": "19.9000", "last_order_id": "17"}
+//
+// orders counts all the orders; pending, confirmed and rejected count them
+// by status (CREATED, CONFIRMED, REJECTED); total_amount sums the CONFIRMED
+// amounts, with 4 decimals; last_order_id is the highest order id, as a
+// string. Fields besides these are ignored.
+func summaryDiff(customer int64, orders []dbOrder, status int, body []byte) string {
+	if len(orders) == 0 {
+		if status == http.StatusNotFound {
+			return ""
+		}
+		return fmt.Sprintf("%d %s, want 404 (no order)", status, clip(string(body), 200))
+	}
+	if status != http.StatusOK {
+		return fmt.Sprintf("%d %s, want 200", status, clip(strings.TrimSpace(string(body)), 200))
+	}
+	var pending, confirmed, rejected int
+	total := decimal.Zero
+	var last int64
+	for _, o := range orders {
+		switch o.status {
+		case "CREATED":
+			pending++
+		case "CONFIRMED":
+			confirmed++
+			total = total.Add(o.amount)
+		case "REJECTED":
+			rejected++
+		}
+		last = max(last, o.id)
+	}
+	want := []struct {
+		field string
+		value any
+	}{
+		{"customer_id", customer},
+		{"orders", len(orders)},
+		{"pending", pending},
+		{"confirmed", confirmed},
+		{"rejected", rejected},
+		{"total_amount", total.StringFixed(4)},
+		{"last_order_id", strconv.FormatInt(last, 10)},
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(body, &got); err != nil {
+		return fmt.Sprintf("not a JSON object: %s", clip(string(body), 200))
+	}
+	var diffs []string
+	for _, w := range want {
+		wb, _ := json.Marshal(w.value)
+		g, ok := got[w.field]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("%s missing (want %s)", w.field, wb))
+		case string(bytes.TrimSpace(g)) != string(wb):
+			diffs = append(diffs, fmt.Sprintf("%s %s, want %s", w.field, g, wb))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// awaitInvariants checks the invariants until they hold or within has
+// passed, then reports what is wrong as a table.
+func awaitInvariants(t *testing.T, e expectation, within time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), within+30*time.Second)
+	defer cancel()
+	for {
+		r := check(ctx, e)
+		if r.ok() {
+			t.Logf("invariants hold %.1f s after the load: %d orders, %d CONFIRMED, %d REJECTED, %d customers' summaries right",
+				time.Since(start).Seconds(), r.ops, r.confirmed, r.rejected, r.customers)
+			return
+		}
+		if time.Since(start) > within {
+			t.Errorf("invariants still broken %.0f s after the load:\n%s", time.Since(start).Seconds(), r.table())
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// quiescence is how long the invariants may take to hold after a load of n
+// orders.
+func quiescence(n int) time.Duration {
+	return max(45*time.Second, time.Duration(n)*15*time.Millisecond)
+}
+
+// loadTimeout bounds the load of n orders with kills kills.
+func loadTimeout(n, kills int) time.Duration {
+	return 90*time.Second + time.Duration(kills)*30*time.Second + time.Duration(n)*20*time.Millisecond
+}

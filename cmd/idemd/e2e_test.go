@@ -1,0 +1,374 @@
+package main_test
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/kafkatest"
+)
+
+// Parameters of the scenarios (see e2eOrders and e2eKills for the soak).
+const (
+	e2eClients   = 20
+	e2eCustomers = 10
+	// failoverLimit fails the replica scenario; the target is 10 s.
+	failoverLimit = 20 * time.Second
+	outage        = 10 * time.Second
+)
+
+// TestE2E runs the real idemd binary under load and breaks it: restarts
+// (SIGTERM, SIGKILL) on PostgreSQL with the embedded broker and on SQLite,
+// the kill of one of two replicas sharing PostgreSQL and a Kafka cluster,
+// and PostgreSQL unreachable for 10 s. After each, once the load is
+// answered, it waits for the invariants: every order answered 201 with one
+// id per key, as many orders as operations, each CONFIRMED (amount <=
+// 10000) or REJECTED, one payment per CONFIRMED order and none otherwise,
+// and the customers' summaries agreeing with the orders.
+//
+// IDEM_E2E_SOAK=1 (or -e2e.orders, -e2e.kills) runs a longer soak.
+func TestE2E(t *testing.T) {
+	t.Parallel()
+	idemdBinary(t)
+	scenarios := []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"postgres/SIGTERM", func(t *testing.T) { restartScenario(t, "postgres", syscall.SIGTERM, e2eOrders(300)) }},
+		{"postgres/SIGKILL", func(t *testing.T) { restartScenario(t, "postgres", syscall.SIGKILL, e2eOrders(300)) }},
+		{"sqlite/SIGTERM", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGTERM, e2eOrders(150)) }},
+		{"sqlite/SIGKILL", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGKILL, e2eOrders(150)) }},
+		{"postgres/replicas/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300)) }},
+		{"postgres/unreachable", func(t *testing.T) { outageScenario(t, e2eOrders(300)) }},
+	}
+	// The scenarios run at once, but not through t.Parallel: -parallel
+	// defaults to GOMAXPROCS, which on 2 cores would run them two by two,
+	// while they mostly wait (for restarts, outages, the pipeline).
+	var wg sync.WaitGroup
+	for _, s := range scenarios {
+		wg.Go(func() { t.Run(s.name, s.run) })
+	}
+	wg.Wait()
+}
+
+// restartScenario sends n orders to one idemd on a fresh database (kind
+// "postgres", with the embedded broker's log in a -kafka-dir, or "sqlite")
+// and stops it with sig at the kill points, restarting it each time on the
+// same address, database and broker log.
+func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
+	var db *pgDatabase
+	if kind == "postgres" {
+		db = newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	}
+	c := newCluster(t)
+	addr := freeAddr(t)
+	var (
+		args  []string
+		state stateReader
+	)
+	switch kind {
+	case "postgres":
+		args, state = commonArgs(addr, db.url.String()), db.state
+		if hasFlag(t, "kafka-dir") {
+			args = append(args, "-kafka-dir", t.TempDir())
+		} else {
+			t.Errorf("idemd has no -kafka-dir flag: the embedded broker keeps its log in memory and loses it on restart; running without it")
+		}
+		if hasFlag(t, "kafka-embedded-addr") {
+			args = append(args, "-kafka-embedded-addr", freeAddr(t))
+		}
+	case "sqlite":
+		path := filepath.Join(t.TempDir(), "idemd.db")
+		args, state = commonArgs(addr, "sqlite:"+path), sqliteState(path) // the broker's log: PATH.kafka
+	}
+	var cur atomic.Pointer[proc]
+	cur.Store(c.mustStart(t, "idemd", args...))
+
+	kills := e2eKills()
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills))
+	defer cancel()
+	orders := makeOrders(n, e2eCustomers)
+	plan := newKillPlan(n, kills, e2eClients)
+	l := &load{orders: orders, clients: e2eClients, base: "http://" + addr, onAnswer: plan.answered, gate: plan.gate}
+	kctx, stopKills := context.WithCancel(ctx) // no kill after the load
+	defer stopKills()
+	var restarts sync.WaitGroup
+	restarts.Go(func() {
+		plan.each(kctx, l, func(int) bool {
+			start := time.Now()
+			if err := cur.Load().stop(sig, 40*time.Second); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+			stopped := time.Since(start)
+			p, err := c.start("idemd", args...)
+			if err != nil {
+				t.Errorf("restart: %v", err)
+				cancel()
+				return false
+			}
+			cur.Store(p)
+			t.Logf("%v at %d of %d orders answered: stopped in %.1f s, listening again after %.1f s",
+				sig, plan.last(), n, stopped.Seconds(), time.Since(start).Seconds())
+			return true
+		})
+	})
+	loadStart := time.Now()
+	l.run(ctx)
+	stopKills()
+	restarts.Wait()
+	t.Logf("load: %d of %d orders answered in %.1f s", l.answered.Load(), n, time.Since(loadStart).Seconds())
+	plan.check(t, n, l.answered.Load())
+
+	if cur.Load().running() { // else the restart failed: reported
+		rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		replay(rctx, "http://"+addr, orders)
+		rcancel()
+	}
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: e2eCustomers,
+		state:     state,
+		base:      func() string { return cur.Load().base },
+		exits:     c.unexpectedExits,
+	}, quiescence(n))
+}
+
+// replicaScenario runs two idemd replicas on one PostgreSQL and a Kafka
+// cluster of the test; half the clients prefer each, and move to the other
+// on a connection error. It SIGKILLs a replica at each kill point and
+// measures the failover: from the kill until every order answered before
+// it is CONFIRMED or REJECTED. A killed replica is restarted (once its
+// failover is measured) only when more kills follow.
+func replicaScenario(t *testing.T, n int) {
+	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	c := newCluster(t)
+	kc := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-e2e")
+	kc.CreateTopic(t, topic, 3)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	argsOf := func(i int) []string {
+		return append(commonArgs(addrs[i], db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic)
+	}
+	names := []string{"replica-a", "replica-b"}
+	var replicas [2]atomic.Pointer[proc]
+	for i := range replicas { // one after the other: the first migrates
+		replicas[i].Store(c.mustStart(t, names[i], argsOf(i)...))
+	}
+	live := func() string {
+		for i := range replicas {
+			if p := replicas[i].Load(); p.running() {
+				return p.base
+			}
+		}
+		return "http://" + addrs[0]
+	}
+
+	kills := e2eKills()
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills))
+	defer cancel()
+	orders := makeOrders(n, e2eCustomers)
+	plan := newKillPlan(n, kills, e2eClients)
+	l := &load{
+		orders:  orders,
+		clients: e2eClients,
+		base:    "http://" + addrs[0], // the host is the failover's
+		transport: func(i int) http.RoundTripper {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			return &failover{rt: tr, hosts: []string{addrs[i%2], addrs[(i+1)%2]}}
+		},
+		onAnswer: plan.answered,
+		gate:     plan.gate,
+	}
+	kctx, stopKills := context.WithCancel(ctx) // no kill after the load
+	defer stopKills()
+	var ctl sync.WaitGroup
+	ctl.Go(func() {
+		plan.each(kctx, l, func(k int) bool {
+			victim := k % 2
+			killed := time.Now()
+			if err := replicas[victim].Load().stop(syscall.SIGKILL, 10*time.Second); err != nil {
+				t.Errorf("kill: %v", err)
+			}
+			before := answeredBy(orders, killed)
+			d, left := settle(db, before, killed, 45*time.Second)
+			if left > 0 {
+				t.Errorf("failover: > %.0f s: %d of the %d orders answered before the SIGKILL of %s are still CREATED",
+					d.Seconds(), left, len(before), names[victim])
+			} else {
+				t.Logf("failover: %.1f s (SIGKILL of %s at %d of %d orders answered; %d orders to settle)",
+					d.Seconds(), names[victim], plan.last(), n, len(before))
+				if d > failoverLimit {
+					t.Errorf("failover took %.1f s, more than %v (target 10 s)", d.Seconds(), failoverLimit)
+				}
+			}
+			if k == len(plan.points)-1 {
+				return true
+			}
+			p, err := c.start(names[victim], argsOf(victim)...)
+			if err != nil {
+				t.Errorf("restart: %v", err)
+				cancel()
+				return false
+			}
+			replicas[victim].Store(p)
+			return true
+		})
+	})
+	loadStart := time.Now()
+	l.run(ctx)
+	stopKills()
+	ctl.Wait()
+	t.Logf("load: %d of %d orders answered in %.1f s", l.answered.Load(), n, time.Since(loadStart).Seconds())
+	plan.check(t, n, l.answered.Load())
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	replay(rctx, live(), orders)
+	rcancel()
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: e2eCustomers,
+		state:     db.state,
+		base:      live,
+		exits:     c.unexpectedExits,
+	}, quiescence(n))
+}
+
+// settle waits (up to within) until none of the orders ids is CREATED any
+// more; it returns the time since from and how many are still CREATED.
+func settle(db *pgDatabase, ids []int64, from time.Time, within time.Duration) (time.Duration, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), within+10*time.Second)
+	defer cancel()
+	left := len(ids)
+	for {
+		var n int
+		err := db.pool.QueryRow(ctx, `SELECT count(*) FROM customer_order WHERE id = ANY($1) AND status NOT IN ('CONFIRMED', 'REJECTED')`, ids).Scan(&n)
+		if err == nil {
+			left = n
+			if n == 0 {
+				return time.Since(from), 0
+			}
+		}
+		if time.Since(from) > within {
+			return time.Since(from), left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// outageScenario runs one idemd on PostgreSQL through a TCP proxy of the
+// test, and at each kill point cuts PostgreSQL off for 10 s: every
+// proxied connection closed, new ones refused; then restores it.
+func outageScenario(t *testing.T, n int) {
+	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	c := newCluster(t)
+	px := newPGProxy(t, db.url.Host)
+	addr := freeAddr(t)
+	args := commonArgs(addr, db.via(px.addr))
+	if hasFlag(t, "kafka-dir") {
+		args = append(args, "-kafka-dir", t.TempDir())
+	}
+	p := c.mustStart(t, "idemd", args...)
+
+	kills := e2eKills()
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills)+time.Duration(kills)*outage)
+	defer cancel()
+	orders := makeOrders(n, e2eCustomers)
+	plan := newKillPlan(n, kills, e2eClients)
+	l := &load{orders: orders, clients: e2eClients, base: p.base, onAnswer: plan.answered, gate: plan.gate}
+	kctx, stopKills := context.WithCancel(ctx) // no kill after the load
+	defer stopKills()
+	var ctl sync.WaitGroup
+	ctl.Go(func() {
+		plan.each(kctx, l, func(int) bool {
+			cut := px.cut()
+			if cut == 0 {
+				t.Errorf("harness: the proxy had no connection to cut")
+			}
+			sleepCtx(ctx, outage)
+			if err := px.restore(); err != nil {
+				t.Errorf("%v", err)
+				cancel()
+				return false
+			}
+			t.Logf("PostgreSQL unreachable for %v at %d of %d orders answered (%d connections cut); %d answered when restored",
+				outage, plan.last(), n, cut, l.answered.Load())
+			return true
+		})
+	})
+	loadStart := time.Now()
+	l.run(ctx)
+	stopKills()
+	ctl.Wait()
+	t.Logf("load: %d of %d orders answered in %.1f s", l.answered.Load(), n, time.Since(loadStart).Seconds())
+	plan.check(t, n, l.answered.Load())
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	replay(rctx, p.base, orders)
+	rcancel()
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: e2eCustomers,
+		state:     db.state,
+		base:      func() string { return p.base },
+		exits:     c.unexpectedExits,
+	}, quiescence(n))
+}
+
+// mustStart is start for the test's goroutine.
+func (c *cluster) mustStart(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p, err := c.start(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestE2EHarness checks that the invariants catch what they are about, on
+// made-up answers and rows: a harness that cannot fail proves nothing.
+func TestE2EHarness(t *testing.T) {
+	t.Parallel()
+	orders := makeOrders(4, 2)       // amounts 10000.0000, 10000.0001, 19.9, ...
+	orders[0].ids = []int64{1, 2}    // one key, two orders
+	orders[1].ids = []int64{3}       // over the limit
+	orders[2].ids = []int64{4}       // under it
+	st := dbState{orders: []dbOrder{ // orders[3] was never answered
+		{id: 1, customer: 1, amount: orders[0].amount, status: "CONFIRMED"}, // no payment
+		{id: 2, customer: 1, amount: orders[0].amount, status: "CREATED"},
+		{id: 3, customer: 2, amount: orders[1].amount, status: "CONFIRMED"}, // want REJECTED, no payment
+		{id: 4, customer: 1, amount: orders[2].amount, status: "REJECTED"},  // want CONFIRMED
+		{id: 5, customer: 2, amount: orders[2].amount, status: "REJECTED"},  // nobody's
+	}, payments: []dbPayment{
+		{id: 9, provider: "idemd-saga", external: "order-4", amount: orders[2].amount, customer: 1},
+	}}
+	r := check(context.Background(), expectation{
+		orders: orders,
+		state:  func(context.Context) (dbState, error) { return st, nil },
+		base:   func() string { return "" },
+	})
+	got := []int{r.answered, r.twoIDs, r.dbOrders, r.strangers, r.created, r.wrongStatus, r.badPayment, r.payNotConf}
+	if want := []int{3, 1, 5, 1, 1, 3, 2, 1}; !slices.Equal(got, want) || r.ok() {
+		t.Errorf("counts %v, want %v, and not ok:\n%s", got, want, r.table())
+	}
+
+	rows := st.orders[:2] // customer 1: one CONFIRMED 10000.0000, one CREATED
+	for body, want := range map[string]string{
+		`{"customer_id":1,"orders":2,"pending":1,"confirmed":1,"rejected":0,"total_amount":"10000.0000","last_order_id":"2"}`: "",
+		`{"customer_id":1,"orders":2,"total_amount":"20000.0000","last_order_id":"2"}`:                                        `pending missing (want 1); confirmed missing (want 1); rejected missing (want 0); total_amount "20000.0000", want "10000.0000"`,
+	} {
+		if got := summaryDiff(1, rows, http.StatusOK, []byte(body)); got != want {
+			t.Errorf("summaryDiff(%s) = %q, want %q", body, got, want)
+		}
+	}
+	if got := summaryDiff(1, rows, http.StatusNotFound, []byte(`{}`)); got == "" {
+		t.Error("summaryDiff accepts a 404 for a customer with orders")
+	}
+}

@@ -1,0 +1,150 @@
+package apijson
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/idemkit/idem/problem"
+)
+
+// resetBody yields start, then fails as a connection the client reset.
+func resetBody(start string) io.Reader {
+	return io.MultiReader(strings.NewReader(start), iotestErr{&net.OpError{Op: "read", Net: "tcp",
+		Source: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080},
+		Addr:   &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555},
+		Err:    syscall.ECONNRESET}})
+}
+
+type iotestErr struct{ err error }
+
+func (r iotestErr) Read([]byte) (int, error) { return 0, r.err }
+
+// written is the problem WriteRequestError answers for err.
+func written(t *testing.T, err error) (int, problem.Problem, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	WriteRequestError(rec, err, "Invalid thing")
+	var p problem.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("%s: %v", rec.Body, err)
+	}
+	return rec.Code, p, rec.Body.String()
+}
+
+func assertNoLeak(t *testing.T, body string) {
+	t.Helper()
+	for _, leak := range []string{"127.0.0.1", "tcp", "5555", "connection reset", "secret"} {
+		if strings.Contains(strings.ToLower(body), leak) {
+			t.Errorf("the problem contains %q: %s", leak, body)
+		}
+	}
+}
+
+func TestReadBodyBrokenConnection(t *testing.T) {
+	t.Parallel()
+	_, rerr := ReadBody(resetBody(`{"secret":"`), 100)
+	if rerr == nil || rerr.Status != http.StatusBadRequest {
+		t.Fatalf("ReadBody: %v, want a 400", rerr)
+	}
+	if _, ok := errors.AsType[*net.OpError](rerr); !ok {
+		t.Errorf("the cause %v is not kept for the log", rerr.Err)
+	}
+	status, p, body := written(t, rerr)
+	if status != http.StatusBadRequest || p.Type != problem.TypeValidation || p.Title != TitleUnreadable || p.Detail != DetailUnreadable {
+		t.Errorf("%d %s", status, body)
+	}
+	assertNoLeak(t, body)
+}
+
+func TestObjectBrokenReader(t *testing.T) {
+	t.Parallel()
+	_, rerr := Object(json.NewDecoder(resetBody(`{"a":1,"secret":`)), "the body", []string{"a", "secret"})
+	if rerr == nil || rerr.Status != http.StatusBadRequest || rerr.Err == nil {
+		t.Fatalf("Object: %+v, want a 400 with its cause", rerr)
+	}
+	_, _, body := written(t, rerr)
+	assertNoLeak(t, body)
+	// A syntax error describes the client's input: it is shown.
+	_, rerr = Object(json.NewDecoder(strings.NewReader(`{"a":}`)), "the body", []string{"a"})
+	if rerr == nil || !strings.Contains(rerr.Detail, "malformed JSON: invalid character '}'") {
+		t.Errorf("Object: %+v, want the syntax error", rerr)
+	}
+}
+
+func TestWriteRequestErrorHidesOtherErrors(t *testing.T) {
+	t.Parallel()
+	status, _, body := written(t, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"))
+	if status != http.StatusBadRequest {
+		t.Errorf("%d %s, want 400", status, body)
+	}
+	assertNoLeak(t, body)
+}
+
+// A too-large body is idemhttp's body-too-large problem, with its title and
+// detail, whether ReadBody counted the bytes or an http.MaxBytesReader did.
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	for name, r := range map[string]io.Reader{
+		"ReadBody":            strings.NewReader(strings.Repeat("a", 11)),
+		"http.MaxBytesReader": http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(strings.Repeat("a", 11))), 10),
+	} {
+		max := int64(10)
+		if name != "ReadBody" {
+			max = 100
+		}
+		_, rerr := ReadBody(r, max)
+		if rerr == nil {
+			t.Fatalf("%s: no error", name)
+		}
+		status, p, body := written(t, rerr)
+		if status != http.StatusRequestEntityTooLarge || p.Status != status || p.Type != problem.TypeBodyTooLarge ||
+			p.Title != "Request body too large" || p.Detail != "The body exceeds 10 bytes." {
+			t.Errorf("%s: %d %s", name, status, body)
+		}
+	}
+	if _, rerr := ReadBody(strings.NewReader(strings.Repeat("a", 10)), 10); rerr != nil {
+		t.Errorf("a body of the limit: %v", rerr)
+	}
+}
+
+func TestRequireJSON(t *testing.T) {
+	t.Parallel()
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := RequireJSON("thing", next)
+	for ct, want := range map[string]int{
+		"":                                  415,
+		"text/plain":                        415,
+		"application/x-www-form-urlencoded": 415,
+		"application/json; charset":         415, // malformed parameters
+		"json":                              415,
+		"application/json":                  204,
+		"Application/JSON; charset=utf-8":   204,
+		"application/merge-patch+json":      204,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(`{}`))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Content-Type %q: %d %s, want %d", ct, rec.Code, rec.Body, want)
+			continue
+		}
+		if want == 415 {
+			var p problem.Problem
+			_ = json.Unmarshal(rec.Body.Bytes(), &p)
+			if rec.Header().Get("Content-Type") != problem.MediaType || p.Title != "Unsupported Media Type" ||
+				p.Detail != "Send the thing as application/json." {
+				t.Errorf("Content-Type %q: %s", ct, rec.Body)
+			}
+		}
+	}
+}

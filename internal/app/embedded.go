@@ -1,0 +1,262 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/outbox"
+)
+
+// The embedded broker's guard rails.
+const (
+	// EmbeddedLock is the lease (table idem_lock) held by the idemd that
+	// runs the embedded broker of a database: a second one refuses to
+	// start, since its broker would be a second, disjoint Kafka.
+	EmbeddedLock = "idemd.embedded-kafka"
+	// embeddedLockTTL is the lease's length; it is renewed every third.
+	embeddedLockTTL = 15 * time.Second
+	// embeddedMarker is the file in the broker's log directory naming the
+	// database whose events it holds.
+	embeddedMarker = "idemd-database"
+)
+
+// embeddedBroker is a running embedded broker and the lease that makes it
+// the only one of its database.
+type embeddedBroker struct {
+	cluster *kfake.Cluster
+	dir     string
+	// fresh is true when the log directory held no log of this database:
+	// whatever the outbox says was published is not in it.
+	fresh bool
+	lease *lease
+}
+
+// startEmbedded takes the database's embedded-broker lease, checks that the
+// log directory belongs to this database (identity), starts the broker on
+// it, and, when the log is new, redrives the outbox: every event still in
+// it is published again (consumers' inboxes drop what they had applied).
+func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identity string) (*embeddedBroker, error) {
+	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
+	if err != nil {
+		return nil, err
+	}
+	dir := a.cfg.EmbeddedKafkaDir()
+	fresh, err := checkMarker(dir, identity)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o750)
+	}
+	if err != nil {
+		ls.release()
+		return nil, err
+	}
+	addr := a.cfg.KafkaEmbeddedAddr
+	if addr == "" {
+		addr = DefaultKafkaEmbeddedAddr
+	}
+	cluster, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(EmbeddedPartitions, a.cfg.KafkaTopic),
+		kfake.SeedTopics(1, a.cfg.KafkaTopic+idemkafka.DeadLetterSuffix),
+		// The log survives a stop and a crash: a produce is acknowledged
+		// after its batch is written and synced.
+		kfake.DataDir(dir),
+		kfake.SyncWrites(),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, addr) }),
+	)
+	if err != nil {
+		ls.release()
+		return nil, fmt.Errorf("start the embedded broker on %s with log %s: %w", addr, dir, err)
+	}
+	if err := writeMarker(dir, identity); err != nil {
+		cluster.Close()
+		ls.release()
+		return nil, err
+	}
+	if fresh {
+		n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{})
+		if err != nil {
+			cluster.Close()
+			ls.release()
+			return nil, fmt.Errorf("republish the outbox into the new broker log %s: %w", dir, err)
+		}
+		if n > 0 {
+			a.log.Warn("embedded broker: new log, every event still in the outbox is published again (consumers drop the ones they applied)",
+				"log", dir, "events", n)
+		}
+	}
+	return &embeddedBroker{cluster: cluster, dir: dir, fresh: fresh, lease: ls}, nil
+}
+
+// close stops the broker (its log is synced) and releases the lease.
+func (b *embeddedBroker) close() {
+	b.cluster.Close()
+	b.lease.release()
+}
+
+// checkMarker reads dir's marker: fresh is true when there is none (no
+// log, or one that no idemd of this version named); a marker naming
+// another database is an error.
+func checkMarker(dir, identity string) (fresh bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, embeddedMarker))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("embedded broker log %s: %w", dir, err)
+	}
+	if got := strings.TrimSpace(string(b)); got != identity {
+		return false, &ConfigError{msg: fmt.Sprintf("embedded broker log %s holds the events of another database (%s, this one is %s): give each database its own -kafka-dir",
+			dir, got, identity)}
+	}
+	return false, nil
+}
+
+func writeMarker(dir, identity string) error {
+	p := filepath.Join(dir, embeddedMarker)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(identity+"\n"), 0o640); err != nil {
+		return fmt.Errorf("embedded broker log %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("embedded broker log %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lease is a held lease of table idem_lock, renewed in the background until
+// release.
+type lease struct {
+	name, owner string
+	ex          driver.LockExecutor
+	stop        context.CancelFunc
+	done        chan struct{}
+}
+
+// acquireLease takes the lease name for this process. A live lease of
+// another process is waited for up to one lease length (its holder may have
+// died without releasing it), except that a holder on this host whose
+// process is gone is taken over at once; then a *ConfigError says who holds
+// it.
+func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name string) (*lease, error) {
+	host, _ := os.Hostname()
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	owner := fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
+	deadline := time.Now().Add(embeddedLockTTL + time.Second)
+	for waited := false; ; waited = true {
+		now := time.Now()
+		ok, err := ex.LockAcquire(ctx, name, owner, now, now.Add(embeddedLockTTL))
+		if err != nil {
+			return nil, fmt.Errorf("lease %s: %w", name, err)
+		}
+		if ok {
+			if waited {
+				a.log.Info("embedded broker: lease taken over after its holder stopped renewing it", "lease", name)
+			}
+			break
+		}
+		holder, _, err := ex.LockGet(ctx, name)
+		if err != nil && !errors.Is(err, driver.ErrNotFound) {
+			return nil, fmt.Errorf("lease %s: %w", name, err)
+		}
+		if holder != "" && deadOnThisHost(holder, host) {
+			// Expire it; the next LockAcquire takes it (or loses to a
+			// concurrent starter, who then holds it).
+			if err := ex.LockRenew(ctx, name, holder, now.Add(-time.Second)); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+				return nil, fmt.Errorf("lease %s: %w", name, err)
+			}
+			a.log.Info("embedded broker: taking over the lease of a stopped idemd on this host", "lease", name, "holder", holder)
+			continue
+		}
+		if time.Now().After(deadline) {
+			return nil, &ConfigError{msg: fmt.Sprintf("another idemd (%s) runs the embedded Kafka broker of this database: run every replica with -kafka host:port (a shared Kafka cluster), or stop the other one",
+				holder)}
+		}
+		if !waited {
+			a.log.Info("embedded broker: lease held by another idemd, waiting for it to expire", "lease", name, "holder", holder, "ttl", embeddedLockTTL.String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l := &lease{name: name, owner: owner, ex: ex, stop: stop, done: make(chan struct{})}
+	go l.renew(rctx, a)
+	return l, nil
+}
+
+func (l *lease) renew(ctx context.Context, a *App) {
+	defer close(l.done)
+	t := time.NewTicker(embeddedLockTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		err := l.ex.LockRenew(ctx, l.name, l.owner, now.Add(embeddedLockTTL))
+		if errors.Is(err, driver.ErrLeaseLost) {
+			// Taken over after we failed to renew in time (a database
+			// outage): take it back if it is free.
+			var ok bool
+			ok, err = l.ex.LockAcquire(ctx, l.name, l.owner, now, now.Add(embeddedLockTTL))
+			if err == nil && !ok {
+				err = errors.New("another idemd holds it now: two embedded brokers may be running for one database")
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			a.log.Error("embedded broker: lease renewal failed", "lease", l.name, "err", err)
+		}
+	}
+}
+
+// release stops the renewal and deletes the lease, so that a restart takes
+// it at once.
+func (l *lease) release() {
+	l.stop()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.ex.LockRelease(ctx, l.name, l.owner)
+}
+
+// deadOnThisHost reports whether owner ("host/pid/random") names a process
+// of this host that is not running (or is this very process, which cannot
+// hold it yet: a restart in a container reuses the PID).
+func deadOnThisHost(owner, host string) bool {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 3 || parts[0] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return true
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err != nil && !errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/outbox"
+)
+
+const redriveUsage = `usage: idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]
+
+Publishes again the events that the outbox says were published, with their
+original event IDs, for when the broker lost them: a topic deleted or
+recreated, a cluster that failed over to a replica that lagged, an embedded
+broker log removed. Running relays (idemd itself) publish them; consumers
+with an inbox drop the ones they had applied. Events already removed by the
+retention sweep cannot be redriven.
+
+  -since DURATION  events published in the last DURATION (like 2h)
+  -all             every event still in the outbox
+  -key K1,K2       only the events of these keys (order IDs)
+  -db DATABASE     as for idemd (IDEMD_DB, default ` + DefaultDB + `)
+`
+
+// runOutbox is "idemd outbox ...": the operator's outbox commands.
+func runOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "redrive" {
+		_, _ = fmt.Fprint(stderr, "idemd: unknown outbox command (want: idemd outbox redrive -since 2h)\n")
+		return 2
+	}
+	fs := flag.NewFlagSet("idemd outbox redrive", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dbDef := DefaultDB
+	if v := getenv("IDEMD_DB"); v != "" {
+		dbDef = v
+	}
+	db := fs.String("db", dbDef, "")
+	sinceS := fs.String("since", "", "")
+	all := fs.Bool("all", false, "")
+	keys := fs.String("key", "", "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = fmt.Fprint(stdout, redriveUsage)
+			return 0
+		}
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: %v (run idemd outbox redrive -h for help)\n", err)
+		return 2
+	}
+	var opts outbox.RedriveOptions
+	switch {
+	case fs.NArg() > 0:
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	case *all == (*sinceS != ""):
+		_, _ = fmt.Fprint(stderr, "idemd outbox redrive: give either -since DURATION (like 2h) or -all\n")
+		return 2
+	case *sinceS != "":
+		d, err := time.ParseDuration(*sinceS)
+		if err != nil || d <= 0 {
+			_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: -since %q is not a positive duration like 2h\n", *sinceS)
+			return 2
+		}
+		opts.Since = time.Now().Add(-d)
+	}
+	for k := range strings.SplitSeq(*keys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			opts.Keys = append(opts.Keys, k)
+		}
+	}
+	dbc, err := ParseDatabase(*db)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: -db: %v\n", err)
+		return 2
+	}
+	n, err := redrive(ctx, dbc, opts)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: database %s: %s\n", dbc, errMessage(err))
+		return 1
+	}
+	what := "every event in the outbox"
+	if !opts.Since.IsZero() {
+		what = "events published since " + opts.Since.UTC().Format(time.RFC3339)
+	}
+	_, _ = fmt.Fprintf(stdout, "redriven %d %s; the running relays publish them again\n", n, what)
+	return 0
+}
+
+func redrive(ctx context.Context, db Database, opts outbox.RedriveOptions) (int, error) {
+	if db.Kind == Postgres {
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			return 0, err
+		}
+		defer pool.Close()
+		drv, err := pgdriver.New(pool, nil)
+		if err != nil {
+			return 0, err
+		}
+		return outbox.Redrive(ctx, drv, opts)
+	}
+	if _, err := os.Stat(db.Path); err != nil {
+		return 0, err
+	}
+	drv, err := sqlitedriver.Open(db.Path, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = drv.Close() }()
+	return outbox.Redrive(ctx, drv, opts)
+}

@@ -1,0 +1,40 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem/internal/orders"
+)
+
+var _ orders.StaleLister = (*Store)(nil)
+
+// ListCreatedBefore implements orders.StaleLister through the partial index
+// on CREATED orders (created_at is TimeFormat text, which sorts as time).
+func (s *Store) ListCreatedBefore(ctx context.Context, before time.Time, limit int) ([]orders.Stale, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, created_at FROM customer_order
+		WHERE status = 'CREATED' AND created_at < ? ORDER BY created_at LIMIT ?`, orders.FormatTime(before), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list stale orders: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []orders.Stale
+	for rows.Next() {
+		var (
+			st orders.Stale
+			at string
+		)
+		if err := rows.Scan(&st.ID, &at); err != nil {
+			return nil, fmt.Errorf("sqlitestore: list stale orders: %w", err)
+		}
+		if st.CreatedAt, err = time.Parse(orders.TimeFormat, at); err != nil {
+			return nil, fmt.Errorf("sqlitestore: list stale orders: created_at %q: %w", at, err)
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: list stale orders: %w", err)
+	}
+	return out, nil
+}
