@@ -62,10 +62,16 @@ func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) 
 	}, nil
 }
 
+// StorageBackoffCeiling bounds the pause of Run after a round that failed in
+// the database (not in the publisher): the relay must resume within seconds
+// of the database's return, however long the outage was.
+const StorageBackoffCeiling = 2 * time.Second
+
 // Run publishes events until ctx is done, then returns nil (or ErrRunning if
 // the relay is already running). It never gives up: a failed round is logged
 // and retried after RelayConfig.Backoff of the number of consecutive failed
-// rounds. A round that published some of its events and failed others does
+// rounds (at most StorageBackoffCeiling when the database failed, and
+// earlier on a RelayConfig.Wake signal). A round that published some of its events and failed others does
 // not count as failed (the broker is up; the failed events wait for their
 // own retry, and the other keys go on). After a full batch it goes on at
 // once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
@@ -101,10 +107,16 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		if err != nil && (!res.publishFailed || res.published == 0) {
 			failures++
 			wait := r.cfg.Backoff(failures)
+			var wake <-chan struct{}
 			if !res.publishFailed { // publish failures were logged with their event
+				// The database failed, not the broker: retry at least
+				// every StorageBackoffCeiling, and at once when a wake-up
+				// says a transaction committed (it is back).
+				wait = min(wait, StorageBackoffCeiling)
+				wake = r.cfg.Wake
 				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 			}
-			if !sleep(ctx, wait, nil) {
+			if !sleep(ctx, wait, wake) {
 				return nil
 			}
 			continue

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
@@ -207,5 +209,80 @@ func TestRunDoesNotBackOffAfterPartialSuccess(t *testing.T) {
 		t.Logf("%s published %s after its commit", e.Key, time.Since(enqueued))
 	case <-time.After(2 * time.Second):
 		t.Fatal("good-2 not published within 2s (poll 10ms): the failure of key bad held up the whole relay")
+	}
+}
+
+// downExecutor fails the relay's claim while down is set.
+type downExecutor struct {
+	driver.Executor
+	down   *atomic.Bool
+	claims *atomic.Int32
+}
+
+func (e downExecutor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+	e.claims.Add(1)
+	if e.down.Load() {
+		return nil, errors.New("database unreachable")
+	}
+	return e.Executor.OutboxClaimBatch(ctx, now, limit)
+}
+
+type downDriver struct {
+	*sqlitedriver.Driver
+	down   *atomic.Bool
+	claims *atomic.Int32
+}
+
+func (d downDriver) Executor() driver.Executor {
+	return downExecutor{d.Driver.Executor(), d.down, d.claims}
+}
+
+// After a database outage the relay resumes within StorageBackoffCeiling,
+// and at once on a wake-up, whatever its Backoff says (a long Backoff is for
+// a broker that is down).
+func TestRunResumesSoonAfterTheDatabase(t *testing.T) {
+	t.Parallel()
+	drv := downDriver{Driver: testdb.SQLite(t), down: new(atomic.Bool), claims: new(atomic.Int32)}
+	drv.down.Store(true)
+	published := make(chan event.Envelope, 10)
+	pub := outbox.PublisherFunc(func(_ context.Context, es []event.Envelope) error {
+		for _, e := range es {
+			published <- e
+		}
+		return nil
+	})
+	wake := make(chan struct{}, 1)
+	relay, err := outbox.NewRelay[*sql.Tx](drv, pub, &outbox.RelayConfig{
+		Wake:         wake,
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for drv.claims.Load() < 2 { // failed twice: backing off by the ceiling
+		time.Sleep(10 * time.Millisecond)
+	}
+	drv.down.Store(false)
+	e := mustEvent(t, "k")
+	enqueue(t, drv.Driver, e)
+	start := time.Now()
+	wake <- struct{}{}
+	select {
+	case got := <-published:
+		if got.ID != e.ID {
+			t.Fatalf("published %s, want %s", got.ID, e.ID)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("published %s after the wake-up, want at once", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not published 5 s after the database came back and a wake-up")
 	}
 }
