@@ -34,20 +34,28 @@
 // default 15s), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
 // "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
-// in-process broker on a random port of 127.0.0.1 whose log is kept in
-// PATH.kafka next to a SQLite database; off, no relay, no consumer and no
+// in-process broker, one per database, on -kafka-embedded-addr (default a
+// random port of 127.0.0.1) whose log is kept in -kafka-dir (default
+// PATH.kafka next to a SQLite database, ./idemd.kafka with PostgreSQL);
+// off, no relay, no consumer and no
 // saga, the events stay in the outbox, orders stay CREATED and the summary
 // answers 503; or the seed
 // brokers host:port,host:port of a real cluster), -kafka-topic
 // (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
-// TOPIC.dlq).
+// TOPIC.dlq), -saga-stuck-after (default 1m: an order still CREATED gets
+// its events published again) and -saga-give-up-after (default 15m: the
+// saga is aborted if nothing was charged, else an operator is alerted).
+//
+// "idemd outbox redrive -since 2h" (or -all, -key K1,K2) publishes again
+// the events the outbox says were published, for a broker that lost them.
 //
 // Several replicas: run them all on one PostgreSQL with -kafka pointing at
 // a real cluster (the topic created beforehand, or auto-created). Relays
 // share the outbox safely and the consumers share the topic's partitions
 // through the groups idemd-order-projection and idemd-order-saga (an
-// order's events share a partition, keyed by the order ID). The embedded broker is per
-// process, so it is for a single replica only (and SQLite is single-host).
+// order's events share a partition, keyed by the order ID); a dead
+// replica's partitions move to the others within about 7 s. A second idemd
+// with the embedded broker on one database refuses to start.
 //
 // The retention sweep (package cleanup) deletes expired idempotency records
 // and old inbox and outbox rows in small batches; with several idemd
@@ -59,9 +67,10 @@
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per
 // request. SIGINT or SIGTERM stops accepting connections, drains in-flight
-// requests, stops the relay and the consumers (which finish their batch),
-// closes the embedded broker and the database, and exits 0; a second signal
-// kills it at once. Exit code 2 means bad configuration, 1 a runtime failure
+// requests, stops the relay and publishes what is left in the outbox, stops
+// the consumers (which commit their batch in flight), publishes what they
+// emitted, closes the embedded broker and the database, and exits 0, all
+// within -shutdown-timeout; a second signal kills it at once. Exit code 2 means bad configuration, 1 a runtime failure
 // (such as an unreachable database).
 //
 // The endpoints and the wiring are in internal/app; the domains in

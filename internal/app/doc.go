@@ -105,21 +105,24 @@
 // CREATED.
 //
 // Config.Kafka chooses the cluster. KafkaEmbedded (the default) starts an
-// in-process broker (franz-go's kfake) on a random port of 127.0.0.1, with
-// the topic (3 partitions) and its dead-letter topic created; with SQLite
-// its log (records, committed offsets) persists in the directory PATH.kafka
-// next to the database, so a restart loses nothing; with PostgreSQL it
-// lives in memory, and events published but not yet consumed when idemd
-// stops never reach the projection (use a real cluster there). Each process has its own embedded broker,
-// so it suits one replica only: several replicas need PostgreSQL and a real
-// cluster (-kafka host:port,...), whose topics must exist (or be created on
+// in-process broker (franz-go's kfake) on Config.KafkaEmbeddedAddr (a free
+// port of 127.0.0.1 by default), with the topic (3 partitions) and its
+// dead-letter topic created. Its log (records, committed offsets) persists
+// in Config.EmbeddedKafkaDir (PATH.kafka next to a SQLite file,
+// ./idemd.kafka with PostgreSQL) with an fsync per batch, so no stop loses
+// an event; a marker file binds the directory to its database, and a
+// directory without one (a new log) makes idemd republish the outbox
+// (outbox.Redrive). One idemd per database runs the embedded broker (the
+// lease EmbeddedLock); several replicas need PostgreSQL and a real cluster
+// (-kafka host:port,...), whose topics must exist (or be created on
 // demand). KafkaOff runs no relay and no consumer (and no saga).
 //
-// Serve runs the relay, the projection's consumer and the saga's consumer
-// (with its compensator) next to the HTTP server and the retention sweep.
-// On shutdown it drains HTTP first (a request in flight may still enqueue
-// an event), then stops the relay and the consumers (which finish their
-// batch and commit their offsets); Close then closes the
+// Serve runs the relay, the projection's consumer, the saga's consumer
+// (with its compensator) and the stuck-order watchdog (orders.Watchdog)
+// next to the HTTP server and the retention sweep. On shutdown it drains
+// HTTP first (a request in flight may still enqueue an event), stops the
+// relay and flushes the outbox, stops the consumers (which finish their
+// batch and commit their offsets) and flushes again; Close then closes the
 // publisher, the embedded broker and the database.
 //
 // Serve also runs the retention sweep (package cleanup) on Config.Cleanup's

@@ -146,11 +146,11 @@ type lease struct {
 	done        chan struct{}
 }
 
-// acquireLease takes the lease name for this process. A live lease of
-// another process is waited for up to one lease length (its holder may have
-// died without releasing it), except that a holder on this host whose
-// process is gone is taken over at once; then a *ConfigError says who holds
-// it.
+// acquireLease takes the lease name for this process. A holder on this host
+// is taken over at once if its process is gone, and refused at once if it
+// runs; a holder on another host is waited for up to one lease length (it
+// may have died without releasing it). A refusal is a *ConfigError saying
+// who holds it.
 func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name string) (*lease, error) {
 	host, _ := os.Hostname()
 	var rnd [4]byte
@@ -173,7 +173,8 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 		if err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return nil, fmt.Errorf("lease %s: %w", name, err)
 		}
-		if holder != "" && deadOnThisHost(holder, host) {
+		local, dead := holderOnThisHost(holder, host)
+		if local && dead {
 			// Expire it; the next LockAcquire takes it (or loses to a
 			// concurrent starter, who then holds it).
 			if err := ex.LockRenew(ctx, name, holder, now.Add(-time.Second)); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
@@ -182,7 +183,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 			a.log.Info("embedded broker: taking over the lease of a stopped idemd on this host", "lease", name, "holder", holder)
 			continue
 		}
-		if time.Now().After(deadline) {
+		if local || time.Now().After(deadline) { // a live process here, or a lease still renewed
 			return nil, &ConfigError{msg: fmt.Sprintf("another idemd (%s) runs the embedded Kafka broker of this database: run every replica with -kafka host:port (a shared Kafka cluster), or stop the other one",
 				holder)}
 		}
@@ -238,25 +239,25 @@ func (l *lease) release() {
 	_ = l.ex.LockRelease(ctx, l.name, l.owner)
 }
 
-// deadOnThisHost reports whether owner ("host/pid/random") names a process
-// of this host that is not running (or is this very process, which cannot
-// hold it yet: a restart in a container reuses the PID).
-func deadOnThisHost(owner, host string) bool {
+// holderOnThisHost reports whether owner ("host/pid/random") names a process
+// of this host, and whether that process is gone (or is this very process,
+// which cannot hold the lease yet: a restarted container reuses its PID).
+func holderOnThisHost(owner, host string) (local, dead bool) {
 	parts := strings.Split(owner, "/")
 	if len(parts) != 3 || parts[0] != host {
-		return false
+		return false, false
 	}
 	pid, err := strconv.Atoi(parts[1])
 	if err != nil || pid <= 0 {
-		return false
+		return false, false
 	}
 	if pid == os.Getpid() {
-		return true
+		return true, true
 	}
 	p, err := os.FindProcess(pid)
 	if err != nil {
-		return true
+		return true, true
 	}
 	err = p.Signal(syscall.Signal(0))
-	return err != nil && !errors.Is(err, syscall.EPERM)
+	return true, err != nil && !errors.Is(err, syscall.EPERM)
 }

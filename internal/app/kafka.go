@@ -9,9 +9,8 @@ import (
 // Kafka modes.
 const (
 	// KafkaEmbedded runs an in-process Kafka broker (franz-go's kfake) on
-	// a random port of 127.0.0.1. Its log lives next to a SQLite database
-	// (PATH.kafka/) and in memory with PostgreSQL. Each idemd has its own
-	// broker, so it suits one replica only.
+	// Config.KafkaEmbeddedAddr, its log in Config.EmbeddedKafkaDir. One
+	// idemd per database may run it (the lease EmbeddedLock).
 	KafkaEmbedded = "embedded"
 	// KafkaOff runs no relay and no consumer: orders are stored, their
 	// events stay in the outbox, and the summary endpoint answers 503.

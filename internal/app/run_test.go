@@ -116,7 +116,7 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(paymentBody("ext-drain")))
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(orderBody(1, "5.00")))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "drain")
 		res, err := http.DefaultClient.Do(req)
@@ -151,8 +151,23 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the drain")
 	}
-	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
-		t.Errorf("stderr lacks the stop log: %s", stderr.String())
+	// Each step logged, in order.
+	logs, at := stderr.String(), 0
+	for _, step := range []string{"shutdown: 1/4", "shutdown: 2/4", "shutdown: 3/4", "shutdown: 4/4", `"msg":"stopped"`,
+		"shutdown: Kafka client, embedded broker and database closed"} {
+		i := strings.Index(logs[at:], step)
+		if i < 0 {
+			t.Fatalf("stderr lacks %q after offset %d: %s", step, at, logs)
+		}
+		at += i
+	}
+	// The order's event left the outbox before idemd exited.
+	var unpublished int
+	if err := other.QueryRow(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&unpublished); err != nil {
+		t.Fatal(err)
+	}
+	if unpublished != 0 {
+		t.Errorf("%d events left in the outbox at exit, want 0 (flushed on shutdown)", unpublished)
 	}
 }
 

@@ -1,0 +1,134 @@
+package main_test
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// One embedded broker per database: a second idemd with the embedded broker
+// on the same database refuses to start, at once, with one line; once the
+// first is SIGKILLed, a restart on this host takes its lease over at once.
+func TestEmbeddedBrokerOnePerDatabase(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			dbArg := "sqlite:" + t.TempDir() + "/idemd.db"
+			if kind == "postgres" {
+				dbArg = newPGDatabase(t).url.String()
+			}
+			args := func(dir string) []string {
+				return append(commonArgs(freeAddr(t), dbArg), "-kafka-dir", dir)
+			}
+			first, err := c.start("first", args(t.TempDir())...)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			cmd := exec.Command(idemdBinary(t), args(t.TempDir())...)
+			cmd.Dir = c.dir
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			start := time.Now()
+			err = cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("second idemd: %v, want exit code 2; stdout %q stderr %q", err, stdout.String(), stderr.String())
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "-kafka host:port") || stdout.Len() != 0 {
+				t.Errorf("second idemd said %q (stdout %q); want one line pointing to -kafka host:port", msg, stdout.String())
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("the refusal took %s; want it at once for a live holder on this host", d)
+			}
+
+			if err := first.stop(syscall.SIGKILL, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			start = time.Now()
+			if _, err := c.start("restart", args(t.TempDir())...); err != nil {
+				t.Fatalf("restart after SIGKILL: %v", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("restart after a SIGKILL took %s; want the dead holder's lease taken at once", d)
+			}
+		})
+	}
+}
+
+// idemd outbox redrive: flags checked, then the count of events made
+// unpublished again.
+func TestOutboxRedriveCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(idemdBinary(t), args...)
+		cmd.Dir = dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			return exit.ExitCode(), stdout.String(), stderr.String()
+		case err != nil:
+			t.Fatal(err)
+		}
+		return 0, stdout.String(), stderr.String()
+	}
+	for _, bad := range [][]string{
+		{"outbox"}, {"outbox", "replay"}, {"outbox", "redrive"}, {"outbox", "redrive", "-since", "2h", "-all"},
+		{"outbox", "redrive", "-since", "-1h"}, {"outbox", "redrive", "-all", "extra"},
+	} {
+		if code, _, stderr := run(bad...); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", bad, code, stderr)
+		}
+	}
+	if code, stdout, _ := run("outbox", "redrive", "-h"); code != 0 || !strings.Contains(stdout, "-since DURATION") {
+		t.Errorf("-h: exit %d, %q", code, stdout)
+	}
+	if code, _, stderr := run("outbox", "redrive", "-all", "-db", dir+"/missing.db"); code != 1 {
+		t.Errorf("missing database: exit %d, %q; want 1", code, stderr)
+	}
+
+	// A real database: idemd created it, one order's event was published.
+	db := newPGDatabase(t)
+	c := newCluster(t)
+	p, err := c.start("idemd", append(commonArgs(freeAddr(t), db.url.String()), "-kafka-dir", t.TempDir())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &load{orders: makeOrders(3, 1), clients: 1, base: p.base}
+	l.run(t.Context())
+	published := func() int {
+		var n int
+		if err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for published() < 6 && time.Now().Before(deadline) { // 3 created, 3 outcomes at least
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := p.stop(syscall.SIGTERM, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n := published()
+	code, stdout, stderr := run("outbox", "redrive", "-since", "1h", "-db", db.url.String())
+	if want := "redriven " + strconv.Itoa(n) + " events published since"; code != 0 || !strings.HasPrefix(stdout, want) {
+		t.Fatalf("redrive: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+	if left := published(); left != 0 {
+		t.Errorf("%d rows still published after the redrive", left)
+	}
+}

@@ -1,0 +1,116 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/internal/app"
+)
+
+// start runs an app on dbArg with the embedded broker's log in dir until
+// the returned stop is called; logs collects its log.
+func start(t *testing.T, dbArg, dir string, count func(string) int, logs io.Writer) (*served, func()) {
+	t.Helper()
+	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka-dir", dir}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, newTestLogger(logs))
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		a.Close()
+	}
+	t.Cleanup(stop)
+	return &served{t: t, base: "http://" + ln.Addr().String(), count: count}, stop
+}
+
+// A new broker log (the directory deleted, or another -kafka-dir) loses the
+// events the old one held: idemd republishes the whole outbox into it, and
+// the inboxes drop what they had applied, so nothing is applied twice.
+func TestEmbeddedNewLogRepublishes(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.Postgres, app.SQLite} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dbArg, count := dbCounter(t, kind)
+			s, stop := start(t, dbArg, t.TempDir(), count, io.Discard)
+			for _, key := range []string{"a", "b", "c"} {
+				if r := s.do(http.MethodPost, "/v1/orders", key, orderBody(3, "1.50")); r.status != http.StatusCreated {
+					t.Fatalf("POST: %d %s", r.status, r.body)
+				}
+			}
+			s.waitSummary(3, "orders=3 pending=0 confirmed=3 rejected=0 total_amount=4.5000")
+			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			stop()
+			events := count("outbox")
+			applied := count(consumerEvents(app.ProjectionInbox))
+
+			logs := &syncBuffer{}
+			s, _ = start(t, dbArg, t.TempDir(), count, logs)
+			if !strings.Contains(logs.String(), "new log, every event still in the outbox is published again") ||
+				!strings.Contains(logs.String(), `"events":`+strconv.Itoa(events)) {
+				t.Errorf("no republication of the %d events logged:\n%s", events, logs)
+			}
+			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			// The projection saw every event again and applied none of them.
+			s.waitCount("outbox WHERE published_at IS NOT NULL", events)
+			s.waitSummary(3, "orders=3 pending=0 confirmed=3 rejected=0 total_amount=4.5000")
+			if got := count(consumerEvents(app.ProjectionInbox)); got != applied {
+				t.Errorf("projection inbox: %d events, want the %d of before", got, applied)
+			}
+			if n := count("payment"); n != 3 {
+				t.Errorf("%d payments, want 3", n)
+			}
+		})
+	}
+}
+
+// A broker log directory belongs to one database: another database refuses
+// it at start (a ConfigError naming -kafka-dir).
+func TestEmbeddedLogOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dbA, countA := dbCounter(t, app.SQLite)
+	_, stop := start(t, dbA, dir, countA, io.Discard)
+	stop()
+	for _, kind := range []string{app.SQLite, app.Postgres} {
+		dbB, _ := dbCounter(t, kind)
+		cfg, err := app.ParseConfig([]string{"-db", dbB, "-cleanup", "off", "-kafka-dir", dir}, envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+		if err == nil {
+			a.Close()
+			t.Fatalf("%s: app.New on another database's broker log succeeded", kind)
+		}
+		var ce *app.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "another database") || !strings.Contains(err.Error(), "-kafka-dir") {
+			t.Errorf("%s: %v; want a ConfigError about another database's log and -kafka-dir", kind, err)
+		}
+	}
+}
