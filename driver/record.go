@@ -95,3 +95,62 @@ type RecordExecutor interface {
 	// not after now and returns how many it deleted.
 	RecordDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
 }
+
+// TxClaimer is implemented by backends that run idemhttp's ModeTx in as few
+// round trips as the handler alone: the transaction begins together with
+// the claim, and the completed record is written together with the commit,
+// once (no in-progress row, no update). idemhttp uses it when the driver has
+// it, and Begin + RecordClaim + RecordComplete + Commit otherwise.
+//
+// The protocol: BeginClaim begins a transaction that holds a lock on
+// (scope, key) until it ends and returns the record as committed before the
+// lock was taken; the caller runs the command in that transaction and calls
+// CommitComplete, or rolls the transaction back. The unique index on
+// (scope, key) stays the safety net: CommitComplete fails with ErrLeaseLost,
+// and rolls everything back, when another writer stored the key meanwhile
+// (a ModeLease claim, which takes no such lock).
+type TxClaimer[TTx any] interface {
+	// BeginClaim begins a read-write transaction and locks (scope, key) in
+	// it, waiting at most p.Wait (zero: not at all). When the lock is
+	// taken, Result.Record is the key's record (nil if none), read after
+	// the lock. When it is not, Locked is false and the transaction has
+	// been rolled back (tx is the zero value).
+	BeginClaim(ctx context.Context, p *TxClaimParams) (tx TTx, res *TxClaimResult, err error)
+	// CommitComplete stores the completed record in tx and commits tx.
+	// With p.Replace it replaces the existing record, which must still be
+	// expired (ExpiresAt not after p.CreatedAt) or in progress with a lease
+	// expired before p.CreatedAt and the same fingerprint; otherwise it
+	// inserts. On any error tx is rolled back; ErrLeaseLost says the key
+	// was stored by someone else (nothing of tx was committed).
+	CommitComplete(ctx context.Context, tx TTx, p *TxCompleteParams) error
+}
+
+// TxClaimParams are the inputs of TxClaimer.BeginClaim.
+type TxClaimParams struct {
+	Scope string
+	Key   string
+	// Wait bounds the wait for the lock; zero tries once.
+	Wait time.Duration
+}
+
+// TxClaimResult is the outcome of TxClaimer.BeginClaim.
+type TxClaimResult struct {
+	// Locked is true when the transaction holds the key's lock.
+	Locked bool
+	// Record is the key's record, live or not, in any state; nil if none.
+	Record *Record
+}
+
+// TxCompleteParams is the completed record of TxClaimer.CommitComplete.
+type TxCompleteParams struct {
+	Scope       string
+	Key         string
+	Fingerprint []byte
+	Status      int
+	Headers     []byte
+	Body        []byte
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	// Replace: BeginClaim returned a record that is expired or abandoned.
+	Replace bool
+}

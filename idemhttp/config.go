@@ -114,6 +114,16 @@ type Config struct {
 	// dead owner's claim expires. Defaults to 30s; at least 1s.
 	Lease time.Duration
 
+	// ReplayCacheBytes bounds the in-process cache of completed responses
+	// that answers a retry (a replay, or a mismatch) without touching the
+	// store. A completed record never changes until it expires, so the
+	// cache needs no invalidation between instances. Defaults to
+	// DefaultReplayCacheBytes (32 MiB); a response accounted above 1/128 of
+	// it is not cached; NoReplayCache (any negative value) disables it.
+	// Deleting a record by hand (to let a key execute again) then also
+	// requires restarting the instances or waiting for the record's expiry.
+	ReplayCacheBytes int64
+
 	// OnOutcome, if set, is called once per protected request with what
 	// idem did (for metrics).
 	OnOutcome func(r *http.Request, o Outcome)
@@ -174,6 +184,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ReplayCacheBytes == 0 {
+		c.ReplayCacheBytes = DefaultReplayCacheBytes
 	}
 	return c
 }

@@ -66,6 +66,24 @@
 // never silently left unstored: ModeTx rolls back and answers 500;
 // ModeLease stores that 500, since the effect cannot be undone.
 //
+// # Replay cache
+//
+// A completed record never changes until it expires, so a Middleware keeps
+// the completed records it commits or reads in memory, bounded by
+// Config.ReplayCacheBytes (32 MiB by default, least recently used out
+// first), and answers a retry of one of them without the store: the same
+// replay, or the same mismatch answer, with no database round trip, on
+// every instance and with no invalidation between instances. An entry is
+// never served at or after its record's expiry (by Config.Now); a miss goes
+// to the store as it would without the cache. Middleware.CacheStats counts
+// hits and misses; a hit is reported as OutcomeReplayed or OutcomeMismatch,
+// like the same answer from the store. NoReplayCache disables the cache.
+//
+// The one thing it changes: an operator who deletes a record by hand, to
+// let its key execute again, must also restart the instances or wait for
+// the record's expiry, since an instance holding the record keeps replaying
+// it.
+//
 // # Retention
 //
 // Records deduplicate for Config.TTL (24h by default); a TTL outside 24h..72h

@@ -45,7 +45,24 @@ type env struct {
 var backendList = []struct {
 	name string
 	mk   func(t *testing.T) *env
-}{{"postgres", pgEnv}, {"sqlite", sqliteEnv}}
+}{
+	{"postgres", pgEnv}, {"sqlite", sqliteEnv},
+	// The same without driver.TxClaimer: the generic ModeTx path (Begin,
+	// RecordClaim, RecordComplete, Commit) that other backends take.
+	{"postgres-generic", func(t *testing.T) *env { return pgEnvWith(t, testdb.Postgres(t), true) }},
+	{"sqlite-generic", func(t *testing.T) *env { return sqliteEnvWith(t, testdb.SQLite(t), true) }},
+}
+
+// generic hides the optional interfaces of a driver (driver.TxClaimer).
+type generic[TTx any] struct{ driver.Driver[TTx] }
+
+// withoutTxClaimer returns drv, or drv without its TxClaimer.
+func withoutTxClaimer[TTx any](drv driver.Driver[TTx], hide bool) driver.Driver[TTx] {
+	if hide {
+		return generic[TTx]{drv}
+	}
+	return drv
+}
 
 // forEach runs fn as a parallel subtest per backend, each on a fresh store.
 func forEach(t *testing.T, fn func(t *testing.T, e *env)) {
@@ -63,7 +80,9 @@ func pgEnv(t *testing.T) *env {
 	return pgEnvOn(t, drv)
 }
 
-func pgEnvOn(t *testing.T, drv *pgdriver.Driver) *env {
+func pgEnvOn(t *testing.T, drv *pgdriver.Driver) *env { return pgEnvWith(t, drv, false) }
+
+func pgEnvWith(t *testing.T, drv *pgdriver.Driver, hideTxClaimer bool) *env {
 	ctx := context.Background()
 	if _, err := drv.Pool().Exec(ctx, `CREATE TABLE IF NOT EXISTS effect (label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		t.Fatal(err)
@@ -71,7 +90,7 @@ func pgEnvOn(t *testing.T, drv *pgdriver.Driver) *env {
 	return &env{
 		name: "postgres",
 		wrap: func(t *testing.T, cfg *idemhttp.Config, h http.Handler) http.Handler {
-			mw, err := idemhttp.New(drv, cfg)
+			mw, err := idemhttp.New(withoutTxClaimer[pgx.Tx](drv, hideTxClaimer), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +135,9 @@ func sqliteEnv(t *testing.T) *env {
 	return sqliteEnvOn(t, drv)
 }
 
-func sqliteEnvOn(t *testing.T, drv *sqlitedriver.Driver) *env {
+func sqliteEnvOn(t *testing.T, drv *sqlitedriver.Driver) *env { return sqliteEnvWith(t, drv, false) }
+
+func sqliteEnvWith(t *testing.T, drv *sqlitedriver.Driver, hideTxClaimer bool) *env {
 	ctx := context.Background()
 	db := drv.DB()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS effect (label TEXT NOT NULL)`); err != nil {
@@ -125,7 +146,7 @@ func sqliteEnvOn(t *testing.T, drv *sqlitedriver.Driver) *env {
 	return &env{
 		name: "sqlite",
 		wrap: func(t *testing.T, cfg *idemhttp.Config, h http.Handler) http.Handler {
-			mw, err := idemhttp.New(drv, cfg)
+			mw, err := idemhttp.New(withoutTxClaimer[*sql.Tx](drv, hideTxClaimer), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

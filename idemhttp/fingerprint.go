@@ -6,6 +6,7 @@ import (
 	"hash"
 	"mime"
 	"strings"
+	"sync"
 )
 
 // fingerprintVersion is hashed first, so that changing the scheme later
@@ -38,32 +39,71 @@ const (
 // (canonical JSON or raw) and the body, each string length-prefixed so that
 // bytes cannot move from one field to the next.
 func Fingerprint(method, route, contentType string, body []byte) [32]byte {
+	st := fingerprintPool.Get().(*fingerprintState)
+	defer st.release()
 	mode := byte(bodyRaw)
 	if isJSON(contentType) {
-		if c, err := CanonicalJSON(body); err == nil {
-			mode, body = bodyCanonicalJSON, c
+		if c, err := appendCanonicalJSON(st.body[:0], body); err == nil {
+			mode, body, st.body = bodyCanonicalJSON, c, c
 		}
 	}
-	h := sha256.New()
-	h.Write([]byte{fingerprintVersion})
-	writeField(h, []byte(method))
-	writeField(h, []byte(route))
-	h.Write([]byte{mode})
-	writeField(h, body)
+	st.h.Reset()
+	// Everything before the body in one Write: the version, method and
+	// route, the body mode and the body's length.
+	hdr := append(st.hdr[:0], fingerprintVersion)
+	hdr = appendField(hdr, method)
+	hdr = appendField(hdr, route)
+	hdr = append(hdr, mode)
+	hdr = binary.BigEndian.AppendUint64(hdr, uint64(len(body)))
+	st.h.Write(hdr)
+	st.h.Write(body)
+	st.hdr = st.h.Sum(hdr[:0])
 	var sum [32]byte
-	h.Sum(sum[:0])
+	copy(sum[:], st.hdr)
 	return sum
 }
 
-// writeField writes b prefixed with its length as 8 bytes, big-endian.
-func writeField(h hash.Hash, b []byte) {
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
-	h.Write(b)
+// fingerprintState is the reusable scratch of one Fingerprint call: the
+// hash, the buffer of its fields and the canonical body.
+type fingerprintState struct {
+	h    hash.Hash
+	hdr  []byte
+	body []byte
+}
+
+var fingerprintPool = sync.Pool{New: func() any { return &fingerprintState{h: sha256.New()} }}
+
+// maxPooledBody caps the canonical body buffer kept for the next call.
+const maxPooledBody = 256 << 10
+
+func (st *fingerprintState) release() {
+	if cap(st.body) > maxPooledBody {
+		st.body = nil
+	}
+	if cap(st.hdr) > maxPooledBody {
+		st.hdr = nil
+	}
+	fingerprintPool.Put(st)
+}
+
+// appendField appends s prefixed with its length as 8 bytes, big-endian.
+func appendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // isJSON reports whether contentType names JSON: application/json or a
 // structured syntax suffix +json (RFC 6839).
 func isJSON(contentType string) bool {
+	switch contentType {
+	case "application/json", "application/json; charset=utf-8", "application/json;charset=utf-8",
+		"application/json; charset=UTF-8", "application/json;charset=UTF-8":
+		// The usual spellings, which mime.ParseMediaType accepts as
+		// application/json, without its allocations.
+		return true
+	case "":
+		return false
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false

@@ -66,26 +66,35 @@ func ParseKey(h http.Header) (string, error) {
 
 // unquote decodes an RFC 8941 sf-string: DQUOTE *chr DQUOTE, where chr is
 // printable ASCII (0x20 to 0x7E) other than `"` and `\`, or the escapes `\"`
-// and `\\`. The closing quote must end s.
+// and `\\`. The closing quote must end s. A key without escapes is returned
+// as a substring of s.
 func unquote(s string) (string, error) {
-	var b strings.Builder
+	var b []byte // the key, once an escape made it differ from s
 	for i := 1; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '\\':
+			if b == nil {
+				b = append(make([]byte, 0, len(s)), s[1:i]...)
+			}
 			i++
 			if i == len(s) || (s[i] != '"' && s[i] != '\\') {
 				return "", fmt.Errorf("%w: bad escape at offset %d", ErrKeyMalformed, i-1)
 			}
-			b.WriteByte(s[i])
+			b = append(b, s[i])
 		case c == '"':
 			if i != len(s)-1 {
 				return "", fmt.Errorf("%w: data after closing quote at offset %d", ErrKeyMalformed, i)
 			}
-			return b.String(), nil
+			if b == nil {
+				return s[1:i], nil
+			}
+			return string(b), nil
 		case c < 0x20 || c > 0x7e:
 			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not printable ASCII", ErrKeyMalformed, c, i)
 		default:
-			b.WriteByte(c)
+			if b != nil {
+				b = append(b, c)
+			}
 		}
 	}
 	return "", fmt.Errorf("%w: missing closing quote", ErrKeyMalformed)

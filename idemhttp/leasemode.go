@@ -135,6 +135,8 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 			m.cfg.Logger.Error("idemhttp: response not stored; a retry after the lease expires executes again",
 				"key", cmd.key, "scope", cmd.scope, "err", err)
 		}
+	} else {
+		m.rememberCompleted(cmd) // stored: the replay cache may answer retries
 	}
 	rec.flush(cmd.w)
 	m.report(cmd.r, OutcomeExecuted)

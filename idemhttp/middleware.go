@@ -26,6 +26,7 @@ type Middleware[TTx any] struct {
 	drv           driver.Driver[TTx]
 	cfg           Config
 	replayHeaders []string
+	cache         *replayCache // nil when disabled (cache.go)
 }
 
 // New returns a middleware storing its records through drv. cfg may be nil
@@ -45,7 +46,8 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Middleware[TTx], error)
 	if c.TTLOverrideReason != "" && (c.TTL < MinTTL || c.TTL > MaxTTL) {
 		c.Logger.Warn("idemhttp: TTL outside 24h..72h", "ttl", c.TTL, "reason", c.TTLOverrideReason)
 	}
-	return &Middleware[TTx]{drv: drv, cfg: c, replayHeaders: c.replayHeaders()}, nil
+	return &Middleware[TTx]{drv: drv, cfg: c, replayHeaders: c.replayHeaders(),
+		cache: newReplayCache(c.ReplayCacheBytes)}, nil
 }
 
 // Handler wraps next. Its signature is that of net/http middleware, so it
@@ -58,6 +60,9 @@ func (m *Middleware[TTx]) Handler(next http.Handler) http.Handler {
 		}
 		cmd, ok := m.parse(w, r)
 		if !ok {
+			return
+		}
+		if m.answerCached(cmd) { // a completed record in memory: no store access
 			return
 		}
 		if m.cfg.Mode == ModeLease {
@@ -76,6 +81,9 @@ type command struct {
 	scope       string
 	fingerprint []byte
 	started     time.Time
+	// completed is the outcome complete stored, for the replay cache once
+	// it is committed.
+	completed *driver.RecordCompleteParams
 }
 
 // parse validates the key, resolves the scope, reads the body and computes
@@ -161,6 +169,7 @@ func (m *Middleware[TTx]) lockTimeout(cmd *command) time.Duration {
 // answerExisting answers from a live record that is not ours: a mismatch or a
 // replay. It returns false when the record is still in progress.
 func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool {
+	m.remember(cmd, rec) // a completed record is cached for the next retry
 	if !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
 		problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
 			"Idempotency-Key already used for another request",
@@ -227,10 +236,12 @@ func (m *Middleware[TTx]) complete(ctx context.Context, ex driver.Executor, cmd 
 	if err != nil {
 		return err
 	}
-	return ex.RecordComplete(ctx, &driver.RecordCompleteParams{
+	p := &driver.RecordCompleteParams{
 		Scope: cmd.scope, Key: cmd.key, LeaseToken: token,
 		Status: rec.statusCode(), Headers: headers, Body: rec.body.Bytes(),
-	})
+	}
+	cmd.completed = p
+	return ex.RecordComplete(ctx, p)
 }
 
 // pause sleeps d or until ctx ends.

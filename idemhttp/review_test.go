@@ -1,7 +1,6 @@
 package idemhttp_test
 
 import (
-	"context"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -12,10 +11,10 @@ import (
 	"github.com/idemkit/idem/problem"
 )
 
-// TestTakeoverWaitIsBounded: a request for an expired record whose row is
-// locked by a concurrent taker (its transaction runs the handler) answers
-// 409 request-in-progress within Config.Wait, instead of blocking on the
-// row lock until the other transaction ends.
+// TestTakeoverWaitIsBounded: a request for an expired record that a
+// concurrent request is taking over (its transaction runs the handler)
+// answers 409 request-in-progress within Config.Wait, instead of blocking
+// until the other transaction ends; the handler runs once for the takeover.
 func TestTakeoverWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	drv := testdb.Postgres(t)
@@ -24,44 +23,43 @@ func TestTakeoverWaitIsBounded(t *testing.T) {
 	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	var calls atomic.Int64
-	h := e.wrap(t, &idemhttp.Config{Now: clock, Wait: 300 * time.Millisecond}, effectHandler(t, e, 201, &calls))
+	inside, release := make(chan struct{}), make(chan struct{})
+	var block atomic.Bool
+	effect := effectHandler(t, e, 201, &calls)
+	h := e.wrap(t, &idemhttp.Config{Now: clock, Wait: 300 * time.Millisecond}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if block.Load() {
+			close(inside)
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		effect.ServeHTTP(w, r)
+	}))
 	if rr := send(h, "POST", "/pay?label=tk", "k", `{}`); rr.Code != 201 {
 		t.Fatalf("first request: %d", rr.Code)
 	}
 	now.Add(int64(25 * time.Hour)) // the record expired
 
-	// Another taker holds the expired row (as a ModeTx takeover does while
-	// its handler runs).
-	ctx := context.Background()
-	tx, err := drv.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_record FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	done, released := make(chan struct{}), make(chan struct{})
-	go func() { // the other taker finishes after 5s, or when the test ends
-		defer close(released)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-		}
-		_ = tx.Rollback(ctx)
-	}()
-	defer func() {
-		close(done)
-		<-released
-	}()
+	// The takeover: its handler runs for up to 5 s.
+	block.Store(true)
+	taken := make(chan int, 1)
+	go func() { taken <- send(h, "POST", "/pay?label=tk", "k", `{}`).Code }()
+	<-inside
+	block.Store(false)
 
 	start := time.Now()
 	rr := send(h, "POST", "/pay?label=tk", "k", `{}`)
 	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("the duplicate waited %s on the taker's row lock; Wait is 300ms", took.Round(time.Millisecond))
+		t.Fatalf("the duplicate waited %s for the takeover; Wait is 300ms", took.Round(time.Millisecond))
 	}
 	checkProblem(t, rr, http.StatusConflict, problem.TypeRequestInProgress)
-	if calls.Load() != 1 {
-		t.Fatalf("calls = %d, want 1", calls.Load())
+	close(release)
+	if code := <-taken; code != 201 {
+		t.Fatalf("takeover: %d, want 201", code)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("calls = %d, want 2 (the first request and the takeover)", calls.Load())
 	}
 }
 

@@ -18,8 +18,15 @@ func DefaultScope(r *http.Request) (string, error) {
 	if auth == "" {
 		return AnonymousPrincipal, nil
 	}
-	sum := sha256.Sum256([]byte(auth))
-	return "auth:" + hex.EncodeToString(sum[:16]), nil
+	// Hash a pooled copy: []byte(auth) would allocate for any real token.
+	st := fingerprintPool.Get().(*fingerprintState)
+	st.hdr = append(st.hdr[:0], auth...)
+	sum := sha256.Sum256(st.hdr)
+	st.release()
+	var buf [len("auth:") + 32]byte
+	copy(buf[:], "auth:")
+	hex.Encode(buf[len("auth:"):], sum[:16])
+	return string(buf[:]), nil
 }
 
 // DefaultRoute returns the ServeMux pattern that matched the request

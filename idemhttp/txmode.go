@@ -14,6 +14,10 @@ import (
 // until the first transaction ends (bounded by Config.Wait), then replays its
 // committed record, or executes if the first one rolled back.
 func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
+	if tc, ok := any(m.drv).(driver.TxClaimer[TTx]); ok {
+		m.serveTxClaim(tc, cmd, next)
+		return
+	}
 	ctx := cmd.r.Context()
 	for polls := 0; ; polls++ {
 		tx, err := m.drv.Begin(ctx)
@@ -99,6 +103,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 		m.outcomeUnknown(cmd, err)
 		return
 	}
+	m.rememberCompleted(cmd) // committed: the replay cache may answer retries
 	rec.flush(cmd.w)
 	m.report(cmd.r, OutcomeExecuted)
 }

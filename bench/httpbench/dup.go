@@ -15,8 +15,10 @@ import (
 
 // dupTarget is one route under the duplicates experiment.
 type dupTarget struct {
-	name   string
-	path   string
+	name string
+	// paths: the k requests of a key go to these in turn (two paths:
+	// two instances).
+	paths  []string
 	prefix string // key prefix, to count its business rows afterwards
 	// answers counts the answers by kind ("201", "201 replayed", "409", ...).
 	answers map[string]int
@@ -41,12 +43,12 @@ func duplicates(ctx context.Context, hc *http.Client, baseURL string, pool *pgxp
 			req := request{n: int64(i), key: fmt.Sprintf("%s%d", t.prefix, i), body: paymentBody(int64(i))}
 			gate := make(chan struct{})
 			var wg sync.WaitGroup
-			for range k {
+			for r := range k {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					<-gate
-					status, h, _, err := send(ctx, hc, baseURL+t.path, req)
+					status, h, _, err := send(ctx, hc, baseURL+t.paths[r%len(t.paths)], req)
 					kind := fmt.Sprint(status)
 					switch {
 					case err != nil:

@@ -24,10 +24,10 @@ type request struct {
 // scenario is one way of serving the command, with the requests that
 // exercise it.
 type scenario struct {
-	id    string // a, b, c, ...
-	name  string
-	path  string
-	proto bool // a prototype of a pgdriver change (lives in bench/ only)
+	id   string // a, b, c, ...
+	name string
+	path string
+	info bool // measured for comparison only (no target)
 	// replays is the id of the scenario whose executed keys this one
 	// sends again.
 	replays string

@@ -6,19 +6,18 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/idemhttp"
 )
@@ -34,8 +33,8 @@ type options struct {
 	rounds     int
 	dup        int
 	dupK       int
-	proto      string
 	only       string
+	sqlite     bool
 	syncCommit string
 	cpuProfile string
 }
@@ -51,8 +50,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; the table reports medians over rounds")
 	flag.IntVar(&o.dup, "dup", 100, "duplicates experiment: distinct keys per route (0 skips it)")
 	flag.IntVar(&o.dupK, "dupk", 8, "duplicates experiment: identical requests sent at once per key")
-	flag.StringVar(&o.proto, "proto", "all", `pgdriver prototypes (proto.go), each measured as two more scenarios: variants separated by ";", each a comma list of begin,read,commit,peek,single; "all" is the first four; "none" for no prototype`)
-	flag.StringVar(&o.only, "scenarios", "", "run only these scenario ids, comma-separated (a always runs: it is the baseline)")
+	flag.StringVar(&o.only, "scenarios", "", "run only these PostgreSQL scenario ids, comma-separated (a always runs: it is the baseline)")
+	flag.BoolVar(&o.sqlite, "sqlite", true, "also measure the SQLite driver (its own table, its own bare baseline)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the pool's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed rounds to this file")
 	flag.Parse()
@@ -63,27 +62,15 @@ func main() {
 	if o.conns == 0 {
 		o.conns = max(o.clients, o.dupK)
 	}
-	var fss []map[string]bool
-	for v := range strings.SplitSeq(o.proto, ";") {
-		fs, err := parseProto(v)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "httpbench:", err)
-			os.Exit(2)
-		}
-		if len(fs) > 0 {
-			fss = append(fss, fs)
-		}
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, o, newVariants(fss)); err != nil {
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "httpbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o options, vs []variant) (err error) {
+func run(ctx context.Context, o options) (err error) {
 	runID := randHex(4)
 	schema := "httpbench_" + runID
 
@@ -128,23 +115,41 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 	if err := drv.Migrate(ctx); err != nil {
 		return err
 	}
-	mw, err := idemhttp.New(drv, nil)
+	// A second instance on the same schema (its own pool, driver and
+	// middleware), as a second replica would be, for the duplicates.
+	pool2, err := pgxpool.NewWithConfig(ctx, pcfg.Copy())
+	if err != nil {
+		return fmt.Errorf("pool: %w", err)
+	}
+	defer pool2.Close()
+	drv2, err := pgdriver.New(pool2, &pgdriver.Config{Schema: schema})
 	if err != nil {
 		return err
 	}
+	// /idem and /idemnc share a scope: the cache-off middleware replays the
+	// keys the cached one executed, from the database.
+	shared := func(*http.Request) string { return "/payments" }
 	mux := http.NewServeMux()
-	mux.Handle("POST /bare/payments", bareHandler(pool))
-	mux.Handle("POST /idem/payments", mw.Handler(idemBusinessHandler()))
-	mux.Handle("POST /naive/payments", naiveMiddleware(pool, bareHandler(pool)))
-	for _, v := range vs {
-		// The prototypes' known deviations (see proto.go) would log
-		// here; their answers are counted instead.
-		pmw, err := idemhttp.New(newPipeDriver(drv, v.features), &idemhttp.Config{Logger: slog.New(slog.DiscardHandler)})
+	mux.Handle("POST "+pathBare, bareHandler(pool))
+	for _, r := range []struct {
+		path, as string
+		drv      driver.Driver[pgx.Tx]
+		cfg      idemhttp.Config
+	}{
+		{pathIdem, pathIdem, drv, idemhttp.Config{Route: shared}},
+		{pathNoCache, pathIdem, drv, idemhttp.Config{Route: shared, ReplayCacheBytes: idemhttp.NoReplayCache}},
+		{pathIdem2, pathIdem, drv2, idemhttp.Config{Route: shared}},
+		// The ModeTx path of a driver without driver.TxClaimer (what
+		// pgdriver did before it had one), without the cache.
+		{pathGeneric, pathGeneric, generic{drv}, idemhttp.Config{ReplayCacheBytes: idemhttp.NoReplayCache}},
+	} {
+		mw, err := idemhttp.New(r.drv, &r.cfg)
 		if err != nil {
 			return err
 		}
-		mux.Handle("POST "+v.path, pmw.Handler(idemBusinessHandler()))
+		mux.Handle("POST "+r.path, as(r.as, mw.Handler(idemBusinessHandler())))
 	}
+	mux.Handle("POST "+pathNaive, naiveMiddleware(pool, bareHandler(pool)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	hc := &http.Client{
@@ -157,7 +162,7 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 	}
 	defer hc.CloseIdleConnections()
 
-	scs, err := scenarios(runID, vs, o.only)
+	scs, err := scenarios(runID, o.only)
 	if err != nil {
 		return err
 	}
@@ -169,8 +174,47 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 	fmt.Println(cond)
 	fmt.Println()
 
+	m := &meter{conn: admin, counter: counter, cpu: &cpuMeter{conn: admin, app: app}}
+	if err := drive(ctx, hc, srv.URL, m, scs, o); err != nil {
+		return err
+	}
+	printTable(os.Stdout, scs)
+	fmt.Printf("load average at end %s\n", loadAvg())
+
+	if o.dup > 0 {
+		fmt.Println()
+		if err := printDuplicates(ctx, os.Stdout, hc, srv.URL, pool, runID, o); err != nil {
+			return err
+		}
+	}
+	if o.sqlite {
+		fmt.Println()
+		return runSQLite(ctx, o, runID, hc)
+	}
+	return nil
+}
+
+// as serves h as if the request had been sent to path: the fingerprint
+// covers the request's target, so the routes that stand for the same
+// endpoint (another instance, the cache off) must present the same one.
+func as(path string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.URL.Path, r.URL.RawPath = path, ""
+		h.ServeHTTP(w, r)
+	})
+}
+
+// generic hides pgdriver's driver.TxClaimer: idemhttp then takes its generic
+// ModeTx path (Begin, RecordClaim, RecordComplete, Commit).
+type generic struct{ driver.Driver[pgx.Tx] }
+
+// drive warms every scenario up, then runs the timed rounds: every round
+// drives each scenario for -duration, in slices of -slice that take turns in
+// a fresh random order, so that background load, checkpoints and table
+// growth fall on all scenarios alike.
+func drive(ctx context.Context, hc *http.Client, baseURL string, m *meter, scs []*scenario, o options) error {
 	for _, sc := range scs { // connections, statement caches, keys to replay
-		load(ctx, hc, srv.URL, sc, o.clients, o.warmup)
+		load(ctx, hc, baseURL, sc, o.clients, o.warmup)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -181,11 +225,8 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
+		defer pprof.StopCPUProfile()
 	}
-	// Every round drives each scenario for -duration, in slices of -slice
-	// that take turns in a fresh random order, so that background load,
-	// checkpoints and table growth fall on all scenarios alike.
-	m := &meter{conn: admin, counter: counter, cpu: &cpuMeter{conn: admin, app: app}}
 	order := mrand.New(mrand.NewPCG(1, 2))
 	nSlices := max(int((o.duration+o.slice-1)/o.slice), 1)
 	sliceLen := o.duration / time.Duration(nSlices)
@@ -193,23 +234,13 @@ func run(ctx context.Context, o options, vs []variant) (err error) {
 		tallies := make([]tally, len(scs))
 		for range nSlices {
 			for _, i := range order.Perm(len(scs)) {
-				if err := measure(ctx, hc, srv.URL, m, scs[i], o.clients, sliceLen, &tallies[i]); err != nil {
+				if err := measure(ctx, hc, baseURL, m, scs[i], o.clients, sliceLen, &tallies[i]); err != nil {
 					return err
 				}
 			}
 		}
 		for i, sc := range scs {
 			sc.runs = append(sc.runs, tallies[i].result())
-		}
-	}
-	pprof.StopCPUProfile()
-	printTable(os.Stdout, scs, vs)
-	fmt.Printf("load average at end %s\n", loadAvg())
-
-	if o.dup > 0 {
-		fmt.Println()
-		if err := printDuplicates(ctx, os.Stdout, hc, srv.URL, pool, runID, o, vs); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -223,8 +254,15 @@ type meter struct {
 	cpu     *cpuMeter
 }
 
-// measure runs one slice of sc and adds it, with what it cost, to t.
+// measure runs one slice of sc and adds it, with what it cost, to t. A
+// meter without a connection (SQLite) measures this process only.
 func measure(ctx context.Context, hc *http.Client, baseURL string, m *meter, sc *scenario, clients int, d time.Duration, t *tally) error {
+	if m.conn == nil {
+		cpu0 := selfCPU()
+		s := load(ctx, hc, baseURL, sc, clients, d)
+		t.add(s, counts{}, 0, selfCPU()-cpu0, 0)
+		return ctx.Err()
+	}
 	var lsn string
 	if err := m.conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		return fmt.Errorf("wal position: %w", err)

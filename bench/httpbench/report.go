@@ -35,7 +35,7 @@ func conditions(ctx context.Context, pool *pgxpool.Pool, o options) (string, err
 }
 
 // printTable prints the medians over rounds and the targets.
-func printTable(w io.Writer, scs []*scenario, vs []variant) {
+func printTable(w io.Writer, scs []*scenario) {
 	base := scs[0]
 	ratios := func(sc *scenario) []float64 {
 		rs := make([]float64, len(sc.runs))
@@ -83,9 +83,6 @@ func printTable(w io.Writer, scs []*scenario, vs []variant) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "requests: all rounds; other columns: median over rounds; ratio: median of the per-round ratios to a")
 	fmt.Fprintln(w, "RT: round trips to PostgreSQL; WAL: cluster-wide; Go CPU: this process (HTTP clients included); PG CPU: the pool's backends")
-	if len(vs) > 0 {
-		fmt.Fprintln(w, "proto: idemhttp unchanged, on a prototype of pgdriver (bench/httpbench/proto.go), not the library")
-	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "failure:", n)
 	}
@@ -100,35 +97,32 @@ func printTable(w io.Writer, scs []*scenario, vs []variant) {
 		if got >= sc.target {
 			verdict = "PASS"
 		}
-		if sc.proto {
-			verdict += " (prototype, informative)"
-		}
+
 		fmt.Fprintf(w, "target %s/a >= %.2f: %.2f  %-4s  %s\n", sc.id, sc.target, got, verdict, sc.name)
 	}
 }
 
 // printDuplicates runs the duplicates experiment and prints its outcome.
-func printDuplicates(ctx context.Context, w io.Writer, hc *http.Client, baseURL string, pool *pgxpool.Pool, runID string, o options, vs []variant) error {
+func printDuplicates(ctx context.Context, w io.Writer, hc *http.Client, baseURL string, pool *pgxpool.Pool, runID string, o options) error {
 	targets := []*dupTarget{
-		{name: "naive", path: "/naive/payments", prefix: runID + "-dupnaive-", answers: map[string]int{}},
-		{name: "idem", path: "/idem/payments", prefix: runID + "-dupidem-", answers: map[string]int{}},
-	}
-	for i, v := range vs {
-		targets = append(targets, &dupTarget{name: "proto " + protoLabel(v.features), path: v.path,
-			prefix: fmt.Sprintf("%s-dupproto%d-", runID, i+1), answers: map[string]int{}})
+		{name: "naive", paths: []string{pathNaive}, prefix: runID + "-dupnaive-", answers: map[string]int{}},
+		{name: "idem, one instance", paths: []string{pathIdem}, prefix: runID + "-dupidem-", answers: map[string]int{}},
+		{name: "idem, two instances (alternating)", paths: []string{pathIdem, pathIdem2}, prefix: runID + "-dupidem2-", answers: map[string]int{}},
+		{name: "idem, generic path (before)", paths: []string{pathGeneric}, prefix: runID + "-dupgeneric-", answers: map[string]int{}},
 	}
 	res, err := duplicates(ctx, hc, baseURL, pool, targets, o.dup, o.dupK)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "duplicates experiment: %d distinct keys, %d identical requests sent at once per key, to d (naive), b (idem) and the prototypes\n", o.dup, o.dupK)
+	fmt.Fprintf(w, "duplicates experiment: %d distinct keys, %d identical requests sent at once per key\n", o.dup, o.dupK)
 	for i, t := range targets {
 		r := res[i]
 		fmt.Fprintf(w, "  %-36s payments written %4d for %d keys (%d extra); keys executed more than once %d, never %d; answers: %s\n",
 			t.name, r.executed, r.keys, max(r.executed-(r.keys-r.unexecuted), 0), r.dupKeys, r.unexecuted, answerSummary(t.answers))
 	}
-	fmt.Fprintf(w, "duplicate executions: naive %d of %d keys, idem %d\n", res[0].dupKeys, o.dup, res[1].dupKeys)
-	if res[1].dupKeys > 0 {
+	fmt.Fprintf(w, "duplicate executions: naive %d of %d keys; idem one instance %d, two instances %d, generic path %d\n",
+		res[0].dupKeys, o.dup, res[1].dupKeys, res[2].dupKeys, res[3].dupKeys)
+	if res[1].dupKeys+res[2].dupKeys+res[3].dupKeys > 0 {
 		return errors.New("idem executed a key more than once")
 	}
 	return nil

@@ -47,6 +47,7 @@ func Run[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
 		{"ConcurrentTx/SecondClaimsAfterRollback", testTxClaimsAfterRollback[TTx]},
 		{"ConcurrentTx/ExecutorWaitsForCommit", testExecutorWaitsForCommit[TTx]},
 		{"ConcurrentTx/LockTimeout", testLockTimeout[TTx]},
+		{"TxClaimer", testTxClaim[TTx]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

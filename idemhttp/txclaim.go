@@ -1,0 +1,153 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// serveTxClaim is ModeTx over a driver.TxClaimer: as many round trips as
+// the handler alone (BEGIN with the key's lock and the read of its record;
+// the handler's statements; the completed record with COMMIT) and one
+// record write. A concurrent duplicate finds the lock taken, waits for it
+// (bounded by Config.Wait), then replays the record its holder committed,
+// or executes if the holder rolled back.
+func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, next http.Handler) {
+	ctx := cmd.r.Context()
+	waited := false
+	for polls := 0; ; polls++ {
+		p := &driver.TxClaimParams{Scope: cmd.scope, Key: cmd.key}
+		if waited {
+			// Another transaction holds the key: wait for it, bounded.
+			if p.Wait = m.waitLeft(cmd); p.Wait <= 0 {
+				m.inProgress(cmd)
+				return
+			}
+		}
+		tx, res, err := tc.BeginClaim(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.storeUnavailable(cmd, err)
+			}
+			return
+		}
+		if !res.Locked {
+			if waited {
+				m.inProgress(cmd) // the wait budget ran out
+				return
+			}
+			waited = true
+			continue
+		}
+		now := m.cfg.Now()
+		rec := res.Record
+		if rec != nil {
+			abandoned := rec.State == driver.StateInProgress && !rec.LeaseExpiresAt.After(now) &&
+				bytes.Equal(rec.Fingerprint, cmd.fingerprint)
+			if rec.ExpiresAt.After(now) && !abandoned {
+				if rec.State == driver.StateCompleted || !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+					// A replay or a mismatch: the transaction only read, so
+					// the client is answered first and the rollback's
+					// round trip overlaps its next request.
+					if rec.State == driver.StateCompleted && len(rec.Body) > 0 && bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+						// Flushed before the handler returns, the body
+						// would otherwise go out chunked.
+						cmd.w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
+					}
+					m.answerExisting(cmd, rec)
+					_ = http.NewResponseController(cmd.w).Flush()
+					m.rollback(ctx, tx)
+					return
+				}
+				m.rollback(ctx, tx)
+				// In progress under a lease: a ModeLease middleware shares
+				// the scope (its claims take no lock): poll.
+				if m.waitLeft(cmd) <= 0 {
+					m.inProgress(cmd)
+					return
+				}
+				if pause(ctx, pollDelay(polls)) != nil {
+					return
+				}
+				waited = false
+				continue
+			}
+		}
+		if !m.executeTxClaim(cmd, next, tc, tx, rec != nil) {
+			return
+		}
+		// Someone without the lock stored the key meanwhile: our writes
+		// were rolled back; look again.
+		waited = false
+	}
+}
+
+// executeTxClaim runs the handler in tx and commits its writes with the
+// completed record, or rolls everything back. It returns true when the
+// record was stored by another writer meanwhile (nothing was committed and
+// nothing answered: the caller claims again).
+func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc driver.TxClaimer[TTx], tx TTx, replace bool) (again bool) {
+	ctx := cmd.r.Context()
+	rec := newRecorder(m.cfg.MaxResponseBytes)
+	returned := false
+	defer func() {
+		if !returned { // the handler panicked: undo, let the panic go on
+			m.rollback(ctx, tx)
+			m.report(cmd.r, OutcomeNotStored)
+		}
+	}()
+	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
+	next.ServeHTTP(rec, cmd.r.WithContext(hctx))
+	returned = true
+	rec.seal()
+
+	switch {
+	case ctx.Err() != nil: // the client is gone: nothing happened
+		m.rollback(ctx, tx)
+		m.report(cmd.r, OutcomeNotStored)
+		return false
+	case rec.overflow:
+		m.rollback(ctx, tx)
+		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
+		m.report(cmd.r, OutcomeNotStored)
+		return false
+	case !m.cfg.Store(rec.statusCode()):
+		m.rollback(ctx, tx)
+		rec.flush(cmd.w)
+		m.report(cmd.r, OutcomeNotStored)
+		return false
+	}
+	headers, err := encodeHeaders(rec.header, m.replayHeaders)
+	if err != nil {
+		m.rollback(ctx, tx)
+		m.storeUnavailable(cmd, err)
+		return false
+	}
+	now := m.cfg.Now()
+	stored := &driver.Record{
+		Scope: cmd.scope, Key: cmd.key, Fingerprint: cmd.fingerprint, State: driver.StateCompleted,
+		Status: rec.statusCode(), Headers: headers, Body: rec.body.Bytes(),
+		CreatedAt: now, ExpiresAt: now.Add(m.cfg.TTL),
+	}
+	err = tc.CommitComplete(context.WithoutCancel(ctx), tx, &driver.TxCompleteParams{
+		Scope: stored.Scope, Key: stored.Key, Fingerprint: stored.Fingerprint,
+		Status: stored.Status, Headers: stored.Headers, Body: stored.Body,
+		CreatedAt: stored.CreatedAt, ExpiresAt: stored.ExpiresAt, Replace: replace,
+	})
+	switch {
+	case errors.Is(err, driver.ErrLeaseLost):
+		return true
+	case err != nil:
+		// The COMMIT was in the same round trip: it may have happened.
+		m.outcomeUnknown(cmd, err)
+		return false
+	}
+	m.remember(cmd, stored) // committed: the replay cache may answer retries
+	rec.flush(cmd.w)
+	m.report(cmd.r, OutcomeExecuted)
+	return false
+}
