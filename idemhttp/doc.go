@@ -39,14 +39,22 @@
 //
 // # Modes
 //
-// ModeTx (the default) claims the key with an INSERT on a unique index inside
-// a transaction, runs the handler with that transaction in its context
-// (TxFromContext) and stores the response in the same transaction before
-// COMMIT. A duplicate blocks on the unique index until the first transaction
-// ends, so exactly one request executes, across goroutines, processes and
-// replicas. A crash at any point leaves either the effect and its record or
-// neither. The handler must do its writes through the transaction and must
-// not commit it.
+// ModeTx (the default) runs the handler in a transaction that holds the
+// key, with that transaction in its context (TxFromContext), and stores the
+// response in the same transaction before COMMIT. With a driver that
+// implements driver.TxClaimer (pgdriver, sqlitedriver) this costs the round
+// trips of the handler alone: BEGIN travels with a transaction-scoped lock
+// on (scope, key) and the read of its record, and the completed record (one
+// write) travels with COMMIT. A duplicate waits for the lock (bounded by
+// Config.Wait) and replays what the first committed; the unique index on
+// (scope, key) stays the safety net (a record stored meanwhile by a writer
+// that took no lock rolls the transaction back and the request looks
+// again). Other drivers take the generic path: an in-progress record
+// inserted on the unique index, on which a duplicate blocks, completed with
+// an UPDATE before COMMIT. Either way exactly one request executes, across
+// goroutines, processes and replicas, and a crash at any point leaves
+// either the effect and its record or neither. The handler must do its
+// writes through the transaction and must not commit it.
 //
 // ModeLease is for effects outside the database (a payment provider call):
 // the claim is an in-progress record with a lease the middleware renews

@@ -92,33 +92,8 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 // nothing answered: the caller claims again).
 func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc driver.TxClaimer[TTx], tx TTx, replace bool) (again bool) {
 	ctx := cmd.r.Context()
-	rec := newRecorder(m.cfg.MaxResponseBytes)
-	returned := false
-	defer func() {
-		if !returned { // the handler panicked: undo, let the panic go on
-			m.rollback(ctx, tx)
-			m.report(cmd.r, OutcomeNotStored)
-		}
-	}()
-	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
-	next.ServeHTTP(rec, cmd.r.WithContext(hctx))
-	returned = true
-	rec.seal()
-
-	switch {
-	case ctx.Err() != nil: // the client is gone: nothing happened
-		m.rollback(ctx, tx)
-		m.report(cmd.r, OutcomeNotStored)
-		return false
-	case rec.overflow:
-		m.rollback(ctx, tx)
-		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
-		m.report(cmd.r, OutcomeNotStored)
-		return false
-	case !m.cfg.Store(rec.statusCode()):
-		m.rollback(ctx, tx)
-		rec.flush(cmd.w)
-		m.report(cmd.r, OutcomeNotStored)
+	rec := m.runInTx(cmd, next, tx)
+	if rec == nil {
 		return false
 	}
 	headers, err := encodeHeaders(rec.header, m.replayHeaders)

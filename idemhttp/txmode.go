@@ -63,6 +63,32 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 // response, or rolls everything back.
 func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex driver.Executor, token string) {
 	ctx := cmd.r.Context()
+	rec := m.runInTx(cmd, next, tx)
+	if rec == nil {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
+		m.rollback(ctx, tx)
+		m.storeUnavailable(cmd, err)
+		return
+	}
+	if err := m.drv.Commit(bg, tx); err != nil {
+		m.rollback(ctx, tx)
+		m.outcomeUnknown(cmd, err)
+		return
+	}
+	m.rememberCompleted(cmd) // committed: the replay cache may answer retries
+	rec.flush(cmd.w)
+	m.report(cmd.r, OutcomeExecuted)
+}
+
+// runInTx runs the handler with tx in its context and returns its recorded
+// response when it is to be stored. Otherwise (a panic, a client gone, a
+// response too large or not storable) it rolls tx back, answers and
+// reports, and returns nil; a panic goes on after the rollback.
+func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *recorder {
+	ctx := cmd.r.Context()
 	rec := newRecorder(m.cfg.MaxResponseBytes)
 	returned := false
 	defer func() {
@@ -80,32 +106,19 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	case ctx.Err() != nil: // the client is gone: nothing happened
 		m.rollback(ctx, tx)
 		m.report(cmd.r, OutcomeNotStored)
-		return
+		return nil
 	case rec.overflow:
 		m.rollback(ctx, tx)
 		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
 		m.report(cmd.r, OutcomeNotStored)
-		return
+		return nil
 	case !m.cfg.Store(rec.statusCode()):
 		m.rollback(ctx, tx)
 		rec.flush(cmd.w)
 		m.report(cmd.r, OutcomeNotStored)
-		return
+		return nil
 	}
-	bg := context.WithoutCancel(ctx)
-	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
-		m.rollback(ctx, tx)
-		m.storeUnavailable(cmd, err)
-		return
-	}
-	if err := m.drv.Commit(bg, tx); err != nil {
-		m.rollback(ctx, tx)
-		m.outcomeUnknown(cmd, err)
-		return
-	}
-	m.rememberCompleted(cmd) // committed: the replay cache may answer retries
-	rec.flush(cmd.w)
-	m.report(cmd.r, OutcomeExecuted)
+	return rec
 }
 
 func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {

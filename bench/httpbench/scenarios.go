@@ -62,9 +62,18 @@ func (e *executed) record(req request) {
 }
 
 func (s scenarioSet) replay(route string, from *executed) func(*rand.Rand) request {
+	return s.replayRecent(route, from, 0)
+}
+
+// replayRecent replays one of the last recent commands executed (0: any).
+func (s scenarioSet) replayRecent(route string, from *executed, recent int) func(*rand.Rand) request {
 	return func(rng *rand.Rand) request {
 		from.mu.Lock()
-		n := from.ns[rng.IntN(len(from.ns))]
+		lo := 0
+		if recent > 0 {
+			lo = max(len(from.ns)-recent, 0)
+		}
+		n := from.ns[lo+rng.IntN(len(from.ns)-lo)]
 		from.mu.Unlock()
 		return request{n: n, key: fmt.Sprintf("%s-%s-%d", s.runID, route, n), body: paymentBody(n)}
 	}
@@ -89,6 +98,9 @@ func scenarios(runID string, only string) ([]*scenario, error) {
 			done: idemDone.record, target: targetFirst},
 		{id: "c", name: "idem replay, cache on", path: pathIdem, next: set.replay("idem", &idemDone), ok: replayed,
 			replays: "b", target: targetReplayCached},
+		// Retries come soon after the first attempt: the last 10,000 keys.
+		{id: "r", name: "idem replay of a recent key, cache on", path: pathIdem, next: set.replayRecent("idem", &idemDone, 10000),
+			ok: replayed, replays: "b", info: true},
 		{id: "e", name: "idem replay, cache off", path: pathNoCache, next: set.replay("idem", &idemDone), ok: replayed,
 			replays: "b", target: targetReplayNoCache},
 		{id: "f", name: "generic path first (before)", path: pathGeneric, next: set.fresh("generic"), ok: created,

@@ -34,6 +34,9 @@ const (
 	// ConsumerSessionTimeout is the consumers' group session timeout: the
 	// partitions of a replica that died move to the others after it.
 	ConsumerSessionTimeout = 6 * time.Second
+	// ConsumerRebalanceTimeout bounds how long a rebalance waits for its
+	// members to rejoin (a dead one included).
+	ConsumerRebalanceTimeout = 10 * time.Second
 )
 
 // pipeline sets up the order events' way to the projection: the embedded
@@ -48,6 +51,10 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 			// within the session timeout (kgo's default is 45 s).
 			kgo.SessionTimeout(ConsumerSessionTimeout),
 			kgo.HeartbeatInterval(ConsumerSessionTimeout / 6),
+			// A member that dies during a rebalance is waited for up to
+			// the rebalance timeout (kgo's default is 60 s, during which
+			// the whole group stops): batches are short, so 10 s.
+			kgo.RebalanceTimeout(ConsumerRebalanceTimeout),
 		}
 	)
 	switch a.cfg.Kafka.Mode {
