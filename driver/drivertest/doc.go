@@ -22,7 +22,12 @@
 // It also checks that concurrent duplicates produce exactly one claim and, on
 // backends whose Caps report ConcurrentWriters, how a claim waits for a
 // concurrent uncommitted claim of the same key and how LockTimeout bounds
-// that wait.
+// that wait. A backend that implements the optional driver.TxClaimer (the
+// one-round-trip ModeTx path) has it checked too: the lock, the read, the
+// single completed write, a conflicting record rolling everything back, the
+// replacement of an expired record, and a second claim refused or waiting
+// for the first to commit; without it that subtest is skipped, and idemhttp
+// takes the generic path on the methods above.
 //
 // RunMigrate checks Migrate and MigrateTx on a database that has never been
 // migrated.
