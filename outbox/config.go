@@ -24,10 +24,15 @@ type RelayConfig struct {
 
 	// Wake, if set, makes Run look for events at once whenever it receives
 	// a value (for example pgdriver.Driver.ListenOutbox, fed by PostgreSQL
-	// NOTIFY on every commit that enqueued events). Wake-ups received while
-	// Run backs off after an error are ignored until the backoff ends.
-	// Defaults to nil: polling only.
+	// NOTIFY on every commit that enqueued events). When it is nil and the
+	// driver is a Notifier (pgdriver is), Run listens itself for as long
+	// as it runs; otherwise it polls. After a database failure a wake-up
+	// ends the backoff early (the database is back); after a publish
+	// failure it does not.
 	Wake <-chan struct{}
+	// NoListen keeps Run from listening on the driver's Notifier when Wake
+	// is nil: polling only.
+	NoListen bool
 
 	// Backoff returns how long to wait before the next attempt after the
 	// attempt-th consecutive failure (attempt >= 1). It spaces the retries

@@ -104,6 +104,9 @@
 // The relay polls every RelayConfig.PollInterval. On PostgreSQL the driver's
 // OutboxInsert also calls pg_notify in the enqueuing transaction, which is
 // delivered on commit; pgdriver.Driver.ListenOutbox turns those
-// notifications into a channel to pass as RelayConfig.Wake, so new events
-// are published within milliseconds while polling stays the fallback.
+// notifications into a channel. A relay whose RelayConfig.Wake is nil finds
+// it by itself (the driver is a Notifier) and listens while it runs, so new
+// events are published within milliseconds while polling stays the
+// fallback; pass your own Wake to combine other signals, or NoListen to
+// poll only.
 package outbox

@@ -62,6 +62,14 @@ func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) 
 	}, nil
 }
 
+// Notifier is implemented by drivers that signal committed outbox inserts
+// (pgdriver, with LISTEN/NOTIFY): ListenOutbox returns a channel that
+// receives a value soon after such a commit, until ctx ends. A Relay whose
+// RelayConfig.Wake is nil listens on it by itself.
+type Notifier interface {
+	ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error)
+}
+
 // StorageBackoffCeiling bounds the pause of Run after a round that failed in
 // the database (not in the publisher): the relay must resume within seconds
 // of the database's return, however long the outage was.
@@ -86,6 +94,15 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		failures  int
 		nextRetry time.Time // earliest retry of an event backed off by this loop
 	)
+	wakeUp := r.cfg.Wake
+	if n, ok := any(r.drv).(Notifier); ok && wakeUp == nil && !r.cfg.NoListen {
+		w, err := n.ListenOutbox(ctx, func(err error) { r.cfg.Logger.Warn("outbox: wake-up listener", "err", err) })
+		if err != nil {
+			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
+		} else {
+			wakeUp = w
+		}
+	}
 	for {
 		start := r.cfg.Now()
 		res, err := r.round(ctx)
@@ -113,7 +130,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 				// every StorageBackoffCeiling, and at once when a wake-up
 				// says a transaction committed (it is back).
 				wait = min(wait, StorageBackoffCeiling)
-				wake = r.cfg.Wake
+				wake = wakeUp
 				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 			}
 			if !sleep(ctx, wait, wake) {
@@ -129,7 +146,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		if !nextRetry.IsZero() {
 			wait = min(wait, max(nextRetry.Sub(r.cfg.Now()), 0))
 		}
-		if !sleep(ctx, wait, r.cfg.Wake) {
+		if !sleep(ctx, wait, wakeUp) {
 			return nil
 		}
 	}

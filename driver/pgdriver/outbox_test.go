@@ -250,6 +250,43 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 	<-done
 }
 
+var _ outbox.Notifier = (*pgdriver.Driver)(nil)
+
+// A relay without RelayConfig.Wake finds the driver's LISTEN/NOTIFY itself:
+// with a 10s poll interval, committed events are still published at once
+// (a snippet that forgets the wake-up does not poll once a second).
+func TestOutboxRelayListensByItself(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	published := make(chan time.Time, 10)
+	relay := newRelay(t, drv, &recorder{}, &outbox.RelayConfig{
+		PollInterval: 10 * time.Second,
+		OnPublished:  func([]event.Envelope) { published <- time.Now() },
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // listening, first round over: it now waits 10s
+	for i := range 3 {
+		committed := time.Now()
+		enqueue(t, drv, newEvent(t, "order-1", i))
+		select {
+		case at := <-published:
+			if d := at.Sub(committed); d > 2*time.Second {
+				t.Errorf("event %d published %s after its commit; want at once", i, d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d not published 5s after its commit (poll interval 10s): the relay did not listen", i)
+		}
+	}
+	cancel()
+	<-done
+}
+
 // A notification is sent on commit only, and only when a row was new.
 func TestOutboxNotifyOnCommitOfNewRows(t *testing.T) {
 	t.Parallel()
