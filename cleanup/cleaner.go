@@ -11,6 +11,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // Cleaner deletes what idem's tables no longer need, in small batches, on a
@@ -208,15 +209,8 @@ func (c *Cleaner[TTx]) logReport(rep Report, err error) {
 
 // sleep waits d (nothing for NoPause), or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
+	if !backoff.Sleep(ctx, d, nil) {
 		return context.Cause(ctx)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
+	return nil
 }

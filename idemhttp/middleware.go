@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -246,14 +247,10 @@ func (m *Middleware[TTx]) complete(ctx context.Context, ex driver.Executor, cmd 
 
 // pause sleeps d or until ctx ends.
 func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d, nil) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // pollDelay is the n-th delay between two looks at an in-progress record.

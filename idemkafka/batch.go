@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // failure tracks the record of a partition batch whose handler failed.
@@ -209,20 +210,8 @@ func panicError(p any) error {
 	return fmt.Errorf("idemkafka: handler panicked: %v", p)
 }
 
-// sleep waits for d or the end of ctx and reports whether ctx is still live.
+// sleep waits a jittered d (so that replicas that failed together do not
+// retry together) or until ctx ends, and reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, backoff.Jitter(d), nil)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // DeadLetterSuffix is appended to a record's topic to name its dead-letter
@@ -120,24 +121,16 @@ type Retry struct {
 	// down). Defaults to 5.
 	Attempts int
 	// Backoff returns the pause before retry n (n >= 1 is the number of
-	// failed tries so far). Defaults to DefaultBackoff.
+	// failed tries so far). Defaults to DefaultBackoff. The consumer waits
+	// a random duration between half of it and all of it, so replicas that
+	// failed together (a database outage) do not retry together.
 	Backoff func(n int) time.Duration
 }
 
 // DefaultBackoff is the default Retry.Backoff: 100ms after the first
 // failure, doubling after each further one, at most 10s.
 func DefaultBackoff(n int) time.Duration {
-	const (
-		base    = 100 * time.Millisecond
-		ceiling = 10 * time.Second
-	)
-	if n < 1 {
-		n = 1
-	}
-	if n > 10 {
-		return ceiling
-	}
-	return min(base<<(n-1), ceiling)
+	return backoff.Exp(n, 100*time.Millisecond, 10*time.Second)
 }
 
 // BatchStats is what one partition batch did, as reported to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // RelayConfig configures a Relay. The zero value (or nil) gives the
@@ -38,6 +39,8 @@ type RelayConfig struct {
 	// attempt-th consecutive failure (attempt >= 1). It spaces the retries
 	// of a failed event, and of a whole round when the database or the
 	// publisher fails. Defaults to DefaultBackoff: 100ms doubling up to 1m.
+	// A failed round waits a random duration between half of it and all of
+	// it, so relays that failed together do not retry together.
 	Backoff func(attempt int) time.Duration
 
 	// MaxAttempts is how many failed attempts make an event poison: it is
@@ -77,17 +80,7 @@ type RelayConfig struct {
 // DefaultBackoff is the default RelayConfig.Backoff: 100ms after the first
 // failure, doubling with each further one, at most 1 minute.
 func DefaultBackoff(attempt int) time.Duration {
-	const (
-		base = 100 * time.Millisecond
-		max  = time.Minute
-	)
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt > 20 {
-		return max
-	}
-	return min(base<<(attempt-1), max)
+	return backoff.Exp(attempt, 100*time.Millisecond, time.Minute)
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {

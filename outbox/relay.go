@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // ErrRunning is returned by Run when the relay is already running.
@@ -133,7 +134,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 				wake = wakeUp
 				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 			}
-			if !sleep(ctx, wait, wake) {
+			if !backoff.Sleep(ctx, backoff.Jitter(wait), wake) {
 				return nil
 			}
 			continue
@@ -146,27 +147,10 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		if !nextRetry.IsZero() {
 			wait = min(wait, max(nextRetry.Sub(r.cfg.Now()), 0))
 		}
-		if !sleep(ctx, wait, wakeUp) {
+		if !backoff.Sleep(ctx, wait, wakeUp) {
 			return nil
 		}
 	}
-}
-
-// sleep waits for d, a value on wake (nil: never) or the end of ctx, and
-// reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-wake:
-	}
-	return true
 }
 
 // RunOnce claims one batch, publishes it and marks it, and returns how many
