@@ -5,6 +5,14 @@ import (
 	"fmt"
 )
 
+// ErrPoison marks an error that retrying cannot fix: an event that cannot
+// be published (the outbox relay parks it at once) or cannot be applied (a
+// Kafka consumer dead-letters it at once). It is the one poison error of
+// idem: outbox.ErrPoison and idemkafka.ErrPoison are this same value, so
+// domain code returns event.ErrPoison (wrapped with %w) without linking a
+// Kafka client.
+var ErrPoison = errors.New("idem: poison event")
+
 // Errors wrapped by Validate and FromRecord; test for them with errors.Is.
 var (
 	// ErrInvalidID: the ID is nil, not RFC 4122, or not version 7 (or 5).

@@ -2,13 +2,14 @@ package idemkafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/event"
 )
 
 // Headers added to a dead-lettered copy of a record. The copy keeps the
@@ -45,8 +46,10 @@ const dlqTimeout = 30 * time.Second
 
 // ErrPoison marks a handler error that retrying cannot fix: a record whose
 // handler returns an error wrapping ErrPoison (or panics with such an error)
-// is dead-lettered at once, without the remaining Retry.Attempts.
-var ErrPoison = errors.New("idemkafka: poison event")
+// is dead-lettered at once, without the remaining Retry.Attempts. It is
+// event.ErrPoison (the same value as outbox.ErrPoison); handlers may return
+// either.
+var ErrPoison = event.ErrPoison
 
 // deadLetter returns the dead-letter copy of r for topic.
 func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, cause error) *kgo.Record {

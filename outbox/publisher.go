@@ -44,8 +44,9 @@ func (f PublisherFunc) Publish(ctx context.Context, events []event.Envelope) err
 var (
 	// ErrPoison marks the error of an event that retrying cannot publish.
 	// The relay parks such an event at its first failure, whatever
-	// RelayConfig.MaxAttempts says.
-	ErrPoison = errors.New("outbox: event cannot be published")
+	// RelayConfig.MaxAttempts says. It is event.ErrPoison (the same value as
+	// idemkafka.ErrPoison).
+	ErrPoison = event.ErrPoison
 	// ErrSkipped marks an event the publisher did not try because it gave
 	// up at an earlier one. The relay retries it at its next round without
 	// counting a failed attempt.

@@ -12,7 +12,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/idemkafka"
 )
 
 // OrderCreated is the payload of an OrderCreated.v1 event.
@@ -152,11 +151,11 @@ func SortDeltas(deltas []SummaryDelta) {
 func decodeCreated(e event.Envelope) (OrderCreated, decimal.Decimal, error) {
 	var oc OrderCreated
 	if err := json.Unmarshal(e.Payload, &oc); err != nil {
-		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", idemkafka.ErrPoison, e.Type, e.ID, err)
+		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", event.ErrPoison, e.Type, e.ID, err)
 	}
 	amount, err := decimal.NewFromString(oc.Amount)
 	if err != nil || oc.OrderID <= 0 || oc.CustomerID <= 0 || !amount.IsPositive() {
-		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+		return oc, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", event.ErrPoison, e.Type, e.ID, e.Payload)
 	}
 	return oc, amount, nil
 }
@@ -166,11 +165,11 @@ func decodeCreated(e event.Envelope) (OrderCreated, decimal.Decimal, error) {
 func decodeOutcome(e event.Envelope) (OrderOutcome, decimal.Decimal, error) {
 	var oo OrderOutcome
 	if err := json.Unmarshal(e.Payload, &oo); err != nil {
-		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", idemkafka.ErrPoison, e.Type, e.ID, err)
+		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: %w", event.ErrPoison, e.Type, e.ID, err)
 	}
 	amount, err := decimal.NewFromString(oo.Amount)
 	if err != nil || oo.OrderID <= 0 || oo.CustomerID <= 0 || !amount.IsPositive() {
-		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+		return oo, decimal.Decimal{}, fmt.Errorf("%w: %s %s: bad payload %s", event.ErrPoison, e.Type, e.ID, e.Payload)
 	}
 	return oo, amount, nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/saga"
 )
@@ -164,7 +163,7 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 func (p *PaymentSaga[TTx]) onCaptured(ctx context.Context, tx TTx, e event.Envelope) error {
 	var pc PaymentCaptured
 	if err := json.Unmarshal(e.Payload, &pc); err != nil || pc.OrderID <= 0 {
-		return fmt.Errorf("%w: %s %s: bad payload %s", idemkafka.ErrPoison, e.Type, e.ID, e.Payload)
+		return fmt.Errorf("%w: %s %s: bad payload %s", event.ErrPoison, e.Type, e.ID, e.Payload)
 	}
 	id := SagaID(pc.OrderID)
 	s, err := p.sagas.GetTx(ctx, tx, id)
