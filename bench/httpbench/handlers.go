@@ -48,14 +48,21 @@ func insertPayment(ctx context.Context, tx pgx.Tx, key string, p *paymentRequest
 }
 
 // servePayment decodes the command, runs insertPayment in tx and answers
-// 201. It is the handler body shared by every scenario.
+// 201. It is the handler body shared by every PostgreSQL scenario.
 func servePayment(w http.ResponseWriter, r *http.Request, tx pgx.Tx) error {
+	return serveWith(w, r, func(ctx context.Context, key string, p *paymentRequest) ([]byte, error) {
+		return insertPayment(ctx, tx, key, p)
+	})
+}
+
+// serveWith decodes the command, runs insert and answers 201 with its body.
+func serveWith(w http.ResponseWriter, r *http.Request, insert func(ctx context.Context, key string, p *paymentRequest) ([]byte, error)) error {
 	var p paymentRequest
 	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 		http.Error(w, "bad body", http.StatusBadRequest)
 		return nil //nolint:nilerr // answered 400: the client's error, not the handler's
 	}
-	body, err := insertPayment(r.Context(), tx, r.Header.Get(idemhttp.KeyHeader), &p)
+	body, err := insert(r.Context(), r.Header.Get(idemhttp.KeyHeader), &p)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -96,19 +95,9 @@ func sqliteInsert(ctx context.Context, tx *sql.Tx, key string, p *paymentRequest
 }
 
 func sqliteServe(w http.ResponseWriter, r *http.Request, tx *sql.Tx) error {
-	var p paymentRequest
-	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
-		http.Error(w, "bad body", http.StatusBadRequest)
-		return nil //nolint:nilerr // answered 400: the client's error, not the handler's
-	}
-	body, err := sqliteInsert(r.Context(), tx, r.Header.Get(idemhttp.KeyHeader), &p)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(body)
-	return nil
+	return serveWith(w, r, func(ctx context.Context, key string, p *paymentRequest) ([]byte, error) {
+		return sqliteInsert(ctx, tx, key, p)
+	})
 }
 
 // sqliteBare is scenario sa: BEGIN IMMEDIATE; INSERT; COMMIT; 201.

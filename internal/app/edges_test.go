@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/idemkit/idem/internal/apijson/apijsontest"
 	"github.com/idemkit/idem/internal/orders"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/problem"
@@ -166,22 +165,6 @@ func TestContentTypeRequired(t *testing.T) {
 	})
 }
 
-// brokenBody yields the start of a body, then fails as a connection the
-// client reset.
-type brokenBody struct{ start io.Reader }
-
-func (b *brokenBody) Read(p []byte) (int, error) {
-	if n, _ := b.start.Read(p); n > 0 {
-		return n, nil
-	}
-	return 0, &net.OpError{Op: "read", Net: "tcp",
-		Source: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080},
-		Addr:   &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555},
-		Err:    syscall.ECONNRESET}
-}
-
-func (b *brokenBody) Close() error { return nil }
-
 // A connection broken mid-body is answered without the network error: no
 // address, no "tcp" in the problem, whichever layer reads the body; the
 // log has the error but never the body.
@@ -192,7 +175,7 @@ func TestBrokenBodyLeaksNothing(t *testing.T) {
 		for _, ep := range endpoints() {
 			for _, layer := range []string{"app", "endpoint"} {
 				rec := httptest.NewRecorder()
-				req := httptest.NewRequest(http.MethodPost, ep.path, &brokenBody{start: strings.NewReader(`{"provider":"` + secret)})
+				req := httptest.NewRequest(http.MethodPost, ep.path, apijsontest.BrokenBody(strings.NewReader(`{"provider":"`+secret)))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", "broken-"+layer)
 				if layer == "app" {

@@ -52,9 +52,13 @@ func (e Endpoint) call(t *testing.T, contentType string, body io.Reader) (*httpt
 	return rec, p, logs.String()
 }
 
-// resetReader returns its start, then a connection reset naming socket
-// addresses.
+// BrokenBody returns a request body that yields start, then fails as a
+// connection the client reset (a *net.OpError naming socket addresses).
+func BrokenBody(start io.Reader) io.ReadCloser { return &resetReader{start} }
+
 type resetReader struct{ start io.Reader }
+
+func (r *resetReader) Close() error { return nil }
 
 func (r *resetReader) Read(b []byte) (int, error) {
 	if n, _ := r.start.Read(b); n > 0 {
