@@ -68,19 +68,21 @@ type OutboxExecutor interface {
 	OutboxInsert(ctx context.Context, rows []OutboxRow) (inserted int, err error)
 
 	// OutboxClaimBatch returns up to limit unpublished rows to publish
-	// next, ordered by ID: for each claimable key (see above) its head and
-	// the rows following it in ID order, up to (excluding) the first row of
-	// that key that is not due or is parked. Keys are taken oldest head
-	// first.
+	// next, ordered by ID. The rows of each key in the batch are the first
+	// ones of its queue: its head and the rows following it in ID order,
+	// up to (excluding) the first row of that key that is not due or is
+	// parked. Which keys a batch holds when not all fit is the backend's
+	// choice, but a claim whose limit covers every claimable row returns
+	// them all, and one that finds any claimable row returns at least one.
 	//
-	// On a backend with concurrent writers (PostgreSQL) the heads are
-	// locked with FOR UPDATE SKIP LOCKED: the method must run in a
-	// transaction (it returns an error otherwise), and that transaction
-	// must stay open until the rows are marked. A key whose head another
-	// transaction holds is skipped entirely, so several relays never
-	// publish the same row at the same time and never interleave within a
-	// key. On SQLite there are no row locks: only one relay may run per
-	// database.
+	// On a backend with concurrent writers (PostgreSQL) the method must run
+	// in a transaction (it returns an error otherwise) that stays open
+	// until the rows are marked: the claim takes keys by lanes (a fixed
+	// hash of the key), locks each lane it takes until that transaction
+	// ends, and skips the lanes other transactions hold, so several relays
+	// never publish the same row at the same time and never interleave
+	// within a key. On SQLite there are no locks: only one relay may run
+	// per database, and the batch is the lowest IDs.
 	OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]OutboxRow, error)
 
 	// OutboxMarkPublished sets published_at to at on the unpublished rows

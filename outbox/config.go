@@ -17,8 +17,16 @@ type RelayConfig struct {
 	// to 500.
 	BatchSize int
 
+	// Concurrency is how many batches Run keeps in flight at once on a
+	// backend with concurrent writers (PostgreSQL): each claims its own
+	// lanes of the outbox, so while one batch is being published another
+	// is read and a third marked. Events of one key are always in one lane,
+	// so this never reorders a key. Defaults to 4; ignored on SQLite (one
+	// batch at a time).
+	Concurrency int
+
 	// PollInterval is how long Run waits for new events after a round that
-	// found less than a full batch, unless Wake fires first or a failed
+	// found no event, unless Wake fires first or a failed
 	// event becomes due earlier. It is the fallback that bounds the delay of
 	// an event when no wake-up arrives. Defaults to 1s.
 	PollInterval time.Duration
@@ -83,9 +91,15 @@ func DefaultBackoff(attempt int) time.Duration {
 	return backoff.Exp(attempt, 100*time.Millisecond, time.Minute)
 }
 
-func (c RelayConfig) withDefaults() RelayConfig {
+func (c RelayConfig) withDefaults(concurrentWriters bool) RelayConfig {
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
+	}
+	switch {
+	case !concurrentWriters:
+		c.Concurrency = 1
+	case c.Concurrency == 0:
+		c.Concurrency = 4
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
@@ -109,6 +123,9 @@ func (c RelayConfig) validate() error {
 	var errs []error
 	if c.BatchSize < 0 {
 		errs = append(errs, fmt.Errorf("BatchSize %d must not be negative", c.BatchSize))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("negative Concurrency %d", c.Concurrency))
 	}
 	if c.PollInterval < 0 {
 		errs = append(errs, fmt.Errorf("PollInterval %s must not be negative", c.PollInterval))

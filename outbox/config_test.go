@@ -26,13 +26,19 @@ func TestDefaultBackoff(t *testing.T) {
 
 func TestRelayConfigDefaults(t *testing.T) {
 	t.Parallel()
-	c := RelayConfig{}.withDefaults()
-	if c.BatchSize != 500 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
+	c := RelayConfig{}.withDefaults(true)
+	if c.BatchSize != 500 || c.Concurrency != 4 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
 		c.MaxAttempts != 0 || c.Backoff == nil || c.Logger == nil || c.Now == nil || c.Wake != nil {
 		t.Errorf("defaults: %+v", c)
 	}
 	if got := c.Backoff(3); got != DefaultBackoff(3) {
 		t.Errorf("default Backoff(3) = %s", got)
+	}
+	if c := (RelayConfig{Concurrency: 8}).withDefaults(false); c.Concurrency != 1 {
+		t.Errorf("Concurrency without concurrent writers = %d; want 1", c.Concurrency)
+	}
+	if c := (RelayConfig{Concurrency: 8}).withDefaults(true); c.Concurrency != 8 {
+		t.Errorf("Concurrency 8 = %d", c.Concurrency)
 	}
 }
 

@@ -41,22 +41,35 @@
 // one is visible, and the lower one is published when it commits (events
 // are never lost, skipped or stuck; a key then follows commit order, not ID
 // order, which is only observable for transactions that did not see each
-// other's writes). With several relays this case can also make two relays
-// publish the later rows of that key at the same time (duplicates that the
-// consumer's inbox drops; the second relay's marks then wait for the first
-// relay's transaction), since the key's lock is the lock of its head row.
-// Serialising the transactions of an aggregate, as above, rules all of this
+// other's writes). The relay reads a key's rows in ID order and cannot know
+// that a lower ID is still to come; publishing in commit order would need
+// the database's commit sequence (logical replication), which idem does not
+// read. Serialising the transactions of an aggregate, as above, rules this
 // out. SQLite serialises writers, so there IDs always follow commit order.
 //
-// Several relays may run against one PostgreSQL database (one per replica):
-// each batch is claimed in a transaction that locks the oldest unpublished
-// row of every key it takes (FOR UPDATE SKIP LOCKED) and is held while the
-// batch is published and marked, so two relays never publish the same event
-// at the same time and never interleave within a key. SQLite has no row
-// locks: run one relay per SQLite database. There the batch is read outside a
-// transaction and marked in a short one, so the relay does not hold SQLite's
-// single write lock while it publishes. Nothing enforces this: two relays on
-// one SQLite database publish the same events concurrently (duplicates, and
+// # Lanes, replicas and concurrency
+//
+// On PostgreSQL every outbox row belongs to one of 64 lanes, a fixed hash
+// of its key, so all the events of a key share a lane. A batch is claimed
+// in a transaction that locks a few lanes that have pending events (a
+// transaction-scoped advisory lock; lanes another transaction holds are
+// skipped) and reads their events in ID order with a plain index range
+// scan; the transaction stays open while the batch is published and
+// marked. Two claims therefore never hold the same lane: no event is
+// published by two relays at the same time, and a key's events are never
+// interleaved. The cost of a claim depends neither on the number of keys
+// pending nor on the length of one key's backlog: one busy aggregate is
+// relayed as fast as a thousand quiet ones. Run keeps
+// RelayConfig.Concurrency batches (default 4) in flight at once, each on
+// its own lanes, so that publishing one batch overlaps reading and marking
+// the others; several relays (one per replica) share the lanes the same
+// way.
+//
+// SQLite has no concurrent writers: run one relay per SQLite database (it
+// keeps one batch in flight). There the batch is the lowest pending IDs,
+// read outside a transaction and marked in a short one, so the relay does
+// not hold SQLite's single write lock while it publishes. Nothing enforces
+// this: two relays on one SQLite database publish the same events concurrently (duplicates, and
 // marks failing with driver.ErrNotFound that make a round's batch be
 // published again), though each key's events still first reach the broker
 // in order.

@@ -21,9 +21,11 @@ const finishTimeout = 15 * time.Second
 
 // Relay publishes the events of the outbox. Create it with NewRelay, then
 // call Run (the loop) or RunOnce (one batch, for tests and cron-style use).
-// One Relay handles one batch at a time; run one Relay per process. On
-// PostgreSQL, relays in several processes share the work safely; on SQLite,
-// run only one relay per database.
+// Run one Relay per process. On PostgreSQL its Run keeps
+// RelayConfig.Concurrency batches in flight at once (each claims its own
+// lanes, see driver.OutboxExecutor), and relays in several processes share
+// the work safely; on SQLite one batch is in flight at a time, and only one
+// relay may run per database.
 type Relay[TTx any] struct {
 	drv driver.Driver[TTx]
 	pub Publisher
@@ -35,8 +37,9 @@ type Relay[TTx any] struct {
 	// a short transaction instead.
 	locking bool
 
-	mu      sync.Mutex // one round at a time
+	mu      sync.Mutex // one round at a time, without locking (SQLite)
 	running atomic.Bool
+	lagAt   atomic.Int64 // unix nanoseconds of the last lag report
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
@@ -58,7 +61,7 @@ func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) 
 	return &Relay[TTx]{
 		drv:     drv,
 		pub:     pub,
-		cfg:     c.withDefaults(),
+		cfg:     c.withDefaults(drv.Caps().ConcurrentWriters),
 		locking: drv.Caps().ConcurrentWriters,
 	}, nil
 }
@@ -82,8 +85,8 @@ const StorageBackoffCeiling = 2 * time.Second
 // rounds (at most StorageBackoffCeiling when the database failed, and
 // earlier on a RelayConfig.Wake signal). A round that published some of its events and failed others does
 // not count as failed (the broker is up; the failed events wait for their
-// own retry, and the other keys go on). After a full batch it goes on at
-// once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
+// own retry, and the other keys go on). After a round that claimed events it
+// goes on at once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
 // for the earliest retry of an event it backed off, whichever comes first.
 func (r *Relay[TTx]) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
@@ -91,10 +94,6 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 
-	var (
-		failures  int
-		nextRetry time.Time // earliest retry of an event backed off by this loop
-	)
 	wakeUp := r.cfg.Wake
 	if n, ok := any(r.drv).(Notifier); ok && wakeUp == nil && !r.cfg.NoListen {
 		w, err := n.ListenOutbox(ctx, func(err error) { r.cfg.Logger.Warn("outbox: wake-up listener", "err", err) })
@@ -104,13 +103,83 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			wakeUp = w
 		}
 	}
+	workers := r.cfg.Concurrency
+	if !r.locking {
+		workers = 1
+	}
+	if workers == 1 {
+		r.loop(ctx, wakeUp)
+		return nil
+	}
+	// Every worker gets every wake-up: each one may be waiting for new
+	// events in lanes the others do not hold.
+	wakes := make([]chan struct{}, workers)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg        sync.WaitGroup
+		panicOnce sync.Once
+		panicked  bool
+		panicVal  any
+	)
+	if wakeUp != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-wakeUp:
+					for _, w := range wakes {
+						select {
+						case w <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		})
+	}
+	for _, w := range wakes {
+		var wake <-chan struct{}
+		if wakeUp != nil {
+			wake = w
+		}
+		wg.Go(func() {
+			// A panic in a worker (a publisher that panics) stops the
+			// others and is raised again in Run's goroutine, as it would
+			// be with one worker.
+			defer func() {
+				if p := recover(); p != nil {
+					panicOnce.Do(func() { panicked, panicVal = true, p })
+					stop()
+				}
+			}()
+			r.loop(wctx, wake)
+		})
+	}
+	wg.Wait()
+	if panicked {
+		panic(panicVal)
+	}
+	return nil
+}
+
+// loop is one worker of Run: rounds until ctx is done.
+func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
+	var (
+		failures  int
+		nextRetry time.Time // earliest retry of an event backed off by this loop
+	)
 	for {
 		start := r.cfg.Now()
 		res, err := r.round(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		r.reportLag(ctx)
+		r.reportLag(ctx, false)
 		if !nextRetry.IsZero() && !nextRetry.After(start) {
 			nextRetry = time.Time{}
 		}
@@ -135,12 +204,15 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 			}
 			if !backoff.Sleep(ctx, backoff.Jitter(wait), wake) {
-				return nil
+				return
 			}
 			continue
 		}
 		failures = 0
-		if res.claimed >= r.cfg.BatchSize {
+		if res.claimed > 0 {
+			// A claim may stop short of BatchSize with events left (it
+			// spreads the batch over the lanes it holds): go on until a
+			// round finds nothing.
 			continue
 		}
 		wait := r.cfg.PollInterval
@@ -148,7 +220,7 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			wait = min(wait, max(nextRetry.Sub(r.cfg.Now()), 0))
 		}
 		if !backoff.Sleep(ctx, wait, wakeUp) {
-			return nil
+			return
 		}
 	}
 }
@@ -160,15 +232,25 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 // (nothing is marked: the whole batch will be claimed, and published, again).
 func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
 	res, err := r.round(ctx)
-	r.reportLag(ctx)
+	r.reportLag(ctx, true)
 	return res.published, err
 }
 
-// reportLag calls OnLag with the age of the oldest unpublished event.
-func (r *Relay[TTx]) reportLag(ctx context.Context) {
+// lagEvery is how often Run reports the lag (a query per report).
+const lagEvery = 250 * time.Millisecond
+
+// reportLag calls OnLag with the age of the oldest unpublished event; at
+// most every lagEvery unless always.
+func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 	if r.cfg.OnLag == nil || ctx.Err() != nil {
 		return
 	}
+	now := time.Now().UnixNano()
+	last := r.lagAt.Load()
+	if !always && (now-last < int64(lagEvery) || !r.lagAt.CompareAndSwap(last, now)) {
+		return
+	}
+	r.lagAt.Store(now)
 	oldest, ok, err := r.drv.Executor().OutboxOldestUnpublished(ctx)
 	if err != nil {
 		r.cfg.Logger.Warn("outbox: lag unknown", "err", err)

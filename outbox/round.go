@@ -20,8 +20,10 @@ type roundResult struct {
 }
 
 func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if !r.locking {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 
 	detached := context.WithoutCancel(ctx)
 	var (

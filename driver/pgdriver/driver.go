@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,11 +46,6 @@ type Driver struct {
 
 	replacer *strings.Replacer
 	sqlCache sync.Map // template -> expanded SQL
-
-	// outboxFewKeys: the last outbox claims saw fewer pending keys than
-	// their limit, so OutboxClaimBatch finds the heads key by key (see
-	// there).
-	outboxFewKeys atomic.Bool
 }
 
 var _ driver.Driver[pgx.Tx] = (*Driver)(nil)

@@ -1,10 +1,13 @@
 package pgdriver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -96,40 +99,51 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	return inserted, nil
 }
 
-// OutboxClaimBatch implements driver.OutboxExecutor in one statement:
+// OutboxLanes is the number of outbox lanes (migration 006): every row is
+// in lane abs(hashtextextended(record_key, 0) % OutboxLanes), so all the
+// rows of a key share a lane.
+const OutboxLanes = 64
+
+// lanesPerClaim is the most lanes one claim takes, so that concurrent
+// claims (several relays, or one relay's workers) share the pending lanes
+// instead of one claim holding them all.
+const lanesPerClaim = 16
+
+// OutboxClaimBatch implements driver.OutboxExecutor with lanes (see
+// migration 006_outbox_lanes.sql), in two statements:
 //
-//  1. heads: the unpublished rows that have no earlier unpublished row of
-//     their key, are due and not parked, oldest first, locked with FOR
-//     UPDATE SKIP LOCKED. A head held by another relay is skipped, and with
-//     it its whole key: the key's later rows are not heads (their head is
-//     still unpublished), so nobody else can take them either.
-//  2. for each locked head, the unpublished rows of its key from the head
-//     on, in ID order, while they are due and not parked (a running
-//     bool_and over the key's queue), so a relay takes several events of a
-//     key in one batch without ever skipping one.
-//  3. all of them ordered by ID, at most limit.
+//  1. lanes: the lanes that have pending rows (a loose scan of the lane
+//     index: one probe per pending lane), then up to lanesPerClaim of them
+//     (and no more than limit),
+//     each locked with pg_try_advisory_xact_lock (a lane another
+//     transaction holds is skipped), starting at a random lane so that
+//     claims spread over the lanes (OFFSET 0 keeps the planner from
+//     moving the lock below the sort, which would lock every pending lane).
+//     The lock is what keeps two relays off the same key: a key's
+//     rows are all in one lane, and the lane's owner holds it until it has
+//     marked what it published (the end of its transaction).
+//  2. rows: lane after lane, each lane's pending rows in ID order through
+//     the (lane, id) index, skipping the keys that are blocked (an earlier
+//     unpublished row of the key is parked or backing off:
+//     outbox_blocked_idx, almost always empty), until limit rows are read;
+//     then sorted by ID. Each key's rows are thus a prefix of its claimable
+//     queue, and a claim reads about limit rows however many keys are
+//     pending and however long their queues are. The lanes it locked but
+//     did not need wait for the next claim.
 //
-// When limit heads were locked, no row above the highest head can be among
-// the limit lowest IDs (the heads themselves are limit ready rows at or
-// below it), so step 2 reads only up to that ID: a claim then reads about
-// limit rows instead of up to limit per key (with a backlog of 100 rows per
-// key, 10 ms instead of 134 ms for a batch of 500). With fewer pending keys
-// than limit, the heads are found key by key instead (outboxHeadsByKeySQL),
-// and each key's queue is read up to limit rows.
+// The rows are read by a second statement because under READ COMMITTED a
+// statement's snapshot is taken when it starts: a lane whose lock was
+// released by a relay that just committed its marks could otherwise be read
+// with a snapshot from before that commit, and its rows published again.
+// The second statement's snapshot is taken after the locks are held, and
+// PostgreSQL releases a transaction's locks only once its commit is
+// visible.
 //
-// The later rows of a key are not locked: the head's lock guards the whole
-// key. Under READ COMMITTED a head published and committed by another relay
-// after this statement's snapshot is re-checked when it is locked and drops
-// out, and its successors still see it unpublished in the snapshot, so the
-// key is skipped rather than published twice.
-//
-// The head's lock guards its key only if the key's rows commit in ID order
+// A lane's lock guards its keys only if each key's rows commit in ID order
 // (package outbox asks callers to serialise a key's transactions). A row
-// whose lower ID commits after another relay locked a later head of its key
-// becomes a head of its own, and the queue read from it includes the other
-// relay's unlocked rows: both relays then publish those rows (duplicates,
-// dropped by the consumer's inbox), and the second relay's marks wait for
-// the first relay's transaction. See TestOutboxLowerIDCommittedLate.
+// whose lower ID commits after its lane published a later row of its key is
+// published after it: never lost, never twice, but out of order. See
+// TestOutboxLowerIDCommittedLate.
 func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
 	if !e.inTx {
 		return nil, errors.New("pgdriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")
@@ -137,118 +151,61 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit in
 	if limit <= 0 {
 		return nil, fmt.Errorf("pgdriver: outbox claim: limit %d must be positive", limit)
 	}
-	if e.d.outboxFewKeys.Load() {
-		keys, err := e.outboxPendingKeys(ctx, limit+1)
-		if err != nil {
-			return nil, err
-		}
-		if len(keys) == 0 {
-			return nil, nil
-		}
-		if len(keys) <= limit {
-			out, _, err := e.outboxClaim(ctx, outboxHeadsByKeySQL, now, limit, keys)
-			return out, err
-		}
-		e.d.outboxFewKeys.Store(false)
-	}
-	out, heads, err := e.outboxClaim(ctx, outboxHeadsScanSQL, now, limit, nil)
-	if err == nil && heads < limit {
-		// Fewer heads than the limit: the scan read every pending row.
-		// Count the keys next time.
-		e.d.outboxFewKeys.Store(true)
-	}
-	return out, err
-}
-
-// The heads of OutboxClaimBatch, two ways. outboxHeadsScanSQL scans the
-// pending rows in ID order and keeps those with no earlier pending row of
-// their key: it stops after limit heads, which is quick while many keys are
-// pending, but with fewer pending keys than limit it reads the whole
-// backlog (10 keys, 50,000 rows: 2,000 events/s). outboxHeadsByKeySQL takes
-// the keys ($3, listed by outboxPendingKeys) and each one's first pending
-// row through the (record_key, id) index. OutboxClaimBatch picks by the
-// number of pending keys, counted only after a scan found fewer heads than
-// its limit.
-// Under READ COMMITTED, a head published by another relay since the
-// snapshot fails the re-check of published_at when it is locked and drops
-// out, in both.
-const (
-	outboxHeadsScanSQL = `SELECT o.id, o.record_key FROM {{table}}outbox o
-			WHERE o.published_at IS NULL AND o.parked_at IS NULL
-			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $1)
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox p
-				WHERE p.record_key = o.record_key AND p.published_at IS NULL AND p.id < o.id)
-			ORDER BY o.id
-			LIMIT $2
-			FOR UPDATE OF o SKIP LOCKED`
-	outboxHeadsByKeySQL = `SELECT o.id, o.record_key
-			FROM unnest($3::text[]) AS k(record_key)
-			CROSS JOIN LATERAL (SELECT p.id FROM {{table}}outbox p
-				WHERE p.record_key = k.record_key AND p.published_at IS NULL
-				ORDER BY p.id LIMIT 1) f
-			JOIN {{table}}outbox o ON o.id = f.id
-			WHERE o.published_at IS NULL AND o.parked_at IS NULL
-			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $1)
-			ORDER BY o.id
-			LIMIT $2
-			FOR UPDATE OF o SKIP LOCKED`
-)
-
-// outboxPendingKeys lists up to n keys that have pending rows, with a loose
-// index scan of (record_key, id): one index probe per key.
-func (e *executor) outboxPendingKeys(ctx context.Context, n int) ([]string, error) {
-	rows, err := e.db.Query(ctx, e.d.expand(`WITH RECURSIVE k AS (
-			(SELECT record_key FROM {{table}}outbox WHERE published_at IS NULL ORDER BY record_key LIMIT 1)
+	rows, err := e.db.Query(ctx, e.d.expand(`WITH RECURSIVE pending AS (
+			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL ORDER BY lane LIMIT 1)
 			UNION ALL
-			SELECT (SELECT o.record_key FROM {{table}}outbox o
-				WHERE o.published_at IS NULL AND o.record_key > k.record_key
-				ORDER BY o.record_key LIMIT 1)
-			FROM k WHERE k.record_key IS NOT NULL
+			SELECT (SELECT o.lane FROM {{table}}outbox o
+				WHERE o.published_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
+			FROM pending p WHERE p.lane IS NOT NULL
 		)
-		SELECT record_key FROM k WHERE record_key IS NOT NULL LIMIT $1`), n)
+		SELECT lane FROM (
+			SELECT lane FROM pending WHERE lane IS NOT NULL
+			ORDER BY (lane + `+fmt.Sprint(OutboxLanes)+` - $1) % `+fmt.Sprint(OutboxLanes)+`
+			OFFSET 0) s
+		WHERE pg_try_advisory_xact_lock($2::int, lane)
+		LIMIT $3`), rand.IntN(OutboxLanes), e.d.outboxLockClass(), min(lanesPerClaim, limit))
 	if err != nil {
-		return nil, mapErr("outbox claim: keys", err)
+		return nil, mapErr("outbox claim: lanes", err)
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[int16])
 	if err != nil {
-		return nil, mapErr("outbox claim: keys", err)
+		return nil, mapErr("outbox claim: lanes", err)
 	}
-	return keys, nil
-}
-
-// outboxClaim runs the claim with the given heads. It returns the rows and
-// how many heads were locked (when any row was claimed).
-func (e *executor) outboxClaim(ctx context.Context, headsSQL string, now time.Time, limit int, keys []string) ([]driver.OutboxRow, int, error) {
-	args := []any{now, limit}
-	if keys != nil {
-		args = append(args, keys)
+	if len(lanes) == 0 {
+		return nil, nil
 	}
-	rows, err := e.db.Query(ctx, e.d.expand(`WITH heads AS (`+headsSQL+`
-		), bound AS (
-			SELECT CASE WHEN count(*) >= $2 THEN max(id) ELSE 9223372036854775807 END AS top FROM heads
-		), queue AS (
-			SELECT f.*, bool_and(f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= $1))
-				OVER (PARTITION BY f.record_key ORDER BY f.id) AS ready
-			FROM heads h CROSS JOIN LATERAL (
-				SELECT `+outboxColumns+` FROM {{table}}outbox q
-				WHERE q.record_key = h.record_key AND q.published_at IS NULL AND q.id >= h.id
-				  AND q.id <= (SELECT top FROM bound)
-				ORDER BY q.id
-				LIMIT $2
-			) f
-		)
-		SELECT `+outboxColumns+`, (SELECT count(*) FROM heads) FROM queue WHERE ready ORDER BY id LIMIT $2`), args...)
+	rows, err = e.db.Query(ctx, e.d.expand(`SELECT r.* FROM unnest($1::smallint[]) AS l(lane)
+		CROSS JOIN LATERAL (
+			SELECT `+outboxColumns+` FROM {{table}}outbox o
+			WHERE o.lane = l.lane AND o.published_at IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
+				WHERE b.record_key = o.record_key AND b.id <= o.id
+				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
+			ORDER BY o.id
+			LIMIT $3) r
+		LIMIT $3`), lanes, now, limit)
 	if err != nil {
-		return nil, 0, mapErr("outbox claim", err)
+		return nil, mapErr("outbox claim", err)
 	}
-	var heads int64
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.OutboxRow, error) {
-		return scanOutboxRow(row, &heads)
+		return scanOutboxRow(row)
 	})
 	if err != nil {
-		return nil, 0, mapErr("outbox claim", err)
+		return nil, mapErr("outbox claim", err)
 	}
-	return out, int(heads), nil
+	slices.SortFunc(out, func(a, b driver.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// outboxLockClass is the first key of the lanes' advisory locks: a hash of
+// the outbox table's name, so that idem schemas sharing a database do not
+// block each other's lanes. (The two-int4 advisory lock key space does not
+// overlap the bigint one that idempotency records use.)
+func (d *Driver) outboxLockClass() int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(d.table + "outbox"))
+	return int32(h.Sum32())
 }
 
 // scanOutboxRow scans the outboxColumns of row, then extra.

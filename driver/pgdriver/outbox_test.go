@@ -152,57 +152,97 @@ func TestOutboxTwoRelaysTwoPools(t *testing.T) {
 	checkExactlyOnceInOrder(t, pub.published(), want)
 }
 
-// While one relay publishes a key's head, another relay skips that key
-// entirely (its later events too) and publishes the other keys.
-func TestOutboxLockedKeyIsSkipped(t *testing.T) {
+// laneOf returns the outbox lane of key (migration 006).
+func laneOf(t *testing.T, drv *pgdriver.Driver, key string) int {
+	t.Helper()
+	var lane int
+	if err := drv.Pool().QueryRow(t.Context(), `SELECT abs(hashtextextended($1, 0) % 64)`, key).Scan(&lane); err != nil {
+		t.Fatal(err)
+	}
+	return lane
+}
+
+// keysInLanes returns n keys "<prefix>-i" of n distinct lanes, and one more
+// key in the lane of the first.
+func keysInLanes(t *testing.T, drv *pgdriver.Driver, prefix string, n int) (keys []string, sameLaneAsFirst string) {
+	t.Helper()
+	used := map[int]bool{}
+	for i := 0; len(keys) < n || sameLaneAsFirst == ""; i++ {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		l := laneOf(t, drv, k)
+		switch {
+		case len(keys) > 0 && l == laneOf(t, drv, keys[0]) && sameLaneAsFirst == "":
+			sameLaneAsFirst = k
+		case !used[l] && len(keys) < n:
+			used[l] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys, sameLaneAsFirst
+}
+
+// While one relay publishes from a lane, another relay skips that lane
+// entirely (every key in it, their later events too) and publishes the
+// other lanes; once the first is done, the rest of the lane follows in
+// order.
+func TestOutboxHeldLaneIsSkipped(t *testing.T) {
 	t.Parallel()
 	poolA, schema := testdb.Schema(t, 5)
 	drvA := newDriver(t, poolA, &pgdriver.Config{Schema: schema})
 	drvB := newDriver(t, testdb.Pool(t, schema, 5), &pgdriver.Config{Schema: schema})
+	ctx := t.Context()
 
-	a1, a2, a3 := newEvent(t, "A", 1), newEvent(t, "A", 2), newEvent(t, "A", 3)
-	b1, b2 := newEvent(t, "B", 1), newEvent(t, "B", 2)
-	enqueue(t, drvA, a1)
-	enqueue(t, drvA, b1, a2, b2, a3)
+	keys, twin := keysInLanes(t, drvA, "k", 2)
+	x, y := keys[0], keys[1] // x and twin share a lane, y has another
+	x1, x2, x3 := newEvent(t, x, 1), newEvent(t, x, 2), newEvent(t, x, 3)
+	t1 := newEvent(t, twin, 1)
+	y1, y2 := newEvent(t, y, 1), newEvent(t, y, 2)
+	enqueue(t, drvA, x1)
+	enqueue(t, drvA, y1, x2, t1, y2, x3)
 
-	inPublish, release := make(chan struct{}), make(chan struct{})
+	// Hold x's lane: a transaction that claimed x's head.
+	tx, err := drvA.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drvA.Rollback(ctx, tx) }()
+	var held []driver.OutboxRow
+	for range 50 { // the claim starts at a random lane: retry until it takes x's
+		if held, err = drvA.UnwrapExecutor(tx).OutboxClaimBatch(ctx, time.Now(), 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(held) == 1 && held[0].Key == x {
+			break
+		}
+		if err := drvA.Rollback(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		if tx, err = drvA.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(held) != 1 || held[0].Key != x {
+		t.Fatalf("a claim of 1 never took %s's head", x)
+	}
+
 	pub := &recorder{}
-	slow := &recorder{block: func([]event.Envelope) {
-		close(inPublish)
-		<-release
-	}}
-	relayA := newRelay(t, drvA, slow, &outbox.RelayConfig{BatchSize: 1}) // claims A's head only
 	relayB := newRelay(t, drvB, pub, nil)
-	doneA := make(chan error, 1)
-	go func() {
-		_, err := relayA.RunOnce(t.Context())
-		doneA <- err
-	}()
-	<-inPublish
-	n, err := relayB.RunOnce(t.Context())
+	n, err := relayB.RunOnce(ctx)
 	if err != nil {
 		t.Fatalf("relay B: %v", err)
 	}
-	if got := pub.published(); n != 2 || len(got) != 2 || got[0].ID != b1.ID || got[1].ID != b2.ID {
-		t.Errorf("while A's head is being published elsewhere, relay B published %d: %v; want B's two events only", n, got)
+	if got := pub.published(); n != 2 || !slices.Equal(obIDsOf(got), []uuid.UUID{y1.ID, y2.ID}) {
+		t.Errorf("while %s's lane is held elsewhere, relay B published %d: %v; want %s's two events only", x, n, obIDsOf(got), y)
 	}
-	close(release)
-	if err := <-doneA; err != nil {
-		t.Fatalf("relay A: %v", err)
+	if err := drvA.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
 	}
-	if n, err := relayB.RunOnce(t.Context()); n != 2 || err != nil {
-		t.Errorf("after relay A finished, relay B published %d, %v; want A's two remaining events", n, err)
+	if n, err := relayB.RunOnce(ctx); n != 4 || err != nil {
+		t.Errorf("after the lane was released, relay B published %d, %v; want the lane's 4 events", n, err)
 	}
-	got := append(slow.published(), pub.published()...)
-	var ids []uuid.UUID
-	for _, e := range got {
-		if e.Key == "A" {
-			ids = append(ids, e.ID)
-		}
-	}
-	if !slices.Equal(ids, []uuid.UUID{a1.ID, a2.ID, a3.ID}) {
-		t.Errorf("key A published as %v; want %v", ids, []uuid.UUID{a1.ID, a2.ID, a3.ID})
-	}
+	checkExactlyOnceInOrder(t, pub.published(), map[string][]uuid.UUID{
+		x: {x1.ID, x2.ID, x3.ID}, twin: {t1.ID}, y: {y1.ID, y2.ID},
+	})
 }
 
 // With a 10s poll interval, LISTEN/NOTIFY gets a committed event published
@@ -523,11 +563,11 @@ func obIDsOf(es []event.Envelope) []uuid.UUID {
 	return ids
 }
 
-// OutboxClaimBatch finds the heads by scanning pending rows in ID order, or
-// key by key once a scan found fewer heads than its limit. Both ways
-// claim the same rows: the lowest IDs of the ready queues, in order, a
-// backing-off or parked head blocking its key.
-func TestOutboxClaimHeadsBothWays(t *testing.T) {
+// A claim reads lanes: every claimable row when the limit allows, the first
+// rows of each key otherwise, a backing-off or parked head blocking its key
+// only; and a second transaction finds nothing while the first holds the
+// lanes.
+func TestOutboxClaimLanes(t *testing.T) {
 	t.Parallel()
 	drv := testdb.Postgres(t)
 	ctx := t.Context()
@@ -555,13 +595,16 @@ func TestOutboxClaimHeadsBothWays(t *testing.T) {
 	if err := drv.Executor().OutboxPark(ctx, k2, "poison", now); err != nil {
 		t.Fatal(err)
 	}
-	claim := func(limit int) []int64 {
+	r, err := drv.Pool().Query(ctx, `SELECT id FROM outbox WHERE record_key NOT IN ('k1', 'k2') ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pgx.CollectRows(r, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(tx pgx.Tx, limit int) []int64 {
 		t.Helper()
-		tx, err := drv.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = drv.Rollback(ctx, tx) }()
 		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, now, limit)
 		if err != nil {
 			t.Fatal(err)
@@ -572,22 +615,22 @@ func TestOutboxClaimHeadsBothWays(t *testing.T) {
 		}
 		return ids
 	}
-	// Limit 100: the first claim scans and finds fewer heads, the next
-	// ones go key by key (7 keys); limit 10: key by key, full batches;
-	// limits 3 and 1: more keys than the limit, back to the scan.
-	for _, limit := range []int{100, 10, 3, 1} {
-		r, err := drv.Pool().Query(ctx, `SELECT id FROM outbox WHERE record_key NOT IN ('k1', 'k2') ORDER BY id LIMIT $1`, limit)
+	for i := range 3 {
+		tx1, err := drv.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if got := claim(tx1, 100); !slices.Equal(got, want) {
+			t.Errorf("claim %d: %v; want %v", i, got, want)
+		}
+		tx2, err := drv.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 3 {
-			if got := claim(limit); !slices.Equal(got, want) {
-				t.Errorf("limit %d, claim %d: %v; want %v", limit, i, got, want)
-			}
+		if got := claim(tx2, 100); len(got) != 0 {
+			t.Errorf("claim %d while another transaction holds the lanes: %v; want none", i, got)
 		}
+		_ = drv.Rollback(ctx, tx2)
+		_ = drv.Rollback(ctx, tx1)
 	}
 }

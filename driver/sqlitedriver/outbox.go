@@ -65,32 +65,26 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	return total, nil
 }
 
-// OutboxClaimBatch implements driver.OutboxExecutor with the same selection
-// as the PostgreSQL driver (heads of due keys, then each key's due rows in ID
-// order) but without row locks, which SQLite does not have: only one relay
-// may run per database. It is a single SELECT, so it runs in a transaction
+// OutboxClaimBatch implements driver.OutboxExecutor: the pending rows in ID
+// order through outbox_pending_idx, skipping the keys that are blocked (an
+// earlier unpublished row of the key is parked or backing off: one probe of
+// outbox_blocked_idx, almost always empty). There are no lanes and no locks,
+// which SQLite does not need with one writer: only one relay may run per
+// database. It is a single SELECT, so it runs in a transaction
 // or outside one alike; the relay runs it outside, so that it does not hold
 // SQLite's single write lock while it publishes.
 func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
 	}
-	rows, err := e.db.QueryContext(ctx, e.d.expand(`WITH heads AS (
-			SELECT o.id, o.record_key FROM {{table}}outbox o
-			WHERE o.published_at IS NULL AND o.parked_at IS NULL
-			  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?1)
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox p
-				WHERE p.record_key = o.record_key AND p.published_at IS NULL AND p.id < o.id)
-			ORDER BY o.id
-			LIMIT ?2
-		), queue AS (
-			SELECT f.*, min(CASE WHEN f.parked_at IS NULL AND (f.next_attempt_at IS NULL OR f.next_attempt_at <= ?1)
-					THEN 1 ELSE 0 END)
-				OVER (PARTITION BY f.record_key ORDER BY f.id) AS ready
-			FROM heads h JOIN {{table}}outbox f
-				ON f.record_key = h.record_key AND f.published_at IS NULL AND f.id >= h.id
-		)
-		SELECT `+outboxColumns+` FROM queue WHERE ready = 1 ORDER BY id LIMIT ?2`), micros(now), limit)
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
+		WHERE o.published_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
+			WHERE b.record_key = o.record_key AND b.id <= o.id
+			  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+			  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?1))
+		ORDER BY o.id
+		LIMIT ?2`), micros(now), limit)
 	if err != nil {
 		return nil, mapErr("outbox claim", err)
 	}
