@@ -634,3 +634,41 @@ func TestOutboxClaimLanes(t *testing.T) {
 		_ = drv.Rollback(ctx, tx1)
 	}
 }
+
+// With OutboxDeletePublished the relay deletes what it published: the same
+// events, in order, once each; nothing is left to redrive, and Redrive says
+// so instead of reporting 0 rows.
+func TestOutboxDeletePublished(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 5)
+	drv := newDriver(t, pool, &pgdriver.Config{Schema: schema, OutboxDeletePublished: true})
+	ctx := t.Context()
+	want := map[string][]uuid.UUID{}
+	for i := range 30 {
+		e := newEvent(t, fmt.Sprintf("k%d", i%4), i)
+		want[e.Key] = append(want[e.Key], e.ID)
+		enqueue(t, drv, e)
+	}
+	pub := &recorder{}
+	relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 7})
+	for {
+		n, err := relay.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	checkExactlyOnceInOrder(t, pub.published(), want)
+	var rows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.outbox`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("outbox holds %d rows after the relay; want none", rows)
+	}
+	if _, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{}); err == nil {
+		t.Error("Redrive succeeded with published rows deleted; want an error")
+	}
+}
