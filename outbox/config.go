@@ -19,10 +19,11 @@ type RelayConfig struct {
 
 	// Concurrency is how many batches Run keeps in flight at once on a
 	// backend with concurrent writers (PostgreSQL): each claims its own
-	// lanes of the outbox, so while one batch is being published another
-	// is read and a third marked. Events of one key are always in one lane,
-	// so this never reorders a key. Defaults to 4; ignored on SQLite (one
-	// batch at a time).
+	// lanes of the outbox, so that one batch is published while another is
+	// read or marked. Events of one key are always in one lane, so this
+	// never reorders a key. Each batch in flight holds a database
+	// connection while it is published: size the pool for it. Defaults to
+	// 2; ignored on SQLite (one batch at a time).
 	Concurrency int
 
 	// PollInterval is how long Run waits for new events after a round that
@@ -99,7 +100,7 @@ func (c RelayConfig) withDefaults(concurrentWriters bool) RelayConfig {
 	case !concurrentWriters:
 		c.Concurrency = 1
 	case c.Concurrency == 0:
-		c.Concurrency = 4
+		c.Concurrency = 2
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second

@@ -27,7 +27,7 @@ func TestDefaultBackoff(t *testing.T) {
 func TestRelayConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := RelayConfig{}.withDefaults(true)
-	if c.BatchSize != 500 || c.Concurrency != 4 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
+	if c.BatchSize != 500 || c.Concurrency != 2 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
 		c.MaxAttempts != 0 || c.Backoff == nil || c.Logger == nil || c.Now == nil || c.Wake != nil {
 		t.Errorf("defaults: %+v", c)
 	}

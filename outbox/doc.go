@@ -60,7 +60,7 @@
 // interleaved. The cost of a claim depends neither on the number of keys
 // pending nor on the length of one key's backlog: one busy aggregate is
 // relayed as fast as a thousand quiet ones. Run keeps
-// RelayConfig.Concurrency batches (default 4) in flight at once, each on
+// RelayConfig.Concurrency batches (default 2) in flight at once, each on
 // its own lanes, so that publishing one batch overlaps reading and marking
 // the others; several relays (one per replica) share the lanes the same
 // way.
