@@ -7,6 +7,7 @@
 //	go run ./bench/kafkabench                        # 3 rounds + relay; about 2 minutes on 2 cores
 //	go run ./bench/kafkabench -rounds 5 -n 100000 -workers 4
 //	go run ./bench/kafkabench -scenarios relay -relay-batch 100,500,2000 -relays 2
+//	go run ./bench/kafkabench -scenarios latency     # relay latency at 1000 events/s; about 25 s
 //	go run ./bench/kafkabench -h                     # every flag
 //
 // It creates a private schema (dropped at exit) with idem's tables
@@ -73,6 +74,25 @@
 // RelayConfig.BatchSize values to try (each on an emptied outbox and a new
 // topic); other RelayConfig fields keep their defaults. Target: >= 20,000
 // events/s with per-key order kept.
+//
+// The latency scenario (not in the default -scenarios) measures the
+// relay's commit-to-publish latency at a steady load rather than its
+// throughput. -latency-writers goroutines (8), each with its own
+// connection, enqueue one event per transaction (outbox.Enqueue) over
+// -relay-keys keys, shared out as above, at -latency-rate events/s in all
+// (1000), pacing on a ticker; a writer that missed ticks (a slow commit)
+// catches up at once, and the rate reached is printed. The first -latency-warmup (2s)
+// is not counted; -latency-duration (20s) is. -relays relays with
+// RelayConfig's defaults (Wake nil: each listens on pgdriver's
+// LISTEN/NOTIFY by itself) publish to a kfake topic that a kgo consumer
+// (FetchMaxWait 10ms) reads as it fills. Per event, the writer takes the
+// time right after COMMIT returned, and the bench the time of the relay's
+// OnPublished (broker ack and the marking transaction committed) and the
+// time the consumer's fetch returned it: it prints p50, p90, p99 and max of
+// commit -> published and commit -> consumed, with the writers' BEGIN..COMMIT
+// and the relay's batches per second. Check: every event published once and
+// consumed once, per key in order, and at least 95% of -latency-rate
+// reached.
 //
 // Absolute numbers depend on the machine and on what else runs on it: the
 // bench, PostgreSQL and kfake share the same CPUs.

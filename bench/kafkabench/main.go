@@ -37,10 +37,17 @@ type options struct {
 	relayKeys     int
 	relayBatches  []int
 	relays        int
+	relayConc     int
+	relayDelete   bool
 	partitions    int
 	enqueueBatch  int
 	enqueueWriter int
 	relayTimeout  time.Duration
+
+	latencyRate     float64
+	latencyDuration time.Duration
+	latencyWarmup   time.Duration
+	latencyWriters  int
 }
 
 func main() {
@@ -55,7 +62,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; every scenario runs once per round, in a random order; figures are medians over rounds")
 	flag.Float64Var(&o.dupFrac, "dup", 0.10, "after each timed run, redeliver this fraction of its events (the duplicate round; 0 skips it)")
 	flag.IntVar(&o.accounts, "accounts", 1000, "distinct account keys the consumed events carry")
-	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets)")
+	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets; latency is not in the default)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the bench's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 
@@ -63,10 +70,17 @@ func main() {
 	flag.IntVar(&o.relayKeys, "relay-keys", 1000, "relay: distinct record keys (aggregates)")
 	flag.StringVar(&relayBatches, "relay-batch", "500", "relay: RelayConfig.BatchSize, a comma list to try several (each on a fresh outbox and topic); 0 is the library default")
 	flag.IntVar(&o.relays, "relays", 1, "relay: concurrent Relay instances (replicas) sharing the outbox")
+	flag.IntVar(&o.relayConc, "relay-concurrency", 0, "relay: RelayConfig.Concurrency of each relay (batches in flight; 0 is the library default)")
+	flag.BoolVar(&o.relayDelete, "relay-delete-published", false, "relay: pgdriver.Config.OutboxDeletePublished (delete rows once published instead of marking them)")
 	flag.IntVar(&o.partitions, "partitions", 6, "relay: partitions of the kfake topic")
 	flag.IntVar(&o.enqueueBatch, "enqueue-batch", 500, "relay: events per enqueuing transaction (outbox.Enqueue)")
 	flag.IntVar(&o.enqueueWriter, "enqueue-writers", 2, "relay: concurrent enqueuing transactions (each owns a share of the keys)")
 	flag.DurationVar(&o.relayTimeout, "relay-timeout", 5*time.Minute, "relay: give up waiting for the outbox to drain after this long")
+
+	flag.Float64Var(&o.latencyRate, "latency-rate", 1000, "latency: events/s enqueued, one transaction per event (also uses -relay-keys, -relays, -partitions)")
+	flag.DurationVar(&o.latencyDuration, "latency-duration", 20*time.Second, "latency: measured window, after the warm-up")
+	flag.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "latency: load before the window, not counted")
+	flag.IntVar(&o.latencyWriters, "latency-writers", 8, "latency: writer goroutines (connections) sharing -latency-rate, each pacing on a ticker")
 	flag.Parse()
 
 	for s := range strings.SplitSeq(relayBatches, ",") {
@@ -81,6 +95,10 @@ func main() {
 		o.dupFrac < 0 || o.dupFrac > 1 || o.accounts < 1 || o.relayN < 1 || o.relayKeys < 1 ||
 		o.relays < 1 || o.partitions < 1 || o.enqueueBatch < 1 || o.enqueueWriter < 1 || o.relayTimeout <= 0 {
 		fmt.Fprintln(os.Stderr, "kafkabench: sizes, counts and -relay-timeout must be positive; -dup must be within [0, 1]")
+		os.Exit(2)
+	}
+	if o.latencyRate <= 0 || o.latencyDuration <= 0 || o.latencyWarmup < 0 || o.latencyWriters < 1 {
+		fmt.Fprintln(os.Stderr, "kafkabench: -latency-rate, -latency-duration and -latency-writers must be positive, -latency-warmup not negative")
 		os.Exit(2)
 	}
 
@@ -151,6 +169,12 @@ func run(ctx context.Context, o options) (err error) {
 			if err := env.runRelay(ctx, bs); err != nil {
 				return err
 			}
+		}
+	}
+	if want["latency"] {
+		fmt.Println()
+		if err := env.runLatency(ctx); err != nil {
+			return err
 		}
 	}
 	fmt.Printf("\nload average at end %s (GOMAXPROCS=%d)\n", loadAvg(), runtime.GOMAXPROCS(0))

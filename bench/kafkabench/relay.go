@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/outbox"
@@ -74,9 +75,19 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 		return fmt.Errorf("kfake ping: %w", err)
 	}
 
-	pool, pgd, err := b.open(ctx, o.relays+1)
+	conc := o.relayConc
+	if conc == 0 {
+		conc = 2 // outbox.RelayConfig's default
+	}
+	pool, pgd, err := b.open(ctx, o.relays*conc+1) // a connection per batch in flight, and one for the lag
 	if err != nil {
 		return err
+	}
+	if o.relayDelete {
+		if pgd, err = pgdriver.New(pool, &pgdriver.Config{OutboxDeletePublished: true}); err != nil {
+			pool.Close()
+			return err
+		}
 	}
 	var drv driver.Driver[pgx.Tx] = pgd
 	label := "relay"
@@ -84,8 +95,9 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 	done := make(chan struct{})
 	var once sync.Once
 	rcfg := &outbox.RelayConfig{
-		BatchSize: cfgBatch,
-		Logger:    logger,
+		BatchSize:   cfgBatch,
+		Concurrency: o.relayConc,
+		Logger:      logger,
 		OnPublished: func(evs []event.Envelope) {
 			if published.Add(int64(len(evs))) >= int64(o.relayN) {
 				once.Do(func() { close(done) })
@@ -149,8 +161,17 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 		def = " (library default)"
 	}
 	fmt.Printf("%s: outbox.Relay + idemkafka.Publisher -> kfake (1 broker, in process, TCP on 127.0.0.1), topic of %d partitions\n", label, o.partitions)
-	fmt.Printf("       RelayConfig{BatchSize: %d%s, PollInterval/Backoff/PublishTimeout: defaults, Wake: none (the backlog is there at start)}, %d relay(s)\n",
-		bs, def, o.relays)
+	concStr := fmt.Sprint(o.relayConc)
+	if o.relayConc == 0 {
+		concStr = "2 (library default)"
+	}
+	mode := "rows marked published (kept for audits and redrive)"
+	if o.relayDelete {
+		mode = "rows deleted once published (pgdriver.Config.OutboxDeletePublished)"
+	}
+	fmt.Printf("       RelayConfig{BatchSize: %d%s, Concurrency: %s, PollInterval/Backoff/PublishTimeout: defaults, Wake: none (the backlog is there at start)}, %d relay(s)\n",
+		bs, def, concStr, o.relays)
+	fmt.Printf("       outbox: %s\n", mode)
 	fmt.Printf("       producer: idempotent, acks=all (idemkafka defaults; ProduceSync unlingers its partitions)\n")
 	fmt.Printf("       outbox filled with %d events over %d keys by %d writers in transactions of %d (outbox.Enqueue): %s = %.0f events/s\n",
 		o.relayN, o.relayKeys, o.enqueueWriter, o.enqueueBatch, fill.Round(time.Millisecond), float64(o.relayN)/fill.Seconds())
