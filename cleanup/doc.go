@@ -25,8 +25,10 @@
 //     applied twice. Set Config.Inbox.RedeliveryHorizon and New logs a
 //     warning when the TTL is shorter. The TTL applies to every consumer.
 //   - outbox: published rows are kept for Config.Outbox.TTL after
-//     published_at (24h by default) for audits and manual republishing.
-//     Rows not yet published, and parked rows, are never deleted.
+//     published_at (24h by default) for audits and manual republishing
+//     (outbox.Redrive). Rows not yet published, and parked rows, are never
+//     deleted. (With pgdriver.Config.OutboxDeletePublished the relay
+//     deletes rows as it publishes them, and there is nothing to sweep.)
 //   - saga and saga_step (package saga): a saga that finished (completed
 //     or compensated) is deleted with its steps Config.Sagas.TTL after its
 //     finished_at, 72h by default; less than 24h needs
