@@ -2,6 +2,7 @@ package cleanup_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -30,9 +32,21 @@ func Example() {
 	}
 	// Two events processed four days ago, one an hour ago.
 	now := time.Now()
-	ex := drv.Executor()
-	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New(), uuid.New()}, now.Add(-96*time.Hour))
-	_, _ = ex.InboxInsert(ctx, "order-projection", []uuid.UUID{uuid.New()}, now.Add(-time.Hour))
+	var processedAt time.Time
+	ib, err := inbox.New(drv, &inbox.Config{
+		Consumer: "order-projection",
+		Now:      func() time.Time { return processedAt },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	noop := func(context.Context, *sql.Tx) error { return nil } // the effect
+	for _, at := range []time.Time{now.Add(-96 * time.Hour), now.Add(-96 * time.Hour), now.Add(-time.Hour)} {
+		processedAt = at
+		if _, err := ib.Process(ctx, uuid.New(), noop); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	// A saga that completed four days ago, and one still running.
 	fourDaysAgo := func() time.Time { return now.Add(-96 * time.Hour) }

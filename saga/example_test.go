@@ -108,3 +108,52 @@ func Example() {
 	// step 2: compensate:reserve-stock
 	// event ID derived from the step: true
 }
+
+// A step runs once per (sagaId, stepName), however often it is retried or
+// redelivered; a retry gets the result recorded the first time.
+func ExampleCoordinator_RunStep() {
+	dir, _ := os.MkdirTemp("", "idem-saga-example")
+	defer func() { _ = os.RemoveAll(dir) }()
+	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = drv.Close() }()
+	ctx := context.Background()
+	if err := drv.Migrate(ctx); err != nil { // creates saga and saga_step
+		panic(err)
+	}
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		panic(err)
+	}
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		panic(err)
+	}
+	if _, _, err := sagas.Start(ctx, tx, "order-7", "order", nil); err != nil {
+		panic(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		panic(err)
+	}
+
+	charges := 0
+	charge := func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		charges++ // the effect, written through tx in a real step
+		return []byte("charge-1"), nil
+	}
+	for range 3 { // the event that triggers the step, delivered three times
+		res, ran, err := sagas.RunStep(ctx, "order-7", "charge-card", charge)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("ran=%v result=%s\n", ran, res)
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// ran=true result=charge-1
+	// ran=false result=charge-1
+	// ran=false result=charge-1
+	// charges: 1
+}
