@@ -1,5 +1,5 @@
 // Package backoff is idem's one implementation of retry pauses: an
-// exponential schedule, full jitter, and a sleep that ends early with its
+// exponential schedule, equal jitter ([d/2, d]), and a sleep that ends early with its
 // context or a wake-up signal. Jitter matters after an outage: replicas that
 // failed together would otherwise retry together, in lockstep, against a
 // database or broker that is just coming back.
