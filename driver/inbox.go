@@ -13,14 +13,15 @@ import (
 // rule R-DIST-IDEM-2). See package inbox for the code that uses it.
 //
 // A row (consumer_name, event_id) says that consumer has applied the event.
-// The primary key is (consumer_name, event_id), not event_id alone as in the
-// style guide: several consumers (projections, services sharing a database)
+// The key is the pair (consumer_name, event_id), not event_id alone:
+// several consumers (projections, services sharing a database)
 // each process the same event once.
 type InboxExecutor interface {
-	// InboxInsert records ids as processed by consumer at now, in ONE
-	// statement (INSERT ... ON CONFLICT DO NOTHING RETURNING), and returns
-	// the ids that were not recorded yet: exactly the ones the caller must
-	// now apply. An id given twice in ids is returned at most once. The
+	// InboxInsert records ids as processed by consumer at now, with one
+	// INSERT for the batch (pgdriver: a plain INSERT in a savepoint, and,
+	// only when an id was recorded before, INSERT ... ON CONFLICT DO
+	// NOTHING RETURNING after it), and returns the ids that were not
+	// recorded yet: exactly the ones the caller must now apply. An id given twice in ids is returned at most once. The
 	// order of the result is unspecified. It never reads before writing, so
 	// concurrent callers cannot both see an id as new: on a backend with
 	// concurrent writers, a caller inserting an id that an uncommitted

@@ -40,12 +40,16 @@
 //     deduplicates per consumer, so a projection and a notifier sharing a
 //     database each apply the event once.
 //   - A batch (ProcessBatch) is one transaction and one INSERT for all its
-//     IDs. The handler runs for the new events only, in input order; a later
-//     copy of an ID within the batch counts as a duplicate. If the handler
-//     fails on one event, the whole batch rolls back and the *EventError
-//     names the event (ID and index), so the caller can retry the batch or
-//     dead-letter that event. IDs are inserted in sorted order, so
-//     overlapping batches of concurrent consumers cannot deadlock.
+//     IDs (on PostgreSQL a batch of 8 or more IDs is first inserted without
+//     ON CONFLICT, which is cheaper, in a savepoint; only a batch that holds
+//     an already processed ID is inserted again with ON CONFLICT DO NOTHING:
+//     see pgdriver's InboxInsert). The handler runs for the new events
+//     only, in input order; a later copy of an ID within the batch counts
+//     as a duplicate. If the handler fails on one event, the whole batch
+//     rolls back and the *EventError names the event (ID and index), so
+//     the caller can retry the batch or dead-letter that event. IDs are
+//     inserted in sorted order, so overlapping batches of concurrent
+//     consumers cannot deadlock.
 //   - A bulk batch (ProcessBulk, ProcessBulkTx) is the same single
 //     transaction and INSERT, but the handler runs ONCE with all the new
 //     events of the batch (duplicates removed, input order), so it can

@@ -315,8 +315,9 @@ func (b *bench) runConsumers(ctx context.Context, scs []*scenario) error {
 				return fmt.Errorf("round %d, scenario %s: %w", round, sc.id, err)
 			}
 			sc.runs = append(sc.runs, r)
-			fmt.Printf("round %d  %-3s %-42s %7d events in %7s = %8.0f events/s  %6.0f fsync/s  %s\n",
-				round, sc.id, sc.name, r.events, r.elapsed.Round(time.Millisecond), r.eps, float64(r.c.walSync)/r.elapsed.Seconds(), r.check(sc))
+			fmt.Printf("round %d  %-3s %-42s %7d events in %7s = %8.0f events/s  %6.0f fsync/s  WAL %4.0f B/event  %s\n",
+				round, sc.id, sc.name, r.events, r.elapsed.Round(time.Millisecond), r.eps, float64(r.c.walSync)/r.elapsed.Seconds(),
+				r.c.walBytes/float64(r.events), r.check(sc))
 		}
 	}
 	fmt.Println()

@@ -19,7 +19,9 @@ import (
 // any bound-parameter limit), consumers are independent, a rolled-back insert
 // leaves nothing, concurrent duplicates yield exactly one "new" and, on
 // backends with concurrent writers, a duplicate waits for the uncommitted
-// transaction that inserted the id; InboxDeleteBefore deletes only older rows,
+// transaction that inserted the id (also when it comes in a batch of new ids,
+// which a backend may record on a faster path that fails on duplicates);
+// InboxDeleteBefore deletes only older rows,
 // oldest first, at most limit per call; InboxOldest reports the oldest row.
 //
 // newDriver has the contract of Run's: a fresh, migrated database per call.
@@ -49,6 +51,8 @@ func RunInbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[
 			{"ConcurrentOverlappingBatches", testInboxOverlappingBatches[TTx]},
 			{"ConcurrentTx/DuplicateWaitsForCommit", testInboxTxWaitsForCommit[TTx]},
 			{"ConcurrentTx/DuplicateInsertsAfterRollback", testInboxTxInsertsAfterRollback[TTx]},
+			{"ConcurrentTx/BatchWaitsForCommit", testInboxTxBatchWaitsForCommit[TTx]},
+			{"ConcurrentTx/BatchInsertsAfterRollback", testInboxTxBatchInsertsAfterRollback[TTx]},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -496,9 +500,13 @@ type inboxOutcome struct {
 }
 
 func inboxInsertInBackground(ctx context.Context, ex driver.Executor, id uuid.UUID) <-chan inboxOutcome {
+	return inboxBatchInBackground(ctx, ex, []uuid.UUID{id})
+}
+
+func inboxBatchInBackground(ctx context.Context, ex driver.Executor, ids []uuid.UUID) <-chan inboxOutcome {
 	done := make(chan inboxOutcome, 1)
 	go func() {
-		got, err := ex.InboxInsert(ctx, consumerA, []uuid.UUID{id}, t0)
+		got, err := ex.InboxInsert(ctx, consumerA, ids, t0)
 		done <- inboxOutcome{got, err}
 	}()
 	return done
@@ -569,4 +577,71 @@ func testInboxTxInsertsAfterRollback[TTx any](t *testing.T, newDriver func(t *te
 	}
 	commit(t, drv, tx2)
 	mustInsert(t, drv.Executor(), consumerA, []uuid.UUID{id}, nil)
+}
+
+// inboxContestedBatch returns a batch of fresh ids with contested among
+// them (in the middle of the sorted batch, after ids that a plain INSERT
+// would already have written).
+func inboxContestedBatch(t *testing.T, contested uuid.UUID) []uuid.UUID {
+	t.Helper()
+	fresh := newIDs(t, 40)
+	slices.SortFunc(fresh, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	batch := slices.Concat(fresh[:20], []uuid.UUID{contested}, fresh[20:])
+	slices.SortFunc(batch, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	return batch
+}
+
+// A batch of fresh ids that contains an id an open transaction recorded
+// waits for it, in a transaction or not; once it commits, the batch gets
+// exactly its other ids back, and a transaction that recorded it goes on.
+func testInboxTxBatchWaitsForCommit[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	requireConcurrentWriters(t, drv)
+	id := newIDs(t, 1)[0]
+	tx1 := begin(t, drv)
+	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
+
+	inBatch := inboxContestedBatch(t, id)
+	outBatch := inboxContestedBatch(t, id)
+	tx2 := begin(t, drv)
+	inTx := inboxBatchInBackground(t.Context(), drv.UnwrapExecutor(tx2), inBatch)
+	outside := inboxBatchInBackground(t.Context(), drv.Executor(), outBatch)
+	inboxMustBlock(t, inTx)
+	inboxMustBlock(t, outside)
+
+	commit(t, drv, tx1)
+	without := func(b []uuid.UUID) []uuid.UUID {
+		return slices.DeleteFunc(slices.Clone(b), func(x uuid.UUID) bool { return x == id })
+	}
+	if got := inboxMustFinish(t, inTx); !sameIDs(got, without(inBatch)) {
+		t.Errorf("in a transaction: after the first transaction committed, the batch got %d new ids; want its %d others", len(got), len(inBatch)-1)
+	}
+	if got := inboxMustFinish(t, outside); !sameIDs(got, without(outBatch)) {
+		t.Errorf("outside a transaction: after the first transaction committed, the batch got %d new ids; want its %d others", len(got), len(outBatch)-1)
+	}
+	// tx2 goes on: it records more, commits, and all of it stays.
+	more := newIDs(t, 20)
+	mustInsert(t, drv.UnwrapExecutor(tx2), consumerA, slices.Concat(more, inBatch), more)
+	commit(t, drv, tx2)
+	mustInsert(t, drv.Executor(), consumerA, slices.Concat(inBatch, outBatch, more), nil)
+}
+
+// If the transaction that recorded the id rolls back, the waiting batch
+// records all of its ids.
+func testInboxTxBatchInsertsAfterRollback[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	requireConcurrentWriters(t, drv)
+	id := newIDs(t, 1)[0]
+	tx1 := begin(t, drv)
+	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
+	batch := inboxContestedBatch(t, id)
+	tx2 := begin(t, drv)
+	done := inboxBatchInBackground(t.Context(), drv.UnwrapExecutor(tx2), batch)
+	inboxMustBlock(t, done)
+	rollback(t, drv, tx1)
+	if got := inboxMustFinish(t, done); !sameIDs(got, batch) {
+		t.Fatalf("after the first transaction rolled back, the waiting batch got %d new ids; want all %d", len(got), len(batch))
+	}
+	commit(t, drv, tx2)
+	mustInsert(t, drv.Executor(), consumerA, batch, nil)
 }

@@ -23,7 +23,7 @@ import (
 // without a partition, and ids that are not UUIDv7 (unless their first 48
 // bits happen to fall into an existing day's range; see
 // DropInboxPartitionsBefore for why that is still safe). The primary key
-// (consumer_name, event_id) contains the partition key, so it stays a
+// (event_id, consumer_name) contains the partition key, so it stays a
 // primary key, and InboxInsert's ON CONFLICT works unchanged.
 //
 // The cleaner then creates partitions ahead (EnsureInboxPartitions), drops
@@ -247,7 +247,7 @@ func (d *Driver) convertInbox(ctx context.Context, tx pgx.Tx, o PartitionOptions
 		`ALTER INDEX ` + d.rel(p+"processed_event_processed_at_idx") + ` RENAME TO ` + pgx.Identifier{p + "processed_event_unpartitioned_processed_at_idx"}.Sanitize(),
 		`CREATE TABLE ` + parent + ` (LIKE ` + old + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING COMMENTS)
 			PARTITION BY RANGE (event_id)`,
-		`ALTER TABLE ` + parent + ` ADD CONSTRAINT ` + pgx.Identifier{p + "processed_event_pkey"}.Sanitize() + ` PRIMARY KEY (consumer_name, event_id)`,
+		`ALTER TABLE ` + parent + ` ADD CONSTRAINT ` + pgx.Identifier{p + "processed_event_pkey"}.Sanitize() + ` PRIMARY KEY (event_id, consumer_name)`,
 		`CREATE INDEX ` + pgx.Identifier{p + "processed_event_processed_at_idx"}.Sanitize() + ` ON ` + parent + ` (processed_at)`,
 		`CREATE TABLE ` + d.inboxDefault() + ` PARTITION OF ` + parent + ` DEFAULT`,
 	}
