@@ -268,10 +268,10 @@ func TestConsumerConfigBatchHandler(t *testing.T) {
 			Handler: h, BatchHandler: bh,
 		}
 	}
-	if _, err := idemkafka.NewConsumer(drv, in, cfg(nil, batch)); err != nil {
+	if _, err := idemkafka.NewConsumer(in, new(cfg(nil, batch))); err != nil {
 		t.Errorf("NewConsumer with a BatchHandler only: %v", err)
 	}
-	if _, err := idemkafka.NewConsumer(drv, in, cfg(handler, nil)); err != nil {
+	if _, err := idemkafka.NewConsumer(in, new(cfg(handler, nil))); err != nil {
 		t.Errorf("NewConsumer with a Handler only: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -281,7 +281,7 @@ func TestConsumerConfigBatchHandler(t *testing.T) {
 		"both":    {cfg(handler, batch), "both Handler and BatchHandler"},
 		"neither": {cfg(nil, nil), "a Handler or a BatchHandler is required"},
 	} {
-		if _, err := idemkafka.NewConsumer(drv, in, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid ConsumerConfig") {
+		if _, err := idemkafka.NewConsumer(in, &tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid ConsumerConfig") {
 			t.Errorf("%s: NewConsumer = %v; want an invalid ConsumerConfig error mentioning %q", name, err, tc.want)
 		}
 	}

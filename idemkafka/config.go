@@ -25,8 +25,11 @@ const DeadLetterSuffix = ".dlq"
 type ConsumerConfig[TTx any] struct {
 	// Seeds are the seed brokers, host:port. Required.
 	Seeds []string
-	// Group is the Kafka consumer group. Required. Every instance of one
-	// consumer uses the same group and the same inbox consumer name.
+	// Group is the Kafka consumer group. Defaults to the inbox's consumer
+	// name (inbox.Config.Consumer), so that one name identifies the
+	// consumer in Kafka and in processed_event; set it only to join a group
+	// named otherwise. Every instance of one consumer uses the same group
+	// and the same inbox.
 	Group string
 	// Topics are the topics to consume. Required.
 	Topics []string
@@ -187,9 +190,6 @@ func (c ConsumerConfig[TTx]) validate() error {
 	var errs []error
 	if len(c.Seeds) == 0 {
 		errs = append(errs, errors.New("no Seeds: at least one seed broker is required"))
-	}
-	if c.Group == "" {
-		errs = append(errs, errors.New("no Group: a consumer group is required"))
 	}
 	if len(c.Topics) == 0 {
 		errs = append(errs, errors.New("no Topics: at least one topic is required"))

@@ -27,7 +27,7 @@ func TestConsumerConfigValidated(t *testing.T) {
 			Handler: func(context.Context, *sqlTx, event.Envelope) error { return nil },
 		}
 	}
-	if _, err := idemkafka.NewConsumer(drv, in, valid()); err != nil {
+	if _, err := idemkafka.NewConsumer(in, new(valid())); err != nil {
 		t.Fatalf("NewConsumer with a minimal config: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -35,7 +35,6 @@ func TestConsumerConfigValidated(t *testing.T) {
 		want string
 	}{
 		"no seeds":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = nil }, "Seeds"},
-		"no group":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Group = "" }, "Group"},
 		"no topics":         {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = nil }, "Topics"},
 		"empty topic":       {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{""} }, "empty topic"},
 		"no handler":        {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Handler = nil }, "Handler"},
@@ -48,14 +47,14 @@ func TestConsumerConfigValidated(t *testing.T) {
 	} {
 		cfg := valid()
 		tc.edit(&cfg)
-		if _, err := idemkafka.NewConsumer(drv, in, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := idemkafka.NewConsumer(in, &cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewConsumer = %v; want an error mentioning %q", name, err, tc.want)
 		}
 	}
-	if _, err := idemkafka.NewConsumer(nil, in, valid()); err == nil {
-		t.Error("NewConsumer with a nil driver: no error")
+	if _, err := idemkafka.NewConsumer(in, nil); err == nil {
+		t.Error("NewConsumer with a nil config: no error")
 	}
-	if _, err := idemkafka.NewConsumer(drv, nil, valid()); err == nil {
+	if _, err := idemkafka.NewConsumer(nil, new(valid())); err == nil {
 		t.Error("NewConsumer with a nil inbox: no error")
 	}
 }

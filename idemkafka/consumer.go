@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/inbox"
 )
 
@@ -66,28 +65,33 @@ type hooks struct {
 }
 
 // NewConsumer returns a consumer that applies events with cfg.Handler (or
-// cfg.BatchHandler) through in. drv is the driver in was built with (the inbox runs the
-// transactions; the handler receives them as TTx). NewConsumer validates
+// cfg.BatchHandler) through in, whose driver runs the transactions (the
+// handler receives them as TTx). cfg is required (Seeds, Topics and a
+// handler); its Group defaults to in's consumer name. NewConsumer validates
 // cfg and the kgo options (see ConsumerConfig.ExtraOpts) but does not
 // connect: Run does.
-func NewConsumer[TTx any](drv driver.Driver[TTx], in *inbox.Inbox[TTx], cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
-	if drv == nil {
-		return nil, errors.New("idemkafka: nil driver")
-	}
+func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Consumer[TTx], error) {
 	if in == nil {
 		return nil, errors.New("idemkafka: nil inbox")
+	}
+	if cfg == nil {
+		return nil, errors.New("idemkafka: nil ConsumerConfig: Seeds, Topics and a Handler (or BatchHandler) are required")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Consumer[TTx]{in: in, cfg: cfg.withDefaults()}
+	cfgv := *cfg
+	if cfgv.Group == "" {
+		cfgv.Group = in.Consumer()
+	}
+	c := &Consumer[TTx]{in: in, cfg: cfgv.withDefaults()}
 
 	// Check the options on a client that consumes no topic, so it never
 	// joins the group: NewConsumer does no I/O. With autocommit on, kgo
 	// would install its default revoke callback (commit every polled
 	// offset) on the probe, and it would be read back below as the user's
 	// and run at every revoke: DisableAutoCommit makes it a no-op.
-	probe, err := kgo.NewClient(append(slices.Clone(cfg.ExtraOpts), kgo.SeedBrokers(cfg.Seeds...), kgo.ConsumerGroup(cfg.Group), kgo.DisableAutoCommit())...)
+	probe, err := kgo.NewClient(append(slices.Clone(cfgv.ExtraOpts), kgo.SeedBrokers(cfgv.Seeds...), kgo.ConsumerGroup(cfgv.Group), kgo.DisableAutoCommit())...)
 	if err != nil {
 		return nil, optionsError("invalid ExtraOpts", err)
 	}
@@ -106,10 +110,10 @@ func NewConsumer[TTx any](drv driver.Driver[TTx], in *inbox.Inbox[TTx], cfg Cons
 	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
 	c.userBlocked, _ = probe.OptValue(kgo.OnPartitionsCallbackBlocked).(func(context.Context, *kgo.Client))
 
-	c.opts = append(slices.Clone(cfg.ExtraOpts),
-		kgo.SeedBrokers(cfg.Seeds...),
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics...),
+	c.opts = append(slices.Clone(cfgv.ExtraOpts),
+		kgo.SeedBrokers(cfgv.Seeds...),
+		kgo.ConsumerGroup(cfgv.Group),
+		kgo.ConsumeTopics(cfgv.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.onAssigned),

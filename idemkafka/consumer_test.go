@@ -205,3 +205,20 @@ func mustKeyOrder(t *testing.T, rows []effectRow) {
 		last[r.Key] = r.N
 	}
 }
+
+// Without ConsumerConfig.Group, the consumer joins the group named after its
+// inbox's consumer: one name in Kafka and in processed_event.
+func TestGroupDefaultsToInboxConsumer(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 2)
+	consumer := kafkatest.Name("billing")
+	evs := newEvents(t, 4, 2)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+	cfg := consumerConfig(kc, b, consumer, "", nil, topic)
+	inst := start(t, b, consumer, cfg)
+	waitFor(t, 20*time.Second, "the records committed by group "+consumer, func() bool { return allCommitted(t, kc, consumer, topic) })
+	mustStop(t, inst)
+	mustOnce(t, b, consumer, evs)
+}

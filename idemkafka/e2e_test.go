@@ -175,7 +175,7 @@ func TestEndToEnd(t *testing.T) {
 	defer stopRelays()
 	// runRelay runs one relay "process" until it crashes or relayCtx ends.
 	runRelay := func(name string, drv driver.Driver[pgx.Tx]) (crashed bool) {
-		pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger()})
+		pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger()})
 		if err != nil {
 			t.Errorf("%s: NewPublisher: %v", name, err)
 			return false

@@ -33,7 +33,7 @@ func ExampleNewConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[pgx.Tx]{
+	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[pgx.Tx]{
 		Seeds:  []string{"localhost:9092"},
 		Group:  "order-projection",
 		Topics: []string{"orders"}, // failures go to "orders.dlq"
@@ -73,7 +73,7 @@ func ExampleNewConsumer_batchHandler() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[pgx.Tx]{
+	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[pgx.Tx]{
 		Seeds:  []string{"localhost:9092"},
 		Group:  "order-projection",
 		Topics: []string{"orders"},
@@ -111,7 +111,7 @@ func ExampleNewPublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{
 		Seeds:        []string{"localhost:9092"},
 		DefaultTopic: "orders",
 	})

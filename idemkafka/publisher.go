@@ -61,8 +61,12 @@ var _ outbox.Publisher = (*Publisher)(nil)
 const recordOverhead = 1024
 
 // NewPublisher returns a publisher. It creates its client (or checks
-// cfg.Client) but does not connect until the first Publish.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+// cfg.Client) but does not connect until the first Publish. cfg is
+// required (Seeds or Client, and a topic).
+func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
+	if cfg == nil {
+		return nil, errors.New("idemkafka: nil PublisherConfig: Seeds (or Client) and DefaultTopic (or Topic) are required")
+	}
 	p := &Publisher{topic: cfg.Topic, log: cfg.Logger}
 	if p.log == nil {
 		p.log = slog.Default()

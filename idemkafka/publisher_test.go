@@ -27,7 +27,7 @@ var fastRetry = kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Mi
 
 func newPublisher(t *testing.T, cfg idemkafka.PublisherConfig) *idemkafka.Publisher {
 	t.Helper()
-	p, err := idemkafka.NewPublisher(cfg)
+	p, err := idemkafka.NewPublisher(&cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestOptionsRejected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("publisher/"+tc.name, func(t *testing.T) {
-			_, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: tc.opts})
+			_, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: tc.opts})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("NewPublisher = %v; want %v", err, tc.want)
 			}
@@ -70,14 +70,14 @@ func TestOptionsRejected(t *testing.T) {
 				return // kgo refuses it already
 			}
 			defer cl.Close()
-			if _, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Client: cl, DefaultTopic: "orders"}); !errors.Is(err, tc.want) {
+			if _, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Client: cl, DefaultTopic: "orders"}); !errors.Is(err, tc.want) {
 				t.Fatalf("NewPublisher with the client = %v; want %v", err, tc.want)
 			}
 		})
 		t.Run("consumer/"+tc.name, func(t *testing.T) {
 			cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
 			cfg.ExtraOpts = tc.opts
-			_, err := idemkafka.NewConsumer(drv, in, cfg)
+			_, err := idemkafka.NewConsumer(in, &cfg)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("NewConsumer = %v; want %v", err, tc.want)
 			}
@@ -90,7 +90,7 @@ func TestOptionsRejected(t *testing.T) {
 	} {
 		cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
 		cfg.ExtraOpts = opts
-		if _, err := idemkafka.NewConsumer(drv, in, cfg); err == nil {
+		if _, err := idemkafka.NewConsumer(in, &cfg); err == nil {
 			t.Errorf("NewConsumer with %s: no error", name)
 		}
 	}
@@ -98,7 +98,7 @@ func TestOptionsRejected(t *testing.T) {
 	// The defaults pass, with and without a client of the caller's.
 	newPublisher(t, idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders"})
 	cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
-	if _, err := idemkafka.NewConsumer(drv, in, cfg); err != nil {
+	if _, err := idemkafka.NewConsumer(in, &cfg); err != nil {
 		t.Errorf("NewConsumer with the test options: %v", err)
 	}
 }
@@ -139,7 +139,7 @@ func TestPublishRetryAfterAppend(t *testing.T) {
 			fake := kc.Fake(t)
 			topic := kc.Topic(t, "orders", 3)
 			cl := kc.Client(t, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()), fastRetry)
-			if _, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Client: cl, DefaultTopic: topic}); !errors.Is(err, idemkafka.ErrNotIdempotent) {
+			if _, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Client: cl, DefaultTopic: topic}); !errors.Is(err, idemkafka.ErrNotIdempotent) {
 				t.Fatalf("NewPublisher accepted a non-idempotent client: %v", err)
 			}
 			evs := newEvents(t, 9, 3)

@@ -340,7 +340,7 @@ func startWith[TTx any](t *testing.T, drv driver.Driver[TTx], in *inbox.Inbox[TT
 			user(ctx, s)
 		}
 	}
-	c, err := idemkafka.NewConsumer(drv, in, cfg)
+	c, err := idemkafka.NewConsumer(in, &cfg)
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}

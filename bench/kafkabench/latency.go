@@ -80,7 +80,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 	seeds := kf.ListenAddrs()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
 	if err != nil {
 		return err
 	}

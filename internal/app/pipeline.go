@@ -88,7 +88,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		a.started = []any{"kafka", a.kafka, "topic", a.cfg.KafkaTopic}
 	}
 
-	pub, err := idemkafka.NewPublisher(idemkafka.PublisherConfig{
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{
 		Seeds:        seeds,
 		DefaultTopic: a.cfg.KafkaTopic,
 		Logger:       a.log,
@@ -126,7 +126,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	if err != nil {
 		return err
 	}
-	consumer, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[TTx]{
+	consumer, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[TTx]{
 		Seeds:  seeds,
 		Group:  ProjectionGroup,
 		Topics: []string{a.cfg.KafkaTopic},
@@ -162,7 +162,7 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 		return err
 	}
 	wake := make(chan struct{}, 1)
-	consumer, err := idemkafka.NewConsumer(drv, in, idemkafka.ConsumerConfig[TTx]{
+	consumer, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[TTx]{
 		Seeds:   seeds,
 		Group:   SagaGroup,
 		Topics:  []string{a.cfg.KafkaTopic},
