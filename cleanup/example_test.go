@@ -59,11 +59,11 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if _, _, err := sagas.Start(ctx, tx, id, "order", nil); err != nil {
+		if _, _, err := sagas.StartTx(ctx, tx, id, "order", nil); err != nil {
 			log.Fatal(err)
 		}
 		if id == "order-1" {
-			if err := sagas.Complete(ctx, tx, id); err != nil {
+			if err := sagas.CompleteTx(ctx, tx, id); err != nil {
 				log.Fatal(err)
 			}
 		}

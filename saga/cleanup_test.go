@@ -26,10 +26,10 @@ func testCleanupFinished[TTx any](t *testing.T, f *fixture[TTx]) {
 		id := newSagaID(t)
 		f.start(t, c, id)
 		tx := f.begin(t)
-		if _, _, err := c.Step(ctx, tx, id, "step-1", f.apply(id, "step-1")); err != nil {
+		if _, _, err := c.StepTx(ctx, tx, id, "step-1", f.apply(id, "step-1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Complete(ctx, tx, id); err != nil {
+		if err := c.CompleteTx(ctx, tx, id); err != nil {
 			t.Fatal(err)
 		}
 		f.commit(t, tx)
@@ -51,7 +51,7 @@ func testCleanupFinished[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	compensating := f.runUntilFailure(t, old, 2)
 	tx := f.begin(t)
-	if err := old.Abort(ctx, tx, compensating); err != nil {
+	if err := old.AbortTx(ctx, tx, compensating); err != nil {
 		t.Fatal(err)
 	}
 	f.commit(t, tx)

@@ -45,7 +45,7 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 //
 // Compensate runs its own transactions: never call it while holding a
 // transaction of the same SQLite database (that transaction holds the only
-// write lock). From an event consumer, call Abort in the consumer's
+// write lock). From an event consumer, call AbortTx in the consumer's
 // transaction and Compensate after it committed.
 func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps Compensations[TTx]) error {
 	if err := checkName("saga ID", sagaID); err != nil {

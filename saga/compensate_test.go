@@ -48,7 +48,7 @@ func (f *fixture[TTx]) runUntilFailure(t *testing.T, c *saga.Coordinator[TTx], n
 			run(t, c, id, step, f.apply(id, step), true)
 			continue
 		}
-		_, ran, err := c.RunStep(t.Context(), id, step, func(ctx context.Context, tx TTx) ([]byte, error) {
+		_, ran, err := c.Step(t.Context(), id, step, func(ctx context.Context, tx TTx) ([]byte, error) {
 			if _, err := f.apply(id, step)(ctx, tx); err != nil {
 				return nil, err
 			}
@@ -173,7 +173,7 @@ func testCompensateFailsOnce[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Errorf("List(compensating, failed) has %+v; want the failed saga", got)
 	}
 	// A new forward step is still refused.
-	if _, _, err := c.RunStep(ctx, id, "step-5", f.apply(id, "step-5")); !errors.Is(err, saga.ErrState) {
+	if _, _, err := c.Step(ctx, id, "step-5", f.apply(id, "step-5")); !errors.Is(err, saga.ErrState) {
 		t.Errorf("forward step of a failed saga: %v; want ErrState", err)
 	}
 
@@ -269,7 +269,7 @@ func testCompensateWaitsForStep[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.start(t, c, id)
 	run(t, c, id, "step-1", f.apply(id, "step-1"), true)
 	tx := f.begin(t)
-	if _, ran, err := c.Step(ctx, tx, id, "step-2", f.apply(id, "step-2")); err != nil || !ran {
+	if _, ran, err := c.StepTx(ctx, tx, id, "step-2", f.apply(id, "step-2")); err != nil || !ran {
 		t.Fatalf("Step = %v, %v", ran, err)
 	}
 	done := make(chan error, 1)
@@ -291,7 +291,7 @@ func testCompensateWaitsForStep[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.wantCompensated(t, c, id, 3)
 }
 
-// Abort in the consumer's transaction, then a crash before Compensate: the
+// AbortTx in the consumer's transaction, then a crash before Compensate: the
 // recovery loop finds the saga with List and finishes it with Resume.
 func testAbortThenRecover[TTx any](t *testing.T, f *fixture[TTx]) {
 	ctx := t.Context()
@@ -299,7 +299,7 @@ func testAbortThenRecover[TTx any](t *testing.T, f *fixture[TTx]) {
 	id := f.runUntilFailure(t, c, 3)
 
 	tx := f.begin(t)
-	if err := c.Abort(ctx, tx, id); err != nil {
+	if err := c.AbortTx(ctx, tx, id); err != nil {
 		t.Fatalf("Abort: %v", err)
 	}
 	f.rollback(t, tx)
@@ -308,7 +308,7 @@ func testAbortThenRecover[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	for range 2 {
 		tx = f.begin(t)
-		if err := c.Abort(ctx, tx, id); err != nil {
+		if err := c.AbortTx(ctx, tx, id); err != nil {
 			t.Fatalf("Abort: %v", err)
 		}
 		f.commit(t, tx)
@@ -324,7 +324,7 @@ func testAbortThenRecover[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	f.wantCompensated(t, c, id, 3)
 	tx = f.begin(t)
-	if err := c.Abort(ctx, tx, id); err != nil {
+	if err := c.AbortTx(ctx, tx, id); err != nil {
 		t.Errorf("Abort of a compensated saga: %v; want a no-op", err)
 	}
 	f.rollback(t, tx)
@@ -362,10 +362,10 @@ func testDeleteFinished[TTx any](t *testing.T, f *fixture[TTx]) {
 	completed := newSagaID(t)
 	f.start(t, c, completed)
 	tx := f.begin(t)
-	if _, _, err := c.Step(ctx, tx, completed, "step-1", f.apply(completed, "step-1")); err != nil {
+	if _, _, err := c.StepTx(ctx, tx, completed, "step-1", f.apply(completed, "step-1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Complete(ctx, tx, completed); err != nil {
+	if err := c.CompleteTx(ctx, tx, completed); err != nil {
 		t.Fatal(err)
 	}
 	f.commit(t, tx)

@@ -78,7 +78,7 @@ func testCrashCompensation[TTx any](t *testing.T, f *fixture[TTx]) {
 }
 
 // The database connection of a step's transaction is killed after the
-// effect, before COMMIT: RunStep fails, nothing remains, the retry runs the
+// effect, before COMMIT: Step fails, nothing remains, the retry runs the
 // step once.
 func testCrashConnectionKilled[TTx any](t *testing.T, f *fixture[TTx]) {
 	if f.kill == nil {
@@ -87,7 +87,7 @@ func testCrashConnectionKilled[TTx any](t *testing.T, f *fixture[TTx]) {
 	c := f.coordinator(t, nil)
 	id := newSagaID(t)
 	f.start(t, c, id)
-	_, ran, err := c.RunStep(t.Context(), id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+	_, ran, err := c.Step(t.Context(), id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
 		res, err := f.apply(id, "step-1")(ctx, tx)
 		if err != nil {
 			return nil, err
@@ -96,7 +96,7 @@ func testCrashConnectionKilled[TTx any](t *testing.T, f *fixture[TTx]) {
 		return res, nil
 	})
 	if err == nil || ran {
-		t.Fatalf("RunStep whose connection died before COMMIT = %v, %v; want an error", ran, err)
+		t.Fatalf("Step whose connection died before COMMIT = %v, %v; want an error", ran, err)
 	}
 	f.mustEffects(t, id, "step-1", 0)
 	run(t, c, id, "step-1", f.apply(id, "step-1"), true)
@@ -143,7 +143,7 @@ func crashChild[TTx any](t *testing.T, drv driver.Driver[TTx], effect func(ctx c
 	}
 	switch mode := os.Getenv(envMode); mode {
 	case "step":
-		_, _, err = c.RunStep(ctx, id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+		_, _, err = c.Step(ctx, id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
 			crashAfter(ctx, tx, "step-1")
 			return nil, nil
 		})

@@ -10,16 +10,16 @@
 //	// In the consumer of OrderCreated: start the saga and run its first
 //	// step, in the transaction of the inbox.
 //	_, err = ib.ProcessTx(ctx, tx, env.ID, func(ctx context.Context, tx pgx.Tx) error {
-//		if _, _, err := sagas.Start(ctx, tx, orderID, "order", env.Payload); err != nil {
+//		if _, _, err := sagas.StartTx(ctx, tx, orderID, "order", env.Payload); err != nil {
 //			return err
 //		}
-//		_, _, err := sagas.Step(ctx, tx, orderID, "reserve-stock", func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		_, _, err := sagas.StepTx(ctx, tx, orderID, "reserve-stock", func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 //			resID, err := reserveStock(ctx, tx, order) // the effect, through tx
 //			if err != nil {
 //				return nil, err
 //			}
 //			ev, _ := event.New("StockReserved.v1", orderID, reservation)
-//			if _, err := sagas.Emit(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
+//			if _, err := sagas.EmitTx(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
 //				return nil, err
 //			}
 //			return []byte(resID), nil // the step's result, kept for its compensation
@@ -30,7 +30,7 @@
 //
 //	// In the consumer of PaymentFailed: stop the saga in the inbox's
 //	// transaction, then, after the commit, undo what was done.
-//	err = sagas.Abort(ctx, tx, orderID) // commit tx
+//	err = sagas.AbortTx(ctx, tx, orderID) // commit tx
 //	err = sagas.Compensate(ctx, orderID, saga.Compensations[pgx.Tx]{
 //		"reserve-stock": func(ctx context.Context, tx pgx.Tx, fwd saga.StepRecord) ([]byte, error) {
 //			return nil, releaseStock(ctx, tx, string(fwd.Result))
@@ -38,9 +38,14 @@
 //		"validate-order": nil, // nothing to undo
 //	})
 //
+// Names follow one rule, as in every idem package: a method ending in Tx
+// (StartTx, StepTx, EmitTx, CompleteTx, AbortTx, GetTx) joins the caller's
+// transaction and never commits it; the same name without Tx (Step, Get,
+// Compensate, Resume) opens and commits transactions of its own.
+//
 // # Guarantees
 //
-//   - One effect per step. Step records (sagaID, stepName) in the table
+//   - One effect per step. StepTx records (sagaID, stepName) in the table
 //     saga_step with INSERT ... ON CONFLICT DO NOTHING before it calls the
 //     step's function, in the caller's transaction, and the function writes
 //     its effect through that transaction: record and effect commit
@@ -53,7 +58,7 @@
 //     same step waits for the first (PostgreSQL on the primary key, SQLite
 //     for its single write lock) and then skips it, or runs it if the
 //     first rolled back.
-//   - Deterministic events. Emit sets an event's ID to EventID(sagaID,
+//   - Deterministic events. EmitTx sets an event's ID to EventID(sagaID,
 //     stepName, name), derived from the step (event.StepID, event.DerivedID),
 //     so a step that runs again emits the same IDs; the outbox's unique
 //     event_id makes the repeat a no-op and downstream inboxes drop it
@@ -90,8 +95,8 @@
 // (saga, step), so a step triggered by two different events (a retry
 // published with a new ID, a second consumer) still runs once.
 //
-// The last step calls Complete in its transaction. A permanent failure calls
-// Abort in its transaction and Compensate after the commit; a recovery loop
+// The last step calls CompleteTx in its transaction. A permanent failure calls
+// AbortTx in its transaction and Compensate after the commit; a recovery loop
 // (at start-up, then periodically) calls Compensate for every saga List
 // returns in state Compensating or Failed, so a compensation interrupted by
 // a crash between the commit and Compensate is finished.

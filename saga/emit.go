@@ -25,7 +25,7 @@ func EventID(sagaID, stepName, name string) uuid.UUID {
 	return event.DerivedID(id, name)
 }
 
-// Emit stores env in the outbox inside the caller's transaction tx (the
+// EmitTx stores env in the outbox inside the caller's transaction tx (the
 // transaction of step stepName), with its ID replaced by
 // EventID(sagaID, stepName, name) and its SagaID set to sagaID, and returns
 // the envelope as stored. Re-emitting the same event (same saga, step and
@@ -34,7 +34,7 @@ func EventID(sagaID, stepName, name string) uuid.UUID {
 // and only if the step commits.
 //
 // env.SagaID must be empty or sagaID.
-func (c *Coordinator[TTx]) Emit(ctx context.Context, tx TTx, sagaID, stepName, name string, env event.Envelope) (event.Envelope, error) {
+func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName, name string, env event.Envelope) (event.Envelope, error) {
 	if env.SagaID != "" && env.SagaID != sagaID {
 		return env, fmt.Errorf("saga %q: emit %s: the envelope belongs to saga %q", sagaID, env.Type, env.SagaID)
 	}

@@ -30,7 +30,7 @@ func testEmitDeterministic[TTx any](t *testing.T, f *fixture[TTx]) {
 	var emitted []event.Envelope
 	run(t, c, id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
 		for _, name := range names {
-			e, err := c.Emit(ctx, tx, id, "step-1", name, newEvent(t, "StockReserved.v1", `{"n":"`+name+`"}`))
+			e, err := c.EmitTx(ctx, tx, id, "step-1", name, newEvent(t, "StockReserved.v1", `{"n":"`+name+`"}`))
 			if err != nil {
 				return nil, err
 			}
@@ -66,18 +66,18 @@ func testEmitDeterministic[TTx any](t *testing.T, f *fixture[TTx]) {
 
 	// Emitting again (new envelope, new payload): nothing new is stored.
 	tx := f.begin(t)
-	again, err := c.Emit(ctx, tx, id, "step-1", "a", newEvent(t, "StockReserved.v1", `{"n":"again"}`))
+	again, err := c.EmitTx(ctx, tx, id, "step-1", "a", newEvent(t, "StockReserved.v1", `{"n":"again"}`))
 	if err != nil || again.ID != emitted[1].ID {
 		t.Fatalf("re-Emit = %s, %v; want ID %s", again.ID, err, emitted[1].ID)
 	}
 	wrong := newEvent(t, "StockReserved.v1", `{}`)
 	wrong.SagaID = "another-saga"
-	if _, err := c.Emit(ctx, tx, id, "step-1", "c", wrong); err == nil {
+	if _, err := c.EmitTx(ctx, tx, id, "step-1", "c", wrong); err == nil {
 		t.Error("Emit of an envelope of another saga succeeded")
 	}
 	f.rollback(t, tx)
 	tx = f.begin(t)
-	if _, err := c.Emit(ctx, tx, id, "step-1", "a", newEvent(t, "StockReserved.v1", `{"n":"again"}`)); err != nil {
+	if _, err := c.EmitTx(ctx, tx, id, "step-1", "a", newEvent(t, "StockReserved.v1", `{"n":"again"}`)); err != nil {
 		t.Fatal(err)
 	}
 	f.commit(t, tx)
@@ -90,7 +90,7 @@ func testEmitDeterministic[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.start(t, c, plain)
 	for range 2 {
 		tx := f.begin(t)
-		e, err := c.Emit(ctx, tx, plain, "step-1", "", newEvent(t, "StockReserved.v1", `{}`))
+		e, err := c.EmitTx(ctx, tx, plain, "step-1", "", newEvent(t, "StockReserved.v1", `{}`))
 		if err != nil || e.ID != event.StepID(plain, "step-1") {
 			t.Fatalf("Emit for saga %q = %s, %v", plain, e.ID, err)
 		}
@@ -114,7 +114,7 @@ func testEmitRetried[TTx any](t *testing.T, f *fixture[TTx]) {
 		if err := f.effect(ctx, tx, id, "step-1"); err != nil {
 			return nil, err
 		}
-		e, err := c.Emit(ctx, tx, id, "step-1", "", newEvent(t, "PaymentRequested.v1", `{"amount":"10.0000"}`))
+		e, err := c.EmitTx(ctx, tx, id, "step-1", "", newEvent(t, "PaymentRequested.v1", `{"amount":"10.0000"}`))
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +122,7 @@ func testEmitRetried[TTx any](t *testing.T, f *fixture[TTx]) {
 		return e.ID[:], nil
 	}
 	tx := f.begin(t)
-	if _, ran, err := c.Step(ctx, tx, id, "step-1", step); err != nil || !ran {
+	if _, ran, err := c.StepTx(ctx, tx, id, "step-1", step); err != nil || !ran {
 		t.Fatalf("Step = %v, %v", ran, err)
 	}
 	f.rollback(t, tx)

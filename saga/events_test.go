@@ -76,11 +76,11 @@ func testResumeDrivenByEvents[TTx any](t *testing.T, f *fixture[TTx]) {
 		sagaID := env.Key
 		applied, err := p.ib.ProcessTx(ctx, tx, env.ID, func(ctx context.Context, tx TTx) error {
 			if env.Type == "OrderPlaced.v1" {
-				if _, _, err := p.c.Start(ctx, tx, sagaID, "order", env.Payload); err != nil {
+				if _, _, err := p.c.StartTx(ctx, tx, sagaID, "order", env.Payload); err != nil {
 					return err
 				}
 			}
-			_, _, err := p.c.Step(ctx, tx, sagaID, h.step, func(ctx context.Context, tx TTx) ([]byte, error) {
+			_, _, err := p.c.StepTx(ctx, tx, sagaID, h.step, func(ctx context.Context, tx TTx) ([]byte, error) {
 				if err := f.effect(ctx, tx, sagaID, h.step); err != nil {
 					return nil, err
 				}
@@ -89,7 +89,7 @@ func testResumeDrivenByEvents[TTx any](t *testing.T, f *fixture[TTx]) {
 					if err != nil {
 						return nil, err
 					}
-					if _, err := p.c.Emit(ctx, tx, sagaID, h.step, "", ev); err != nil {
+					if _, err := p.c.EmitTx(ctx, tx, sagaID, h.step, "", ev); err != nil {
 						return nil, err
 					}
 				}
@@ -99,7 +99,7 @@ func testResumeDrivenByEvents[TTx any](t *testing.T, f *fixture[TTx]) {
 				return err
 			}
 			if h.emits == "" {
-				return p.c.Complete(ctx, tx, sagaID)
+				return p.c.CompleteTx(ctx, tx, sagaID)
 			}
 			return nil
 		})

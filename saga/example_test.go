@@ -48,7 +48,7 @@ func Example() {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := sagas.Emit(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
+		if _, err := sagas.EmitTx(ctx, tx, orderID, "reserve-stock", "", ev); err != nil {
 			return nil, err
 		}
 		return []byte("reservation-" + orderID), nil
@@ -58,10 +58,10 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		if _, _, err := sagas.Start(ctx, tx, orderID, "order", []byte(`{"amount":"99.9000"}`)); err != nil {
+		if _, _, err := sagas.StartTx(ctx, tx, orderID, "order", []byte(`{"amount":"99.9000"}`)); err != nil {
 			panic(err)
 		}
-		res, ran, err := sagas.Step(ctx, tx, orderID, "reserve-stock", reserve)
+		res, ran, err := sagas.StepTx(ctx, tx, orderID, "reserve-stock", reserve)
 		if err != nil {
 			panic(err)
 		}
@@ -72,7 +72,7 @@ func Example() {
 	}
 
 	// The card is declined: the charge step fails and is not recorded.
-	_, _, err = sagas.RunStep(ctx, orderID, "charge-card", func(context.Context, *sql.Tx) ([]byte, error) {
+	_, _, err = sagas.Step(ctx, orderID, "charge-card", func(context.Context, *sql.Tx) ([]byte, error) {
 		return nil, errors.New("card declined")
 	})
 	fmt.Println("charge-card:", err)
@@ -111,7 +111,7 @@ func Example() {
 
 // A step runs once per (sagaId, stepName), however often it is retried or
 // redelivered; a retry gets the result recorded the first time.
-func ExampleCoordinator_RunStep() {
+func ExampleCoordinator_Step() {
 	dir, _ := os.MkdirTemp("", "idem-saga-example")
 	defer func() { _ = os.RemoveAll(dir) }()
 	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
@@ -131,7 +131,7 @@ func ExampleCoordinator_RunStep() {
 	if err != nil {
 		panic(err)
 	}
-	if _, _, err := sagas.Start(ctx, tx, "order-7", "order", nil); err != nil {
+	if _, _, err := sagas.StartTx(ctx, tx, "order-7", "order", nil); err != nil {
 		panic(err)
 	}
 	if err := drv.Commit(ctx, tx); err != nil {
@@ -144,7 +144,7 @@ func ExampleCoordinator_RunStep() {
 		return []byte("charge-1"), nil
 	}
 	for range 3 { // the event that triggers the step, delivered three times
-		res, ran, err := sagas.RunStep(ctx, "order-7", "charge-card", charge)
+		res, ran, err := sagas.Step(ctx, "order-7", "charge-card", charge)
 		if err != nil {
 			panic(err)
 		}

@@ -37,9 +37,9 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Coordinator[TTx], error
 	return &Coordinator[TTx]{drv: drv, cfg: c}, nil
 }
 
-// Start creates the saga sagaID of type sagaType with its input data, Running,
+// StartTx creates the saga sagaID of type sagaType with its input data, Running,
 // in the caller's transaction tx, unless it exists: then it returns the
-// stored saga (state, data and all, as the first Start wrote them) and
+// stored saga (state, data and all, as the first StartTx wrote them) and
 // created false. Call it in the transaction of the saga's first step, so a
 // redelivery of the event that starts the saga starts it once.
 //
@@ -47,7 +47,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Coordinator[TTx], error
 // Saga IDs should be UUIDv7 text (the String of an ID from event.NewID):
 // the IDs of the events its steps emit (EventID) then sort by the saga's
 // start.
-func (c *Coordinator[TTx]) Start(ctx context.Context, tx TTx, sagaID, sagaType string, data []byte) (s *Saga, created bool, err error) {
+func (c *Coordinator[TTx]) StartTx(ctx context.Context, tx TTx, sagaID, sagaType string, data []byte) (s *Saga, created bool, err error) {
 	if err := checkName("saga ID", sagaID); err != nil {
 		return nil, false, err
 	}
@@ -112,21 +112,21 @@ func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State)
 	return out, nil
 }
 
-// Complete marks the saga Completed in the caller's transaction tx, after
+// CompleteTx marks the saga Completed in the caller's transaction tx, after
 // its last forward step (usually in the same transaction). Completing a
 // completed saga is a no-op; a saga that is compensating, compensated or
 // failed gives a *StateError.
 //
-// On PostgreSQL, Complete (like Abort and Compensate) waits for the other
+// On PostgreSQL, CompleteTx (like AbortTx and Compensate) waits for the other
 // open transactions that record a step of the saga. Two transactions that
-// both ran a step of one saga and then both call Complete deadlock; the
+// both ran a step of one saga and then both call CompleteTx deadlock; the
 // database aborts one of them, whose caller rolls back and retries (a
 // redelivery), which is always safe.
-func (c *Coordinator[TTx]) Complete(ctx context.Context, tx TTx, sagaID string) error {
+func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string) error {
 	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "complete", []State{Running}, Completed, Completed)
 }
 
-// Abort marks the saga Compensating in the caller's transaction tx: forward
+// AbortTx marks the saga Compensating in the caller's transaction tx: forward
 // steps are refused from then on (a *StateError). Call it in the transaction
 // that handles the permanent failure of a step (the consumer of a
 // PaymentFailed event), then, after tx committed, Compensate. If the process
@@ -134,7 +134,7 @@ func (c *Coordinator[TTx]) Complete(ctx context.Context, tx TTx, sagaID string) 
 //
 // Aborting a saga that is already compensating, compensated or failed is a
 // no-op; a completed saga gives a *StateError.
-func (c *Coordinator[TTx]) Abort(ctx context.Context, tx TTx, sagaID string) error {
+func (c *Coordinator[TTx]) AbortTx(ctx context.Context, tx TTx, sagaID string) error {
 	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "abort", []State{Running}, Compensating,
 		Compensating, Compensated, Failed)
 }

@@ -136,7 +136,7 @@ func (f *fixture[TTx]) rollback(t *testing.T, tx TTx) {
 func (f *fixture[TTx]) start(t *testing.T, c *saga.Coordinator[TTx], sagaID string) {
 	t.Helper()
 	tx := f.begin(t)
-	if _, created, err := c.Start(t.Context(), tx, sagaID, "order", []byte(`{"order":1}`)); err != nil || !created {
+	if _, created, err := c.StartTx(t.Context(), tx, sagaID, "order", []byte(`{"order":1}`)); err != nil || !created {
 		t.Fatalf("Start(%s) = created %v, %v; want a new saga", sagaID, created, err)
 	}
 	f.commit(t, tx)
@@ -145,12 +145,12 @@ func (f *fixture[TTx]) start(t *testing.T, c *saga.Coordinator[TTx], sagaID stri
 // run runs step in its own transaction and checks whether fn ran.
 func run[TTx any](t *testing.T, c *saga.Coordinator[TTx], sagaID, step string, fn saga.StepFunc[TTx], wantRan bool) []byte {
 	t.Helper()
-	res, ran, err := c.RunStep(t.Context(), sagaID, step, fn)
+	res, ran, err := c.Step(t.Context(), sagaID, step, fn)
 	if err != nil {
-		t.Fatalf("RunStep(%s, %s): %v", sagaID, step, err)
+		t.Fatalf("Step(%s, %s): %v", sagaID, step, err)
 	}
 	if ran != wantRan {
-		t.Fatalf("RunStep(%s, %s): ran = %v; want %v", sagaID, step, ran, wantRan)
+		t.Fatalf("Step(%s, %s): ran = %v; want %v", sagaID, step, ran, wantRan)
 	}
 	return res
 }

@@ -13,7 +13,7 @@ import (
 // nil.
 type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err error)
 
-// Step runs the forward step stepName of saga sagaID once, in the caller's
+// StepTx runs the forward step stepName of saga sagaID once, in the caller's
 // transaction tx: it records the step (sagaID, stepName) and, if it was not
 // recorded before, calls fn with tx and stores fn's result with the record.
 // The record and fn's writes commit together when the caller commits tx,
@@ -25,16 +25,16 @@ type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err err
 //
 // A step of a saga that is not Running gives a *StateError (unless the step
 // had completed: then its result is returned as above); a saga that was not
-// started gives ErrNotFound. If fn fails, Step returns a *StepError wrapping
+// started gives ErrNotFound. If fn fails, StepTx returns a *StepError wrapping
 // its error. After any error the caller must roll tx back: tx may hold the
 // record of a step whose effect did not happen.
 //
-// A concurrent Step of the same step waits for this one's transaction
+// A concurrent StepTx of the same step waits for this one's transaction
 // (PostgreSQL on the primary key, SQLite for the write lock) and then skips,
 // or runs if this one rolled back. While tx is open, PostgreSQL holds a
 // share lock on the saga's row, so Abort and Compensate wait for the step to
 // commit and then compensate it too.
-func (c *Coordinator[TTx]) Step(ctx context.Context, tx TTx, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+func (c *Coordinator[TTx]) StepTx(ctx context.Context, tx TTx, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
 	if err := checkStep(sagaID, stepName); err != nil {
 		return nil, false, err
 	}
@@ -44,10 +44,10 @@ func (c *Coordinator[TTx]) Step(ctx context.Context, tx TTx, sagaID, stepName st
 	return c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn)
 }
 
-// RunStep is Step in a transaction of its own: it begins one, runs Step and
+// Step is StepTx in a transaction of its own: it begins one, runs StepTx and
 // commits, or rolls back on any error (and on a panic of fn, which it lets
 // go on). Use Step to join the transaction of an inbox.ProcessTx.
-func (c *Coordinator[TTx]) RunStep(ctx context.Context, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
 	if err := checkStep(sagaID, stepName); err != nil {
 		return nil, false, err
 	}

@@ -23,7 +23,7 @@ func testStartIdempotent[TTx any](t *testing.T, f *fixture[TTx]) {
 	id := newSagaID(t)
 
 	tx := f.begin(t)
-	if _, created, err := c.Start(ctx, tx, id, "order", []byte("v1")); err != nil || !created {
+	if _, created, err := c.StartTx(ctx, tx, id, "order", []byte("v1")); err != nil || !created {
 		t.Fatalf("Start = %v, %v", created, err)
 	}
 	f.rollback(t, tx)
@@ -32,18 +32,18 @@ func testStartIdempotent[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 
 	tx = f.begin(t)
-	s, created, err := c.Start(ctx, tx, id, "order", []byte("v1"))
+	s, created, err := c.StartTx(ctx, tx, id, "order", []byte("v1"))
 	if err != nil || !created || s.State != saga.Running || s.Type != "order" || string(s.Data) != "v1" {
 		t.Fatalf("Start = %+v, %v, %v; want a new running saga", s, created, err)
 	}
 	f.commit(t, tx)
 
 	tx = f.begin(t)
-	s, created, err = c.Start(ctx, tx, id, "order", []byte("v2"))
+	s, created, err = c.StartTx(ctx, tx, id, "order", []byte("v2"))
 	if err != nil || created || string(s.Data) != "v1" {
 		t.Errorf("second Start = %+v, %v, %v; want the stored saga with data v1", s, created, err)
 	}
-	if _, _, err := c.Start(ctx, tx, id, "refund", nil); !errors.Is(err, saga.ErrTypeMismatch) {
+	if _, _, err := c.StartTx(ctx, tx, id, "refund", nil); !errors.Is(err, saga.ErrTypeMismatch) {
 		t.Errorf("Start with another type: %v; want ErrTypeMismatch", err)
 	}
 	f.commit(t, tx)
@@ -55,7 +55,7 @@ func testStartIdempotent[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	tx = f.begin(t)
 	for _, bad := range [][2]string{{"", "order"}, {id, ""}, {strings.Repeat("x", saga.MaxNameLen+1), "order"}, {"a\nb", "order"}, {"\xff", "order"}} {
-		if _, _, err := c.Start(ctx, tx, bad[0], bad[1], nil); !errors.Is(err, saga.ErrInvalidName) {
+		if _, _, err := c.StartTx(ctx, tx, bad[0], bad[1], nil); !errors.Is(err, saga.ErrInvalidName) {
 			t.Errorf("Start(%q, %q): %v; want ErrInvalidName", bad[0], bad[1], err)
 		}
 	}
@@ -85,7 +85,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 		f.rollback(t, f.begin(t))
 		// Before the effect: the step's function fails before writing.
 		tx := f.begin(t)
-		_, ran, err := c.Step(ctx, tx, id, step, func(context.Context, TTx) ([]byte, error) { return nil, errBoom })
+		_, ran, err := c.StepTx(ctx, tx, id, step, func(context.Context, TTx) ([]byte, error) { return nil, errBoom })
 		var se *saga.StepError
 		if ran || !errors.Is(err, errBoom) || !errors.As(err, &se) || se.Step != step || se.SagaID != id {
 			t.Fatalf("%s: Step with a failing function = %v, %v; want a *StepError wrapping it", step, ran, err)
@@ -95,7 +95,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 
 		// After the effect, before COMMIT: the transaction rolls back.
 		tx = f.begin(t)
-		res, ran, err := c.Step(ctx, tx, id, step, fn)
+		res, ran, err := c.StepTx(ctx, tx, id, step, fn)
 		if err != nil || !ran || !bytes.Equal(res, resultOf(step)) {
 			t.Fatalf("%s: Step = %q, %v, %v; want it to run", step, res, ran, err)
 		}
@@ -110,7 +110,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 
 		// The retry runs it, once, and commits.
 		tx = f.begin(t)
-		if res, ran, err := c.Step(ctx, tx, id, step, fn); err != nil || !ran || !bytes.Equal(res, resultOf(step)) {
+		if res, ran, err := c.StepTx(ctx, tx, id, step, fn); err != nil || !ran || !bytes.Equal(res, resultOf(step)) {
 			t.Fatalf("%s: retried Step = %q, %v, %v; want it to run", step, res, ran, err)
 		}
 		f.commit(t, tx)
@@ -118,7 +118,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 		// After COMMIT: every redelivery is skipped and gets the result.
 		for i := range 3 {
 			tx = f.begin(t)
-			res, ran, err := c.Step(ctx, tx, id, step, fn)
+			res, ran, err := c.StepTx(ctx, tx, id, step, fn)
 			if err != nil || ran || !bytes.Equal(res, resultOf(step)) {
 				t.Fatalf("%s: redelivery %d = %q, %v, %v; want skipped with the recorded result", step, i, res, ran, err)
 			}
@@ -129,7 +129,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 			}
 		}
 		if res := run(t, c, id, step, fn, false); !bytes.Equal(res, resultOf(step)) {
-			t.Errorf("%s: RunStep redelivery result %q", step, res)
+			t.Errorf("%s: Step redelivery result %q", step, res)
 		}
 		if calls != 2 {
 			t.Errorf("%s: the function ran %d times (1 rolled back, 1 committed); want 2", step, calls)
@@ -150,7 +150,7 @@ func testStepRetriedAtEveryPoint[TTx any](t *testing.T, f *fixture[TTx]) {
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
 
-// The documented consumer: inbox.ProcessTx and Step in one transaction. A
+// The documented consumer: inbox.ProcessTx and StepTx in one transaction. A
 // redelivered event is dropped by the inbox; the same step triggered by
 // another event (a retry published with a new ID) is skipped by Step.
 func testStepJoinsCallerTx[TTx any](t *testing.T, f *fixture[TTx]) {
@@ -165,13 +165,13 @@ func testStepJoinsCallerTx[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Helper()
 		tx := f.begin(t)
 		applied, err := ib.ProcessTx(ctx, tx, eventID, func(ctx context.Context, tx TTx) error {
-			if _, _, err := c.Start(ctx, tx, id, "order", nil); err != nil {
+			if _, _, err := c.StartTx(ctx, tx, id, "order", nil); err != nil {
 				return err
 			}
-			if _, _, err := c.Step(ctx, tx, id, "step-1", f.apply(id, "step-1")); err != nil {
+			if _, _, err := c.StepTx(ctx, tx, id, "step-1", f.apply(id, "step-1")); err != nil {
 				return err
 			}
-			_, _, err := c.Step(ctx, tx, id, "step-2", f.apply(id, "step-2"))
+			_, _, err := c.StepTx(ctx, tx, id, "step-2", f.apply(id, "step-2"))
 			return err
 		})
 		if err != nil || applied != wantApplied {
@@ -209,7 +209,7 @@ func testStepConcurrent[TTx any](t *testing.T, f *fixture[TTx]) {
 	)
 	for i := range n {
 		wg.Go(func() {
-			res, ran, err := c.RunStep(t.Context(), id, "step-1", fn)
+			res, ran, err := c.Step(t.Context(), id, "step-1", fn)
 			if err != nil {
 				errsMu.Lock()
 				errs = append(errs, err)
@@ -258,12 +258,12 @@ func testStepConcurrentFirstFails[TTx any](t *testing.T, f *fixture[TTx]) {
 	var ranN, failed, skipped atomic.Int32
 	for range n {
 		wg.Go(func() {
-			_, ran, err := c.RunStep(t.Context(), id, "step-1", fn)
+			_, ran, err := c.Step(t.Context(), id, "step-1", fn)
 			switch {
 			case errors.Is(err, errBoom):
 				failed.Add(1)
 			case err != nil:
-				t.Errorf("RunStep: %v", err)
+				t.Errorf("Step: %v", err)
 			case ran:
 				ranN.Add(1)
 			default:
@@ -278,7 +278,7 @@ func testStepConcurrentFirstFails[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.mustEffects(t, id, "step-1", 1)
 }
 
-// A panicking step rolls back (RunStep) and is run again by the retry.
+// A panicking step rolls back (Step) and is run again by the retry.
 func testStepPanic[TTx any](t *testing.T, f *fixture[TTx]) {
 	c := f.coordinator(t, nil)
 	id := newSagaID(t)
@@ -289,7 +289,7 @@ func testStepPanic[TTx any](t *testing.T, f *fixture[TTx]) {
 				t.Errorf("recovered %v; want the step's panic", r)
 			}
 		}()
-		_, _, _ = c.RunStep(t.Context(), id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+		_, _, _ = c.Step(t.Context(), id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
 			if err := f.effect(ctx, tx, id, "step-1"); err != nil {
 				return nil, err
 			}
@@ -307,12 +307,12 @@ func testStepNotStarted[TTx any](t *testing.T, f *fixture[TTx]) {
 	c := f.coordinator(t, nil)
 	id := newSagaID(t)
 	called := false
-	_, ran, err := c.RunStep(t.Context(), id, "step-1", func(context.Context, TTx) ([]byte, error) {
+	_, ran, err := c.Step(t.Context(), id, "step-1", func(context.Context, TTx) ([]byte, error) {
 		called = true
 		return nil, nil
 	})
 	if !errors.Is(err, saga.ErrNotFound) || ran || called {
-		t.Errorf("RunStep of an unknown saga = ran %v, called %v, %v; want ErrNotFound without running", ran, called, err)
+		t.Errorf("Step of an unknown saga = ran %v, called %v, %v; want ErrNotFound without running", ran, called, err)
 	}
 }
 
@@ -324,12 +324,12 @@ func testStepInvalidNames[TTx any](t *testing.T, f *fixture[TTx]) {
 	for _, bad := range [][2]string{
 		{id, "compensate:step-1"}, {id, ""}, {"", "step-1"}, {id, "a\x00b"}, {id, strings.Repeat("s", saga.MaxNameLen+1)},
 	} {
-		if _, _, err := c.RunStep(t.Context(), bad[0], bad[1], fn); !errors.Is(err, saga.ErrInvalidName) {
-			t.Errorf("RunStep(%q, %q): %v; want ErrInvalidName", bad[0], bad[1], err)
+		if _, _, err := c.Step(t.Context(), bad[0], bad[1], fn); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("Step(%q, %q): %v; want ErrInvalidName", bad[0], bad[1], err)
 		}
 	}
-	if _, _, err := c.RunStep(t.Context(), id, "step-1", nil); err == nil {
-		t.Error("RunStep with a nil function succeeded")
+	if _, _, err := c.Step(t.Context(), id, "step-1", nil); err == nil {
+		t.Error("Step with a nil function succeeded")
 	}
 	f.mustLog(t, id)
 }
@@ -343,12 +343,12 @@ func testStepRefusedOnceAborted[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.start(t, c, id)
 	run(t, c, id, "step-1", f.apply(id, "step-1"), true)
 	tx := f.begin(t)
-	if err := c.Abort(ctx, tx, id); err != nil {
+	if err := c.AbortTx(ctx, tx, id); err != nil {
 		t.Fatalf("Abort: %v", err)
 	}
 	f.commit(t, tx)
 
-	_, ran, err := c.RunStep(ctx, id, "step-2", f.apply(id, "step-2"))
+	_, ran, err := c.Step(ctx, id, "step-2", f.apply(id, "step-2"))
 	var se *saga.StateError
 	if ran || !errors.Is(err, saga.ErrState) || !errors.As(err, &se) || se.State != saga.Compensating || se.SagaID != id {
 		t.Errorf("step of an aborted saga = ran %v, %v; want a *StateError (compensating)", ran, err)
@@ -367,13 +367,13 @@ func testComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.start(t, c, id)
 	run(t, c, id, "step-1", f.apply(id, "step-1"), true)
 
-	// The last step and Complete in one transaction, rolled back first.
+	// The last step and CompleteTx in one transaction, rolled back first.
 	for _, commit := range []bool{false, true} {
 		tx := f.begin(t)
-		if _, _, err := c.Step(ctx, tx, id, "step-2", f.apply(id, "step-2")); err != nil {
+		if _, _, err := c.StepTx(ctx, tx, id, "step-2", f.apply(id, "step-2")); err != nil {
 			t.Fatalf("Step: %v", err)
 		}
-		if err := c.Complete(ctx, tx, id); err != nil {
+		if err := c.CompleteTx(ctx, tx, id); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 		if commit {
@@ -390,14 +390,14 @@ func testComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Errorf("completed saga: %+v", s)
 	}
 	tx := f.begin(t)
-	if err := c.Complete(ctx, tx, id); err != nil {
+	if err := c.CompleteTx(ctx, tx, id); err != nil {
 		t.Errorf("Complete of a completed saga: %v; want a no-op", err)
 	}
-	if err := c.Abort(ctx, tx, id); !errors.Is(err, saga.ErrState) {
+	if err := c.AbortTx(ctx, tx, id); !errors.Is(err, saga.ErrState) {
 		t.Errorf("Abort of a completed saga: %v; want ErrState", err)
 	}
 	f.rollback(t, tx)
-	if _, _, err := c.RunStep(ctx, id, "step-3", f.apply(id, "step-3")); !errors.Is(err, saga.ErrState) {
+	if _, _, err := c.Step(ctx, id, "step-3", f.apply(id, "step-3")); !errors.Is(err, saga.ErrState) {
 		t.Errorf("step of a completed saga: %v; want ErrState", err)
 	}
 	if err := c.Compensate(ctx, id, saga.Compensations[TTx]{"step-1": f.undo(t, id), "step-2": f.undo(t, id)}); !errors.Is(err, saga.ErrState) {

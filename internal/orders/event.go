@@ -45,7 +45,7 @@ type OrderOutcome struct {
 
 // OutcomeEvent returns the envelope of type typ (EventOrderConfirmed or
 // EventOrderRejected) of o, keyed by the order ID like OrderCreated.v1.
-// Its ID is random: the saga replaces it with a derived one (saga.Emit).
+// Its ID is random: the saga replaces it with a derived one (saga.Coordinator.EmitTx).
 func OutcomeEvent(typ string, o Order) (event.Envelope, error) {
 	return event.New(typ, strconv.FormatInt(o.ID, 10), OrderOutcome{
 		OrderID:    o.ID,

@@ -56,12 +56,12 @@ type PaymentCaptured struct {
 // PaymentSaga drives the order payment saga from the events it consumes;
 // it keeps nothing in memory (the state is in the saga tables):
 //
-//	OrderCreated.v1    -> Start, step place-order, then step charge-payment
+//	OrderCreated.v1    -> StartTx, step place-order, then step charge-payment
 //	                      (payment + PaymentCaptured.v1 in the outbox), or,
-//	                      above PaymentLimit, Abort (the charge failed for good)
+//	                      above PaymentLimit, AbortTx (the charge failed for good)
 //	PaymentCaptured.v1 -> step confirm-order (CONFIRMED + OrderConfirmed.v1
-//	                      in the outbox), Complete
-//	after an Abort     -> Compensate (RunCompensator): compensate:place-order
+//	                      in the outbox), CompleteTx
+//	after an AbortTx   -> Compensate (RunCompensator): compensate:place-order
 //	                      sets REJECTED (+ OrderRejected.v1 in the outbox)
 //	OrderConfirmed.v1, OrderRejected.v1 -> ignored (for the projection)
 //
@@ -110,14 +110,14 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		return err
 	}
 	id := SagaID(oc.OrderID)
-	s, _, err := p.sagas.Start(ctx, tx, id, SagaType, e.Payload)
+	s, _, err := p.sagas.StartTx(ctx, tx, id, SagaType, e.Payload)
 	if err != nil {
 		return err
 	}
 	if s.State != saga.Running {
 		return nil // it moved on: a late copy of the event
 	}
-	if _, _, err := p.sagas.Step(ctx, tx, id, StepPlace, func(context.Context, TTx) ([]byte, error) {
+	if _, _, err := p.sagas.StepTx(ctx, tx, id, StepPlace, func(context.Context, TTx) ([]byte, error) {
 		return []byte(strconv.FormatInt(oc.OrderID, 10)), nil
 	}); err != nil {
 		return err
@@ -127,9 +127,9 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		// nothing to undo), the saga stops here, in this transaction;
 		// RunCompensator compensates it after the commit.
 		p.log.InfoContext(ctx, "order saga: payment declined, aborting", "saga", id, "amount", oc.Amount, "limit", PaymentLimit.StringFixed(AmountScale))
-		return p.sagas.Abort(ctx, tx, id)
+		return p.sagas.AbortTx(ctx, tx, id)
 	}
-	_, _, err = p.sagas.Step(ctx, tx, id, StepCharge, func(ctx context.Context, tx TTx) ([]byte, error) {
+	_, _, err = p.sagas.StepTx(ctx, tx, id, StepCharge, func(ctx context.Context, tx TTx) ([]byte, error) {
 		pay, _, err := p.payments.CreateOrGet(ctx, tx, payments.NewPayment{
 			Provider:   SagaProvider,
 			ExternalID: id,
@@ -152,7 +152,7 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		if err != nil {
 			return nil, err
 		}
-		if _, err := p.sagas.Emit(ctx, tx, id, StepCharge, "", ev); err != nil {
+		if _, err := p.sagas.EmitTx(ctx, tx, id, StepCharge, "", ev); err != nil {
 			return nil, err
 		}
 		return []byte(strconv.FormatInt(pay.ID, 10)), nil
@@ -177,12 +177,12 @@ func (p *PaymentSaga[TTx]) onCaptured(ctx context.Context, tx TTx, e event.Envel
 	if s.State != saga.Running {
 		return nil // completed (a late copy) or compensating
 	}
-	if _, _, err := p.sagas.Step(ctx, tx, id, StepConfirm, func(ctx context.Context, tx TTx) ([]byte, error) {
+	if _, _, err := p.sagas.StepTx(ctx, tx, id, StepConfirm, func(ctx context.Context, tx TTx) ([]byte, error) {
 		return nil, p.setStatus(ctx, tx, id, StepConfirm, pc.OrderID, StatusConfirmed, EventOrderConfirmed)
 	}); err != nil {
 		return err
 	}
-	return p.sagas.Complete(ctx, tx, id)
+	return p.sagas.CompleteTx(ctx, tx, id)
 }
 
 // Compensations are the saga's compensations. Only place-order is ever
@@ -233,7 +233,7 @@ func (p *PaymentSaga[TTx]) setStatus(ctx context.Context, tx TTx, sagaID, step s
 	if err != nil {
 		return err
 	}
-	_, err = p.sagas.Emit(ctx, tx, sagaID, step, "", ev)
+	_, err = p.sagas.EmitTx(ctx, tx, sagaID, step, "", ev)
 	return err
 }
 

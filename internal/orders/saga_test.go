@@ -87,7 +87,7 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 	id := orders.SagaID(o.ID)
 	// An operator (or an older idemd with another limit) aborted it after
 	// its charge: compensating it fails for good.
-	inTx(func(tx *sql.Tx) error { return sagas.Abort(ctx, tx, id) })
+	inTx(func(tx *sql.Tx) error { return sagas.AbortTx(ctx, tx, id) })
 	if n, err := ps.Recover(ctx, orders.RecoverBatch); err != nil || n != 0 {
 		t.Fatalf("Recover: %d, %v", n, err)
 	}

@@ -177,19 +177,19 @@ func (w *Watchdog[TTx]) GiveUp(ctx context.Context, id int64) (charged bool, err
 		}
 	}()
 	sagaID := SagaID(id)
-	s, _, err := w.ps.sagas.Start(ctx, tx, sagaID, SagaType, nil)
+	s, _, err := w.ps.sagas.StartTx(ctx, tx, sagaID, SagaType, nil)
 	if err != nil {
 		return false, err
 	}
 	if s.State != saga.Running {
 		return s.State != saga.Compensating && s.State != saga.Compensated, nil
 	}
-	if _, _, err := w.ps.sagas.Step(ctx, tx, sagaID, StepPlace, func(context.Context, TTx) ([]byte, error) {
+	if _, _, err := w.ps.sagas.StepTx(ctx, tx, sagaID, StepPlace, func(context.Context, TTx) ([]byte, error) {
 		return []byte(strconv.FormatInt(id, 10)), nil
 	}); err != nil {
 		return false, err
 	}
-	res, _, err := w.ps.sagas.Step(ctx, tx, sagaID, StepCharge, func(context.Context, TTx) ([]byte, error) {
+	res, _, err := w.ps.sagas.StepTx(ctx, tx, sagaID, StepCharge, func(context.Context, TTx) ([]byte, error) {
 		return []byte(DeclinedPrefix + "saga stuck, given up by the watchdog"), nil
 	})
 	if err != nil {
@@ -198,7 +198,7 @@ func (w *Watchdog[TTx]) GiveUp(ctx context.Context, id int64) (charged bool, err
 	if !strings.HasPrefix(string(res), DeclinedPrefix) {
 		return true, nil
 	}
-	if err := w.ps.sagas.Abort(ctx, tx, sagaID); err != nil && !errors.Is(err, saga.ErrState) {
+	if err := w.ps.sagas.AbortTx(ctx, tx, sagaID); err != nil && !errors.Is(err, saga.ErrState) {
 		return false, err
 	}
 	if err := w.drv.Commit(ctx, tx); err != nil {
