@@ -49,6 +49,15 @@
 // "idemd outbox redrive -since 2h" (or -all, -key K1,K2) publishes again
 // the events the outbox says were published, for a broker that lost them.
 //
+// "idemd migrate up|status|sql" (with -db as for idemd) manages the schema
+// for deployments that migrate before starting: up applies idem's
+// migrations and idemd's tables (as start-up does) and prints what it
+// applied; status prints each of idem's migrations, applied or pending, and
+// exits 0 when up to date, 1 otherwise; sql prints the SQL of idem's
+// migrations for the database's kind (PostgreSQL or SQLite), each preceded
+// by a "-- NNN_name" comment, for a DBA or a migration tool (which must
+// record each version in idem_migration).
+//
 // Several replicas: run them all on one PostgreSQL with -kafka pointing at
 // a real cluster (the topic created beforehand, or auto-created). Relays
 // share the outbox safely and the consumers share the topic's partitions

@@ -3,10 +3,12 @@ package pgdriver
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -14,36 +16,119 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`
+
+// Migrations returns idem's migrations with their SQL rendered for this
+// driver's Config (schema and table prefix): plain SQL that a DBA, goose,
+// atlas or flyway can run, in version order, each in a transaction.
+//
+// Whoever applies them outside idem must also record each one in the
+// idem_migration table (INSERT INTO idem_migration (version, name) VALUES
+// (...), with the table created by MigrationTableSQL), or MigrationStatus,
+// Validate and Migrate will consider them pending (and Migrate would run
+// them again).
+func (d *Driver) Migrations() ([]driver.Migration, error) {
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	for i := range ms {
+		ms[i].SQL = d.replacer.Replace(ms[i].SQL)
+	}
+	return ms, nil
+}
+
+// MigrationTableSQL returns the rendered SQL that creates the table
+// recording applied migrations (and, with Config.Schema, the schema), for
+// an external migration tool to run before the statements of Migrations.
+func (d *Driver) MigrationTableSQL() string {
+	s := ""
+	if d.cfg.Schema != "" {
+		s = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{d.cfg.Schema}.Sanitize() + ";\n"
+	}
+	return s + d.replacer.Replace(migrationTableSQL) + ";\n"
+}
+
 // Migrate implements driver.Driver: it applies pending migrations, each in its
 // own transaction.
 func (d *Driver) Migrate(ctx context.Context) error {
-	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	_, err := d.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, returning the migrations it applied.
+func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error) {
+	ms, err := d.Migrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var done []driver.Migration
 	for _, m := range ms {
 		tx, err := d.pool.Begin(ctx)
 		if err != nil {
-			return fmt.Errorf("pgdriver: migrate: %w", err)
+			return done, fmt.Errorf("pgdriver: migrate: %w", err)
 		}
-		if err := d.apply(ctx, tx, []driver.Migration{m}); err != nil {
+		n, err := d.apply(ctx, tx, []driver.Migration{m})
+		if err != nil {
 			_ = tx.Rollback(ctx)
-			return err
+			return done, err
 		}
 		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("pgdriver: migrate: commit: %w", err)
+			return done, fmt.Errorf("pgdriver: migrate: commit: %w", err)
 		}
+		done = append(done, n...)
 	}
-	return nil
+	return done, nil
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
 func (d *Driver) MigrateTx(ctx context.Context, tx pgx.Tx) error {
-	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	ms, err := d.Migrations()
 	if err != nil {
 		return err
 	}
-	return d.apply(ctx, tx, ms)
+	_, err = d.apply(ctx, tx, ms)
+	return err
+}
+
+// MigrationStatus returns which migrations the database has. A missing
+// idem_migration table means none is applied.
+func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, error) {
+	ms, err := d.Migrations()
+	if err != nil {
+		return driver.MigrationStatus{}, err
+	}
+	var applied []int
+	rows, err := d.pool.Query(ctx, d.expand(`SELECT version FROM {{table}}idem_migration ORDER BY version`))
+	if err == nil {
+		applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		applied, err = nil, nil
+	}
+	if err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("pgdriver: migration status: %w", err)
+	}
+	return driver.NewMigrationStatus(ms, applied), nil
+}
+
+// Validate returns nil when the database has exactly the migrations of this
+// binary, else an error naming the pending versions, or the applied ones
+// this binary does not know (a newer idem migrated the database). For
+// readiness probes.
+func (d *Driver) Validate(ctx context.Context) error {
+	s, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("pgdriver: %w", err)
+	}
+	return nil
 }
 
 // lockKey is the advisory lock that serialises migrators of one schema
@@ -54,36 +139,37 @@ func (d *Driver) lockKey() int64 {
 	return int64(h.Sum64())
 }
 
-func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) error {
+// apply applies the rendered migrations ms not yet recorded, returning
+// those it applied.
+func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", d.lockKey()); err != nil {
-		return fmt.Errorf("pgdriver: migrate: lock: %w", err)
+		return nil, fmt.Errorf("pgdriver: migrate: lock: %w", err)
 	}
 	if d.cfg.Schema != "" {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
-			return fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+			return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, d.expand(`CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
-		return fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
+	if _, err := tx.Exec(ctx, d.expand(migrationTableSQL)); err != nil {
+		return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
 	}
+	var done []driver.Migration
 	for _, m := range ms {
 		var applied bool
 		err := tx.QueryRow(ctx, d.expand(`SELECT EXISTS (SELECT 1 FROM {{table}}idem_migration WHERE version = $1)`), m.Version).Scan(&applied)
 		if err != nil {
-			return fmt.Errorf("pgdriver: migrate: %w", err)
+			return nil, fmt.Errorf("pgdriver: migrate: %w", err)
 		}
 		if applied {
 			continue
 		}
-		if _, err := tx.Exec(ctx, d.expand(m.SQL)); err != nil {
-			return fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.Exec(ctx, d.expand(`INSERT INTO {{table}}idem_migration (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
-			return fmt.Errorf("pgdriver: migrate: record %d: %w", m.Version, err)
+			return nil, fmt.Errorf("pgdriver: migrate: record %d: %w", m.Version, err)
 		}
+		done = append(done, m)
 	}
-	return nil
+	return done, nil
 }

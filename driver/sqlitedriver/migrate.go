@@ -12,60 +12,152 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`
+
+// Migrations returns idem's migrations with their SQL rendered for this
+// driver's Config (table prefix): plain SQL that a DBA, goose, atlas or
+// flyway can run, in version order, each in a transaction.
+//
+// Whoever applies them outside idem must also record each one in the
+// idem_migration table (INSERT INTO idem_migration (version, name,
+// applied_at) VALUES (..., ..., unixepoch('subsec') * 1000000), with the
+// table created by MigrationTableSQL), or MigrationStatus, Validate and
+// Migrate will consider them pending (and Migrate would run them again).
+func (d *Driver) Migrations() ([]driver.Migration, error) {
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	for i := range ms {
+		ms[i].SQL = d.expand(ms[i].SQL)
+	}
+	return ms, nil
+}
+
+// MigrationTableSQL returns the rendered SQL that creates the table
+// recording applied migrations, for an external migration tool to run
+// before the statements of Migrations.
+func (d *Driver) MigrationTableSQL() string {
+	return d.expand(migrationTableSQL) + ";\n"
+}
+
 // Migrate implements driver.Driver. Each migration runs in its own
 // transaction; BEGIN IMMEDIATE serialises concurrent migrators.
 func (d *Driver) Migrate(ctx context.Context) error {
-	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	_, err := d.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, returning the migrations it applied.
+func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error) {
+	ms, err := d.Migrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var done []driver.Migration
 	for _, m := range ms {
 		tx, err := d.db.BeginTx(ctx, nil)
 		if err != nil {
-			return fmt.Errorf("sqlitedriver: migrate: %w", err)
+			return done, fmt.Errorf("sqlitedriver: migrate: %w", err)
 		}
-		if err := d.apply(ctx, tx, []driver.Migration{m}); err != nil {
+		n, err := d.apply(ctx, tx, []driver.Migration{m})
+		if err != nil {
 			_ = tx.Rollback()
-			return err
+			return done, err
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("sqlitedriver: migrate: commit: %w", err)
+			return done, fmt.Errorf("sqlitedriver: migrate: commit: %w", err)
 		}
+		done = append(done, n...)
 	}
-	return nil
+	return done, nil
 }
 
 // MigrateTx implements driver.Driver.
 func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
-	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	ms, err := d.Migrations()
 	if err != nil {
 		return err
 	}
-	return d.apply(ctx, tx, ms)
+	_, err = d.apply(ctx, tx, ms)
+	return err
 }
 
-func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) error {
-	if _, err := tx.ExecContext(ctx, d.expand(`CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`)); err != nil {
-		return fmt.Errorf("sqlitedriver: migrate: create migration table: %w", err)
+// MigrationStatus returns which migrations the database has. A missing
+// idem_migration table means none is applied.
+func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, error) {
+	ms, err := d.Migrations()
+	if err != nil {
+		return driver.MigrationStatus{}, err
 	}
+	var n int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`,
+		d.prefix+"idem_migration").Scan(&n); err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
+	}
+	if n == 0 {
+		return driver.NewMigrationStatus(ms, nil), nil
+	}
+	rows, err := d.db.QueryContext(ctx, d.expand(`SELECT version FROM {{table}}idem_migration ORDER BY version`))
+	if err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var applied []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
+		}
+		applied = append(applied, v)
+	}
+	if err := rows.Err(); err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
+	}
+	return driver.NewMigrationStatus(ms, applied), nil
+}
+
+// Validate returns nil when the database has exactly the migrations of this
+// binary, else an error naming the pending versions, or the applied ones
+// this binary does not know (a newer idem migrated the database). For
+// readiness probes.
+func (d *Driver) Validate(ctx context.Context) error {
+	s, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("sqlitedriver: %w", err)
+	}
+	return nil
+}
+
+// apply applies the rendered migrations ms not yet recorded, returning
+// those it applied.
+func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+	if _, err := tx.ExecContext(ctx, d.expand(migrationTableSQL)); err != nil {
+		return nil, fmt.Errorf("sqlitedriver: migrate: create migration table: %w", err)
+	}
+	var done []driver.Migration
 	for _, m := range ms {
 		var n int
 		if err := tx.QueryRowContext(ctx, d.expand(`SELECT count(*) FROM {{table}}idem_migration WHERE version = ?`), m.Version).Scan(&n); err != nil {
-			return fmt.Errorf("sqlitedriver: migrate: %w", err)
+			return nil, fmt.Errorf("sqlitedriver: migrate: %w", err)
 		}
 		if n > 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, d.expand(m.SQL)); err != nil {
-			return fmt.Errorf("sqlitedriver: migration %03d_%s: %w", m.Version, m.Name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("sqlitedriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idem_migration (version, name, applied_at)
 			VALUES (?, ?, unixepoch('subsec') * 1000000)`), m.Version, m.Name); err != nil {
-			return fmt.Errorf("sqlitedriver: migrate: record %d: %w", m.Version, err)
+			return nil, fmt.Errorf("sqlitedriver: migrate: record %d: %w", m.Version, err)
 		}
+		done = append(done, m)
 	}
-	return nil
+	return done, nil
 }

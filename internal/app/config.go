@@ -130,6 +130,9 @@ func Usage() string {
 	for _, s := range settings {
 		fmt.Fprintf(&b, "  -%s (%s, default %q)\n    \t%s\n", s.flag, s.env, s.def, s.usage)
 	}
+	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
+		"  idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]\n" +
+		"  idemd migrate up|status|sql [-db DATABASE]\n")
 	return b.String()
 }
 

@@ -1,0 +1,144 @@
+package sqlitedriver_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+func openBare(t *testing.T, cfg *sqlitedriver.Config) *sqlitedriver.Driver {
+	t.Helper()
+	drv, err := sqlitedriver.Open(testdb.SQLitePath(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.Close() })
+	return drv
+}
+
+// schemaOf describes the tables and indexes of db.
+func schemaOf(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query(`SELECT type, name, coalesce(sql, '') FROM sqlite_master
+		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var b strings.Builder
+	for rows.Next() {
+		var typ, name, s string
+		if err := rows.Scan(&typ, &name, &s); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(typ + " " + name + " " + strings.Join(strings.Fields(s), " ") + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestMigrationsAppliedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := &sqlitedriver.Config{TablePrefix: "x_"}
+	byHand, byIdem := openBare(t, cfg), openBare(t, cfg)
+
+	ms, err := byHand.Migrations()
+	if err != nil || len(ms) == 0 {
+		t.Fatalf("Migrations = %d, %v", len(ms), err)
+	}
+	for _, m := range ms {
+		if strings.Contains(m.SQL, "{{") {
+			t.Errorf("migration %d not rendered:\n%s", m.Version, m.SQL)
+		}
+	}
+	if s := byHand.MigrationTableSQL(); !strings.Contains(s, "x_idem_migration") || strings.Contains(s, "{{") {
+		t.Errorf("MigrationTableSQL = %s", s)
+	}
+
+	st, err := byHand.MigrationStatus(ctx)
+	if err != nil {
+		t.Fatalf("status on an empty database: %v", err)
+	}
+	if st.UpToDate() || len(st.Pending) != len(ms) || st.Current() != 0 || st.Latest != ms[len(ms)-1].Version {
+		t.Fatalf("empty database status = %+v", st)
+	}
+	if err := byHand.Validate(ctx); err == nil || !strings.Contains(err.Error(), "pending") {
+		t.Fatalf("Validate on an empty database = %v", err)
+	}
+
+	db := byHand.DB()
+	if _, err := db.ExecContext(ctx, byHand.MigrationTableSQL()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO x_idem_migration (version, name, applied_at)
+			VALUES (?, ?, unixepoch('subsec') * 1000000)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := byIdem.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*sqlitedriver.Driver{byHand, byIdem} {
+		st, err := d.MigrationStatus(ctx)
+		if err != nil || !st.UpToDate() || st.Current() != st.Latest {
+			t.Fatalf("status after migrating = %+v, %v", st, err)
+		}
+		if err := d.Validate(ctx); err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+	}
+	if a, b := schemaOf(t, byHand.DB()), schemaOf(t, byIdem.DB()); a != b || a == "" {
+		t.Fatalf("schemas differ:\nby hand:\n%s\nby Migrate:\n%s", a, b)
+	}
+	if done, err := byHand.MigrateApplied(ctx); err != nil || len(done) != 0 {
+		t.Fatalf("MigrateApplied after hand = %v, %v", done, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv := openBare(t, nil)
+	done, err := drv.MigrateApplied(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := drv.Migrations()
+	if len(done) != len(ms) {
+		t.Fatalf("applied %d of %d", len(done), len(ms))
+	}
+	last := ms[len(ms)-1]
+	if _, err := drv.DB().ExecContext(ctx, `DELETE FROM idem_migration WHERE version = ?`, last.Version); err != nil {
+		t.Fatal(err)
+	}
+	err = drv.Validate(ctx)
+	if err == nil || !strings.Contains(err.Error(), "pending migrations "+strconv.Itoa(last.Version)) {
+		t.Fatalf("Validate with one pending = %v", err)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `INSERT INTO idem_migration (version, name, applied_at) VALUES (?, 'x', 0), (999, 'future', 0)`, last.Version); err != nil {
+		t.Fatal(err)
+	}
+	err = drv.Validate(ctx)
+	if err == nil || !strings.Contains(err.Error(), "database schema is newer than this binary: version 999") {
+		t.Fatalf("Validate with a newer version = %v", err)
+	}
+}

@@ -1,0 +1,219 @@
+package app
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
+	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
+	"github.com/idemkit/idem/internal/payments/pgstore"
+	"github.com/idemkit/idem/internal/payments/sqlitestore"
+)
+
+const migrateUsage = `usage: idemd migrate up|status|sql [-db DATABASE]
+
+Manages the database schema, for deployments that migrate before starting
+idemd (idemd also migrates at start).
+
+  up      applies idem's migrations and idemd's own tables, and prints
+          the migrations it applied
+  status  prints idem's migrations, applied or pending; exits 0 when the
+          schema is up to date, 1 when migrations are pending (or the
+          database has a newer version than this binary)
+  sql     prints the SQL of idem's migrations for the database's kind
+          (PostgreSQL or SQLite), for a DBA or a migration tool; whoever
+          applies it must record each version in idem_migration
+
+  -db DATABASE     as for idemd (IDEMD_DB, default ` + DefaultDB + `)
+`
+
+// migrator is what "idemd migrate" needs of a driver.
+type migrator interface {
+	Migrations() ([]driver.Migration, error)
+	MigrationTableSQL() string
+	MigrateApplied(ctx context.Context) ([]driver.Migration, error)
+	MigrationStatus(ctx context.Context) (driver.MigrationStatus, error)
+}
+
+// runMigrate is "idemd migrate ...".
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		_, _ = fmt.Fprint(stdout, migrateUsage)
+		return 0
+	}
+	if len(args) == 0 || (args[0] != "up" && args[0] != "status" && args[0] != "sql") {
+		_, _ = fmt.Fprint(stderr, "idemd: unknown migrate command (want: idemd migrate up|status|sql)\n")
+		return 2
+	}
+	cmd := args[0]
+	name := "idemd migrate " + cmd
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dbDef := DefaultDB
+	if v := getenv("IDEMD_DB"); v != "" {
+		dbDef = v
+	}
+	db := fs.String("db", dbDef, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = fmt.Fprint(stdout, migrateUsage)
+			return 0
+		}
+		_, _ = fmt.Fprintf(stderr, "%s: %v (run idemd migrate -h for help)\n", name, err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	dbc, err := ParseDatabase(*db)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "%s: -db: %v\n", name, err)
+		return 2
+	}
+	if cmd == "sql" {
+		err = migrateSQL(dbc, stdout)
+	} else {
+		err = withMigrator(ctx, dbc, cmd == "up", func(m migrator, domain []func(context.Context) error) error {
+			if cmd == "up" {
+				return migrateUp(ctx, m, domain, stdout)
+			}
+			return migrateStatus(ctx, m, stdout)
+		})
+	}
+	switch {
+	case errors.Is(err, errPending):
+		return 1
+	case err != nil:
+		_, _ = fmt.Fprintf(stderr, "%s: database %s: %s\n", name, dbc, errMessage(err))
+		return 1
+	}
+	return 0
+}
+
+// errPending is migrateStatus's answer for a schema that is not up to date,
+// already printed.
+var errPending = errors.New("schema not up to date")
+
+func migrateUp(ctx context.Context, m migrator, domain []func(context.Context) error, stdout io.Writer) error {
+	done, err := m.MigrateApplied(ctx)
+	for _, d := range done {
+		_, _ = fmt.Fprintf(stdout, "applied %03d_%s\n", d.Version, d.Name)
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range domain {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	if len(done) == 0 {
+		_, _ = fmt.Fprint(stdout, "idem's migrations: up to date\n")
+	}
+	_, _ = fmt.Fprint(stdout, "idemd's tables: up to date\n")
+	return nil
+}
+
+func migrateStatus(ctx context.Context, m migrator, stdout io.Writer) error {
+	st, err := m.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	ms, err := m.Migrations()
+	if err != nil {
+		return err
+	}
+	pending := make(map[int]bool, len(st.Pending))
+	for _, p := range st.Pending {
+		pending[p.Version] = true
+	}
+	for _, x := range ms {
+		state := "applied"
+		if pending[x.Version] {
+			state = "pending"
+		}
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s %s\n", x.Version, x.Name, state)
+	}
+	for _, v := range st.Unknown() {
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s applied, unknown to this binary\n", v, "?")
+	}
+	if err := st.Err(); err != nil {
+		_, _ = fmt.Fprintf(stdout, "%s\n", err)
+		return errPending
+	}
+	_, _ = fmt.Fprintf(stdout, "up to date at version %d\n", st.Current())
+	return nil
+}
+
+// migrateSQL prints the SQL of idem's migrations for db's kind, without
+// connecting to it.
+func migrateSQL(db Database, stdout io.Writer) error {
+	var m migrator
+	if db.Kind == Postgres {
+		pool, err := pgxpool.New(context.Background(), db.URL) // connects lazily: never here
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if m, err = pgdriver.New(pool, nil); err != nil {
+			return err
+		}
+	} else {
+		sdb, err := sql.Open("sqlite", ":memory:") // the rendering does not depend on the file
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sdb.Close() }()
+		if m, err = sqlitedriver.New(sdb, nil); err != nil {
+			return err
+		}
+	}
+	ms, err := m.Migrations()
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(stdout, "-- idem_migration: after each migration, INSERT a row with its version and name (and, on SQLite, applied_at in Unix microseconds)\n%s\n", m.MigrationTableSQL())
+	for _, x := range ms {
+		_, _ = fmt.Fprintf(stdout, "-- %03d_%s\n%s\n", x.Version, x.Name, x.SQL)
+	}
+	return nil
+}
+
+// withMigrator opens db and calls f with its driver and idemd's domain
+// migrations. Unless create, a missing SQLite file is an error.
+func withMigrator(ctx context.Context, db Database, create bool, f func(migrator, []func(context.Context) error) error) error {
+	if db.Kind == Postgres {
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		drv, err := pgdriver.New(pool, nil)
+		if err != nil {
+			return err
+		}
+		return f(drv, []func(context.Context) error{pgstore.New(pool).Migrate, ordpg.New(pool).Migrate})
+	}
+	if !create {
+		if _, err := os.Stat(db.Path); err != nil {
+			return err
+		}
+	}
+	drv, err := sqlitedriver.Open(db.Path, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = drv.Close() }()
+	return f(drv, []func(context.Context) error{sqlitestore.New(drv.DB()).Migrate, ordsqlite.New(drv.DB()).Migrate})
+}

@@ -1,0 +1,136 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+func TestMigrateSubcommandSQLite(t *testing.T) {
+	t.Parallel()
+	path := testdb.SQLitePath(t)
+	db := []string{"-db", "sqlite:" + path}
+
+	// status of a missing file: an error, nothing created.
+	code, _, stderr := run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 1 || !strings.HasPrefix(stderr, "idemd migrate status: database sqlite:"+path) {
+		t.Fatalf("status of a missing file: code %d, stderr %q", code, stderr)
+	}
+
+	// A database with only idem_migration: every migration pending.
+	drv, err := sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.DB().Exec(drv.MigrationTableSQL()); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := drv.Migrations()
+	_ = drv.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 1 || stderr != "" || strings.Count(stdout, " pending\n") != len(ms) || !strings.Contains(stdout, "pending migrations") {
+		t.Fatalf("status before up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = run(t, append([]string{"migrate", "up"}, db...), nil)
+	if code != 0 || stderr != "" || strings.Count(stdout, "applied ") != len(ms) || !strings.Contains(stdout, "applied 001_") {
+		t.Fatalf("up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = run(t, append([]string{"migrate", "up"}, db...), nil)
+	if code != 0 || strings.Contains(stdout, "applied ") {
+		t.Fatalf("second up: code %d, stdout %q", code, stdout)
+	}
+
+	code, stdout, stderr = run(t, []string{"migrate", "status"}, map[string]string{"IDEMD_DB": path})
+	if code != 0 || stderr != "" || strings.Count(stdout, " applied\n") != len(ms) || strings.Contains(stdout, "pending") {
+		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// The domain tables exist: idemd starts on the database.
+	drv, err = sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Close() }()
+	if err := drv.Validate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := drv.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&n); err != nil || n <= len(ms)+1 {
+		t.Fatalf("tables after up: %d, %v", n, err)
+	}
+}
+
+func TestMigrateSQL(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"sqlite:" + testdb.SQLitePath(t), "postgres://nobody@127.0.0.1:1/none"} {
+		code, stdout, stderr := run(t, []string{"migrate", "sql", "-db", db}, nil)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%s: code %d, stderr %q", db, code, stderr)
+		}
+		if strings.Contains(stdout, "{{") || !strings.Contains(stdout, "-- 001_idempotency_record\n") ||
+			!strings.Contains(stdout, "CREATE TABLE IF NOT EXISTS idem_migration") {
+			t.Fatalf("%s: stdout %q", db, stdout)
+		}
+	}
+	if !strings.Contains(must(run(t, []string{"migrate", "sql", "-db", "postgres://x@127.0.0.1:1/y"}, nil)), "timestamptz") {
+		t.Error("PostgreSQL SQL without timestamptz")
+	}
+}
+
+func TestMigrateUsage(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"migrate"}, 2},
+		{[]string{"migrate", "down"}, 2},
+		{[]string{"migrate", "status", "-x"}, 2},
+		{[]string{"migrate", "status", "extra"}, 2},
+		{[]string{"migrate", "sql", "-db", "mongodb://x"}, 2},
+		{[]string{"migrate", "-h"}, 0},
+		{[]string{"migrate", "up", "-h"}, 0},
+	} {
+		code, stdout, stderr := run(t, tt.args, nil)
+		if code != tt.code {
+			t.Errorf("%v: code %d, want %d (stderr %q)", tt.args, code, tt.code, stderr)
+		}
+		if code == 0 && !strings.HasPrefix(stdout, "usage: idemd migrate") {
+			t.Errorf("%v: stdout %q", tt.args, stdout)
+		}
+		if code != 0 && (strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "idemd")) {
+			t.Errorf("%v: stderr %q", tt.args, stderr)
+		}
+	}
+}
+
+func must(_ int, stdout, _ string) string { return stdout }
+
+func TestMigrateSubcommandPostgres(t *testing.T) {
+	t.Parallel()
+	_, schema := testdb.Schema(t, 2)
+	sep := "?"
+	if strings.Contains(testdb.DSN(), "?") {
+		sep = "&"
+	}
+	db := []string{"-db", testdb.DSN() + sep + "search_path=" + schema}
+	code, stdout, stderr := run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 1 || stderr != "" || strings.Contains(stdout, " applied\n") || !strings.Contains(stdout, " pending\n") {
+		t.Fatalf("status before up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(t, append([]string{"migrate", "up"}, db...), nil)
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "applied 001_") {
+		t.Fatalf("up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 0 || stderr != "" || strings.Contains(stdout, "pending") {
+		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
