@@ -18,7 +18,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	// outbox.Enqueue(ctx, tx, e) would go here.
+	// outbox.EnqueueTx(ctx, tx, e) would go here.
 
 	fmt.Println(e.Type, e.Key, string(e.Payload))
 	fmt.Println("UUID version:", e.ID.Version())

@@ -35,7 +35,7 @@ type ConsumerConfig[TTx any] struct {
 	Topics []string
 
 	// Handler applies one new event: it writes the event's effects (and any
-	// follow-up events, through outbox.Enqueue) through tx, and only
+	// follow-up events, through outbox.EnqueueTx) through tx, and only
 	// through tx. It runs once per event ID for the inbox's consumer name,
 	// inside the transaction that records the ID. It is never called for a
 	// duplicate. It is called again for the same event whenever its

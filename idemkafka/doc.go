@@ -67,7 +67,7 @@
 // (or that were dead-lettered).
 //
 // The handler writes its effects through the transaction it receives, and
-// emits follow-up events with outbox.Enqueue in that transaction. Effects
+// emits follow-up events with outbox.EnqueueTx in that transaction. Effects
 // outside the database are not covered by the inbox.
 //
 // # Publisher

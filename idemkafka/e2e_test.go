@@ -521,7 +521,7 @@ func e2eOperation(ctx context.Context, drv driver.Driver[pgx.Tx], key string) (e
 	if err != nil {
 		return event.Envelope{}, err
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
 		return event.Envelope{}, err
 	}
 	return e, drv.Commit(ctx, tx)

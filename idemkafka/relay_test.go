@@ -30,8 +30,8 @@ func TestRelayRepublishDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, evs...); err != nil {
-		t.Fatalf("Enqueue: %v", err)
+	if err := outbox.EnqueueTx(ctx, drv, tx, evs...); err != nil {
+		t.Fatalf("EnqueueTx: %v", err)
 	}
 	if err := drv.Commit(ctx, tx); err != nil {
 		t.Fatal(err)

@@ -1,16 +1,16 @@
 // Package outbox is the producer side of idem: the transactional outbox.
 //
-// # Enqueue in the business transaction
+// # EnqueueTx in the business transaction
 //
 // An event is not sent to Kafka by the code that performs the business
-// operation. It is written with [Enqueue] into the outbox table, in the
+// operation. It is written with [EnqueueTx] into the outbox table, in the
 // caller's transaction, next to the business write: both commit or neither
-// does. Enqueue never begins or commits a transaction.
+// does. EnqueueTx never begins or commits a transaction.
 //
 //	tx, _ := drv.Begin(ctx)
 //	// ... business writes in tx ...
 //	e, _ := event.New("OrderCreated.v1", orderID, order)
-//	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil { ... }
+//	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil { ... }
 //	err = drv.Commit(ctx, tx)
 //
 // The envelope's ID is generated once per business operation (event.New) and
@@ -34,7 +34,7 @@
 // UPDATE of its row): concurrent transactions on one aggregate then enqueue
 // in commit order.
 //
-// Enqueue itself takes no lock on the key. On PostgreSQL a row gets its ID
+// EnqueueTx itself takes no lock on the key. On PostgreSQL a row gets its ID
 // at INSERT, not at COMMIT, so two transactions that enqueue for one key
 // without serialising on it may commit in the opposite order of their IDs:
 // the higher ID, committed first, can then be published before the lower

@@ -10,9 +10,9 @@ import (
 	"github.com/idemkit/idem/event"
 )
 
-// Enqueue stores events in the outbox inside the caller's transaction tx.
+// EnqueueTx stores events in the outbox inside the caller's transaction tx.
 // They become visible to the relay when tx commits, and vanish if it rolls
-// back. Enqueue never commits.
+// back. EnqueueTx never commits.
 //
 // Every envelope is validated first (event.Envelope.Validate); one invalid
 // envelope stores none of them. Events are stored in the order given, which
@@ -23,7 +23,7 @@ import (
 // An envelope whose ID is already in the outbox (a retry of the same
 // operation) is skipped: the first stored version of an ID is the one
 // published.
-func Enqueue[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, events ...event.Envelope) error {
+func EnqueueTx[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, events ...event.Envelope) error {
 	if len(events) == 0 {
 		return nil
 	}

@@ -35,7 +35,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
 		panic(err)
 	}
 	if err := drv.Commit(ctx, tx); err != nil {

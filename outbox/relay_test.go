@@ -26,7 +26,7 @@ func enqueue(t *testing.T, drv *sqlitedriver.Driver, events ...event.Envelope) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, events...); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
 		t.Fatal(err)
 	}
 	if err := drv.Commit(ctx, tx); err != nil {

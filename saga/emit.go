@@ -40,7 +40,7 @@ func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName,
 	}
 	env.ID = EventID(sagaID, stepName, name)
 	env.SagaID = sagaID
-	if err := outbox.Enqueue(ctx, c.drv, tx, env); err != nil {
+	if err := outbox.EnqueueTx(ctx, c.drv, tx, env); err != nil {
 		return env, fmt.Errorf("saga %q: step %q: emit %s: %w", sagaID, stepName, env.Type, err)
 	}
 	return env, nil

@@ -61,7 +61,7 @@
 //
 // The relay: -relay-n (100,000) events over -relay-keys (1000) keys, each
 // carrying its key and its sequence number within the key, are enqueued
-// with outbox.Enqueue (-enqueue-writers transactions of -enqueue-batch
+// with outbox.EnqueueTx (-enqueue-writers transactions of -enqueue-batch
 // events; a writer owns a share of the keys, so a key's outbox order is its
 // sequence order). Then -relays outbox.Relay instances with an
 // idemkafka.Publisher (idempotent producer, acks=all) publish them to a
@@ -80,7 +80,7 @@
 // The latency scenario (not in the default -scenarios) measures the
 // relay's commit-to-publish latency at a steady load rather than its
 // throughput. -latency-writers goroutines (8), each with its own
-// connection, enqueue one event per transaction (outbox.Enqueue) over
+// connection, enqueue one event per transaction (outbox.EnqueueTx) over
 // -relay-keys keys, shared out as above, at -latency-rate events/s in all
 // (1000), pacing on a ticker; a writer that missed ticks (a slow commit)
 // catches up at once, and the rate reached is printed. The first -latency-warmup (2s)

@@ -241,7 +241,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				if err := pgx.BeginFunc(ctx, wpool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, wdrv, tx, ev) }); err != nil {
+				if err := pgx.BeginFunc(ctx, wpool, func(tx pgx.Tx) error { return outbox.EnqueueTx(ctx, wdrv, tx, ev) }); err != nil {
 					return fmt.Errorf("enqueue: %w", err)
 				}
 				ts.commit[i] = time.Since(base)
@@ -350,7 +350,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 	fmt.Printf("latency: outbox.Relay + idemkafka.Publisher -> kfake (1 broker, in process, TCP on 127.0.0.1), topic of %d partitions; a kgo consumer reads it\n", o.partitions)
 	fmt.Printf("         RelayConfig: defaults (BatchSize 500, PollInterval 1s; Wake nil: each relay LISTENs on pgdriver's notifier), %d relay(s); consumer FetchMaxWait %s\n",
 		o.relays, latencyFetchWait)
-	fmt.Printf("         load: %d writers, one transaction per event (outbox.Enqueue) over %d keys, target %.0f events/s for %s after a %s warm-up\n",
+	fmt.Printf("         load: %d writers, one transaction per event (outbox.EnqueueTx) over %d keys, target %.0f events/s for %s after a %s warm-up\n",
 		writers, o.relayKeys, o.latencyRate, o.latencyDuration, o.latencyWarmup)
 	var nLate int
 	for _, l := range late {

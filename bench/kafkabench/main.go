@@ -73,7 +73,7 @@ func main() {
 	flag.IntVar(&o.relayConc, "relay-concurrency", 0, "relay: RelayConfig.Concurrency of each relay (batches in flight; 0 is the library default)")
 	flag.BoolVar(&o.relayDelete, "relay-delete-published", false, "relay: pgdriver.Config.OutboxDeletePublished (delete rows once published instead of marking them)")
 	flag.IntVar(&o.partitions, "partitions", 6, "relay: partitions of the kfake topic")
-	flag.IntVar(&o.enqueueBatch, "enqueue-batch", 500, "relay: events per enqueuing transaction (outbox.Enqueue)")
+	flag.IntVar(&o.enqueueBatch, "enqueue-batch", 500, "relay: events per enqueuing transaction (outbox.EnqueueTx)")
 	flag.IntVar(&o.enqueueWriter, "enqueue-writers", 2, "relay: concurrent enqueuing transactions (each owns a share of the keys)")
 	flag.DurationVar(&o.relayTimeout, "relay-timeout", 5*time.Minute, "relay: give up waiting for the outbox to drain after this long")
 

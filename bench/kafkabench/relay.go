@@ -173,7 +173,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 		bs, def, concStr, o.relays)
 	fmt.Printf("       outbox: %s\n", mode)
 	fmt.Printf("       producer: idempotent, acks=all (idemkafka defaults; ProduceSync unlingers its partitions)\n")
-	fmt.Printf("       outbox filled with %d events over %d keys by %d writers in transactions of %d (outbox.Enqueue): %s = %.0f events/s\n",
+	fmt.Printf("       outbox filled with %d events over %d keys by %d writers in transactions of %d (outbox.EnqueueTx): %s = %.0f events/s\n",
 		o.relayN, o.relayKeys, o.enqueueWriter, o.enqueueBatch, fill.Round(time.Millisecond), float64(o.relayN)/fill.Seconds())
 	fmt.Printf("       published %d events in %s = %.0f events/s; %.0f fsync/s (%.0f events/fsync), %.0f commits/s, WAL %.0f B/event\n",
 		n, elapsed.Round(time.Millisecond), eps, float64(c.walSync)/elapsed.Seconds(), float64(n)/max(float64(c.walSync), 1),
@@ -236,7 +236,7 @@ func (b *bench) fillOutbox(ctx context.Context) error {
 						return
 					}
 				}
-				errs[w] = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, drv, tx, evs...) })
+				errs[w] = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.EnqueueTx(ctx, drv, tx, evs...) })
 			}
 		})
 	}

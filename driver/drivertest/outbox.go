@@ -23,7 +23,7 @@ import (
 // RunOutbox runs the outbox suite against the backend that newDriver builds:
 // the OutboxExecutor semantics (dedup by event ID, claim order, per-key
 // blocking by a backing-off or parked head, marks, cleanup, lag) and the
-// behaviour of outbox.Enqueue and outbox.Relay on that backend with an
+// behaviour of outbox.EnqueueTx and outbox.Relay on that backend with an
 // in-memory publisher: committed events are published once, rolled-back ones
 // never, each key's events in order under random publish failures, a failing
 // or poison key does not block the others, a crash between publish and mark
@@ -262,9 +262,9 @@ func obEnqueue[TTx any](t testing.TB, drv driver.Driver[TTx], events ...event.En
 		t.Errorf("Begin: %v", err)
 		return
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, events...); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
 		_ = drv.Rollback(ctx, tx)
-		t.Errorf("Enqueue: %v", err)
+		t.Errorf("EnqueueTx: %v", err)
 		return
 	}
 	if err := drv.Commit(ctx, tx); err != nil {
@@ -800,8 +800,8 @@ func testRelayRolledBack[TTx any](t *testing.T, newDriver func(t *testing.T) dri
 	drv := newDriver(t)
 	ctx := t.Context()
 	tx := begin(t, drv)
-	if err := outbox.Enqueue(ctx, drv, tx, obEnvelope(t, "order-1", 1)); err != nil {
-		t.Fatalf("Enqueue: %v", err)
+	if err := outbox.EnqueueTx(ctx, drv, tx, obEnvelope(t, "order-1", 1)); err != nil {
+		t.Fatalf("EnqueueTx: %v", err)
 	}
 	rollback(t, drv, tx)
 	committed := obEnvelope(t, "order-2", 1)
@@ -840,10 +840,10 @@ func testRelayEnqueueInvalid[TTx any](t *testing.T, newDriver func(t *testing.T)
 	bad := obEnvelope(t, "k", 2)
 	bad.Key = ""
 	tx := begin(t, drv)
-	if err := outbox.Enqueue(ctx, drv, tx, good, bad); !errors.Is(err, event.ErrEmptyKey) {
+	if err := outbox.EnqueueTx(ctx, drv, tx, good, bad); !errors.Is(err, event.ErrEmptyKey) {
 		t.Errorf("Enqueue with an invalid envelope = %v; want event.ErrEmptyKey", err)
 	}
-	if err := outbox.Enqueue(ctx, drv, tx); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx); err != nil {
 		t.Errorf("Enqueue of nothing: %v", err)
 	}
 	commit(t, drv, tx)

@@ -69,8 +69,8 @@ func enqueue(t testing.TB, drv *pgdriver.Driver, events ...event.Envelope) {
 		return
 	}
 	defer func() { _ = drv.Rollback(ctx, tx) }()
-	if err := outbox.Enqueue(ctx, drv, tx, events...); err != nil {
-		t.Errorf("Enqueue: %v", err)
+	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
+		t.Errorf("EnqueueTx: %v", err)
 		return
 	}
 	if err := drv.Commit(ctx, tx); err != nil {
@@ -359,7 +359,7 @@ func TestOutboxNotifyOnCommitOfNewRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
 		t.Fatal(err)
 	}
 	quiet("enqueue not committed yet")
@@ -476,7 +476,7 @@ func TestOutboxLowerIDCommittedLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = drv.Rollback(ctx, tx1) }()
-	if err := outbox.Enqueue(ctx, drv, tx1, first); err != nil { // gets the lower ID
+	if err := outbox.EnqueueTx(ctx, drv, tx1, first); err != nil { // gets the lower ID
 		t.Fatal(err)
 	}
 	enqueue(t, drv, second) // higher ID, committed first
@@ -532,7 +532,7 @@ func TestOutboxAggregateLockGivesIDsInCommitOrder(t *testing.T) {
 				return
 			}
 			e := newEvent(t, "K", i)
-			if err := outbox.Enqueue(ctx, drv, tx, e); err != nil {
+			if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
 				t.Error(err)
 				return
 			}

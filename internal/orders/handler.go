@@ -63,7 +63,7 @@ func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := CreatedEvent(o)
 	if err == nil {
-		err = outbox.Enqueue(ctx, h.drv, tx, e)
+		err = outbox.EnqueueTx(ctx, h.drv, tx, e)
 	}
 	if err != nil {
 		h.internalError(w, r, err)
