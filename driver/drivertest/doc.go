@@ -1,17 +1,18 @@
 // Package drivertest is the shared test suite that every idem storage backend
 // must pass, in the manner of watermill's pubsub tests and river's
-// riverdrivertest. A backend is done when
+// riverdrivertest. It has one entry point; a backend is done when
 //
 //	func TestSuite(t *testing.T) {
-//		drivertest.Run(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-//			return testdb.Postgres(t) // a fresh, migrated database
-//		})
-//		drivertest.RunMigrate(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-//			return newUnmigratedDriver(t) // a fresh, empty database
+//		drivertest.Run(t, drivertest.Backend[pgx.Tx]{
+//			New:           newMigratedDriver,   // a fresh, migrated database
+//			NewUnmigrated: newUnmigratedDriver, // a fresh, empty database
+//			OpenReplica:   openSecondDriver,    // drv's database, other connections
 //		})
 //	}
 //
-// is green under the race detector.
+// is green under the race detector. Only the backend's Caps (concurrent
+// writers) and the optional interfaces it implements (driver.TxClaimer)
+// make subtests skip.
 //
 // Run checks the record semantics idem's HTTP middleware relies on (claim,
 // replay of the stored response byte for byte, fingerprint mismatch, lease
@@ -29,8 +30,9 @@
 // for the first to commit; without it that subtest is skipped, and idemhttp
 // takes the generic path on the methods above.
 //
-// RunMigrate checks Migrate and MigrateTx on a database that has never been
-// migrated.
+// Run also checks the inbox, the outbox and its relay, leases, saga
+// storage, the cleaner of package cleanup (with a second replica), and
+// Migrate and MigrateTx on a database that has never been migrated.
 //
 // Every subtest calls t.Parallel and builds its own driver, so the factory
 // must return an isolated database (a fresh PostgreSQL schema, a fresh SQLite

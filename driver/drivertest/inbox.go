@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit/idem/driver"
 )
 
-// RunInbox runs the inbox (processed_event) tests against the backend that
+// runInbox runs the inbox (processed_event) tests against the backend that
 // newDriver builds: InboxInsert returns exactly the ids that are new for the
 // consumer (duplicates inside the batch counted once, batches far larger than
 // any bound-parameter limit), consumers are independent, a rolled-back insert
@@ -25,7 +25,7 @@ import (
 // oldest first, at most limit per call; InboxOldest reports the oldest row.
 //
 // newDriver has the contract of Run's: a fresh, migrated database per call.
-func RunInbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runInbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 	t.Run("Inbox", func(t *testing.T) {
 		t.Parallel()

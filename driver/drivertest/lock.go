@@ -20,7 +20,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// RunLock runs the lease (idem_lock) tests against the backend that
+// runLock runs the lease (idem_lock) tests against the backend that
 // newDriver builds: a free lease is taken, a live one is refused to other
 // owners and extended for its own, an expired one is taken over (after which
 // the old owner's renew and release report ErrLeaseLost), renew and release
@@ -29,7 +29,7 @@ import (
 // a free lease and for the takeover of an expired one.
 //
 // newDriver has the contract of Run's: a fresh, migrated database per call.
-func RunLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string
@@ -204,7 +204,7 @@ func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	}
 }
 
-// RunCleanup runs the cleaner of package cleanup against the backend that
+// runCleanup runs the cleaner of package cleanup against the backend that
 // newDriver builds: nothing younger than a table's retention is deleted,
 // everything older is, in several batches; unpublished outbox rows never are;
 // a record replayed while a sweep runs is still replayed byte for byte, and
@@ -220,7 +220,7 @@ func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // newDriver has the contract of Run's. openReplica returns a second driver
 // on drv's database with its own connections, as a second process would
 // open it; it registers its own cleanup with t.
-func RunCleanup[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], openReplica func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]) {
+func runCleanup[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], openReplica func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string

@@ -20,7 +20,7 @@ import (
 	"github.com/idemkit/idem/outbox"
 )
 
-// RunOutbox runs the outbox suite against the backend that newDriver builds:
+// runOutbox runs the outbox suite against the backend that newDriver builds:
 // the OutboxExecutor semantics (dedup by event ID, claim order, per-key
 // blocking by a backing-off or parked head, marks, cleanup, lag) and the
 // behaviour of outbox.EnqueueTx and outbox.Relay on that backend with an
@@ -32,7 +32,7 @@ import (
 //
 // newDriver must return a fresh, migrated driver on its own database, as for
 // Run.
-func RunOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit/idem/driver"
 )
 
-// RunSaga runs the saga storage tests (tables saga and saga_step) against the
+// runSaga runs the saga storage tests (tables saga and saga_step) against the
 // backend that newDriver builds: SagaCreate inserts once and returns the
 // stored saga to later creates, SagaSetState changes only a saga in an
 // expected state and keeps finished_at in step with the final states,
@@ -27,7 +27,7 @@ import (
 // at most limit per call.
 //
 // newDriver has the contract of Run's: a fresh, migrated database per call.
-func RunSaga[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runSaga[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string

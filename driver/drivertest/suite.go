@@ -10,10 +10,42 @@ import (
 	"github.com/idemkit/idem/driver"
 )
 
-// Run runs the shared suite against the backend that newDriver builds.
-// newDriver is called once per subtest and must return a fresh, migrated
-// driver on its own database; it registers its own cleanup with t.
-func Run[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+// Backend is what the suite needs of a backend under test. Every function
+// registers its own cleanup with t and must return an isolated database (a
+// fresh PostgreSQL schema, a fresh SQLite file) each time it is called:
+// every subtest runs in parallel with the others.
+type Backend[TTx any] struct {
+	// New returns a fresh, migrated driver on its own database. Required.
+	New func(t *testing.T) driver.Driver[TTx]
+	// NewUnmigrated returns a driver on a fresh database on which neither
+	// Migrate nor MigrateTx has run. Required.
+	NewUnmigrated func(t *testing.T) driver.Driver[TTx]
+	// OpenReplica returns a second driver on drv's database with its own
+	// connections, as a second process would open it. Required.
+	OpenReplica func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]
+}
+
+// Run runs the whole shared suite against b: records, inbox, outbox and
+// relay, leases, sagas, cleanup and migrations. What a backend's Caps say
+// it cannot do (concurrent writers) and the optional interfaces it does not
+// implement (driver.TxClaimer) decide which subtests are skipped; nothing
+// else is optional.
+func Run[TTx any](t *testing.T, b Backend[TTx]) {
+	t.Helper()
+	if b.New == nil || b.NewUnmigrated == nil || b.OpenReplica == nil {
+		t.Fatal("drivertest: Backend.New, NewUnmigrated and OpenReplica are required")
+	}
+	runRecords(t, b.New)
+	runInbox(t, b.New)
+	runOutbox(t, b.New)
+	runLock(t, b.New)
+	runSaga(t, b.New)
+	runCleanup(t, b.New, b.OpenReplica)
+	runMigrate(t, b.NewUnmigrated)
+}
+
+// runRecords runs the record semantics and the concurrency subtests.
+func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 
 	// Record semantics, each through the three ways an executor is used.
@@ -57,9 +89,9 @@ func Run[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
 	}
 }
 
-// RunMigrate runs the migration tests. newUnmigrated must return a driver on
+// runMigrate runs the migration tests. newUnmigrated must return a driver on
 // a fresh database on which neither Migrate nor MigrateTx has run yet.
-func RunMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
+func runMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string

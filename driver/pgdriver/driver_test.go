@@ -20,16 +20,17 @@ import (
 
 func TestDriver(t *testing.T) {
 	t.Parallel()
-	drivertest.Run(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		return testdb.Postgres(t)
-	})
-	drivertest.RunMigrate(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		pool, schema := testdb.Schema(t, 10)
-		drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatalf("New: %v", err)
-		}
-		return drv
+	drivertest.Run(t, drivertest.Backend[pgx.Tx]{
+		New: func(t *testing.T) driver.Driver[pgx.Tx] { return testdb.Postgres(t) },
+		NewUnmigrated: func(t *testing.T) driver.Driver[pgx.Tx] {
+			pool, schema := testdb.Schema(t, 10)
+			drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return drv
+		},
+		OpenReplica: openReplica,
 	})
 }
 

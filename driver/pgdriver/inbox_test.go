@@ -8,21 +8,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
-	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
-
-func TestInbox(t *testing.T) {
-	t.Parallel()
-	drivertest.RunInbox(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		return testdb.Postgres(t)
-	})
-}
 
 func inboxIDs(t *testing.T, n int) []uuid.UUID {
 	t.Helper()

@@ -6,24 +6,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/driver"
-	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
-
-func TestLock(t *testing.T) {
-	t.Parallel()
-	drivertest.RunLock(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		return testdb.Postgres(t)
-	})
-}
-
-func TestCleanup(t *testing.T) {
-	t.Parallel()
-	drivertest.RunCleanup(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		return testdb.Postgres(t)
-	}, openReplica)
-}
 
 // openReplica opens a second pool on drv's schema, as a second process
 // would.

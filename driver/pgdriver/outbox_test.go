@@ -13,19 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/driver"
-	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 )
-
-func TestOutbox(t *testing.T) {
-	t.Parallel()
-	drivertest.RunOutbox(t, func(t *testing.T) driver.Driver[pgx.Tx] {
-		return testdb.Postgres(t)
-	})
-}
 
 // recorder is an in-memory publisher that records what it receives.
 type recorder struct {

@@ -19,11 +19,12 @@ import (
 
 func TestDriver(t *testing.T) {
 	t.Parallel()
-	drivertest.Run(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return testdb.SQLite(t)
-	})
-	drivertest.RunMigrate(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return open(t, testdb.SQLitePath(t), nil)
+	drivertest.Run(t, drivertest.Backend[*sql.Tx]{
+		New: func(t *testing.T) driver.Driver[*sql.Tx] { return testdb.SQLite(t) },
+		NewUnmigrated: func(t *testing.T) driver.Driver[*sql.Tx] {
+			return open(t, testdb.SQLitePath(t), nil)
+		},
+		OpenReplica: openReplica,
 	})
 }
 

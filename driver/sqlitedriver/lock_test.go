@@ -5,24 +5,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/driver"
-	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/sqlitedriver"
-	"github.com/idemkit/idem/internal/testdb"
 )
-
-func TestLock(t *testing.T) {
-	t.Parallel()
-	drivertest.RunLock(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return testdb.SQLite(t)
-	})
-}
-
-func TestCleanup(t *testing.T) {
-	t.Parallel()
-	drivertest.RunCleanup(t, func(t *testing.T) driver.Driver[*sql.Tx] {
-		return testdb.SQLite(t)
-	}, openReplica)
-}
 
 // openReplica opens drv's database file a second time, as a second process
 // would.
