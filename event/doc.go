@@ -36,6 +36,18 @@
 // the UUIDv7 version and RFC 4122 variant bits set. Distinct inputs collide
 // with probability about 2^-74 per pair within one millisecond.
 //
+// Why version 7 and not 8: RFC 9562 reserves version 8 for custom layouts
+// and asks version 7's rand_a and rand_b to be pseudorandom. A derived ID
+// keeps version 7's layout exactly (a real Unix millisecond timestamp, then
+// bits no one can predict without the inputs: SHA-256 output), so every
+// property a reader of a version 7 ID relies on holds: it sorts by time, its
+// time can be read back ([TimeOf], and pgdriver's partitioned inbox routes
+// rows by it), and it is unique. Stamping it version 8 would make standard
+// tools refuse to read its time and would move these events to the inbox's
+// default partition; what would be gained is only the label. The one
+// difference from a random version 7 ID is on purpose: the same inputs give
+// the same ID.
+//
 // # Kafka mapping
 //
 // This package does not import a Kafka client. [Envelope.RecordHeaders] and
