@@ -69,9 +69,10 @@
 // The retention sweep (package cleanup) deletes expired idempotency records
 // and old inbox and outbox rows in small batches; with several idemd
 // replicas on one PostgreSQL exactly one sweeps a given run. Its counts are
-// exported as idem_cleanup_sweeps_total and idem_cleanup_deleted_rows_total;
-// the relay's lag as idem_outbox_lag_seconds and the projection
-// consumer's work as idem_inbox_events_total{result}.
+// exported as idemd_cleanup_sweeps_total and idemd_cleanup_deleted_rows_total;
+// the relay's lag as idemd_outbox_lag_seconds and each consumer's work as
+// idemd_inbox_events_total{consumer, result}. Every metric name starts with
+// idemd_.
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per

@@ -129,9 +129,10 @@
 // cron schedule, daily at 03:00 by default; replicas sharing a database
 // take turns through cleanup's lease, so one sweeps and the others skip.
 //
-// Metrics besides the HTTP ones: idem_http_outcomes_total,
-// idem_cleanup_sweeps_total, idem_cleanup_deleted_rows_total,
-// idem_outbox_lag_seconds (age of the oldest unpublished event) and
-// idem_inbox_events_total{result="applied|duplicate|dead_lettered"} (the
-// projection's consumer only; the saga's consumer is not counted).
+// Metrics besides the HTTP ones: idemd_http_outcomes_total,
+// idemd_cleanup_sweeps_total, idemd_cleanup_deleted_rows_total,
+// idemd_outbox_lag_seconds (age of the oldest unpublished event) and
+// idemd_inbox_events_total{consumer="order-projection|...",
+// result="applied|duplicate|dead_lettered"} (both consumers: the
+// projection's and the saga's, labelled with their inbox names).
 package app

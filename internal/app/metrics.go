@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -43,25 +42,25 @@ func newMetrics() *metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_http_outcomes_total",
+			Name: "idemd_http_outcomes_total",
 			Help: "What the idempotency middleware did with protected requests.",
 		}, []string{"outcome"}),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_cleanup_sweeps_total",
+			Name: "idemd_cleanup_sweeps_total",
 			Help: "Retention sweeps by result: done, skipped (another replica sweeps), failed.",
 		}, []string{"result"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_cleanup_deleted_rows_total",
+			Name: "idemd_cleanup_deleted_rows_total",
 			Help: "Rows the retention sweep deleted, by table.",
 		}, []string{"table"}),
 		lagSecs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "idem_outbox_lag_seconds",
+			Name: "idemd_outbox_lag_seconds",
 			Help: "Age of the oldest unpublished outbox event (0 when none), after the relay's last round.",
 		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_inbox_events_total",
-			Help: "Events the order projection's consumer handled, by result: applied, duplicate, dead_lettered.",
-		}, []string{"result"}),
+			Name: "idemd_inbox_events_total",
+			Help: "Events the consumers handled, by consumer (inbox name) and result: applied, duplicate, dead_lettered.",
+		}, []string{"consumer", "result"}),
 		stuck: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_order_watchdog_orders_total",
 			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED), operator (captured payment, order not moving).",
@@ -74,8 +73,10 @@ func newMetrics() *metrics {
 	for _, r := range []string{"redriven", "aborted", "operator"} {
 		m.stuck.WithLabelValues(r)
 	}
-	for _, r := range []string{"applied", "duplicate", "dead_lettered"} {
-		m.events.WithLabelValues(r)
+	for _, c := range []string{ProjectionInbox, SagaInbox} {
+		for _, r := range []string{"applied", "duplicate", "dead_lettered"} {
+			m.events.WithLabelValues(c, r)
+		}
 	}
 	for _, r := range []string{"done", "skipped", "failed"} {
 		m.sweeps.WithLabelValues(r)
@@ -118,11 +119,11 @@ func (m *metrics) watchdog(s orders.WatchdogStats) {
 
 func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
 
-// batch is idemkafka's ConsumerConfig.OnBatch.
-func (m *metrics) batch(_ context.Context, s idemkafka.BatchStats) {
-	m.events.WithLabelValues("applied").Add(float64(s.Applied))
-	m.events.WithLabelValues("duplicate").Add(float64(s.Duplicates))
-	m.events.WithLabelValues("dead_lettered").Add(float64(s.DeadLettered))
+// batch counts what a consumer's batch did; consumer is its inbox name.
+func (m *metrics) batch(consumer string, s idemkafka.BatchStats) {
+	m.events.WithLabelValues(consumer, "applied").Add(float64(s.Applied))
+	m.events.WithLabelValues(consumer, "duplicate").Add(float64(s.Duplicates))
+	m.events.WithLabelValues(consumer, "dead_lettered").Add(float64(s.DeadLettered))
 }
 
 func (m *metrics) handler() http.Handler {

@@ -171,11 +171,14 @@ func TestOrdersEndToEnd(t *testing.T) {
 			// commit.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				m := string(s.do(http.MethodGet, "/metrics", "", "").body)
-				if strings.Contains(m, `idem_inbox_events_total{result="applied"} 3`+"\n") && strings.Contains(m, "idem_outbox_lag_seconds ") {
+				sagaApplied := `idemd_inbox_events_total{consumer="` + app.SagaInbox + `",result="applied"} `
+				if strings.Contains(m, `idemd_inbox_events_total{consumer="`+app.ProjectionInbox+`",result="applied"} 3`+"\n") &&
+					strings.Contains(m, sagaApplied) && !strings.Contains(m, sagaApplied+"0\n") && // the saga's consumer is counted too
+					strings.Contains(m, "idemd_outbox_lag_seconds ") {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("metrics lack the applied event or the lag:\n%s", grepLines(m, "idem_"))
+					t.Fatalf("metrics lack the applied events or the lag:\n%s", grepLines(m, "idemd_"))
 				}
 			}
 			if r := s.do(http.MethodGet, "/v1/orders/999999", "", ""); r.status != http.StatusNotFound {

@@ -137,7 +137,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		// a failing batch is retried one event at a time.)
 		BatchHandler: orders.ProjectionBatch(st.orders),
 		Logger:       a.log,
-		OnBatch:      a.metrics.batch,
+		OnBatch:      func(_ context.Context, s idemkafka.BatchStats) { a.metrics.batch(ProjectionInbox, s) },
 		ExtraOpts:    extra,
 	})
 	if err != nil {
@@ -172,6 +172,7 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 		// the events its steps emitted, and the compensator compensates
 		// the sagas it aborted.
 		OnBatch: func(_ context.Context, s idemkafka.BatchStats) {
+			a.metrics.batch(SagaInbox, s)
 			if s.Applied == 0 {
 				return
 			}

@@ -214,7 +214,7 @@ func TestRunSweepsExpiredRecords(t *testing.T) {
 		time.Now().Add(-time.Hour).UnixMicro()); err != nil {
 		t.Fatal(err)
 	}
-	deletedMetric := regexp.MustCompile(`(?m)^idem_cleanup_deleted_rows_total\{table="idempotency_record"\} 1$`)
+	deletedMetric := regexp.MustCompile(`(?m)^idemd_cleanup_deleted_rows_total\{table="idempotency_record"\} 1$`)
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		res, err := http.Get(base + "/metrics")
 		if err != nil {

@@ -63,11 +63,11 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("metrics: %d", r.status)
 		}
 		for _, want := range []string{
-			`idem_http_outcomes_total{outcome="executed"} 1`,
-			`idem_http_outcomes_total{outcome="replayed"} 1`,
-			`idem_http_outcomes_total{outcome="mismatch"} 1`,
-			`idem_http_outcomes_total{outcome="rejected"} 1`,
-			`idem_http_outcomes_total{outcome="store_error"} 0`,
+			`idemd_http_outcomes_total{outcome="executed"} 1`,
+			`idemd_http_outcomes_total{outcome="replayed"} 1`,
+			`idemd_http_outcomes_total{outcome="mismatch"} 1`,
+			`idemd_http_outcomes_total{outcome="rejected"} 1`,
+			`idemd_http_outcomes_total{outcome="store_error"} 0`,
 			`idemd_http_requests_total{route="POST /v1/payments",status="201"} 2`,
 			`idemd_http_requests_total{route="POST /v1/payments",status="409"} 1`,
 			`idemd_http_requests_total{route="POST /v1/payments",status="400"} 1`,
