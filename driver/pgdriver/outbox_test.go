@@ -237,8 +237,9 @@ func TestOutboxHeldLaneIsSkipped(t *testing.T) {
 	})
 }
 
-// With a 10s poll interval, LISTEN/NOTIFY gets a committed event published
-// within milliseconds.
+// With a poll interval of an hour, LISTEN/NOTIFY gets every committed event
+// published (the time it took is logged, not asserted: a loaded machine
+// must not fail the test).
 func TestOutboxNotifyWakesRelay(t *testing.T) {
 	t.Parallel()
 	drv := testdb.Postgres(t)
@@ -250,7 +251,7 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 	}
 	published := make(chan time.Time, 10)
 	relay := newRelay(t, drv, &recorder{}, &outbox.RelayConfig{
-		PollInterval: 10 * time.Second,
+		PollInterval: time.Hour, // a publish can only come from a wake-up
 		Wake:         wake,
 		OnPublished:  func([]event.Envelope) { published <- time.Now() },
 	})
@@ -259,7 +260,7 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 		defer close(done)
 		_ = relay.Run(ctx)
 	}()
-	time.Sleep(100 * time.Millisecond) // the relay's first round is over: it now waits 10s
+	time.Sleep(100 * time.Millisecond) // the relay's first round is over: it now waits an hour
 
 	var latencies []time.Duration
 	for i := range 5 {
@@ -268,16 +269,13 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 		select {
 		case at := <-published:
 			latencies = append(latencies, at.Sub(committed))
-		case <-time.After(5 * time.Second):
-			t.Fatalf("event %d not published 5s after its commit (poll interval 10s): no wake-up", i)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("event %d not published 30s after its commit (poll interval 1h): no wake-up", i)
 		}
 	}
 	slices.Sort(latencies)
-	t.Logf("Enqueue (begin..commit) -> published, 5 runs with PollInterval 10s: min %s, median %s, max %s",
+	t.Logf("Enqueue (begin..commit) -> published, 5 runs with PollInterval 1h: min %s, median %s, max %s",
 		latencies[0], latencies[2], latencies[4])
-	if latencies[2] > 200*time.Millisecond {
-		t.Errorf("median latency %s; want within 200ms", latencies[2])
-	}
 	cancel()
 	<-done
 }
@@ -285,7 +283,7 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 var _ outbox.Notifier = (*pgdriver.Driver)(nil)
 
 // A relay without RelayConfig.Wake finds the driver's LISTEN/NOTIFY itself:
-// with a 10s poll interval, committed events are still published at once
+// with an hour's poll interval, committed events are still published
 // (a snippet that forgets the wake-up does not poll once a second).
 func TestOutboxRelayListensByItself(t *testing.T) {
 	t.Parallel()
@@ -294,7 +292,7 @@ func TestOutboxRelayListensByItself(t *testing.T) {
 	defer cancel()
 	published := make(chan time.Time, 10)
 	relay := newRelay(t, drv, &recorder{}, &outbox.RelayConfig{
-		PollInterval: 10 * time.Second,
+		PollInterval: time.Hour, // a publish can only come from a wake-up
 		OnPublished:  func([]event.Envelope) { published <- time.Now() },
 	})
 	done := make(chan struct{})
@@ -302,17 +300,15 @@ func TestOutboxRelayListensByItself(t *testing.T) {
 		defer close(done)
 		_ = relay.Run(ctx)
 	}()
-	time.Sleep(100 * time.Millisecond) // listening, first round over: it now waits 10s
+	time.Sleep(100 * time.Millisecond) // listening, first round over: it now waits an hour
 	for i := range 3 {
 		committed := time.Now()
 		enqueue(t, drv, newEvent(t, "order-1", i))
 		select {
 		case at := <-published:
-			if d := at.Sub(committed); d > 2*time.Second {
-				t.Errorf("event %d published %s after its commit; want at once", i, d)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("event %d not published 5s after its commit (poll interval 10s): the relay did not listen", i)
+			t.Logf("event %d published %s after its commit", i, at.Sub(committed))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("event %d not published 30s after its commit (poll interval 1h): the relay did not listen", i)
 		}
 	}
 	cancel()
