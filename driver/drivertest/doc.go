@@ -6,7 +6,6 @@
 //		drivertest.Run(t, drivertest.Backend[pgx.Tx]{
 //			New:           newMigratedDriver,   // a fresh, migrated database
 //			NewUnmigrated: newUnmigratedDriver, // a fresh, empty database
-//			OpenReplica:   openSecondDriver,    // drv's database, other connections
 //		})
 //	}
 //
@@ -31,8 +30,8 @@
 // takes the generic path on the methods above.
 //
 // Run also checks the inbox, the outbox and its relay, leases, saga
-// storage, the cleaner of package cleanup (with a second replica), and
-// Migrate and MigrateTx on a database that has never been migrated.
+// storage, and Migrate and MigrateTx on a database that has never been
+// migrated.
 //
 // Every subtest calls t.Parallel and builds its own driver, so the factory
 // must return an isolated database (a fresh PostgreSQL schema, a fresh SQLite

@@ -20,27 +20,24 @@ type Backend[TTx any] struct {
 	// NewUnmigrated returns a driver on a fresh database on which neither
 	// Migrate nor MigrateTx has run. Required.
 	NewUnmigrated func(t *testing.T) driver.Driver[TTx]
-	// OpenReplica returns a second driver on drv's database with its own
-	// connections, as a second process would open it. Required.
-	OpenReplica func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]
 }
 
 // Run runs the whole shared suite against b: records, inbox, outbox and
-// relay, leases, sagas, cleanup and migrations. What a backend's Caps say
+// relay, leases, sagas and migrations. (The cleaner's tests, which run
+// package cleanup on both idem backends, live in package cleanup.) What a backend's Caps say
 // it cannot do (concurrent writers) and the optional interfaces it does not
 // implement (driver.TxClaimer) decide which subtests are skipped; nothing
 // else is optional.
 func Run[TTx any](t *testing.T, b Backend[TTx]) {
 	t.Helper()
-	if b.New == nil || b.NewUnmigrated == nil || b.OpenReplica == nil {
-		t.Fatal("drivertest: Backend.New, NewUnmigrated and OpenReplica are required")
+	if b.New == nil || b.NewUnmigrated == nil {
+		t.Fatal("drivertest: Backend.New and NewUnmigrated are required")
 	}
 	runRecords(t, b.New)
 	runInbox(t, b.New)
 	runOutbox(t, b.New)
 	runLock(t, b.New)
 	runSaga(t, b.New)
-	runCleanup(t, b.New, b.OpenReplica)
 	runMigrate(t, b.NewUnmigrated)
 }
 

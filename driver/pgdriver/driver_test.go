@@ -30,7 +30,6 @@ func TestDriver(t *testing.T) {
 			}
 			return drv
 		},
-		OpenReplica: openReplica,
 	})
 }
 

@@ -24,7 +24,6 @@ func TestDriver(t *testing.T) {
 		NewUnmigrated: func(t *testing.T) driver.Driver[*sql.Tx] {
 			return open(t, testdb.SQLitePath(t), nil)
 		},
-		OpenReplica: openReplica,
 	})
 }
 
