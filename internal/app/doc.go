@@ -81,7 +81,7 @@
 //	                      step charge-payment: a payment (provider idemd-saga, external
 //	                      id order-<id>, status CAPTURED) + payment_id on the order +
 //	                      PaymentCaptured.v1 emitted with an ID derived from the step
-//	                      (saga.Emit, outbox)
+//	                      (saga EmitTx, outbox)
 //	                   -> or, for an amount over 10000.0000, Abort: the charge is
 //	                      declined for good and never recorded (nothing to undo)
 //	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED + OrderConfirmed.v1
