@@ -12,7 +12,7 @@ import (
 // returned as it is, and an error of get is returned wrapped.
 //
 // Inside a PostgreSQL transaction, create must run in a savepoint (see
-// Savepoint and the package documentation), or get fails on the aborted
+// SavepointTx and the package documentation), or get fails on the aborted
 // transaction.
 func CreateOrGet[T any](ctx context.Context, c Constraint,
 	create, get func(ctx context.Context) (T, error),

@@ -33,7 +33,7 @@ func ExampleCreateOrGet() {
 	id, created, err := uniq.CreateOrGet(ctx, paymentKey,
 		func(ctx context.Context) (id int64, err error) {
 			// In a savepoint: the unique violation must not abort tx.
-			err = uniq.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+			err = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
 				return tx.QueryRow(ctx, `INSERT INTO payment
 					(payment_provider, external_payment_id, amount, status, customer_id)
 					VALUES ($1, $2, $3, 'PENDING', $4) RETURNING id`,

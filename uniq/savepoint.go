@@ -8,12 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Savepoint runs fn in a savepoint of the PostgreSQL transaction tx (pgx
+// SavepointTx runs fn in a savepoint of the PostgreSQL transaction tx (pgx
 // starts a nested transaction as SAVEPOINT): when fn fails, or panics, only
 // its statements are rolled back and tx stays usable; when it succeeds the
 // savepoint is released and its writes become part of tx. fn's error is
 // returned unwrapped, so Is still recognises it.
-func Savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) (err error) {
+func SavepointTx(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) (err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("uniq: savepoint: %w", err)

@@ -59,10 +59,10 @@ func TestSavepoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		if err := uniq.Savepoint(ctx, tx, insert("ext-2")); err != nil {
+		if err := uniq.SavepointTx(ctx, tx, insert("ext-2")); err != nil {
 			t.Fatal(err)
 		}
-		err = uniq.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+		err = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
 			if err := insert("ext-3")(tx); err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func TestSavepoint(t *testing.T) {
 					t.Error("panic swallowed")
 				}
 			}()
-			_ = uniq.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+			_ = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
 				_ = insert("ext-4")(tx)
 				panic("handler bug")
 			})

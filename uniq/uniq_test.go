@@ -101,7 +101,7 @@ func pgCreateOrGet(ctx context.Context, pool *pgxpool.Pool, provider, externalID
 	defer func() { _ = tx.Rollback(ctx) }()
 	id, created, err := uniq.CreateOrGet(ctx, pairKey,
 		func(ctx context.Context) (id int64, err error) {
-			err = uniq.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+			err = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
 				return tx.QueryRow(ctx, `INSERT INTO payment (provider, external_id) VALUES ($1, $2) RETURNING id`,
 					provider, externalID).Scan(&id)
 			})

@@ -32,7 +32,7 @@ const columns = `id, payment_provider, external_payment_id, amount::text, status
 func (s *Store) CreateOrGet(ctx context.Context, tx pgx.Tx, p payments.NewPayment) (payments.Payment, bool, error) {
 	pay, created, err := uniq.CreateOrGet(ctx, payments.ProviderExternalIDKey,
 		func(ctx context.Context) (pay payments.Payment, err error) {
-			err = uniq.Savepoint(ctx, tx, func(tx pgx.Tx) error {
+			err = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
 				pay, err = scan(tx.QueryRow(ctx, `INSERT INTO payment
 					(payment_provider, external_payment_id, amount, status, customer_id)
 					VALUES ($1, $2, $3::numeric, $4, $5) RETURNING `+columns,
