@@ -660,3 +660,59 @@ func TestOutboxDeletePublished(t *testing.T) {
 		t.Error("Redrive succeeded with published rows deleted; want an error")
 	}
 }
+
+// Migration 006 gives the rows already in the outbox their lanes: an outbox
+// with pending rows from before the lanes is relayed completely, each key in
+// order, after it.
+func TestOutboxMigration006KeepsRows(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	// Undo 006 (and 007, which follows it).
+	for _, q := range []string{
+		`DROP INDEX outbox_lane_idx`,
+		`DROP INDEX outbox_blocked_idx`,
+		`ALTER TABLE outbox DROP COLUMN lane`,
+		`CREATE INDEX outbox_pending_key_idx ON outbox (record_key, id) WHERE published_at IS NULL`,
+		`ALTER TABLE processed_event DROP CONSTRAINT processed_event_pkey,
+			ADD CONSTRAINT processed_event_pkey PRIMARY KEY (consumer_name, event_id)`,
+		`DELETE FROM idem_migration WHERE version IN (6, 7)`,
+	} {
+		if _, err := drv.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	want := map[string][]uuid.UUID{}
+	var rows []driver.OutboxRow
+	for i := range 60 {
+		e := newEvent(t, fmt.Sprintf("k%d", i%7), i)
+		want[e.Key] = append(want[e.Key], e.ID)
+		rows = append(rows, driver.OutboxRow{EventID: e.ID, EventType: e.Type, Key: e.Key, OccurredAt: e.OccurredAt, Payload: e.Payload, CreatedAt: time.Now()})
+	}
+	// The old schema has no lane column: insert as the old driver did.
+	for _, r := range rows {
+		if _, err := drv.Pool().Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, r.EventID, r.EventType, r.Key, r.Payload, r.OccurredAt, r.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	var missing int
+	if err := drv.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE lane IS DISTINCT FROM abs(hashtextextended(record_key, 0) % 64)`).Scan(&missing); err != nil || missing != 0 {
+		t.Fatalf("rows without their lane after the migration: %d, %v", missing, err)
+	}
+	pub := &recorder{}
+	relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 9})
+	for {
+		n, err := relay.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	checkExactlyOnceInOrder(t, pub.published(), want)
+}
