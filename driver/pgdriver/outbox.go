@@ -112,8 +112,8 @@ const lanesPerClaim = 16
 // OutboxClaimBatch implements driver.OutboxExecutor with lanes (see
 // migration 006_outbox_lanes.sql), in two statements:
 //
-//  1. lanes: the lanes that have pending rows (a loose scan of the lane
-//     index: one probe per pending lane), then up to lanesPerClaim of them
+//  1. lanes: the lanes that have pending rows not parked (a loose scan of
+//     the lane index: one probe per pending lane), then up to lanesPerClaim of them
 //     (and no more than limit),
 //     each locked with pg_try_advisory_xact_lock (a lane another
 //     transaction holds is skipped), starting at a random lane so that
@@ -194,10 +194,10 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit in
 // reads the lane in ID order and stops at limit.
 const (
 	outboxLanesSQL = `WITH RECURSIVE pending AS (
-			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL ORDER BY lane LIMIT 1)
+			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL AND parked_at IS NULL ORDER BY lane LIMIT 1)
 			UNION ALL
 			SELECT (SELECT o.lane FROM {{table}}outbox o
-				WHERE o.published_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
 			FROM pending p WHERE p.lane IS NOT NULL
 		)
 		SELECT lane FROM (
@@ -209,7 +209,7 @@ const (
 	outboxReadSQL = `SELECT r.* FROM unnest($1::smallint[]) AS l(lane)
 		CROSS JOIN LATERAL (
 			SELECT ` + outboxColumns + ` FROM {{table}}outbox o
-			WHERE o.lane = l.lane AND o.published_at IS NULL
+			WHERE o.lane = l.lane AND o.published_at IS NULL AND o.parked_at IS NULL
 			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
 				WHERE b.record_key = o.record_key AND b.id <= o.id
 				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)

@@ -716,3 +716,40 @@ func TestOutboxMigration006KeepsRows(t *testing.T) {
 	}
 	checkExactlyOnceInOrder(t, pub.published(), want)
 }
+
+// Lanes whose only pending rows are parked are not claimed: with more such
+// lanes than a claim takes, the one healthy key is still found at the
+// first claim.
+func TestOutboxParkedLanesNotClaimed(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	keys, _ := keysInLanes(t, drv, "p", 25)
+	for i, k := range keys[:24] {
+		e := newEvent(t, k, i)
+		enqueue(t, drv, e)
+		var id int64
+		if err := drv.Pool().QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, e.ID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Executor().OutboxPark(ctx, id, "poison", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy := newEvent(t, keys[24], 0)
+	enqueue(t, drv, healthy)
+	for i := range 5 {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, time.Now(), 500)
+		_ = drv.Rollback(ctx, tx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].EventID != healthy.ID {
+			t.Fatalf("claim %d with 24 parked lanes: %d rows; want the healthy key's one", i, len(got))
+		}
+	}
+}

@@ -13,8 +13,10 @@ ALTER TABLE {{table}}outbox
     ADD COLUMN lane smallint NOT NULL
     GENERATED ALWAYS AS ((abs(hashtextextended(record_key, 0) % 64))::smallint) STORED;
 
+-- Parked rows are left out: a lane whose only pending rows are parked is
+-- not worth a claim (the parked row still blocks its key: see below).
 CREATE INDEX {{name}}outbox_lane_idx ON {{table}}outbox (lane, id)
-    WHERE published_at IS NULL;
+    WHERE published_at IS NULL AND parked_at IS NULL;
 
 -- Rows that failed at least once (backing off or parked) and are still
 -- unpublished: they block the later rows of their key. Almost always empty,
