@@ -19,7 +19,6 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -80,14 +79,11 @@ func (b *bench) runLatency(ctx context.Context) error {
 	seeds := kf.ListenAddrs()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
+	pub, err := newPublisher(ctx, seeds, topic, logger)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	if err := pub.Client().Ping(ctx); err != nil {
-		return fmt.Errorf("kfake ping: %w", err)
-	}
 	rd, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(latencyFetchWait))
 	if err != nil {

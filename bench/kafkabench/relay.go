@@ -66,14 +66,11 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
+	pub, err := newPublisher(ctx, seeds, topic, logger)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	if err := pub.Client().Ping(ctx); err != nil {
-		return fmt.Errorf("kfake ping: %w", err)
-	}
 
 	conc := o.relayConc
 	if conc == 0 {
@@ -328,4 +325,17 @@ func readBack(ctx context.Context, seeds []string, topic string) (logCheck, erro
 	chk.distinct = len(seen)
 	chk.keys = len(last)
 	return chk, nil
+}
+
+// newPublisher returns the relay's publisher to the kfake topic, connected.
+func newPublisher(ctx context.Context, seeds []string, topic string, logger *slog.Logger) (*idemkafka.Publisher, error) {
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: topic, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := pub.Client().Ping(ctx); err != nil {
+		pub.Close()
+		return nil, fmt.Errorf("kfake ping: %w", err)
+	}
+	return pub, nil
 }

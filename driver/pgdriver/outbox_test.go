@@ -639,15 +639,7 @@ func TestOutboxDeletePublished(t *testing.T) {
 	}
 	pub := &recorder{}
 	relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 7})
-	for {
-		n, err := relay.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	drain(t, relay)
 	checkExactlyOnceInOrder(t, pub.published(), want)
 	var rows int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.outbox`).Scan(&rows); err != nil {
@@ -705,15 +697,7 @@ func TestOutboxMigration006KeepsRows(t *testing.T) {
 	}
 	pub := &recorder{}
 	relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 9})
-	for {
-		n, err := relay.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	drain(t, relay)
 	checkExactlyOnceInOrder(t, pub.published(), want)
 }
 
@@ -750,6 +734,20 @@ func TestOutboxParkedLanesNotClaimed(t *testing.T) {
 		}
 		if len(got) != 1 || got[0].EventID != healthy.ID {
 			t.Fatalf("claim %d with 24 parked lanes: %d rows; want the healthy key's one", i, len(got))
+		}
+	}
+}
+
+// drain runs the relay's rounds until one publishes nothing.
+func drain(t *testing.T, relay *outbox.Relay[pgx.Tx]) {
+	t.Helper()
+	for {
+		n, err := relay.RunOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
 		}
 	}
 }
