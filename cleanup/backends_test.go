@@ -133,7 +133,7 @@ func clPublished[TTx any](t *testing.T, drv driver.Driver[TTx], n int, at time.T
 	}
 	defer func() { _ = drv.Rollback(context.Background(), tx) }()
 	ex := drv.UnwrapExecutor(tx)
-	claimed, err := ex.OutboxClaimBatch(ctx, at, n+1)
+	claimed, err := ex.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: at, Limit: n + 1})
 	if err != nil || len(claimed) != n {
 		t.Fatalf("OutboxClaimBatch = %d rows, %v; want %d", len(claimed), err, n)
 	}
@@ -141,7 +141,7 @@ func clPublished[TTx any](t *testing.T, drv driver.Driver[TTx], n int, at time.T
 	for i, r := range claimed {
 		ids[i] = r.ID
 	}
-	if err := ex.OutboxMarkPublished(ctx, ids, at); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: ids, At: at}); err != nil {
 		t.Fatalf("OutboxMarkPublished: %v", err)
 	}
 	if err := drv.Commit(ctx, tx); err != nil {
@@ -202,7 +202,7 @@ func testCleanupRetention[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 		mustNotFind(t, ex, testScope, k)
 	}
 	for _, k := range liveRec {
-		if _, err := ex.RecordGet(t.Context(), testScope, k); err != nil {
+		if _, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: testScope, Key: k}); err != nil {
 			t.Errorf("live record %s after the sweep: %v", k, err)
 		}
 	}
@@ -319,7 +319,7 @@ func testCleanupMutualExclusion[TTx any](t *testing.T, drv driver.Driver[TTx], r
 
 func testCleanupDeadReplica[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() driver.Driver[TTx]) {
 	ex := drv.Executor()
-	if ok, err := ex.LockAcquire(t.Context(), cleanup.DefaultLockName, "dead-replica", t0, t0.Add(time.Minute)); err != nil || !ok {
+	if ok, err := ex.LockAcquire(t.Context(), &driver.LockAcquireParams{Name: cleanup.DefaultLockName, Owner: "dead-replica", Now: t0, Until: t0.Add(time.Minute)}); err != nil || !ok {
 		t.Fatalf("LockAcquire: %v, %v", ok, err)
 	}
 	if rep := runOnce(t, newCleaner(t, drv, clConfig(fixedClock(t0.Add(59*time.Second))))); !rep.Skipped {
@@ -329,7 +329,7 @@ func testCleanupDeadReplica[TTx any](t *testing.T, drv driver.Driver[TTx], _ fun
 	if rep := runOnce(t, c); rep.Skipped {
 		t.Error("skipped although the dead replica's lease had expired")
 	}
-	owner, until, err := ex.LockGet(t.Context(), cleanup.DefaultLockName)
+	owner, until, err := ex.LockGet(t.Context(), &driver.LockGetParams{Name: cleanup.DefaultLockName})
 	if err != nil || owner != c.Owner() || !until.Equal(t0.Add(time.Minute+cleanup.DefaultHold)) {
 		t.Errorf("after the sweep the lease is %s until %s (%v); want %s until %s", owner, until, err, c.Owner(), t0.Add(time.Minute+cleanup.DefaultHold))
 	}
@@ -346,7 +346,7 @@ func testCleanupLeaseLost[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 		if !stolen { // this replica stalls past its lease; another takes over
 			stolen = true
 			clock.Add((2 * time.Second).Microseconds())
-			ok, err := drv.Executor().LockAcquire(ctx, cleanup.DefaultLockName, "thief", now(), now().Add(time.Hour))
+			ok, err := drv.Executor().LockAcquire(ctx, &driver.LockAcquireParams{Name: cleanup.DefaultLockName, Owner: "thief", Now: now(), Until: now().Add(time.Hour)})
 			if err != nil {
 				return 0, fmt.Errorf("thief: %w", err)
 			}
@@ -369,7 +369,7 @@ func testCleanupLeaseLost[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the sweep went on for %s after losing the lease", d)
 	}
-	if owner, _, err := drv.Executor().LockGet(t.Context(), cleanup.DefaultLockName); err != nil || owner != "thief" {
+	if owner, _, err := drv.Executor().LockGet(t.Context(), &driver.LockGetParams{Name: cleanup.DefaultLockName}); err != nil || owner != "thief" {
 		t.Errorf("lease owner after the loss = %q, %v; want the thief's lease untouched", owner, err)
 	}
 }
@@ -396,7 +396,7 @@ func testCleanupCancel[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() d
 	if n := batches.Load(); n < 2 || n > 4 || rep.Deleted("probe") != int(n)*7 {
 		t.Errorf("%d batches before the deadline, report %+v", n, rep.Tables)
 	}
-	if _, _, err := drv.Executor().LockGet(t.Context(), cleanup.DefaultLockName); !errors.Is(err, driver.ErrNotFound) {
+	if _, _, err := drv.Executor().LockGet(t.Context(), &driver.LockGetParams{Name: cleanup.DefaultLockName}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("lease after a cancelled sweep: err = %v; want released (ErrNotFound)", err)
 	}
 }
@@ -434,7 +434,7 @@ func testCleanupFinishedSagas[TTx any](t *testing.T, drv driver.Driver[TTx], _ f
 	present := func(when string, ids []string, want bool) {
 		t.Helper()
 		for _, id := range ids {
-			_, err := ex.SagaGet(t.Context(), id)
+			_, err := ex.SagaGet(t.Context(), &driver.SagaGetParams{SagaID: id})
 			steps := sagaSteps(t, ex, id)
 			switch {
 			case want && (err != nil || len(steps) != 1):
@@ -663,7 +663,7 @@ func insertTx[TTx any](ctx context.Context, drv driver.Driver[TTx], ids []uuid.U
 	}
 	defer func() { _ = drv.Rollback(context.Background(), tx) }()
 	ex, now := drv.UnwrapExecutor(tx), time.Now()
-	got, err := ex.InboxInsert(ctx, consumerA, ids, now)
+	got, err := ex.InboxInsert(ctx, &driver.InboxInsertParams{Consumer: consumerA, IDs: ids, Now: now})
 	if err != nil {
 		return fmt.Errorf("InboxInsert: %w", err)
 	}
@@ -714,7 +714,7 @@ var t0 = time.Date(2031, 3, 14, 15, 9, 26, 535897000, time.FixedZone("UTC+05:30"
 
 func inboxInsert(t *testing.T, ex driver.Executor, consumer string, ids []uuid.UUID, now time.Time) []uuid.UUID {
 	t.Helper()
-	got, err := ex.InboxInsert(t.Context(), consumer, ids, now)
+	got, err := ex.InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumer, IDs: ids, Now: now})
 	if err != nil {
 		t.Fatalf("InboxInsert(%q, %d ids): %v", consumer, len(ids), err)
 	}
@@ -737,7 +737,7 @@ func newIDs(t *testing.T, n int) []uuid.UUID {
 
 func mustNotFind(t *testing.T, ex driver.Executor, scope, key string) {
 	t.Helper()
-	got, err := ex.RecordGet(t.Context(), scope, key)
+	got, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: scope, Key: key})
 	if !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("RecordGet(%q, %q) = %+v, %v; want ErrNotFound", scope, key, got, err)
 	}
@@ -763,7 +763,7 @@ func sagaCreate(t *testing.T, ex driver.Executor, s *driver.Saga) *driver.Saga {
 // sagaRecord records a step and fails unless it is new.
 func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result []byte, now time.Time) {
 	t.Helper()
-	inserted, existing, err := ex.SagaStepRecord(t.Context(), id, step, kind, result, now)
+	inserted, existing, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: kind, Result: result, Now: now})
 	if err != nil || !inserted {
 		t.Fatalf("SagaStepRecord(%q, %q, %s) = inserted %v, existing %q, %v; want a new step", id, step, kind, inserted, existing, err)
 	}
@@ -772,7 +772,7 @@ func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result 
 // sagaSetState moves a saga and fails unless the guard let it.
 func sagaSetState(t *testing.T, ex driver.Executor, id string, from []string, to string, now time.Time) {
 	t.Helper()
-	changed, cur, err := ex.SagaSetState(t.Context(), id, from, to, now)
+	changed, cur, err := ex.SagaSetState(t.Context(), &driver.SagaSetStateParams{SagaID: id, From: from, To: to, Now: now})
 	if err != nil || !changed || cur != to {
 		t.Fatalf("SagaSetState(%q, %v -> %s) = %v, %q, %v; want changed", id, from, to, changed, cur, err)
 	}
@@ -780,7 +780,7 @@ func sagaSetState(t *testing.T, ex driver.Executor, id string, from []string, to
 
 func sagaSteps(t *testing.T, ex driver.Executor, id string) []driver.SagaStep {
 	t.Helper()
-	steps, err := ex.SagaSteps(t.Context(), id)
+	steps, err := ex.SagaSteps(t.Context(), &driver.SagaStepsParams{SagaID: id})
 	if err != nil {
 		t.Fatalf("SagaSteps(%q): %v", id, err)
 	}

@@ -27,7 +27,7 @@ func newOwner() string {
 
 // acquire takes (or extends) the sweep lease at now.
 func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error) {
-	ok, err := c.drv.Executor().LockAcquire(ctx, c.cfg.LockName, c.owner, now, now.Add(c.cfg.Lease))
+	ok, err := c.drv.Executor().LockAcquire(ctx, &driver.LockAcquireParams{Name: c.cfg.LockName, Owner: c.owner, Now: now, Until: now.Add(c.cfg.Lease)})
 	if err != nil {
 		return false, fmt.Errorf("cleanup: acquire lease %q: %w", c.cfg.LockName, err)
 	}
@@ -62,7 +62,7 @@ func (c *Cleaner[TTx]) keepLease(parent context.Context, validUntil time.Time) (
 			case <-tick.C:
 			}
 			until := c.cfg.Now().Add(c.cfg.Lease)
-			err := ex.LockRenew(ctx, c.cfg.LockName, c.owner, until)
+			err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: c.cfg.LockName, Owner: c.owner, Until: until})
 			switch {
 			case err == nil:
 				validUntil = until
@@ -95,9 +95,9 @@ func (c *Cleaner[TTx]) finish(ctx context.Context, completed bool) {
 	ex := c.drv.Executor()
 	var err error
 	if completed && c.cfg.Hold != NoHold {
-		err = ex.LockRenew(ctx, c.cfg.LockName, c.owner, c.cfg.Now().Add(c.cfg.Hold))
+		err = ex.LockRenew(ctx, &driver.LockRenewParams{Name: c.cfg.LockName, Owner: c.owner, Until: c.cfg.Now().Add(c.cfg.Hold)})
 	} else {
-		err = ex.LockRelease(ctx, c.cfg.LockName, c.owner)
+		err = ex.LockRelease(ctx, &driver.LockReleaseParams{Name: c.cfg.LockName, Owner: c.owner})
 	}
 	if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
 		c.cfg.Logger.Warn("cleanup: could not hold or release the lease; it expires on its own", "lock", c.cfg.LockName, "err", err)

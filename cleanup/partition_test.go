@@ -2,6 +2,7 @@ package cleanup_test
 
 import (
 	"errors"
+	"github.com/idemkit/idem/driver"
 	"log/slog"
 	"slices"
 	"sync"
@@ -64,7 +65,7 @@ func partitioned(t *testing.T) pgInbox {
 
 func (p pgInbox) insert(ids []uuid.UUID, at time.Time) {
 	p.t.Helper()
-	got, err := p.drv.Executor().InboxInsert(p.t.Context(), "c", ids, at)
+	got, err := p.drv.Executor().InboxInsert(p.t.Context(), &driver.InboxInsertParams{Consumer: "c", IDs: ids, Now: at})
 	if err != nil || len(got) != len(ids) {
 		p.t.Fatalf("InboxInsert(%d ids at %s) = %d new, %v", len(ids), at, len(got), err)
 	}
@@ -80,7 +81,7 @@ func (p pgInbox) present(ids []uuid.UUID) int {
 		p.t.Fatal(err)
 	}
 	defer func() { _ = p.drv.Rollback(ctx, tx) }()
-	fresh, err := p.drv.UnwrapExecutor(tx).InboxInsert(ctx, "c", ids, pnow)
+	fresh, err := p.drv.UnwrapExecutor(tx).InboxInsert(ctx, &driver.InboxInsertParams{Consumer: "c", IDs: ids, Now: pnow})
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestEnableInboxPartitioningKeepsRows(t *testing.T) {
 		t.Errorf("a converted row of day -1 is in %s", rel)
 	}
 	// The primary key still deduplicates: inserting again adds nothing.
-	if got, err := drv.Executor().InboxInsert(t.Context(), "c", before, pnow); err != nil || len(got) != 0 {
+	if got, err := drv.Executor().InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: "c", IDs: before, Now: pnow}); err != nil || len(got) != 0 {
 		t.Errorf("InboxInsert of converted ids = %v, %v; want none new", got, err)
 	}
 }
@@ -284,7 +285,7 @@ func TestPartitionMaintenanceUnderInsertLoad(t *testing.T) {
 				}
 				at := pnow.Add(time.Duration(w*100000+i) * time.Millisecond)
 				ids := append(v7s(at, 5), v4Outside()) // today's partition and the default
-				if got, err := p.drv.Executor().InboxInsert(t.Context(), "c", ids, at); err != nil || len(got) != len(ids) {
+				if got, err := p.drv.Executor().InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: "c", IDs: ids, Now: at}); err != nil || len(got) != len(ids) {
 					t.Errorf("insert during partition maintenance: %d new, %v", len(got), err)
 					return
 				}
@@ -316,7 +317,7 @@ func TestInboxDeleteBeforeOnPartitionedTable(t *testing.T) {
 	old, young := v7s(day(-5), 10), v7s(day(-1), 10)
 	p.insert(old, day(-5))
 	p.insert(young, day(-1))
-	n, err := p.drv.Executor().InboxDeleteBefore(t.Context(), "", day(-3), 100)
+	n, err := p.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: "", Before: day(-3), Limit: 100})
 	if err != nil || n != len(old) {
 		t.Fatalf("InboxDeleteBefore = %d, %v; want %d", n, err, len(old))
 	}

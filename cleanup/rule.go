@@ -85,7 +85,7 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 			table:  TableRecords,
 			cutoff: func(now time.Time) time.Time { return now },
 			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.RecordDeleteExpired(ctx, before, limit)
+				return ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: before, Limit: limit})
 			},
 		})
 	}
@@ -98,7 +98,7 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 				cutoff: olderThan(c.Inbox.TTL),
 				before: unpartitionedCheck(probe),
 				deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-					return ex.InboxDeleteBefore(ctx, "", before, limit)
+					return ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: before, Limit: limit})
 				},
 			})
 		}
@@ -108,7 +108,7 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 			table:  TableOutbox,
 			cutoff: olderThan(c.Outbox.TTL),
 			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.OutboxDeletePublishedBefore(ctx, before, limit)
+				return ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit})
 			},
 		})
 	}
@@ -117,7 +117,7 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 			table:  TableSagas,
 			cutoff: olderThan(c.Sagas.TTL),
 			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.SagaDeleteFinishedBefore(ctx, before, limit)
+				return ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: before, Limit: limit})
 			},
 		})
 	}

@@ -10,9 +10,19 @@
 //
 // A Driver is generic over the transaction type TTx of its database library,
 // as river's drivers are: code that must be atomic with a business write takes
-// the caller's TTx and turns it into an Executor with UnwrapExecutor, so
-// idem's statements run in the caller's transaction and nothing commits behind
-// the caller's back.
+// the caller's TTx and turns it into an executor with a ...Tx method
+// (RecordsTx, InboxTx, OutboxTx, SagasTx), so idem's statements run in the
+// caller's transaction and nothing commits behind the caller's back.
 //
-// Every backend must pass the shared suite in driver/drivertest.
+// Each component takes only what it uses: a Backend (name, capabilities,
+// transactions) and the stores of its tables. idemhttp takes a
+// RecordDriver, inbox an InboxDriver, outbox an OutboxDriver, saga a
+// SagaDriver; the cleaner takes the whole Driver. A backend that serves only
+// the middleware implements RecordDriver: Backend's five methods, Records
+// and RecordsTx, and the six methods of RecordExecutor.
+//
+// Every executor method takes its inputs as one struct (see params.go), so a
+// field added later breaks no backend and no caller.
+//
+// A full backend must pass the shared suite in driver/drivertest.
 package driver

@@ -5,15 +5,14 @@ import (
 	"errors"
 )
 
-// Driver gives idem access to one database. TTx is the transaction type of
-// the database library (pgx.Tx, *sql.Tx).
-type Driver[TTx any] interface {
+// Backend is what every idem component needs of a database: its name, its
+// capabilities and transactions. TTx is the transaction type of the database
+// library (pgx.Tx, *sql.Tx).
+type Backend[TTx any] interface {
 	// Name identifies the backend ("postgres", "sqlite").
 	Name() string
-
-	// Executor runs statements outside any transaction (each one commits on
-	// its own).
-	Executor() Executor
+	// Caps tells what the backend can do.
+	Caps() Caps
 
 	// Begin starts a read-write transaction.
 	Begin(ctx context.Context) (TTx, error)
@@ -22,7 +21,78 @@ type Driver[TTx any] interface {
 	// Rollback rolls a transaction back. Rolling back a transaction that
 	// already ended is not an error.
 	Rollback(ctx context.Context, tx TTx) error
+}
 
+// The stores give the executor of one group of tables, outside any
+// transaction (each statement commits on its own) or in the caller's
+// transaction (the ...Tx methods, which never commit it).
+type (
+	// RecordStore gives the executor of idempotency records.
+	RecordStore[TTx any] interface {
+		Records() RecordExecutor
+		RecordsTx(tx TTx) RecordExecutor
+	}
+	// InboxStore gives the executor of the consumer inbox.
+	InboxStore[TTx any] interface {
+		Inbox() InboxExecutor
+		InboxTx(tx TTx) InboxExecutor
+	}
+	// OutboxStore gives the executor of the transactional outbox.
+	OutboxStore[TTx any] interface {
+		Outbox() OutboxExecutor
+		OutboxTx(tx TTx) OutboxExecutor
+	}
+	// SagaStore gives the executor of sagas and their steps.
+	SagaStore[TTx any] interface {
+		Sagas() SagaExecutor
+		SagasTx(tx TTx) SagaExecutor
+	}
+	// LockStore gives the executor of named leases.
+	LockStore interface {
+		Locks() LockExecutor
+	}
+)
+
+// What each component takes: a backend that serves only the middleware
+// implements RecordDriver, and so on. A full Driver is all of them.
+type (
+	// RecordDriver is what idemhttp needs.
+	RecordDriver[TTx any] interface {
+		Backend[TTx]
+		RecordStore[TTx]
+	}
+	// InboxDriver is what inbox needs.
+	InboxDriver[TTx any] interface {
+		Backend[TTx]
+		InboxStore[TTx]
+	}
+	// OutboxDriver is what outbox needs (the relay, EnqueueTx, Redrive).
+	OutboxDriver[TTx any] interface {
+		Backend[TTx]
+		OutboxStore[TTx]
+	}
+	// SagaDriver is what saga needs: its own tables and the outbox, for
+	// the events a step emits.
+	SagaDriver[TTx any] interface {
+		Backend[TTx]
+		SagaStore[TTx]
+		OutboxStore[TTx]
+	}
+)
+
+// Driver gives idem access to every table of one database: what the cleaner
+// and the reference daemon take. pgdriver and sqlitedriver implement it.
+type Driver[TTx any] interface {
+	Backend[TTx]
+	RecordStore[TTx]
+	InboxStore[TTx]
+	OutboxStore[TTx]
+	SagaStore[TTx]
+	LockStore
+
+	// Executor runs statements of every table outside any transaction
+	// (each one commits on its own).
+	Executor() Executor
 	// UnwrapExecutor returns an Executor whose statements run in tx.
 	UnwrapExecutor(tx TTx) Executor
 
@@ -32,9 +102,6 @@ type Driver[TTx any] interface {
 	// transaction, so idem's tables appear atomically with the
 	// application's own migration.
 	MigrateTx(ctx context.Context, tx TTx) error
-
-	// Caps tells what the backend can do.
-	Caps() Caps
 }
 
 // Caps describes backend capabilities that change how idem behaves.

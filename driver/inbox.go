@@ -27,13 +27,13 @@ type InboxExecutor interface {
 	// concurrent writers, a caller inserting an id that an uncommitted
 	// transaction inserted waits for that transaction, then gets the id
 	// back only if it rolled back. An empty ids returns (nil, nil).
-	InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) (inserted []uuid.UUID, err error)
+	InboxInsert(ctx context.Context, p *InboxInsertParams) (inserted []uuid.UUID, err error)
 
 	// InboxDeleteBefore deletes at most limit rows of consumer ("" for
 	// every consumer) whose processed_at is before before, oldest first, and
 	// returns how many it deleted. The cleaner calls it in a loop until it
 	// returns less than limit. limit must be positive.
-	InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
+	InboxDeleteBefore(ctx context.Context, p *InboxDeleteBeforeParams) (int, error)
 
 	// InboxOldest returns the smallest processed_at over all consumers, and
 	// false when the table is empty (a metric of how far cleanup lags).

@@ -21,18 +21,18 @@ type LockExecutor interface {
 	// it when owner already holds it. It returns true when owner holds the
 	// lease afterwards and false when another owner holds a live lease.
 	// Concurrent callers never both get true for a live lease.
-	LockAcquire(ctx context.Context, name, owner string, now, until time.Time) (bool, error)
+	LockAcquire(ctx context.Context, p *LockAcquireParams) (bool, error)
 
 	// LockRenew moves the expiry of a lease owner holds to until (earlier
 	// or later). ErrLeaseLost when the row no longer names owner (another
 	// owner took the expired lease over, or it was released).
-	LockRenew(ctx context.Context, name, owner string, until time.Time) error
+	LockRenew(ctx context.Context, p *LockRenewParams) error
 
 	// LockRelease deletes the lease if owner holds it, so another owner may
 	// take it at once. ErrLeaseLost when owner does not hold it.
-	LockRelease(ctx context.Context, name, owner string) error
+	LockRelease(ctx context.Context, p *LockReleaseParams) error
 
 	// LockGet returns the owner and expiry of the lease name, expired or
 	// not, or ErrNotFound when there is no row.
-	LockGet(ctx context.Context, name string) (owner string, expiresAt time.Time, err error)
+	LockGet(ctx context.Context, p *LockGetParams) (owner string, expiresAt time.Time, err error)
 }

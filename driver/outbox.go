@@ -83,28 +83,28 @@ type OutboxExecutor interface {
 	// never publish the same row at the same time and never interleave
 	// within a key. On SQLite there are no locks: only one relay may run
 	// per database, and the batch is the lowest IDs.
-	OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]OutboxRow, error)
+	OutboxClaimBatch(ctx context.Context, p *OutboxClaimBatchParams) ([]OutboxRow, error)
 
 	// OutboxMarkPublished sets published_at to at on the unpublished rows
 	// among ids. Rows already published keep their first time.
-	OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error
+	OutboxMarkPublished(ctx context.Context, p *OutboxMarkPublishedParams) error
 
 	// OutboxMarkFailed records a failed attempt of row id: attempts+1,
 	// last_error = errText, next_attempt_at = nextAttempt. ErrNotFound if
 	// no unpublished row has that id.
-	OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error
+	OutboxMarkFailed(ctx context.Context, p *OutboxMarkFailedParams) error
 
 	// OutboxPark records a last failed attempt of row id (attempts+1,
 	// last_error = errText) and parks it at at: the row is kept but never
 	// claimed again, and it blocks the later rows of its key until an
 	// operator unparks it (see package outbox). ErrNotFound if no
 	// unpublished row has that id.
-	OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error
+	OutboxPark(ctx context.Context, p *OutboxParkParams) error
 
 	// OutboxDeletePublishedBefore deletes at most limit rows published
 	// before before and returns how many it deleted. Unpublished and parked
 	// rows are never deleted. limit must be positive.
-	OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error)
+	OutboxDeletePublishedBefore(ctx context.Context, p *OutboxDeletePublishedBeforeParams) (int, error)
 
 	// OutboxOldestUnpublished returns the CreatedAt of the oldest (lowest
 	// ID) unpublished row, parked rows included (a parked row is an event
@@ -123,7 +123,7 @@ type OutboxExecutor interface {
 	// after p.PublishedBefore are not changed (the upper bound keeps a
 	// loop from redriving what the relay has just republished), nor are
 	// unpublished or parked rows.
-	OutboxRedrive(ctx context.Context, p OutboxRedriveParams) (int, error)
+	OutboxRedrive(ctx context.Context, p *OutboxRedriveParams) (int, error)
 }
 
 // OutboxRedriveParams selects the rows of OutboxRedrive.

@@ -81,19 +81,19 @@ type RecordExecutor interface {
 	// record. It never executes a check-then-insert.
 	RecordClaim(ctx context.Context, p *RecordClaimParams) (*RecordClaimResult, error)
 	// RecordGet returns the record, live or not, or ErrNotFound.
-	RecordGet(ctx context.Context, scope, key string) (*Record, error)
+	RecordGet(ctx context.Context, p *RecordGetParams) (*Record, error)
 	// RecordComplete stores the response of an in-progress record owned by
 	// p.LeaseToken and marks it completed. ErrLeaseLost if not owned.
 	RecordComplete(ctx context.Context, p *RecordCompleteParams) error
 	// RecordRelease deletes an in-progress record owned by token, so that a
 	// retry may execute. ErrLeaseLost if not owned.
-	RecordRelease(ctx context.Context, scope, key, token string) error
+	RecordRelease(ctx context.Context, p *RecordReleaseParams) error
 	// RecordExtendLease moves the lease of an owned in-progress record to
 	// until. ErrLeaseLost if not owned.
-	RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error
+	RecordExtendLease(ctx context.Context, p *RecordExtendLeaseParams) error
 	// RecordDeleteExpired deletes at most limit records whose ExpiresAt is
 	// not after now and returns how many it deleted.
-	RecordDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	RecordDeleteExpired(ctx context.Context, p *RecordDeleteExpiredParams) (int, error)
 }
 
 // TxClaimer is implemented by backends that run idemhttp's ModeTx in as few

@@ -98,7 +98,7 @@ type SagaExecutor interface {
 	SagaCreate(ctx context.Context, s *Saga) (stored *Saga, created bool, err error)
 
 	// SagaGet returns the saga, or ErrNotFound.
-	SagaGet(ctx context.Context, sagaID string) (*Saga, error)
+	SagaGet(ctx context.Context, p *SagaGetParams) (*Saga, error)
 
 	// SagaSetState moves the saga to state to at now, in one UPDATE guarded
 	// by the expected states from: it changes the saga only when its state
@@ -112,7 +112,7 @@ type SagaExecutor interface {
 	// transactions that are recording a step of the saga (see
 	// SagaStepRecord), so no step of the old state commits after the state
 	// changed.
-	SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (changed bool, current string, err error)
+	SagaSetState(ctx context.Context, p *SagaSetStateParams) (changed bool, current string, err error)
 
 	// SagaStepRecord records that step of kind completed at now with
 	// result, in ONE statement (INSERT ... SELECT ... ON CONFLICT DO NOTHING
@@ -130,22 +130,22 @@ type SagaExecutor interface {
 	// recorded makes it wait for that transaction: then it reports the
 	// step as existing if that transaction committed, or inserts it if it
 	// rolled back.
-	SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (inserted bool, existingResult []byte, err error)
+	SagaStepRecord(ctx context.Context, p *SagaStepRecordParams) (inserted bool, existingResult []byte, err error)
 
 	// SagaStepSetResult replaces the result of a recorded step (the step's
 	// function ran after SagaStepRecord claimed it, in the same
 	// transaction). ErrNotFound if the step is not recorded.
-	SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error
+	SagaStepSetResult(ctx context.Context, p *SagaStepSetResultParams) error
 
 	// SagaSteps returns the recorded steps of the saga, forward and
 	// compensation, ordered by Seq. A saga without steps, or no saga,
 	// gives an empty result.
-	SagaSteps(ctx context.Context, sagaID string) ([]SagaStep, error)
+	SagaSteps(ctx context.Context, p *SagaStepsParams) ([]SagaStep, error)
 
 	// SagaList returns at most limit sagas whose state is one of states,
 	// least recently updated first (for a recovery loop that resumes
 	// interrupted compensations). limit must be positive.
-	SagaList(ctx context.Context, states []string, limit int) ([]Saga, error)
+	SagaList(ctx context.Context, p *SagaListParams) ([]Saga, error)
 
 	// SagaDeleteFinishedBefore deletes at most limit finished sagas
 	// (SagaCompleted or SagaCompensated) whose finished_at is before
@@ -153,7 +153,7 @@ type SagaExecutor interface {
 	// deleted. Running, compensating and failed sagas are never deleted.
 	// The cleaner calls it in a loop until it returns less than limit.
 	// limit must be positive.
-	SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error)
+	SagaDeleteFinishedBefore(ctx context.Context, p *SagaDeleteFinishedBeforeParams) (int, error)
 }
 
 // SagaFinished reports whether state is a final state (SagaCompleted or

@@ -33,9 +33,9 @@ type cacheCountingDriver[TTx any] struct {
 	n *atomic.Int64
 }
 
-func (d cacheCountingDriver[TTx]) Executor() driver.Executor {
+func (d cacheCountingDriver[TTx]) Records() driver.RecordExecutor {
 	d.n.Add(1)
-	return cacheCountingExecutor{d.Driver.Executor(), d.n}
+	return cacheCountingExecutor{d.Driver.Records(), d.n}
 }
 
 func (d cacheCountingDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
@@ -43,9 +43,9 @@ func (d cacheCountingDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
 	return d.Driver.Begin(ctx)
 }
 
-func (d cacheCountingDriver[TTx]) UnwrapExecutor(tx TTx) driver.Executor {
+func (d cacheCountingDriver[TTx]) RecordsTx(tx TTx) driver.RecordExecutor {
 	d.n.Add(1)
-	return cacheCountingExecutor{d.Driver.UnwrapExecutor(tx), d.n}
+	return cacheCountingExecutor{d.Driver.RecordsTx(tx), d.n}
 }
 
 // cacheCountingClaimer is cacheCountingDriver over a driver.TxClaimer.
@@ -65,33 +65,33 @@ func (d cacheCountingClaimer[TTx]) CommitComplete(ctx context.Context, tx TTx, p
 }
 
 type cacheCountingExecutor struct {
-	driver.Executor
+	driver.RecordExecutor
 	n *atomic.Int64
 }
 
 func (e cacheCountingExecutor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
 	e.n.Add(1)
-	return e.Executor.RecordClaim(ctx, p)
+	return e.RecordExecutor.RecordClaim(ctx, p)
 }
 
-func (e cacheCountingExecutor) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
+func (e cacheCountingExecutor) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*driver.Record, error) {
 	e.n.Add(1)
-	return e.Executor.RecordGet(ctx, scope, key)
+	return e.RecordExecutor.RecordGet(ctx, p)
 }
 
 func (e cacheCountingExecutor) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
 	e.n.Add(1)
-	return e.Executor.RecordComplete(ctx, p)
+	return e.RecordExecutor.RecordComplete(ctx, p)
 }
 
-func (e cacheCountingExecutor) RecordRelease(ctx context.Context, scope, key, token string) error {
+func (e cacheCountingExecutor) RecordRelease(ctx context.Context, p *driver.RecordReleaseParams) error {
 	e.n.Add(1)
-	return e.Executor.RecordRelease(ctx, scope, key, token)
+	return e.RecordExecutor.RecordRelease(ctx, p)
 }
 
-func (e cacheCountingExecutor) RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error {
+func (e cacheCountingExecutor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
 	e.n.Add(1)
-	return e.Executor.RecordExtendLease(ctx, scope, key, token, until)
+	return e.RecordExecutor.RecordExtendLease(ctx, p)
 }
 
 // countedDriver wraps drv to count its use in n; generic hides its TxClaimer so

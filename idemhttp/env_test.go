@@ -53,11 +53,13 @@ var backendList = []struct {
 	{"sqlite-generic", func(t *testing.T) *env { return sqliteEnvWith(t, testdb.SQLite(t), true) }},
 }
 
-// generic hides the optional interfaces of a driver (driver.TxClaimer).
-type generic[TTx any] struct{ driver.Driver[TTx] }
+// generic is a backend with nothing but what idemhttp needs (transactions and
+// the record store): no TxClaimer, no inbox, outbox, saga or lock methods,
+// as a third-party backend for the middleware alone would be.
+type generic[TTx any] struct{ driver.RecordDriver[TTx] }
 
-// withoutTxClaimer returns drv, or drv without its TxClaimer.
-func withoutTxClaimer[TTx any](drv driver.Driver[TTx], hide bool) driver.Driver[TTx] {
+// withoutTxClaimer returns drv, or drv reduced to a driver.RecordDriver.
+func withoutTxClaimer[TTx any](drv driver.Driver[TTx], hide bool) driver.RecordDriver[TTx] {
 	if hide {
 		return generic[TTx]{drv}
 	}

@@ -18,19 +18,19 @@ import (
 
 // faultyDriver is a SQLite driver whose executor fails the first
 // failComplete RecordComplete calls, and runs onClaim after each
-// RecordClaim (ModeLease uses Executor, never a transaction).
+// RecordClaim (ModeLease uses Records, never a transaction).
 type faultyDriver struct {
 	*sqlitedriver.Driver
 	failComplete atomic.Int32
 	onClaim      func()
 }
 
-func (d *faultyDriver) Executor() driver.Executor {
-	return faultyExecutor{Executor: d.Driver.Executor(), d: d}
+func (d *faultyDriver) Records() driver.RecordExecutor {
+	return faultyExecutor{RecordExecutor: d.Driver.Records(), d: d}
 }
 
 type faultyExecutor struct {
-	driver.Executor
+	driver.RecordExecutor
 	d *faultyDriver
 }
 
@@ -38,11 +38,11 @@ func (e faultyExecutor) RecordComplete(ctx context.Context, p *driver.RecordComp
 	if e.d.failComplete.Add(-1) >= 0 {
 		return errors.New("transient: connection reset")
 	}
-	return e.Executor.RecordComplete(ctx, p)
+	return e.RecordExecutor.RecordComplete(ctx, p)
 }
 
 func (e faultyExecutor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
-	res, err := e.Executor.RecordClaim(ctx, p)
+	res, err := e.RecordExecutor.RecordClaim(ctx, p)
 	if e.d.onClaim != nil {
 		e.d.onClaim()
 	}

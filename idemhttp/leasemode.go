@@ -17,7 +17,7 @@ import (
 // completed or released, bounded by Config.Wait.
 func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 	ctx := cmd.r.Context()
-	ex := m.drv.Executor()
+	ex := m.drv.Records()
 	for polls := 0; ; polls++ {
 		p := m.claimParams(cmd, m.lockTimeout(cmd))
 		res, err := ex.RecordClaim(ctx, p)
@@ -57,12 +57,12 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 // expired, and a duplicate could take over from a live owner. It is renewed
 // first; a lease already taken over answers 409, and a renewal that fails
 // releases the key and answers 503, the handler not run in either case.
-func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.Executor, p *driver.RecordClaimParams) bool {
+func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *driver.RecordClaimParams) bool {
 	if m.cfg.Now().Sub(p.Now) < m.cfg.Lease/3 {
 		return true
 	}
 	ctx := cmd.r.Context()
-	err := ex.RecordExtendLease(ctx, cmd.scope, cmd.key, p.LeaseToken, m.cfg.Now().Add(m.cfg.Lease))
+	err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: m.cfg.Now().Add(m.cfg.Lease)})
 	switch {
 	case err == nil:
 		return true
@@ -91,7 +91,7 @@ const (
 // outcome. A handler that produced a storable response is stored even if the
 // client went away meanwhile: its external effect happened, and releasing
 // the key would let a retry execute it again.
-func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.Executor, token string) {
+func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.RecordExecutor, token string) {
 	ctx := cmd.r.Context()
 	bg := context.WithoutCancel(ctx)
 	stop := m.heartbeat(bg, ex, cmd, token)
@@ -144,7 +144,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 
 // heartbeat renews the lease every Lease/3 until the returned stop is called;
 // stop waits for the renewer to exit.
-func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.Executor, cmd *command, token string) (stop func()) {
+func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -156,7 +156,7 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.Executor, cmd
 				return
 			case <-t.C:
 			}
-			err := ex.RecordExtendLease(ctx, cmd.scope, cmd.key, token, m.cfg.Now().Add(m.cfg.Lease))
+			err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: m.cfg.Now().Add(m.cfg.Lease)})
 			if errors.Is(err, driver.ErrLeaseLost) {
 				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs", "key", cmd.key, "scope", cmd.scope)
 				return
@@ -172,8 +172,8 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.Executor, cmd
 	})
 }
 
-func (m *Middleware[TTx]) release(ctx context.Context, ex driver.Executor, cmd *command, token string) {
-	if err := ex.RecordRelease(ctx, cmd.scope, cmd.key, token); err != nil {
+func (m *Middleware[TTx]) release(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) {
+	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token}); err != nil {
 		m.cfg.Logger.Warn("idemhttp: release failed; the key frees when its lease expires",
 			"key", cmd.key, "scope", cmd.scope, "err", err)
 	}

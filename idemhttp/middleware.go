@@ -24,7 +24,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 // Middleware makes the protected methods of the handlers it wraps
 // idempotent. Build one per policy with New; it is safe for concurrent use.
 type Middleware[TTx any] struct {
-	drv           driver.Driver[TTx]
+	drv           driver.RecordDriver[TTx]
 	cfg           Config
 	replayHeaders []string
 	cache         *replayCache // nil when disabled (cache.go)
@@ -32,7 +32,7 @@ type Middleware[TTx any] struct {
 
 // New returns a middleware storing its records through drv. cfg may be nil
 // for the defaults; an invalid cfg is an error.
-func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Middleware[TTx], error) {
+func New[TTx any](drv driver.RecordDriver[TTx], cfg *Config) (*Middleware[TTx], error) {
 	if drv == nil {
 		return nil, errors.New("idemhttp: nil driver")
 	}
@@ -232,7 +232,7 @@ func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, det
 }
 
 // complete stores rec's outcome through ex.
-func (m *Middleware[TTx]) complete(ctx context.Context, ex driver.Executor, cmd *command, token string, rec *recorder) error {
+func (m *Middleware[TTx]) complete(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, rec *recorder) error {
 	headers, err := encodeHeaders(rec.header, m.replayHeaders)
 	if err != nil {
 		return err

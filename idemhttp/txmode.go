@@ -27,7 +27,7 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 			}
 			return
 		}
-		ex := m.drv.UnwrapExecutor(tx)
+		ex := m.drv.RecordsTx(tx)
 		p := m.claimParams(cmd, m.lockTimeout(cmd))
 		res, err := ex.RecordClaim(ctx, p)
 		if err != nil {
@@ -61,7 +61,7 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 
 // executeTx runs the handler in tx and commits its writes with the stored
 // response, or rolls everything back.
-func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex driver.Executor, token string) {
+func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex driver.RecordExecutor, token string) {
 	ctx := cmd.r.Context()
 	rec := m.runInTx(cmd, next, tx)
 	if rec == nil {

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"github.com/idemkit/idem/driver"
 	"time"
 
 	"github.com/google/uuid"
@@ -210,7 +211,7 @@ func (ib *Inbox[TTx]) record(ctx context.Context, tx TTx, events []Event) ([]int
 	for i, e := range events {
 		ids[i] = e.ID
 	}
-	inserted, err := ib.drv.UnwrapExecutor(tx).InboxInsert(ctx, ib.cfg.Consumer, ids, ib.cfg.Now())
+	inserted, err := ib.drv.InboxTx(tx).InboxInsert(ctx, &driver.InboxInsertParams{Consumer: ib.cfg.Consumer, IDs: ids, Now: ib.cfg.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: record events: %w", err)
 	}

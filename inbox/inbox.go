@@ -12,13 +12,13 @@ import (
 // of the driver (pgx.Tx, *sql.Tx); the handlers receive it. Build one per
 // consumer with New; it is safe for concurrent use.
 type Inbox[TTx any] struct {
-	drv driver.Driver[TTx]
+	drv driver.InboxDriver[TTx]
 	cfg Config
 }
 
 // New returns an inbox storing its processed_event rows through drv, whose
 // migrations must have run. cfg is required (Consumer has no default).
-func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Inbox[TTx], error) {
+func New[TTx any](drv driver.InboxDriver[TTx], cfg *Config) (*Inbox[TTx], error) {
 	if drv == nil {
 		return nil, errors.New("inbox: nil driver")
 	}

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"github.com/idemkit/idem/driver"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -395,7 +396,7 @@ func testCleanedUp[TTx any](t *testing.T, f *fixture[TTx]) {
 	fresh := f.inbox(t, consumer)
 	mustProcess(t, fresh, recent, f.apply(consumer, recent), true)
 
-	n, err := f.drv.Executor().InboxDeleteBefore(t.Context(), consumer, now.Add(-72*time.Hour), 100)
+	n, err := f.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: now.Add(-72 * time.Hour), Limit: 100})
 	if err != nil || n != 1 {
 		t.Fatalf("InboxDeleteBefore = %d, %v; want 1", n, err)
 	}

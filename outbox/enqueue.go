@@ -23,7 +23,7 @@ import (
 // An envelope whose ID is already in the outbox (a retry of the same
 // operation) is skipped: the first stored version of an ID is the one
 // published.
-func EnqueueTx[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, events ...event.Envelope) error {
+func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TTx, events ...event.Envelope) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -39,7 +39,7 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.Driver[TTx], tx TTx, eve
 		}
 		rows[i] = row
 	}
-	if _, err := drv.UnwrapExecutor(tx).OutboxInsert(ctx, rows); err != nil {
+	if _, err := drv.OutboxTx(tx).OutboxInsert(ctx, rows); err != nil {
 		return fmt.Errorf("outbox: enqueue: %w", err)
 	}
 	return nil

@@ -44,14 +44,14 @@ type RedriveOptions struct {
 // of redriven events must therefore tolerate seeing an old event late (the
 // inbox drops it if it was applied; a handler that was never given it
 // applies it then). Parked rows are not touched.
-func Redrive[TTx any](ctx context.Context, drv driver.Driver[TTx], opts RedriveOptions) (int, error) {
+func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts RedriveOptions) (int, error) {
 	if opts.BatchSize < 0 {
 		return 0, fmt.Errorf("outbox: redrive: BatchSize %d must not be negative", opts.BatchSize)
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultRedriveBatch
 	}
-	p := driver.OutboxRedriveParams{
+	p := &driver.OutboxRedriveParams{
 		PublishedSince:  opts.Since,
 		PublishedBefore: time.Now().Add(time.Microsecond),
 		Keys:            opts.Keys,
@@ -59,7 +59,7 @@ func Redrive[TTx any](ctx context.Context, drv driver.Driver[TTx], opts RedriveO
 	}
 	total := 0
 	for {
-		n, err := drv.Executor().OutboxRedrive(ctx, p)
+		n, err := drv.Outbox().OutboxRedrive(ctx, p)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("outbox: redrive: %w", err)

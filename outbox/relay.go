@@ -27,7 +27,7 @@ const finishTimeout = 15 * time.Second
 // the work safely; on SQLite one batch is in flight at a time, and only one
 // relay may run per database.
 type Relay[TTx any] struct {
-	drv driver.Driver[TTx]
+	drv driver.OutboxDriver[TTx]
 	pub Publisher
 	cfg RelayConfig
 	// locking: claim, publish and mark in one transaction whose row locks
@@ -44,7 +44,7 @@ type Relay[TTx any] struct {
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
 // cfg may be nil; see RelayConfig for the defaults.
-func NewRelay[TTx any](drv driver.Driver[TTx], pub Publisher, cfg *RelayConfig) (*Relay[TTx], error) {
+func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayConfig) (*Relay[TTx], error) {
 	if drv == nil {
 		return nil, errors.New("outbox: nil driver")
 	}
@@ -251,7 +251,7 @@ func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 		return
 	}
 	r.lagAt.Store(now)
-	oldest, ok, err := r.drv.Executor().OutboxOldestUnpublished(ctx)
+	oldest, ok, err := r.drv.Outbox().OutboxOldestUnpublished(ctx)
 	if err != nil {
 		r.cfg.Logger.Warn("outbox: lag unknown", "err", err)
 		return

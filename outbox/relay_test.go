@@ -214,17 +214,17 @@ func TestRunDoesNotBackOffAfterPartialSuccess(t *testing.T) {
 
 // downExecutor fails the relay's claim while down is set.
 type downExecutor struct {
-	driver.Executor
+	driver.OutboxExecutor
 	down   *atomic.Bool
 	claims *atomic.Int32
 }
 
-func (e downExecutor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+func (e downExecutor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
 	e.claims.Add(1)
 	if e.down.Load() {
 		return nil, errors.New("database unreachable")
 	}
-	return e.Executor.OutboxClaimBatch(ctx, now, limit)
+	return e.OutboxExecutor.OutboxClaimBatch(ctx, p)
 }
 
 type downDriver struct {
@@ -233,8 +233,8 @@ type downDriver struct {
 	claims *atomic.Int32
 }
 
-func (d downDriver) Executor() driver.Executor {
-	return downExecutor{d.Driver.Executor(), d.down, d.claims}
+func (d downDriver) Outbox() driver.OutboxExecutor {
+	return downExecutor{d.Driver.Outbox(), d.down, d.claims}
 }
 
 // After a database outage the relay resumes within StorageBackoffCeiling,

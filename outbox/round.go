@@ -28,9 +28,9 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	detached := context.WithoutCancel(ctx)
 	var (
 		tx      TTx
-		ex      driver.Executor
+		ex      driver.OutboxExecutor
 		inTx    bool
-		claimer = r.drv.Executor()
+		claimer = r.drv.Outbox()
 	)
 	begin := func(ctx context.Context) error {
 		var err error
@@ -38,7 +38,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 			return fmt.Errorf("outbox: begin: %w", err)
 		}
 		inTx = true
-		ex = r.drv.UnwrapExecutor(tx)
+		ex = r.drv.OutboxTx(tx)
 		return nil
 	}
 	defer func() {
@@ -60,7 +60,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		claimer = ex
 	}
 
-	rows, err := claimer.OutboxClaimBatch(ctx, r.cfg.Now(), r.cfg.BatchSize)
+	rows, err := claimer.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: r.cfg.Now(), Limit: r.cfg.BatchSize})
 	if err != nil {
 		return res, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -88,7 +88,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	}
 	now := r.cfg.Now()
 	if len(o.published) > 0 {
-		if err := ex.OutboxMarkPublished(fctx, o.published, now); err != nil {
+		if err := ex.OutboxMarkPublished(fctx, &driver.OutboxMarkPublishedParams{IDs: o.published, At: now}); err != nil {
 			return res, fmt.Errorf("outbox: mark %d events published: %w", len(o.published), err)
 		}
 	}
@@ -100,14 +100,14 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		f := &o.failed[i]
 		f.row.Attempts++
 		if f.park {
-			if err := ex.OutboxPark(fctx, f.row.ID, f.err.Error(), now); err != nil {
+			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: f.err.Error(), At: now}); err != nil {
 				return res, fmt.Errorf("outbox: park event %s: %w", f.row.EventID, err)
 			}
 			continue
 		}
 		f.retryIn = r.cfg.Backoff(f.row.Attempts)
 		at := now.Add(f.retryIn)
-		if err := ex.OutboxMarkFailed(fctx, f.row.ID, f.err.Error(), at); err != nil {
+		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: f.err.Error(), NextAttempt: at}); err != nil {
 			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
 		}
 		if retryAt.IsZero() || at.Before(retryAt) {

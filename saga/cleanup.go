@@ -22,6 +22,6 @@ import (
 // redelivered (the inbox retention): a redelivered event of a deleted saga
 // finds no saga (ErrNotFound) instead of its recorded step, and an event
 // that starts the saga creates it anew.
-func DeleteFinished(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-	return ex.SagaDeleteFinishedBefore(ctx, before, limit)
+func DeleteFinished(ctx context.Context, ex driver.SagaExecutor, before time.Time, limit int) (int, error) {
+	return ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: before, Limit: limit})
 }

@@ -51,10 +51,10 @@ func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps 
 	if err := checkName("saga ID", sagaID); err != nil {
 		return err
 	}
-	ex := c.drv.Executor()
+	ex := c.drv.Sagas()
 	// On PostgreSQL this waits for the forward steps being recorded right
 	// now, so the steps read below include them.
-	changed, cur, err := ex.SagaSetState(ctx, sagaID, states([]State{Running, Compensating, Failed}), string(Compensating), c.cfg.Now())
+	changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states([]State{Running, Compensating, Failed}), To: string(Compensating), Now: c.cfg.Now()})
 	if err != nil {
 		return wrapErr(sagaID, "compensate", err)
 	}
@@ -64,7 +64,7 @@ func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps 
 		}
 		return &StateError{SagaID: sagaID, Op: "compensate", State: State(cur), Want: []State{Running, Compensating, Failed}}
 	}
-	steps, err := ex.SagaSteps(ctx, sagaID)
+	steps, err := ex.SagaSteps(ctx, &driver.SagaStepsParams{SagaID: sagaID})
 	if err != nil {
 		return wrapErr(sagaID, "compensate", err)
 	}
@@ -88,7 +88,7 @@ func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps 
 			return err
 		}
 	}
-	changed, cur, err = ex.SagaSetState(ctx, sagaID, states([]State{Compensating}), string(Compensated), c.cfg.Now())
+	changed, cur, err = ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states([]State{Compensating}), To: string(Compensated), Now: c.cfg.Now()})
 	if err != nil {
 		return wrapErr(sagaID, "compensate", err)
 	}
@@ -152,7 +152,7 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 func (c *Coordinator[TTx]) markFailed(ctx context.Context, sagaID string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _, err := c.drv.Executor().SagaSetState(ctx, sagaID, states([]State{Compensating}), string(Failed), c.cfg.Now())
+	_, _, err := c.drv.Sagas().SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states([]State{Compensating}), To: string(Failed), Now: c.cfg.Now()})
 	if err != nil {
 		c.cfg.Logger.Warn("saga: could not mark the saga failed", "saga", sagaID, "cause", cause, "err", err)
 	}

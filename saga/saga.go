@@ -16,13 +16,13 @@ import (
 // and a restarted process, continues a saga where it stands. Build one with
 // New; it is safe for concurrent use.
 type Coordinator[TTx any] struct {
-	drv driver.Driver[TTx]
+	drv driver.SagaDriver[TTx]
 	cfg Config
 }
 
 // New returns a Coordinator storing sagas through drv, whose migrations must
 // have run. cfg may be nil.
-func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Coordinator[TTx], error) {
+func New[TTx any](drv driver.SagaDriver[TTx], cfg *Config) (*Coordinator[TTx], error) {
 	if drv == nil {
 		return nil, errors.New("saga: nil driver")
 	}
@@ -55,7 +55,7 @@ func (c *Coordinator[TTx]) StartTx(ctx context.Context, tx TTx, sagaID, sagaType
 		return nil, false, err
 	}
 	now := c.cfg.Now()
-	stored, created, err := c.drv.UnwrapExecutor(tx).SagaCreate(ctx, &driver.Saga{
+	stored, created, err := c.drv.SagasTx(tx).SagaCreate(ctx, &driver.Saga{
 		ID: sagaID, Type: sagaType, State: driver.SagaRunning, Data: data, CreatedAt: now, UpdatedAt: now,
 	})
 	if err != nil {
@@ -69,20 +69,20 @@ func (c *Coordinator[TTx]) StartTx(ctx context.Context, tx TTx, sagaID, sagaType
 
 // Get reads the saga and its recorded steps. ErrNotFound if there is none.
 func (c *Coordinator[TTx]) Get(ctx context.Context, sagaID string) (*Saga, error) {
-	return c.get(ctx, c.drv.Executor(), sagaID)
+	return c.get(ctx, c.drv.Sagas(), sagaID)
 }
 
 // GetTx is Get inside the caller's transaction: it sees what tx wrote.
 func (c *Coordinator[TTx]) GetTx(ctx context.Context, tx TTx, sagaID string) (*Saga, error) {
-	return c.get(ctx, c.drv.UnwrapExecutor(tx), sagaID)
+	return c.get(ctx, c.drv.SagasTx(tx), sagaID)
 }
 
-func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.Executor, sagaID string) (*Saga, error) {
-	s, err := ex.SagaGet(ctx, sagaID)
+func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.SagaExecutor, sagaID string) (*Saga, error) {
+	s, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: sagaID})
 	if err != nil {
 		return nil, wrapErr(sagaID, "get", err)
 	}
-	steps, err := ex.SagaSteps(ctx, sagaID)
+	steps, err := ex.SagaSteps(ctx, &driver.SagaStepsParams{SagaID: sagaID})
 	if err != nil {
 		return nil, wrapErr(sagaID, "get", err)
 	}
@@ -101,7 +101,7 @@ func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State)
 	for i, s := range states {
 		ss[i] = string(s)
 	}
-	list, err := c.drv.Executor().SagaList(ctx, ss, limit)
+	list, err := c.drv.Sagas().SagaList(ctx, &driver.SagaListParams{States: ss, Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("saga: list: %w", err)
 	}
@@ -123,7 +123,7 @@ func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State)
 // database aborts one of them, whose caller rolls back and retries (a
 // redelivery), which is always safe.
 func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string) error {
-	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "complete", []State{Running}, Completed, Completed)
+	return c.setState(ctx, c.drv.SagasTx(tx), sagaID, "complete", []State{Running}, Completed, Completed)
 }
 
 // AbortTx marks the saga Compensating in the caller's transaction tx: forward
@@ -135,14 +135,14 @@ func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string
 // Aborting a saga that is already compensating, compensated or failed is a
 // no-op; a completed saga gives a *StateError.
 func (c *Coordinator[TTx]) AbortTx(ctx context.Context, tx TTx, sagaID string) error {
-	return c.setState(ctx, c.drv.UnwrapExecutor(tx), sagaID, "abort", []State{Running}, Compensating,
+	return c.setState(ctx, c.drv.SagasTx(tx), sagaID, "abort", []State{Running}, Compensating,
 		Compensating, Compensated, Failed)
 }
 
 // setState moves the saga from one of from to to; a saga already in one of
 // done is left as it is without error.
-func (c *Coordinator[TTx]) setState(ctx context.Context, ex driver.Executor, sagaID, op string, from []State, to State, done ...State) error {
-	changed, cur, err := ex.SagaSetState(ctx, sagaID, states(from), string(to), c.cfg.Now())
+func (c *Coordinator[TTx]) setState(ctx context.Context, ex driver.SagaExecutor, sagaID, op string, from []State, to State, done ...State) error {
+	changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states(from), To: string(to), Now: c.cfg.Now()})
 	if err != nil {
 		return wrapErr(sagaID, op, err)
 	}

@@ -70,8 +70,8 @@ func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn
 // running is what makes concurrent duplicates wait instead of both running
 // fn.
 func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx]) ([]byte, bool, error) {
-	ex := c.drv.UnwrapExecutor(tx)
-	inserted, existing, err := ex.SagaStepRecord(ctx, sagaID, name, kind, nil, c.cfg.Now())
+	ex := c.drv.SagasTx(tx)
+	inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: sagaID, Step: name, Kind: kind, Result: nil, Now: c.cfg.Now()})
 	if err != nil {
 		return nil, false, wrapErr(sagaID, "step "+name, err)
 	}
@@ -83,7 +83,7 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 		return nil, false, &StepError{SagaID: sagaID, Step: name, Err: err}
 	}
 	if result != nil {
-		if err := ex.SagaStepSetResult(ctx, sagaID, name, result); err != nil {
+		if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: sagaID, Step: name, Result: result}); err != nil {
 			return nil, false, wrapErr(sagaID, "step "+name, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/driver"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -128,7 +129,7 @@ func insertTx(ctx context.Context, drv *pgdriver.Driver, ids []uuid.UUID) error 
 		return err
 	}
 	defer func() { _ = drv.Rollback(context.Background(), tx) }()
-	got, err := drv.UnwrapExecutor(tx).InboxInsert(ctx, "bench-live", ids, time.Now())
+	got, err := drv.UnwrapExecutor(tx).InboxInsert(ctx, &driver.InboxInsertParams{Consumer: "bench-live", IDs: ids, Now: time.Now()})
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func testConcurrentClaims[TTx any](t *testing.T, newDriver func(t *testing.T) dr
 		return claimAt("key-1", fp, newToken(), now)
 	})
 	winner := oneWinner(t, out)
-	rec, err := drv.Executor().RecordGet(t.Context(), testScope, "key-1")
+	rec, err := drv.Executor().RecordGet(t.Context(), &driver.RecordGetParams{Scope: testScope, Key: "key-1"})
 	if err != nil {
 		t.Fatalf("RecordGet: %v", err)
 	}
@@ -106,7 +106,7 @@ func testConcurrentTakeover[TTx any](t *testing.T, newDriver func(t *testing.T) 
 		return claimAt("key-1", fpA, newToken(), later)
 	})
 	winner := oneWinner(t, out)
-	rec, err := drv.Executor().RecordGet(t.Context(), testScope, "key-1")
+	rec, err := drv.Executor().RecordGet(t.Context(), &driver.RecordGetParams{Scope: testScope, Key: "key-1"})
 	if err != nil {
 		t.Fatalf("RecordGet: %v", err)
 	}

@@ -135,7 +135,7 @@ func complete(t *testing.T, ex driver.Executor, c *driver.RecordCompleteParams) 
 // mustGet reads (scope, key) and compares it with want.
 func mustGet(t *testing.T, ex driver.Executor, scope, key string, want *driver.Record) {
 	t.Helper()
-	got, err := ex.RecordGet(t.Context(), scope, key)
+	got, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: scope, Key: key})
 	if err != nil {
 		t.Fatalf("RecordGet(%q, %q): %v", scope, key, err)
 	}
@@ -146,7 +146,7 @@ func mustGet(t *testing.T, ex driver.Executor, scope, key string, want *driver.R
 
 func mustNotFind(t *testing.T, ex driver.Executor, scope, key string) {
 	t.Helper()
-	got, err := ex.RecordGet(t.Context(), scope, key)
+	got, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: scope, Key: key})
 	if !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("RecordGet(%q, %q) = %s, %v; want ErrNotFound", scope, key, fmtRecord(got), err)
 	}

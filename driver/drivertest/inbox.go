@@ -110,8 +110,9 @@ type inboxTracker struct {
 	seen map[string]map[uuid.UUID]bool
 }
 
-func (tr *inboxTracker) InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) ([]uuid.UUID, error) {
-	got, err := tr.Executor.InboxInsert(ctx, consumer, ids, now)
+func (tr *inboxTracker) InboxInsert(ctx context.Context, p *driver.InboxInsertParams) ([]uuid.UUID, error) {
+	consumer := p.Consumer
+	got, err := tr.Executor.InboxInsert(ctx, p)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.seen == nil {
@@ -126,8 +127,9 @@ func (tr *inboxTracker) InboxInsert(ctx context.Context, consumer string, ids []
 	return got, err
 }
 
-func (tr *inboxTracker) InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	n, err := tr.Executor.InboxDeleteBefore(ctx, consumer, before, limit)
+func (tr *inboxTracker) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+	consumer := p.Consumer
+	n, err := tr.Executor.InboxDeleteBefore(ctx, p)
 	if n > 0 { // which rows went is unknown: stop vouching for this consumer
 		tr.mu.Lock()
 		if consumer == "" {
@@ -171,7 +173,7 @@ func newIDs(t *testing.T, n int) []uuid.UUID {
 
 func inboxInsert(t *testing.T, ex driver.Executor, consumer string, ids []uuid.UUID, now time.Time) []uuid.UUID {
 	t.Helper()
-	got, err := ex.InboxInsert(t.Context(), consumer, ids, now)
+	got, err := ex.InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumer, IDs: ids, Now: now})
 	if err != nil {
 		t.Fatalf("InboxInsert(%q, %d ids): %v", consumer, len(ids), err)
 	}
@@ -266,7 +268,7 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 
 	// Consumer A only, two at a time: 2, 2, then none.
 	for call, want := range []int{2, 2, 0} {
-		n, err := ex.InboxDeleteBefore(ctx, consumerA, cutoff, 2)
+		n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumerA, Before: cutoff, Limit: 2})
 		if err != nil || n != want {
 			t.Fatalf("InboxDeleteBefore(%q, cutoff, 2) call %d = %d, %v; want %d", consumerA, call+1, n, err, want)
 		}
@@ -285,11 +287,11 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 	}
 
 	// "" is every consumer: A's re-inserted older rows and B's older rows.
-	n, err := ex.InboxDeleteBefore(ctx, "", cutoff, 100)
+	n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
 	if err != nil || n != 2*older {
 		t.Fatalf(`InboxDeleteBefore("", cutoff, 100) = %d, %v; want %d`, n, err, 2*older)
 	}
-	n, err = ex.InboxDeleteBefore(ctx, "", cutoff, 100)
+	n, err = ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
 	if err != nil || n != 0 {
 		t.Fatalf(`second InboxDeleteBefore("", cutoff, 100) = %d, %v; want 0`, n, err)
 	}
@@ -300,14 +302,14 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 		}
 	}
 	// An unknown consumer deletes nothing.
-	if n, err := ex.InboxDeleteBefore(ctx, "nobody", cutoff.Add(24*time.Hour), 100); err != nil || n != 0 {
+	if n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "nobody", Before: cutoff.Add(24 * time.Hour), Limit: 100}); err != nil || n != 0 {
 		t.Errorf("InboxDeleteBefore(nobody) = %d, %v; want 0", n, err)
 	}
 }
 
 func testInboxDeleteBadLimit(t *testing.T, ex driver.Executor) {
 	for _, limit := range []int{0, -1} {
-		if _, err := ex.InboxDeleteBefore(t.Context(), "", t0, limit); err == nil {
+		if _, err := ex.InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: "", Before: t0, Limit: limit}); err == nil {
 			t.Errorf("InboxDeleteBefore with limit %d succeeded; want an error", limit)
 		}
 	}
@@ -369,7 +371,7 @@ func testInboxConcurrentDuplicates[TTx any](t *testing.T, newDriver func(t *test
 		for range duplicates {
 			wg.Go(func() {
 				<-start
-				got, err := drv.Executor().InboxInsert(t.Context(), consumerA, []uuid.UUID{id}, t0)
+				got, err := drv.Executor().InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumerA, IDs: []uuid.UUID{id}, Now: t0})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -446,7 +448,7 @@ func testInboxOverlappingBatches[TTx any](t *testing.T, newDriver func(t *testin
 						return
 					}
 					<-start
-					got, err := drv.UnwrapExecutor(tx).InboxInsert(t.Context(), consumerA, b, t0)
+					got, err := drv.UnwrapExecutor(tx).InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumerA, IDs: b, Now: t0})
 					if err != nil {
 						_ = drv.Rollback(t.Context(), tx)
 						record(nil, err)
@@ -486,7 +488,7 @@ func inboxInsertTx[TTx any](ctx context.Context, drv driver.Driver[TTx], ids []u
 	if err != nil {
 		return nil, err
 	}
-	got, err := drv.UnwrapExecutor(tx).InboxInsert(ctx, consumerA, ids, t0)
+	got, err := drv.UnwrapExecutor(tx).InboxInsert(ctx, &driver.InboxInsertParams{Consumer: consumerA, IDs: ids, Now: t0})
 	if err != nil {
 		_ = drv.Rollback(ctx, tx)
 		return nil, err
@@ -506,7 +508,7 @@ func inboxInsertInBackground(ctx context.Context, ex driver.Executor, id uuid.UU
 func inboxBatchInBackground(ctx context.Context, ex driver.Executor, ids []uuid.UUID) <-chan inboxOutcome {
 	done := make(chan inboxOutcome, 1)
 	go func() {
-		got, err := ex.InboxInsert(ctx, consumerA, ids, t0)
+		got, err := ex.InboxInsert(ctx, &driver.InboxInsertParams{Consumer: consumerA, IDs: ids, Now: t0})
 		done <- inboxOutcome{got, err}
 	}()
 	return done

@@ -47,7 +47,7 @@ const lockName = "idem-test-lock"
 
 func acquire(t *testing.T, ex driver.Executor, owner string, now, until time.Time) bool {
 	t.Helper()
-	ok, err := ex.LockAcquire(t.Context(), lockName, owner, now, until)
+	ok, err := ex.LockAcquire(t.Context(), &driver.LockAcquireParams{Name: lockName, Owner: owner, Now: now, Until: until})
 	if err != nil {
 		t.Fatalf("LockAcquire(%s, now %s, until %s): %v", owner, now, until, err)
 	}
@@ -56,7 +56,7 @@ func acquire(t *testing.T, ex driver.Executor, owner string, now, until time.Tim
 
 func mustHold(t *testing.T, ex driver.Executor, owner string, until time.Time) {
 	t.Helper()
-	got, exp, err := ex.LockGet(t.Context(), lockName)
+	got, exp, err := ex.LockGet(t.Context(), &driver.LockGetParams{Name: lockName})
 	if err != nil {
 		t.Fatalf("LockGet: %v", err)
 	}
@@ -67,7 +67,7 @@ func mustHold(t *testing.T, ex driver.Executor, owner string, until time.Time) {
 
 func testLockLifecycle[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ex, ctx := drv.Executor(), t.Context()
-	if _, _, err := ex.LockGet(ctx, lockName); !errors.Is(err, driver.ErrNotFound) {
+	if _, _, err := ex.LockGet(ctx, &driver.LockGetParams{Name: lockName}); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("LockGet before any acquire: err = %v; want ErrNotFound", err)
 	}
 	if !acquire(t, ex, "a", t0, t0.Add(time.Minute)) {
@@ -79,21 +79,21 @@ func testLockLifecycle[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		t.Fatal("LockAcquire by the owner of a live lease = false; want true (extend)")
 	}
 	mustHold(t, ex, "a", t0.Add(2*time.Minute))
-	if err := ex.LockRenew(ctx, lockName, "a", t0.Add(3*time.Minute)); err != nil {
+	if err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: lockName, Owner: "a", Until: t0.Add(3 * time.Minute)}); err != nil {
 		t.Fatalf("LockRenew by the owner: %v", err)
 	}
 	mustHold(t, ex, "a", t0.Add(3*time.Minute))
-	wantLeaseLost(t, "LockRenew by a non-owner", ex.LockRenew(ctx, lockName, "b", t0.Add(time.Hour)))
-	wantLeaseLost(t, "LockRelease by a non-owner", ex.LockRelease(ctx, lockName, "b"))
+	wantLeaseLost(t, "LockRenew by a non-owner", ex.LockRenew(ctx, &driver.LockRenewParams{Name: lockName, Owner: "b", Until: t0.Add(time.Hour)}))
+	wantLeaseLost(t, "LockRelease by a non-owner", ex.LockRelease(ctx, &driver.LockReleaseParams{Name: lockName, Owner: "b"}))
 	mustHold(t, ex, "a", t0.Add(3*time.Minute))
-	if err := ex.LockRelease(ctx, lockName, "a"); err != nil {
+	if err := ex.LockRelease(ctx, &driver.LockReleaseParams{Name: lockName, Owner: "a"}); err != nil {
 		t.Fatalf("LockRelease by the owner: %v", err)
 	}
-	if _, _, err := ex.LockGet(ctx, lockName); !errors.Is(err, driver.ErrNotFound) {
+	if _, _, err := ex.LockGet(ctx, &driver.LockGetParams{Name: lockName}); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("LockGet after release: err = %v; want ErrNotFound", err)
 	}
-	wantLeaseLost(t, "LockRelease twice", ex.LockRelease(ctx, lockName, "a"))
-	wantLeaseLost(t, "LockRenew after release", ex.LockRenew(ctx, lockName, "a", t0.Add(time.Hour)))
+	wantLeaseLost(t, "LockRelease twice", ex.LockRelease(ctx, &driver.LockReleaseParams{Name: lockName, Owner: "a"}))
+	wantLeaseLost(t, "LockRenew after release", ex.LockRenew(ctx, &driver.LockRenewParams{Name: lockName, Owner: "a", Until: t0.Add(time.Hour)}))
 	// Released: another owner takes it at once, before the old expiry.
 	if !acquire(t, ex, "b", t0.Add(2*time.Second), t0.Add(time.Minute)) {
 		t.Fatal("LockAcquire after release = false")
@@ -122,15 +122,15 @@ func testLockTakeover[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		t.Fatal("LockAcquire of an expired lease = false; want takeover")
 	}
 	mustHold(t, ex, "b", until.Add(time.Minute))
-	wantLeaseLost(t, "LockRenew by the old owner", ex.LockRenew(ctx, lockName, "a", until.Add(time.Hour)))
-	wantLeaseLost(t, "LockRelease by the old owner", ex.LockRelease(ctx, lockName, "a"))
+	wantLeaseLost(t, "LockRenew by the old owner", ex.LockRenew(ctx, &driver.LockRenewParams{Name: lockName, Owner: "a", Until: until.Add(time.Hour)}))
+	wantLeaseLost(t, "LockRelease by the old owner", ex.LockRelease(ctx, &driver.LockReleaseParams{Name: lockName, Owner: "a"}))
 	mustHold(t, ex, "b", until.Add(time.Minute))
 }
 
 func testLockNames[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ex, ctx := drv.Executor(), t.Context()
 	acquire(t, ex, "a", t0, t0.Add(time.Minute))
-	ok, err := ex.LockAcquire(ctx, lockName+"-other", "b", t0, t0.Add(time.Minute))
+	ok, err := ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: lockName + "-other", Owner: "b", Now: t0, Until: t0.Add(time.Minute)})
 	if err != nil || !ok {
 		t.Fatalf("LockAcquire of another name = %v, %v; want true", ok, err)
 	}
@@ -164,7 +164,7 @@ func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				won[i], errs[i] = drv.Executor().LockAcquire(t.Context(), lockName, fmt.Sprintf("owner-%d", i), now, now.Add(time.Minute))
+				won[i], errs[i] = drv.Executor().LockAcquire(t.Context(), &driver.LockAcquireParams{Name: lockName, Owner: fmt.Sprintf("owner-%d", i), Now: now, Until: now.Add(time.Minute)})
 			})
 		}
 		close(start)

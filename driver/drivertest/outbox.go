@@ -108,7 +108,7 @@ func obClaim[TTx any](t *testing.T, drv driver.Driver[TTx], now time.Time, limit
 	t.Helper()
 	tx := begin(t, drv)
 	defer rollback(t, drv, tx)
-	rows, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), now, limit)
+	rows, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), &driver.OutboxClaimBatchParams{Now: now, Limit: limit})
 	if err != nil {
 		t.Fatalf("OutboxClaimBatch(%s, %d): %v", now, limit, err)
 	}
@@ -463,19 +463,19 @@ func testOutboxClaimHeads[TTx any](t *testing.T, newDriver func(t *testing.T) dr
 	obWantIDs(t, "all due", obClaim(t, drv, now, 100), a1, b1, a2, c1, d1, b2, a3, d2)
 
 	later := now.Add(time.Hour)
-	if err := ex.OutboxMarkFailed(ctx, b1.ID, "boom", later); err != nil { // B's head backs off
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: b1.ID, Error: "boom", NextAttempt: later}); err != nil { // B's head backs off
 		t.Fatalf("MarkFailed: %v", err)
 	}
-	if err := ex.OutboxMarkFailed(ctx, a2.ID, "boom", later); err != nil { // A's second row backs off
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: a2.ID, Error: "boom", NextAttempt: later}); err != nil { // A's second row backs off
 		t.Fatalf("MarkFailed: %v", err)
 	}
-	if err := ex.OutboxPark(ctx, c1.ID, "poison", now); err != nil { // C's head is parked
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: c1.ID, Error: "poison", At: now}); err != nil { // C's head is parked
 		t.Fatalf("Park: %v", err)
 	}
 	obWantIDs(t, "B's head backing off, A's second row backing off, C parked", obClaim(t, drv, now, 100), a1, d1, d2)
 	obWantIDs(t, "an hour later", obClaim(t, drv, later, 100), a1, b1, a2, d1, b2, a3, d2)
 
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(a1, d1), now); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(a1, d1), At: now}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
 	obWantIDs(t, "A's new head backing off", obClaim(t, drv, now, 100), d2)
@@ -541,7 +541,7 @@ func testOutboxClaimLimit[TTx any](t *testing.T, newDriver func(t *testing.T) dr
 	}
 	drv := newDriver(t)
 	tx := begin(t, drv)
-	if _, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), t0, 0); err == nil {
+	if _, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), &driver.OutboxClaimBatchParams{Now: t0, Limit: 0}); err == nil {
 		t.Error("OutboxClaimBatch with limit 0 succeeded; want an error")
 	}
 }
@@ -554,35 +554,35 @@ func testOutboxMarkFailedAndPark[TTx any](t *testing.T, newDriver func(t *testin
 	a, b := rows[0], rows[1]
 
 	retry := t0.Add(time.Minute)
-	if err := ex.OutboxMarkFailed(ctx, a.ID, "first", t0.Add(time.Second)); err != nil {
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: a.ID, Error: "first", NextAttempt: t0.Add(time.Second)}); err != nil {
 		t.Fatalf("MarkFailed: %v", err)
 	}
-	if err := ex.OutboxMarkFailed(ctx, a.ID, "second", retry); err != nil {
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: a.ID, Error: "second", NextAttempt: retry}); err != nil {
 		t.Fatalf("MarkFailed: %v", err)
 	}
 	got := obClaim(t, drv, retry, 10)
 	if len(got) != 2 || got[0].Attempts != 2 || got[0].LastError != "second" || !got[0].NextAttemptAt.Equal(retry) {
 		t.Errorf("after two failures: %+v; want attempts 2, last error \"second\", next attempt %s", got, retry)
 	}
-	if err := ex.OutboxPark(ctx, a.ID, "gave up", retry); err != nil {
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: a.ID, Error: "gave up", At: retry}); err != nil {
 		t.Fatalf("Park: %v", err)
 	}
 	obWantIDs(t, "after parking A", obClaim(t, drv, retry.Add(time.Hour), 10), b)
 
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(b), t0); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(b), At: t0}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
 	for name, err := range map[string]error{
-		"MarkFailed of a published row": ex.OutboxMarkFailed(ctx, b.ID, "x", t0),
-		"Park of a published row":       ex.OutboxPark(ctx, b.ID, "x", t0),
-		"MarkFailed of an unknown row":  ex.OutboxMarkFailed(ctx, b.ID+1000, "x", t0),
-		"Park of an unknown row":        ex.OutboxPark(ctx, b.ID+1000, "x", t0),
+		"MarkFailed of a published row": ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: b.ID, Error: "x", NextAttempt: t0}),
+		"Park of a published row":       ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: b.ID, Error: "x", At: t0}),
+		"MarkFailed of an unknown row":  ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: b.ID + 1000, Error: "x", NextAttempt: t0}),
+		"Park of an unknown row":        ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: b.ID + 1000, Error: "x", At: t0}),
 	} {
 		if !errors.Is(err, driver.ErrNotFound) {
 			t.Errorf("%s: %v; want driver.ErrNotFound", name, err)
 		}
 	}
-	if err := ex.OutboxMarkPublished(ctx, nil, t0); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: nil, At: t0}); err != nil {
 		t.Errorf("MarkPublished(nil): %v", err)
 	}
 }
@@ -600,18 +600,18 @@ func testOutboxDeletePublished[TTx any](t *testing.T, newDriver func(t *testing.
 	}
 	rows := obStored(t, drv, in...)
 	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[:5]...), t1); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[:5]...), At: t1}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[:8]...), t2); err != nil { // 0..4 keep t1
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[:8]...), At: t2}); err != nil { // 0..4 keep t1
 		t.Fatalf("MarkPublished: %v", err)
 	}
-	if err := ex.OutboxPark(ctx, rows[8].ID, "poison", t0); err != nil {
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: rows[8].ID, Error: "poison", At: t0}); err != nil {
 		t.Fatalf("Park: %v", err)
 	}
 	del := func(before time.Time, limit, want int) {
 		t.Helper()
-		n, err := ex.OutboxDeletePublishedBefore(ctx, before, limit)
+		n, err := ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit})
 		if err != nil || n != want {
 			t.Errorf("DeletePublishedBefore(%s, %d) = %d, %v; want %d", before.Sub(t0), limit, n, err, want)
 		}
@@ -622,7 +622,7 @@ func testOutboxDeletePublished[TTx any](t *testing.T, newDriver func(t *testing.
 	del(t1.Add(time.Microsecond), 2, 1)
 	del(t1.Add(time.Microsecond), 2, 0)
 	del(t2.Add(time.Hour*1000), 100, 3)
-	if _, err := ex.OutboxDeletePublishedBefore(ctx, t2, 0); err == nil {
+	if _, err := ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: t2, Limit: 0}); err == nil {
 		t.Error("DeletePublishedBefore with limit 0 succeeded; want an error")
 	}
 	obWantIDs(t, "after cleanup", obClaim(t, drv, t2, 10), rows[9])
@@ -640,19 +640,19 @@ func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 		obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0), obRow(t, "c", 1, t0),
 		obRow(t, "a", 3, t0), obRow(t, "b", 2, t0), obRow(t, "c", 2, t0), obRow(t, "a", 4, t0))
 	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[:4]...), t1); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[:4]...), At: t1}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[4:6]...), t2); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[4:6]...), At: t2}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
-	if err := ex.OutboxMarkFailed(ctx, rows[6].ID, "boom", t0); err != nil {
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: rows[6].ID, Error: "boom", NextAttempt: t0}); err != nil {
 		t.Fatalf("MarkFailed: %v", err)
 	}
-	if err := ex.OutboxPark(ctx, rows[6].ID, "poison", t0); err != nil {
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: rows[6].ID, Error: "poison", At: t0}); err != nil {
 		t.Fatalf("Park: %v", err)
 	}
-	redrive := func(p driver.OutboxRedriveParams, want int) {
+	redrive := func(p *driver.OutboxRedriveParams, want int) {
 		t.Helper()
 		n, err := ex.OutboxRedrive(ctx, p)
 		if err != nil || n != want {
@@ -660,24 +660,24 @@ func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 		}
 	}
 	end := t2.Add(time.Hour)
-	if _, err := ex.OutboxRedrive(ctx, driver.OutboxRedriveParams{PublishedBefore: end}); err == nil {
+	if _, err := ex.OutboxRedrive(ctx, &driver.OutboxRedriveParams{PublishedBefore: end}); err == nil {
 		t.Error("OutboxRedrive with limit 0 succeeded; want an error")
 	}
-	if _, err := ex.OutboxRedrive(ctx, driver.OutboxRedriveParams{Limit: 10}); err == nil {
+	if _, err := ex.OutboxRedrive(ctx, &driver.OutboxRedriveParams{Limit: 10}); err == nil {
 		t.Error("OutboxRedrive without PublishedBefore succeeded; want an error")
 	}
 	// Nothing published in [t2+1us, end), nothing before t1.
-	redrive(driver.OutboxRedriveParams{PublishedSince: t2.Add(time.Microsecond), PublishedBefore: end, Limit: 10}, 0)
-	redrive(driver.OutboxRedriveParams{PublishedBefore: t1, Limit: 10}, 0)
+	redrive(&driver.OutboxRedriveParams{PublishedSince: t2.Add(time.Microsecond), PublishedBefore: end, Limit: 10}, 0)
+	redrive(&driver.OutboxRedriveParams{PublishedBefore: t1, Limit: 10}, 0)
 	// Key filter, then the since bound: only b2 (published at t2).
-	redrive(driver.OutboxRedriveParams{PublishedSince: t2, PublishedBefore: end, Keys: []string{"b", "zz"}, Limit: 10}, 1)
+	redrive(&driver.OutboxRedriveParams{PublishedSince: t2, PublishedBefore: end, Keys: []string{"b", "zz"}, Limit: 10}, 1)
 	obWantIDs(t, "claim after redriving b since t2", obClaim(t, drv, end, 100), rows[5], rows[7])
 	// The rest in batches of 2, lowest id first; the parked and the
 	// pending rows are not touched.
-	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
-	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
-	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 1)
-	redrive(driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 0)
+	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
+	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
+	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 1)
+	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 0)
 	// Every key's queue again in id order: a1..a4, b1 b2, and c1, which
 	// precedes the parked c2 (still parked: never claimed).
 	obWantIDs(t, "claim after redrive", obClaim(t, drv, end, 100),
@@ -698,15 +698,15 @@ func testOutboxOldestUnpublished[TTx any](t *testing.T, newDriver func(t *testin
 	check("empty", time.Time{}, false)
 	rows := obStored(t, drv, obRow(t, "A", 1, t0), obRow(t, "B", 1, t0.Add(time.Second)), obRow(t, "C", 1, t0.Add(2*time.Second)))
 	check("three unpublished", t0, true)
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[0]), t0); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[0]), At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	check("first published", t0.Add(time.Second), true)
-	if err := ex.OutboxPark(ctx, rows[1].ID, "poison", t0); err != nil {
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: rows[1].ID, Error: "poison", At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	check("second parked", t0.Add(time.Second), true)
-	if err := ex.OutboxMarkPublished(ctx, obRowIDs(rows[2]), t0); err != nil {
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[2]), At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	check("only the parked one left", t0.Add(time.Second), true)
@@ -1116,22 +1116,22 @@ type obMarkFails[TTx any] struct {
 	fail *atomic.Bool
 }
 
-func (d obMarkFails[TTx]) UnwrapExecutor(tx TTx) driver.Executor {
-	return obMarkFailsExec{d.Driver.UnwrapExecutor(tx), d.fail}
+func (d obMarkFails[TTx]) OutboxTx(tx TTx) driver.OutboxExecutor {
+	return obMarkFailsExec{d.Driver.OutboxTx(tx), d.fail}
 }
 
 type obMarkFailsExec struct {
-	driver.Executor
+	driver.OutboxExecutor
 	fail *atomic.Bool
 }
 
 var errMarkLost = errors.New("connection lost before the marks")
 
-func (e obMarkFailsExec) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+func (e obMarkFailsExec) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMarkPublishedParams) error {
 	if e.fail.Load() {
 		return errMarkLost
 	}
-	return e.Executor.OutboxMarkPublished(ctx, ids, at)
+	return e.OutboxExecutor.OutboxMarkPublished(ctx, p)
 }
 
 // Published, then the marks are lost: the next relay publishes the same

@@ -99,8 +99,8 @@ func testWrongTokenLosesLease(t *testing.T, ex driver.Executor) {
 		c := completeParams(p, 200, nil, []byte("not mine"))
 		c.LeaseToken = tok
 		wantLeaseLost(t, "RecordComplete with token "+tok, ex.RecordComplete(ctx, c))
-		wantLeaseLost(t, "RecordRelease with token "+tok, ex.RecordRelease(ctx, testScope, "key-1", tok))
-		wantLeaseLost(t, "RecordExtendLease with token "+tok, ex.RecordExtendLease(ctx, testScope, "key-1", tok, t0.Add(time.Hour)))
+		wantLeaseLost(t, "RecordRelease with token "+tok, ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: tok}))
+		wantLeaseLost(t, "RecordExtendLease with token "+tok, ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: testScope, Key: "key-1", LeaseToken: tok, Until: t0.Add(time.Hour)}))
 	}
 	// Nothing changed: the owner still holds the key with its lease.
 	mustGet(t, ex, testScope, "key-1", inProgress(p))
@@ -109,8 +109,8 @@ func testWrongTokenLosesLease(t *testing.T, ex driver.Executor) {
 	c := completeParams(p, 200, nil, nil)
 	c.Key = "key-2"
 	wantLeaseLost(t, "RecordComplete on a missing key", ex.RecordComplete(ctx, c))
-	wantLeaseLost(t, "RecordRelease on a missing key", ex.RecordRelease(ctx, testScope, "key-2", p.LeaseToken))
-	wantLeaseLost(t, "RecordExtendLease on a missing key", ex.RecordExtendLease(ctx, testScope, "key-2", p.LeaseToken, t0.Add(time.Hour)))
+	wantLeaseLost(t, "RecordRelease on a missing key", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-2", LeaseToken: p.LeaseToken}))
+	wantLeaseLost(t, "RecordExtendLease on a missing key", ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: testScope, Key: "key-2", LeaseToken: p.LeaseToken, Until: t0.Add(time.Hour)}))
 	c = completeParams(p, 200, nil, nil)
 	c.Scope = "tenant-2 POST /payments"
 	wantLeaseLost(t, "RecordComplete in another scope", ex.RecordComplete(ctx, c))
@@ -134,12 +134,12 @@ func testCompletedRecordIsFinal(t *testing.T, ex driver.Executor) {
 
 	again := completeParams(p, 500, nil, []byte("second"))
 	wantLeaseLost(t, "second RecordComplete", ex.RecordComplete(ctx, again))
-	wantLeaseLost(t, "RecordRelease after complete", ex.RecordRelease(ctx, testScope, "key-1", p.LeaseToken))
-	wantLeaseLost(t, "RecordExtendLease after complete", ex.RecordExtendLease(ctx, testScope, "key-1", p.LeaseToken, t0.Add(time.Hour)))
+	wantLeaseLost(t, "RecordRelease after complete", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken}))
+	wantLeaseLost(t, "RecordExtendLease after complete", ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken, Until: t0.Add(time.Hour)}))
 	empty := completeParams(p, 500, nil, nil)
 	empty.LeaseToken = "" // the cleared lease must not match an empty token
 	wantLeaseLost(t, "RecordComplete with empty token", ex.RecordComplete(ctx, empty))
-	wantLeaseLost(t, "RecordRelease with empty token", ex.RecordRelease(ctx, testScope, "key-1", ""))
+	wantLeaseLost(t, "RecordRelease with empty token", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: ""}))
 
 	mustGet(t, ex, testScope, "key-1", completed(p, c))
 }
@@ -149,11 +149,11 @@ func testReleaseDeletes(t *testing.T, ex driver.Executor) {
 	ctx := t.Context()
 	p := claimAt("key-1", fpA, newToken(), t0)
 	mustClaim(t, ex, p)
-	if err := ex.RecordRelease(ctx, testScope, "key-1", p.LeaseToken); err != nil {
+	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken}); err != nil {
 		t.Fatalf("RecordRelease: %v", err)
 	}
 	mustNotFind(t, ex, testScope, "key-1")
-	wantLeaseLost(t, "second RecordRelease", ex.RecordRelease(ctx, testScope, "key-1", p.LeaseToken))
+	wantLeaseLost(t, "second RecordRelease", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken}))
 	wantLeaseLost(t, "RecordComplete after release", ex.RecordComplete(ctx, completeParams(p, 200, nil, nil)))
 	mustNotFind(t, ex, testScope, "key-1")
 
@@ -189,7 +189,7 @@ func testExpiredRecordIsReplaced(t *testing.T, ex driver.Executor) {
 	mustClaim(t, ex, q2)
 	mustGet(t, ex, testScope, "key-2", inProgress(q2))
 	wantLeaseLost(t, "RecordComplete by the replaced owner", ex.RecordComplete(ctx, completeParams(p2, 200, nil, nil)))
-	wantLeaseLost(t, "RecordRelease by the replaced owner", ex.RecordRelease(ctx, testScope, "key-2", p2.LeaseToken))
+	wantLeaseLost(t, "RecordRelease by the replaced owner", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-2", LeaseToken: p2.LeaseToken}))
 	mustGet(t, ex, testScope, "key-2", inProgress(q2))
 }
 
@@ -217,8 +217,8 @@ func testExpiredLeaseTakenOver(t *testing.T, ex driver.Executor) {
 	mustGet(t, ex, testScope, "key-1", inProgress(q))
 
 	wantLeaseLost(t, "RecordComplete by the old owner", ex.RecordComplete(ctx, completeParams(p, 200, nil, []byte("late"))))
-	wantLeaseLost(t, "RecordExtendLease by the old owner", ex.RecordExtendLease(ctx, testScope, "key-1", p.LeaseToken, t0.Add(time.Hour)))
-	wantLeaseLost(t, "RecordRelease by the old owner", ex.RecordRelease(ctx, testScope, "key-1", p.LeaseToken))
+	wantLeaseLost(t, "RecordExtendLease by the old owner", ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken, Until: t0.Add(time.Hour)}))
+	wantLeaseLost(t, "RecordRelease by the old owner", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken}))
 	mustGet(t, ex, testScope, "key-1", inProgress(q))
 
 	c := completeParams(q, 201, nil, []byte("new owner"))
@@ -244,7 +244,7 @@ func testExtendLeasePreventsTakeover(t *testing.T, ex driver.Executor) {
 	p := claimAt("key-1", fpA, newToken(), t0)
 	mustClaim(t, ex, p)
 	until := t0.Add(5 * time.Minute)
-	if err := ex.RecordExtendLease(ctx, testScope, "key-1", p.LeaseToken, until); err != nil {
+	if err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: testScope, Key: "key-1", LeaseToken: p.LeaseToken, Until: until}); err != nil {
 		t.Fatalf("RecordExtendLease: %v", err)
 	}
 	want := inProgress(p)
@@ -280,13 +280,13 @@ func testScopesIsolateKeys(t *testing.T, ex driver.Executor) {
 	mustClaim(t, ex, a)
 	mustClaim(t, ex, b)
 
-	wantLeaseLost(t, "b's token on a's record", ex.RecordRelease(ctx, a.Scope, "key-1", b.LeaseToken))
+	wantLeaseLost(t, "b's token on a's record", ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: a.Scope, Key: "key-1", LeaseToken: b.LeaseToken}))
 	ca := completeParams(a, 201, nil, []byte("a's payment"))
 	complete(t, ex, ca)
 	mustGet(t, ex, a.Scope, "key-1", completed(a, ca))
 	mustGet(t, ex, b.Scope, "key-1", inProgress(b))
 
-	if err := ex.RecordRelease(ctx, b.Scope, "key-1", b.LeaseToken); err != nil {
+	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: b.Scope, Key: "key-1", LeaseToken: b.LeaseToken}); err != nil {
 		t.Fatalf("RecordRelease(b): %v", err)
 	}
 	mustNotFind(t, ex, b.Scope, "key-1")
@@ -345,7 +345,7 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 		if call > expired {
 			t.Fatalf("%d expired records left after %d calls", remaining, call-1)
 		}
-		n, err := ex.RecordDeleteExpired(ctx, now, limit)
+		n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
 		if err != nil {
 			t.Fatalf("RecordDeleteExpired call %d: %v", call, err)
 		}
@@ -354,7 +354,7 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 		}
 		remaining -= n
 	}
-	n, err := ex.RecordDeleteExpired(ctx, now, limit)
+	n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
 	if err != nil || n != 0 {
 		t.Fatalf("RecordDeleteExpired with nothing expired = %d, %v; want 0, nil", n, err)
 	}
@@ -371,12 +371,12 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 	}
 
 	// A live record expires later and is deleted then.
-	n, err = ex.RecordDeleteExpired(ctx, now.Add(time.Microsecond), 100)
+	n, err = ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now.Add(time.Microsecond), Limit: 100})
 	if err != nil || n != 1 {
 		t.Fatalf("RecordDeleteExpired at now+1µs = %d, %v; want 1 (live-1), nil", n, err)
 	}
 	mustNotFind(t, ex, testScope, "live-1")
-	if _, err := ex.RecordGet(ctx, testScope, "live-2"); err != nil {
+	if _, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: testScope, Key: "live-2"}); err != nil {
 		t.Fatalf("live-2 deleted too early: %v", err)
 	}
 }
@@ -386,7 +386,7 @@ func testTimesKeepTheInstant(t *testing.T, ex driver.Executor) {
 	now := time.Date(2031, 7, 1, 23, 59, 59, 999_999_999, time.FixedZone("UTC-09:30", -(9*3600+1800)))
 	p := claimAt("key-1", fpA, newToken(), now)
 	mustClaim(t, ex, p)
-	got, err := ex.RecordGet(t.Context(), testScope, "key-1")
+	got, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: testScope, Key: "key-1"})
 	if err != nil {
 		t.Fatalf("RecordGet: %v", err)
 	}

@@ -79,7 +79,7 @@ func sagaCreate(t *testing.T, ex driver.Executor, s *driver.Saga) *driver.Saga {
 
 func sagaGet(t *testing.T, ex driver.Executor, id string) *driver.Saga {
 	t.Helper()
-	s, err := ex.SagaGet(t.Context(), id)
+	s, err := ex.SagaGet(t.Context(), &driver.SagaGetParams{SagaID: id})
 	if err != nil {
 		t.Fatalf("SagaGet(%q): %v", id, err)
 	}
@@ -88,7 +88,7 @@ func sagaGet(t *testing.T, ex driver.Executor, id string) *driver.Saga {
 
 func sagaSteps(t *testing.T, ex driver.Executor, id string) []driver.SagaStep {
 	t.Helper()
-	steps, err := ex.SagaSteps(t.Context(), id)
+	steps, err := ex.SagaSteps(t.Context(), &driver.SagaStepsParams{SagaID: id})
 	if err != nil {
 		t.Fatalf("SagaSteps(%q): %v", id, err)
 	}
@@ -106,7 +106,7 @@ func sagaStepNames(steps []driver.SagaStep) []string {
 // sagaRecord records a step and fails unless it is new.
 func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result []byte, now time.Time) {
 	t.Helper()
-	inserted, existing, err := ex.SagaStepRecord(t.Context(), id, step, kind, result, now)
+	inserted, existing, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: kind, Result: result, Now: now})
 	if err != nil || !inserted {
 		t.Fatalf("SagaStepRecord(%q, %q, %s) = inserted %v, existing %q, %v; want a new step", id, step, kind, inserted, existing, err)
 	}
@@ -115,7 +115,7 @@ func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result 
 // sagaSetState moves a saga and fails unless the guard let it.
 func sagaSetState(t *testing.T, ex driver.Executor, id string, from []string, to string, now time.Time) {
 	t.Helper()
-	changed, cur, err := ex.SagaSetState(t.Context(), id, from, to, now)
+	changed, cur, err := ex.SagaSetState(t.Context(), &driver.SagaSetStateParams{SagaID: id, From: from, To: to, Now: now})
 	if err != nil || !changed || cur != to {
 		t.Fatalf("SagaSetState(%q, %v -> %s) = %v, %q, %v; want changed", id, from, to, changed, cur, err)
 	}
@@ -192,7 +192,7 @@ func testSagaCreateBadState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 }
 
 func testSagaGetMissing[TTx any](t *testing.T, drv driver.Driver[TTx]) {
-	if s, err := drv.Executor().SagaGet(t.Context(), "nope"); !errors.Is(err, driver.ErrNotFound) {
+	if s, err := drv.Executor().SagaGet(t.Context(), &driver.SagaGetParams{SagaID: "nope"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("SagaGet(missing) = %+v, %v; want ErrNotFound", s, err)
 	}
 }
@@ -204,7 +204,7 @@ func testSagaSetState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	want := sagaCreate(t, ex, sagaAt("saga-1", t0))
 
 	// Refused: the saga is running, not completed.
-	changed, cur, err := ex.SagaSetState(ctx, "saga-1", []string{driver.SagaCompleted}, driver.SagaCompensated, t0.Add(time.Second))
+	changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-1", From: []string{driver.SagaCompleted}, To: driver.SagaCompensated, Now: t0.Add(time.Second)})
 	if err != nil || changed || cur != driver.SagaRunning {
 		t.Errorf("SetState from completed of a running saga = %v, %q, %v; want unchanged, running", changed, cur, err)
 	}
@@ -236,13 +236,13 @@ func testSagaSetState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	other.State, other.UpdatedAt, other.FinishedAt = driver.SagaCompleted, t1, t1
 	wantSaga(t, "completed saga", sagaGet(t, ex, "saga-2"), other)
 
-	if _, _, err := ex.SagaSetState(ctx, "nope", []string{driver.SagaRunning}, driver.SagaCompleted, t1); !errors.Is(err, driver.ErrNotFound) {
+	if _, _, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "nope", From: []string{driver.SagaRunning}, To: driver.SagaCompleted, Now: t1}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("SetState of a missing saga: %v; want ErrNotFound", err)
 	}
-	if _, _, err := ex.SagaSetState(ctx, "saga-2", []string{driver.SagaCompleted}, "paused", t1); err == nil {
+	if _, _, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-2", From: []string{driver.SagaCompleted}, To: "paused", Now: t1}); err == nil {
 		t.Error("SetState to an unknown state succeeded")
 	}
-	if changed, cur, err := ex.SagaSetState(ctx, "saga-2", nil, driver.SagaRunning, t1); err != nil || changed || cur != driver.SagaCompleted {
+	if changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-2", From: nil, To: driver.SagaRunning, Now: t1}); err != nil || changed || cur != driver.SagaCompleted {
 		t.Errorf("SetState with no expected state = %v, %q, %v; want unchanged", changed, cur, err)
 	}
 }
@@ -253,23 +253,23 @@ func testSagaStepRecord[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	sagaCreate(t, ex, sagaAt("saga-1", t0))
 	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
 	result := []byte("res-\x00-42\xff")
-	if err := ex.SagaStepSetResult(ctx, "saga-1", "reserve", result); err != nil {
+	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: result}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
 	for range 2 {
-		inserted, existing, err := ex.SagaStepRecord(ctx, "saga-1", "reserve", driver.StepForward, []byte("other"), t0.Add(time.Second))
+		inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "reserve", Kind: driver.StepForward, Result: []byte("other"), Now: t0.Add(time.Second)})
 		if err != nil || inserted || !bytes.Equal(existing, result) {
 			t.Errorf("duplicate SagaStepRecord = inserted %v, existing %q, %v; want the stored result %q", inserted, existing, err, result)
 		}
 	}
 	// A result given to the record itself is stored.
 	sagaRecord(t, ex, "saga-1", "charge", driver.StepForward, []byte("charge-7"), t0.Add(time.Second))
-	if _, existing, err := ex.SagaStepRecord(ctx, "saga-1", "charge", driver.StepForward, nil, t0); err != nil || string(existing) != "charge-7" {
+	if _, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "charge", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || string(existing) != "charge-7" {
 		t.Errorf("duplicate of a step recorded with a result: %q, %v; want charge-7", existing, err)
 	}
 	// A step recorded without a result has none.
 	sagaRecord(t, ex, "saga-1", "notify", driver.StepForward, nil, t0.Add(2*time.Second))
-	if inserted, existing, err := ex.SagaStepRecord(ctx, "saga-1", "notify", driver.StepForward, nil, t0); err != nil || inserted || existing != nil {
+	if inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "notify", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || inserted || existing != nil {
 		t.Errorf("duplicate of a step without result = %v, %q, %v; want not inserted, nil result", inserted, existing, err)
 	}
 	// The same step name in another saga is another step.
@@ -284,10 +284,10 @@ func testSagaStepRecord[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	if first.SagaID != "saga-1" || first.Kind != driver.StepForward || !bytes.Equal(first.Result, result) || !first.CompletedAt.Equal(t0) {
 		t.Errorf("first step = %+v; want saga-1, forward, result %q, completed at %s", first, result, t0)
 	}
-	if err := ex.SagaStepSetResult(ctx, "saga-1", "nope", result); !errors.Is(err, driver.ErrNotFound) {
+	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "nope", Result: result}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("SagaStepSetResult of a missing step: %v; want ErrNotFound", err)
 	}
-	if _, _, err := ex.SagaStepRecord(ctx, "saga-1", "x", "sideways", nil, t0); err == nil {
+	if _, _, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "x", Kind: "sideways", Result: nil, Now: t0}); err == nil {
 		t.Error("SagaStepRecord with an unknown kind succeeded")
 	}
 }
@@ -307,22 +307,22 @@ func testSagaStepState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 			t.Errorf("%s: %v; want a *SagaStateError with state %s", what, err, state)
 		}
 	}
-	_, _, err := ex.SagaStepRecord(ctx, "saga-1", "compensate:reserve", driver.StepCompensation, nil, t0)
+	_, _, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "compensate:reserve", Kind: driver.StepCompensation, Result: nil, Now: t0})
 	wantState("compensation of a running saga", err, driver.SagaRunning)
 
 	sagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
-	_, _, err = ex.SagaStepRecord(ctx, "saga-1", "charge", driver.StepForward, nil, t0)
+	_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "charge", Kind: driver.StepForward, Result: nil, Now: t0})
 	wantState("forward step of a compensating saga", err, driver.SagaCompensating)
-	if inserted, existing, err := ex.SagaStepRecord(ctx, "saga-1", "reserve", driver.StepForward, nil, t0); err != nil || inserted || string(existing) != "r1" {
+	if inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "reserve", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || inserted || string(existing) != "r1" {
 		t.Errorf("redelivered forward step of a compensating saga = %v, %q, %v; want its recorded result", inserted, existing, err)
 	}
 	sagaRecord(t, ex, "saga-1", "compensate:reserve", driver.StepCompensation, nil, t0)
 
 	for _, state := range []string{driver.SagaFailed, driver.SagaCompensated} {
 		sagaSetState(t, ex, "saga-1", []string{driver.SagaCompensating, driver.SagaFailed}, state, t0)
-		_, _, err = ex.SagaStepRecord(ctx, "saga-1", "compensate:other", driver.StepCompensation, nil, t0)
+		_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "compensate:other", Kind: driver.StepCompensation, Result: nil, Now: t0})
 		wantState("compensation of a "+state+" saga", err, state)
-		_, _, err = ex.SagaStepRecord(ctx, "saga-1", "other", driver.StepForward, nil, t0)
+		_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "other", Kind: driver.StepForward, Result: nil, Now: t0})
 		wantState("forward step of a "+state+" saga", err, state)
 	}
 	steps := sagaSteps(t, ex, "saga-1")
@@ -333,7 +333,7 @@ func testSagaStepState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 
 func testSagaStepMissing[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ex := drv.Executor()
-	if _, _, err := ex.SagaStepRecord(t.Context(), "nope", "reserve", driver.StepForward, nil, t0); !errors.Is(err, driver.ErrNotFound) {
+	if _, _, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: "nope", Step: "reserve", Kind: driver.StepForward, Result: nil, Now: t0}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("SagaStepRecord of a missing saga: %v; want ErrNotFound", err)
 	}
 	if steps := sagaSteps(t, ex, "nope"); len(steps) != 0 {
@@ -374,14 +374,14 @@ func testSagaRollback[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	sagaCreate(t, ex, sagaAt("saga-2", t0))
 	sagaRecord(t, ex, "saga-2", "reserve", driver.StepForward, nil, t0)
 	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
-	if err := ex.SagaStepSetResult(ctx, "saga-1", "reserve", []byte("r")); err != nil {
+	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: []byte("r")}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
 	sagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
 	rollback(t, drv, tx)
 
 	out := drv.Executor()
-	if _, err := out.SagaGet(ctx, "saga-2"); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := out.SagaGet(ctx, &driver.SagaGetParams{SagaID: "saga-2"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("saga created in a rolled-back transaction: %v; want ErrNotFound", err)
 	}
 	if s := sagaGet(t, out, "saga-1"); s.State != driver.SagaRunning {
@@ -416,12 +416,12 @@ func testSagaConcurrentDuplicates[TTx any](t *testing.T, drv driver.Driver[TTx])
 				}
 				defer func() { _ = drv.Rollback(context.Background(), tx) }()
 				ex := drv.UnwrapExecutor(tx)
-				ok, existing, err := ex.SagaStepRecord(ctx, "saga-1", "reserve", driver.StepForward, nil, t0)
+				ok, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "reserve", Kind: driver.StepForward, Result: nil, Now: t0})
 				if err != nil {
 					return err
 				}
 				if ok {
-					if err := ex.SagaStepSetResult(ctx, "saga-1", "reserve", fmt.Appendf(nil, "winner-%d", i)); err != nil {
+					if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: fmt.Appendf(nil, "winner-%d", i)}); err != nil {
 						return err
 					}
 				}
@@ -474,7 +474,7 @@ func sagaRecordInBackground[TTx any](t *testing.T, drv driver.Driver[TTx], id, s
 	done := make(chan sagaRecordOutcome, 1)
 	tx := begin(t, drv)
 	go func() {
-		ok, existing, err := drv.UnwrapExecutor(tx).SagaStepRecord(t.Context(), id, step, driver.StepForward, nil, t0)
+		ok, existing, err := drv.UnwrapExecutor(tx).SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: driver.StepForward, Result: nil, Now: t0})
 		done <- sagaRecordOutcome{ok, existing, err}
 	}()
 	return done
@@ -510,7 +510,7 @@ func testSagaTxWaitsForCommit[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	tx := begin(t, drv)
 	ex := drv.UnwrapExecutor(tx)
 	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
-	if err := ex.SagaStepSetResult(ctx, "saga-1", "reserve", []byte("first")); err != nil {
+	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: []byte("first")}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
 	done := sagaRecordInBackground(t, drv, "saga-1", "reserve")
@@ -554,7 +554,7 @@ func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx])
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		changed, cur, err := drv.Executor().SagaSetState(ctx, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
+		changed, cur, err := drv.Executor().SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-1", From: []string{driver.SagaRunning}, To: driver.SagaCompensating, Now: t0})
 		done <- outcome{changed, cur, err}
 	}()
 	sagaMustBlock(t, "SagaSetState", done)
@@ -567,7 +567,7 @@ func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx])
 		t.Errorf("steps after the state change = %v; want the committed step charge", got)
 	}
 	// A forward step that starts after the change is refused.
-	if _, _, err := drv.Executor().SagaStepRecord(ctx, "saga-1", "ship", driver.StepForward, nil, t0); !errors.Is(err, driver.ErrSagaState) {
+	if _, _, err := drv.Executor().SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "ship", Kind: driver.StepForward, Result: nil, Now: t0}); !errors.Is(err, driver.ErrSagaState) {
 		t.Errorf("forward step after the change: %v; want ErrSagaState", err)
 	}
 }
@@ -583,7 +583,7 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 			sagaSetState(t, ex, id, []string{driver.SagaRunning}, to[i], t0.Add(time.Duration(len(ids)-i)*time.Minute))
 		}
 	}
-	list, err := ex.SagaList(ctx, []string{driver.SagaCompensating, driver.SagaFailed}, 10)
+	list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 10})
 	if err != nil {
 		t.Fatalf("SagaList: %v", err)
 	}
@@ -594,13 +594,13 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	if want := []string{"s-d", "s-b", "s-a"}; !slices.Equal(got, want) {
 		t.Errorf("SagaList(compensating, failed) = %v; want %v (least recently updated first)", got, want)
 	}
-	if list, err := ex.SagaList(ctx, []string{driver.SagaCompensating, driver.SagaFailed}, 1); err != nil || len(list) != 1 || list[0].ID != "s-d" {
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 1}); err != nil || len(list) != 1 || list[0].ID != "s-d" {
 		t.Errorf("SagaList with limit 1 = %+v, %v; want s-d", list, err)
 	}
-	if list, err := ex.SagaList(ctx, nil, 10); err != nil || len(list) != 0 {
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: nil, Limit: 10}); err != nil || len(list) != 0 {
 		t.Errorf("SagaList without states = %+v, %v; want none", list, err)
 	}
-	if _, err := ex.SagaList(ctx, []string{driver.SagaRunning}, 0); err == nil {
+	if _, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaRunning}, Limit: 0}); err == nil {
 		t.Error("SagaList with limit 0 succeeded")
 	}
 }
@@ -631,16 +631,16 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 			sagaSetState(t, ex, f.id, []string{driver.SagaRunning}, f.state, f.at)
 		}
 	}
-	n, err := ex.SagaDeleteFinishedBefore(ctx, cutoff, 1)
+	n, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
 	if err != nil || n != 1 {
 		t.Fatalf("first delete with limit 1 = %d, %v; want 1", n, err)
 	}
-	if _, err := ex.SagaGet(ctx, "old-completed"); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: "old-completed"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("the oldest finished saga survived the first batch: %v", err)
 	}
 	total := n
 	for range 5 {
-		n, err := ex.SagaDeleteFinishedBefore(ctx, cutoff, 1)
+		n, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
 		if err != nil {
 			t.Fatalf("delete: %v", err)
 		}
@@ -653,7 +653,7 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		t.Errorf("deleted %d sagas; want 2", total)
 	}
 	for _, f := range fixtures {
-		_, err := ex.SagaGet(ctx, f.id)
+		_, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: f.id})
 		steps := sagaSteps(t, ex, f.id)
 		if f.deleted {
 			if !errors.Is(err, driver.ErrNotFound) || len(steps) != 0 {
@@ -663,7 +663,7 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 			t.Errorf("%s: SagaGet err %v, %d steps; want kept with its step", f.id, err, len(steps))
 		}
 	}
-	if _, err := ex.SagaDeleteFinishedBefore(ctx, cutoff, 0); err == nil {
+	if _, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 0}); err == nil {
 		t.Error("SagaDeleteFinishedBefore with limit 0 succeeded")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -66,6 +65,7 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		fn   func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
 	}{
 		{"Name", testName[TTx]},
+		{"Stores", testStores[TTx]},
 		{"RollbackOfClaimLeavesNoRecord", testRollbackOfClaim[TTx]},
 		{"RollbackOfCompleteKeepsClaim", testRollbackOfComplete[TTx]},
 		{"RollbackAfterCommitIsNotAnError", testRollbackAfterCommit[TTx]},
@@ -157,7 +157,7 @@ func runScenario[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 			t.Fatalf("Rollback: %v", err)
 		}
 		for k := range inside {
-			rec, err := drv.Executor().RecordGet(ctx, k.scope, k.key)
+			rec, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: k.scope, Key: k.key})
 			if !errors.Is(err, driver.ErrNotFound) {
 				t.Errorf("after rollback, RecordGet(%q, %q) = %+v, %v; want ErrNotFound", k.scope, k.key, rec, err)
 			}
@@ -169,7 +169,7 @@ func runScenario[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 		t.Fatalf("Commit: %v", err)
 	}
 	for k, want := range inside {
-		got, err := drv.Executor().RecordGet(ctx, k.scope, k.key)
+		got, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: k.scope, Key: k.key})
 		if want == nil {
 			if !errors.Is(err, driver.ErrNotFound) {
 				t.Errorf("after commit, RecordGet(%q, %q) = %+v, %v; want ErrNotFound as inside the transaction", k.scope, k.key, got, err)
@@ -212,7 +212,7 @@ func (tr *tracker) snapshot(t *testing.T) map[scopedKey]*driver.Record {
 	t.Helper()
 	out := map[scopedKey]*driver.Record{}
 	for k := range tr.keys {
-		rec, err := tr.Executor.RecordGet(t.Context(), k.scope, k.key)
+		rec, err := tr.Executor.RecordGet(t.Context(), &driver.RecordGetParams{Scope: k.scope, Key: k.key})
 		switch {
 		case errors.Is(err, driver.ErrNotFound):
 			out[k] = nil
@@ -230,9 +230,9 @@ func (tr *tracker) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 	return tr.Executor.RecordClaim(ctx, p)
 }
 
-func (tr *tracker) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
-	tr.touch(scope, key)
-	return tr.Executor.RecordGet(ctx, scope, key)
+func (tr *tracker) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*driver.Record, error) {
+	tr.touch(p.Scope, p.Key)
+	return tr.Executor.RecordGet(ctx, p)
 }
 
 func (tr *tracker) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
@@ -240,12 +240,12 @@ func (tr *tracker) RecordComplete(ctx context.Context, p *driver.RecordCompleteP
 	return tr.Executor.RecordComplete(ctx, p)
 }
 
-func (tr *tracker) RecordRelease(ctx context.Context, scope, key, token string) error {
-	tr.touch(scope, key)
-	return tr.Executor.RecordRelease(ctx, scope, key, token)
+func (tr *tracker) RecordRelease(ctx context.Context, p *driver.RecordReleaseParams) error {
+	tr.touch(p.Scope, p.Key)
+	return tr.Executor.RecordRelease(ctx, p)
 }
 
-func (tr *tracker) RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error {
-	tr.touch(scope, key)
-	return tr.Executor.RecordExtendLease(ctx, scope, key, token, until)
+func (tr *tracker) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
+	tr.touch(p.Scope, p.Key)
+	return tr.Executor.RecordExtendLease(ctx, p)
 }

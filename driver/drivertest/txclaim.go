@@ -40,7 +40,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 	if err := tc.CommitComplete(ctx, tx, complete("k1", t0, false)); err != nil {
 		t.Fatalf("CommitComplete: %v", err)
 	}
-	rec, err := drv.Executor().RecordGet(ctx, "s", "k1")
+	rec, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k1"})
 	if err != nil || rec.State != driver.StateCompleted || rec.Status != 201 || string(rec.Body) != `{"ok":true}` ||
 		!rec.ExpiresAt.Equal(t0.Add(24*time.Hour)) || rec.LeaseToken != "" {
 		t.Fatalf("stored record %+v, %v", rec, err)

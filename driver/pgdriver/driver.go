@@ -98,6 +98,33 @@ func (d *Driver) UnwrapExecutor(tx pgx.Tx) driver.Executor {
 	return &executor{d: d, db: tx, inTx: true}
 }
 
+// Records implements driver.RecordStore.
+func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
+
+// RecordsTx implements driver.RecordStore.
+func (d *Driver) RecordsTx(tx pgx.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
+
+// Inbox implements driver.InboxStore.
+func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
+
+// InboxTx implements driver.InboxStore.
+func (d *Driver) InboxTx(tx pgx.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Outbox implements driver.OutboxStore.
+func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
+
+// OutboxTx implements driver.OutboxStore.
+func (d *Driver) OutboxTx(tx pgx.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Sagas implements driver.SagaStore.
+func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
+
+// SagasTx implements driver.SagaStore.
+func (d *Driver) SagasTx(tx pgx.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
+
+// Locks implements driver.LockStore.
+func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
+
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := d.pool.Begin(ctx)

@@ -125,7 +125,7 @@ func TestSchemaAndTablePrefix(t *testing.T) {
 		t.Fatalf("complete through app_: %v", err)
 	}
 	for _, d := range []*pgdriver.Driver{other, plain} {
-		rec, err := d.Executor().RecordGet(ctx, "tenant-1 POST /payments", "key-1")
+		rec, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "tenant-1 POST /payments", Key: "key-1"})
 		if err != nil || rec.State != driver.StateInProgress || rec.LeaseToken != d.Table("") {
 			t.Errorf("record through %s: %+v, %v; want its own in-progress claim", d.Table("idempotency_record"), rec, err)
 		}

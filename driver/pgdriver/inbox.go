@@ -43,7 +43,8 @@ const inboxPlainMin = 8
 // caller's transaction until it ends; PostgreSQL tracks up to 64 of them
 // per transaction cheaply, so record many batches in separate transactions,
 // as package inbox does.
-func (e *executor) InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) ([]uuid.UUID, error) {
+func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams) ([]uuid.UUID, error) {
+	consumer, ids, now := p.Consumer, p.IDs, p.Now
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -135,7 +136,8 @@ func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg []pg
 // the previous batches included, once per batch. (Not by ctid as the other
 // cleanup deletes do: ctid is only unique within one partition, and
 // processed_event may be partitioned; see EnableInboxPartitioning.)
-func (e *executor) InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+	consumer, before, limit := p.Consumer, p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: inbox delete: limit %d must be positive", limit)
 	}

@@ -34,7 +34,7 @@ func sortedIDs(ids []uuid.UUID) []uuid.UUID {
 
 func mustInboxInsert(t *testing.T, ex driver.Executor, consumer string, ids, want []uuid.UUID) {
 	t.Helper()
-	got, err := ex.InboxInsert(t.Context(), consumer, ids, time.Now())
+	got, err := ex.InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumer, IDs: ids, Now: time.Now()})
 	if err != nil {
 		t.Fatalf("InboxInsert(%q, %d ids): %v", consumer, len(ids), err)
 	}
@@ -256,7 +256,7 @@ func TestInboxDeleteBeforeUsesIndexes(t *testing.T) {
 	seq := seqScans(t, drv)
 	deleted := 0
 	for _, consumer := range []string{"", "", "c1", "", "c2"} {
-		n, err := drv.Executor().InboxDeleteBefore(ctx, consumer, before, 1000)
+		n, err := drv.Executor().InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: before, Limit: 1000})
 		if err != nil || n != 1000 {
 			t.Fatalf("InboxDeleteBefore(%q) = %d, %v; want 1000", consumer, n, err)
 		}

@@ -15,7 +15,8 @@ import (
 // same name waits on the primary key for the first one's transaction, then
 // re-evaluates the WHERE of DO UPDATE against the committed row, so two
 // callers never both take a live lease.
-func (e *executor) LockAcquire(ctx context.Context, name, owner string, now, until time.Time) (bool, error) {
+func (e *executor) LockAcquire(ctx context.Context, p *driver.LockAcquireParams) (bool, error) {
+	name, owner, now, until := p.Name, p.Owner, p.Now, p.Until
 	var ok bool
 	err := e.db.QueryRow(ctx, e.d.expand(`INSERT INTO {{table}}idem_lock AS l (name, owner, expires_at)
 		VALUES ($1, $2, $4)
@@ -32,7 +33,8 @@ func (e *executor) LockAcquire(ctx context.Context, name, owner string, now, unt
 }
 
 // LockRenew implements driver.LockExecutor.
-func (e *executor) LockRenew(ctx context.Context, name, owner string, until time.Time) error {
+func (e *executor) LockRenew(ctx context.Context, p *driver.LockRenewParams) error {
+	name, owner, until := p.Name, p.Owner, p.Until
 	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}idem_lock SET expires_at = $3
 		WHERE name = $1 AND owner = $2`), name, owner, until)
 	if err != nil {
@@ -45,7 +47,8 @@ func (e *executor) LockRenew(ctx context.Context, name, owner string, until time
 }
 
 // LockRelease implements driver.LockExecutor.
-func (e *executor) LockRelease(ctx context.Context, name, owner string) error {
+func (e *executor) LockRelease(ctx context.Context, p *driver.LockReleaseParams) error {
+	name, owner := p.Name, p.Owner
 	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idem_lock WHERE name = $1 AND owner = $2`), name, owner)
 	if err != nil {
 		return mapErr("lock release", err)
@@ -57,7 +60,8 @@ func (e *executor) LockRelease(ctx context.Context, name, owner string) error {
 }
 
 // LockGet implements driver.LockExecutor.
-func (e *executor) LockGet(ctx context.Context, name string) (string, time.Time, error) {
+func (e *executor) LockGet(ctx context.Context, p *driver.LockGetParams) (string, time.Time, error) {
+	name := p.Name
 	var owner string
 	var expires time.Time
 	err := e.db.QueryRow(ctx, e.d.expand(`SELECT owner, expires_at FROM {{table}}idem_lock WHERE name = $1`), name).Scan(&owner, &expires)

@@ -144,7 +144,8 @@ const lanesPerClaim = 16
 // whose lower ID commits after its lane published a later row of its key is
 // published after it: never lost, never twice, but out of order. See
 // TestOutboxLowerIDCommittedLate.
-func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	now, limit := p.Now, p.Limit
 	if !e.inTx {
 		return nil, errors.New("pgdriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")
 	}
@@ -265,7 +266,8 @@ func scanOutboxRow(row pgx.CollectableRow, extra ...any) (driver.OutboxRow, erro
 
 // OutboxMarkPublished implements driver.OutboxExecutor. With
 // Config.OutboxDeletePublished it deletes the rows instead.
-func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMarkPublishedParams) error {
+	ids, at := p.IDs, p.At
 	if len(ids) == 0 {
 		return nil
 	}
@@ -280,7 +282,8 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time
 }
 
 // OutboxMarkFailed implements driver.OutboxExecutor.
-func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error {
+func (e *executor) OutboxMarkFailed(ctx context.Context, p *driver.OutboxMarkFailedParams) error {
+	id, errText, nextAttempt := p.ID, p.Error, p.NextAttempt
 	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3
 		WHERE id = $1 AND published_at IS NULL`), id, errText, nextAttempt)
@@ -294,7 +297,8 @@ func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText strin
 }
 
 // OutboxPark implements driver.OutboxExecutor.
-func (e *executor) OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error {
+func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) error {
+	id, errText, at := p.ID, p.Error, p.At
 	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET attempts = attempts + 1, last_error = $2, parked_at = $3
 		WHERE id = $1 AND published_at IS NULL`), id, errText, at)
@@ -311,7 +315,8 @@ func (e *executor) OutboxPark(ctx context.Context, id int64, errText string, at 
 // RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
 // statement never locks more than limit rows, and skips rows a concurrent
 // cleaner holds.
-func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
+	before, limit := p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", limit)
 	}
@@ -344,7 +349,7 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit rows found through the published_at index.
-func (e *executor) OutboxRedrive(ctx context.Context, p driver.OutboxRedriveParams) (int, error) {
+func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	if err := checkRedrive(p); err != nil {
 		return 0, err
 	}
@@ -369,7 +374,7 @@ func (e *executor) OutboxRedrive(ctx context.Context, p driver.OutboxRedrivePara
 	return int(tag.RowsAffected()), nil
 }
 
-func checkRedrive(p driver.OutboxRedriveParams) error {
+func checkRedrive(p *driver.OutboxRedriveParams) error {
 	switch {
 	case p.Limit <= 0:
 		return fmt.Errorf("pgdriver: outbox redrive: limit %d must be positive", p.Limit)

@@ -200,7 +200,7 @@ func TestOutboxHeldLaneIsSkipped(t *testing.T) {
 	defer func() { _ = drvA.Rollback(ctx, tx) }()
 	var held []driver.OutboxRow
 	for range 50 { // the claim starts at a random lane: retry until it takes x's
-		if held, err = drvA.UnwrapExecutor(tx).OutboxClaimBatch(ctx, time.Now(), 1); err != nil {
+		if held, err = drvA.UnwrapExecutor(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: time.Now(), Limit: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if len(held) == 1 && held[0].Key == x {
@@ -411,7 +411,7 @@ func TestOutboxListenerReconnects(t *testing.T) {
 func TestOutboxClaimNeedsTransaction(t *testing.T) {
 	t.Parallel()
 	drv := testdb.Postgres(t)
-	if _, err := drv.Executor().OutboxClaimBatch(t.Context(), time.Now(), 10); err == nil ||
+	if _, err := drv.Executor().OutboxClaimBatch(t.Context(), &driver.OutboxClaimBatchParams{Now: time.Now(), Limit: 10}); err == nil ||
 		!strings.Contains(err.Error(), "transaction") {
 		t.Errorf("OutboxClaimBatch outside a transaction = %v; want an error", err)
 	}
@@ -577,10 +577,10 @@ func TestOutboxClaimLanes(t *testing.T) {
 	if err := drv.Pool().QueryRow(ctx, `SELECT min(id) FILTER (WHERE record_key = 'k1'), min(id) FILTER (WHERE record_key = 'k2') FROM outbox`).Scan(&k1, &k2); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Executor().OutboxMarkFailed(ctx, k1, "later", now.Add(time.Hour)); err != nil {
+	if err := drv.Executor().OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: k1, Error: "later", NextAttempt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Executor().OutboxPark(ctx, k2, "poison", now); err != nil {
+	if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: k2, Error: "poison", At: now}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := drv.Pool().Query(ctx, `SELECT id FROM outbox WHERE record_key NOT IN ('k1', 'k2') ORDER BY id`)
@@ -593,7 +593,7 @@ func TestOutboxClaimLanes(t *testing.T) {
 	}
 	claim := func(tx pgx.Tx, limit int) []int64 {
 		t.Helper()
-		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, now, limit)
+		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: now, Limit: limit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -716,7 +716,7 @@ func TestOutboxParkedLanesNotClaimed(t *testing.T) {
 		if err := drv.Pool().QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, e.ID).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		if err := drv.Executor().OutboxPark(ctx, id, "poison", time.Now()); err != nil {
+		if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: id, Error: "poison", At: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -727,7 +727,7 @@ func TestOutboxParkedLanesNotClaimed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, time.Now(), 500)
+		got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: time.Now(), Limit: 500})
 		_ = drv.Rollback(ctx, tx)
 		if err != nil {
 			t.Fatal(err)

@@ -133,7 +133,8 @@ func (e *executor) sendWithLockTimeout(ctx context.Context, b *pgx.Batch, lockTi
 }
 
 // RecordGet implements driver.RecordExecutor.
-func (e *executor) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
+func (e *executor) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*driver.Record, error) {
+	scope, key := p.Scope, p.Key
 	r, err := scanRecord(e.db.QueryRow(ctx, e.d.expand(claimReadSQL), scope, key))
 	if err != nil {
 		return nil, mapErr("get record", err)
@@ -182,7 +183,8 @@ func (e *executor) RecordComplete(ctx context.Context, p *driver.RecordCompleteP
 }
 
 // RecordRelease implements driver.RecordExecutor.
-func (e *executor) RecordRelease(ctx context.Context, scope, key, token string) error {
+func (e *executor) RecordRelease(ctx context.Context, p *driver.RecordReleaseParams) error {
+	scope, key, token := p.Scope, p.Key, p.LeaseToken
 	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
 		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`),
 		scope, key, token)
@@ -196,7 +198,8 @@ func (e *executor) RecordRelease(ctx context.Context, scope, key, token string) 
 }
 
 // RecordExtendLease implements driver.RecordExecutor.
-func (e *executor) RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error {
+func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
+	scope, key, token, until := p.Scope, p.Key, p.LeaseToken, p.Until
 	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}idempotency_record SET lease_expires_at = $4
 		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`),
 		scope, key, token, until)
@@ -211,7 +214,8 @@ func (e *executor) RecordExtendLease(ctx context.Context, scope, key, token stri
 
 // RecordDeleteExpired implements driver.RecordExecutor. It deletes by ctid in
 // a bounded subquery so one statement never locks more than limit rows.
-func (e *executor) RecordDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record WHERE ctid = ANY (ARRAY(
 		SELECT ctid FROM {{table}}idempotency_record WHERE expires_at <= $1 LIMIT $2
 		FOR UPDATE SKIP LOCKED))`), now, limit)

@@ -59,7 +59,7 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, mapErr("saga create", err)
 		}
-		stored, err = e.SagaGet(ctx, s.ID)
+		stored, err = e.SagaGet(ctx, &driver.SagaGetParams{SagaID: s.ID})
 		if errors.Is(err, driver.ErrNotFound) {
 			continue
 		}
@@ -72,7 +72,8 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 }
 
 // SagaGet implements driver.SagaExecutor.
-func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, error) {
+func (e *executor) SagaGet(ctx context.Context, p *driver.SagaGetParams) (*driver.Saga, error) {
+	sagaID := p.SagaID
 	s, err := scanSaga(e.db.QueryRow(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga WHERE saga_id = $1`), sagaID))
 	if err != nil {
 		return nil, mapErr("saga get", err)
@@ -84,7 +85,8 @@ func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, er
 // share locks SagaStepRecord holds on the saga's row, so a step still being
 // recorded under the old state commits before the state changes; READ
 // COMMITTED then re-checks the guard against the newest row version.
-func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (bool, string, error) {
+func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParams) (bool, string, error) {
+	sagaID, from, to, now := p.SagaID, p.From, p.To, p.Now
 	if !driver.ValidSagaState(to) {
 		return false, "", fmt.Errorf("pgdriver: saga set state: unknown state %q", to)
 	}
@@ -114,7 +116,8 @@ func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []strin
 // primary key; afterwards the step is skipped (that transaction committed)
 // or inserted here (it rolled back). Only when nothing was inserted does a
 // second statement read why: the existing step, or the saga's state.
-func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (bool, []byte, error) {
+func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
+	sagaID, step, kind, result, now := p.SagaID, p.Step, p.Kind, p.Result, p.Now
 	want, ok := driver.SagaStepState(kind)
 	if !ok {
 		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
@@ -151,7 +154,8 @@ func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string
 }
 
 // SagaStepSetResult implements driver.SagaExecutor.
-func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error {
+func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetResultParams) error {
+	sagaID, step, result := p.SagaID, p.Step, p.Result
 	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}saga_step SET result = $3
 		WHERE saga_id = $1 AND step_name = $2`), sagaID, step, result)
 	if err != nil {
@@ -164,7 +168,8 @@ func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, r
 }
 
 // SagaSteps implements driver.SagaExecutor.
-func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaStep, error) {
+func (e *executor) SagaSteps(ctx context.Context, p *driver.SagaStepsParams) ([]driver.SagaStep, error) {
+	sagaID := p.SagaID
 	rows, err := e.db.Query(ctx, e.d.expand(`SELECT saga_id, step_name, kind, seq, result, completed_at
 		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`), sagaID)
 	if err != nil {
@@ -182,7 +187,8 @@ func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaS
 }
 
 // SagaList implements driver.SagaExecutor.
-func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]driver.Saga, error) {
+func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]driver.Saga, error) {
+	states, limit := p.States, p.Limit
 	if limit <= 0 {
 		return nil, fmt.Errorf("pgdriver: saga list: limit %d must be positive", limit)
 	}
@@ -211,7 +217,8 @@ func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]
 // RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
 // statement never locks more than limit sagas, and skips sagas a concurrent
 // cleaner holds. Their steps go with them (ON DELETE CASCADE).
-func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (int, error) {
+	before, limit := p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: saga delete: limit %d must be positive", limit)
 	}

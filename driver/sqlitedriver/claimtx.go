@@ -20,7 +20,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := d.UnwrapExecutor(tx).RecordGet(ctx, p.Scope, p.Key)
+	rec, err := d.UnwrapExecutor(tx).RecordGet(ctx, &driver.RecordGetParams{Scope: p.Scope, Key: p.Key})
 	switch {
 	case errors.Is(err, driver.ErrNotFound):
 		rec = nil

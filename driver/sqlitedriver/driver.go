@@ -123,6 +123,33 @@ func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
 // UnwrapExecutor implements driver.Driver.
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor { return &executor{d: d, db: tx} }
 
+// Records implements driver.RecordStore.
+func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
+
+// RecordsTx implements driver.RecordStore.
+func (d *Driver) RecordsTx(tx *sql.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
+
+// Inbox implements driver.InboxStore.
+func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
+
+// InboxTx implements driver.InboxStore.
+func (d *Driver) InboxTx(tx *sql.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Outbox implements driver.OutboxStore.
+func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
+
+// OutboxTx implements driver.OutboxStore.
+func (d *Driver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Sagas implements driver.SagaStore.
+func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
+
+// SagasTx implements driver.SagaStore.
+func (d *Driver) SagasTx(tx *sql.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
+
+// Locks implements driver.LockStore.
+func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
+
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)

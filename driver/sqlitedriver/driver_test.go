@@ -131,7 +131,7 @@ func TestTablePrefix(t *testing.T) {
 		t.Fatalf("complete through app: %v", err)
 	}
 	for _, name := range []string{"other", "plain"} {
-		rec, err := drivers[name].Executor().RecordGet(ctx, "tenant-1 POST /payments", "key-1")
+		rec, err := drivers[name].Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "tenant-1 POST /payments", Key: "key-1"})
 		if err != nil || rec.State != driver.StateInProgress || rec.LeaseToken != name {
 			t.Errorf("record through %s: %+v, %v; want its own in-progress claim", name, rec, err)
 		}

@@ -18,7 +18,8 @@ import (
 // chunking, far from SQLITE_MAX_VARIABLE_NUMBER). SQLite serialises writers,
 // so a concurrent duplicate waits for the write lock and then sees the
 // committed row.
-func (e *executor) InboxInsert(ctx context.Context, consumer string, ids []uuid.UUID, now time.Time) ([]uuid.UUID, error) {
+func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams) ([]uuid.UUID, error) {
+	consumer, ids, now := p.Consumer, p.IDs, p.Now
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -65,7 +66,8 @@ func (e *executor) InboxInsert(ctx context.Context, consumer string, ids []uuid.
 }
 
 // InboxDeleteBefore implements driver.InboxExecutor.
-func (e *executor) InboxDeleteBefore(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+	consumer, before, limit := p.Consumer, p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("sqlitedriver: inbox delete: limit %d must be positive", limit)
 	}

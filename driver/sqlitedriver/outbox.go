@@ -73,7 +73,8 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 // database. It is a single SELECT, so it runs in a transaction
 // or outside one alike; the relay runs it outside, so that it does not hold
 // SQLite's single write lock while it publishes.
-func (e *executor) OutboxClaimBatch(ctx context.Context, now time.Time, limit int) ([]driver.OutboxRow, error) {
+func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	now, limit := p.Now, p.Limit
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
 	}
@@ -139,7 +140,8 @@ func scanOutboxRow(rows *sql.Rows) (driver.OutboxRow, error) {
 }
 
 // OutboxMarkPublished implements driver.OutboxExecutor.
-func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMarkPublishedParams) error {
+	ids, at := p.IDs, p.At
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), outboxInsertChunk)]
 		ids = ids[len(chunk):]
@@ -158,7 +160,8 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, ids []int64, at time
 }
 
 // OutboxMarkFailed implements driver.OutboxExecutor.
-func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText string, nextAttempt time.Time) error {
+func (e *executor) OutboxMarkFailed(ctx context.Context, p *driver.OutboxMarkFailedParams) error {
+	id, errText, nextAttempt := p.ID, p.Error, p.NextAttempt
 	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3
 		WHERE id = ?1 AND published_at IS NULL`), id, errText, micros(nextAttempt))
@@ -169,7 +172,8 @@ func (e *executor) OutboxMarkFailed(ctx context.Context, id int64, errText strin
 }
 
 // OutboxPark implements driver.OutboxExecutor.
-func (e *executor) OutboxPark(ctx context.Context, id int64, errText string, at time.Time) error {
+func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) error {
+	id, errText, at := p.ID, p.Error, p.At
 	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET attempts = attempts + 1, last_error = ?2, parked_at = ?3
 		WHERE id = ?1 AND published_at IS NULL`), id, errText, micros(at))
@@ -191,7 +195,8 @@ func outboxAffected(op string, id int64, res sql.Result) error {
 }
 
 // OutboxDeletePublishedBefore implements driver.OutboxExecutor.
-func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
+	before, limit := p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("sqlitedriver: outbox delete: limit %d must be positive", limit)
 	}
@@ -223,7 +228,7 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit rows.
-func (e *executor) OutboxRedrive(ctx context.Context, p driver.OutboxRedriveParams) (int, error) {
+func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	switch {
 	case p.Limit <= 0:
 		return 0, fmt.Errorf("sqlitedriver: outbox redrive: limit %d must be positive", p.Limit)

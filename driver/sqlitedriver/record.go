@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -38,7 +37,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, mapErr("claim", err)
 		}
-		rec, err := e.RecordGet(ctx, p.Scope, p.Key)
+		rec, err := e.RecordGet(ctx, &driver.RecordGetParams{Scope: p.Scope, Key: p.Key})
 		if errors.Is(err, driver.ErrNotFound) {
 			continue
 		}
@@ -51,7 +50,8 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 }
 
 // RecordGet implements driver.RecordExecutor.
-func (e *executor) RecordGet(ctx context.Context, scope, key string) (*driver.Record, error) {
+func (e *executor) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*driver.Record, error) {
+	scope, key := p.Scope, p.Key
 	row := e.db.QueryRowContext(ctx, e.d.expand(`SELECT `+recordColumns+`
 		FROM {{table}}idempotency_record WHERE scope = ? AND idempotency_key = ?`), scope, key)
 	var (
@@ -91,7 +91,8 @@ func (e *executor) RecordComplete(ctx context.Context, p *driver.RecordCompleteP
 }
 
 // RecordRelease implements driver.RecordExecutor.
-func (e *executor) RecordRelease(ctx context.Context, scope, key, token string) error {
+func (e *executor) RecordRelease(ctx context.Context, p *driver.RecordReleaseParams) error {
+	scope, key, token := p.Scope, p.Key, p.LeaseToken
 	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
 		WHERE scope = ? AND idempotency_key = ? AND lease_token = ? AND state = 'in_progress'`),
 		scope, key, token)
@@ -102,7 +103,8 @@ func (e *executor) RecordRelease(ctx context.Context, scope, key, token string) 
 }
 
 // RecordExtendLease implements driver.RecordExecutor.
-func (e *executor) RecordExtendLease(ctx context.Context, scope, key, token string, until time.Time) error {
+func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
+	scope, key, token, until := p.Scope, p.Key, p.LeaseToken, p.Until
 	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}idempotency_record SET lease_expires_at = ?4
 		WHERE scope = ?1 AND idempotency_key = ?2 AND lease_token = ?3 AND state = 'in_progress'`),
 		scope, key, token, micros(until))
@@ -113,7 +115,8 @@ func (e *executor) RecordExtendLease(ctx context.Context, scope, key, token stri
 }
 
 // RecordDeleteExpired implements driver.RecordExecutor.
-func (e *executor) RecordDeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
 		WHERE (scope, idempotency_key) IN (
 			SELECT scope, idempotency_key FROM {{table}}idempotency_record WHERE expires_at <= ? LIMIT ?)`),

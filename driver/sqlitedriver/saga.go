@@ -66,7 +66,7 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, false, mapErr("saga create", err)
 	}
-	stored, err = e.SagaGet(ctx, s.ID)
+	stored, err = e.SagaGet(ctx, &driver.SagaGetParams{SagaID: s.ID})
 	if err != nil {
 		return nil, false, err
 	}
@@ -74,7 +74,8 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 }
 
 // SagaGet implements driver.SagaExecutor.
-func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, error) {
+func (e *executor) SagaGet(ctx context.Context, p *driver.SagaGetParams) (*driver.Saga, error) {
+	sagaID := p.SagaID
 	s, err := scanSaga(e.db.QueryRowContext(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga WHERE saga_id = ?1`), sagaID))
 	if err != nil {
 		return nil, mapErr("saga get", err)
@@ -83,7 +84,8 @@ func (e *executor) SagaGet(ctx context.Context, sagaID string) (*driver.Saga, er
 }
 
 // SagaSetState implements driver.SagaExecutor.
-func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []string, to string, now time.Time) (bool, string, error) {
+func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParams) (bool, string, error) {
+	sagaID, from, to, now := p.SagaID, p.From, p.To, p.Now
 	if !driver.ValidSagaState(to) {
 		return false, "", fmt.Errorf("sqlitedriver: saga set state: unknown state %q", to)
 	}
@@ -111,7 +113,8 @@ func (e *executor) SagaSetState(ctx context.Context, sagaID string, from []strin
 // step exists. SQLite serialises writers, so the numbering is exact and a
 // concurrent duplicate waits for the write lock and then finds the committed
 // step. Only when nothing was inserted does a second statement read why.
-func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string, result []byte, now time.Time) (bool, []byte, error) {
+func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
+	sagaID, step, kind, result, now := p.SagaID, p.Step, p.Kind, p.Result, p.Now
 	want, ok := driver.SagaStepState(kind)
 	if !ok {
 		return false, nil, fmt.Errorf("sqlitedriver: saga step record: unknown kind %q", kind)
@@ -149,7 +152,8 @@ func (e *executor) SagaStepRecord(ctx context.Context, sagaID, step, kind string
 }
 
 // SagaStepSetResult implements driver.SagaExecutor.
-func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, result []byte) error {
+func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetResultParams) error {
+	sagaID, step, result := p.SagaID, p.Step, p.Result
 	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}saga_step SET result = ?3
 		WHERE saga_id = ?1 AND step_name = ?2`), sagaID, step, result)
 	if err != nil {
@@ -166,7 +170,8 @@ func (e *executor) SagaStepSetResult(ctx context.Context, sagaID, step string, r
 }
 
 // SagaSteps implements driver.SagaExecutor.
-func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaStep, error) {
+func (e *executor) SagaSteps(ctx context.Context, p *driver.SagaStepsParams) ([]driver.SagaStep, error) {
+	sagaID := p.SagaID
 	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT saga_id, step_name, kind, seq, result, completed_at
 		FROM {{table}}saga_step WHERE saga_id = ?1 ORDER BY seq`), sagaID)
 	if err != nil {
@@ -192,7 +197,8 @@ func (e *executor) SagaSteps(ctx context.Context, sagaID string) ([]driver.SagaS
 }
 
 // SagaList implements driver.SagaExecutor.
-func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]driver.Saga, error) {
+func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]driver.Saga, error) {
+	states, limit := p.States, p.Limit
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: saga list: limit %d must be positive", limit)
 	}
@@ -222,7 +228,8 @@ func (e *executor) SagaList(ctx context.Context, states []string, limit int) ([]
 // SagaDeleteFinishedBefore implements driver.SagaExecutor. The steps of the
 // deleted sagas go with them (foreign key ON DELETE CASCADE, and a trigger
 // for connections without PRAGMA foreign_keys).
-func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (int, error) {
+	before, limit := p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("sqlitedriver: saga delete: limit %d must be positive", limit)
 	}

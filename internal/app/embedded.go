@@ -159,7 +159,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 	deadline := time.Now().Add(embeddedLockTTL + time.Second)
 	for waited := false; ; waited = true {
 		now := time.Now()
-		ok, err := ex.LockAcquire(ctx, name, owner, now, now.Add(embeddedLockTTL))
+		ok, err := ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: name, Owner: owner, Now: now, Until: now.Add(embeddedLockTTL)})
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", name, err)
 		}
@@ -169,7 +169,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 			}
 			break
 		}
-		holder, _, err := ex.LockGet(ctx, name)
+		holder, _, err := ex.LockGet(ctx, &driver.LockGetParams{Name: name})
 		if err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return nil, fmt.Errorf("lease %s: %w", name, err)
 		}
@@ -177,7 +177,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 		if local && dead {
 			// Expire it; the next LockAcquire takes it (or loses to a
 			// concurrent starter, who then holds it).
-			if err := ex.LockRenew(ctx, name, holder, now.Add(-time.Second)); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+			if err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: name, Owner: holder, Until: now.Add(-time.Second)}); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
 				return nil, fmt.Errorf("lease %s: %w", name, err)
 			}
 			a.log.Info("embedded broker: taking over the lease of a stopped idemd on this host", "lease", name, "holder", holder)
@@ -213,12 +213,12 @@ func (l *lease) renew(ctx context.Context, a *App) {
 		case <-t.C:
 		}
 		now := time.Now()
-		err := l.ex.LockRenew(ctx, l.name, l.owner, now.Add(embeddedLockTTL))
+		err := l.ex.LockRenew(ctx, &driver.LockRenewParams{Name: l.name, Owner: l.owner, Until: now.Add(embeddedLockTTL)})
 		if errors.Is(err, driver.ErrLeaseLost) {
 			// Taken over after we failed to renew in time (a database
 			// outage): take it back if it is free.
 			var ok bool
-			ok, err = l.ex.LockAcquire(ctx, l.name, l.owner, now, now.Add(embeddedLockTTL))
+			ok, err = l.ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: l.name, Owner: l.owner, Now: now, Until: now.Add(embeddedLockTTL)})
 			if err == nil && !ok {
 				err = errors.New("another idemd holds it now: two embedded brokers may be running for one database")
 			}
@@ -236,7 +236,7 @@ func (l *lease) release() {
 	<-l.done
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = l.ex.LockRelease(ctx, l.name, l.owner)
+	_ = l.ex.LockRelease(ctx, &driver.LockReleaseParams{Name: l.name, Owner: l.owner})
 }
 
 // holderOnThisHost reports whether owner ("host/pid/random") names a process

@@ -1,0 +1,164 @@
+package driver
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Every Executor method takes its inputs in one struct (a *...Params, or a
+// row such as OutboxRow and Saga), so that a field added later breaks no
+// backend and no caller. The fields are described by the method's
+// documentation; the structs are listed here by table.
+
+// InboxInsertParams are the inputs of InboxExecutor.InboxInsert.
+type InboxInsertParams struct {
+	Consumer string
+	IDs      []uuid.UUID
+	Now      time.Time
+}
+
+// InboxDeleteBeforeParams are the inputs of InboxExecutor.InboxDeleteBefore.
+type InboxDeleteBeforeParams struct {
+	// Consumer is "" for every consumer.
+	Consumer string
+	Before   time.Time
+	Limit    int
+}
+
+// LockAcquireParams are the inputs of LockExecutor.LockAcquire.
+type LockAcquireParams struct {
+	Name  string
+	Owner string
+	Now   time.Time
+	Until time.Time
+}
+
+// LockRenewParams are the inputs of LockExecutor.LockRenew.
+type LockRenewParams struct {
+	Name  string
+	Owner string
+	Until time.Time
+}
+
+// LockReleaseParams are the inputs of LockExecutor.LockRelease.
+type LockReleaseParams struct {
+	Name  string
+	Owner string
+}
+
+// LockGetParams are the inputs of LockExecutor.LockGet.
+type LockGetParams struct {
+	Name string
+}
+
+// OutboxClaimBatchParams are the inputs of OutboxExecutor.OutboxClaimBatch.
+type OutboxClaimBatchParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// OutboxMarkPublishedParams are the inputs of
+// OutboxExecutor.OutboxMarkPublished.
+type OutboxMarkPublishedParams struct {
+	IDs []int64
+	At  time.Time
+}
+
+// OutboxMarkFailedParams are the inputs of OutboxExecutor.OutboxMarkFailed.
+type OutboxMarkFailedParams struct {
+	ID          int64
+	Error       string
+	NextAttempt time.Time
+}
+
+// OutboxParkParams are the inputs of OutboxExecutor.OutboxPark.
+type OutboxParkParams struct {
+	ID    int64
+	Error string
+	At    time.Time
+}
+
+// OutboxDeletePublishedBeforeParams are the inputs of
+// OutboxExecutor.OutboxDeletePublishedBefore.
+type OutboxDeletePublishedBeforeParams struct {
+	Before time.Time
+	Limit  int
+}
+
+// RecordGetParams are the inputs of RecordExecutor.RecordGet.
+type RecordGetParams struct {
+	Scope string
+	Key   string
+}
+
+// RecordReleaseParams are the inputs of RecordExecutor.RecordRelease.
+type RecordReleaseParams struct {
+	Scope      string
+	Key        string
+	LeaseToken string
+}
+
+// RecordExtendLeaseParams are the inputs of RecordExecutor.RecordExtendLease.
+type RecordExtendLeaseParams struct {
+	Scope      string
+	Key        string
+	LeaseToken string
+	Until      time.Time
+}
+
+// RecordDeleteExpiredParams are the inputs of
+// RecordExecutor.RecordDeleteExpired.
+type RecordDeleteExpiredParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// SagaGetParams are the inputs of SagaExecutor.SagaGet.
+type SagaGetParams struct {
+	SagaID string
+}
+
+// SagaSetStateParams are the inputs of SagaExecutor.SagaSetState.
+type SagaSetStateParams struct {
+	SagaID string
+	// From are the states the saga may be in for the change to happen.
+	From []string
+	To   string
+	Now  time.Time
+}
+
+// SagaStepRecordParams are the inputs of SagaExecutor.SagaStepRecord.
+type SagaStepRecordParams struct {
+	SagaID string
+	Step   string
+	// Kind is StepForward or StepCompensation.
+	Kind   string
+	Result []byte
+	Now    time.Time
+}
+
+// SagaStepSetResultParams are the inputs of SagaExecutor.SagaStepSetResult.
+type SagaStepSetResultParams struct {
+	SagaID string
+	Step   string
+	Result []byte
+}
+
+// SagaStepsParams are the inputs of SagaExecutor.SagaSteps.
+type SagaStepsParams struct {
+	SagaID string
+}
+
+// SagaListParams are the inputs of SagaExecutor.SagaList.
+type SagaListParams struct {
+	States []string
+	Limit  int
+}
+
+// SagaDeleteFinishedBeforeParams are the inputs of
+// SagaExecutor.SagaDeleteFinishedBefore.
+type SagaDeleteFinishedBeforeParams struct {
+	Before time.Time
+	Limit  int
+}
