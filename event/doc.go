@@ -57,4 +57,20 @@
 // converts field for field to kgo.RecordHeader. The ID, type, saga ID and
 // occurrence time travel in headers (HeaderEventID and friends), so a consumer
 // can deduplicate without parsing the payload.
+//
+// # CloudEvents headers
+//
+// [Envelope.RecordHeadersWith] can write the CloudEvents 1.0 Kafka binding's
+// binary-mode headers instead of the idem ones ([HeaderFormatCloudEvents]),
+// or both ([HeaderFormatBoth]), so that non-Go consumers read the record as a
+// CloudEvent: ce_id is the event ID, ce_type the type, ce_time the occurrence
+// time, ce_subject and ce_partitionkey the key, ce_idemsagaid the saga ID,
+// ce_source the producer given in [HeaderOptions], and content-type
+// application/json; the payload is the CloudEvent's data. [FromRecord] reads
+// records in any of the formats, with no setting: a record with a
+// ce_specversion header is a CloudEvent, its "ce_" headers are not copied to
+// Envelope.Headers, and when it also has the idem headers the two sets must
+// agree ([ErrHeaderMismatch]). A CloudEvent from another producer is accepted
+// when its ce_id is a UUIDv7 and it has ce_type (matching [TypePattern]) and
+// ce_time.
 package event

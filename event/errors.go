@@ -25,12 +25,21 @@ var (
 	ErrInvalidTime = errors.New("invalid occurred-at time")
 	// ErrInvalidPayload: the payload is not a JSON document.
 	ErrInvalidPayload = errors.New("payload is not valid JSON")
-	// ErrReservedHeader: an extra header is empty or uses the "idem-" prefix.
+	// ErrReservedHeader: an extra header is empty or uses the "idem-" prefix
+	// (or, for RecordHeadersWith with a CloudEvents format, the "ce_" one).
 	ErrReservedHeader = errors.New("reserved or empty header name")
-	// ErrMissingHeader: a required idem header is absent from the record.
+	// ErrMissingHeader: a required idem or CloudEvents header is absent
+	// from the record.
 	ErrMissingHeader = errors.New("missing header")
-	// ErrDuplicateHeader: an idem header appears more than once in the record.
+	// ErrDuplicateHeader: an idem or CloudEvents header appears more than
+	// once in the record.
 	ErrDuplicateHeader = errors.New("duplicate header")
+	// ErrHeaderMismatch: a record carries both the idem and the CloudEvents
+	// headers, and they disagree on the event's ID, type, occurrence time
+	// or saga ID.
+	ErrHeaderMismatch = errors.New("idem and CloudEvents headers disagree")
+	// ErrUnsupportedSpecVersion: the ce_specversion header is not "1.0".
+	ErrUnsupportedSpecVersion = errors.New("unsupported CloudEvents specversion")
 )
 
 // DecodeError is returned by FromRecord when a record is not a valid idem

@@ -70,3 +70,41 @@ func ExampleDerivedID() {
 	// 017f22e2-79b0-793a-9fd6-e7158c8df606
 	// true
 }
+
+// A publisher that must interoperate with CloudEvents consumers (Java,
+// Knative, ...) writes the CloudEvents Kafka binding's binary-mode headers;
+// FromRecord reads them back, as it reads idem's own headers.
+func ExampleEnvelope_RecordHeadersWith() {
+	e := event.Envelope{
+		ID:         rfcV7,
+		Type:       "OrderCreated.v1",
+		Key:        "order-42",
+		SagaID:     "checkout-9",
+		OccurredAt: time.Date(2022, 2, 22, 19, 22, 22, 500000000, time.UTC),
+		Payload:    []byte(`{"orderId":"order-42"}`),
+	}
+	hs, err := e.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/orders-service"})
+	if err != nil {
+		panic(err)
+	}
+	for _, h := range hs {
+		fmt.Printf("%s: %s\n", h.Key, h.Value)
+	}
+
+	back, err := event.FromRecord(e.RecordKey(), e.Payload, hs)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(back.ID == e.ID, back.Type, back.Key, back.SagaID, back.OccurredAt)
+	// Output:
+	// ce_specversion: 1.0
+	// ce_id: 017f22e2-79b0-7cc3-98c4-dc0c0c07398f
+	// ce_source: /orders-service
+	// ce_type: OrderCreated.v1
+	// ce_subject: order-42
+	// ce_time: 2022-02-22T19:22:22.5Z
+	// ce_partitionkey: order-42
+	// ce_idemsagaid: checkout-9
+	// content-type: application/json
+	// true OrderCreated.v1 order-42 checkout-9 2022-02-22 19:22:22.5 +0000 UTC
+}

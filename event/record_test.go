@@ -169,6 +169,7 @@ func TestFromRecord(t *testing.T) {
 		{"missing time", key, value, drop(headers, event.HeaderOccurredAt), event.HeaderOccurredAt, event.ErrMissingHeader},
 		{"bad time", key, value, replace(headers, event.HeaderOccurredAt, "yesterday"), event.HeaderOccurredAt, event.ErrInvalidTime},
 		{"zero time", key, value, replace(headers, event.HeaderOccurredAt, "0001-01-01T00:00:00Z"), event.HeaderOccurredAt, event.ErrInvalidTime},
+		{"time before year 0 in UTC", key, value, replace(headers, event.HeaderOccurredAt, "0000-01-01T00:00:00+01:00"), event.HeaderOccurredAt, event.ErrInvalidTime},
 		{"duplicate saga", key, value, append(replace(headers, event.HeaderSagaID, "a"), event.Header{Key: event.HeaderSagaID, Value: []byte("b")}), event.HeaderSagaID, event.ErrDuplicateHeader},
 		{"empty key", nil, value, headers, "key", event.ErrEmptyKey},
 		{"tombstone", key, nil, headers, "value", event.ErrInvalidPayload},
@@ -260,6 +261,14 @@ func FuzzFromRecord(f *testing.F) {
 	e.Headers = map[string]string{"traceparent": "00-abc-def-01"}
 	e.OccurredAt = time.Date(2024, 2, 29, 23, 59, 59, 999999999, time.UTC)
 	f.Add(e.RecordKey(), e.Payload, encodeHeaders(e.RecordHeaders()))
+	for _, format := range []event.HeaderFormat{event.HeaderFormatCloudEvents, event.HeaderFormatBoth} {
+		hs, err := e.RecordHeadersWith(event.HeaderOptions{Format: format, Source: "/idem"})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(e.RecordKey(), e.Payload, encodeHeaders(hs))
+	}
+	f.Add([]byte("k"), []byte("{}"), []byte("ce_specversion=1.0\nce_id=017f22e2-79b0-7cc3-98c4-dc0c0c07398f\nce_type=A.v1\nce_time=2020-01-01t00:00:00+01:00\ncontent-type=application/json\n"))
 	f.Add([]byte("k"), []byte("null"), []byte("idem-event-id=\nidem-event-type=A.v1\n"))
 	f.Add([]byte(""), []byte(""), []byte(""))
 
@@ -282,5 +291,317 @@ func FuzzFromRecord(f *testing.F) {
 		if !envelopesEqual(got, again) {
 			t.Fatalf("round trip changed the envelope:\n%+v\n%+v", got, again)
 		}
+
+		// The CloudEvents format round-trips too, except that a
+		// content-type of application/json is read as the CloudEvents
+		// datacontenttype and not kept.
+		hs, err := got.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "/idem"})
+		if err != nil {
+			if !errors.Is(err, event.ErrReservedHeader) {
+				t.Fatalf("RecordHeadersWith(%+v): %v", got, err)
+			}
+			return // a ce_ header, taken from a record that was not a CloudEvent
+		}
+		again, err = event.FromRecord(got.RecordKey(), got.Payload, hs)
+		if err != nil {
+			t.Fatalf("re-decoding %+v as a CloudEvent: %v", got, err)
+		}
+		if got.Headers["content-type"] == "application/json" {
+			got.Headers = maps.Clone(got.Headers)
+			delete(got.Headers, "content-type")
+		}
+		if !envelopesEqual(got, again) {
+			t.Fatalf("CloudEvents round trip changed the envelope:\n%+v\n%+v", got, again)
+		}
 	})
+}
+
+// ceEnvelope is validEnvelope with a fixed time, a saga and extra headers.
+func ceEnvelope(t *testing.T) event.Envelope {
+	t.Helper()
+	e := validEnvelope(t)
+	e.OccurredAt = time.Date(2025, 3, 4, 5, 6, 7, 890123000, time.FixedZone("CET", 3600))
+	e.SagaID = "saga-7"
+	e.Headers = map[string]string{"traceparent": "00-1", "a": "1"}
+	return e
+}
+
+func TestRecordHeadersWith(t *testing.T) {
+	t.Parallel()
+	e := ceEnvelope(t)
+	id := []byte(e.ID.String())
+	idem := []event.Header{
+		{Key: "idem-event-id", Value: id},
+		{Key: "idem-event-type", Value: []byte("OrderCreated.v1")},
+		{Key: "idem-saga-id", Value: []byte("saga-7")},
+		{Key: "idem-occurred-at", Value: []byte("2025-03-04T04:06:07.890123Z")},
+	}
+	ce := []event.Header{
+		{Key: "ce_specversion", Value: []byte("1.0")},
+		{Key: "ce_id", Value: id},
+		{Key: "ce_source", Value: []byte("/idem")},
+		{Key: "ce_type", Value: []byte("OrderCreated.v1")},
+		{Key: "ce_subject", Value: []byte("order-42")},
+		{Key: "ce_time", Value: []byte("2025-03-04T04:06:07.890123Z")},
+		{Key: "ce_partitionkey", Value: []byte("order-42")},
+		{Key: "ce_idemsagaid", Value: []byte("saga-7")},
+		{Key: "content-type", Value: []byte("application/json")},
+	}
+	extra := []event.Header{{Key: "a", Value: []byte("1")}, {Key: "traceparent", Value: []byte("00-1")}}
+	for _, tt := range []struct {
+		opts event.HeaderOptions
+		want []event.Header
+	}{
+		{event.HeaderOptions{}, slices.Concat(idem, extra)},
+		{event.HeaderOptions{Source: "/ignored"}, slices.Concat(idem, extra)},
+		{event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/idem"}, slices.Concat(ce, extra)},
+		{event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "/idem"}, slices.Concat(idem, ce, extra)},
+	} {
+		t.Run(tt.opts.Format.String(), func(t *testing.T) {
+			got, err := e.RecordHeadersWith(tt.opts)
+			if err != nil {
+				t.Fatalf("RecordHeadersWith: %v", err)
+			}
+			if !headersEqual(got, tt.want) {
+				t.Errorf("RecordHeadersWith(%+v) =\n%q\nwant\n%q", tt.opts, got, tt.want)
+			}
+		})
+	}
+	if got := e.RecordHeaders(); !headersEqual(got, slices.Concat(idem, extra)) {
+		t.Errorf("RecordHeaders = %q", got)
+	}
+
+	// No saga: no saga headers. A content-type of the envelope's own
+	// replaces the default one.
+	e.SagaID = ""
+	e.Headers = map[string]string{"content-type": "application/vnd.orders+json"}
+	got, err := e.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Concat(slices.Delete(slices.Clone(ce), 7, 9), []event.Header{{Key: "content-type", Value: []byte("application/vnd.orders+json")}})
+	if !headersEqual(got, want) {
+		t.Errorf("without saga, own content-type:\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestRecordHeadersWithRejects(t *testing.T) {
+	t.Parallel()
+	e := validEnvelope(t)
+	ce := event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/idem"}
+	for name, tt := range map[string]struct {
+		opts    event.HeaderOptions
+		headers map[string]string
+		want    error // nil: any error
+	}{
+		"cloudevents without source": {opts: event.HeaderOptions{Format: event.HeaderFormatCloudEvents}},
+		"both without source":        {opts: event.HeaderOptions{Format: event.HeaderFormatBoth}},
+		"source with a space":        {opts: event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "/my service"}},
+		"source not a URI":           {opts: event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "http://[::1"}},
+		"unknown format":             {opts: event.HeaderOptions{Format: 9, Source: "/idem"}},
+		"ce_ extra header":           {opts: ce, headers: map[string]string{"ce_traceparent": "x"}, want: event.ErrReservedHeader},
+		"CE_ extra header, both":     {opts: event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "/idem"}, headers: map[string]string{"CE_ID": "x"}, want: event.ErrReservedHeader},
+	} {
+		e := e
+		e.Headers = tt.headers
+		_, err := e.RecordHeadersWith(tt.opts)
+		if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("%s: RecordHeadersWith = %v; want an error (wrapping %v)", name, err, tt.want)
+		}
+		if tt.want == nil && tt.opts.Validate() == nil {
+			t.Errorf("%s: Validate accepted %+v", name, tt.opts)
+		}
+	}
+	// ce_ extra headers are nothing special in the idem format.
+	e.Headers = map[string]string{"ce_traceparent": "x"}
+	if _, err := e.RecordHeadersWith(event.HeaderOptions{}); err != nil {
+		t.Errorf("idem format with a ce_ header: %v", err)
+	}
+}
+
+func TestHeaderFormatText(t *testing.T) {
+	t.Parallel()
+	for _, f := range []event.HeaderFormat{event.HeaderFormatIdem, event.HeaderFormatCloudEvents, event.HeaderFormatBoth} {
+		b, err := f.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back event.HeaderFormat
+		if err := back.UnmarshalText(b); err != nil || back != f {
+			t.Errorf("%v: UnmarshalText(%q) = %v, %v", f, b, back, err)
+		}
+	}
+	for s, want := range map[string]event.HeaderFormat{"": event.HeaderFormatIdem, "CloudEvents": event.HeaderFormatCloudEvents, "BOTH": event.HeaderFormatBoth} {
+		if got, err := event.ParseHeaderFormat(s); err != nil || got != want {
+			t.Errorf("ParseHeaderFormat(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := event.ParseHeaderFormat("ce"); err == nil {
+		t.Error(`ParseHeaderFormat("ce"): no error`)
+	}
+	if _, err := event.HeaderFormat(3).MarshalText(); err == nil {
+		t.Error("MarshalText of an unknown format: no error")
+	}
+	if s := event.HeaderFormat(3).String(); s != "HeaderFormat(3)" {
+		t.Errorf("String = %q", s)
+	}
+}
+
+// Every format decodes to the envelope it was written from.
+func TestRecordRoundTripFormats(t *testing.T) {
+	t.Parallel()
+	for _, f := range []event.HeaderFormat{event.HeaderFormatIdem, event.HeaderFormatCloudEvents, event.HeaderFormatBoth} {
+		for name, modify := range map[string]func(*event.Envelope){
+			"plain": func(*event.Envelope) {},
+			"saga and headers": func(e *event.Envelope) {
+				e.SagaID = "saga-1"
+				e.Headers = map[string]string{"traceparent": "00-abc", "Content-Type": "text/x"}
+			},
+			"own content-type": func(e *event.Envelope) {
+				e.Headers = map[string]string{"content-type": "application/vnd.orders+json"}
+			},
+			"nanosecond time in a zone": func(e *event.Envelope) {
+				e.OccurredAt = time.Date(2030, 1, 1, 0, 0, 0, 1, time.FixedZone("X", -7*3600))
+			},
+			"step id (v5)": func(e *event.Envelope) { e.ID = event.StepID("saga-1", "charge") },
+		} {
+			t.Run(f.String()+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				in := validEnvelope(t)
+				modify(&in)
+				hs, err := in.RecordHeadersWith(event.HeaderOptions{Format: f, Source: "/idem"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := event.FromRecord(in.RecordKey(), in.Payload, hs)
+				if err != nil {
+					t.Fatalf("FromRecord: %v", err)
+				}
+				if !envelopesEqual(in, out) {
+					t.Errorf("round trip changed the envelope:\n in %+v\nout %+v", in, out)
+				}
+				if out.OccurredAt.Location() != time.UTC {
+					t.Errorf("decoded time not UTC: %v", out.OccurredAt)
+				}
+			})
+		}
+	}
+}
+
+func TestFromRecordCloudEvents(t *testing.T) {
+	t.Parallel()
+	base := validEnvelope(t)
+	base.SagaID = "saga-1"
+	key, value := base.RecordKey(), base.Payload
+	ce, err := base.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := base.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatBoth, Source: "/idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := event.DerivedID(base.ID, "other").String()
+	at := base.OccurredAt
+
+	tests := []struct {
+		name      string
+		headers   []event.Header
+		wantField string // "" means success
+		wantErr   error
+		wantAt    time.Time // zero: base.OccurredAt
+		check     func(t *testing.T, e event.Envelope)
+	}{
+		{name: "cloudevents", headers: ce},
+		{name: "both", headers: both},
+		{name: "both, headers in any order", headers: slices.Concat(both[6:], both[:6])},
+		{name: "minimal cloudevent", headers: []event.Header{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(base.ID.String())},
+			{Key: "ce_type", Value: []byte(base.Type)}, {Key: "ce_time", Value: []byte(at.Format(time.RFC3339Nano))},
+		}, check: func(t *testing.T, e event.Envelope) {
+			if e.SagaID != "" || e.Headers != nil {
+				t.Errorf("saga %q, headers %q; want none", e.SagaID, e.Headers)
+			}
+		}},
+		{name: "unknown ce_ headers and content-type not kept", headers: slices.Concat(ce, []event.Header{
+			{Key: "ce_traceparent", Value: []byte("00-1")}, {Key: "CE_Other", Value: []byte("x")}, {Key: "tenant", Value: []byte("t1")},
+		}), check: func(t *testing.T, e event.Envelope) {
+			if want := map[string]string{"tenant": "t1"}; !maps.Equal(e.Headers, want) {
+				t.Errorf("Headers = %q; want %q", e.Headers, want)
+			}
+		}},
+		{name: "other content-type kept", headers: replace(ce, "content-type", "application/vnd.x+json"), check: func(t *testing.T, e event.Envelope) {
+			if want := map[string]string{"content-type": "application/vnd.x+json"}; !maps.Equal(e.Headers, want) {
+				t.Errorf("Headers = %q; want %q", e.Headers, want)
+			}
+		}},
+		{name: "without specversion ce_ headers are ordinary", headers: slices.Concat(base.RecordHeaders(), drop(ce, "ce_specversion")), check: func(t *testing.T, e event.Envelope) {
+			if e.Headers["ce_id"] != base.ID.String() || e.Headers["content-type"] != "application/json" || len(e.Headers) != 8 {
+				t.Errorf("Headers = %q; want the ce_ headers and content-type", e.Headers)
+			}
+		}},
+		{name: "ce_time with an offset", headers: replace(ce, "ce_time", at.In(time.FixedZone("X", 5*3600+1800)).Format(time.RFC3339Nano))},
+		{name: "ce_time lower case", headers: replace(ce, "ce_time", strings.ToLower(at.Format(time.RFC3339Nano)))},
+		{name: "both, ce_time in another zone", headers: replace(both, "ce_time", at.In(time.FixedZone("X", -3600)).Format(time.RFC3339Nano))},
+		{name: "ce_time without fraction", headers: replace(ce, "ce_time", "2024-02-29T23:59:59Z"), wantAt: time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC)},
+		{name: "upper-case ce_id", headers: replace(ce, "ce_id", strings.ToUpper(base.ID.String()))},
+		{name: "source and subject not checked", headers: drop(replace(ce, "ce_subject", "other"), "ce_source")},
+
+		{name: "missing ce_id", headers: drop(ce, "ce_id"), wantField: "ce_id", wantErr: event.ErrMissingHeader},
+		{name: "both, missing ce_id", headers: drop(both, "ce_id"), wantField: "ce_id", wantErr: event.ErrMissingHeader},
+		{name: "v4 ce_id", headers: replace(ce, "ce_id", "a4fdb2df-568e-471f-ba88-ff4dba30f6e4"), wantField: "ce_id", wantErr: event.ErrInvalidID},
+		{name: "garbage ce_id", headers: replace(ce, "ce_id", "order-42-created"), wantField: "ce_id", wantErr: event.ErrInvalidID},
+		{name: "urn ce_id", headers: replace(ce, "ce_id", "urn:uuid:"+base.ID.String()), wantField: "ce_id", wantErr: event.ErrInvalidID},
+		{name: "missing ce_type", headers: drop(ce, "ce_type"), wantField: "ce_type", wantErr: event.ErrMissingHeader},
+		{name: "bad ce_type", headers: replace(ce, "ce_type", "com.example.order.created"), wantField: "ce_type", wantErr: event.ErrInvalidType},
+		{name: "missing ce_time", headers: drop(ce, "ce_time"), wantField: "ce_time", wantErr: event.ErrMissingHeader},
+		{name: "bad ce_time", headers: replace(ce, "ce_time", "2025-03-04 05:06:07"), wantField: "ce_time", wantErr: event.ErrInvalidTime},
+		{name: "zero ce_time", headers: replace(ce, "ce_time", "0001-01-01T00:00:00Z"), wantField: "ce_time", wantErr: event.ErrInvalidTime},
+		{name: "ce_time before year 0 in UTC", headers: replace(ce, "ce_time", "0000-01-01t00:00:00+01:00"), wantField: "ce_time", wantErr: event.ErrInvalidTime},
+		{name: "specversion 0.3", headers: replace(ce, "ce_specversion", "0.3"), wantField: "ce_specversion", wantErr: event.ErrUnsupportedSpecVersion},
+		{name: "duplicate ce_id", headers: slices.Concat(ce, []event.Header{{Key: "ce_id", Value: []byte(base.ID.String())}}), wantField: "ce_id", wantErr: event.ErrDuplicateHeader},
+		{name: "duplicate specversion", headers: slices.Concat(ce, []event.Header{{Key: "ce_specversion", Value: []byte("1.0")}}), wantField: "ce_specversion", wantErr: event.ErrDuplicateHeader},
+		{name: "both, ids disagree", headers: replace(both, "ce_id", other), wantField: "ce_id", wantErr: event.ErrHeaderMismatch},
+		{name: "both, types disagree", headers: replace(both, "ce_type", "OrderPaid.v1"), wantField: "ce_type", wantErr: event.ErrHeaderMismatch},
+		{name: "both, times disagree", headers: replace(both, "ce_time", at.Add(time.Microsecond).Format(time.RFC3339Nano)), wantField: "ce_time", wantErr: event.ErrHeaderMismatch},
+		{name: "both, sagas disagree", headers: replace(both, "ce_idemsagaid", "saga-2"), wantField: "ce_idemsagaid", wantErr: event.ErrHeaderMismatch},
+		{name: "both, saga only in idem", headers: drop(both, "ce_idemsagaid"), wantField: "ce_idemsagaid", wantErr: event.ErrHeaderMismatch},
+		{name: "both, idem set incomplete", headers: drop(both, "idem-event-type"), wantField: "idem-event-type", wantErr: event.ErrMissingHeader},
+		{name: "cloudevent with a stray idem header", headers: slices.Concat(ce, []event.Header{{Key: "idem-saga-id", Value: []byte("saga-1")}}), wantField: "idem-event-id", wantErr: event.ErrMissingHeader},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := event.FromRecord(key, value, tt.headers)
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("FromRecord: %v", err)
+				}
+				wantAt := base.OccurredAt
+				if !tt.wantAt.IsZero() {
+					wantAt = tt.wantAt
+				}
+				if e.ID != base.ID || e.Type != base.Type || e.Key != base.Key || !e.OccurredAt.Equal(wantAt) ||
+					e.OccurredAt.Location() != time.UTC || !bytes.Equal(e.Payload, base.Payload) {
+					t.Errorf("decoded %+v, want %+v", e, base)
+				}
+				if tt.check != nil {
+					tt.check(t, e)
+				} else if e.SagaID != base.SagaID || len(e.Headers) != 0 {
+					t.Errorf("saga %q, headers %q; want %q and none", e.SagaID, e.Headers, base.SagaID)
+				}
+				return
+			}
+			var de *event.DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("err = %v (%T), want *DecodeError", err, err)
+			}
+			if de.Field != tt.wantField {
+				t.Errorf("Field = %q, want %q (err %v)", de.Field, tt.wantField, err)
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("err = %v, want it to wrap %v", err, tt.wantErr)
+			}
+		})
+	}
 }

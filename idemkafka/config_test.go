@@ -70,3 +70,35 @@ func TestDefaultBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A CloudEvents header format needs a Source; the zero values keep today's
+// behaviour. Construction does no I/O, so the seed is never dialled.
+func TestPublisherConfigHeaderFormat(t *testing.T) {
+	t.Parallel()
+	seeds := []string{"127.0.0.1:1"}
+	for name, tc := range map[string]struct {
+		format event.HeaderFormat
+		source string
+		want   string // "" means valid
+	}{
+		"zero values":                {},
+		"idem ignores Source":        {format: event.HeaderFormatIdem, source: "/idem"},
+		"cloudevents":                {format: event.HeaderFormatCloudEvents, source: "/idem"},
+		"both":                       {format: event.HeaderFormatBoth, source: "https://orders.example.com"},
+		"cloudevents without Source": {format: event.HeaderFormatCloudEvents, want: "Source"},
+		"both without Source":        {format: event.HeaderFormatBoth, want: "Source"},
+		"Source with spaces":         {format: event.HeaderFormatCloudEvents, source: "orders service", want: "URI-reference"},
+		"unknown format":             {format: event.HeaderFormat(7), source: "/idem", want: "unknown header format"},
+	} {
+		p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", HeaderFormat: tc.format, Source: tc.source})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: NewPublisher: %v", name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid PublisherConfig")):
+			t.Errorf("%s: NewPublisher = %v; want an invalid PublisherConfig error mentioning %q", name, err, tc.want)
+		}
+		if p != nil {
+			p.Close()
+		}
+	}
+}

@@ -12,6 +12,20 @@
 // and occurrence time (see package event). [Record] and [Envelope] convert.
 // A consumer deduplicates on the ID header without parsing the payload.
 //
+// # CloudEvents
+//
+// For consumers that are not idem (Java, Knative, any CloudEvents SDK), set
+// [PublisherConfig].HeaderFormat to event.HeaderFormatCloudEvents and
+// Source to a URI-reference naming the service ("/orders-service"): records
+// then carry the CloudEvents Kafka binding's binary-mode headers (ce_id,
+// ce_type, ce_time, ce_source, ce_subject, ...; content-type
+// application/json) instead of idem's, with the same key and value.
+// event.HeaderFormatBoth writes both sets, to migrate a topic while old
+// idem consumers still read it. The [Consumer] needs no setting: it reads
+// every format ([Envelope]) and deduplicates on ce_id as on idem-event-id;
+// a CloudEvent from another producer must have a UUIDv7 ce_id, a ce_type
+// matching event.TypePattern and a ce_time, or it is dead-lettered.
+//
 // # Consumer
 //
 // [Consumer] runs a franz-go consumer group with auto-commit off and

@@ -2,10 +2,13 @@ package idemkafka_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -126,4 +129,41 @@ func ExampleNewPublisher() {
 	if err := relay.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// A record in the CloudEvents Kafka binding's binary mode, readable by any
+// CloudEvents consumer; idemkafka's consumer reads it as well.
+func ExampleRecordWith() {
+	e := event.Envelope{
+		ID:         uuid.MustParse("017f22e2-79b0-7cc3-98c4-dc0c0c07398f"),
+		Type:       "OrderCreated.v1",
+		Key:        "order-42",
+		OccurredAt: time.Date(2022, 2, 22, 19, 22, 22, 0, time.UTC),
+		Payload:    []byte(`{"orderId":"order-42"}`),
+	}
+	// A Publisher does the same with PublisherConfig.HeaderFormat and Source.
+	r, err := idemkafka.RecordWith("orders", e, event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/orders-service"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("key %s, value %s\n", r.Key, r.Value)
+	for _, h := range r.Headers {
+		fmt.Printf("%s: %s\n", h.Key, h.Value)
+	}
+	back, err := idemkafka.Envelope(r)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("decoded:", back.ID, back.Type, back.OccurredAt)
+	// Output:
+	// key order-42, value {"orderId":"order-42"}
+	// ce_specversion: 1.0
+	// ce_id: 017f22e2-79b0-7cc3-98c4-dc0c0c07398f
+	// ce_source: /orders-service
+	// ce_type: OrderCreated.v1
+	// ce_subject: order-42
+	// ce_time: 2022-02-22T19:22:22Z
+	// ce_partitionkey: order-42
+	// content-type: application/json
+	// decoded: 017f22e2-79b0-7cc3-98c4-dc0c0c07398f OrderCreated.v1 2022-02-22 19:22:22 +0000 UTC
 }

@@ -41,6 +41,22 @@ type PublisherConfig struct {
 	// Logger receives errors the caller cannot see in Publish's result
 	// (an order violation within a key). Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// HeaderFormat selects the record headers (see RecordWith):
+	// event.HeaderFormatIdem (the zero value) writes idem's own headers;
+	// event.HeaderFormatCloudEvents writes the CloudEvents Kafka binding's
+	// binary-mode headers instead, for consumers that speak CloudEvents;
+	// event.HeaderFormatBoth writes both sets (to migrate a topic whose
+	// consumers are not all upgraded). Consumers of this package read every
+	// format without a setting. With a CloudEvents format, an event with an
+	// extra header whose name starts with "ce_" cannot be published (the
+	// error wraps outbox.ErrPoison and event.ErrReservedHeader).
+	HeaderFormat event.HeaderFormat
+	// Source is the CloudEvents source attribute (the ce_source header):
+	// a URI-reference naming this producer, such as "/idem" or
+	// "https://orders.example.com". Required when HeaderFormat writes
+	// CloudEvents headers, ignored otherwise.
+	Source string
 }
 
 // Publisher publishes outbox events to Kafka with an idempotent producer
@@ -52,6 +68,7 @@ type Publisher struct {
 	topic    func(event.Envelope) string
 	maxBytes func(topic string) int32
 	log      *slog.Logger
+	headers  event.HeaderOptions
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -67,7 +84,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	if cfg == nil {
 		return nil, errors.New("idemkafka: nil PublisherConfig: Seeds (or Client) and DefaultTopic (or Topic) are required")
 	}
-	p := &Publisher{topic: cfg.Topic, log: cfg.Logger}
+	p := &Publisher{topic: cfg.Topic, log: cfg.Logger, headers: event.HeaderOptions{Format: cfg.HeaderFormat, Source: cfg.Source}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -78,6 +95,9 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		return nil, errors.New("idemkafka: invalid PublisherConfig: Seeds and ExtraOpts must be empty when Client is set")
 	case cfg.Client == nil && len(cfg.Seeds) == 0:
 		return nil, errors.New("idemkafka: invalid PublisherConfig: no Seeds: at least one seed broker is required")
+	}
+	if err := p.headers.Validate(); err != nil {
+		return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: HeaderFormat and Source: %w", err)
 	}
 	if cfg.Client != nil {
 		p.cl = cfg.Client
@@ -123,7 +143,8 @@ func (p *Publisher) Close() {
 	}
 }
 
-// Publish produces events as records (see Record) and waits until the
+// Publish produces events as records (see RecordWith, with the
+// configured HeaderFormat and Source) and waits until the
 // broker acknowledged each of them with acks=all. It returns nil when all
 // are published, and otherwise an *outbox.PublishError with one entry per
 // event: nil for a published event, the cause for the others. Events that
@@ -195,7 +216,10 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 	if topic == "" {
 		return nil, fmt.Errorf("%w: no topic for event %s", outbox.ErrPoison, e.ID)
 	}
-	r := Record(topic, e)
+	r, err := RecordWith(topic, e, p.headers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", outbox.ErrPoison, err)
+	}
 	if p.maxBytes != nil {
 		size := len(r.Key) + len(r.Value)
 		for _, h := range r.Headers {
