@@ -132,7 +132,8 @@ func Usage() string {
 	}
 	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
 		"  idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]\n" +
-		"  idemd migrate up|status|sql [-db DATABASE]\n")
+		"  idemd migrate up|status|sql [-db DATABASE]\n" +
+		"  idemd demo [-url URL] [-kafka HOST:PORT] [-orders N] [-seed N]\n")
 	return b.String()
 }
 

@@ -24,6 +24,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "migrate" {
 		return runMigrate(ctx, args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "demo" {
+		return runDemo(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := ParseConfig(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = fmt.Fprint(stdout, Usage())

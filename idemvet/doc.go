@@ -1,0 +1,64 @@
+// Package idemvet is a suite of static analyzers for the idempotency rules
+// idem's packages are built on. Each rule is one analyzer with its own name,
+// so a driver can switch it off (idemvet -idemfloatmoney=false ./...).
+// Analyzers returns them all; cmd/idemvet runs them alone or under go vet,
+// and package idemvet/golangci registers them as a golangci-lint plugin.
+//
+// The analyzers match idem's packages, franz-go, pgx, database/sql and
+// github.com/google/uuid by import path and type. They look at one function
+// at a time and follow values only through local assignments: what a helper
+// function returns or does is not seen, so every rule has false negatives.
+// They report only the shapes below, to keep false positives rare.
+//
+// idemproducer: a kgo.NewClient whose options include
+// kgo.DisableIdempotentWrite() or kgo.RequiredAcks(kgo.LeaderAck()) /
+// RequiredAcks(kgo.NoAck()), written in the call or in a slice of options
+// built in the package (literal, append, variable). It does not see
+// options returned by another function, nor tell a client that only
+// consumes from one that produces.
+//
+// idemretrykey: a key or event ID made inside a retry loop that also sends
+// the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
+// event.NewID and event.New, which count with any send (http.Client.Do,
+// http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync),
+// and the github.com/google/uuid constructors, which count only when the
+// loop sets an Idempotency-Key header (Header.Set/Add, idemclient.WithKey),
+// since a UUID may be a per-attempt request ID. A retry loop is a for loop
+// over a count or a condition, or an endless one; loops over a slice, map,
+// channel or iterator, loops whose condition is a call or a len, and loops
+// that receive or poll the next unit of work (v := <-ch, Recv, PollFetches,
+// Accept, ...) are item loops and are not checked. A loop that makes one
+// operation per count (for i := 0; i < n; i++) is reported by mistake. A key
+// made in a helper the loop calls is not seen.
+//
+// idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
+// through uuid.Must, .String() or a local variable) stored in
+// event.Envelope.ID or in a field named EventID of type uuid.UUID or string,
+// by a composite literal or an assignment. Test files are skipped: they
+// build fixtures and check that v4 IDs are rejected. Other field names and
+// values that pass through other functions are not seen.
+//
+// idemtxwrite: in a func(http.ResponseWriter, *http.Request) that calls
+// idemhttp.TxFromContext, a Commit or Rollback on the variable it returned,
+// and any Exec, Query, QueryRow, Begin, SendBatch or CopyFrom (and their
+// Context forms) on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
+// Queries whose constant SQL is a plain SELECT are reads and not reported.
+// Handlers that take the transaction in a helper, or pass the pool to one,
+// are not seen.
+//
+// idemconsumer: a function (its function literals included) that calls
+// PollFetches or PollRecords on a kgo.Client and Exec or ExecContext on a
+// pgx, pgxpool or database/sql handle, and uses nothing from the inbox or
+// idemkafka packages nor constant SQL with ON CONFLICT ... DO NOTHING or
+// INSERT OR IGNORE. Every such Exec is reported. A consumer that polls in
+// one function and writes in another, or deduplicates by other means, is
+// not seen.
+//
+// idemfloatmoney: a float32 or float64 (or pointer) struct field with a
+// json or db tag, and a float variable or field passed to Exec, Query or
+// QueryRow on a database handle, whose Go or tag name has a money word
+// (amount, price, total, balance, cost, fee, money, sum) split at case
+// changes and underscores, and no unit word (seconds, ratio, rate, count,
+// ...). Untagged fields, local variables and computed arguments are not
+// reported.
+package idemvet

@@ -1,0 +1,276 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/constant"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/types/typeutil"
+)
+
+// Analyzers returns every idemvet analyzer, one per rule.
+func Analyzers() []*analysis.Analyzer {
+	return []*analysis.Analyzer{
+		Producer,
+		RetryKey,
+		RandomID,
+		TxWrite,
+		Consumer,
+		FloatMoney,
+	}
+}
+
+// Import paths of the packages the rules know.
+const (
+	kgoPath        = "github.com/twmb/franz-go/pkg/kgo"
+	uuidPath       = "github.com/google/uuid"
+	eventPath      = "github.com/idemkit/idem/event"
+	idemclientPath = "github.com/idemkit/idem/idemclient"
+	idemhttpPath   = "github.com/idemkit/idem/idemhttp"
+	inboxPath      = "github.com/idemkit/idem/inbox"
+	idemkafkaPath  = "github.com/idemkit/idem/idemkafka"
+	pgxPath        = "github.com/jackc/pgx/v5"
+	pgxpoolPath    = "github.com/jackc/pgx/v5/pgxpool"
+	sqlPath        = "database/sql"
+	httpPath       = "net/http"
+)
+
+// callee returns the function or method call invokes, or nil (builtins,
+// conversions, calls of function values). For an instance of a generic
+// function or method it returns the generic one.
+func callee(info *types.Info, call *ast.CallExpr) *types.Func {
+	fn, _ := typeutil.Callee(info, call).(*types.Func)
+	if fn == nil {
+		return nil
+	}
+	return fn.Origin()
+}
+
+// isFunc reports whether fn is one of the package-level functions names of
+// the package with import path pkg.
+func isFunc(fn *types.Func, pkg string, names ...string) bool {
+	if fn == nil || fn.Pkg() == nil || fn.Pkg().Path() != pkg {
+		return false
+	}
+	if fn.Type().(*types.Signature).Recv() != nil {
+		return false
+	}
+	return contains(names, fn.Name())
+}
+
+// recvType returns the named type of fn's receiver, through one pointer,
+// or nil when fn is not a method of a named type.
+func recvType(fn *types.Func) *types.Named {
+	if fn == nil {
+		return nil
+	}
+	recv := fn.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return nil
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, _ := types.Unalias(t).(*types.Named)
+	return n
+}
+
+// isNamed reports whether n is the type pkg.name.
+func isNamed(n *types.Named, pkg string, names ...string) bool {
+	if n == nil {
+		return false
+	}
+	obj := n.Origin().Obj()
+	return obj.Pkg() != nil && obj.Pkg().Path() == pkg && contains(names, obj.Name())
+}
+
+// isMethod reports whether fn is one of the methods names of the type
+// pkg.typ (or a pointer to it).
+func isMethod(fn *types.Func, pkg, typ string, names ...string) bool {
+	return isNamed(recvType(fn), pkg, typ) && contains(names, fn.Name())
+}
+
+// isType reports whether t is pkg.name or a pointer to it.
+func isType(t types.Type, pkg, name string) bool {
+	if p, ok := types.Unalias(t).(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, _ := types.Unalias(t).(*types.Named)
+	return isNamed(n, pkg, name)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// dbKind classifies the receiver of a database method.
+type dbKind int
+
+const (
+	notDB  dbKind = iota
+	dbPool        // a pool or connection: statements run outside any transaction
+	dbTx          // a transaction
+)
+
+// dbHandle classifies the type whose method fn is: a pgx or pgxpool pool,
+// connection or transaction, or a database/sql DB, Conn, Tx or Stmt.
+func dbHandle(fn *types.Func) dbKind {
+	n := recvType(fn)
+	switch {
+	case isNamed(n, pgxpoolPath, "Pool", "Conn"), isNamed(n, pgxPath, "Conn"), isNamed(n, sqlPath, "DB", "Conn"):
+		return dbPool
+	case isNamed(n, pgxpoolPath, "Tx"), isNamed(n, pgxPath, "Tx"), isNamed(n, sqlPath, "Tx", "Stmt"):
+		return dbTx
+	}
+	return notDB
+}
+
+// execNames are the methods that run a statement that may write.
+var execNames = []string{"Exec", "ExecContext"}
+
+// sqlNames are the methods that run a statement with arguments.
+var sqlNames = []string{"Exec", "ExecContext", "Query", "QueryContext", "QueryRow", "QueryRowContext"}
+
+// constString returns the value of e when it is a constant string.
+func constString(info *types.Info, e ast.Expr) (string, bool) {
+	tv, ok := info.Types[e]
+	if !ok || tv.Value == nil || tv.Value.Kind() != constant.String {
+		return "", false
+	}
+	return constant.StringVal(tv.Value), true
+}
+
+// sqlArg returns the constant SQL text of a database call, if any: the
+// first constant string argument.
+func sqlArg(info *types.Info, call *ast.CallExpr) (string, bool) {
+	for _, a := range call.Args {
+		if s, ok := constString(info, a); ok {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// isReadOnlySQL reports whether q starts with a keyword of a statement that
+// does not write.
+func isReadOnlySQL(q string) bool {
+	f := strings.Fields(strings.TrimLeft(q, "( \t\r\n"))
+	if len(f) == 0 {
+		return false
+	}
+	switch strings.ToUpper(f[0]) {
+	case "SELECT", "SHOW", "EXPLAIN", "VALUES", "TABLE":
+		return !strings.Contains(strings.ToUpper(q), " FOR UPDATE")
+	}
+	return false
+}
+
+// assignment is one value assigned to a variable: Expr, or result Index of
+// the call Expr when the assignment spreads a call over several variables.
+type assignment struct {
+	Expr  ast.Expr
+	Index int
+}
+
+// assignments maps every variable of the package to the values assigned to
+// it by =, :=, and var declarations.
+func assignments(pass *analysis.Pass) map[types.Object][]assignment {
+	m := make(map[types.Object][]assignment)
+	add := func(lhs []ast.Expr, rhs []ast.Expr) {
+		for i, l := range lhs {
+			id, ok := ast.Unparen(l).(*ast.Ident)
+			if !ok || id.Name == "_" {
+				continue
+			}
+			obj := pass.TypesInfo.ObjectOf(id)
+			if obj == nil {
+				continue
+			}
+			switch {
+			case len(lhs) == len(rhs):
+				m[obj] = append(m[obj], assignment{rhs[i], 0})
+			case len(rhs) == 1:
+				m[obj] = append(m[obj], assignment{rhs[0], i})
+			}
+		}
+	}
+	for _, f := range pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				add(n.Lhs, n.Rhs)
+			case *ast.ValueSpec:
+				lhs := make([]ast.Expr, len(n.Names))
+				for i, id := range n.Names {
+					lhs[i] = id
+				}
+				add(lhs, n.Values)
+			}
+			return true
+		})
+	}
+	return m
+}
+
+// funcBodies calls fn for every top-level function body of the files,
+// function literals inside it included, skipping generated files.
+func funcBodies(pass *analysis.Pass, fn func(body *ast.BlockStmt)) {
+	for _, f := range pass.Files {
+		if ast.IsGenerated(f) {
+			continue
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Body != nil {
+					fn(d.Body)
+				}
+			case *ast.GenDecl:
+				ast.Inspect(d, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.FuncLit); ok {
+						fn(lit.Body)
+						return false
+					}
+					return true
+				})
+			}
+		}
+	}
+}
+
+// reporter reports each position at most once.
+type reporter struct {
+	pass *analysis.Pass
+	seen map[ast.Node]bool
+}
+
+func newReporter(pass *analysis.Pass) *reporter {
+	return &reporter{pass: pass, seen: make(map[ast.Node]bool)}
+}
+
+func (r *reporter) report(n ast.Node, msg string) {
+	if r.seen[n] {
+		return
+	}
+	r.seen[n] = true
+	r.pass.Report(analysis.Diagnostic{Pos: n.Pos(), End: n.End(), Message: msg})
+}
+
+// sourceFiles returns the files of the package that are not generated.
+func sourceFiles(pass *analysis.Pass) []*ast.File {
+	var out []*ast.File
+	for _, f := range pass.Files {
+		if !ast.IsGenerated(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}

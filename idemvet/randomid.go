@@ -1,0 +1,137 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// RandomID reports event IDs taken from a random (version 4) UUID.
+var RandomID = &analysis.Analyzer{
+	Name: "idemrandomid",
+	Doc:  "report a random UUIDv4 used as an event ID (event.Envelope.ID or an EventID field)",
+	Run:  runRandomID,
+}
+
+const msgRandomID = "event ID from a random UUIDv4: use event.NewID() once per operation (UUIDv7) or a derived ID"
+
+func runRandomID(pass *analysis.Pass) (any, error) {
+	info := pass.TypesInfo
+	assigns := assignments(pass)
+	r := newReporter(pass)
+	check := func(field *types.Var, owner types.Type, value ast.Expr) {
+		if field != nil && isEventIDField(field, owner) && isRandomUUID(info, assigns, value, 0, 0) {
+			r.report(value, msgRandomID)
+		}
+	}
+	for _, f := range sourceFiles(pass) {
+		if strings.HasSuffix(pass.Fset.File(f.Pos()).Name(), "_test.go") {
+			continue // fixtures, and tests that a v4 ID is rejected
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CompositeLit:
+				t := info.TypeOf(n)
+				if t == nil {
+					return true
+				}
+				for _, el := range n.Elts {
+					kv, ok := el.(*ast.KeyValueExpr)
+					if !ok {
+						continue
+					}
+					key, ok := kv.Key.(*ast.Ident)
+					if !ok {
+						continue
+					}
+					field, _ := info.ObjectOf(key).(*types.Var)
+					if field != nil && field.IsField() {
+						check(field, t, kv.Value)
+					}
+				}
+			case *ast.AssignStmt:
+				for i, lhs := range n.Lhs {
+					sel, ok := ast.Unparen(lhs).(*ast.SelectorExpr)
+					if !ok {
+						continue
+					}
+					s, ok := info.Selections[sel]
+					if !ok || s.Kind() != types.FieldVal {
+						continue
+					}
+					field, _ := s.Obj().(*types.Var)
+					switch {
+					case len(n.Lhs) == len(n.Rhs):
+						check(field, s.Recv(), n.Rhs[i])
+					case i == 0 && len(n.Rhs) == 1:
+						// ev.ID, err = uuid.NewRandom()
+						check(field, s.Recv(), n.Rhs[0])
+					}
+				}
+			}
+			return true
+		})
+	}
+	return nil, nil
+}
+
+// isEventIDField reports whether field, selected from a value of type owner,
+// holds an event ID: event.Envelope's ID, or a uuid.UUID or string field
+// named EventID.
+func isEventIDField(field *types.Var, owner types.Type) bool {
+	if field.Name() == "ID" && isType(owner, eventPath, "Envelope") {
+		return true
+	}
+	if !strings.EqualFold(field.Name(), "EventID") {
+		return false
+	}
+	t := field.Type()
+	if isType(t, uuidPath, "UUID") {
+		return true
+	}
+	b, ok := t.Underlying().(*types.Basic)
+	return ok && b.Kind() == types.String
+}
+
+// isRandomUUID reports whether e is a random UUID: a call of uuid.New,
+// NewRandom or NewString, possibly wrapped in uuid.Must or followed by
+// .String(), or a variable assigned one. index is the result of e wanted
+// when e is a call; depth bounds the search through variables.
+func isRandomUUID(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, index, depth int) bool {
+	if depth > 8 {
+		return false
+	}
+	switch e := ast.Unparen(e).(type) {
+	case *ast.CallExpr:
+		if index != 0 {
+			return false
+		}
+		fn := callee(info, e)
+		switch {
+		case isFunc(fn, uuidPath, "New", "NewRandom", "NewString", "NewRandomFromReader"):
+			return true
+		case isFunc(fn, uuidPath, "Must") && len(e.Args) == 1,
+			isMethod(fn, uuidPath, "UUID", "String", "URN"):
+			var inner ast.Expr
+			if len(e.Args) == 1 {
+				inner = e.Args[0]
+			} else if sel, ok := ast.Unparen(e.Fun).(*ast.SelectorExpr); ok {
+				inner = sel.X
+			}
+			return inner != nil && isRandomUUID(info, assigns, inner, 0, depth+1)
+		}
+	case *ast.Ident:
+		obj, ok := info.ObjectOf(e).(*types.Var)
+		if !ok {
+			return false
+		}
+		for _, a := range assigns[obj] {
+			if isRandomUUID(info, assigns, a.Expr, a.Index, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}

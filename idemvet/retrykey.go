@@ -1,0 +1,208 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/token"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// RetryKey reports idempotency keys and event IDs created inside a retry
+// loop that also sends the operation.
+var RetryKey = &analysis.Analyzer{
+	Name: "idemretrykey",
+	Doc:  "report an Idempotency-Key or event ID created inside the retry loop that sends it",
+	Run:  runRetryKey,
+}
+
+const msgRetryKey = "idempotency key created inside a retry loop: create it once per operation, before the loop"
+
+// workMethods are methods that take the next unit of work; a loop calling
+// one handles one operation per iteration and is not a retry loop.
+var workMethods = []string{"Recv", "Receive", "PollFetches", "PollRecords", "Accept", "ReadMessage", "FetchMessage", "ReadString", "ReadLine", "ReadBytes"}
+
+func runRetryKey(pass *analysis.Pass) (any, error) {
+	info := pass.TypesInfo
+	r := newReporter(pass)
+	for _, f := range sourceFiles(pass) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			var body *ast.BlockStmt
+			switch n := n.(type) {
+			case *ast.ForStmt:
+				body = n.Body
+			case *ast.RangeStmt:
+				body = n.Body
+			default:
+				return true
+			}
+			if !isRetryLoop(info, n) {
+				return true
+			}
+			var keys []*ast.CallExpr
+			sends, setsKey := false, false
+			ast.Inspect(body, func(m ast.Node) bool {
+				call, ok := m.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				if isSend(info, call) {
+					sends = true
+				}
+				if setsKeyHeader(info, call) {
+					sends, setsKey = true, true
+				}
+				if newKey(info, call) != notKey && !inNestedLoop(body, call) {
+					keys = append(keys, call)
+				}
+				return true
+			})
+			for _, k := range keys {
+				// A plain UUID may be a per-attempt request or trace ID; it
+				// counts only when the loop sets an Idempotency-Key.
+				if kind := newKey(info, k); (kind == idemKey && sends) || (kind == plainUUID && setsKey) {
+					r.report(k, msgRetryKey)
+				}
+			}
+			return true
+		})
+	}
+	return nil, nil
+}
+
+// keyKind classifies a call that makes a fresh identifier.
+type keyKind int
+
+const (
+	notKey    keyKind = iota
+	plainUUID         // a github.com/google/uuid constructor
+	idemKey           // an idem key or event ID constructor
+)
+
+// newKey classifies call by the identifier it makes.
+func newKey(info *types.Info, call *ast.CallExpr) keyKind {
+	fn := callee(info, call)
+	switch {
+	case isFunc(fn, eventPath, "NewID", "New"),
+		isFunc(fn, idemclientPath, "NewKey"),
+		isMethod(fn, idemclientPath, "Client", "NewKey"):
+		return idemKey
+	case isFunc(fn, uuidPath, "New", "NewString", "NewRandom", "NewV7", "NewV6", "NewV1"):
+		return plainUUID
+	}
+	return notKey
+}
+
+// isSend reports whether call sends an HTTP request or a Kafka record.
+func isSend(info *types.Info, call *ast.CallExpr) bool {
+	fn := callee(info, call)
+	return isFunc(fn, httpPath, "Post", "PostForm", "Get", "Head") ||
+		isMethod(fn, httpPath, "Client", "Do", "Post", "PostForm", "Get", "Head") ||
+		isMethod(fn, httpPath, "RoundTripper", "RoundTrip") ||
+		isMethod(fn, idemclientPath, "Client", "Do") ||
+		isMethod(fn, kgoPath, "Client", "Produce", "ProduceSync", "TryProduce")
+}
+
+// setsKeyHeader reports whether call attaches an Idempotency-Key to a
+// request: idemclient.WithKey, or a Set or Add of the header.
+func setsKeyHeader(info *types.Info, call *ast.CallExpr) bool {
+	fn := callee(info, call)
+	if isFunc(fn, idemclientPath, "WithKey") {
+		return true
+	}
+	if !isMethod(fn, httpPath, "Header", "Set", "Add") || len(call.Args) != 2 {
+		return false
+	}
+	name, ok := constString(info, call.Args[0])
+	return ok && strings.EqualFold(name, "Idempotency-Key")
+}
+
+// isRetryLoop reports whether loop may repeat one operation: a loop over
+// a count or a condition, or an endless one. Loops over the items of a
+// slice, map, channel or iterator, loops whose condition is a call (rows.Next())
+// or a len, and loops that receive or fetch the next unit of work handle a
+// new operation per iteration.
+func isRetryLoop(info *types.Info, loop ast.Node) bool {
+	var body *ast.BlockStmt
+	switch l := loop.(type) {
+	case *ast.RangeStmt:
+		x := info.TypeOf(l.X)
+		if x == nil {
+			return false
+		}
+		t, ok := x.Underlying().(*types.Basic)
+		if !ok || t.Info()&types.IsInteger == 0 {
+			return false
+		}
+		body = l.Body
+	case *ast.ForStmt:
+		if l.Cond != nil {
+			if _, ok := ast.Unparen(l.Cond).(*ast.CallExpr); ok {
+				return false
+			}
+			usesLen := false
+			ast.Inspect(l.Cond, func(n ast.Node) bool {
+				if call, ok := n.(*ast.CallExpr); ok && (isBuiltin(info, call, "len") || isBuiltin(info, call, "cap")) {
+					usesLen = true
+				}
+				return !usesLen
+			})
+			if usesLen {
+				return false
+			}
+		}
+		body = l.Body
+	}
+	work := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.AssignStmt:
+			// v := <-ch, v, ok = <-ch (in a select case too)
+			for _, rhs := range n.Rhs {
+				if u, ok := ast.Unparen(rhs).(*ast.UnaryExpr); ok && u.Op == token.ARROW && !allBlank(n.Lhs) {
+					work = true
+				}
+			}
+		case *ast.CallExpr:
+			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && contains(workMethods, sel.Sel.Name) {
+				if _, isMeth := info.Selections[sel]; isMeth {
+					work = true
+				}
+			}
+		}
+		return !work
+	})
+	return !work
+}
+
+func allBlank(es []ast.Expr) bool {
+	for _, e := range es {
+		if id, ok := e.(*ast.Ident); !ok || id.Name != "_" {
+			return false
+		}
+	}
+	return true
+}
+
+// inNestedLoop reports whether n is inside a loop nested in body; that loop
+// is judged on its own.
+func inNestedLoop(body *ast.BlockStmt, n ast.Node) bool {
+	nested := false
+	ast.Inspect(body, func(m ast.Node) bool {
+		if nested || m == nil {
+			return false
+		}
+		switch m.(type) {
+		case *ast.ForStmt, *ast.RangeStmt:
+			if m.Pos() <= n.Pos() && n.End() <= m.End() {
+				nested = true
+			}
+			return false
+		}
+		return m.Pos() <= n.Pos() && n.End() <= m.End()
+	})
+	return nested
+}

@@ -1,0 +1,78 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/inbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func naive(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	for {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			pool.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key) // want "kafka consumer writes to the database without deduplication"
+		})
+	}
+}
+
+func naiveSQL(ctx context.Context, cl *kgo.Client, db *sql.DB) {
+	for ctx.Err() == nil {
+		for _, r := range cl.PollRecords(ctx, 100).Records() {
+			tx, _ := db.BeginTx(ctx, nil)
+			tx.ExecContext(ctx, "INSERT INTO payments (key) VALUES ($1)", r.Key) // want "without deduplication"
+			tx.Commit()
+		}
+	}
+}
+
+func upsertIsNotDedup(ctx context.Context, cl *kgo.Client, conn *pgx.Conn) {
+	fs := cl.PollFetches(ctx)
+	for _, r := range fs.Records() {
+		conn.Exec(ctx, "INSERT INTO totals VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = totals.n + 1", r.Key) // want "without deduplication"
+	}
+}
+
+// Not reported.
+
+func withInbox(ctx context.Context, cl *kgo.Client, in *inbox.Inbox[pgx.Tx]) {
+	for {
+		for _, r := range cl.PollFetches(ctx).Records() {
+			in.Process(ctx, [16]byte{}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key)
+				return err
+			})
+		}
+	}
+}
+
+func withIdemkafka(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		id, _ := idemkafka.EventID(r)
+		pool.Exec(ctx, "SELECT apply($1)", id)
+	}
+}
+
+func ownDedup(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		pool.Exec(ctx, "INSERT INTO seen (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+	}
+}
+
+func noPoll(ctx context.Context, pool *pgxpool.Pool) {
+	pool.Exec(ctx, "DELETE FROM sessions")
+}
+
+func pollOnly(ctx context.Context, cl *kgo.Client) int {
+	return len(cl.PollFetches(ctx).Records())
+}
+
+func harness(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool, table string) int {
+	pool.Exec(ctx, "TRUNCATE "+table)
+	pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS seen (id uuid)")
+	return len(cl.PollFetches(ctx).Records())
+}

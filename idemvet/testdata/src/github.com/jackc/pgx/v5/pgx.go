@@ -1,0 +1,27 @@
+// Package pgx is a stub of pgx/v5 for the idemvet tests.
+package pgx
+
+import "context"
+
+type CommandTag struct{}
+
+type Rows interface{ Close() }
+
+type Row interface{ Scan(dest ...any) error }
+
+type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) (CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) Row
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+type Conn struct{}
+
+func (*Conn) Exec(ctx context.Context, sql string, args ...any) (CommandTag, error) {
+	return CommandTag{}, nil
+}
+func (*Conn) Query(ctx context.Context, sql string, args ...any) (Rows, error) { return nil, nil }
+func (*Conn) QueryRow(ctx context.Context, sql string, args ...any) Row        { return nil }
+func (*Conn) Begin(ctx context.Context) (Tx, error)                            { return nil, nil }

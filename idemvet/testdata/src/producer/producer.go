@@ -1,0 +1,67 @@
+package producer
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+func direct() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.DisableIdempotentWrite()) // want "idempotent writes disabled"
+}
+
+func leader() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())) // want "idempotent writes disabled" "acks below all"
+}
+
+func noAck() {
+	kgo.NewClient(kgo.RequiredAcks(kgo.NoAck())) // want "acks below all"
+}
+
+func slice() {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers("k:9092"),
+		kgo.DisableIdempotentWrite(), // want "idempotent writes disabled"
+	}
+	kgo.NewClient(opts...)
+}
+
+func appended(fast bool) {
+	opts := []kgo.Opt{kgo.SeedBrokers("k:9092")}
+	if fast {
+		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck())) // want "acks below all"
+	}
+	kgo.NewClient(opts...)
+}
+
+func acksVar() {
+	acks := kgo.NoAck()
+	kgo.NewClient(kgo.RequiredAcks(acks)) // want "acks below all"
+}
+
+func inline() {
+	base := []kgo.Opt{kgo.SeedBrokers("k:9092")}
+	kgo.NewClient(append(base, kgo.DisableIdempotentWrite())...) // want "idempotent writes disabled"
+}
+
+var shared = []kgo.Opt{kgo.DisableIdempotentWrite()} // want "idempotent writes disabled"
+
+func packageLevel() {
+	kgo.NewClient(shared...)
+}
+
+// Not reported.
+
+func defaults() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ProducerLinger(5))
+}
+
+func allAcks() {
+	opts := []kgo.Opt{kgo.SeedBrokers("k:9092"), kgo.RequiredAcks(kgo.AllISRAcks())}
+	kgo.NewClient(opts...)
+}
+
+func unused() {
+	// An option never given to NewClient.
+	_ = kgo.DisableIdempotentWrite()
+}
+
+func consumer() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("g"))
+}

@@ -1,0 +1,79 @@
+package randomid
+
+import (
+	"github.com/google/uuid"
+	"github.com/idemkit/idem/event"
+)
+
+type OrderPlaced struct {
+	EventID string
+	OrderID string
+}
+
+type Message struct {
+	EventId uuid.UUID
+	ID      uuid.UUID
+}
+
+func literal() event.Envelope {
+	return event.Envelope{ID: uuid.New(), Type: "OrderPlaced.v1"} // want "event ID from a random UUIDv4"
+}
+
+func pointer() *event.Envelope {
+	return &event.Envelope{ID: uuid.Must(uuid.NewRandom())} // want "event ID from a random UUIDv4"
+}
+
+func assigned() event.Envelope {
+	var e event.Envelope
+	e.ID = uuid.New() // want "event ID from a random UUIDv4"
+	return e
+}
+
+func viaVariable() event.Envelope {
+	id := uuid.New()
+	return event.Envelope{ID: id} // want "event ID from a random UUIDv4"
+}
+
+func tuple() (event.Envelope, error) {
+	var e event.Envelope
+	var err error
+	e.ID, err = uuid.NewRandom() // want "event ID from a random UUIDv4"
+	return e, err
+}
+
+func stringField() OrderPlaced {
+	return OrderPlaced{EventID: uuid.NewString(), OrderID: "o-1"} // want "event ID from a random UUIDv4"
+}
+
+func stringMethod(p *OrderPlaced) {
+	p.EventID = uuid.New().String() // want "event ID from a random UUIDv4"
+}
+
+func uuidField() Message {
+	return Message{EventId: uuid.New()} // want "event ID from a random UUIDv4"
+}
+
+// Not reported.
+
+func v7() (event.Envelope, error) {
+	id, err := event.NewID()
+	return event.Envelope{ID: id}, err
+}
+
+func derived(parent event.Envelope) event.Envelope {
+	return event.Envelope{ID: event.DerivedID(parent.ID, "refund")}
+}
+
+func uuidV7() (Message, error) {
+	id, err := uuid.NewV7()
+	return Message{EventId: id}, err
+}
+
+func otherField() Message {
+	// A random ID that is not an event ID.
+	return Message{ID: uuid.New()}
+}
+
+func orderID() OrderPlaced {
+	return OrderPlaced{OrderID: uuid.NewString()}
+}

@@ -1,0 +1,154 @@
+package retrykey
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func headerInLoop(c *http.Client, body []byte) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		req, _ := http.NewRequest("POST", "http://x/orders", bytes.NewReader(body))
+		req.Header.Set("Idempotency-Key", uuid.NewString()) // want "idempotency key created inside a retry loop"
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+func endless(c *idemclient.Client, req *http.Request) {
+	for {
+		key, _ := idemclient.NewKey() // want "idempotency key created inside a retry loop"
+		r, _ := idemclient.WithKey(req, key)
+		if _, err := c.Do(r); err == nil {
+			return
+		}
+	}
+}
+
+func clientKey(c *idemclient.Client, req *http.Request) {
+	for range 5 {
+		key, _ := c.NewKey() // want "idempotency key created inside a retry loop"
+		req.Header.Set(idemclient.HeaderKey, key)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return
+		}
+	}
+}
+
+func eventInLoop(ctx context.Context, cl *kgo.Client) {
+	for ctx.Err() == nil {
+		id, _ := event.NewID() // want "idempotency key created inside a retry loop"
+		rec := &kgo.Record{Key: id[:]}
+		if err := cl.ProduceSync(ctx, rec); err == nil {
+			return
+		}
+	}
+}
+
+func backoffSelect(ctx context.Context, c *http.Client, req *http.Request) {
+	for i := 0; i < 3; i++ {
+		req.Header.Set("Idempotency-Key", uuid.New().String()) // want "idempotency key created inside a retry loop"
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Not reported.
+
+func keyBeforeLoop(c *http.Client, body []byte) error {
+	key, err := idemclient.NewKey()
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		req, _ := http.NewRequest("POST", "http://x/orders", bytes.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+	}
+	return nil
+}
+
+func perItem(c *idemclient.Client, reqs []*http.Request) {
+	for _, req := range reqs {
+		key, _ := idemclient.NewKey()
+		r, _ := idemclient.WithKey(req, key)
+		c.Do(r)
+	}
+}
+
+func perItemIndex(c *idemclient.Client, reqs []*http.Request) {
+	for i := 0; i < len(reqs); i++ {
+		key, _ := idemclient.NewKey()
+		r, _ := idemclient.WithKey(reqs[i], key)
+		c.Do(r)
+	}
+}
+
+func worker(c *idemclient.Client, jobs <-chan *http.Request) {
+	for {
+		req := <-jobs
+		key, _ := idemclient.NewKey()
+		r, _ := idemclient.WithKey(req, key)
+		c.Do(r)
+	}
+}
+
+func traceID(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func noSend() []string {
+	var keys []string
+	for i := 0; i < 10; i++ {
+		k, _ := idemclient.NewKey()
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func nestedItems(c *idemclient.Client, reqs []*http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		for _, req := range reqs {
+			key, _ := idemclient.NewKey()
+			r, _ := idemclient.WithKey(req, key)
+			c.Do(r)
+		}
+	}
+}
+
+func polling(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			e, _ := event.New("OrderSeen.v1", string(r.Key), nil)
+			cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.Key)})
+		})
+	}
+}

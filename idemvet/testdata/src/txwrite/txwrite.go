@@ -1,0 +1,89 @@
+package txwrite
+
+import (
+	"database/sql"
+	"net/http"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+type Server struct {
+	pool *pgxpool.Pool
+	db   *sql.DB
+	conn *pgx.Conn
+}
+
+func (s *Server) Commits(w http.ResponseWriter, r *http.Request) {
+	tx, ok := idemhttp.TxFromContext[pgx.Tx](r.Context())
+	if !ok {
+		http.Error(w, "no tx", http.StatusInternalServerError)
+		return
+	}
+	if _, err := tx.Exec(r.Context(), "INSERT INTO orders VALUES (1)"); err != nil {
+		tx.Rollback(r.Context()) // want "handler commits/rolls back idem's transaction"
+		return
+	}
+	tx.Commit(r.Context()) // want "handler commits/rolls back idem's transaction"
+}
+
+func (s *Server) PoolWrite(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+	s.pool.Exec(ctx, "INSERT INTO audit VALUES (1)")                  // want "write through the pool bypasses the idempotent transaction"
+	s.pool.QueryRow(ctx, "INSERT INTO audit VALUES (2) RETURNING id") // want "write through the pool bypasses"
+	s.conn.Exec(ctx, "UPDATE stock SET n = n - 1")                    // want "write through the pool bypasses"
+	s.pool.Begin(ctx)                                                 // want "write through the pool bypasses"
+}
+
+func SQLHandler(db *sql.DB) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := idemhttp.TxFromContext[*sql.Tx](r.Context())
+		if !ok {
+			return
+		}
+		tx.ExecContext(r.Context(), "INSERT INTO orders VALUES (1)")
+		db.ExecContext(r.Context(), "INSERT INTO audit VALUES (1)") // want "write through the pool bypasses"
+		tx.Commit()                                                 // want "handler commits/rolls back"
+	})
+}
+
+// Not reported.
+
+// Create is the idiomatic handler: writes through the tx, answers a status.
+func (s *Server) Create(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, ok := idemhttp.TxFromContext[pgx.Tx](ctx)
+	if !ok {
+		http.Error(w, "no tx", http.StatusInternalServerError)
+		return
+	}
+	var n int
+	// A read beside the transaction.
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM products").Scan(&n); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", n); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
+// Plain owns its transaction: no idem middleware in front.
+func (s *Server) Plain(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := s.pool.Begin(ctx)
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+	tx.Commit(ctx)
+	s.pool.Exec(ctx, "INSERT INTO audit VALUES (1)")
+}
+
+// notAHandler commits a transaction it was given.
+func notAHandler(r *http.Request) {
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
+	tx.Commit(r.Context())
+}

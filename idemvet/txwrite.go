@@ -1,0 +1,137 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/types"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// TxWrite reports HTTP handlers that take idem's transaction from the
+// request context and then end it themselves or write around it.
+var TxWrite = &analysis.Analyzer{
+	Name: "idemtxwrite",
+	Doc:  "report a handler that commits or rolls back idemhttp's transaction, or writes through a pool beside it",
+	Run:  runTxWrite,
+}
+
+const (
+	msgTxEnd  = "handler commits/rolls back idem's transaction: return an error/status instead; the middleware commits"
+	msgTxPool = "write through the pool bypasses the idempotent transaction: use the tx from the request context"
+)
+
+// poolMethods are the methods of a pool or connection that run a statement
+// or open a transaction of their own.
+var poolMethods = []string{"Exec", "ExecContext", "Query", "QueryContext", "QueryRow", "QueryRowContext", "Begin", "BeginTx", "SendBatch", "CopyFrom"}
+
+func runTxWrite(pass *analysis.Pass) (any, error) {
+	info := pass.TypesInfo
+	r := newReporter(pass)
+	for _, f := range sourceFiles(pass) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			var (
+				sig  *types.Signature
+				body *ast.BlockStmt
+			)
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				if obj := info.Defs[n.Name]; obj != nil {
+					sig, _ = obj.Type().(*types.Signature)
+				}
+				body = n.Body
+			case *ast.FuncLit:
+				sig, _ = info.TypeOf(n).(*types.Signature)
+				body = n.Body
+			default:
+				return true
+			}
+			if body != nil && sig != nil && isHandler(sig) {
+				checkHandler(info, r, body)
+			}
+			return true
+		})
+	}
+	return nil, nil
+}
+
+// isHandler reports whether sig is func(http.ResponseWriter, *http.Request).
+func isHandler(sig *types.Signature) bool {
+	p := sig.Params()
+	if p.Len() != 2 || sig.Results().Len() != 0 {
+		return false
+	}
+	w, ok := types.Unalias(p.At(0).Type()).(*types.Named)
+	if !ok || !isNamed(w, httpPath, "ResponseWriter") {
+		return false
+	}
+	req, ok := types.Unalias(p.At(1).Type()).(*types.Pointer)
+	return ok && isType(req, httpPath, "Request")
+}
+
+// checkHandler reports in a handler body that takes the transaction with
+// idemhttp.TxFromContext.
+func checkHandler(info *types.Info, r *reporter, body *ast.BlockStmt) {
+	txs := make(map[types.Object]bool)
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		var lhs []ast.Expr
+		var rhs []ast.Expr
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			lhs, rhs = n.Lhs, n.Rhs
+		case *ast.ValueSpec:
+			for _, id := range n.Names {
+				lhs = append(lhs, id)
+			}
+			rhs = n.Values
+		case *ast.CallExpr:
+			if isFunc(callee(info, n), idemhttpPath, "TxFromContext") {
+				found = true
+			}
+			return true
+		default:
+			return true
+		}
+		if len(rhs) != 1 || len(lhs) == 0 {
+			return true
+		}
+		call, ok := ast.Unparen(rhs[0]).(*ast.CallExpr)
+		if !ok || !isFunc(callee(info, call), idemhttpPath, "TxFromContext") {
+			return true
+		}
+		if id, ok := lhs[0].(*ast.Ident); ok {
+			if obj := info.ObjectOf(id); obj != nil {
+				txs[obj] = true
+			}
+		}
+		return true
+	})
+	if !found {
+		return
+	}
+	ast.Inspect(body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if sel.Sel.Name == "Commit" || sel.Sel.Name == "Rollback" {
+			if id, ok := ast.Unparen(sel.X).(*ast.Ident); ok && txs[info.ObjectOf(id)] {
+				r.report(call, msgTxEnd)
+			}
+			return true
+		}
+		fn := callee(info, call)
+		if fn == nil || dbHandle(fn) != dbPool || !contains(poolMethods, fn.Name()) {
+			return true
+		}
+		if q, ok := sqlArg(info, call); ok && isReadOnlySQL(q) && fn.Name() != "Exec" && fn.Name() != "ExecContext" {
+			return true // a read beside the transaction
+		}
+		r.report(call, msgTxPool)
+		return true
+	})
+}

@@ -1,0 +1,203 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/idemclient"
+)
+
+// demoTarget runs an idemd on SQLite with the embedded broker until the
+// test ends, and returns it with its base URL and its broker's address.
+func demoTarget(t *testing.T) (a *App, url, kafka string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := ParseConfig([]string{"-db", "sqlite:" + filepath.Join(dir, "idemd.db"), "-cleanup", "off",
+		"-kafka-dir", filepath.Join(dir, "kafka")}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		a.Close()
+	})
+	// "embedded (127.0.0.1:PORT, log DIR)"
+	kafka, _, _ = strings.Cut(strings.TrimPrefix(a.Kafka(), KafkaEmbedded+" ("), ",")
+	if _, _, err := net.SplitHostPort(kafka); err != nil {
+		t.Fatalf("no broker address in %q", a.Kafka())
+	}
+	return a, "http://" + ln.Addr().String(), kafka
+}
+
+// demoRows parses the table of a report: row name -> its 5 cells.
+func demoRows(t *testing.T, out string) map[string][]string {
+	t.Helper()
+	rows := map[string][]string{}
+	re := regexp.MustCompile(`(?m)^(orders|payments|saga charges|order outcomes|projection|kafka events)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`)
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		rows[m[1]] = m[2:]
+	}
+	return rows
+}
+
+// demoCell returns a numeric cell (0 sent, 1 distinct, 2 held, 3 double
+// effects, 4 lost).
+func demoCell(t *testing.T, rows map[string][]string, row string, i int) int {
+	t.Helper()
+	cells, ok := rows[row]
+	if !ok {
+		t.Fatalf("no row %q", row)
+	}
+	n, err := strconv.Atoi(cells[i])
+	if err != nil {
+		t.Fatalf("row %q cell %d: %q is not a number", row, i, cells[i])
+	}
+	return n
+}
+
+// The demo's faults (lost responses, concurrent duplicates, payments under
+// a new key, Kafka records produced again) leave no double effect and lose
+// nothing; a second run on the same idemd (without Kafka) is told apart
+// from the first.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	_, url, kafka := demoTarget(t)
+	var stdout, stderr bytes.Buffer
+	code := Run(context.Background(), []string{"demo", "-url", url, "-kafka", kafka, "-orders", "10", "-seed", "1"},
+		func(string) string { return "" }, &stdout, &stderr)
+	out := stdout.String()
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr.String())
+	}
+	t.Logf("\n%s", out)
+	rows := demoRows(t, out)
+	// Order 7 is over the payment limit: REJECTED, not charged.
+	for _, c := range []struct {
+		row              string
+		distinct, double int
+	}{
+		{"orders", 10, 0},
+		{"saga charges", 9, 0},
+		{"order outcomes", 10, -1},
+		{"projection", 20, 0},   // 10 orders + 10 outcomes
+		{"kafka events", 29, 0}, // 9 confirmed x 3 events + 1 rejected x 2
+	} {
+		if got := demoCell(t, rows, c.row, 1); got != c.distinct {
+			t.Errorf("%s: distinct %d, want %d", c.row, got, c.distinct)
+		}
+		if got := demoCell(t, rows, c.row, 2); got != c.distinct {
+			t.Errorf("%s: held %d, want %d", c.row, got, c.distinct)
+		}
+		if c.double == 0 {
+			if got := demoCell(t, rows, c.row, 3); got != 0 {
+				t.Errorf("%s: %d double effects", c.row, got)
+			}
+		}
+		if got := demoCell(t, rows, c.row, 4); got != 0 {
+			t.Errorf("%s: %d lost", c.row, got)
+		}
+	}
+	if p := demoCell(t, rows, "payments", 1); p == 0 || demoCell(t, rows, "payments", 2) != p ||
+		demoCell(t, rows, "payments", 3) != 0 || demoCell(t, rows, "payments", 4) != 0 {
+		t.Errorf("payments: %v, want distinct = held > 0 and no double effect, nothing lost", rows["payments"])
+	}
+	// Retries and duplicates: more requests than operations.
+	if sent := demoCell(t, rows, "orders", 0); sent <= 10 {
+		t.Errorf("orders: %d requests sent for 10 orders, want more (retries, duplicates)", sent)
+	}
+	if sent := demoCell(t, rows, "kafka events", 0); sent < 2*29 {
+		t.Errorf("kafka events: %d records produced again, want at least %d", sent, 2*29)
+	}
+	for _, want := range []string{"OK: no double effects, nothing lost", "order-projection dropped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the report", want)
+		}
+	}
+
+	stdout.Reset()
+	code = runDemo(context.Background(), []string{"-url", url, "-orders", "3"}, func(string) string { return "" }, &stdout, &stderr)
+	if out := stdout.String(); code != 0 || !strings.Contains(out, "kafka events     skipped") {
+		t.Fatalf("second run without -kafka: exit %d\n%s", code, out)
+	}
+	if rows := demoRows(t, stdout.String()); demoCell(t, rows, "orders", 2) != 3 || demoCell(t, rows, "projection", 1) != 6 {
+		t.Errorf("second run: %v, want 3 orders held and 6 projection counts", rows)
+	}
+}
+
+// An idemd that forgets Idempotency-Keys (here, a proxy giving every order
+// request a new one) executes retries and duplicates again: the demo
+// reports the double effects and exits 1.
+func TestDemoForgetfulServer(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	forgetful := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" {
+			key, err := idemclient.NewKey()
+			if err != nil {
+				t.Error(err)
+			}
+			r.Header.Set(idemclient.HeaderKey, key)
+		}
+		a.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(forgetful.Close)
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-url", forgetful.URL, "-orders", "4", "-seed", "1"},
+		func(string) string { return "" }, &stdout, &stderr)
+	out := stdout.String()
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, stderr.String())
+	}
+	if d := demoCell(t, demoRows(t, out), "orders", 3); d == 0 || !strings.Contains(out, "FAILED") {
+		t.Errorf("orders: %d double effects, want some, and FAILED\n%s", d, out)
+	}
+}
+
+// Flags: -h is the usage, bad values are exit 2, defaults come from idemd's
+// environment variables.
+func TestDemoFlags(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := runDemo(context.Background(), []string{"-h"}, func(string) string { return "" }, &stdout, &stderr); code != 0 ||
+		!strings.HasPrefix(stdout.String(), "usage: idemd demo") {
+		t.Errorf("-h: exit %d, %q", code, stdout.String())
+	}
+	for _, args := range [][]string{{"-orders", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"}} {
+		if code := runDemo(context.Background(), args, func(string) string { return "" }, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	env := map[string]string{"IDEMD_ADDR": "0.0.0.0:9000", "IDEMD_KAFKA": "embedded", "IDEMD_KAFKA_EMBEDDED_ADDR": "127.0.0.1:9092"}
+	cfg, err := parseDemo(nil, func(k string) string { return env[k] })
+	if err != nil || cfg.url != "http://127.0.0.1:9000" || cfg.kafka != "127.0.0.1:9092" || cfg.orders != DefaultDemoOrders {
+		t.Errorf("defaults from the environment: %+v, %v", cfg, err)
+	}
+	cfg, err = parseDemo(nil, func(string) string { return "" })
+	if err != nil || cfg.url != "http://"+DefaultAddr || cfg.kafka != "" || cfg.topic != DefaultKafkaTopic {
+		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
