@@ -186,6 +186,7 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		}
 	}
 	if err == nil {
+		a.log.Info("database ready", "database", a.cfg.DB.String(), "driver", drv.Name())
 		a.handler, err = routes(a, drv, st)
 	}
 	if err == nil && a.cfg.Cleanup != CleanupOff {
@@ -197,6 +198,7 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		})
 		if err == nil {
 			a.sweep = c.Run
+			a.log.Info("retention sweep scheduled", "schedule", a.cfg.Cleanup)
 		}
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/event"
 )
 
 // Defaults of Config.
@@ -35,6 +36,8 @@ const (
 	// DefaultPostgresKafkaDir is the embedded broker's log directory with
 	// PostgreSQL (with SQLite it is the database file's path + ".kafka").
 	DefaultPostgresKafkaDir = "./idemd.kafka"
+	// DefaultKafkaSource is the CloudEvents source of idemd's events.
+	DefaultKafkaSource = "/idemd"
 	// DefaultSagaStuckAfter is how long an order may stay CREATED before
 	// its events are published again.
 	DefaultSagaStuckAfter = time.Minute
@@ -72,6 +75,13 @@ type Config struct {
 	// KafkaEmbeddedAddr is the embedded broker's listen address.
 	// Defaults to DefaultKafkaEmbeddedAddr (a free port).
 	KafkaEmbeddedAddr string
+	// KafkaHeaders is how event records carry the envelope: idem's own
+	// headers (the default), the CloudEvents Kafka binding's ce_* headers,
+	// or both. Consumers read all three.
+	KafkaHeaders event.HeaderFormat
+	// KafkaSource is the CloudEvents source (ce_source) of the events, a
+	// URI-reference. Defaults to DefaultKafkaSource.
+	KafkaSource string
 	// SagaStuckAfter is how long an order may stay CREATED before idemd
 	// publishes its events again from the outbox. Defaults to
 	// DefaultSagaStuckAfter.
@@ -119,6 +129,8 @@ var settings = []setting{
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
 	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
+	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both"},
+	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference"},
 	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again"},
 	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator"},
 }
@@ -203,6 +215,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg.KafkaEmbeddedAddr = strings.TrimSpace(*values["kafka-embedded-addr"])
 	if err := checkAddr(cfg.KafkaEmbeddedAddr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-embedded-addr"), err)
+	}
+	if cfg.KafkaHeaders, err = event.ParseHeaderFormat(strings.TrimSpace(*values["kafka-headers"])); err != nil {
+		return Config{}, configErrorf("%s: %v", source("kafka-headers"), err)
+	}
+	cfg.KafkaSource = strings.TrimSpace(*values["kafka-source"])
+	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
+		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
 	}
 	if cfg.Kafka.Mode != KafkaEmbedded {
 		for _, name := range []string{"kafka-dir", "kafka-embedded-addr"} {

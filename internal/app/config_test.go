@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/app"
 )
 
@@ -24,26 +25,31 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{"defaults", nil, nil, app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
 			ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
-			KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute}},
+			KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute, KafkaSource: "/idemd"}},
 		{"environment", nil, map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://u:pw@db:5432/pay",
 			"IDEMD_SHUTDOWN_TIMEOUT": "3s", "IDEMD_LOG_FORMAT": "text", "IDEMD_CLEANUP": "off",
 			"IDEMD_KAFKA": "off", "IDEMD_KAFKA_TOPIC": "shop.orders_v1"},
 			app.Config{Addr: ":9090", DB: app.Database{Kind: app.Postgres, URL: "postgres://u:pw@db:5432/pay"},
 				ShutdownTimeout: 3 * time.Second, LogFormat: "text", Cleanup: "off",
 				Kafka: app.Kafka{Mode: app.KafkaOff}, KafkaTopic: "shop.orders_v1",
-				KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute}},
+				KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute, KafkaSource: "/idemd"}},
 		{"flags override environment", []string{"-addr", "127.0.0.1:0", "-db", "sqlite:/tmp/x.db", "-shutdown-timeout=1m", "-cleanup", "30 4 * * 1-5",
 			"-kafka", "kafka-1:9092, 10.0.0.2:9093,[::1]:9094", "-kafka-topic", "orders"},
 			map[string]string{"IDEMD_ADDR": ":9090", "IDEMD_DB": "postgres://db/pay", "IDEMD_CLEANUP": "off", "IDEMD_KAFKA": "off"},
 			app.Config{Addr: "127.0.0.1:0", DB: app.Database{Kind: app.SQLite, Path: "/tmp/x.db"},
 				ShutdownTimeout: time.Minute, LogFormat: "json", Cleanup: "30 4 * * 1-5",
 				Kafka: app.Kafka{Mode: app.KafkaBrokers, Brokers: "kafka-1:9092,10.0.0.2:9093,[::1]:9094"}, KafkaTopic: "orders",
-				KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute}},
+				KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute, KafkaSource: "/idemd"}},
 		{"embedded broker", []string{"-kafka-dir", "/var/lib/idemd/kafka", "-kafka-embedded-addr", "0.0.0.0:9092",
 			"-saga-stuck-after", "10s", "-saga-give-up-after", "2m"}, nil,
 			app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
 				ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
-				KafkaDir: "/var/lib/idemd/kafka", KafkaEmbeddedAddr: "0.0.0.0:9092", SagaStuckAfter: 10 * time.Second, SagaGiveUpAfter: 2 * time.Minute}},
+				KafkaDir: "/var/lib/idemd/kafka", KafkaEmbeddedAddr: "0.0.0.0:9092", SagaStuckAfter: 10 * time.Second, SagaGiveUpAfter: 2 * time.Minute, KafkaSource: "/idemd"}},
+		{"cloudevents headers", []string{"-kafka-headers", "CloudEvents"}, map[string]string{"IDEMD_KAFKA_SOURCE": "//shop.example/orders"},
+			app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
+				ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
+				KafkaEmbeddedAddr: "127.0.0.1:0", SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute,
+				KafkaHeaders: event.HeaderFormatCloudEvents, KafkaSource: "//shop.example/orders"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +100,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"kafka dir with a real cluster", []string{"-kafka", "k:9092", "-kafka-dir", "/tmp/k"}, nil, "-kafka-dir is only for -kafka embedded"},
 		{"embedded addr from environment with kafka off", []string{"-kafka", "off"}, map[string]string{"IDEMD_KAFKA_EMBEDDED_ADDR": "127.0.0.1:9092"}, "IDEMD_KAFKA_EMBEDDED_ADDR"},
 		{"bad embedded addr", []string{"-kafka-embedded-addr", "9092"}, nil, "-kafka-embedded-addr"},
+		{"unknown header format", []string{"-kafka-headers", "avro"}, nil, "-kafka-headers"},
+		{"cloudevents without a source", []string{"-kafka-headers", "both", "-kafka-source", ""}, nil, "-kafka-source"},
 		{"bad stuck duration", []string{"-saga-stuck-after", "-1s"}, nil, "-saga-stuck-after"},
 		{"give up before stuck", []string{"-saga-stuck-after", "5m", "-saga-give-up-after", "1m"}, nil, "must be longer than -saga-stuck-after"},
 	}

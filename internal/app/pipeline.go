@@ -91,6 +91,8 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{
 		Seeds:        seeds,
 		DefaultTopic: a.cfg.KafkaTopic,
+		HeaderFormat: a.cfg.KafkaHeaders,
+		Source:       a.cfg.KafkaSource,
 		Logger:       a.log,
 	})
 	if err != nil {

@@ -38,11 +38,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	a.log.Info("http server started", "addr", ln.Addr().String(), "metrics", "/metrics", "health", "/healthz")
 	// Their context is not ctx: they must outlive the HTTP drain (a
 	// request in flight may still enqueue an event).
-	relay := a.startWorkers(ctx, worker{"outbox relay", a.relay})
-	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume},
-		worker{"order saga consumer", a.saga}, worker{"stuck order watchdog", a.watchdog})
+	relay := a.startWorkers(ctx, worker{"outbox relay", a.relay,
+		append(a.started, "headers", a.cfg.KafkaHeaders.String())})
+	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, []any{"topic", a.cfg.KafkaTopic}},
+		worker{"order saga consumer", a.saga, []any{"topic", a.cfg.KafkaTopic}},
+		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}})
 	defer consumers.stop()
 	defer relay.stop()
 	if a.sweep != nil {
@@ -117,6 +120,8 @@ func (a *App) flushOutbox(ctx context.Context) {
 type worker struct {
 	name string
 	run  func(context.Context) error
+	// attrs are logged with its start: where it connects, what it uses.
+	attrs []any
 }
 
 // workers runs a group of workers until stop.
@@ -134,7 +139,7 @@ func (a *App) startWorkers(ctx context.Context, ws ...worker) *workers {
 		if w.run == nil {
 			continue
 		}
-		a.log.Info(w.name+" started", a.started...)
+		a.log.Info(w.name+" started", w.attrs...)
 		g.wg.Go(func() {
 			if err := w.run(wctx); err != nil && wctx.Err() == nil {
 				a.log.Error(w.name+" stopped", "err", err)
