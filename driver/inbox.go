@@ -17,22 +17,22 @@ import (
 // several consumers (projections, services sharing a database)
 // each process the same event once.
 type InboxExecutor interface {
-	// InboxInsert records ids as processed by consumer at now, with one
+	// InboxInsert records p.IDs as processed by p.Consumer at p.Now, with one
 	// INSERT for the batch (pgdriver: a plain INSERT in a savepoint, and,
 	// only when an id was recorded before, INSERT ... ON CONFLICT DO
 	// NOTHING RETURNING after it), and returns the ids that were not
-	// recorded yet: exactly the ones the caller must now apply. An id given twice in ids is returned at most once. The
-	// order of the result is unspecified. It never reads before writing, so
+	// recorded yet: exactly the ones the caller must now apply. An id given twice in p.IDs is returned at most once.
+	// The order of the result is unspecified. It never reads before writing, so
 	// concurrent callers cannot both see an id as new: on a backend with
 	// concurrent writers, a caller inserting an id that an uncommitted
 	// transaction inserted waits for that transaction, then gets the id
-	// back only if it rolled back. An empty ids returns (nil, nil).
+	// back only if it rolled back. An empty p.IDs returns (nil, nil).
 	InboxInsert(ctx context.Context, p *InboxInsertParams) (inserted []uuid.UUID, err error)
 
-	// InboxDeleteBefore deletes at most limit rows of consumer ("" for
-	// every consumer) whose processed_at is before before, oldest first, and
+	// InboxDeleteBefore deletes at most p.Limit rows of p.Consumer ("" for
+	// every consumer) whose processed_at is before p.Before, oldest first, and
 	// returns how many it deleted. The cleaner calls it in a loop until it
-	// returns less than limit. limit must be positive.
+	// returns less than p.Limit. p.Limit must be positive.
 	InboxDeleteBefore(ctx context.Context, p *InboxDeleteBeforeParams) (int, error)
 
 	// InboxOldest returns the smallest processed_at over all consumers, and

@@ -15,24 +15,25 @@ import (
 // replicas should run NTP, and a lease should be long compared with the
 // clock skew between them.
 type LockExecutor interface {
-	// LockAcquire takes the lease name for owner until until, in ONE
+	// LockAcquire takes the lease p.Name for p.Owner until p.Until, in ONE
 	// statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE): it inserts the
-	// row, or takes over a row whose expires_at is not after now, or extends
-	// it when owner already holds it. It returns true when owner holds the
+	// row, or takes over a row whose expires_at is not after p.Now, or extends
+	// it when p.Owner already holds it. It returns true when p.Owner holds the
 	// lease afterwards and false when another owner holds a live lease.
 	// Concurrent callers never both get true for a live lease.
 	LockAcquire(ctx context.Context, p *LockAcquireParams) (bool, error)
 
-	// LockRenew moves the expiry of a lease owner holds to until (earlier
-	// or later). ErrLeaseLost when the row no longer names owner (another
+	// LockRenew moves the expiry of the lease p.Name that p.Owner holds to
+	// p.Until (earlier or later). ErrLeaseLost when the row no longer names
+	// p.Owner (another
 	// owner took the expired lease over, or it was released).
 	LockRenew(ctx context.Context, p *LockRenewParams) error
 
-	// LockRelease deletes the lease if owner holds it, so another owner may
-	// take it at once. ErrLeaseLost when owner does not hold it.
+	// LockRelease deletes the lease p.Name if p.Owner holds it, so another
+	// owner may take it at once. ErrLeaseLost when p.Owner does not hold it.
 	LockRelease(ctx context.Context, p *LockReleaseParams) error
 
-	// LockGet returns the owner and expiry of the lease name, expired or
+	// LockGet returns the owner and expiry of the lease p.Name, expired or
 	// not, or ErrNotFound when there is no row.
 	LockGet(ctx context.Context, p *LockGetParams) (owner string, expiresAt time.Time, err error)
 }

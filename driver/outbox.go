@@ -67,12 +67,12 @@ type OutboxExecutor interface {
 	// returns (0, nil).
 	OutboxInsert(ctx context.Context, rows []OutboxRow) (inserted int, err error)
 
-	// OutboxClaimBatch returns up to limit unpublished rows to publish
+	// OutboxClaimBatch returns up to p.Limit unpublished rows to publish
 	// next, ordered by ID. The rows of each key in the batch are the first
 	// ones of its queue: its head and the rows following it in ID order,
 	// up to (excluding) the first row of that key that is not due or is
 	// parked. Which keys a batch holds when not all fit is the backend's
-	// choice, but a claim whose limit covers every claimable row returns
+	// choice, but a claim whose p.Limit covers every claimable row returns
 	// them all, and one that finds any claimable row returns at least one.
 	//
 	// On a backend with concurrent writers (PostgreSQL) the method must run
@@ -85,25 +85,25 @@ type OutboxExecutor interface {
 	// per database, and the batch is the lowest IDs.
 	OutboxClaimBatch(ctx context.Context, p *OutboxClaimBatchParams) ([]OutboxRow, error)
 
-	// OutboxMarkPublished sets published_at to at on the unpublished rows
-	// among ids. Rows already published keep their first time.
+	// OutboxMarkPublished sets published_at to p.At on the unpublished rows
+	// among p.IDs. Rows already published keep their first time.
 	OutboxMarkPublished(ctx context.Context, p *OutboxMarkPublishedParams) error
 
-	// OutboxMarkFailed records a failed attempt of row id: attempts+1,
-	// last_error = errText, next_attempt_at = nextAttempt. ErrNotFound if
+	// OutboxMarkFailed records a failed attempt of row p.ID: attempts+1,
+	// last_error = p.Error, next_attempt_at = p.NextAttempt. ErrNotFound if
 	// no unpublished row has that id.
 	OutboxMarkFailed(ctx context.Context, p *OutboxMarkFailedParams) error
 
-	// OutboxPark records a last failed attempt of row id (attempts+1,
-	// last_error = errText) and parks it at at: the row is kept but never
+	// OutboxPark records a last failed attempt of row p.ID (attempts+1,
+	// last_error = p.Error) and parks it at p.At: the row is kept but never
 	// claimed again, and it blocks the later rows of its key until an
 	// operator unparks it (see package outbox). ErrNotFound if no
 	// unpublished row has that id.
 	OutboxPark(ctx context.Context, p *OutboxParkParams) error
 
-	// OutboxDeletePublishedBefore deletes at most limit rows published
-	// before before and returns how many it deleted. Unpublished and parked
-	// rows are never deleted. limit must be positive.
+	// OutboxDeletePublishedBefore deletes at most p.Limit rows published
+	// before p.Before and returns how many it deleted. Unpublished and parked
+	// rows are never deleted. p.Limit must be positive.
 	OutboxDeletePublishedBefore(ctx context.Context, p *OutboxDeletePublishedBeforeParams) (int, error)
 
 	// OutboxOldestUnpublished returns the CreatedAt of the oldest (lowest

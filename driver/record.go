@@ -80,19 +80,20 @@ type RecordExecutor interface {
 	// record, or takes over an expired or abandoned one, or returns the live
 	// record. It never executes a check-then-insert.
 	RecordClaim(ctx context.Context, p *RecordClaimParams) (*RecordClaimResult, error)
-	// RecordGet returns the record, live or not, or ErrNotFound.
+	// RecordGet returns the record (p.Scope, p.Key), live or not, or
+	// ErrNotFound.
 	RecordGet(ctx context.Context, p *RecordGetParams) (*Record, error)
 	// RecordComplete stores the response of an in-progress record owned by
 	// p.LeaseToken and marks it completed. ErrLeaseLost if not owned.
 	RecordComplete(ctx context.Context, p *RecordCompleteParams) error
-	// RecordRelease deletes an in-progress record owned by token, so that a
+	// RecordRelease deletes an in-progress record owned by p.LeaseToken, so that a
 	// retry may execute. ErrLeaseLost if not owned.
 	RecordRelease(ctx context.Context, p *RecordReleaseParams) error
-	// RecordExtendLease moves the lease of an owned in-progress record to
-	// until. ErrLeaseLost if not owned.
+	// RecordExtendLease moves the lease of an in-progress record owned by
+	// p.LeaseToken to p.Until. ErrLeaseLost if not owned.
 	RecordExtendLease(ctx context.Context, p *RecordExtendLeaseParams) error
-	// RecordDeleteExpired deletes at most limit records whose ExpiresAt is
-	// not after now and returns how many it deleted.
+	// RecordDeleteExpired deletes at most p.Limit records whose ExpiresAt is
+	// not after p.Now and returns how many it deleted.
 	RecordDeleteExpired(ctx context.Context, p *RecordDeleteExpiredParams) (int, error)
 }
 

@@ -97,14 +97,15 @@ type SagaExecutor interface {
 	// created waits for that transaction.
 	SagaCreate(ctx context.Context, s *Saga) (stored *Saga, created bool, err error)
 
-	// SagaGet returns the saga, or ErrNotFound.
+	// SagaGet returns the saga p.SagaID, or ErrNotFound.
 	SagaGet(ctx context.Context, p *SagaGetParams) (*Saga, error)
 
-	// SagaSetState moves the saga to state to at now, in one UPDATE guarded
-	// by the expected states from: it changes the saga only when its state
-	// is one of them. updated_at becomes now; finished_at becomes now when
-	// to is SagaCompleted or SagaCompensated, and NULL otherwise. It
-	// returns changed true and current == to when it moved the saga, and
+	// SagaSetState moves the saga p.SagaID to state p.To at p.Now, in one
+	// UPDATE guarded by the expected states p.From: it changes the saga
+	// only when its state is one of them. updated_at becomes p.Now;
+	// finished_at becomes p.Now when p.To is SagaCompleted or
+	// SagaCompensated, and NULL otherwise. It returns changed true and
+	// current == p.To when it moved the saga, and
 	// changed false with the saga's current state when the guard refused.
 	// ErrNotFound when there is no such saga.
 	//
@@ -114,8 +115,8 @@ type SagaExecutor interface {
 	// changed.
 	SagaSetState(ctx context.Context, p *SagaSetStateParams) (changed bool, current string, err error)
 
-	// SagaStepRecord records that step of kind completed at now with
-	// result, in ONE statement (INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	// SagaStepRecord records that step p.Step of saga p.SagaID, of kind
+	// p.Kind, completed at p.Now with p.Result, in ONE statement (INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	// RETURNING), and returns inserted true when the row is new: the caller
 	// must now perform the step's effect in the same transaction. When the
 	// step is already recorded it returns inserted false and the stored
@@ -132,27 +133,27 @@ type SagaExecutor interface {
 	// rolled back.
 	SagaStepRecord(ctx context.Context, p *SagaStepRecordParams) (inserted bool, existingResult []byte, err error)
 
-	// SagaStepSetResult replaces the result of a recorded step (the step's
+	// SagaStepSetResult replaces the result of a recorded step with p.Result (the step's
 	// function ran after SagaStepRecord claimed it, in the same
 	// transaction). ErrNotFound if the step is not recorded.
 	SagaStepSetResult(ctx context.Context, p *SagaStepSetResultParams) error
 
-	// SagaSteps returns the recorded steps of the saga, forward and
+	// SagaSteps returns the recorded steps of saga p.SagaID, forward and
 	// compensation, ordered by Seq. A saga without steps, or no saga,
 	// gives an empty result.
 	SagaSteps(ctx context.Context, p *SagaStepsParams) ([]SagaStep, error)
 
-	// SagaList returns at most limit sagas whose state is one of states,
-	// least recently updated first (for a recovery loop that resumes
-	// interrupted compensations). limit must be positive.
+	// SagaList returns at most p.Limit sagas whose state is one of
+	// p.States, least recently updated first (for a recovery loop that
+	// resumes interrupted compensations). p.Limit must be positive.
 	SagaList(ctx context.Context, p *SagaListParams) ([]Saga, error)
 
-	// SagaDeleteFinishedBefore deletes at most limit finished sagas
+	// SagaDeleteFinishedBefore deletes at most p.Limit finished sagas
 	// (SagaCompleted or SagaCompensated) whose finished_at is before
-	// before, oldest first, with their steps, and returns how many sagas it
+	// p.Before, oldest first, with their steps, and returns how many sagas it
 	// deleted. Running, compensating and failed sagas are never deleted.
-	// The cleaner calls it in a loop until it returns less than limit.
-	// limit must be positive.
+	// The cleaner calls it in a loop until it returns less than p.Limit.
+	// p.Limit must be positive.
 	SagaDeleteFinishedBefore(ctx context.Context, p *SagaDeleteFinishedBeforeParams) (int, error)
 }
 
