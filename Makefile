@@ -6,8 +6,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 run:
 	go run ./cmd/idemd
 
+# The modules of go.work: the core, idemotel and cmd/idemd.
+MODULES := ./... ./idemotel/... ./cmd/idemd/...
+
 test:
-	go test -race -count=1 -timeout 14m ./...
+	go test -race -count=1 -timeout 14m $(MODULES)
 
 bench:
 	go run ./bench/httpbench
@@ -17,8 +20,10 @@ fmt:
 
 lint: tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
-	go vet ./...
+	go vet $(MODULES)
 	$$(go env GOPATH)/bin/golangci-lint run ./...
+	cd idemotel && $$(go env GOPATH)/bin/golangci-lint run ./...
+	cd cmd/idemd && $$(go env GOPATH)/bin/golangci-lint run ./...
 
 # Short fuzzing sessions of the parsers; the seed corpus also runs in `make test`.
 fuzz:

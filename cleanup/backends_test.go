@@ -808,6 +808,10 @@ func TestBackends(t *testing.T) {
 		t.Parallel()
 		runCleanup(t, func(t *testing.T) driver.Driver[*sql.Tx] { return testdb.SQLite(t) }, sqliteReplica)
 	})
+	t.Run("postgres-sql", func(t *testing.T) {
+		t.Parallel()
+		runCleanup(t, func(t *testing.T) driver.Driver[*sql.Tx] { return testdb.PostgresSQL(t) }, pgsqlReplica)
+	})
 }
 
 // pgReplica opens a second pool on drv's schema, as a second process would.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/observe"
 )
 
 // Cleaner deletes what idem's tables no longer need, in small batches, on a
@@ -109,8 +110,14 @@ func (c *Cleaner[TTx]) Owner() string { return c.owner }
 func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	wall := time.Now()
 	rep := Report{Owner: c.owner, Started: c.cfg.Now()}
+	ctx, span := observe.Start(ctx, c.cfg.Tracer, "idem.cleanup.sweep")
 	err := c.runOnce(ctx, &rep)
 	rep.Duration = time.Since(wall)
+	if c.cfg.Tracer != nil {
+		span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
+			observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))
+		observe.End(span, err)
+	}
 	c.logReport(rep, err)
 	if c.cfg.OnSweep != nil {
 		c.cfg.OnSweep(rep)

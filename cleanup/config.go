@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/observe"
 )
 
 // Bounds of the retention of idempotency records and of the inbox
@@ -113,6 +115,10 @@ type Config struct {
 	// its report: rows deleted per table and durations, for metrics.
 	// Defaults to nil.
 	OnSweep func(Report)
+	// Tracer, if set, traces every RunOnce with an idem.cleanup.sweep
+	// span (attributes idem.cleanup.skipped, idem.cleanup.deleted and
+	// idem.cleanup.tables). Nil (the default) traces nothing.
+	Tracer observe.Tracer
 }
 
 // RecordRetention configures the sweep of idempotency_record.

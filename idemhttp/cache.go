@@ -75,6 +75,8 @@ func (m *Middleware[TTx]) answerCached(cmd *command) bool {
 	}
 	// What replay writes, with the headers decoded once, when cached. The
 	// length is known: the body never goes out chunked.
+	span := m.span(cmd, "idem.http.replay")
+	defer span.End()
 	h := cmd.w.Header()
 	if len(e.rec.Body) > 0 {
 		h.Set("Content-Length", strconv.Itoa(len(e.rec.Body)))

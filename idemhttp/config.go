@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/observe"
 )
 
 // Mode selects how a claimed command executes.
@@ -127,6 +129,16 @@ type Config struct {
 	// OnOutcome, if set, is called once per protected request with what
 	// idem did (for metrics).
 	OnOutcome func(r *http.Request, o Outcome)
+	// Tracer, if set, traces every protected request with an
+	// idem.http.request span (attributes http.request.method, http.route,
+	// idem.outcome and idem.replayed; never the key, a header or a body)
+	// and its children idem.http.claim, idem.http.execute (the handler's
+	// context, so the events it enqueues carry this trace),
+	// idem.http.replay and idem.http.conflict. The span is a child of the
+	// request context's span: continue an incoming traceparent before the
+	// middleware (otelhttp, or an observe.Propagator's Extract). Nil (the
+	// default) traces nothing and allocates nothing.
+	Tracer observe.Tracer
 	// Logger receives warnings and errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now. Replicas should run NTP: lease

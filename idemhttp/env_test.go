@@ -51,6 +51,11 @@ var backendList = []struct {
 	// RecordClaim, RecordComplete, Commit) that other backends take.
 	{"postgres-generic", func(t *testing.T) *env { return pgEnvWith(t, testdb.Postgres(t), true) }},
 	{"sqlite-generic", func(t *testing.T) *env { return sqliteEnvWith(t, testdb.SQLite(t), true) }},
+	// PostgreSQL over database/sql (pgsqldriver, with its TxClaimer).
+	{"postgres-sql", func(t *testing.T) *env {
+		drv := testdb.PostgresSQL(t)
+		return sqlEnvWith(t, drv, drv.DB(), false)
+	}},
 }
 
 // generic is a backend with nothing but what idemhttp needs (transactions and
@@ -140,13 +145,22 @@ func sqliteEnv(t *testing.T) *env {
 func sqliteEnvOn(t *testing.T, drv *sqlitedriver.Driver) *env { return sqliteEnvWith(t, drv, false) }
 
 func sqliteEnvWith(t *testing.T, drv *sqlitedriver.Driver, hideTxClaimer bool) *env {
+	return sqlEnvWith(t, drv, drv.DB(), hideTxClaimer)
+}
+
+// sqlEnvWith is the env of a database/sql backend: SQLite, or PostgreSQL
+// through pgsqldriver (whose placeholders are $1, not ?).
+func sqlEnvWith(t *testing.T, drv driver.Driver[*sql.Tx], db *sql.DB, hideTxClaimer bool) *env {
 	ctx := context.Background()
-	db := drv.DB()
+	name, ph := "sqlite", "?"
+	if drv.Name() == "postgres" {
+		name, ph = "postgres-sql", "$1"
+	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS effect (label TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		name: "sqlite",
+		name: name,
 		wrap: func(t *testing.T, cfg *idemhttp.Config, h http.Handler) http.Handler {
 			mw, err := idemhttp.New(withoutTxClaimer[*sql.Tx](drv, hideTxClaimer), cfg)
 			if err != nil {
@@ -156,15 +170,15 @@ func sqliteEnvWith(t *testing.T, drv *sqlitedriver.Driver, hideTxClaimer bool) *
 		},
 		effect: func(r *http.Request, label string) error {
 			if tx, ok := idemhttp.TxFromContext[*sql.Tx](r.Context()); ok {
-				_, err := tx.ExecContext(r.Context(), `INSERT INTO effect (label) VALUES (?)`, label)
+				_, err := tx.ExecContext(r.Context(), `INSERT INTO effect (label) VALUES (`+ph+`)`, label)
 				return err
 			}
-			_, err := db.ExecContext(r.Context(), `INSERT INTO effect (label) VALUES (?)`, label)
+			_, err := db.ExecContext(r.Context(), `INSERT INTO effect (label) VALUES (`+ph+`)`, label)
 			return err
 		},
 		effects: func(t *testing.T, label string) int {
 			var n int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM effect WHERE label = ?`, label).Scan(&n); err != nil {
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM effect WHERE label = `+ph, label).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n

@@ -20,7 +20,9 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 	ex := m.drv.Records()
 	for polls := 0; ; polls++ {
 		p := m.claimParams(cmd, m.lockTimeout(cmd))
+		span := m.span(cmd, "idem.http.claim")
 		res, err := ex.RecordClaim(ctx, p)
+		m.endClaim(span, err == nil && res.Claimed, err)
 		if err != nil {
 			switch {
 			case errors.Is(err, driver.ErrLockTimeout):
@@ -34,7 +36,9 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 			if !m.freshLease(cmd, ex, p) {
 				return
 			}
+			span, orig := m.enter(cmd, "idem.http.execute")
 			m.executeLease(cmd, next, ex, p.LeaseToken)
+			leave(cmd, span, orig)
 			return
 		}
 		if m.answerExisting(cmd, res.Existing) {

@@ -59,19 +59,28 @@ func (m *Middleware[TTx]) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		cmd, ok := m.parse(w, r)
-		if !ok {
+		if m.cfg.Tracer != nil {
+			m.serveTraced(w, r, next)
 			return
 		}
-		if m.answerCached(cmd) { // a completed record in memory: no store access
-			return
-		}
-		if m.cfg.Mode == ModeLease {
-			m.serveLease(cmd, next)
-		} else {
-			m.serveTx(cmd, next)
-		}
+		m.serve(w, r, next)
 	})
+}
+
+// serve handles a protected request.
+func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	cmd, ok := m.parse(w, r)
+	if !ok {
+		return
+	}
+	if m.answerCached(cmd) { // a completed record in memory: no store access
+		return
+	}
+	if m.cfg.Mode == ModeLease {
+		m.serveLease(cmd, next)
+	} else {
+		m.serveTx(cmd, next)
+	}
 }
 
 // command is one protected request on its way through the middleware.
@@ -172,6 +181,7 @@ func (m *Middleware[TTx]) lockTimeout(cmd *command) time.Duration {
 func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool {
 	m.remember(cmd, rec) // a completed record is cached for the next retry
 	if !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+		m.conflict(cmd, "mismatch")
 		problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
 			"Idempotency-Key already used for another request",
 			"This key was used with a different method, route or body. Use a new key for a new operation.")
@@ -187,6 +197,8 @@ func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool 
 
 // replay writes a stored response byte for byte.
 func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
+	span := m.span(cmd, "idem.http.replay")
+	defer span.End()
 	h := cmd.w.Header()
 	if err := decodeHeaders(rec.Headers, h); err != nil {
 		m.cfg.Logger.Error("idemhttp: stored headers unreadable", "key", cmd.key, "scope", cmd.scope, "err", err)
@@ -199,6 +211,7 @@ func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
 
 // inProgress answers 409 with Retry-After.
 func (m *Middleware[TTx]) inProgress(cmd *command) {
+	m.conflict(cmd, "in_progress")
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusConflict, problem.TypeRequestInProgress,
 		"A request with this Idempotency-Key is in progress",
@@ -263,6 +276,9 @@ func (m *Middleware[TTx]) retryAfter() string {
 }
 
 func (m *Middleware[TTx]) report(r *http.Request, o Outcome) {
+	if m.cfg.Tracer != nil {
+		traceOutcome(r, o)
+	}
 	if m.cfg.OnOutcome != nil {
 		m.cfg.OnOutcome(r, o)
 	}

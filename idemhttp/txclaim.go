@@ -28,7 +28,9 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 				return
 			}
 		}
+		span := m.span(cmd, "idem.http.claim")
 		tx, res, err := tc.BeginClaim(ctx, p)
+		m.endClaim(span, err == nil && res.Locked && (res.Record == nil || res.Record.State != driver.StateCompleted), err)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.storeUnavailable(cmd, err)
@@ -77,7 +79,10 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 				continue
 			}
 		}
-		if !m.executeTxClaim(cmd, next, tc, tx, rec != nil) {
+		span, orig := m.enter(cmd, "idem.http.execute")
+		again := m.executeTxClaim(cmd, next, tc, tx, rec != nil)
+		leave(cmd, span, orig)
+		if !again {
 			return
 		}
 		// Someone without the lock stored the key meanwhile: our writes

@@ -29,7 +29,9 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 		}
 		ex := m.drv.RecordsTx(tx)
 		p := m.claimParams(cmd, m.lockTimeout(cmd))
+		span := m.span(cmd, "idem.http.claim")
 		res, err := ex.RecordClaim(ctx, p)
+		m.endClaim(span, err == nil && res.Claimed, err)
 		if err != nil {
 			m.rollback(ctx, tx)
 			switch {
@@ -41,7 +43,9 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 			return
 		}
 		if res.Claimed {
+			span, orig := m.enter(cmd, "idem.http.execute")
 			m.executeTx(cmd, next, tx, ex, p.LeaseToken)
+			leave(cmd, span, orig)
 			return
 		}
 		m.rollback(ctx, tx)

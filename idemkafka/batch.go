@@ -40,7 +40,8 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 	)
 	for i, r := range recs {
 		e, err := Envelope(r)
-		evs[i], decErrs[i] = inbox.Event{ID: e.ID, Payload: e}, err
+		// Headers carry the producer's trace context to the inbox's spans.
+		evs[i], decErrs[i] = inbox.Event{ID: e.ID, Payload: e, Headers: e.Headers}, err
 	}
 	// transient counts a failure that is not the record's fault and
 	// reports whether to try again (after a backoff).

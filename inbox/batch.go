@@ -15,6 +15,10 @@ import (
 type Event struct {
 	ID      uuid.UUID
 	Payload any
+	// Headers, if set, are the event's headers (event.Envelope.Headers;
+	// idemkafka sets them). The inbox reads only the trace context in them
+	// (traceparent, tracestate), and only with Config.Tracer.
+	Headers map[string]string
 }
 
 // BatchResult counts what a batch did. Applied + Duplicates is the number
@@ -41,9 +45,11 @@ type BatchResult struct {
 // from the database and leave nothing applied, except a failed COMMIT, whose
 // outcome is unknown; redelivering the batch is always safe. An empty batch
 // does nothing.
-func (ib *Inbox[TTx]) ProcessBatch(ctx context.Context, events []Event, fn func(ctx context.Context, tx TTx, e Event) error) (BatchResult, error) {
+func (ib *Inbox[TTx]) ProcessBatch(ctx context.Context, events []Event, fn func(ctx context.Context, tx TTx, e Event) error) (res BatchResult, err error) {
+	ctx, span := ib.startSpan(ctx, "ProcessBatch", events)
+	defer endSpan(span, &res, &err)
 	started := time.Now()
-	res, err := ib.processBatch(ctx, events, fn)
+	res, err = ib.processBatch(ctx, events, ib.traced(fn))
 	ib.report(ctx, len(events), res, err, started)
 	return res, err
 }
@@ -52,9 +58,11 @@ func (ib *Inbox[TTx]) ProcessBatch(ctx context.Context, events []Event, fn func(
 // never commits nor rolls back. If it returns an error the caller must roll
 // tx back: tx holds the dedup rows of events whose effects did not all
 // happen.
-func (ib *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, e Event) error) (BatchResult, error) {
+func (ib *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, e Event) error) (res BatchResult, err error) {
+	ctx, span := ib.startSpan(ctx, "ProcessBatchTx", events)
+	defer endSpan(span, &res, &err)
 	started := time.Now()
-	res, err := ib.apply(ctx, tx, events, fn)
+	res, err = ib.apply(ctx, tx, events, ib.traced(fn))
 	ib.report(ctx, len(events), res, err, started)
 	return res, err
 }
@@ -81,9 +89,11 @@ func (ib *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, events []Event
 // Use ProcessBulk when the handler's effect can be written for many events
 // in one statement; use ProcessBatch when the handler works event by event
 // (it then names the failing event).
-func (ib *Inbox[TTx]) ProcessBulk(ctx context.Context, events []Event, fn func(ctx context.Context, tx TTx, fresh []Event) error) (BatchResult, error) {
+func (ib *Inbox[TTx]) ProcessBulk(ctx context.Context, events []Event, fn func(ctx context.Context, tx TTx, fresh []Event) error) (res BatchResult, err error) {
+	ctx, span := ib.startSpan(ctx, "ProcessBulk", events)
+	defer endSpan(span, &res, &err)
 	started := time.Now()
-	res, err := ib.inTx(ctx, events, func(ctx context.Context, tx TTx) (BatchResult, error) {
+	res, err = ib.inTx(ctx, events, func(ctx context.Context, tx TTx) (BatchResult, error) {
 		return ib.applyBulk(ctx, tx, events, fn)
 	})
 	ib.report(ctx, len(events), res, err, started)
@@ -93,9 +103,11 @@ func (ib *Inbox[TTx]) ProcessBulk(ctx context.Context, events []Event, fn func(c
 // ProcessBulkTx is ProcessBulk inside the caller's transaction tx. It never
 // commits nor rolls back. If it returns an error the caller must roll tx
 // back: tx holds the dedup rows of events whose effects did not all happen.
-func (ib *Inbox[TTx]) ProcessBulkTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, fresh []Event) error) (BatchResult, error) {
+func (ib *Inbox[TTx]) ProcessBulkTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, fresh []Event) error) (res BatchResult, err error) {
+	ctx, span := ib.startSpan(ctx, "ProcessBulkTx", events)
+	defer endSpan(span, &res, &err)
 	started := time.Now()
-	res, err := ib.applyBulk(ctx, tx, events, fn)
+	res, err = ib.applyBulk(ctx, tx, events, fn)
 	ib.report(ctx, len(events), res, err, started)
 	return res, err
 }

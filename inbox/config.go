@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/observe"
 )
 
 // MaxConsumerLen is the longest Config.Consumer, in bytes.
@@ -38,6 +40,15 @@ type Config struct {
 	// what it did: for metrics of processed and duplicate events. It runs
 	// on the caller's goroutine and must be fast. Defaults to nil.
 	OnResult func(ctx context.Context, r Result)
+
+	// Tracer, if set, traces every call with an idem.inbox.batch span
+	// (attributes idem.consumer, idem.events, idem.applied,
+	// idem.duplicates) that continues or links the producers' trace
+	// context found in the events' Headers (read with
+	// observe.DefaultPropagator), and every event ProcessBatch hands to its
+	// handler with an idem.inbox.handle span, a child of the event's
+	// producer span. See package observe. Nil (the default) traces nothing.
+	Tracer observe.Tracer
 }
 
 // Result is what one call did, as reported to Config.OnResult.

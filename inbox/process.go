@@ -26,8 +26,10 @@ import (
 func (ib *Inbox[TTx]) Process(ctx context.Context, eventID uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
 	started := time.Now()
 	events := []Event{{ID: eventID}}
+	ctx, span := ib.startSpan(ctx, "Process", events)
 	res, err := ib.processBatch(ctx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
 	ib.report(ctx, 1, res, err, started)
+	endSpan(span, &res, &err)
 	return res.Applied == 1, err
 }
 
@@ -42,7 +44,9 @@ func (ib *Inbox[TTx]) Process(ctx context.Context, eventID uuid.UUID, fn func(ct
 func (ib *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, eventID uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
 	started := time.Now()
 	events := []Event{{ID: eventID}}
+	ctx, span := ib.startSpan(ctx, "ProcessTx", events)
 	res, err := ib.apply(ctx, tx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
 	ib.report(ctx, 1, res, err, started)
+	endSpan(span, &res, &err)
 	return res.Applied == 1, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/observe"
 )
 
 // RelayConfig configures a Relay. The zero value (or nil) gives the
@@ -78,6 +79,13 @@ type RelayConfig struct {
 	// OnPark, if set, is called when an event is parked as poison after
 	// attempts failed attempts, the last one with err.
 	OnPark func(e event.Envelope, attempts int, err error)
+
+	// Tracer, if set, traces every round that claimed events with an
+	// idem.outbox.relay.batch span (attributes idem.events, idem.published,
+	// idem.failed), which continues or links the trace context stored with
+	// the events (see package observe). Publish gets the span's context.
+	// Nil (the default) traces nothing.
+	Tracer observe.Tracer
 
 	// Logger receives warnings (failed attempts) and errors (parked
 	// events, storage failures). Defaults to slog.Default().

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/observe"
 )
 
 // EnqueueTx stores events in the outbox inside the caller's transaction tx.
@@ -23,15 +25,32 @@ import (
 // An envelope whose ID is already in the outbox (a retry of the same
 // operation) is skipped: the first stored version of an ID is the one
 // published.
-func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TTx, events ...event.Envelope) error {
+//
+// Tracing: with a default observe.Tracer (observe.SetDefault, which
+// idemotel.Install calls) EnqueueTx runs in an idem.outbox.enqueue span.
+// With a default observe.Propagator it stores the trace context of ctx
+// (traceparent, tracestate) in the Headers of every event that has no
+// traceparent header yet; the relay publishes them as Kafka record headers,
+// and the consumer's inbox continues the trace. The caller's Headers maps
+// are not modified.
+func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TTx, events ...event.Envelope) (err error) {
 	if len(events) == 0 {
 		return nil
 	}
+	if t := observe.DefaultTracer(); t != nil {
+		var span observe.Span
+		ctx, span = t.Start(ctx, "idem.outbox.enqueue", observe.Int("idem.events", len(events)))
+		defer func() { observe.End(span, err) }()
+	}
+	trace := traceHeaders(ctx)
 	now := time.Now()
 	rows := make([]driver.OutboxRow, len(events))
 	for i, e := range events {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("outbox: enqueue event %d of %d: %w", i+1, len(events), err)
+		}
+		if len(trace) > 0 {
+			e.Headers = withTrace(e.Headers, trace)
 		}
 		row, err := toRow(e, now)
 		if err != nil {
@@ -43,6 +62,36 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TT
 		return fmt.Errorf("outbox: enqueue: %w", err)
 	}
 	return nil
+}
+
+// traceHeaders returns the trace-context headers of ctx from the default
+// propagator (nil without one, or when ctx has no trace context).
+func traceHeaders(ctx context.Context) map[string]string {
+	p := observe.DefaultPropagator()
+	if p == nil {
+		return nil
+	}
+	var h map[string]string
+	p.Inject(ctx, func(k, v string) {
+		if h == nil {
+			h = make(map[string]string, 2)
+		}
+		h[k] = v
+	})
+	return h
+}
+
+// withTrace returns a copy of headers with the trace headers added, or
+// headers itself when they already carry a traceparent (the caller's
+// choice wins).
+func withTrace(headers, trace map[string]string) map[string]string {
+	if _, ok := headers[observe.TraceParent]; ok {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(trace))
+	maps.Copy(out, headers)
+	maps.Copy(out, trace)
+	return out
 }
 
 // toRow converts an envelope to the stored row.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/observe"
 )
 
 // roundResult is what one round did.
@@ -69,6 +70,17 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		return res, nil
 	}
 	rows, events, bad := decode(rows)
+
+	if r.cfg.Tracer != nil {
+		var span observe.Span
+		ctx, span = observe.StartBatch(ctx, r.cfg.Tracer, observe.DefaultPropagator(), "idem.outbox.relay.batch", len(events),
+			func(i int, k string) string { return events[i].Headers[k] },
+			observe.Int("idem.events", res.claimed))
+		defer func() {
+			span.SetAttributes(observe.Int("idem.published", res.published), observe.Int("idem.failed", res.claimed-res.published))
+			observe.End(span, err)
+		}()
+	}
 
 	var pubErr error
 	if len(events) > 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/observe"
 )
 
 // Config configures a Coordinator. The zero value gives the defaults.
@@ -21,6 +23,12 @@ type Config struct {
 	// compensation; it doubles for every further attempt. Defaults to
 	// 100ms.
 	CompensationBackoff time.Duration
+
+	// Tracer, if set, traces every step and compensation with an
+	// idem.saga.step span (attributes idem.saga.step, idem.saga.step_kind
+	// and idem.saga.ran; never the saga's data or a step's result), a child
+	// of the context given to the step. Nil (the default) traces nothing.
+	Tracer observe.Tracer
 
 	// Logger receives warnings (failed compensation attempts, a saga that
 	// could not be marked Failed). Defaults to slog.Default().

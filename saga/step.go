@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/observe"
 )
 
 // StepFunc is the effect of a step. It writes through tx, the transaction in
@@ -69,7 +70,15 @@ func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn
 // if the claim is new, runs fn in the same transaction. Claiming before
 // running is what makes concurrent duplicates wait instead of both running
 // fn.
-func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx]) ([]byte, bool, error) {
+func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+	if c.cfg.Tracer != nil {
+		var span observe.Span
+		ctx, span = c.cfg.Tracer.Start(ctx, "idem.saga.step", observe.String("idem.saga.step", name), observe.String("idem.saga.step_kind", kind))
+		defer func() {
+			span.SetAttributes(observe.Bool("idem.saga.ran", ran))
+			observe.End(span, err)
+		}()
+	}
 	ex := c.drv.SagasTx(tx)
 	inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: sagaID, Step: name, Kind: kind, Result: nil, Now: c.cfg.Now()})
 	if err != nil {
@@ -78,7 +87,7 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 	if !inserted {
 		return existing, false, nil
 	}
-	result, err := fn(ctx, tx)
+	result, err = fn(ctx, tx)
 	if err != nil {
 		return nil, false, &StepError{SagaID: sagaID, Step: name, Err: err}
 	}

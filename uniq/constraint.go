@@ -2,6 +2,7 @@ package uniq
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -37,8 +38,14 @@ const sqliteUniquePrefix = "UNIQUE constraint failed: "
 
 // Is reports whether err, or an error it wraps, is a unique violation of c:
 //
-//   - PostgreSQL (pgx): a *pgconn.PgError with SQLSTATE 23505 and
-//     ConstraintName equal to c.Name.
+//   - PostgreSQL (pgx, and database/sql through the pgx stdlib driver): a
+//     *pgconn.PgError with SQLSTATE 23505 and ConstraintName equal to
+//     c.Name.
+//   - PostgreSQL through another driver (lib/pq's *pq.Error): an error
+//     with a SQLState() string method returning 23505, whose constraint
+//     name (a ConstraintName() string method, else a string field
+//     Constraint or ConstraintName, else the quoted name in the server's
+//     message `... unique constraint "name"`) equals c.Name.
 //   - SQLite (modernc.org/sqlite, detected through its Code() int method,
 //     without importing the driver): extended code 2067
 //     (SQLITE_CONSTRAINT_UNIQUE) or 1555 (SQLITE_CONSTRAINT_PRIMARYKEY)
@@ -54,6 +61,13 @@ func Is(err error, c Constraint) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == pgUniqueViolation && c.Name != "" && pgErr.ConstraintName == c.Name
+	}
+	var stated interface {
+		error
+		SQLState() string
+	}
+	if errors.As(err, &stated) {
+		return stated.SQLState() == pgUniqueViolation && c.Name != "" && constraintName(stated) == c.Name
 	}
 	var coded interface {
 		error
@@ -93,4 +107,36 @@ func sqliteMatches(msg string, code int, c Constraint) bool {
 		}
 	}
 	return true
+}
+
+// constraintName returns the constraint an error with a SQLSTATE names, or
+// "" when it names none: through a ConstraintName method, a string field
+// Constraint (lib/pq) or ConstraintName, or the server's message.
+func constraintName(err error) string {
+	if n, ok := err.(interface{ ConstraintName() string }); ok {
+		return n.ConstraintName()
+	}
+	v := reflect.ValueOf(err)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return ""
+		}
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.Struct {
+		for _, field := range []string{"Constraint", "ConstraintName"} {
+			if f := v.FieldByName(field); f.IsValid() && f.Kind() == reflect.String && f.String() != "" {
+				return f.String()
+			}
+		}
+	}
+	_, name, ok := strings.Cut(err.Error(), `unique constraint "`)
+	if !ok {
+		return ""
+	}
+	name, _, ok = strings.Cut(name, `"`)
+	if !ok {
+		return ""
+	}
+	return name
 }

@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/internal/app"
 )
 
@@ -15,5 +16,16 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal terminates at once
 	}()
-	os.Exit(app.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(app.RunWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, app.Options{Telemetry: telemetry}))
+}
+
+// telemetry is app.Options.Telemetry: OpenTelemetry over OTLP/HTTP
+// (-otel, or OTEL_EXPORTER_OTLP_ENDPOINT set), idemd's Prometheus metrics
+// exported under the same names.
+func telemetry(ctx context.Context, s app.TelemetrySetup) (*app.Telemetry, error) {
+	t, err := idemotel.Setup(ctx, idemotel.Config{ServiceName: "idemd", Getenv: s.Getenv, Gatherer: s.Gatherer, Logger: s.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &app.Telemetry{Tracer: t.Tracer, Propagator: t.Propagator, Shutdown: t.Shutdown}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -12,44 +11,33 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 var _ driver.TxClaimer[pgx.Tx] = (*Driver)(nil)
 
 // codeUniqueViolation is PostgreSQL's unique_violation.
-const codeUniqueViolation = "23505"
+const codeUniqueViolation = pgsql.CodeUniqueViolation
 
 // SQL of the ModeTx fast path (TxClaimer).
 const (
 	// claimTryLockSQL takes the key's transaction-scoped advisory lock if
 	// it is free; claimLockSQL waits for it (bounded by the lock_timeout
 	// set before it).
-	claimTryLockSQL = `SELECT pg_try_advisory_xact_lock($1)`
-	claimLockSQL    = `SELECT pg_advisory_xact_lock($1)`
+	claimTryLockSQL = pgsql.ClaimTryLockSQL
+	claimLockSQL    = pgsql.ClaimLockSQL
 	// completeInsertSQL stores the completed record. It has no ON CONFLICT
 	// on purpose: a key stored meanwhile by a writer that took no lock is
 	// a unique violation, which aborts the transaction and skips the
 	// COMMIT queued after it.
-	completeInsertSQL = `INSERT INTO {{table}}idempotency_record
-		(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
-		VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8)`
-	completeReplaceSQL = `UPDATE {{table}}idempotency_record SET
-			fingerprint = $3, state = 'completed', http_status = $4, headers = $5, body = $6,
-			lease_token = NULL, lease_expires_at = NULL, created_at = $7, expires_at = $8
-		WHERE scope = $1 AND idempotency_key = $2
-		  AND (expires_at <= $7 OR (state = 'in_progress' AND lease_expires_at <= $7 AND fingerprint = $3))`
+	completeInsertSQL  = pgsql.CompleteInsertSQL
+	completeReplaceSQL = pgsql.CompleteReplaceSQL
 )
 
 // recordLockKey is the advisory lock of (scope, key) in this driver's table: a
 // 64-bit FNV-1a hash. Two keys that collide only serialise each other.
 func (d *Driver) recordLockKey(scope, key string) int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(d.table))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(scope))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(key))
-	return int64(h.Sum64()) //nolint:gosec // a lock ID: wrapping is fine
+	return d.names.RecordLockKey(scope, key)
 }
 
 // BeginClaim implements driver.TxClaimer in one round trip: BEGIN, the
@@ -75,10 +63,10 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 	if p.Wait > 0 {
 		// The contended path only: the lock_timeout is set for the wait and
 		// put back, so the handler's statements keep the session's.
-		b.Queue("SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)")
-		b.Queue("SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(max(p.Wait.Milliseconds(), 1), 10)+"ms")
+		b.Queue(pgsql.SaveLockTimeoutSQL)
+		b.Queue(pgsql.SetLockTimeoutSQL, strconv.FormatInt(max(p.Wait.Milliseconds(), 1), 10)+"ms")
 		b.Queue(claimLockSQL, lock).Exec(func(pgconn.CommandTag) error { locked = true; return nil })
-		b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
+		b.Queue(pgsql.RestoreLockTimeoutSQL)
 	} else {
 		b.Queue(claimTryLockSQL, lock).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
 	}

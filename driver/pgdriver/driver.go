@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 // Config configures the PostgreSQL driver. The zero value is valid.
@@ -35,16 +33,8 @@ type Config struct {
 	OutboxDeletePublished bool
 }
 
-var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
-
 func (c *Config) validate() error {
-	if c.Schema != "" && !identRe.MatchString(c.Schema) {
-		return fmt.Errorf("pgdriver: Schema %q must match %s", c.Schema, identRe)
-	}
-	if c.TablePrefix != "" && !identRe.MatchString(c.TablePrefix) {
-		return fmt.Errorf("pgdriver: TablePrefix %q must match %s", c.TablePrefix, identRe)
-	}
-	return nil
+	return pgsql.ValidateConfig("pgdriver", c.Schema, c.TablePrefix)
 }
 
 // Driver is the PostgreSQL implementation of driver.Driver[pgx.Tx].
@@ -54,8 +44,7 @@ type Driver struct {
 	table string // qualified prefix for table names: "schema".prefix
 	name  string // bare prefix for index and constraint names
 
-	replacer *strings.Replacer
-	sqlCache sync.Map // template -> expanded SQL
+	names *pgsql.Names // names, expansion of the shared SQL, lock keys
 }
 
 var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -72,13 +61,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, cfg: c, name: c.TablePrefix}
-	d.table = c.TablePrefix
-	if c.Schema != "" {
-		d.table = pgx.Identifier{c.Schema}.Sanitize() + "." + c.TablePrefix
-	}
-	d.replacer = strings.NewReplacer("{{table}}", d.table, "{{name}}", d.name)
-	return d, nil
+	names := pgsql.NewNames(c.Schema, c.TablePrefix)
+	return &Driver{pool: pool, cfg: c, table: names.Table, name: names.Name, names: names}, nil
 }
 
 // Pool returns the pool the driver was built on.
@@ -157,11 +141,4 @@ func (d *Driver) Table(name string) string { return d.table + name }
 // expand replaces {{table}} and {{name}} in an SQL template. Templates are
 // constants, so each is expanded once and cached (the statements are on the
 // hot path of every request).
-func (d *Driver) expand(sql string) string {
-	if v, ok := d.sqlCache.Load(sql); ok {
-		return v.(string)
-	}
-	out := d.replacer.Replace(sql)
-	d.sqlCache.Store(sql, out)
-	return out
-}
+func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }

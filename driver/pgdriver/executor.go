@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 // dbtx is what pgxpool.Pool and pgx.Tx have in common.
@@ -30,7 +31,7 @@ var _ driver.Executor = (*executor)(nil)
 
 // SQLSTATE codes idem maps to driver errors.
 const (
-	codeLockNotAvailable = "55P03"
+	codeLockNotAvailable = pgsql.CodeLockNotAvailable
 )
 
 // mapErr translates PostgreSQL errors into driver errors, keeping the cause.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 // inboxPlainMin is the smallest batch (distinct ids) that InboxInsert
@@ -19,7 +20,7 @@ import (
 // take the ON CONFLICT path at once: a caller that records events one at a
 // time in a long transaction then opens no subtransactions (see
 // InboxInsert).
-const inboxPlainMin = 8
+const inboxPlainMin = pgsql.InboxPlainMin
 
 // InboxInsert implements driver.InboxExecutor with one INSERT for the whole
 // batch (two when the batch holds an id recorded before). The ids are
@@ -71,14 +72,13 @@ func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams)
 // then not recorded at all (in a transaction, the savepoint it rolled back
 // to is still to be released: see inboxInsertNew).
 func (e *executor) inboxInsertAll(ctx context.Context, consumer string, arg []pgtype.UUID, now time.Time) (bool, error) {
-	ins := e.d.expand(`INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
-		SELECT $1, u.id, $3 FROM unnest($2::uuid[]) AS u(id) ORDER BY u.id`)
+	ins := e.d.expand(pgsql.InboxInsertAllSQL)
 	var err error
 	if e.inTx {
 		b := &pgx.Batch{}
-		b.Queue(`SAVEPOINT idem_inbox_insert`)
+		b.Queue(pgsql.InboxSavepointSQL)
 		b.Queue(ins, consumer, arg, now)
-		b.Queue(`RELEASE SAVEPOINT idem_inbox_insert`)
+		b.Queue(pgsql.InboxReleaseSQL)
 		err = e.db.SendBatch(ctx, b).Close()
 	} else {
 		// Outside a transaction the statement is one: a failure undoes
@@ -108,10 +108,7 @@ func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg []pg
 			return nil, mapErr("inbox insert", err)
 		}
 	}
-	rows, err := e.db.Query(ctx, e.d.expand(`INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
-		SELECT $1, u.id, $3 FROM unnest($2::uuid[]) AS u(id) ORDER BY u.id
-		ON CONFLICT (consumer_name, event_id) DO NOTHING
-		RETURNING event_id`), consumer, arg, now)
+	rows, err := e.db.Query(ctx, e.d.expand(pgsql.InboxInsertNewSQL), consumer, arg, now)
 	if err != nil {
 		return nil, mapErr("inbox insert", err)
 	}
@@ -141,14 +138,7 @@ func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteB
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: inbox delete: limit %d must be positive", limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(`WITH victim AS (
-			SELECT event_id, consumer_name FROM {{table}}processed_event
-			WHERE processed_at < $1 AND ($2::text = '' OR consumer_name = $2)
-			ORDER BY processed_at LIMIT $3
-			FOR UPDATE SKIP LOCKED)
-		DELETE FROM {{table}}processed_event
-		WHERE event_id = ANY (ARRAY(SELECT event_id FROM victim))
-			AND (event_id, consumer_name) IN (SELECT event_id, consumer_name FROM victim)`), before, consumer, limit)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.InboxDeleteBeforeSQL), before, consumer, limit)
 	if err != nil {
 		return 0, mapErr("inbox delete", err)
 	}
@@ -158,7 +148,7 @@ func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteB
 // InboxOldest implements driver.InboxExecutor.
 func (e *executor) InboxOldest(ctx context.Context) (time.Time, bool, error) {
 	var oldest *time.Time
-	err := e.db.QueryRow(ctx, e.d.expand(`SELECT min(processed_at) FROM {{table}}processed_event`)).Scan(&oldest)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.InboxOldestSQL)).Scan(&oldest)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && oldest == nil) {
 		return time.Time{}, false, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 // LockAcquire implements driver.LockExecutor. A concurrent acquirer of the
@@ -18,11 +19,7 @@ import (
 func (e *executor) LockAcquire(ctx context.Context, p *driver.LockAcquireParams) (bool, error) {
 	name, owner, now, until := p.Name, p.Owner, p.Now, p.Until
 	var ok bool
-	err := e.db.QueryRow(ctx, e.d.expand(`INSERT INTO {{table}}idem_lock AS l (name, owner, expires_at)
-		VALUES ($1, $2, $4)
-		ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
-		WHERE l.expires_at <= $3 OR l.owner = EXCLUDED.owner
-		RETURNING true`), name, owner, now, until).Scan(&ok)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.LockAcquireSQL), name, owner, now, until).Scan(&ok)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -35,8 +32,7 @@ func (e *executor) LockAcquire(ctx context.Context, p *driver.LockAcquireParams)
 // LockRenew implements driver.LockExecutor.
 func (e *executor) LockRenew(ctx context.Context, p *driver.LockRenewParams) error {
 	name, owner, until := p.Name, p.Owner, p.Until
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}idem_lock SET expires_at = $3
-		WHERE name = $1 AND owner = $2`), name, owner, until)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.LockRenewSQL), name, owner, until)
 	if err != nil {
 		return mapErr("lock renew", err)
 	}
@@ -49,7 +45,7 @@ func (e *executor) LockRenew(ctx context.Context, p *driver.LockRenewParams) err
 // LockRelease implements driver.LockExecutor.
 func (e *executor) LockRelease(ctx context.Context, p *driver.LockReleaseParams) error {
 	name, owner := p.Name, p.Owner
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idem_lock WHERE name = $1 AND owner = $2`), name, owner)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.LockReleaseSQL), name, owner)
 	if err != nil {
 		return mapErr("lock release", err)
 	}
@@ -64,7 +60,7 @@ func (e *executor) LockGet(ctx context.Context, p *driver.LockGetParams) (string
 	name := p.Name
 	var owner string
 	var expires time.Time
-	err := e.db.QueryRow(ctx, e.d.expand(`SELECT owner, expires_at FROM {{table}}idem_lock WHERE name = $1`), name).Scan(&owner, &expires)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.LockGetSQL), name).Scan(&owner, &expires)
 	if err != nil {
 		return "", time.Time{}, mapErr("lock get", err)
 	}

@@ -2,24 +2,17 @@ package pgdriver
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`
+const migrationTableSQL = pgsql.MigrationTableSQL
 
 // Migrations returns idem's migrations with their SQL rendered for this
 // driver's Config (schema and table prefix): plain SQL that a DBA, goose,
@@ -31,25 +24,14 @@ const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
 // Validate and Migrate will consider them pending (and Migrate would run
 // them again).
 func (d *Driver) Migrations() ([]driver.Migration, error) {
-	ms, err := driver.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	for i := range ms {
-		ms[i].SQL = d.replacer.Replace(ms[i].SQL)
-	}
-	return ms, nil
+	return d.names.Migrations()
 }
 
 // MigrationTableSQL returns the rendered SQL that creates the table
 // recording applied migrations (and, with Config.Schema, the schema), for
 // an external migration tool to run before the statements of Migrations.
 func (d *Driver) MigrationTableSQL() string {
-	s := ""
-	if d.cfg.Schema != "" {
-		s = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{d.cfg.Schema}.Sanitize() + ";\n"
-	}
-	return s + d.replacer.Replace(migrationTableSQL) + ";\n"
+	return d.names.MigrationTableSQL()
 }
 
 // Migrate implements driver.Driver: it applies pending migrations, each in its
@@ -102,12 +84,12 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 		return driver.MigrationStatus{}, err
 	}
 	var applied []int
-	rows, err := d.pool.Query(ctx, d.expand(`SELECT version FROM {{table}}idem_migration ORDER BY version`))
+	rows, err := d.pool.Query(ctx, d.expand(pgsql.MigrationVersionsSQL))
 	if err == nil {
 		applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+	if errors.As(err, &pe) && pe.Code == pgsql.CodeUndefinedTable {
 		applied, err = nil, nil
 	}
 	if err != nil {
@@ -134,15 +116,13 @@ func (d *Driver) Validate(ctx context.Context) error {
 // lockKey is the advisory lock that serialises migrators of one schema
 // (whatever their prefixes: they share CREATE SCHEMA).
 func (d *Driver) lockKey() int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("idem-migrate:" + d.cfg.Schema))
-	return int64(h.Sum64())
+	return d.names.MigrateLockKey()
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning
 // those it applied.
 func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", d.lockKey()); err != nil {
+	if _, err := tx.Exec(ctx, pgsql.MigrationLockSQL, d.lockKey()); err != nil {
 		return nil, fmt.Errorf("pgdriver: migrate: lock: %w", err)
 	}
 	if d.cfg.Schema != "" {
@@ -156,7 +136,7 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([
 	var done []driver.Migration
 	for _, m := range ms {
 		var applied bool
-		err := tx.QueryRow(ctx, d.expand(`SELECT EXISTS (SELECT 1 FROM {{table}}idem_migration WHERE version = $1)`), m.Version).Scan(&applied)
+		err := tx.QueryRow(ctx, d.expand(pgsql.MigrationAppliedSQL), m.Version).Scan(&applied)
 		if err != nil {
 			return nil, fmt.Errorf("pgdriver: migrate: %w", err)
 		}
@@ -166,7 +146,7 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, d.expand(`INSERT INTO {{table}}idem_migration (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("pgdriver: migrate: record %d: %w", m.Version, err)
 		}
 		done = append(done, m)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -15,10 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
-
-const outboxColumns = `id, event_id, event_type, record_key, saga_id, payload, headers,
-	occurred_at, created_at, attempts, last_error, next_attempt_at, parked_at, published_at`
 
 // OutboxChannel is the notification channel on which OutboxInsert signals
 // new outbox rows: "<schema>.<prefix>idem_outbox", or
@@ -26,16 +23,7 @@ const outboxColumns = `id, event_id, event_type, record_key, saga_id, payload, h
 // schemas or prefixes in one database do not wake each other. A name longer
 // than PostgreSQL's 63-byte identifier limit is replaced by a hash of it.
 func (d *Driver) OutboxChannel() string {
-	ch := d.name + "idem_outbox"
-	if d.cfg.Schema != "" {
-		ch = d.cfg.Schema + "." + ch
-	}
-	if len(ch) > 63 {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(ch))
-		ch = fmt.Sprintf("idem_outbox_%016x", h.Sum64())
-	}
-	return ch
+	return d.names.OutboxChannel()
 }
 
 // OutboxInsert implements driver.OutboxExecutor with one statement for the
@@ -76,21 +64,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	// The notify CTE is not referenced by the INSERT; the final SELECT reads
 	// it so that it runs, after the insert, and only when a row was new.
 	var inserted, notified int
-	err := e.db.QueryRow(ctx, e.d.expand(`WITH ins AS (
-			INSERT INTO {{table}}outbox
-				(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at)
-			SELECT u.event_id, u.event_type, u.record_key, u.saga_id, u.payload, u.headers::jsonb,
-				u.occurred_at, u.created_at
-			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
-				$7::timestamptz[], $8::timestamptz[]) WITH ORDINALITY
-				AS u(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, ord)
-			ORDER BY u.ord
-			ON CONFLICT (event_id) DO NOTHING
-			RETURNING 1
-		), notify AS (
-			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
-		)
-		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notify)`),
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxInsertSQL),
 		ids, types, keys, sagas, payloads, headers, occurred, created, e.d.OutboxChannel(),
 	).Scan(&inserted, &notified)
 	if err != nil {
@@ -102,12 +76,12 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 // OutboxLanes is the number of outbox lanes (migration 006): every row is
 // in lane abs(hashtextextended(record_key, 0) % OutboxLanes), so all the
 // rows of a key share a lane.
-const OutboxLanes = 64
+const OutboxLanes = pgsql.OutboxLanes
 
 // lanesPerClaim is the most lanes one claim takes, so that concurrent
 // claims (several relays, or one relay's workers) share the pending lanes
 // instead of one claim holding them all.
-const lanesPerClaim = 16
+const lanesPerClaim = pgsql.LanesPerClaim
 
 // OutboxClaimBatch implements driver.OutboxExecutor with lanes (see
 // migration 006_outbox_lanes.sql), in two statements:
@@ -155,7 +129,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	// Batch 1: the planner setting of the read (see outboxReadSQL), then the
 	// lanes.
 	b1 := &pgx.Batch{}
-	b1.Queue(`SET LOCAL enable_bitmapscan = off`)
+	b1.Queue(pgsql.OutboxBitmapOffSQL)
 	var lanes []int16
 	b1.Queue(e.d.expand(outboxLanesSQL), rand.IntN(OutboxLanes), e.d.outboxLockClass(), min(lanesPerClaim, limit)).
 		Query(func(rows pgx.Rows) error {
@@ -178,7 +152,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 			return err
 		})
 	}
-	b2.Queue(`SET LOCAL enable_bitmapscan TO DEFAULT`)
+	b2.Queue(pgsql.OutboxBitmapDefaultSQL)
 	if err := e.db.SendBatch(ctx, b2).Close(); err != nil {
 		return nil, mapErr("outbox claim", err)
 	}
@@ -194,30 +168,8 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 // time (50,000 rows for a batch of 500). The range scan of outbox_lane_idx
 // reads the lane in ID order and stops at limit.
 const (
-	outboxLanesSQL = `WITH RECURSIVE pending AS (
-			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL AND parked_at IS NULL ORDER BY lane LIMIT 1)
-			UNION ALL
-			SELECT (SELECT o.lane FROM {{table}}outbox o
-				WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
-			FROM pending p WHERE p.lane IS NOT NULL
-		)
-		SELECT lane FROM (
-			SELECT lane FROM pending WHERE lane IS NOT NULL
-			ORDER BY (lane + 64 - $1) % 64 -- 64 = OutboxLanes
-			OFFSET 0) s
-		WHERE pg_try_advisory_xact_lock($2::int, lane)
-		LIMIT $3`
-	outboxReadSQL = `SELECT r.* FROM unnest($1::smallint[]) AS l(lane)
-		CROSS JOIN LATERAL (
-			SELECT ` + outboxColumns + ` FROM {{table}}outbox o
-			WHERE o.lane = l.lane AND o.published_at IS NULL AND o.parked_at IS NULL
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
-				WHERE b.record_key = o.record_key AND b.id <= o.id
-				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
-			ORDER BY o.id
-			LIMIT $3) r
-		LIMIT $3`
+	outboxLanesSQL = pgsql.OutboxLanesSQL
+	outboxReadSQL  = pgsql.OutboxReadSQL
 )
 
 // outboxLockClass is the first key of the lanes' advisory locks: a hash of
@@ -225,12 +177,10 @@ const (
 // block each other's lanes. (The two-int4 advisory lock key space does not
 // overlap the bigint one that idempotency records use.)
 func (d *Driver) outboxLockClass() int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(d.table + "outbox"))
-	return int32(h.Sum32())
+	return d.names.OutboxLockClass()
 }
 
-// scanOutboxRow scans the outboxColumns of row, then extra.
+// scanOutboxRow scans the pgsql.OutboxColumns of row, then extra.
 func scanOutboxRow(row pgx.CollectableRow, extra ...any) (driver.OutboxRow, error) {
 	var (
 		r                          driver.OutboxRow
@@ -272,21 +222,17 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMark
 		return nil
 	}
 	if e.d.cfg.OutboxDeletePublished {
-		_, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}outbox
-			WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`), ids)
+		_, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxDeleteMarkedSQL), ids)
 		return mapErr("outbox mark published", err)
 	}
-	_, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = $2
-		WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`), ids, at)
+	_, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxMarkPublishedSQL), ids, at)
 	return mapErr("outbox mark published", err)
 }
 
 // OutboxMarkFailed implements driver.OutboxExecutor.
 func (e *executor) OutboxMarkFailed(ctx context.Context, p *driver.OutboxMarkFailedParams) error {
 	id, errText, nextAttempt := p.ID, p.Error, p.NextAttempt
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
-		SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3
-		WHERE id = $1 AND published_at IS NULL`), id, errText, nextAttempt)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxMarkFailedSQL), id, errText, nextAttempt)
 	if err != nil {
 		return mapErr("outbox mark failed", err)
 	}
@@ -299,9 +245,7 @@ func (e *executor) OutboxMarkFailed(ctx context.Context, p *driver.OutboxMarkFai
 // OutboxPark implements driver.OutboxExecutor.
 func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) error {
 	id, errText, at := p.ID, p.Error, p.At
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
-		SET attempts = attempts + 1, last_error = $2, parked_at = $3
-		WHERE id = $1 AND published_at IS NULL`), id, errText, at)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxParkSQL), id, errText, at)
 	if err != nil {
 		return mapErr("outbox park", err)
 	}
@@ -320,11 +264,7 @@ func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.Ou
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}outbox WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}outbox
-		WHERE published_at IS NOT NULL AND published_at < $1
-		ORDER BY published_at LIMIT $2
-		FOR UPDATE SKIP LOCKED))`), before, limit)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), before, limit)
 	if err != nil {
 		return 0, mapErr("outbox delete", err)
 	}
@@ -336,8 +276,7 @@ func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.Ou
 // however large the backlog is.
 func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
 	var oldest time.Time
-	err := e.db.QueryRow(ctx, e.d.expand(`SELECT created_at FROM {{table}}outbox
-		WHERE published_at IS NULL ORDER BY id LIMIT 1`)).Scan(&oldest)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxOldestUnpublishedSQL)).Scan(&oldest)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -360,14 +299,7 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 	if len(p.Keys) > 0 {
 		keys = p.Keys
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}outbox
-		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
-		WHERE id = ANY (ARRAY(
-			SELECT id FROM {{table}}outbox
-			WHERE published_at IS NOT NULL AND published_at >= $1 AND published_at < $2
-				AND ($3::text[] IS NULL OR record_key = ANY ($3::text[]))
-			ORDER BY id LIMIT $4
-			FOR UPDATE SKIP LOCKED))`), p.PublishedSince, p.PublishedBefore, keys, p.Limit)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxRedriveSQL), p.PublishedSince, p.PublishedBefore, keys, p.Limit)
 	if err != nil {
 		return 0, mapErr("outbox redrive", err)
 	}

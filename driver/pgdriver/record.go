@@ -11,10 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
-
-const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, headers, body,
-	lease_token, lease_expires_at, created_at, expires_at`
 
 // SQL of the claim. The INSERT ... ON CONFLICT DO NOTHING waits on the
 // unique index for a concurrent uncommitted claim of the same key, then
@@ -23,21 +21,12 @@ const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, 
 // in the same round trip runs with a fresh snapshot (READ COMMITTED) and sees
 // the row the other transaction committed.
 const (
-	claimInsertSQL = `INSERT INTO {{table}}idempotency_record
-		(scope, idempotency_key, fingerprint, state, lease_token, lease_expires_at, created_at, expires_at)
-		VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7)
-		ON CONFLICT (scope, idempotency_key) DO NOTHING
-		RETURNING true`
-	claimReadSQL = `SELECT ` + recordColumns + `
-		FROM {{table}}idempotency_record WHERE scope = $1 AND idempotency_key = $2`
+	claimInsertSQL = pgsql.ClaimInsertSQL
+	claimReadSQL   = pgsql.ClaimReadSQL
 	// claimTakeOverSQL replaces an expired record, or an abandoned
 	// in-progress one with the same fingerprint. A concurrent taker blocks on
 	// the row lock and then re-checks the condition, so only one wins.
-	claimTakeOverSQL = `UPDATE {{table}}idempotency_record SET
-			fingerprint = $3, state = 'in_progress', http_status = NULL, headers = NULL, body = NULL,
-			lease_token = $4, lease_expires_at = $5, created_at = $6, expires_at = $7
-		WHERE scope = $1 AND idempotency_key = $2
-		  AND (expires_at <= $6 OR (state = 'in_progress' AND lease_expires_at <= $6 AND fingerprint = $3))`
+	claimTakeOverSQL = pgsql.ClaimTakeOverSQL
 )
 
 // RecordClaim implements driver.RecordExecutor: one round trip for a new key
@@ -120,13 +109,13 @@ func (e *executor) sendWithLockTimeout(ctx context.Context, b *pgx.Batch, lockTi
 	if lockTimeout > 0 {
 		var pre []*pgx.QueuedQuery
 		if e.inTx {
-			pre = append(pre, &pgx.QueuedQuery{SQL: "SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)"})
+			pre = append(pre, &pgx.QueuedQuery{SQL: pgsql.SaveLockTimeoutSQL})
 		}
-		pre = append(pre, &pgx.QueuedQuery{SQL: "SELECT set_config('lock_timeout', $1, true)",
+		pre = append(pre, &pgx.QueuedQuery{SQL: pgsql.SetLockTimeoutSQL,
 			Arguments: []any{fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1))}})
 		b.QueuedQueries = append(pre, b.QueuedQueries...)
 		if e.inTx {
-			b.Queue("SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)")
+			b.Queue(pgsql.RestoreLockTimeoutSQL)
 		}
 	}
 	return e.db.SendBatch(ctx, b).Close()
@@ -168,10 +157,7 @@ func scanRecord(row pgx.Row) (*driver.Record, error) {
 
 // RecordComplete implements driver.RecordExecutor.
 func (e *executor) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}idempotency_record
-		SET state = 'completed', http_status = $4, headers = $5, body = $6,
-		    lease_token = NULL, lease_expires_at = NULL
-		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`),
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordCompleteSQL),
 		p.Scope, p.Key, p.LeaseToken, p.Status, p.Headers, p.Body)
 	if err != nil {
 		return mapErr("complete record", err)
@@ -185,8 +171,7 @@ func (e *executor) RecordComplete(ctx context.Context, p *driver.RecordCompleteP
 // RecordRelease implements driver.RecordExecutor.
 func (e *executor) RecordRelease(ctx context.Context, p *driver.RecordReleaseParams) error {
 	scope, key, token := p.Scope, p.Key, p.LeaseToken
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
-		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`),
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordReleaseSQL),
 		scope, key, token)
 	if err != nil {
 		return mapErr("release record", err)
@@ -200,8 +185,7 @@ func (e *executor) RecordRelease(ctx context.Context, p *driver.RecordReleasePar
 // RecordExtendLease implements driver.RecordExecutor.
 func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
 	scope, key, token, until := p.Scope, p.Key, p.LeaseToken, p.Until
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}idempotency_record SET lease_expires_at = $4
-		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`),
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordExtendLeaseSQL),
 		scope, key, token, until)
 	if err != nil {
 		return mapErr("extend lease", err)
@@ -216,9 +200,7 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 // a bounded subquery so one statement never locks more than limit rows.
 func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
 	now, limit := p.Now, p.Limit
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}idempotency_record WHERE expires_at <= $1 LIMIT $2
-		FOR UPDATE SKIP LOCKED))`), now, limit)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL), now, limit)
 	if err != nil {
 		return 0, mapErr("delete expired records", err)
 	}

@@ -10,9 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
-
-const sagaColumns = `saga_id, saga_type, state, data, created_at, updated_at, finished_at`
 
 func scanSaga(row pgx.Row) (*driver.Saga, error) {
 	var (
@@ -44,10 +43,7 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 	if !driver.ValidSagaState(s.State) {
 		return nil, false, fmt.Errorf("pgdriver: saga create: unknown state %q", s.State)
 	}
-	insert := e.d.expand(`INSERT INTO {{table}}saga (` + sagaColumns + `)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (saga_id) DO NOTHING
-		RETURNING ` + sagaColumns)
+	insert := e.d.expand(pgsql.SagaInsertSQL)
 	// A saga deleted between the insert and the read (the cleaner) makes
 	// us try again; a few rounds always settle it.
 	for range 5 {
@@ -74,7 +70,7 @@ func (e *executor) SagaCreate(ctx context.Context, s *driver.Saga) (*driver.Saga
 // SagaGet implements driver.SagaExecutor.
 func (e *executor) SagaGet(ctx context.Context, p *driver.SagaGetParams) (*driver.Saga, error) {
 	sagaID := p.SagaID
-	s, err := scanSaga(e.db.QueryRow(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga WHERE saga_id = $1`), sagaID))
+	s, err := scanSaga(e.db.QueryRow(ctx, e.d.expand(pgsql.SagaGetSQL), sagaID))
 	if err != nil {
 		return nil, mapErr("saga get", err)
 	}
@@ -91,17 +87,14 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 		return false, "", fmt.Errorf("pgdriver: saga set state: unknown state %q", to)
 	}
 	var state string
-	err := e.db.QueryRow(ctx, e.d.expand(`UPDATE {{table}}saga
-		SET state = $3, updated_at = $4, finished_at = $5
-		WHERE saga_id = $1 AND state = ANY ($2::text[])
-		RETURNING state`), sagaID, from, to, now, finishedAt(to, now)).Scan(&state)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.SagaSetStateSQL), sagaID, from, to, now, finishedAt(to, now)).Scan(&state)
 	if err == nil {
 		return true, state, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return false, "", mapErr("saga set state", err)
 	}
-	err = e.db.QueryRow(ctx, e.d.expand(`SELECT state FROM {{table}}saga WHERE saga_id = $1`), sagaID).Scan(&state)
+	err = e.db.QueryRow(ctx, e.d.expand(pgsql.SagaStateSQL), sagaID).Scan(&state)
 	if err != nil {
 		return false, "", mapErr("saga set state", err)
 	}
@@ -123,12 +116,7 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
 	}
 	var inserted bool
-	err := e.db.QueryRow(ctx, e.d.expand(`INSERT INTO {{table}}saga_step (saga_id, step_name, kind, result, completed_at)
-		SELECT s.saga_id, $2, $3, $4, $5 FROM {{table}}saga s
-		WHERE s.saga_id = $1 AND s.state = $6
-		FOR SHARE
-		ON CONFLICT (saga_id, step_name) DO NOTHING
-		RETURNING true`), sagaID, step, kind, result, now, want).Scan(&inserted)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.SagaStepInsertSQL), sagaID, step, kind, result, now, want).Scan(&inserted)
 	if err == nil {
 		return true, nil, nil
 	}
@@ -140,10 +128,7 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		recorded bool
 		existing []byte
 	)
-	err = e.db.QueryRow(ctx, e.d.expand(`SELECT s.state, st.saga_id IS NOT NULL, st.result
-		FROM {{table}}saga s
-		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = $2
-		WHERE s.saga_id = $1`), sagaID, step).Scan(&state, &recorded, &existing)
+	err = e.db.QueryRow(ctx, e.d.expand(pgsql.SagaStepReadSQL), sagaID, step).Scan(&state, &recorded, &existing)
 	if err != nil {
 		return false, nil, mapErr("saga step record", err)
 	}
@@ -156,8 +141,7 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 // SagaStepSetResult implements driver.SagaExecutor.
 func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetResultParams) error {
 	sagaID, step, result := p.SagaID, p.Step, p.Result
-	tag, err := e.db.Exec(ctx, e.d.expand(`UPDATE {{table}}saga_step SET result = $3
-		WHERE saga_id = $1 AND step_name = $2`), sagaID, step, result)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.SagaStepSetResultSQL), sagaID, step, result)
 	if err != nil {
 		return mapErr("saga step set result", err)
 	}
@@ -170,8 +154,7 @@ func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetR
 // SagaSteps implements driver.SagaExecutor.
 func (e *executor) SagaSteps(ctx context.Context, p *driver.SagaStepsParams) ([]driver.SagaStep, error) {
 	sagaID := p.SagaID
-	rows, err := e.db.Query(ctx, e.d.expand(`SELECT saga_id, step_name, kind, seq, result, completed_at
-		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`), sagaID)
+	rows, err := e.db.Query(ctx, e.d.expand(pgsql.SagaStepsSQL), sagaID)
 	if err != nil {
 		return nil, mapErr("saga steps", err)
 	}
@@ -195,8 +178,7 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if len(states) == 0 {
 		return nil, nil
 	}
-	rows, err := e.db.Query(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga
-		WHERE state = ANY ($1::text[]) ORDER BY updated_at, saga_id LIMIT $2`), slices.Clone(states), limit)
+	rows, err := e.db.Query(ctx, e.d.expand(pgsql.SagaListSQL), slices.Clone(states), limit)
 	if err != nil {
 		return nil, mapErr("saga list", err)
 	}
@@ -222,11 +204,7 @@ func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaD
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: saga delete: limit %d must be positive", limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(`DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}saga
-		WHERE finished_at IS NOT NULL AND finished_at < $1
-		ORDER BY finished_at LIMIT $2
-		FOR UPDATE SKIP LOCKED))`), before, limit)
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.SagaDeleteFinishedBeforeSQL), before, limit)
 	if err != nil {
 		return 0, mapErr("saga delete", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/payments/pgstore"
 	"github.com/idemkit/idem/internal/payments/sqlitestore"
+	"github.com/idemkit/idem/observe"
 )
 
 // App is a configured idemd: an open, migrated database, its HTTP
@@ -55,15 +56,21 @@ type App struct {
 	// what Serve logs about it when the pipeline starts.
 	kafka   string
 	started []any
+	// driverName is the database driver's name, for the start-up log.
+	driverName string
 	// enqueued wakes the relay after a POST /v1/orders whose transaction
 	// has committed (ListenOutbox does it on PostgreSQL, across replicas).
 	enqueued chan struct{}
+	// tracer and propagator trace the components (WithTelemetry); nil
+	// traces nothing.
+	tracer     observe.Tracer
+	propagator observe.Propagator
 }
 
 // New opens and migrates the database of cfg, starts the embedded Kafka
 // broker if configured, and builds the handler. The caller must Close the
 // App. log may be nil (slog.Default()).
-func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -77,6 +84,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		cfg.KafkaTopic = DefaultKafkaTopic
 	}
 	a := &App{cfg: cfg, log: log, metrics: newMetrics(), enqueued: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(a)
+	}
 	var err error
 	switch cfg.DB.Kind {
 	case Postgres:
@@ -186,7 +196,7 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		}
 	}
 	if err == nil {
-		a.log.Info("database ready", "database", a.cfg.DB.String(), "driver", drv.Name())
+		a.driverName = drv.Name()
 		a.handler, err = routes(a, drv, st)
 	}
 	if err == nil && a.cfg.Cleanup != CleanupOff {
@@ -195,10 +205,10 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 			Schedule: a.cfg.Cleanup,
 			Logger:   a.log,
 			OnSweep:  a.metrics.sweep,
+			Tracer:   a.tracer,
 		})
 		if err == nil {
 			a.sweep = c.Run
-			a.log.Info("retention sweep scheduled", "schedule", a.cfg.Cleanup)
 		}
 	}
 	if err != nil {
@@ -228,6 +238,7 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 			OnOutcome:    a.metrics.outcome,
 			Logger:       a.log,
 			MaxBodyBytes: maxBody,
+			Tracer:       a.tracer,
 		})
 	}
 	idemPayments, err := idem(payments.MaxRequestBytes)
@@ -253,7 +264,7 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.Handle("GET /metrics", a.metrics.handler())
-	return a.observe(problemRouting(mux)), nil
+	return a.continueTrace(a.observe(problemRouting(mux))), nil
 }
 
 // wakeRelay signals a.enqueued after next returns: the middleware has then

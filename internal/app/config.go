@@ -44,6 +44,11 @@ const (
 	// DefaultSagaGiveUpAfter is how long an order may stay CREATED before
 	// its saga is aborted (not charged yet) or reported to an operator.
 	DefaultSagaGiveUpAfter = 15 * time.Minute
+	// EnvOTel is the environment variable of -otel.
+	EnvOTel = "IDEMD_OTEL"
+	// EnvOTLPEndpoint is OpenTelemetry's OTLP endpoint variable: set, it
+	// turns -otel on.
+	EnvOTLPEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
 )
 
 // Config is idemd's configuration.
@@ -91,6 +96,12 @@ type Config struct {
 	// or reports it to an operator (when it was). Defaults to
 	// DefaultSagaGiveUpAfter; it must exceed SagaStuckAfter.
 	SagaGiveUpAfter time.Duration
+	// OTel turns on OpenTelemetry traces and metrics (-otel, IDEMD_OTEL):
+	// exported over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT, whose being
+	// set turns it on too unless -otel=false or IDEMD_OTEL=false says
+	// otherwise. The program that runs idemd provides the exporter
+	// (Options.Telemetry); off by default.
+	OTel bool
 }
 
 // EmbeddedKafkaDir returns the embedded broker's log directory: KafkaDir, or
@@ -142,6 +153,8 @@ func Usage() string {
 	for _, s := range settings {
 		fmt.Fprintf(&b, "  -%s (%s, default %q)\n    \t%s\n", s.flag, s.env, s.def, s.usage)
 	}
+	fmt.Fprintf(&b, "  -otel (%s, default false; on when %s is set)\n    \t%s\n", EnvOTel, EnvOTLPEndpoint,
+		"export traces and metrics with OpenTelemetry over OTLP/HTTP (OTEL_* variables); never blocks start-up")
 	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
 		"  idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]\n" +
 		"  idemd migrate up|status|sql [-db DATABASE]\n" +
@@ -163,6 +176,8 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		values[s.flag] = fs.String(s.flag, def, s.usage)
 	}
+	otelEnv, otelEnvErr := strconv.ParseBool(strings.TrimSpace(getenv(EnvOTel)))
+	otelFlag := fs.Bool("otel", otelEnv, "export traces and metrics with OpenTelemetry")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
@@ -185,6 +200,17 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 
 	cfg := Config{Addr: *values["addr"], LogFormat: *values["log-format"], Cleanup: strings.TrimSpace(*values["cleanup"])}
+	switch {
+	case isSet(fs, "otel"):
+		cfg.OTel = *otelFlag
+	case strings.TrimSpace(getenv(EnvOTel)) != "":
+		if otelEnvErr != nil {
+			return Config{}, configErrorf("%s: %q is not true or false", EnvOTel, getenv(EnvOTel))
+		}
+		cfg.OTel = otelEnv
+	default:
+		cfg.OTel = getenv(EnvOTLPEndpoint) != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	}
 	if err := checkAddr(cfg.Addr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("addr"), err)
 	}

@@ -100,7 +100,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	closeRest := a.close
 	a.close = func() { pub.Close(); closeRest() }
-	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag}
+	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, Tracer: a.tracer}
 	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		return relay.Run(ctx)
 	}
 
-	in, err := inbox.New(drv, &inbox.Config{Consumer: ProjectionInbox, Logger: a.log})
+	in, err := inbox.New(drv, &inbox.Config{Consumer: ProjectionInbox, Logger: a.log, Tracer: a.tracer})
 	if err != nil {
 		return err
 	}
@@ -154,12 +154,12 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 // steps in the inbox's transaction, and its compensator, which compensates
 // the sagas the handler aborted once their transaction committed.
 func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds []string, extra []kgo.Opt) error {
-	sagas, err := saga.New(drv, &saga.Config{Logger: a.log})
+	sagas, err := saga.New(drv, &saga.Config{Logger: a.log, Tracer: a.tracer})
 	if err != nil {
 		return err
 	}
 	ps := orders.NewPaymentSaga(sagas, st.orders, st.payments, a.log)
-	in, err := inbox.New(drv, &inbox.Config{Consumer: SagaInbox, Logger: a.log})
+	in, err := inbox.New(drv, &inbox.Config{Consumer: SagaInbox, Logger: a.log, Tracer: a.tracer})
 	if err != nil {
 		return err
 	}

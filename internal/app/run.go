@@ -18,6 +18,12 @@ const startTimeout = 30 * time.Second
 // prints one line saying where it listens, serves until ctx is done (the
 // signal), drains and closes. It returns the process exit code.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	return RunWith(ctx, args, getenv, stdout, stderr, Options{})
+}
+
+// RunWith is Run with what the program plugs in (opts): cmd/idemd passes
+// the OpenTelemetry exporter there.
+func RunWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts Options) int {
 	if len(args) > 0 && args[0] == "outbox" {
 		return runOutbox(ctx, args[1:], getenv, stdout, stderr)
 	}
@@ -45,8 +51,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
-	a, err := New(sctx, cfg, log)
+	metrics := &lazyGatherer{}
+	tel := startTelemetry(sctx, cfg, opts, getenv, log, metrics)
+	defer stopTelemetry(tel, log)
+	a, err := New(sctx, cfg, log, WithTelemetry(tel))
 	cancel()
+	if a != nil {
+		metrics.set(a.metrics.reg)
+	}
 	if err != nil {
 		_ = ln.Close()
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))

@@ -38,6 +38,12 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The start-up lines, once nothing can fail any more (a refused start
+	// prints one line: its error).
+	a.log.Info("database ready", "database", a.cfg.DB.String(), "driver", a.driverName)
+	if a.sweep != nil {
+		a.log.Info("retention sweep scheduled", "schedule", a.cfg.Cleanup)
+	}
 	a.log.Info("http server started", "addr", ln.Addr().String(), "metrics", "/metrics", "health", "/healthz")
 	// Their context is not ctx: they must outlive the HTTP drain (a
 	// request in flight may still enqueue an event).

@@ -1,0 +1,162 @@
+// Package pgsql holds what idem's two PostgreSQL backends share: the
+// migrations, the texts of their SQL statements, the SQLSTATE codes they map
+// and the names and lock keys derived from a configuration. pgdriver runs the
+// statements through pgx (pipelined where it can), pgsqldriver through
+// database/sql; both therefore have the same schema, the same migration
+// table and the same advisory locks, and can share one database.
+//
+// Statement texts contain the placeholders {{table}} (qualified table-name
+// prefix) and {{name}} (bare prefix for index and constraint names), which
+// Names.Expand replaces. Array parameters are cast in the SQL ($1::uuid[]),
+// so a backend may bind them as typed arrays (pgx) or as PostgreSQL array
+// literals in text (database/sql).
+package pgsql
+
+import (
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// SQLSTATE codes the backends map to driver errors.
+const (
+	CodeUniqueViolation  = "23505" // unique_violation
+	CodeLockNotAvailable = "55P03" // lock_not_available (lock_timeout)
+	CodeUndefinedTable   = "42P01" // undefined_table
+)
+
+// IdentRe is what Config.Schema and Config.TablePrefix must match.
+var IdentRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// ValidateConfig checks a schema and a table prefix; pkg prefixes the error.
+func ValidateConfig(pkg, schema, prefix string) error {
+	if schema != "" && !IdentRe.MatchString(schema) {
+		return fmt.Errorf("%s: Schema %q must match %s", pkg, schema, IdentRe)
+	}
+	if prefix != "" && !IdentRe.MatchString(prefix) {
+		return fmt.Errorf("%s: TablePrefix %q must match %s", pkg, prefix, IdentRe)
+	}
+	return nil
+}
+
+// QuoteIdent quotes an identifier as pgx.Identifier.Sanitize does.
+func QuoteIdent(s string) string {
+	s = strings.ReplaceAll(s, string([]byte{0}), "")
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// Names are the names a configuration (schema, table prefix) gives idem's
+// tables, with the expansion of statement templates.
+type Names struct {
+	Schema string
+	// Table is the qualified prefix of table names: "schema".prefix.
+	Table string
+	// Name is the bare prefix of index and constraint names.
+	Name string
+
+	replacer *strings.Replacer
+	cache    sync.Map // template -> expanded SQL
+}
+
+// NewNames returns the names of schema and prefix (validated by the caller).
+func NewNames(schema, prefix string) *Names {
+	n := &Names{Schema: schema, Table: prefix, Name: prefix}
+	if schema != "" {
+		n.Table = QuoteIdent(schema) + "." + prefix
+	}
+	n.replacer = strings.NewReplacer("{{table}}", n.Table, "{{name}}", n.Name)
+	return n
+}
+
+// Render replaces {{table}} and {{name}} in sql, without caching (for
+// migrations).
+func (n *Names) Render(sql string) string { return n.replacer.Replace(sql) }
+
+// Expand replaces {{table}} and {{name}} in an SQL template. Templates are
+// constants, so each is expanded once and cached (the statements are on the
+// hot path of every request).
+func (n *Names) Expand(sql string) string {
+	if v, ok := n.cache.Load(sql); ok {
+		return v.(string)
+	}
+	out := n.replacer.Replace(sql)
+	n.cache.Store(sql, out)
+	return out
+}
+
+// OutboxChannel is the notification channel on which OutboxInsert signals
+// new outbox rows: "<schema>.<prefix>idem_outbox", or "<prefix>idem_outbox"
+// without a schema. A name longer than PostgreSQL's 63-byte identifier limit
+// is replaced by a hash of it.
+func (n *Names) OutboxChannel() string {
+	ch := n.Name + "idem_outbox"
+	if n.Schema != "" {
+		ch = n.Schema + "." + ch
+	}
+	if len(ch) > 63 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(ch))
+		ch = fmt.Sprintf("idem_outbox_%016x", h.Sum64())
+	}
+	return ch
+}
+
+// OutboxLockClass is the first key of the outbox lanes' advisory locks: a
+// hash of the outbox table's name, so that idem schemas sharing a database
+// do not block each other's lanes.
+func (n *Names) OutboxLockClass() int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(n.Table + "outbox"))
+	return int32(h.Sum32()) //nolint:gosec // a lock ID: wrapping is fine
+}
+
+// RecordLockKey is the advisory lock of (scope, key) in this table (the
+// ModeTx fast path): a 64-bit FNV-1a hash. Two keys that collide only
+// serialise each other.
+func (n *Names) RecordLockKey(scope, key string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(n.Table))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(scope))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(key))
+	return int64(h.Sum64()) //nolint:gosec // a lock ID: wrapping is fine
+}
+
+// MigrateLockKey is the advisory lock that serialises migrators of one schema
+// (whatever their prefixes: they share CREATE SCHEMA).
+func (n *Names) MigrateLockKey() int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("idem-migrate:" + n.Schema))
+	return int64(h.Sum64()) //nolint:gosec // a lock ID: wrapping is fine
+}
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations returns the migrations rendered for n.
+func (n *Names) Migrations() ([]driver.Migration, error) {
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	for i := range ms {
+		ms[i].SQL = n.Render(ms[i].SQL)
+	}
+	return ms, nil
+}
+
+// MigrationTableSQL returns the rendered SQL that creates the migration
+// table (and the schema), for an external migration tool.
+func (n *Names) MigrationTableSQL() string {
+	s := ""
+	if n.Schema != "" {
+		s = "CREATE SCHEMA IF NOT EXISTS " + QuoteIdent(n.Schema) + ";\n"
+	}
+	return s + n.Render(MigrationTableSQL) + ";\n"
+}

@@ -1,0 +1,251 @@
+package pgsql
+
+// Migrations (see the backends' migrate.go).
+const (
+	MigrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`
+	MigrationVersionsSQL = `SELECT version FROM {{table}}idem_migration ORDER BY version`
+	MigrationAppliedSQL  = `SELECT EXISTS (SELECT 1 FROM {{table}}idem_migration WHERE version = $1)`
+	MigrationRecordSQL   = `INSERT INTO {{table}}idem_migration (version, name) VALUES ($1, $2)`
+	MigrationLockSQL     = "SELECT pg_advisory_xact_lock($1)"
+)
+
+// Lock timeouts: a transaction-local lock_timeout around a statement that
+// may wait, with the caller's own setting saved first and restored after.
+const (
+	SaveLockTimeoutSQL    = "SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)"
+	SetLockTimeoutSQL     = "SELECT set_config('lock_timeout', $1, true)"
+	RestoreLockTimeoutSQL = "SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)"
+)
+
+// Idempotency records.
+const (
+	RecordColumns = `scope, idempotency_key, fingerprint, state, http_status, headers, body,
+	lease_token, lease_expires_at, created_at, expires_at`
+
+	// SQL of the claim. The INSERT ... ON CONFLICT DO NOTHING waits on the
+	// unique index for a concurrent uncommitted claim of the same key, then
+	// either inserts (the other rolled back) or does nothing. Doing nothing
+	// takes no row lock and writes no WAL, so replays stay cheap; the read
+	// that follows runs with a fresh snapshot (READ COMMITTED) and sees the
+	// row the other transaction committed.
+	ClaimInsertSQL = `INSERT INTO {{table}}idempotency_record
+		(scope, idempotency_key, fingerprint, state, lease_token, lease_expires_at, created_at, expires_at)
+		VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7)
+		ON CONFLICT (scope, idempotency_key) DO NOTHING
+		RETURNING true`
+	ClaimReadSQL = `SELECT ` + RecordColumns + `
+		FROM {{table}}idempotency_record WHERE scope = $1 AND idempotency_key = $2`
+	// ClaimTakeOverSQL replaces an expired record, or an abandoned
+	// in-progress one with the same fingerprint. A concurrent taker blocks
+	// on the row lock and then re-checks the condition, so only one wins.
+	ClaimTakeOverSQL = `UPDATE {{table}}idempotency_record SET
+			fingerprint = $3, state = 'in_progress', http_status = NULL, headers = NULL, body = NULL,
+			lease_token = $4, lease_expires_at = $5, created_at = $6, expires_at = $7
+		WHERE scope = $1 AND idempotency_key = $2
+		  AND (expires_at <= $6 OR (state = 'in_progress' AND lease_expires_at <= $6 AND fingerprint = $3))`
+	RecordCompleteSQL = `UPDATE {{table}}idempotency_record
+		SET state = 'completed', http_status = $4, headers = $5, body = $6,
+		    lease_token = NULL, lease_expires_at = NULL
+		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`
+	RecordReleaseSQL = `DELETE FROM {{table}}idempotency_record
+		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`
+	RecordExtendLeaseSQL = `UPDATE {{table}}idempotency_record SET lease_expires_at = $4
+		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`
+	// RecordDeleteExpiredSQL deletes by ctid in a bounded subquery so one
+	// statement never locks more than limit rows.
+	RecordDeleteExpiredSQL = `DELETE FROM {{table}}idempotency_record WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {{table}}idempotency_record WHERE expires_at <= $1 LIMIT $2
+		FOR UPDATE SKIP LOCKED))`
+)
+
+// The ModeTx fast path (driver.TxClaimer).
+const (
+	// ClaimTryLockSQL takes the key's transaction-scoped advisory lock if
+	// it is free; ClaimLockSQL waits for it (bounded by the lock_timeout
+	// set before it).
+	ClaimTryLockSQL = `SELECT pg_try_advisory_xact_lock($1)`
+	ClaimLockSQL    = `SELECT pg_advisory_xact_lock($1)`
+	// CompleteInsertSQL stores the completed record. It has no ON CONFLICT
+	// on purpose: a key stored meanwhile by a writer that took no lock is
+	// a unique violation, which aborts the transaction.
+	CompleteInsertSQL = `INSERT INTO {{table}}idempotency_record
+		(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
+		VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8)`
+	CompleteReplaceSQL = `UPDATE {{table}}idempotency_record SET
+			fingerprint = $3, state = 'completed', http_status = $4, headers = $5, body = $6,
+			lease_token = NULL, lease_expires_at = NULL, created_at = $7, expires_at = $8
+		WHERE scope = $1 AND idempotency_key = $2
+		  AND (expires_at <= $7 OR (state = 'in_progress' AND lease_expires_at <= $7 AND fingerprint = $3))`
+)
+
+// Named leases.
+const (
+	LockAcquireSQL = `INSERT INTO {{table}}idem_lock AS l (name, owner, expires_at)
+		VALUES ($1, $2, $4)
+		ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+		WHERE l.expires_at <= $3 OR l.owner = EXCLUDED.owner
+		RETURNING true`
+	LockRenewSQL = `UPDATE {{table}}idem_lock SET expires_at = $3
+		WHERE name = $1 AND owner = $2`
+	LockReleaseSQL = `DELETE FROM {{table}}idem_lock WHERE name = $1 AND owner = $2`
+	LockGetSQL     = `SELECT owner, expires_at FROM {{table}}idem_lock WHERE name = $1`
+)
+
+// Consumer inbox.
+const (
+	// InboxPlainMin is the smallest batch (distinct ids) that InboxInsert
+	// records with a plain INSERT first (InboxInsertAllSQL). Smaller ones
+	// take the ON CONFLICT path at once: a caller that records events one
+	// at a time in a long transaction then opens no subtransactions.
+	InboxPlainMin = 8
+
+	InboxSavepointSQL         = `SAVEPOINT idem_inbox_insert`
+	InboxReleaseSQL           = `RELEASE SAVEPOINT idem_inbox_insert`
+	InboxRollbackSavepointSQL = `ROLLBACK TO SAVEPOINT idem_inbox_insert`
+
+	InboxInsertAllSQL = `INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
+		SELECT $1, u.id, $3 FROM unnest($2::uuid[]) AS u(id) ORDER BY u.id`
+	InboxInsertNewSQL = `INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
+		SELECT $1, u.id, $3 FROM unnest($2::uuid[]) AS u(id) ORDER BY u.id
+		ON CONFLICT (consumer_name, event_id) DO NOTHING
+		RETURNING event_id`
+	InboxDeleteBeforeSQL = `WITH victim AS (
+			SELECT event_id, consumer_name FROM {{table}}processed_event
+			WHERE processed_at < $1 AND ($2::text = '' OR consumer_name = $2)
+			ORDER BY processed_at LIMIT $3
+			FOR UPDATE SKIP LOCKED)
+		DELETE FROM {{table}}processed_event
+		WHERE event_id = ANY (ARRAY(SELECT event_id FROM victim))
+			AND (event_id, consumer_name) IN (SELECT event_id, consumer_name FROM victim)`
+	InboxOldestSQL = `SELECT min(processed_at) FROM {{table}}processed_event`
+)
+
+// Transactional outbox.
+const (
+	OutboxColumns = `id, event_id, event_type, record_key, saga_id, payload, headers,
+	occurred_at, created_at, attempts, last_error, next_attempt_at, parked_at, published_at`
+
+	// OutboxLanes is the number of outbox lanes (migration 006): every row
+	// is in lane abs(hashtextextended(record_key, 0) % OutboxLanes), so all
+	// the rows of a key share a lane.
+	OutboxLanes = 64
+	// LanesPerClaim is the most lanes one claim takes, so that concurrent
+	// claims share the pending lanes instead of one claim holding them all.
+	LanesPerClaim = 16
+
+	// OutboxInsertSQL inserts the rows given as arrays in their order, and
+	// notifies $9 when one was new. The notify CTE is not referenced by the
+	// INSERT; the final SELECT reads it so that it runs, after the insert,
+	// and only when a row was new.
+	OutboxInsertSQL = `WITH ins AS (
+			INSERT INTO {{table}}outbox
+				(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at)
+			SELECT u.event_id, u.event_type, u.record_key, u.saga_id, u.payload, u.headers::jsonb,
+				u.occurred_at, u.created_at
+			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
+				$7::timestamptz[], $8::timestamptz[]) WITH ORDINALITY
+				AS u(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, ord)
+			ORDER BY u.ord
+			ON CONFLICT (event_id) DO NOTHING
+			RETURNING 1
+		), notify AS (
+			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
+		)
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notify)`
+
+	// The statements of OutboxClaimBatch (see pgdriver's for the design).
+	// OutboxReadSQL runs with bitmap scans off (OutboxBitmapOffSQL before
+	// it, OutboxBitmapDefaultSQL after it).
+	OutboxBitmapOffSQL     = `SET LOCAL enable_bitmapscan = off`
+	OutboxBitmapDefaultSQL = `SET LOCAL enable_bitmapscan TO DEFAULT`
+	OutboxLanesSQL         = `WITH RECURSIVE pending AS (
+			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL AND parked_at IS NULL ORDER BY lane LIMIT 1)
+			UNION ALL
+			SELECT (SELECT o.lane FROM {{table}}outbox o
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
+			FROM pending p WHERE p.lane IS NOT NULL
+		)
+		SELECT lane FROM (
+			SELECT lane FROM pending WHERE lane IS NOT NULL
+			ORDER BY (lane + 64 - $1) % 64 -- 64 = OutboxLanes
+			OFFSET 0) s
+		WHERE pg_try_advisory_xact_lock($2::int, lane)
+		LIMIT $3`
+	OutboxReadSQL = `SELECT r.* FROM unnest($1::smallint[]) AS l(lane)
+		CROSS JOIN LATERAL (
+			SELECT ` + OutboxColumns + ` FROM {{table}}outbox o
+			WHERE o.lane = l.lane AND o.published_at IS NULL AND o.parked_at IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
+				WHERE b.record_key = o.record_key AND b.id <= o.id
+				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
+			ORDER BY o.id
+			LIMIT $3) r
+		LIMIT $3`
+
+	OutboxDeleteMarkedSQL = `DELETE FROM {{table}}outbox
+			WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`
+	OutboxMarkPublishedSQL = `UPDATE {{table}}outbox SET published_at = $2
+		WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`
+	OutboxMarkFailedSQL = `UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3
+		WHERE id = $1 AND published_at IS NULL`
+	OutboxParkSQL = `UPDATE {{table}}outbox
+		SET attempts = attempts + 1, last_error = $2, parked_at = $3
+		WHERE id = $1 AND published_at IS NULL`
+	OutboxDeletePublishedBeforeSQL = `DELETE FROM {{table}}outbox WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {{table}}outbox
+		WHERE published_at IS NOT NULL AND published_at < $1
+		ORDER BY published_at LIMIT $2
+		FOR UPDATE SKIP LOCKED))`
+	OutboxOldestUnpublishedSQL = `SELECT created_at FROM {{table}}outbox
+		WHERE published_at IS NULL ORDER BY id LIMIT 1`
+	OutboxRedriveSQL = `UPDATE {{table}}outbox
+		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
+		WHERE id = ANY (ARRAY(
+			SELECT id FROM {{table}}outbox
+			WHERE published_at IS NOT NULL AND published_at >= $1 AND published_at < $2
+				AND ($3::text[] IS NULL OR record_key = ANY ($3::text[]))
+			ORDER BY id LIMIT $4
+			FOR UPDATE SKIP LOCKED))`
+)
+
+// Sagas.
+const (
+	SagaColumns = `saga_id, saga_type, state, data, created_at, updated_at, finished_at`
+
+	SagaInsertSQL = `INSERT INTO {{table}}saga (` + SagaColumns + `)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (saga_id) DO NOTHING
+		RETURNING ` + SagaColumns
+	SagaGetSQL      = `SELECT ` + SagaColumns + ` FROM {{table}}saga WHERE saga_id = $1`
+	SagaSetStateSQL = `UPDATE {{table}}saga
+		SET state = $3, updated_at = $4, finished_at = $5
+		WHERE saga_id = $1 AND state = ANY ($2::text[])
+		RETURNING state`
+	SagaStateSQL      = `SELECT state FROM {{table}}saga WHERE saga_id = $1`
+	SagaStepInsertSQL = `INSERT INTO {{table}}saga_step (saga_id, step_name, kind, result, completed_at)
+		SELECT s.saga_id, $2, $3, $4, $5 FROM {{table}}saga s
+		WHERE s.saga_id = $1 AND s.state = $6
+		FOR SHARE
+		ON CONFLICT (saga_id, step_name) DO NOTHING
+		RETURNING true`
+	SagaStepReadSQL = `SELECT s.state, st.saga_id IS NOT NULL, st.result
+		FROM {{table}}saga s
+		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = $2
+		WHERE s.saga_id = $1`
+	SagaStepSetResultSQL = `UPDATE {{table}}saga_step SET result = $3
+		WHERE saga_id = $1 AND step_name = $2`
+	SagaStepsSQL = `SELECT saga_id, step_name, kind, seq, result, completed_at
+		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`
+	SagaListSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
+		WHERE state = ANY ($1::text[]) ORDER BY updated_at, saga_id LIMIT $2`
+	SagaDeleteFinishedBeforeSQL = `DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {{table}}saga
+		WHERE finished_at IS NOT NULL AND finished_at < $1
+		ORDER BY finished_at LIMIT $2
+		FOR UPDATE SKIP LOCKED))`
+)

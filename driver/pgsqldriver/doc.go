@@ -1,0 +1,45 @@
+// Package pgsqldriver is idem's PostgreSQL backend over database/sql: a
+// driver.Driver[*sql.Tx] on a *sql.DB, for applications whose data access
+// (sqlc, sqlx, bun, ent, gorm, plain database/sql) holds a *sql.Tx rather
+// than a pgx.Tx.
+//
+//	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/app") // import _ "github.com/jackc/pgx/v5/stdlib"
+//	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: "idem"})
+//	err = drv.Migrate(ctx)
+//
+// The transaction type is *sql.Tx: idem's statements that must be atomic
+// with a business write run in the caller's *sql.Tx, so sqlc's
+// Queries.WithTx(tx), sqlx's Tx or bun's Tx (whose underlying *sql.Tx it
+// is) write in the same transaction as the idempotency record, the inbox
+// row or the outbox event.
+//
+// It has pgdriver's schema, migrations, migration table, advisory locks and
+// SQL (the statements are shared), and the same Config: the two drivers can
+// run on one database at the same time, and a service can move from one to
+// the other without migrating anything. It implements driver.TxClaimer
+// (idemhttp's ModeTx fast path) with pgdriver's key lock, and bounds waits
+// for a concurrent claim (RecordClaimParams.LockTimeout) with a
+// transaction-local lock_timeout, as pgdriver does.
+//
+// Choose pgdriver when the application uses pgx directly: it pipelines the
+// statements of a claim, of BeginClaim/CommitComplete and of the outbox
+// claim into one round trip each, where this driver sends them one by one
+// (two to five round trips), so it is slower per request. This driver
+// lacks:
+//
+//   - an outbox listener (pgdriver's ListenOutbox, LISTEN/NOTIFY): its
+//     relays poll (outbox.RelayConfig.PollInterval). OutboxInsert still
+//     notifies OutboxChannel, so a pgdriver listener on the same database
+//     is woken by this driver's enqueues;
+//   - inbox partitioning (pgdriver's EnableInboxPartitioning and the
+//     cleanup.InboxPartitioner methods): InboxDeleteBefore works on a
+//     partitioned processed_event, but the cleaner's partition mode needs
+//     pgdriver.
+//
+// Only the pgx stdlib driver ("github.com/jackc/pgx/v5/stdlib") is tested.
+// The driver uses no pgx type: array parameters are sent as PostgreSQL
+// array literals in text and errors are read through their SQLState()
+// method, so lib/pq should work too, but it is untested. With lib/pq,
+// keep its default (unnamed prepared statements) and do not use
+// binary_parameters.
+package pgsqldriver

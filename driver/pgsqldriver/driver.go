@@ -1,0 +1,137 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
+)
+
+// Config configures the driver. The zero value is valid. It is pgdriver's
+// Config: the same values give the same tables, so both backends can share
+// one database.
+type Config struct {
+	// Schema holds idem's tables. Defaults to "" (the connection's
+	// search_path, usually public). Migrate creates it when missing.
+	Schema string
+	// TablePrefix is prepended to every table, index and constraint name.
+	// Defaults to "" (tables are named as in the style guide:
+	// idempotency_record, processed_event, ...).
+	TablePrefix string
+
+	// OutboxDeletePublished makes OutboxMarkPublished delete the rows it
+	// marks instead of setting their published_at (see pgdriver.Config:
+	// cheaper relaying, but nothing is kept for audits or outbox.Redrive,
+	// which then fails). Defaults to false.
+	OutboxDeletePublished bool
+}
+
+// Driver is the PostgreSQL implementation of driver.Driver[*sql.Tx].
+type Driver struct {
+	db    *sql.DB
+	cfg   Config
+	names *pgsql.Names
+}
+
+var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver on db, a PostgreSQL database opened with any
+// database/sql driver (the pgx stdlib driver "pgx" is the tested one).
+// cfg may be nil.
+func New(db *sql.DB, cfg *Config) (*Driver, error) {
+	if db == nil {
+		return nil, errors.New("pgsqldriver: nil db")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := pgsql.ValidateConfig("pgsqldriver", c.Schema, c.TablePrefix); err != nil {
+		return nil, err
+	}
+	return &Driver{db: db, cfg: c, names: pgsql.NewNames(c.Schema, c.TablePrefix)}, nil
+}
+
+// DB returns the database the driver was built on.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "postgres" }
+
+// Caps implements driver.Driver.
+func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: true} }
+
+// Executor implements driver.Driver.
+func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
+
+// UnwrapExecutor implements driver.Driver.
+func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
+	return &executor{d: d, db: tx, inTx: true}
+}
+
+// Records implements driver.RecordStore.
+func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
+
+// RecordsTx implements driver.RecordStore.
+func (d *Driver) RecordsTx(tx *sql.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
+
+// Inbox implements driver.InboxStore.
+func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
+
+// InboxTx implements driver.InboxStore.
+func (d *Driver) InboxTx(tx *sql.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Outbox implements driver.OutboxStore.
+func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
+
+// OutboxTx implements driver.OutboxStore.
+func (d *Driver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
+
+// Sagas implements driver.SagaStore.
+func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
+
+// SagasTx implements driver.SagaStore.
+func (d *Driver) SagasTx(tx *sql.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
+
+// Locks implements driver.LockStore.
+func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
+
+// Begin implements driver.Driver.
+func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("pgsqldriver: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// Commit implements driver.Driver.
+func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("pgsqldriver: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback implements driver.Driver.
+func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("pgsqldriver: rollback: %w", err)
+	}
+	return nil
+}
+
+// Table returns the qualified name of one of idem's tables, for example
+// Table("idempotency_record") -> "idem".idempotency_record.
+func (d *Driver) Table(name string) string { return d.names.Table + name }
+
+// OutboxChannel is the channel on which OutboxInsert notifies new outbox
+// rows (pg_notify in the inserting statement), the same as pgdriver's: a
+// pgdriver relay listening on the same database is woken by this driver's
+// enqueues. This driver has no listener of its own.
+func (d *Driver) OutboxChannel() string { return d.names.OutboxChannel() }
+
+func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }

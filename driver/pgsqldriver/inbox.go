@@ -1,0 +1,123 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
+)
+
+// InboxInsert implements driver.InboxExecutor as pgdriver does (see its
+// InboxInsert): a batch of at least pgsql.InboxPlainMin distinct ids is
+// first recorded with a plain INSERT, in a savepoint when in a transaction,
+// and recorded again with ON CONFLICT DO NOTHING RETURNING only when one of
+// them was recorded before. The savepoint's statements are separate round
+// trips here (database/sql has no pipeline).
+func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams) ([]uuid.UUID, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	ids := driver.SortedUniqueIDs(p.IDs)
+	arg := uuidArray(ids)
+	if len(ids) < pgsql.InboxPlainMin {
+		return e.inboxInsertNew(ctx, p.Consumer, arg, p.Now, false)
+	}
+	all, err := e.inboxInsertAll(ctx, p.Consumer, arg, p.Now)
+	if err != nil {
+		return nil, err
+	}
+	if all {
+		return ids, nil
+	}
+	return e.inboxInsertNew(ctx, p.Consumer, arg, p.Now, e.inTx)
+}
+
+// inboxInsertAll records every id of arg with a plain INSERT and reports
+// true, or reports false if one of them was recorded already (in a
+// transaction, the savepoint is then still to be rolled back to).
+func (e *executor) inboxInsertAll(ctx context.Context, consumer, arg string, now time.Time) (bool, error) {
+	ins := e.d.expand(pgsql.InboxInsertAllSQL)
+	var err error
+	if e.inTx {
+		if _, err := e.db.ExecContext(ctx, pgsql.InboxSavepointSQL); err != nil {
+			return false, mapErr("inbox insert", err)
+		}
+		if _, err = e.db.ExecContext(ctx, ins, consumer, arg, now); err == nil {
+			_, err = e.db.ExecContext(ctx, pgsql.InboxReleaseSQL)
+		}
+	} else {
+		_, err = e.db.ExecContext(ctx, ins, consumer, arg, now)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case sqlState(err) == pgsql.CodeUniqueViolation:
+		return false, nil
+	default:
+		return false, mapErr("inbox insert", err)
+	}
+}
+
+// inboxInsertNew records the ids of arg that are not recorded yet and
+// returns them. If rollback is set, the savepoint of a failed
+// inboxInsertAll is rolled back to and released first.
+func (e *executor) inboxInsertNew(ctx context.Context, consumer, arg string, now time.Time, rollback bool) ([]uuid.UUID, error) {
+	if rollback {
+		for _, q := range []string{pgsql.InboxRollbackSavepointSQL, pgsql.InboxReleaseSQL} {
+			if _, err := e.db.ExecContext(ctx, q); err != nil {
+				return nil, mapErr("inbox insert", err)
+			}
+		}
+	}
+	rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.InboxInsertNewSQL), consumer, arg, now)
+	if err != nil {
+		return nil, mapErr("inbox insert", err)
+	}
+	inserted, err := collect(rows, func(s scanner) (uuid.UUID, error) {
+		var id uuid.UUID
+		return id, s.Scan(&id)
+	})
+	if err != nil {
+		return nil, mapErr("inbox insert", err)
+	}
+	return inserted, nil
+}
+
+// InboxDeleteBefore implements driver.InboxExecutor (see
+// pgsql.InboxDeleteBeforeSQL).
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgsqldriver: inbox delete: limit %d must be positive", p.Limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.InboxDeleteBeforeSQL), p.Before, p.Consumer, p.Limit)
+	n, err := rowsAffected("inbox delete", res, err)
+	return int(n), err
+}
+
+// InboxOldest implements driver.InboxExecutor.
+func (e *executor) InboxOldest(ctx context.Context) (time.Time, bool, error) {
+	var oldest sql.NullTime
+	if err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.InboxOldestSQL)).Scan(&oldest); err != nil {
+		return time.Time{}, false, mapErr("inbox oldest", err)
+	}
+	return oldest.Time, oldest.Valid, nil
+}
+
+// collect scans every row of rows with scan and closes rows.
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer func() { _ = rows.Close() }()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,140 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
+)
+
+// Migrations returns idem's migrations with their SQL rendered for this
+// driver's Config: the same migrations as pgdriver's, recorded in the same
+// idem_migration table, so a database migrated by either driver is migrated
+// for both. Whoever applies them outside idem must also record each one in
+// idem_migration (see MigrationTableSQL), or MigrationStatus, Validate and
+// Migrate will consider them pending.
+func (d *Driver) Migrations() ([]driver.Migration, error) { return d.names.Migrations() }
+
+// MigrationTableSQL returns the rendered SQL that creates the table
+// recording applied migrations (and, with Config.Schema, the schema), for
+// an external migration tool to run before the statements of Migrations.
+func (d *Driver) MigrationTableSQL() string { return d.names.MigrationTableSQL() }
+
+// Migrate implements driver.Driver: it applies pending migrations, each in
+// its own transaction.
+func (d *Driver) Migrate(ctx context.Context) error {
+	_, err := d.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, returning the migrations it applied.
+func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error) {
+	ms, err := d.Migrations()
+	if err != nil {
+		return nil, err
+	}
+	var done []driver.Migration
+	for _, m := range ms {
+		tx, err := d.db.BeginTx(ctx, nil)
+		if err != nil {
+			return done, fmt.Errorf("pgsqldriver: migrate: %w", err)
+		}
+		n, err := d.apply(ctx, tx, []driver.Migration{m})
+		if err != nil {
+			_ = tx.Rollback()
+			return done, err
+		}
+		if err := tx.Commit(); err != nil {
+			return done, fmt.Errorf("pgsqldriver: migrate: commit: %w", err)
+		}
+		done = append(done, n...)
+	}
+	return done, nil
+}
+
+// MigrateTx implements driver.Driver: it applies pending migrations in tx.
+func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
+	ms, err := d.Migrations()
+	if err != nil {
+		return err
+	}
+	_, err = d.apply(ctx, tx, ms)
+	return err
+}
+
+// MigrationStatus returns which migrations the database has. A missing
+// idem_migration table means none is applied.
+func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, error) {
+	ms, err := d.Migrations()
+	if err != nil {
+		return driver.MigrationStatus{}, err
+	}
+	var applied []int
+	rows, err := d.db.QueryContext(ctx, d.expand(pgsql.MigrationVersionsSQL))
+	if err == nil {
+		applied, err = collect(rows, func(s scanner) (int, error) {
+			var v int
+			return v, s.Scan(&v)
+		})
+	}
+	if sqlState(err) == pgsql.CodeUndefinedTable {
+		applied, err = nil, nil
+	}
+	if err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("pgsqldriver: migration status: %w", err)
+	}
+	return driver.NewMigrationStatus(ms, applied), nil
+}
+
+// Validate returns nil when the database has exactly the migrations of this
+// binary, else an error naming the pending versions, or the applied ones
+// this binary does not know. For readiness probes.
+func (d *Driver) Validate(ctx context.Context) error {
+	s, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("pgsqldriver: %w", err)
+	}
+	return nil
+}
+
+// apply applies the rendered migrations ms not yet recorded, returning
+// those it applied. The advisory lock is pgdriver's: migrators of both
+// drivers serialise on it.
+func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+	if _, err := tx.ExecContext(ctx, pgsql.MigrationLockSQL, d.names.MigrateLockKey()); err != nil {
+		return nil, fmt.Errorf("pgsqldriver: migrate: lock: %w", err)
+	}
+	if d.cfg.Schema != "" {
+		if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: create schema: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationTableSQL)); err != nil {
+		return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", err)
+	}
+	var done []driver.Migration
+	for _, m := range ms {
+		var applied bool
+		if err := tx.QueryRowContext(ctx, d.expand(pgsql.MigrationAppliedSQL), m.Version).Scan(&applied); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: %w", err)
+		}
+		if applied {
+			continue
+		}
+		// No arguments: the drivers send it with the simple protocol,
+		// which runs the file's several statements.
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: record %d: %w", m.Version, err)
+		}
+		done = append(done, m)
+	}
+	return done, nil
+}

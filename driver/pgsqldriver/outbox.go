@@ -1,0 +1,204 @@
+package pgsqldriver
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
+)
+
+// OutboxInsert implements driver.OutboxExecutor with pgdriver's statement
+// (see pgsql.OutboxInsertSQL): one INSERT of the rows in their order, which
+// also notifies OutboxChannel() (pg_notify) when a row was new.
+func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	var (
+		ids      = make([]string, len(rows))
+		types    = make([]string, len(rows))
+		keys     = make([]string, len(rows))
+		sagas    = make([]*string, len(rows))
+		payloads = make([][]byte, len(rows))
+		headers  = make([]*string, len(rows))
+		occurred = make([]time.Time, len(rows))
+		created  = make([]time.Time, len(rows))
+	)
+	for i, r := range rows {
+		ids[i] = r.EventID.String()
+		types[i] = r.EventType
+		keys[i] = r.Key
+		if r.SagaID != "" {
+			sagas[i] = &r.SagaID
+		}
+		payloads[i] = r.Payload
+		if r.Headers != nil {
+			h := string(r.Headers)
+			headers[i] = &h
+		}
+		occurred[i] = r.OccurredAt
+		created[i] = r.CreatedAt
+	}
+	var inserted, notified int
+	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxInsertSQL),
+		textArray(ids), textArray(types), textArray(keys), nullTextArray(sagas), byteaArray(payloads),
+		nullTextArray(headers), timeArray(occurred), timeArray(created), e.d.OutboxChannel(),
+	).Scan(&inserted, &notified)
+	if err != nil {
+		return 0, mapErr("outbox insert", err)
+	}
+	return inserted, nil
+}
+
+// OutboxClaimBatch implements driver.OutboxExecutor with pgdriver's lanes
+// (see pgdriver's OutboxClaimBatch and migration 006_outbox_lanes.sql): the
+// lanes with pending rows are locked with pg_try_advisory_xact_lock (the
+// same locks as pgdriver's, so relays of both drivers share a database),
+// then their rows are read by a second statement, whose snapshot is taken
+// after the locks are held.
+func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	if !e.inTx {
+		return nil, errors.New("pgsqldriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")
+	}
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("pgsqldriver: outbox claim: limit %d must be positive", p.Limit)
+	}
+	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxLanesSQL),
+		rand.IntN(pgsql.OutboxLanes), e.d.names.OutboxLockClass(), min(pgsql.LanesPerClaim, p.Limit))
+	if err != nil {
+		return nil, mapErr("outbox claim: lanes", err)
+	}
+	lanes, err := collect(rows, func(s scanner) (int16, error) {
+		var lane int16
+		return lane, s.Scan(&lane)
+	})
+	if err != nil {
+		return nil, mapErr("outbox claim: lanes", err)
+	}
+	var out []driver.OutboxRow
+	if len(lanes) > 0 {
+		rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxReadSQL), intArray(lanes), p.Now, p.Limit)
+		if err != nil {
+			return nil, mapErr("outbox claim", err)
+		}
+		if out, err = collect(rows, scanOutboxRow); err != nil {
+			return nil, mapErr("outbox claim", err)
+		}
+	}
+	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapDefaultSQL); err != nil {
+		return nil, mapErr("outbox claim", err)
+	}
+	slices.SortFunc(out, func(a, b driver.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// scanOutboxRow scans the pgsql.OutboxColumns of row.
+func scanOutboxRow(row scanner) (driver.OutboxRow, error) {
+	var (
+		r                          driver.OutboxRow
+		saga, lastErr              sql.NullString
+		nextAttempt, parked, pubAt sql.NullTime
+	)
+	err := row.Scan(&r.ID, &r.EventID, &r.EventType, &r.Key, &saga, &r.Payload, &r.Headers,
+		&r.OccurredAt, &r.CreatedAt, &r.Attempts, &lastErr, &nextAttempt, &parked, &pubAt)
+	if err != nil {
+		return r, err
+	}
+	r.SagaID = saga.String
+	r.LastError = lastErr.String
+	r.NextAttemptAt = nullTime(nextAttempt)
+	r.ParkedAt = nullTime(parked)
+	r.PublishedAt = nullTime(pubAt)
+	return r, nil
+}
+
+// OutboxMarkPublished implements driver.OutboxExecutor. With
+// Config.OutboxDeletePublished it deletes the rows instead.
+func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMarkPublishedParams) error {
+	if len(p.IDs) == 0 {
+		return nil
+	}
+	var err error
+	if e.d.cfg.OutboxDeletePublished {
+		_, err = e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxDeleteMarkedSQL), intArray(p.IDs))
+	} else {
+		_, err = e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxMarkPublishedSQL), intArray(p.IDs), p.At)
+	}
+	return mapErr("outbox mark published", err)
+}
+
+// execRow runs a statement that must change row id, or fails with
+// ErrNotFound.
+func (e *executor) execRow(ctx context.Context, op, query string, id int64, args ...any) error {
+	res, err := e.db.ExecContext(ctx, e.d.expand(query), append([]any{id}, args...)...)
+	n, err := rowsAffected(op, res, err)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("pgsqldriver: %s: row %d: %w", op, id, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// OutboxMarkFailed implements driver.OutboxExecutor.
+func (e *executor) OutboxMarkFailed(ctx context.Context, p *driver.OutboxMarkFailedParams) error {
+	return e.execRow(ctx, "outbox mark failed", pgsql.OutboxMarkFailedSQL, p.ID, p.Error, p.NextAttempt)
+}
+
+// OutboxPark implements driver.OutboxExecutor.
+func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) error {
+	return e.execRow(ctx, "outbox park", pgsql.OutboxParkSQL, p.ID, p.Error, p.At)
+}
+
+// OutboxDeletePublishedBefore implements driver.OutboxExecutor.
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgsqldriver: outbox delete: limit %d must be positive", p.Limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), p.Before, p.Limit)
+	n, err := rowsAffected("outbox delete", res, err)
+	return int(n), err
+}
+
+// OutboxOldestUnpublished implements driver.OutboxExecutor.
+func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
+	var oldest time.Time
+	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxOldestUnpublishedSQL)).Scan(&oldest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, mapErr("outbox oldest", err)
+	}
+	return oldest, true, nil
+}
+
+// OutboxRedrive implements driver.OutboxExecutor.
+func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
+	switch {
+	case p.Limit <= 0:
+		return 0, fmt.Errorf("pgsqldriver: outbox redrive: limit %d must be positive", p.Limit)
+	case p.PublishedBefore.IsZero():
+		return 0, errors.New("pgsqldriver: outbox redrive: PublishedBefore must be set")
+	case e.d.cfg.OutboxDeletePublished:
+		return 0, errors.New("pgsqldriver: outbox redrive: published rows are not kept (Config.OutboxDeletePublished)")
+	}
+	var keys any // NULL: every key
+	if len(p.Keys) > 0 {
+		keys = textArray(p.Keys)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxRedriveSQL), p.PublishedSince, p.PublishedBefore, keys, p.Limit)
+	n, err := rowsAffected("outbox redrive", res, err)
+	return int(n), err
+}

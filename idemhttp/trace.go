@@ -1,0 +1,94 @@
+package idemhttp
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/idemkit/idem/observe"
+)
+
+// Tracing (Config.Tracer): one idem.http.request span per protected request,
+// with the children idem.http.claim, idem.http.execute (the handler runs in
+// its context, so the events it enqueues carry it), idem.http.replay and
+// idem.http.conflict. Without a Tracer none of this runs: the helpers below
+// return observe.NoopSpan and allocate nothing.
+
+// requestTrace is the request span and the outcome reported for it, in the
+// request's context.
+type requestTrace struct {
+	span    observe.Span
+	outcome Outcome
+	set     bool
+}
+
+type requestTraceKey struct{}
+
+// serveTraced serves r like Handler does, in an idem.http.request span.
+func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ctx, span := m.cfg.Tracer.Start(r.Context(), "idem.http.request", observe.String("http.request.method", r.Method))
+	rt := &requestTrace{span: span}
+	r = r.WithContext(context.WithValue(ctx, requestTraceKey{}, rt))
+	defer func() {
+		attrs := []observe.Attr{observe.String("http.route", m.cfg.Route(r))}
+		if rt.set {
+			attrs = append(attrs, observe.String("idem.outcome", rt.outcome.String()),
+				observe.Bool("idem.replayed", rt.outcome == OutcomeReplayed))
+		}
+		span.SetAttributes(attrs...)
+		span.End()
+	}()
+	m.serve(w, r, next)
+}
+
+// traceOutcome records o on the request span of r.
+func traceOutcome(r *http.Request, o Outcome) {
+	if rt, ok := r.Context().Value(requestTraceKey{}).(*requestTrace); ok {
+		rt.outcome, rt.set = o, true
+	}
+}
+
+// span starts the child span name of cmd's request span.
+func (m *Middleware[TTx]) span(cmd *command, name string) observe.Span {
+	if m.cfg.Tracer == nil {
+		return observe.NoopSpan
+	}
+	_, s := m.cfg.Tracer.Start(cmd.r.Context(), name)
+	return s
+}
+
+// enter starts the child span name of cmd's request span and makes it the
+// context of cmd.r (the handler's) until leave.
+func (m *Middleware[TTx]) enter(cmd *command, name string) (observe.Span, *http.Request) {
+	if m.cfg.Tracer == nil {
+		return observe.NoopSpan, nil
+	}
+	ctx, s := m.cfg.Tracer.Start(cmd.r.Context(), name)
+	orig := cmd.r
+	cmd.r = cmd.r.WithContext(ctx)
+	return s, orig
+}
+
+// leave ends the span of enter and restores cmd.r.
+func leave(cmd *command, s observe.Span, orig *http.Request) {
+	if orig != nil {
+		cmd.r = orig
+	}
+	s.End()
+}
+
+// endClaim ends a claim span with whether the key was claimed.
+func (m *Middleware[TTx]) endClaim(s observe.Span, claimed bool, err error) {
+	if m.cfg.Tracer != nil {
+		s.SetAttributes(observe.Bool("idem.claimed", claimed))
+		observe.End(s, err)
+	}
+}
+
+// conflict records an idem.http.conflict span of the given kind.
+func (m *Middleware[TTx]) conflict(cmd *command, kind string) {
+	if m.cfg.Tracer != nil {
+		s := m.span(cmd, "idem.http.conflict")
+		s.SetAttributes(observe.String("idem.conflict", kind))
+		s.End()
+	}
+}

@@ -1,0 +1,111 @@
+package idemotel_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	promclient "github.com/prometheus/client_golang/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/idemkit/idem/idemotel"
+	"github.com/idemkit/idem/observe"
+)
+
+func TestTracerAndPropagator(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := idemotel.NewTracer(tp)
+	prop := idemotel.Propagator(nil)
+
+	ctx, producer := tr.Start(context.Background(), "producer", observe.String("s", "v"), observe.Int("n", 3), observe.Bool("b", true))
+	headers := map[string]string{}
+	prop.Inject(ctx, func(k, v string) { headers[k] = v })
+	producer.End()
+	tp0 := headers[observe.TraceParent]
+	if observe.TraceID(tp0) == "" {
+		t.Fatalf("Inject wrote %v; want a traceparent", headers)
+	}
+
+	remote := prop.Extract(context.Background(), func(k string) string { return headers[k] })
+	_, consumer := tr.Start(remote, "consumer")
+	consumer.AddLink(remote)
+	consumer.AddLink(context.Background()) // no span: no link
+	consumer.SetAttributes(observe.Int("applied", 1))
+	consumer.RecordError(errors.New("boom"))
+	consumer.End()
+
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	p, c := spans[0], spans[1]
+	if c.Parent().SpanID() != p.SpanContext().SpanID() || c.SpanContext().TraceID() != p.SpanContext().TraceID() {
+		t.Errorf("consumer span not a child of the producer's")
+	}
+	if len(c.Links()) != 1 || c.Links()[0].SpanContext.SpanID() != p.SpanContext().SpanID() {
+		t.Errorf("consumer links %v", c.Links())
+	}
+	if c.Status().Code.String() != "Error" || len(p.Attributes()) != 3 || len(c.Attributes()) != 1 {
+		t.Errorf("status %v, producer attributes %v, consumer attributes %v", c.Status(), p.Attributes(), c.Attributes())
+	}
+}
+
+// idemd's Prometheus metrics go out through OpenTelemetry under the same
+// names.
+func TestPrometheusProducerKeepsNames(t *testing.T) {
+	reg := promclient.NewRegistry()
+	c := promclient.NewCounterVec(promclient.CounterOpts{Name: "idemd_http_outcomes_total", Help: "h"}, []string{"outcome"})
+	g := promclient.NewGauge(promclient.GaugeOpts{Name: "idemd_outbox_lag_seconds", Help: "h"})
+	reg.MustRegister(c, g)
+	c.WithLabelValues("executed").Add(2)
+	g.Set(1.5)
+
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(idemotel.PrometheusProducer(reg)))
+	_ = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			names[m.Name] = true
+		}
+	}
+	for _, want := range []string{"idemd_http_outcomes_total", "idemd_outbox_lag_seconds"} {
+		if !names[want] {
+			t.Errorf("metric %s not exported; got %v", want, names)
+		}
+	}
+}
+
+func TestEnabledAndSetup(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if idemotel.Enabled(false, env(nil)) || !idemotel.Enabled(true, env(nil)) ||
+		!idemotel.Enabled(false, env(map[string]string{idemotel.EnvEndpoint: "http://127.0.0.1:1"})) {
+		t.Error("Enabled: wrong answer")
+	}
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+	// A closed port: Setup connects to nothing, so it succeeds at once.
+	tel, err := idemotel.Setup(context.Background(), idemotel.Config{ServiceName: "test",
+		Getenv: env(map[string]string{idemotel.EnvEndpoint: "http://127.0.0.1:1"}), Gatherer: promclient.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel.Tracer == nil || observe.DefaultTracer() == nil || observe.DefaultPropagator() == nil || tel.MeterProvider == nil {
+		t.Fatalf("Setup: %+v; defaults not installed", tel)
+	}
+	_, s := tel.Tracer.Start(context.Background(), "x")
+	s.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil && !strings.Contains(err.Error(), "127.0.0.1:1") && !errors.Is(err, context.DeadlineExceeded) {
+		t.Logf("Shutdown without a collector: %v", err)
+	}
+}

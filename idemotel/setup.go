@@ -1,0 +1,163 @@
+package idemotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/bridges/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/idemkit/idem/observe"
+)
+
+// Standard OpenTelemetry environment variables that Setup reads through
+// Config.Getenv (the exporters read the others, such as
+// OTEL_EXPORTER_OTLP_HEADERS, from the process environment).
+const (
+	EnvEndpoint        = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvTracesEndpoint  = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvMetricsEndpoint = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+	EnvServiceName     = "OTEL_SERVICE_NAME"
+)
+
+// Enabled reports whether telemetry is on: flag (idemd's -otel) or a set
+// OTEL_EXPORTER_OTLP_ENDPOINT (or its traces variant).
+func Enabled(flag bool, getenv func(string) string) bool {
+	return flag || getenv(EnvEndpoint) != "" || getenv(EnvTracesEndpoint) != ""
+}
+
+// Config configures Setup.
+type Config struct {
+	// ServiceName is the service.name resource attribute, unless
+	// OTEL_SERVICE_NAME is set. Defaults to "idem".
+	ServiceName string
+	// Getenv reads the environment. Defaults to no variable set.
+	Getenv func(string) string
+	// Gatherer, if set, is exported through OpenTelemetry metrics as well,
+	// each metric under its Prometheus name (idemd's registry).
+	Gatherer promclient.Gatherer
+	// Logger receives the exporters' errors (a collector that is not
+	// there). Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Telemetry is what Setup built.
+type Telemetry struct {
+	// Tracer is the observe.Tracer to set in the components' configs; it
+	// is also observe's default (Install).
+	Tracer     observe.Tracer
+	Propagator observe.Propagator
+	// TracerProvider and MeterProvider are the SDK providers, also set as
+	// OpenTelemetry's globals.
+	TracerProvider *sdktrace.TracerProvider
+	MeterProvider  *sdkmetric.MeterProvider
+}
+
+// Setup builds an OTLP/HTTP trace exporter and, with Config.Gatherer, an
+// OTLP/HTTP metric exporter, on the endpoint of OTEL_EXPORTER_OTLP_ENDPOINT
+// (or the signal's own variable; the OTLP default, localhost:4318,
+// otherwise), installs them as OpenTelemetry's and observe's defaults
+// (W3C trace context propagation) and returns them. Nothing connects here:
+// the exporters connect when they first export, and a collector that is
+// not there is logged, never fatal. Call Shutdown, with a deadline, at
+// exit to flush.
+func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	name := cfg.ServiceName
+	if name == "" {
+		name = "idem"
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", name)}
+	if s := getenv(EnvServiceName); s != "" {
+		attrs[0] = attribute.String("service.name", s)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: resource: %w", err)
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
+
+	var topts []otlptracehttp.Option
+	if u := endpoint(getenv, EnvTracesEndpoint, "/v1/traces"); u != "" {
+		topts = append(topts, otlptracehttp.WithEndpointURL(u))
+	}
+	texp, err := otlptracehttp.New(ctx, topts...)
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: trace exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(texp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t := &Telemetry{TracerProvider: tp, Tracer: Install(tp, propagation.TraceContext{})}
+	t.Propagator = observe.DefaultPropagator()
+
+	if cfg.Gatherer != nil {
+		var mopts []otlpmetrichttp.Option
+		if u := endpoint(getenv, EnvMetricsEndpoint, "/v1/metrics"); u != "" {
+			mopts = append(mopts, otlpmetrichttp.WithEndpointURL(u))
+		}
+		mexp, err := otlpmetrichttp.New(ctx, mopts...)
+		if err != nil {
+			_ = tp.Shutdown(ctx)
+			return nil, fmt.Errorf("idemotel: metric exporter: %w", err)
+		}
+		t.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res),
+			sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithProducer(PrometheusProducer(cfg.Gatherer)))))
+		otel.SetMeterProvider(t.MeterProvider)
+	}
+	return t, nil
+}
+
+// PrometheusProducer returns a metric producer that reads g: each
+// Prometheus metric becomes an OpenTelemetry metric of the same name (the
+// bridge of go.opentelemetry.io/contrib/bridges/prometheus).
+func PrometheusProducer(g promclient.Gatherer) sdkmetric.Producer {
+	return prometheus.NewMetricProducer(prometheus.WithGatherer(g))
+}
+
+// Shutdown flushes and stops the providers; ctx bounds it (an exporter
+// whose collector is not there retries until ctx ends).
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	if t.TracerProvider != nil {
+		errs = append(errs, t.TracerProvider.Shutdown(ctx))
+	}
+	if t.MeterProvider != nil {
+		errs = append(errs, t.MeterProvider.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// endpoint returns the URL of a signal's OTLP/HTTP endpoint from the
+// environment: the signal's own variable as it is, or the generic one with
+// the signal's path; "" when neither is set (the exporter's default).
+func endpoint(getenv func(string) string, signalVar, path string) string {
+	if u := getenv(signalVar); u != "" {
+		return u
+	}
+	if u := getenv(EnvEndpoint); u != "" {
+		return strings.TrimRight(u, "/") + path
+	}
+	return ""
+}

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idemkit/idem/observe"
+)
+
+// Options are what the program running idemd plugs in: cmd/idemd fills
+// Telemetry from the idemotel module, so that this package (and the core
+// module) links no OpenTelemetry.
+type Options struct {
+	// Telemetry, if set, is called at start-up when Config.OTel is on. It
+	// must not block on a collector: exporters connect lazily. An error
+	// is logged and idemd runs without telemetry.
+	Telemetry func(ctx context.Context, s TelemetrySetup) (*Telemetry, error)
+}
+
+// TelemetrySetup is what Options.Telemetry gets.
+type TelemetrySetup struct {
+	// Gatherer reads idemd's Prometheus registry (the /metrics
+	// collectors), to export the same metrics, under the same names,
+	// through OpenTelemetry.
+	Gatherer prometheus.Gatherer
+	Getenv   func(string) string
+	Logger   *slog.Logger
+}
+
+// Telemetry is the tracing that idemd's components use.
+type Telemetry struct {
+	// Tracer goes into the configs of the middleware, the inboxes, the
+	// relay, the saga coordinator and the cleaner.
+	Tracer observe.Tracer
+	// Propagator continues the trace of an incoming request's
+	// traceparent header.
+	Propagator observe.Propagator
+	// Shutdown, if set, flushes the exporters at exit.
+	Shutdown func(context.Context) error
+}
+
+// Option configures New.
+type Option func(*App)
+
+// WithTelemetry makes New trace with t (nil: nothing traced).
+func WithTelemetry(t *Telemetry) Option {
+	return func(a *App) {
+		if t != nil {
+			a.tracer, a.propagator = t.Tracer, t.Propagator
+		}
+	}
+}
+
+// telemetryShutdownTimeout bounds the exporters' last flush at exit.
+const telemetryShutdownTimeout = 5 * time.Second
+
+// lazyGatherer gathers the registry set later (the App's, built after the
+// telemetry), nothing before.
+type lazyGatherer struct {
+	g atomic.Pointer[prometheus.Gatherer]
+}
+
+func (l *lazyGatherer) set(g prometheus.Gatherer) { l.g.Store(&g) }
+
+func (l *lazyGatherer) Gather() ([]*dto.MetricFamily, error) {
+	if g := l.g.Load(); g != nil {
+		return (*g).Gather()
+	}
+	return nil, nil
+}
+
+// startTelemetry runs opts.Telemetry when cfg.OTel is on; nil otherwise or
+// when it fails (logged).
+func startTelemetry(ctx context.Context, cfg Config, opts Options, getenv func(string) string, log *slog.Logger, g prometheus.Gatherer) *Telemetry {
+	if !cfg.OTel {
+		return nil
+	}
+	if opts.Telemetry == nil {
+		log.Warn("telemetry: -otel is on but this build of idemd has no OpenTelemetry exporter; running without")
+		return nil
+	}
+	t, err := opts.Telemetry(ctx, TelemetrySetup{Gatherer: g, Getenv: getenv, Logger: log})
+	if err != nil {
+		log.Error("telemetry: not started; running without", "err", err)
+		return nil
+	}
+	log.Info("telemetry: OpenTelemetry traces and metrics on", "endpoint", getenv(EnvOTLPEndpoint))
+	return t
+}
+
+// stopTelemetry flushes t, bounded.
+func stopTelemetry(t *Telemetry, log *slog.Logger) {
+	if t == nil || t.Shutdown == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), telemetryShutdownTimeout)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("telemetry: last flush failed", "err", err)
+	}
+}
+
+// continueTrace makes an incoming request's W3C traceparent the parent of
+// the spans of its handling (the middleware's idem.http.request).
+func (a *App) continueTrace(next http.Handler) http.Handler {
+	if a.tracer == nil || a.propagator == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(observe.TraceParent) != "" {
+			r = r.WithContext(a.propagator.Extract(r.Context(), r.Header.Get))
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,97 @@
+package testdb
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idemkit/idem/driver/pgsqldriver"
+)
+
+// SQLDB creates a fresh schema and returns a database/sql pool on it,
+// through the pgx stdlib driver, whose search_path is that schema. Both are
+// dropped or closed when the test ends.
+func SQLDB(t testing.TB, maxConns int) (*sql.DB, string) {
+	t.Helper()
+	_, schema := Schema(t, 1)
+	return SQLPool(t, schema, maxConns), schema
+}
+
+// SQLPool opens another database/sql pool whose search_path is schema (a
+// second "process" on the same database). It is closed when the test ends,
+// before the schema is dropped (cleanups run last first).
+func SQLPool(t testing.TB, schema string, maxConns int) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(DSN())
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	if maxConns > 0 {
+		db.SetMaxOpenConns(maxConns)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// PostgresSQL returns a migrated pgsqldriver (PostgreSQL over database/sql)
+// in a fresh schema.
+func PostgresSQL(t testing.TB) *pgsqldriver.Driver {
+	t.Helper()
+	drv, _ := PostgresSQLSchema(t)
+	return drv
+}
+
+// PostgresSQLSchema is PostgresSQL, also returning the schema.
+func PostgresSQLSchema(t testing.TB) (*pgsqldriver.Driver, string) {
+	t.Helper()
+	db, schema := SQLDB(t, 24) // 20 concurrent transactions and some
+	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatalf("pgsqldriver: %v", err)
+	}
+	if err := drv.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return drv, schema
+}
+
+// TerminateSQL kills the server backend behind tx, as Terminate does for a
+// pgx.Tx, and waits (up to 5 s) until it is gone.
+func TerminateSQL(t testing.TB, db *sql.DB, tx *sql.Tx) {
+	t.Helper()
+	var pid int
+	if err := tx.QueryRowContext(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatalf("pg_backend_pid: %v", err)
+	}
+	var ok bool
+	if err := db.QueryRowContext(context.Background(), `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+}
+
+// Strings runs query on db and returns the first column of its rows.
+func Strings(t testing.TB, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+// PostgreSQL over database/sql (pgsqldriver): events enqueued in the
+// caller's *sql.Tx are published by a relay on the same driver, in order,
+// once; and a pgdriver listener on the same schema is woken by the enqueue
+// (pgsqldriver has no listener of its own: its relays poll).
+func TestRelayPostgresSQL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv, schema := testdb.PostgresSQLSchema(t)
+	pg, err := pgdriver.New(testdb.Pool(t, schema, 2), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, err := pg.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	events := []event.Envelope{mustEvent(t, "k1"), mustEvent(t, "k2"), mustEvent(t, "k1")}
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Error("the pgdriver listener was not woken by pgsqldriver's enqueue")
+	}
+
+	var published []event.Envelope
+	pub := outbox.PublisherFunc(func(_ context.Context, batch []event.Envelope) error {
+		published = append(published, batch...)
+		return nil
+	})
+	relay, err := outbox.NewRelay(drv, pub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second round finds nothing left
+		if _, err := relay.RunOnce(ctx); err != nil {
+			t.Fatalf("RunOnce: %v", err)
+		}
+	}
+	if len(published) != len(events) {
+		t.Fatalf("published %d events, want %d", len(published), len(events))
+	}
+	var k1 []string
+	for _, e := range published {
+		if e.Key == "k1" {
+			k1 = append(k1, e.ID.String())
+		}
+	}
+	if len(k1) != 2 || k1[0] != events[0].ID.String() || k1[1] != events[2].ID.String() {
+		t.Errorf("events of key k1 published as %v, want %s then %s", k1, events[0].ID, events[2].ID)
+	}
+	if _, ok, err := drv.Outbox().OutboxOldestUnpublished(ctx); err != nil || ok {
+		t.Errorf("OutboxOldestUnpublished after the relay: %v, %v; want nothing left", ok, err)
+	}
+}

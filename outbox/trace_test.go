@@ -1,0 +1,112 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/observe/observetest"
+	"github.com/idemkit/idem/outbox"
+)
+
+// Not parallel: it sets observe's process-wide default.
+func TestEnqueueStoresTraceContext(t *testing.T) {
+	rec := &observetest.Recorder{}
+	observe.SetDefault(rec, observetest.Propagator{})
+	defer observe.SetDefault(nil, nil)
+
+	drv := testdb.SQLite(t)
+	ctx, req := rec.Start(t.Context(), "request")
+	plain := mustEvent(t, "k1")
+	own := mustEvent(t, "k2")
+	ownHeaders := map[string]string{observe.TraceParent: "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01", "tenant": "t1"}
+	own.Headers = ownHeaders
+	tenant := mustEvent(t, "k3")
+	tenantHeaders := map[string]string{"tenant": "t2"}
+	tenant.Headers = tenantHeaders
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, plain, own, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	req.End()
+	if len(tenantHeaders) != 1 {
+		t.Errorf("EnqueueTx modified the caller's Headers: %v", tenantHeaders)
+	}
+	enq := rec.Named("idem.outbox.enqueue")
+	if len(enq) != 1 || !enq[0].Ended() || enq[0].Parent != req.(*observetest.Span).SpanContext || enq[0].Attr("idem.events") != int64(3) {
+		t.Fatalf("enqueue spans %+v; want one child of the request with idem.events=3", enq)
+	}
+	want := enq[0].Traceparent()
+
+	var (
+		mu        sync.Mutex
+		published []event.Envelope
+	)
+	pub := outbox.PublisherFunc(func(_ context.Context, evs []event.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		published = append(published, evs...)
+		return nil
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{Tracer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.RunOnce(t.Context()); err != nil || n != 3 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	got := map[string]map[string]string{}
+	for _, e := range published {
+		got[e.Key] = e.Headers
+	}
+	if got["k1"][observe.TraceParent] != want {
+		t.Errorf("k1 headers %v; want traceparent %s", got["k1"], want)
+	}
+	if got["k2"][observe.TraceParent] != ownHeaders[observe.TraceParent] {
+		t.Errorf("k2 headers %v; the caller's traceparent must win", got["k2"])
+	}
+	if got["k3"][observe.TraceParent] != want || got["k3"]["tenant"] != "t2" {
+		t.Errorf("k3 headers %v; want the trace context beside the tenant", got["k3"])
+	}
+	// The batch mixes two traces: a root of its own, linked to both.
+	batches := rec.Named("idem.outbox.relay.batch")
+	if len(batches) != 1 || !batches[0].Ended() {
+		t.Fatalf("relay batch spans %v", batches)
+	}
+	b := batches[0]
+	if len(b.Links) != 2 || b.Attr("idem.published") != int64(3) || b.Attr("idem.events") != int64(3) {
+		t.Errorf("relay batch links %v, published %v; want 2 links, 3 published", b.Links, b.Attr("idem.published"))
+	}
+	if b.TraceID == enq[0].TraceID {
+		t.Errorf("a batch of two traces continued one of them")
+	}
+}
+
+func TestEnqueueWithoutPropagatorAddsNothing(t *testing.T) {
+	drv := testdb.SQLite(t)
+	e := mustEvent(t, "k1")
+	enqueue(t, drv, e)
+	var got []event.Envelope
+	relay, err := outbox.NewRelay(drv, outbox.PublisherFunc(func(_ context.Context, evs []event.Envelope) error {
+		got = append(got, evs...)
+		return nil
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].Headers) != 0 {
+		t.Errorf("published %v; want one event without headers", got)
+	}
+}
