@@ -115,7 +115,11 @@ type TxClaimer[TTx any] interface {
 	// it, waiting at most p.Wait (zero: not at all). When the lock is
 	// taken, Result.Record is the key's record (nil if none), read after
 	// the lock. When it is not, Locked is false and the transaction has
-	// been rolled back (tx is the zero value).
+	// been rolled back (tx is the zero value); Record is then nil, or,
+	// when p.Now is set and the key holds a completed record live at
+	// p.Now, that record: a backend may answer it without taking the lock
+	// or opening a transaction (a completed record does not change until
+	// it expires), and the caller replays it (or answers the mismatch).
 	BeginClaim(ctx context.Context, p *TxClaimParams) (tx TTx, res *TxClaimResult, err error)
 	// CommitComplete stores the completed record in tx and commits tx.
 	// With p.Replace it replaces the existing record, which must still be
@@ -132,6 +136,9 @@ type TxClaimParams struct {
 	Key   string
 	// Wait bounds the wait for the lock; zero tries once.
 	Wait time.Duration
+	// Now, when not zero, lets BeginClaim answer a key with a completed
+	// record live at Now without the lock (see BeginClaim).
+	Now time.Time
 }
 
 // TxClaimResult is the outcome of TxClaimer.BeginClaim.

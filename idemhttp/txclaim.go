@@ -11,16 +11,17 @@ import (
 )
 
 // serveTxClaim is ModeTx over a driver.TxClaimer: as many round trips as
-// the handler alone (BEGIN with the key's lock and the read of its record;
-// the handler's statements; the completed record with COMMIT) and one
-// record write. A concurrent duplicate finds the lock taken, waits for it
-// (bounded by Config.Wait), then replays the record its holder committed,
-// or executes if the holder rolled back.
+// the handler alone (the key's lock with the read of its record; the
+// handler's statements, the first one with BEGIN; the completed record with
+// COMMIT) and one record write; a replay of a completed record takes one
+// round trip and no transaction (pgdriver). A concurrent duplicate finds
+// the lock taken, waits for it (bounded by Config.Wait), then replays the
+// record its holder committed, or executes if the holder rolled back.
 func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, next http.Handler) {
 	ctx := cmd.r.Context()
 	waited := false
 	for polls := 0; ; polls++ {
-		p := &driver.TxClaimParams{Scope: cmd.scope, Key: cmd.key}
+		p := &driver.TxClaimParams{Scope: cmd.scope, Key: cmd.key, Now: m.cfg.Now()}
 		if waited {
 			// Another transaction holds the key: wait for it, bounded.
 			if p.Wait = m.waitLeft(cmd); p.Wait <= 0 {
@@ -35,6 +36,12 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 			if ctx.Err() == nil {
 				m.storeUnavailable(cmd, err)
 			}
+			return
+		}
+		if !res.Locked && res.Record != nil {
+			// A completed record, read without a lock or a transaction:
+			// a replay, or a mismatch.
+			m.answerCompleted(cmd, res.Record)
 			return
 		}
 		if !res.Locked {
@@ -55,13 +62,7 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 					// A replay or a mismatch: the transaction only read, so
 					// the client is answered first and the rollback's
 					// round trip overlaps its next request.
-					if rec.State == driver.StateCompleted && len(rec.Body) > 0 && bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
-						// Flushed before the handler returns, the body
-						// would otherwise go out chunked.
-						cmd.w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
-					}
-					m.answerExisting(cmd, rec)
-					_ = http.NewResponseController(cmd.w).Flush()
+					m.answerCompleted(cmd, rec)
 					m.rollback(ctx, tx)
 					return
 				}
@@ -89,6 +90,17 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 		// were rolled back; look again.
 		waited = false
 	}
+}
+
+// answerCompleted answers a replay or a mismatch from rec and flushes it.
+func (m *Middleware[TTx]) answerCompleted(cmd *command, rec *driver.Record) {
+	if rec.State == driver.StateCompleted && len(rec.Body) > 0 && bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+		// Flushed before the handler returns, the body would otherwise go
+		// out chunked.
+		cmd.w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	}
+	m.answerExisting(cmd, rec)
+	_ = http.NewResponseController(cmd.w).Flush()
 }
 
 // executeTxClaim runs the handler in tx and commits its writes with the

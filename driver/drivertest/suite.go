@@ -77,6 +77,7 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"ConcurrentTx/ExecutorWaitsForCommit", testExecutorWaitsForCommit[TTx]},
 		{"ConcurrentTx/LockTimeout", testLockTimeout[TTx]},
 		{"TxClaimer", testTxClaim[TTx]},
+		{"TxClaimer/Now", testTxClaimNow[TTx]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

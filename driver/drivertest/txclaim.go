@@ -109,3 +109,88 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 		t.Fatalf("the waiting BeginClaim got %+v; want the lock and the committed record", res2)
 	}
 }
+
+// testTxClaimNow checks BeginClaim with p.Now: a completed live record may
+// be answered without the lock (then there is no transaction and no lock is
+// held), and whatever path the backend takes, the lock of a claim is
+// released with its commit or rollback, and the transaction's first
+// statement runs inside it.
+func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	tc, ok := drv.(driver.TxClaimer[TTx])
+	if !ok {
+		t.Skipf("%s does not implement driver.TxClaimer (optional)", drv.Name())
+	}
+	ctx := t.Context()
+	claim := func(key string, now time.Time) (TTx, *driver.TxClaimResult) {
+		t.Helper()
+		tx, res, err := tc.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: now})
+		if err != nil {
+			t.Fatalf("BeginClaim(%s): %v", key, err)
+		}
+		return tx, res
+	}
+	complete := func(key string, at time.Time) *driver.TxCompleteParams {
+		return &driver.TxCompleteParams{Scope: "s", Key: key, Fingerprint: []byte("fp"), Status: 201,
+			Body: []byte(`{"ok":true}`), CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
+	}
+
+	// A claim with nothing written by the command: committed, then the key
+	// is free again (no lock left behind on the connection).
+	tx, res := claim("n1", t0)
+	if !res.Locked || res.Record != nil {
+		t.Fatalf("BeginClaim(new key, Now) = %+v; want locked, no record", res)
+	}
+	if err := tc.CommitComplete(ctx, tx, complete("n1", t0)); err != nil {
+		t.Fatalf("CommitComplete without a statement: %v", err)
+	}
+	// Live at t0: replayed, with or without the lock.
+	tx, res = claim("n1", t0.Add(time.Minute))
+	if res.Record == nil || res.Record.State != driver.StateCompleted || string(res.Record.Body) != `{"ok":true}` {
+		t.Fatalf("BeginClaim(completed key, Now) = %+v; want its completed record", res)
+	}
+	if res.Locked {
+		rollback(t, drv, tx)
+	}
+	// The lock is free: a claim that takes it (Now zero: always the lock)
+	// gets it at once.
+	tx, res = claim("n1", time.Time{})
+	if !res.Locked {
+		t.Fatal("the key's lock is still held after its claim committed")
+	}
+	rollback(t, drv, tx)
+
+	// The first statement of the claim's transaction runs inside it: rolled
+	// back, nothing stays, and the lock is free again.
+	tx, res = claim("n2", t0)
+	if !res.Locked {
+		t.Fatalf("BeginClaim(n2) = %+v; want locked", res)
+	}
+	if _, err := drv.UnwrapExecutor(tx).OutboxInsert(ctx, []driver.OutboxRow{obRow(t, "n2-effect", 1, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	rollback(t, drv, tx)
+	if _, ok, _ := drv.Executor().OutboxOldestUnpublished(ctx); ok {
+		t.Fatal("the first statement of a rolled back claim was committed")
+	}
+	tx, res = claim("n2", time.Time{})
+	if !res.Locked {
+		t.Fatal("the key's lock is still held after its claim rolled back")
+	}
+	// Committed with the record: both the effect and the record stay.
+	if _, err := drv.UnwrapExecutor(tx).OutboxInsert(ctx, []driver.OutboxRow{obRow(t, "n2-effect", 2, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.CommitComplete(ctx, tx, complete("n2", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := drv.Executor().OutboxOldestUnpublished(ctx); !ok {
+		t.Fatal("the effect of a committed claim is missing")
+	}
+	// Expired at Now: not replayed; the claim takes the lock to replace it.
+	tx, res = claim("n2", t0.Add(2*time.Hour))
+	if !res.Locked || res.Record == nil {
+		t.Fatalf("BeginClaim(expired key) = %+v; want locked with the old record", res)
+	}
+	rollback(t, drv, tx)
+}

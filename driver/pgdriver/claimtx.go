@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
@@ -26,6 +27,10 @@ const (
 	// set before it).
 	claimTryLockSQL = pgsql.ClaimTryLockSQL
 	claimLockSQL    = pgsql.ClaimLockSQL
+	// claimReplayOrLockSQL and unlockSQL: the uncontended path
+	// (replayOrLock).
+	claimReplayOrLockSQL = pgsql.ClaimReplayOrLockSQL
+	unlockSQL            = pgsql.UnlockSQL
 	// completeInsertSQL stores the completed record. It has no ON CONFLICT
 	// on purpose: a key stored meanwhile by a writer that took no lock is
 	// a unique violation, which aborts the transaction and skips the
@@ -54,6 +59,9 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 		return nil, nil, fmt.Errorf("pgdriver: begin: %w", err)
 	}
 	lock := d.recordLockKey(p.Scope, p.Key)
+	if p.Wait <= 0 && !p.Now.IsZero() {
+		return d.replayOrLock(ctx, conn, lock, p)
+	}
 	var (
 		locked bool
 		rec    *driver.Record
@@ -78,7 +86,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 		rec = r
 		return err
 	})
-	tx := &claimTx{conn: conn}
+	tx := &claimTx{conn: conn, begun: true}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		var pgErr *pgconn.PgError
@@ -94,6 +102,52 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 		return nil, &driver.TxClaimResult{}, nil
 	}
 	return tx, &driver.TxClaimResult{Locked: true, Record: rec}, nil
+}
+
+// replayOrLock is BeginClaim's uncontended path, in one round trip and no
+// transaction: claimReplayOrLockSQL, then the read of the record, in one
+// pipeline. The read is a statement of its own, so it sees what a previous
+// holder of the lock committed before the lock was taken. A completed live
+// record is returned unlocked (the caller replays it: nothing to roll
+// back). Otherwise the key's session-level lock is held by the returned
+// transaction, whose BEGIN goes out with its first statement; it is
+// released in the same round trip as the COMMIT or ROLLBACK, and a
+// connection whose lock could not be released is closed, never returned to
+// the pool.
+func (d *Driver) replayOrLock(ctx context.Context, conn *pgxpool.Conn, lock int64, p *driver.TxClaimParams) (pgx.Tx, *driver.TxClaimResult, error) {
+	var (
+		locked pgtype.Bool
+		rec    *driver.Record
+	)
+	b := &pgx.Batch{}
+	b.Queue(d.expand(claimReplayOrLockSQL), p.Scope, p.Key, lock, p.Now).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&locked)
+	})
+	b.Queue(d.expand(claimReadSQL), p.Scope, p.Key).QueryRow(func(row pgx.Row) error {
+		r, err := scanRecord(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		rec = r
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		// Whether the lock was taken is unknown: the connection goes.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+		return nil, nil, mapErr("begin claim", err)
+	}
+	switch {
+	case locked.Valid && locked.Bool:
+		return &claimTx{conn: conn, lock: lock, sessionLock: true}, &driver.TxClaimResult{Locked: true, Record: rec}, nil
+	case !locked.Valid && rec != nil && rec.State == driver.StateCompleted && rec.ExpiresAt.After(p.Now):
+		conn.Release()
+		return nil, &driver.TxClaimResult{Record: rec}, nil
+	}
+	// The lock is held by another transaction, or the completed record
+	// went (expired and deleted) between the two statements: not locked.
+	conn.Release()
+	return nil, &driver.TxClaimResult{}, nil
 }
 
 // CommitComplete implements driver.TxClaimer: the INSERT of the completed
@@ -122,13 +176,21 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 	}
 	b := &pgx.Batch{}
 	b.Queue(d.expand(completeInsertSQL), args...)
-	var committed bool
-	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
-		committed = tag.String() == "COMMIT"
-		return nil
-	})
+	// Without a BEGIN (the handler wrote nothing), the pipeline is one
+	// implicit transaction: the INSERT commits at its end.
+	committed := !ct.begun
+	if ct.begun {
+		b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+			committed = tag.String() == "COMMIT"
+			return nil
+		})
+	}
+	if ct.sessionLock {
+		b.Queue(unlockSQL, ct.lock)
+	}
 	err := ct.conn.SendBatch(ctx, b).Close()
 	if err == nil && committed {
+		ct.sessionLock = false
 		ct.release()
 		return nil
 	}
@@ -146,22 +208,98 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 // claimTx is the transaction of BeginClaim: pgx's own transaction type
 // cannot be created around a BEGIN that was pipelined with other
 // statements, so this one implements pgx.Tx on the acquired connection.
+//
+// On the uncontended path (replayOrLock) the transaction holds the key's
+// session-level lock and has not begun: its BEGIN goes out in the same
+// round trip as its first statement, and the lock is released in the same
+// round trip as its COMMIT or ROLLBACK. A connection that may still hold
+// the lock is closed, never returned to the pool.
 type claimTx struct {
 	conn   *pgxpool.Conn
 	closed bool
 	nested int // savepoints created, for their names
+	// begun: BEGIN was sent (and succeeded).
+	begun bool
+	// sessionLock: the connection holds the session-level lock lock.
+	sessionLock bool
+	lock        int64
 }
 
 var _ pgx.Tx = (*claimTx)(nil)
 
+// release returns the connection to the pool, or closes it when it may
+// still hold the key's session-level lock.
 func (t *claimTx) release() {
 	t.closed = true
+	if t.sessionLock {
+		_ = t.conn.Conn().Close(context.Background())
+	}
 	t.conn.Release()
+}
+
+// begin sends the BEGIN a statement cannot be pipelined with.
+func (t *claimTx) begin(ctx context.Context) error {
+	if t.begun {
+		return nil
+	}
+	if _, err := t.conn.Exec(ctx, "BEGIN"); err != nil {
+		return err
+	}
+	t.begun = true
+	return nil
+}
+
+// withBegin returns a batch of BEGIN followed by the statement, when BEGIN
+// is still to be sent and the statement can share its round trip (plain
+// arguments: no QueryExecMode or QueryRewriter, which only Exec and Query
+// interpret); otherwise it sends BEGIN alone and returns nil.
+func (t *claimTx) withBegin(ctx context.Context, sql string, args []any) (*pgx.Batch, error) {
+	if t.begun {
+		return nil, nil
+	}
+	if len(args) > 0 {
+		switch args[0].(type) {
+		case pgx.QueryExecMode, pgx.QueryRewriter:
+			return nil, t.begin(ctx)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sql, args...)
+	return b, nil
+}
+
+// end sends the COMMIT or ROLLBACK (when begun) and the unlock (when the
+// lock is held) in one round trip, and releases the connection.
+func (t *claimTx) end(ctx context.Context, verb string) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	var tag pgconn.CommandTag
+	if t.begun {
+		b.Queue(verb).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	}
+	if t.sessionLock {
+		b.Queue(unlockSQL, t.lock)
+	}
+	var err error
+	if b.Len() > 0 {
+		err = t.conn.SendBatch(ctx, b).Close()
+	}
+	if err != nil {
+		// The connection's state is unknown: do not reuse it.
+		_ = t.conn.Conn().Close(context.WithoutCancel(ctx))
+	} else {
+		t.sessionLock = false
+	}
+	t.release()
+	return tag, err
 }
 
 func (t *claimTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if t.closed {
 		return nil, pgx.ErrTxClosed
+	}
+	if err := t.begin(ctx); err != nil {
+		return nil, err
 	}
 	t.nested++
 	sp := &savepointTx{top: t, name: "sp_" + strconv.Itoa(t.nested)}
@@ -175,12 +313,10 @@ func (t *claimTx) Commit(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
 	}
-	tag, err := t.conn.Exec(ctx, "COMMIT")
+	tag, err := t.end(ctx, "COMMIT")
 	if err != nil {
-		_ = t.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
-	t.release()
 	if tag.String() == "ROLLBACK" {
 		return pgx.ErrTxCommitRollback
 	}
@@ -191,12 +327,7 @@ func (t *claimTx) Rollback(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
 	}
-	_, err := t.conn.Exec(ctx, "ROLLBACK")
-	if err != nil {
-		// The connection's state is unknown: do not reuse it.
-		_ = t.conn.Conn().Close(context.WithoutCancel(ctx))
-	}
-	t.release()
+	_, err := t.end(ctx, "ROLLBACK")
 	return err
 }
 
@@ -204,17 +335,29 @@ func (t *claimTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []str
 	if t.closed {
 		return 0, pgx.ErrTxClosed
 	}
+	if err := t.begin(ctx); err != nil {
+		return 0, err
+	}
 	return t.conn.CopyFrom(ctx, table, cols, src)
 }
 
 func (t *claimTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.conn.SendBatch(ctx, b)
+	if t.begun || t.closed {
+		return t.conn.SendBatch(ctx, b)
+	}
+	// BEGIN goes first in the same round trip; its result is skipped.
+	nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)}
+	t.begun = true
+	return &skipFirst{BatchResults: t.conn.SendBatch(ctx, nb)}
 }
 
 // LargeObjects runs on a pgx transaction opened on the same connection (its
 // BEGIN is redundant: the server warns and stays in this transaction). Do
 // not commit or roll back that one: this one ends it.
 func (t *claimTx) LargeObjects() pgx.LargeObjects {
+	if err := t.begin(context.Background()); err != nil {
+		return pgx.LargeObjects{}
+	}
 	inner, err := t.conn.Conn().Begin(context.Background())
 	if err != nil {
 		return pgx.LargeObjects{}
@@ -233,18 +376,54 @@ func (t *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	if t.closed {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	return t.conn.Exec(ctx, sql, args...)
+	b, err := t.withBegin(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if b == nil {
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	br := t.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return pgconn.CommandTag{}, err
+	}
+	t.begun = true
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
 }
 
 func (t *claimTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.closed {
 		return nil, pgx.ErrTxClosed
 	}
-	return t.conn.Query(ctx, sql, args...)
+	b, err := t.withBegin(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return t.conn.Query(ctx, sql, args...)
+	}
+	br := t.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	t.begun = true
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 func (t *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.conn.QueryRow(ctx, sql, args...)
+	rows, err := t.Query(ctx, sql, args...)
+	return &queryRow{rows: rows, err: err}
 }
 
 func (t *claimTx) Conn() *pgx.Conn { return t.conn.Conn() }
@@ -314,3 +493,90 @@ func (s *savepointTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 }
 
 func (s *savepointTx) Conn() *pgx.Conn { return s.top.Conn() }
+
+// skipFirst is the BatchResults of a batch whose first statement (BEGIN) the
+// caller did not queue.
+type skipFirst struct {
+	pgx.BatchResults
+	skipped bool
+	err     error
+}
+
+func (b *skipFirst) skip() error {
+	if !b.skipped {
+		b.skipped = true
+		_, b.err = b.BatchResults.Exec()
+	}
+	return b.err
+}
+
+func (b *skipFirst) Exec() (pgconn.CommandTag, error) {
+	if err := b.skip(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return b.BatchResults.Exec()
+}
+
+func (b *skipFirst) Query() (pgx.Rows, error) {
+	if err := b.skip(); err != nil {
+		return nil, err
+	}
+	return b.BatchResults.Query()
+}
+
+func (b *skipFirst) QueryRow() pgx.Row {
+	if err := b.skip(); err != nil {
+		return &queryRow{err: err}
+	}
+	return b.BatchResults.QueryRow()
+}
+
+// batchRows are the rows of a query sent in a batch after BEGIN: closing
+// them closes the batch.
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closed   bool
+	closeErr error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if !r.closed {
+		r.closed = true
+		r.closeErr = r.br.Close()
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
+}
+
+// queryRow is QueryRow over Query, as pgx's own: the first row, or
+// pgx.ErrNoRows.
+type queryRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *queryRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		r.rows.Close()
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}

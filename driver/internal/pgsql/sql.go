@@ -68,6 +68,15 @@ const (
 	// set before it).
 	ClaimTryLockSQL = `SELECT pg_try_advisory_xact_lock($1)`
 	ClaimLockSQL    = `SELECT pg_advisory_xact_lock($1)`
+	// ClaimReplayOrLockSQL is the uncontended path, outside any
+	// transaction: NULL when the key holds a completed record live at $4
+	// (nothing to lock: the caller replays it), else whether the key's
+	// session-level advisory lock $3 was taken.
+	ClaimReplayOrLockSQL = `SELECT CASE WHEN EXISTS (SELECT 1 FROM {{table}}idempotency_record
+			WHERE scope = $1 AND idempotency_key = $2 AND state = 'completed' AND expires_at > $4)
+		THEN NULL ELSE pg_try_advisory_lock($3) END`
+	// UnlockSQL releases the session-level lock of ClaimReplayOrLockSQL.
+	UnlockSQL = `SELECT pg_advisory_unlock($1)`
 	// CompleteInsertSQL stores the completed record. It has no ON CONFLICT
 	// on purpose: a key stored meanwhile by a writer that took no lock is
 	// a unique violation, which aborts the transaction.
