@@ -124,8 +124,9 @@ type TxClaimer[TTx any] interface {
 	// CommitComplete stores the completed record in tx and commits tx.
 	// With p.Replace it replaces the existing record, which must still be
 	// expired (ExpiresAt not after p.CreatedAt) or in progress with a lease
-	// expired before p.CreatedAt and the same fingerprint; otherwise it
-	// inserts. On any error tx is rolled back; ErrLeaseLost says the key
+	// expired before p.CreatedAt and the same fingerprint, or inserts it if
+	// that record was deleted meanwhile (by the retention sweep); without
+	// p.Replace it inserts. On any error tx is rolled back; ErrLeaseLost says the key
 	// was stored by someone else (nothing of tx was committed).
 	CommitComplete(ctx context.Context, tx TTx, p *TxCompleteParams) error
 }

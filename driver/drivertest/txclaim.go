@@ -187,6 +187,36 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 	if _, ok, _ := drv.Executor().OutboxOldestUnpublished(ctx); !ok {
 		t.Fatal("the effect of a committed claim is missing")
 	}
+	// A duplicate waiting for the lock while the holder commits without
+	// having written anything gets the lock only once the record is
+	// committed: it sees the record.
+	if drv.Caps().ConcurrentWriters {
+		tx, res = claim("n3", t0)
+		if !res.Locked {
+			t.Fatalf("BeginClaim(n3) = %+v; want locked", res)
+		}
+		got := make(chan *driver.TxClaimResult, 1)
+		go func() {
+			tx2, res2, err := tc.BeginClaim(context.Background(), &driver.TxClaimParams{Scope: "s", Key: "n3", Wait: 10 * time.Second})
+			if err != nil {
+				t.Errorf("BeginClaim(Wait): %v", err)
+				got <- nil
+				return
+			}
+			if res2.Locked {
+				_ = drv.Rollback(context.Background(), tx2)
+			}
+			got <- res2
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := tc.CommitComplete(ctx, tx, complete("n3", t0)); err != nil {
+			t.Fatal(err)
+		}
+		if res2 := <-got; res2 == nil || res2.Record == nil || res2.Record.State != driver.StateCompleted {
+			t.Fatalf("the waiting BeginClaim got %+v; want the committed record", res2)
+		}
+	}
+
 	// Expired at Now: not replayed; the claim takes the lock to replace it.
 	tx, res = claim("n2", t0.Add(2*time.Hour))
 	if !res.Locked || res.Record == nil {

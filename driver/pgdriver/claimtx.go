@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -175,16 +176,20 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		return ct.Commit(ctx)
 	}
 	b := &pgx.Batch{}
-	b.Queue(d.expand(completeInsertSQL), args...)
-	// Without a BEGIN (the handler wrote nothing), the pipeline is one
-	// implicit transaction: the INSERT commits at its end.
-	committed := !ct.begun
-	if ct.begun {
-		b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
-			committed = tag.String() == "COMMIT"
-			return nil
-		})
+	if !ct.begun {
+		// The handler wrote nothing. An explicit transaction all the same:
+		// in the implicit one of a pipeline the unlock below would run
+		// before the INSERT commits, and a waiting duplicate would not
+		// see the record.
+		b.Queue("BEGIN")
+		ct.begun = true
 	}
+	b.Queue(d.expand(completeInsertSQL), args...)
+	var committed bool
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
 	if ct.sessionLock {
 		b.Queue(unlockSQL, ct.lock)
 	}
@@ -270,19 +275,27 @@ func (t *claimTx) withBegin(ctx context.Context, sql string, args []any) (*pgx.B
 }
 
 // end sends the COMMIT or ROLLBACK (when begun) and the unlock (when the
-// lock is held) in one round trip, and releases the connection.
+// lock is held) in one round trip, and releases the connection. They go as
+// one simple-protocol query: nothing to prepare, which an aborted
+// transaction would refuse.
 func (t *claimTx) end(ctx context.Context, verb string) (pgconn.CommandTag, error) {
-	b := &pgx.Batch{}
-	var tag pgconn.CommandTag
+	var stmts []string
 	if t.begun {
-		b.Queue(verb).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		stmts = append(stmts, verb)
 	}
 	if t.sessionLock {
-		b.Queue(unlockSQL, t.lock)
+		stmts = append(stmts, "SELECT pg_advisory_unlock("+strconv.FormatInt(t.lock, 10)+")")
 	}
-	var err error
-	if b.Len() > 0 {
-		err = t.conn.SendBatch(ctx, b).Close()
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if len(stmts) > 0 {
+		var res []*pgconn.Result
+		res, err = t.conn.Conn().PgConn().Exec(ctx, strings.Join(stmts, "; ")).ReadAll()
+		if err == nil && t.begun && len(res) > 0 {
+			tag = res[0].CommandTag
+		}
 	}
 	if err != nil {
 		// The connection's state is unknown: do not reuse it.

@@ -199,7 +199,10 @@ func TestOutboxHeldLaneIsSkipped(t *testing.T) {
 	}
 	defer func() { _ = drvA.Rollback(ctx, tx) }()
 	var held []driver.OutboxRow
-	for range 50 { // the claim starts at a random lane: retry until it takes x's
+	// The claim starts at a random lane, so it takes x's lane first with a
+	// probability of (distance from y's lane to x's)/64, as low as 1/64:
+	// retry until it does.
+	for range 2000 {
 		if held, err = drvA.UnwrapExecutor(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: time.Now(), Limit: 1}); err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,8 @@ func (d *Driver) claimLock(ctx context.Context, tx *sql.Tx, p *driver.TxClaimPar
 }
 
 // CommitComplete implements driver.TxClaimer: the INSERT of the completed
-// record (or, with p.Replace, the UPDATE of the expired or abandoned one),
+// record (or, with p.Replace, the upsert that replaces the expired or
+// abandoned one),
 // then COMMIT. tx must come from BeginClaim.
 func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCompleteParams) error {
 	if tx == nil {

@@ -32,7 +32,8 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 }
 
 // CommitComplete implements driver.TxClaimer: one INSERT of the completed
-// record (or, with p.Replace, the UPDATE of the expired or abandoned one),
+// record (or, with p.Replace, the upsert that replaces the expired or
+// abandoned one, or stores it again if the sweep deleted it meanwhile),
 // then COMMIT.
 func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCompleteParams) error {
 	var (
@@ -41,11 +42,16 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 	)
 	args := []any{p.Scope, p.Key, p.Fingerprint, p.Status, nonNil(p.Headers), nonNil(p.Body), micros(p.CreatedAt), micros(p.ExpiresAt)}
 	if p.Replace {
-		res, err = tx.ExecContext(ctx, d.expand(`UPDATE {{table}}idempotency_record SET
-				fingerprint = ?3, state = 'completed', http_status = ?4, headers = ?5, body = ?6,
-				lease_token = NULL, lease_expires_at = NULL, created_at = ?7, expires_at = ?8
-			WHERE scope = ?1 AND idempotency_key = ?2
-			  AND (expires_at <= ?7 OR (state = 'in_progress' AND lease_expires_at <= ?7 AND fingerprint = ?3))`), args...)
+		// An upsert: the old record may have been deleted (by the
+		// retention sweep) since it was read.
+		res, err = tx.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idempotency_record AS r
+				(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
+				VALUES (?1, ?2, ?3, 'completed', ?4, ?5, ?6, ?7, ?8)
+			ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+				fingerprint = excluded.fingerprint, state = 'completed', http_status = excluded.http_status,
+				headers = excluded.headers, body = excluded.body, lease_token = NULL, lease_expires_at = NULL,
+				created_at = excluded.created_at, expires_at = excluded.expires_at
+			WHERE r.expires_at <= ?7 OR (r.state = 'in_progress' AND r.lease_expires_at <= ?7 AND r.fingerprint = ?3)`), args...)
 	} else {
 		res, err = tx.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idempotency_record
 			(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)

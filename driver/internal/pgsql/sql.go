@@ -83,11 +83,17 @@ const (
 	CompleteInsertSQL = `INSERT INTO {{table}}idempotency_record
 		(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
 		VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8)`
-	CompleteReplaceSQL = `UPDATE {{table}}idempotency_record SET
-			fingerprint = $3, state = 'completed', http_status = $4, headers = $5, body = $6,
-			lease_token = NULL, lease_expires_at = NULL, created_at = $7, expires_at = $8
-		WHERE scope = $1 AND idempotency_key = $2
-		  AND (expires_at <= $7 OR (state = 'in_progress' AND lease_expires_at <= $7 AND fingerprint = $3))`
+	// CompleteReplaceSQL replaces an expired or abandoned record, or
+	// stores it again if the retention sweep deleted it since it was read
+	// (an upsert); a record that is live again is not touched (0 rows).
+	CompleteReplaceSQL = `INSERT INTO {{table}}idempotency_record AS r
+			(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
+			VALUES ($1, $2, $3, 'completed', $4, $5, $6, $7, $8)
+		ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+			fingerprint = EXCLUDED.fingerprint, state = 'completed', http_status = EXCLUDED.http_status,
+			headers = EXCLUDED.headers, body = EXCLUDED.body, lease_token = NULL, lease_expires_at = NULL,
+			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+		WHERE r.expires_at <= $7 OR (r.state = 'in_progress' AND r.lease_expires_at <= $7 AND r.fingerprint = $3)`
 )
 
 // Named leases.
