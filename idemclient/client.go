@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -297,6 +298,12 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		if c.cfg.OnRetry != nil {
 			c.cfg.OnRetry(info)
 		}
+		if c.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemclient: retrying",
+				slog.String("method", req.Method), slog.String("url", logURL(req)),
+				slog.Int("attempt", attempt), slog.Int("status", info.StatusCode),
+				slog.String("problem", info.ProblemType), slog.Any("err", err), slog.Duration("wait", d))
+		}
 		drain(resp)
 		if err := c.cfg.Sleep(ctx, d); err != nil {
 			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", err, outcomeError(resp, lastErr)))
@@ -508,6 +515,16 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
+}
+
+// logURL is the request URL without user info, query and fragment, for logs.
+func logURL(req *http.Request) string {
+	if req.URL == nil {
+		return ""
+	}
+	u := *req.URL
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }
 
 // redactedURL is the request URL without its password.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -792,3 +793,55 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// A retry is logged at debug level, one line each, with the method, the
+// URL's path, the attempt, the status and the wait; never the key, the
+// body, a header or the query string.
+func TestRetriesLoggedWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n <= 2 {
+			writeProblem(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "")
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, _ := newClient(t, &idemclient.Config{Logger: log})
+	const secretBody = `{"amount":"98765.43","card":"4111-SECRET"}`
+	req := post(t, srv.URL+"/v1/payments?token=QUERY-SECRET", secretBody)
+	req.Header.Set("Authorization", "Bearer HEADER-SECRET")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	resp.Body.Close()
+	as := rec.seen()
+	if len(as) != 3 {
+		t.Fatalf("%d attempts, want 3", len(as))
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, `"msg":"idemclient: retrying"`); n != 2 {
+		t.Fatalf("%d retry lines, want 2:\n%s", n, out)
+	}
+	if !strings.Contains(out, `/v1/payments"`) || !strings.Contains(out, `"status":503`) {
+		t.Errorf("retry lines lack the path or the status:\n%s", out)
+	}
+	for _, secret := range []string{as[0].keys[0], "98765.43", "4111-SECRET", "QUERY-SECRET", "HEADER-SECRET"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("a log line carries %q:\n%s", secret, out)
+		}
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

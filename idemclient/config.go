@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -74,6 +75,12 @@ type Config struct {
 	// OnRetry, if set, is called before each wait, for logs and metrics. It
 	// runs on the goroutine calling Do and must not block.
 	OnRetry func(Retry)
+
+	// Logger receives one debug line per retry (method, URL without its
+	// query and user info, attempt, status or error, wait), never a key,
+	// a header or a body. Defaults to slog.Default(); its level decides
+	// whether anything is written.
+	Logger *slog.Logger
 }
 
 // Retry describes a failed attempt that Do is about to retry.
@@ -121,6 +128,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sleep == nil {
 		c.Sleep = sleep
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
