@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/driver/internal/migrate"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -47,23 +49,7 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	var done []driver.Migration
-	for _, m := range ms {
-		tx, err := d.pool.Begin(ctx)
-		if err != nil {
-			return done, fmt.Errorf("pgdriver: migrate: %w", err)
-		}
-		n, err := d.apply(ctx, tx, []driver.Migration{m})
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return done, err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return done, fmt.Errorf("pgdriver: migrate: commit: %w", err)
-		}
-		done = append(done, n...)
-	}
-	return done, nil
+	return migrate.Each(ctx, d, ms, d.apply)
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/idemkit/idem/driver/internal/migrate"
+
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
 )
@@ -35,23 +37,7 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	var done []driver.Migration
-	for _, m := range ms {
-		tx, err := d.db.BeginTx(ctx, nil)
-		if err != nil {
-			return done, fmt.Errorf("pgsqldriver: migrate: %w", err)
-		}
-		n, err := d.apply(ctx, tx, []driver.Migration{m})
-		if err != nil {
-			_ = tx.Rollback()
-			return done, err
-		}
-		if err := tx.Commit(); err != nil {
-			return done, fmt.Errorf("pgsqldriver: migrate: commit: %w", err)
-		}
-		done = append(done, n...)
-	}
-	return done, nil
+	return migrate.Each(ctx, d, ms, d.apply)
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
