@@ -42,9 +42,22 @@
 // answers 503; or the seed
 // brokers host:port,host:port of a real cluster), -kafka-topic
 // (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
-// TOPIC.dlq), -saga-stuck-after (default 1m: an order still CREATED gets
-// its events published again) and -saga-give-up-after (default 15m: the
-// saga is aborted if nothing was charged, else an operator is alerted).
+// TOPIC.dlq), -kafka-headers (IDEMD_KAFKA_HEADERS: idem, the default,
+// cloudevents or both: the headers the events are published with;
+// consumers read all three) and -kafka-source (IDEMD_KAFKA_SOURCE, the
+// CloudEvents ce_source, default /idemd), -saga-stuck-after (default 1m:
+// an order still CREATED gets its events published again),
+// -saga-give-up-after (default 15m: the saga is aborted if nothing was
+// charged, else an operator is alerted) and -otel (IDEMD_OTEL, off by
+// default, on when OTEL_EXPORTER_OTLP_ENDPOINT is set: traces and the
+// Prometheus metrics exported over OTLP/HTTP; a missing collector never
+// stops idemd from starting).
+//
+// "idemd demo -kafka HOST:PORT" drives a running idemd like misbehaving
+// clients and brokers (lost responses, concurrent duplicates, payments
+// re-sent under new keys, every Kafka record produced again) and prints
+// what it sent, what ran and what idemd holds; it exits 0 when there is no
+// double effect and nothing is lost.
 //
 // "idemd outbox redrive -since 2h" (or -all, -key K1,K2) publishes again
 // the events the outbox says were published, for a broker that lost them.
