@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/fixture"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -172,10 +174,10 @@ func testCleanupRetention[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 	oldRec = append(oldRec, clRecords(t, ex, "edge", 1, now.Add(-24*time.Hour), now)...) // expires_at == now: expired
 	liveRec := clRecords(t, ex, "live", 5, now.Add(-time.Hour), now.Add(time.Microsecond))
 
-	oldIn, edgeIn, youngIn := newIDs(t, 25), newIDs(t, 1), newIDs(t, 5)
-	inboxInsert(t, ex, consumerA, oldIn, now.Add(-72*time.Hour-time.Microsecond))
-	inboxInsert(t, ex, consumerB, edgeIn, now.Add(-72*time.Hour)) // exactly the TTL old: kept
-	inboxInsert(t, ex, consumerA, youngIn, now.Add(-71*time.Hour))
+	oldIn, edgeIn, youngIn := fixture.NewIDs(t, 25), fixture.NewIDs(t, 1), fixture.NewIDs(t, 5)
+	fixture.InboxInsert(t, ex, consumerA, oldIn, now.Add(-72*time.Hour-time.Microsecond))
+	fixture.InboxInsert(t, ex, consumerB, edgeIn, now.Add(-72*time.Hour)) // exactly the TTL old: kept
+	fixture.InboxInsert(t, ex, consumerA, youngIn, now.Add(-71*time.Hour))
 
 	clPublished(t, drv, 15, now.Add(-25*time.Hour))
 	clPublished(t, drv, 4, now.Add(-23*time.Hour))
@@ -206,10 +208,10 @@ func testCleanupRetention[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 			t.Errorf("live record %s after the sweep: %v", k, err)
 		}
 	}
-	if got := inboxInsert(t, ex, consumerB, edgeIn, now); len(got) != 0 {
+	if got := fixture.InboxInsert(t, ex, consumerB, edgeIn, now); len(got) != 0 {
 		t.Errorf("inbox row exactly TTL old was deleted")
 	}
-	if got := inboxInsert(t, ex, consumerA, youngIn, now); len(got) != 0 {
+	if got := fixture.InboxInsert(t, ex, consumerA, youngIn, now); len(got) != 0 {
 		t.Errorf("%d inbox rows younger than the TTL were deleted", len(got))
 	}
 
@@ -222,7 +224,7 @@ func testCleanupRetention[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 	for _, k := range liveRec {
 		mustNotFind(t, ex, testScope, k)
 	}
-	if got := inboxInsert(t, ex, consumerA, append(oldIn, youngIn...), later); len(got) != 30 {
+	if got := fixture.InboxInsert(t, ex, consumerA, append(oldIn, youngIn...), later); len(got) != 30 {
 		t.Errorf("after both sweeps %d of 30 inbox ids were still deduplicated", 30-len(got))
 	}
 	oldest, ok, err := ex.OutboxOldestUnpublished(t.Context())
@@ -232,7 +234,7 @@ func testCleanupRetention[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 }
 
 func testCleanupTwoReplicas[TTx any](t *testing.T, drv driver.Driver[TTx], replica func() driver.Driver[TTx]) {
-	inboxInsert(t, drv.Executor(), consumerA, newIDs(t, 30), t0.Add(-100*time.Hour))
+	fixture.InboxInsert(t, drv.Executor(), consumerA, fixture.NewIDs(t, 30), t0.Add(-100*time.Hour))
 	cleaners := []*cleanup.Cleaner[TTx]{
 		newCleaner(t, drv, clConfig(fixedClock(t0))),
 		newCleaner(t, replica(), clConfig(fixedClock(t0))),
@@ -409,10 +411,10 @@ func testCleanupFinishedSagas[TTx any](t *testing.T, drv driver.Driver[TTx], _ f
 	ex, now := drv.Executor(), t0
 	const ttl = 5 * 24 * time.Hour // not the default: the cleaner must use Sagas.TTL
 	mk := func(id, state string, at time.Time) {
-		sagaCreate(t, ex, sagaAt(id, at.Add(-time.Hour)))
-		sagaRecord(t, ex, id, "step-1", driver.StepForward, []byte("r"), at.Add(-time.Minute))
+		fixture.SagaCreate(t, ex, fixture.SagaAt(id, at.Add(-time.Hour)))
+		fixture.SagaRecord(t, ex, id, "step-1", driver.StepForward, []byte("r"), at.Add(-time.Minute))
 		if state != driver.SagaRunning {
-			sagaSetState(t, ex, id, []string{driver.SagaRunning}, state, at)
+			fixture.SagaSetState(t, ex, id, []string{driver.SagaRunning}, state, at)
 		}
 	}
 	var old, kept, unfinished []string
@@ -435,7 +437,7 @@ func testCleanupFinishedSagas[TTx any](t *testing.T, drv driver.Driver[TTx], _ f
 		t.Helper()
 		for _, id := range ids {
 			_, err := ex.SagaGet(t.Context(), &driver.SagaGetParams{SagaID: id})
-			steps := sagaSteps(t, ex, id)
+			steps := fixture.SagaSteps(t, ex, id)
 			switch {
 			case want && (err != nil || len(steps) != 1):
 				t.Errorf("%s: saga %s: %v, %d steps; want kept with its step", when, id, err, len(steps))
@@ -606,7 +608,7 @@ func testCleanupInsertLoad[TTx any](t *testing.T, drv driver.Driver[TTx], _ func
 	ctx := t.Context()
 	wall := time.Now()
 	const old = 3000
-	inboxInsert(t, drv.Executor(), consumerA, newIDs(t, old), wall.Add(-100*time.Hour))
+	fixture.InboxInsert(t, drv.Executor(), consumerA, fixture.NewIDs(t, old), wall.Add(-100*time.Hour))
 
 	cfg := clConfig(time.Now)
 	cfg.BatchSize = 100
@@ -625,7 +627,7 @@ func testCleanupInsertLoad[TTx any](t *testing.T, drv driver.Driver[TTx], _ func
 					return
 				default:
 				}
-				ids := newIDs(t, 10)
+				ids := fixture.NewIDs(t, 10)
 				if err := insertTx(ctx, drv, ids, fmt.Sprintf("load-%d-%d", w, i)); err != nil {
 					failed.Add(1)
 					t.Errorf("insert during the sweep: %v", err)
@@ -648,7 +650,7 @@ func testCleanupInsertLoad[TTx any](t *testing.T, drv driver.Driver[TTx], _ func
 		t.Errorf("%d ids inserted, %d inserts failed during the sweep", inserted.Load(), failed.Load())
 	}
 	for _, ids := range fresh {
-		if got := inboxInsert(t, drv.Executor(), consumerA, ids, time.Now()); len(got) != 0 {
+		if got := fixture.InboxInsert(t, drv.Executor(), consumerA, ids, time.Now()); len(got) != 0 {
 			t.Errorf("%d fresh inbox rows inserted during the sweep were deleted", len(got))
 		}
 	}
@@ -712,79 +714,12 @@ func mustClaim(t *testing.T, ex driver.Executor, p *driver.RecordClaimParams) {
 // t0 is the suite's clock origin (an odd instant in an odd zone).
 var t0 = time.Date(2031, 3, 14, 15, 9, 26, 535897000, time.FixedZone("UTC+05:30", 5*3600+1800))
 
-func inboxInsert(t *testing.T, ex driver.Executor, consumer string, ids []uuid.UUID, now time.Time) []uuid.UUID {
-	t.Helper()
-	got, err := ex.InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumer, IDs: ids, Now: now})
-	if err != nil {
-		t.Fatalf("InboxInsert(%q, %d ids): %v", consumer, len(ids), err)
-	}
-	return got
-}
-
-// newIDs returns n fresh UUIDv7 event IDs.
-func newIDs(t *testing.T, n int) []uuid.UUID {
-	t.Helper()
-	out := make([]uuid.UUID, n)
-	for i := range out {
-		id, err := uuid.NewV7()
-		if err != nil {
-			t.Fatalf("uuid.NewV7: %v", err)
-		}
-		out[i] = id
-	}
-	return out
-}
-
 func mustNotFind(t *testing.T, ex driver.Executor, scope, key string) {
 	t.Helper()
 	got, err := ex.RecordGet(t.Context(), &driver.RecordGetParams{Scope: scope, Key: key})
 	if !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("RecordGet(%q, %q) = %+v, %v; want ErrNotFound", scope, key, got, err)
 	}
-}
-
-// sagaAt is a running saga created at now.
-func sagaAt(id string, now time.Time) *driver.Saga {
-	return &driver.Saga{
-		ID: id, Type: "order", State: driver.SagaRunning,
-		Data: []byte("{\"order\":\"\x00bin\xff\"}"), CreatedAt: now, UpdatedAt: now,
-	}
-}
-
-func sagaCreate(t *testing.T, ex driver.Executor, s *driver.Saga) *driver.Saga {
-	t.Helper()
-	stored, created, err := ex.SagaCreate(t.Context(), s)
-	if err != nil || !created {
-		t.Fatalf("SagaCreate(%q) = created %v, %v; want a new saga", s.ID, created, err)
-	}
-	return stored
-}
-
-// sagaRecord records a step and fails unless it is new.
-func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result []byte, now time.Time) {
-	t.Helper()
-	inserted, existing, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: kind, Result: result, Now: now})
-	if err != nil || !inserted {
-		t.Fatalf("SagaStepRecord(%q, %q, %s) = inserted %v, existing %q, %v; want a new step", id, step, kind, inserted, existing, err)
-	}
-}
-
-// sagaSetState moves a saga and fails unless the guard let it.
-func sagaSetState(t *testing.T, ex driver.Executor, id string, from []string, to string, now time.Time) {
-	t.Helper()
-	changed, cur, err := ex.SagaSetState(t.Context(), &driver.SagaSetStateParams{SagaID: id, From: from, To: to, Now: now})
-	if err != nil || !changed || cur != to {
-		t.Fatalf("SagaSetState(%q, %v -> %s) = %v, %q, %v; want changed", id, from, to, changed, cur, err)
-	}
-}
-
-func sagaSteps(t *testing.T, ex driver.Executor, id string) []driver.SagaStep {
-	t.Helper()
-	steps, err := ex.SagaSteps(t.Context(), &driver.SagaStepsParams{SagaID: id})
-	if err != nil {
-		t.Fatalf("SagaSteps(%q): %v", id, err)
-	}
-	return steps
 }
 
 // Two consumers sharing the inbox table.

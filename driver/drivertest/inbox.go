@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/fixture"
+
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem/driver"
@@ -96,7 +98,7 @@ func runInboxScenario[TTx any](t *testing.T, newDriver func(t *testing.T) driver
 	}
 	commit(t, drv, tx)
 	for consumer, ids := range tr.present() {
-		if got := inboxInsert(t, drv.Executor(), consumer, ids, t0); len(got) != 0 {
+		if got := fixture.InboxInsert(t, drv.Executor(), consumer, ids, t0); len(got) != 0 {
 			t.Errorf("after commit, %d of the %d ids the transaction had recorded for %q are new again: %v", len(got), len(ids), consumer, got)
 		}
 	}
@@ -157,29 +159,6 @@ const (
 	consumerB = "notifier"
 )
 
-// newIDs returns n fresh UUIDv7 event IDs.
-func newIDs(t *testing.T, n int) []uuid.UUID {
-	t.Helper()
-	out := make([]uuid.UUID, n)
-	for i := range out {
-		id, err := uuid.NewV7()
-		if err != nil {
-			t.Fatalf("uuid.NewV7: %v", err)
-		}
-		out[i] = id
-	}
-	return out
-}
-
-func inboxInsert(t *testing.T, ex driver.Executor, consumer string, ids []uuid.UUID, now time.Time) []uuid.UUID {
-	t.Helper()
-	got, err := ex.InboxInsert(t.Context(), &driver.InboxInsertParams{Consumer: consumer, IDs: ids, Now: now})
-	if err != nil {
-		t.Fatalf("InboxInsert(%q, %d ids): %v", consumer, len(ids), err)
-	}
-	return got
-}
-
 // sameIDs reports whether got holds exactly the ids of want, each once.
 func sameIDs(got, want []uuid.UUID) bool {
 	cmp := func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) }
@@ -191,14 +170,14 @@ func sameIDs(got, want []uuid.UUID) bool {
 // mustInsert inserts ids and checks that exactly want came back as new.
 func mustInsert(t *testing.T, ex driver.Executor, consumer string, ids, want []uuid.UUID) {
 	t.Helper()
-	got := inboxInsert(t, ex, consumer, ids, t0)
+	got := fixture.InboxInsert(t, ex, consumer, ids, t0)
 	if !sameIDs(got, want) {
 		t.Fatalf("InboxInsert(%q, %v) returned %d new ids %v; want exactly %v", consumer, ids, len(got), got, want)
 	}
 }
 
 func testInboxInsertNew(t *testing.T, ex driver.Executor) {
-	ids := newIDs(t, 3)
+	ids := fixture.NewIDs(t, 3)
 	a, b, c := ids[0], ids[1], ids[2]
 	mustInsert(t, ex, consumerA, []uuid.UUID{a, b}, []uuid.UUID{a, b})
 	mustInsert(t, ex, consumerA, []uuid.UUID{b, c}, []uuid.UUID{c})
@@ -207,7 +186,7 @@ func testInboxInsertNew(t *testing.T, ex driver.Executor) {
 }
 
 func testInboxDuplicatesInBatch(t *testing.T, ex driver.Executor) {
-	ids := newIDs(t, 3)
+	ids := fixture.NewIDs(t, 3)
 	a, b, c := ids[0], ids[1], ids[2]
 	mustInsert(t, ex, consumerA, []uuid.UUID{a, a, b, a, b}, []uuid.UUID{a, b})
 	mustInsert(t, ex, consumerA, []uuid.UUID{c, c, a, c}, []uuid.UUID{c})
@@ -215,7 +194,7 @@ func testInboxDuplicatesInBatch(t *testing.T, ex driver.Executor) {
 
 func testInboxEmptyBatch(t *testing.T, ex driver.Executor) {
 	for _, ids := range [][]uuid.UUID{nil, {}} {
-		if got := inboxInsert(t, ex, consumerA, ids, t0); len(got) != 0 {
+		if got := fixture.InboxInsert(t, ex, consumerA, ids, t0); len(got) != 0 {
 			t.Errorf("InboxInsert(%v) = %v; want nothing", ids, got)
 		}
 	}
@@ -223,7 +202,7 @@ func testInboxEmptyBatch(t *testing.T, ex driver.Executor) {
 
 // The same event is processed once by each consumer.
 func testInboxConsumers(t *testing.T, ex driver.Executor) {
-	ids := newIDs(t, 2)
+	ids := fixture.NewIDs(t, 2)
 	a, b := ids[0], ids[1]
 	mustInsert(t, ex, consumerA, []uuid.UUID{a}, []uuid.UUID{a})
 	mustInsert(t, ex, consumerB, []uuid.UUID{a}, []uuid.UUID{a})
@@ -239,9 +218,9 @@ func testInboxConsumers(t *testing.T, ex driver.Executor) {
 // exact answer, also when old and new ids are mixed in random order.
 func testInboxLargeBatch(t *testing.T, ex driver.Executor) {
 	const n = 2500
-	old := newIDs(t, n)
+	old := fixture.NewIDs(t, n)
 	mustInsert(t, ex, consumerA, old, old)
-	fresh := newIDs(t, n)
+	fresh := fixture.NewIDs(t, n)
 	mixed := slices.Concat(old, fresh, fresh[:100])
 	rand.Shuffle(len(mixed), func(i, j int) { mixed[i], mixed[j] = mixed[j], mixed[i] })
 	mustInsert(t, ex, consumerA, mixed, fresh)
@@ -257,10 +236,10 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 	const older = 4 // processed strictly before the cutoff
 	ids := map[string][]uuid.UUID{}
 	for _, consumer := range []string{consumerA, consumerB} {
-		ids[consumer] = newIDs(t, len(at))
+		ids[consumer] = fixture.NewIDs(t, len(at))
 		for i, d := range at {
 			id := ids[consumer][i]
-			if got := inboxInsert(t, ex, consumer, []uuid.UUID{id}, cutoff.Add(d)); !sameIDs(got, []uuid.UUID{id}) {
+			if got := fixture.InboxInsert(t, ex, consumer, []uuid.UUID{id}, cutoff.Add(d)); !sameIDs(got, []uuid.UUID{id}) {
 				t.Fatalf("InboxInsert(%q, %s) = %v; want it new", consumer, id, got)
 			}
 		}
@@ -276,13 +255,13 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 	// The oldest went first: A's older rows are new again, the rest are not.
 	for i, d := range at {
 		id := ids[consumerA][i]
-		got := inboxInsert(t, ex, consumerA, []uuid.UUID{id}, cutoff.Add(d))
+		got := fixture.InboxInsert(t, ex, consumerA, []uuid.UUID{id}, cutoff.Add(d))
 		if deleted := i < older; len(got) == 1 != deleted {
 			t.Errorf("consumer A's row processed at cutoff%+v: deleted=%v; want %v", d, len(got) == 1, deleted)
 		}
 	}
 	// B was untouched: all of its ids are still duplicates.
-	if got := inboxInsert(t, ex, consumerB, ids[consumerB], cutoff); len(got) != 0 {
+	if got := fixture.InboxInsert(t, ex, consumerB, ids[consumerB], cutoff); len(got) != 0 {
 		t.Errorf("deleting consumer A's rows deleted %d of consumer B's", len(got))
 	}
 
@@ -297,7 +276,7 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 	}
 	// Rows at or after the cutoff remain, for both consumers.
 	for _, consumer := range []string{consumerA, consumerB} {
-		if got := inboxInsert(t, ex, consumer, ids[consumer][older:], cutoff); len(got) != 0 {
+		if got := fixture.InboxInsert(t, ex, consumer, ids[consumer][older:], cutoff); len(got) != 0 {
 			t.Errorf("%s: rows processed at or after the cutoff were deleted: %v", consumer, got)
 		}
 	}
@@ -322,10 +301,10 @@ func testInboxOldest(t *testing.T, ex driver.Executor) {
 	}
 	// Nanoseconds are dropped, the instant (in another zone) is kept.
 	oldest := time.Date(2031, 7, 1, 23, 59, 59, 999_999_999, time.FixedZone("UTC-09:30", -(9*3600+1800)))
-	ids := newIDs(t, 3)
-	inboxInsert(t, ex, consumerA, ids[:1], oldest.Add(time.Hour))
-	inboxInsert(t, ex, consumerB, ids[1:2], oldest)
-	inboxInsert(t, ex, consumerA, ids[2:], oldest.Add(48*time.Hour))
+	ids := fixture.NewIDs(t, 3)
+	fixture.InboxInsert(t, ex, consumerA, ids[:1], oldest.Add(time.Hour))
+	fixture.InboxInsert(t, ex, consumerB, ids[1:2], oldest)
+	fixture.InboxInsert(t, ex, consumerA, ids[2:], oldest.Add(48*time.Hour))
 	ts, ok, err := ex.InboxOldest(ctx)
 	if err != nil || !ok {
 		t.Fatalf("InboxOldest = %s, %v, %v", ts, ok, err)
@@ -340,7 +319,7 @@ func testInboxOldest(t *testing.T, ex driver.Executor) {
 // inserts.
 func testInboxRollback[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
-	ids := newIDs(t, 3)
+	ids := fixture.NewIDs(t, 3)
 	tx := begin(t, drv)
 	mustInsert(t, drv.UnwrapExecutor(tx), consumerA, ids, ids)
 	mustInsert(t, drv.UnwrapExecutor(tx), consumerA, ids, nil)
@@ -360,7 +339,7 @@ func testInboxRollback[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 func testInboxConcurrentDuplicates[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	for round := range 3 {
-		id := newIDs(t, 1)[0]
+		id := fixture.NewIDs(t, 1)[0]
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
@@ -403,7 +382,7 @@ func testInboxOverlappingBatches[TTx any](t *testing.T, newDriver func(t *testin
 		size    = 200
 	)
 	for round := range rounds {
-		all := newIDs(t, size)
+		all := fixture.NewIDs(t, size)
 		wins := make(map[uuid.UUID]int, size)
 		var (
 			mu   sync.Mutex
@@ -543,7 +522,7 @@ func inboxMustFinish(t *testing.T, done <-chan inboxOutcome) []uuid.UUID {
 func testInboxTxWaitsForCommit[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	requireConcurrentWriters(t, drv)
-	id := newIDs(t, 1)[0]
+	id := fixture.NewIDs(t, 1)[0]
 	tx1 := begin(t, drv)
 	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
 
@@ -567,7 +546,7 @@ func testInboxTxWaitsForCommit[TTx any](t *testing.T, newDriver func(t *testing.
 func testInboxTxInsertsAfterRollback[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	requireConcurrentWriters(t, drv)
-	id := newIDs(t, 1)[0]
+	id := fixture.NewIDs(t, 1)[0]
 	tx1 := begin(t, drv)
 	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
 	tx2 := begin(t, drv)
@@ -586,7 +565,7 @@ func testInboxTxInsertsAfterRollback[TTx any](t *testing.T, newDriver func(t *te
 // would already have written).
 func inboxContestedBatch(t *testing.T, contested uuid.UUID) []uuid.UUID {
 	t.Helper()
-	fresh := newIDs(t, 40)
+	fresh := fixture.NewIDs(t, 40)
 	slices.SortFunc(fresh, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 	batch := slices.Concat(fresh[:20], []uuid.UUID{contested}, fresh[20:])
 	slices.SortFunc(batch, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
@@ -599,7 +578,7 @@ func inboxContestedBatch(t *testing.T, contested uuid.UUID) []uuid.UUID {
 func testInboxTxBatchWaitsForCommit[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	requireConcurrentWriters(t, drv)
-	id := newIDs(t, 1)[0]
+	id := fixture.NewIDs(t, 1)[0]
 	tx1 := begin(t, drv)
 	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
 
@@ -622,7 +601,7 @@ func testInboxTxBatchWaitsForCommit[TTx any](t *testing.T, newDriver func(t *tes
 		t.Errorf("outside a transaction: after the first transaction committed, the batch got %d new ids; want its %d others", len(got), len(outBatch)-1)
 	}
 	// tx2 goes on: it records more, commits, and all of it stays.
-	more := newIDs(t, 20)
+	more := fixture.NewIDs(t, 20)
 	mustInsert(t, drv.UnwrapExecutor(tx2), consumerA, slices.Concat(more, inBatch), more)
 	commit(t, drv, tx2)
 	mustInsert(t, drv.Executor(), consumerA, slices.Concat(inBatch, outBatch, more), nil)
@@ -633,7 +612,7 @@ func testInboxTxBatchWaitsForCommit[TTx any](t *testing.T, newDriver func(t *tes
 func testInboxTxBatchInsertsAfterRollback[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
 	drv := newDriver(t)
 	requireConcurrentWriters(t, drv)
-	id := newIDs(t, 1)[0]
+	id := fixture.NewIDs(t, 1)[0]
 	tx1 := begin(t, drv)
 	mustInsert(t, drv.UnwrapExecutor(tx1), consumerA, []uuid.UUID{id}, []uuid.UUID{id})
 	batch := inboxContestedBatch(t, id)

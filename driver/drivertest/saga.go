@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/fixture"
+
 	"github.com/idemkit/idem/driver"
 )
 
@@ -60,23 +62,6 @@ func runSaga[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[T
 	})
 }
 
-// sagaAt is a running saga created at now.
-func sagaAt(id string, now time.Time) *driver.Saga {
-	return &driver.Saga{
-		ID: id, Type: "order", State: driver.SagaRunning,
-		Data: []byte("{\"order\":\"\x00bin\xff\"}"), CreatedAt: now, UpdatedAt: now,
-	}
-}
-
-func sagaCreate(t *testing.T, ex driver.Executor, s *driver.Saga) *driver.Saga {
-	t.Helper()
-	stored, created, err := ex.SagaCreate(t.Context(), s)
-	if err != nil || !created {
-		t.Fatalf("SagaCreate(%q) = created %v, %v; want a new saga", s.ID, created, err)
-	}
-	return stored
-}
-
 func sagaGet(t *testing.T, ex driver.Executor, id string) *driver.Saga {
 	t.Helper()
 	s, err := ex.SagaGet(t.Context(), &driver.SagaGetParams{SagaID: id})
@@ -86,39 +71,12 @@ func sagaGet(t *testing.T, ex driver.Executor, id string) *driver.Saga {
 	return s
 }
 
-func sagaSteps(t *testing.T, ex driver.Executor, id string) []driver.SagaStep {
-	t.Helper()
-	steps, err := ex.SagaSteps(t.Context(), &driver.SagaStepsParams{SagaID: id})
-	if err != nil {
-		t.Fatalf("SagaSteps(%q): %v", id, err)
-	}
-	return steps
-}
-
 func sagaStepNames(steps []driver.SagaStep) []string {
 	out := make([]string, len(steps))
 	for i, s := range steps {
 		out[i] = s.Name
 	}
 	return out
-}
-
-// sagaRecord records a step and fails unless it is new.
-func sagaRecord(t *testing.T, ex driver.Executor, id, step, kind string, result []byte, now time.Time) {
-	t.Helper()
-	inserted, existing, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: kind, Result: result, Now: now})
-	if err != nil || !inserted {
-		t.Fatalf("SagaStepRecord(%q, %q, %s) = inserted %v, existing %q, %v; want a new step", id, step, kind, inserted, existing, err)
-	}
-}
-
-// sagaSetState moves a saga and fails unless the guard let it.
-func sagaSetState(t *testing.T, ex driver.Executor, id string, from []string, to string, now time.Time) {
-	t.Helper()
-	changed, cur, err := ex.SagaSetState(t.Context(), &driver.SagaSetStateParams{SagaID: id, From: from, To: to, Now: now})
-	if err != nil || !changed || cur != to {
-		t.Fatalf("SagaSetState(%q, %v -> %s) = %v, %q, %v; want changed", id, from, to, changed, cur, err)
-	}
 }
 
 // diffSaga lists the fields in which got differs from want; times are
@@ -161,12 +119,12 @@ func wantSaga(t *testing.T, what string, got, want *driver.Saga) {
 // data, returns the stored saga unchanged.
 func testSagaCreate[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ex := drv.Executor()
-	want := sagaAt("saga-1", t0)
-	got := sagaCreate(t, ex, want)
+	want := fixture.SagaAt("saga-1", t0)
+	got := fixture.SagaCreate(t, ex, want)
 	wantSaga(t, "SagaCreate result", got, want)
 	wantSaga(t, "SagaGet", sagaGet(t, ex, "saga-1"), want)
 
-	again := sagaAt("saga-1", t0.Add(time.Hour))
+	again := fixture.SagaAt("saga-1", t0.Add(time.Hour))
 	again.Type, again.Data = "other", []byte("other data")
 	stored, created, err := ex.SagaCreate(t.Context(), again)
 	if err != nil || created {
@@ -176,15 +134,15 @@ func testSagaCreate[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	wantSaga(t, "SagaGet after the second create", sagaGet(t, ex, "saga-1"), want)
 
 	// nil data is stored as such.
-	empty := sagaAt("saga-2", t0)
+	empty := fixture.SagaAt("saga-2", t0)
 	empty.Data = nil
-	if got := sagaCreate(t, ex, empty); len(got.Data) != 0 {
+	if got := fixture.SagaCreate(t, ex, empty); len(got.Data) != 0 {
 		t.Errorf("saga without data: Data = %q", got.Data)
 	}
 }
 
 func testSagaCreateBadState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
-	s := sagaAt("saga-1", t0)
+	s := fixture.SagaAt("saga-1", t0)
 	s.State = "paused"
 	if _, _, err := drv.Executor().SagaCreate(t.Context(), s); err == nil {
 		t.Error("SagaCreate with state paused succeeded; want an error")
@@ -201,7 +159,7 @@ func testSagaGetMissing[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // follows the final states.
 func testSagaSetState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx, ex := t.Context(), drv.Executor()
-	want := sagaCreate(t, ex, sagaAt("saga-1", t0))
+	want := fixture.SagaCreate(t, ex, fixture.SagaAt("saga-1", t0))
 
 	// Refused: the saga is running, not completed.
 	changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-1", From: []string{driver.SagaCompleted}, To: driver.SagaCompensated, Now: t0.Add(time.Second)})
@@ -211,28 +169,28 @@ func testSagaSetState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	wantSaga(t, "saga after a refused SetState", sagaGet(t, ex, "saga-1"), want)
 
 	t1 := t0.Add(time.Minute)
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaRunning, driver.SagaFailed}, driver.SagaCompensating, t1)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaRunning, driver.SagaFailed}, driver.SagaCompensating, t1)
 	want.State, want.UpdatedAt = driver.SagaCompensating, t1
 	wantSaga(t, "compensating saga", sagaGet(t, ex, "saga-1"), want)
 
 	t2 := t1.Add(time.Minute)
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaCompensating}, driver.SagaFailed, t2)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaCompensating}, driver.SagaFailed, t2)
 	want.State, want.UpdatedAt = driver.SagaFailed, t2
 	wantSaga(t, "failed saga (not finished)", sagaGet(t, ex, "saga-1"), want)
 
 	t3 := t2.Add(time.Minute)
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaFailed}, driver.SagaCompensated, t3)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaFailed}, driver.SagaCompensated, t3)
 	want.State, want.UpdatedAt, want.FinishedAt = driver.SagaCompensated, t3, t3
 	wantSaga(t, "compensated saga", sagaGet(t, ex, "saga-1"), want)
 
 	// Moving to the same state is a change when the guard allows it.
 	t4 := t3.Add(time.Minute)
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaCompensated}, driver.SagaCompensated, t4)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaCompensated}, driver.SagaCompensated, t4)
 	want.UpdatedAt, want.FinishedAt = t4, t4
 	wantSaga(t, "saga after compensated -> compensated", sagaGet(t, ex, "saga-1"), want)
 
-	other := sagaCreate(t, ex, sagaAt("saga-2", t0))
-	sagaSetState(t, ex, "saga-2", []string{driver.SagaRunning}, driver.SagaCompleted, t1)
+	other := fixture.SagaCreate(t, ex, fixture.SagaAt("saga-2", t0))
+	fixture.SagaSetState(t, ex, "saga-2", []string{driver.SagaRunning}, driver.SagaCompleted, t1)
 	other.State, other.UpdatedAt, other.FinishedAt = driver.SagaCompleted, t1, t1
 	wantSaga(t, "completed saga", sagaGet(t, ex, "saga-2"), other)
 
@@ -250,8 +208,8 @@ func testSagaSetState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // A step is recorded once; the duplicate gets the stored result.
 func testSagaStepRecord[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx, ex := t.Context(), drv.Executor()
-	sagaCreate(t, ex, sagaAt("saga-1", t0))
-	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-1", t0))
+	fixture.SagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
 	result := []byte("res-\x00-42\xff")
 	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: result}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
@@ -263,20 +221,20 @@ func testSagaStepRecord[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		}
 	}
 	// A result given to the record itself is stored.
-	sagaRecord(t, ex, "saga-1", "charge", driver.StepForward, []byte("charge-7"), t0.Add(time.Second))
+	fixture.SagaRecord(t, ex, "saga-1", "charge", driver.StepForward, []byte("charge-7"), t0.Add(time.Second))
 	if _, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "charge", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || string(existing) != "charge-7" {
 		t.Errorf("duplicate of a step recorded with a result: %q, %v; want charge-7", existing, err)
 	}
 	// A step recorded without a result has none.
-	sagaRecord(t, ex, "saga-1", "notify", driver.StepForward, nil, t0.Add(2*time.Second))
+	fixture.SagaRecord(t, ex, "saga-1", "notify", driver.StepForward, nil, t0.Add(2*time.Second))
 	if inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "notify", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || inserted || existing != nil {
 		t.Errorf("duplicate of a step without result = %v, %q, %v; want not inserted, nil result", inserted, existing, err)
 	}
 	// The same step name in another saga is another step.
-	sagaCreate(t, ex, sagaAt("saga-2", t0))
-	sagaRecord(t, ex, "saga-2", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-2", t0))
+	fixture.SagaRecord(t, ex, "saga-2", "reserve", driver.StepForward, nil, t0)
 
-	steps := sagaSteps(t, ex, "saga-1")
+	steps := fixture.SagaSteps(t, ex, "saga-1")
 	if got := sagaStepNames(steps); !slices.Equal(got, []string{"reserve", "charge", "notify"}) {
 		t.Fatalf("steps of saga-1 = %v; want reserve, charge, notify", got)
 	}
@@ -297,8 +255,8 @@ func testSagaStepRecord[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // state.
 func testSagaStepState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx, ex := t.Context(), drv.Executor()
-	sagaCreate(t, ex, sagaAt("saga-1", t0))
-	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, []byte("r1"), t0)
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-1", t0))
+	fixture.SagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, []byte("r1"), t0)
 
 	wantState := func(what string, err error, state string) {
 		t.Helper()
@@ -310,22 +268,22 @@ func testSagaStepState[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	_, _, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "compensate:reserve", Kind: driver.StepCompensation, Result: nil, Now: t0})
 	wantState("compensation of a running saga", err, driver.SagaRunning)
 
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
 	_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "charge", Kind: driver.StepForward, Result: nil, Now: t0})
 	wantState("forward step of a compensating saga", err, driver.SagaCompensating)
 	if inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "reserve", Kind: driver.StepForward, Result: nil, Now: t0}); err != nil || inserted || string(existing) != "r1" {
 		t.Errorf("redelivered forward step of a compensating saga = %v, %q, %v; want its recorded result", inserted, existing, err)
 	}
-	sagaRecord(t, ex, "saga-1", "compensate:reserve", driver.StepCompensation, nil, t0)
+	fixture.SagaRecord(t, ex, "saga-1", "compensate:reserve", driver.StepCompensation, nil, t0)
 
 	for _, state := range []string{driver.SagaFailed, driver.SagaCompensated} {
-		sagaSetState(t, ex, "saga-1", []string{driver.SagaCompensating, driver.SagaFailed}, state, t0)
+		fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaCompensating, driver.SagaFailed}, state, t0)
 		_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "compensate:other", Kind: driver.StepCompensation, Result: nil, Now: t0})
 		wantState("compensation of a "+state+" saga", err, state)
 		_, _, err = ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "other", Kind: driver.StepForward, Result: nil, Now: t0})
 		wantState("forward step of a "+state+" saga", err, state)
 	}
-	steps := sagaSteps(t, ex, "saga-1")
+	steps := fixture.SagaSteps(t, ex, "saga-1")
 	if got := sagaStepNames(steps); !slices.Equal(got, []string{"reserve", "compensate:reserve"}) || steps[1].Kind != driver.StepCompensation {
 		t.Errorf("steps = %+v; want reserve (forward), compensate:reserve (compensation)", steps)
 	}
@@ -336,7 +294,7 @@ func testSagaStepMissing[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	if _, _, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: "nope", Step: "reserve", Kind: driver.StepForward, Result: nil, Now: t0}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("SagaStepRecord of a missing saga: %v; want ErrNotFound", err)
 	}
-	if steps := sagaSteps(t, ex, "nope"); len(steps) != 0 {
+	if steps := fixture.SagaSteps(t, ex, "nope"); len(steps) != 0 {
 		t.Errorf("SagaSteps of a missing saga = %v; want none", steps)
 	}
 }
@@ -344,15 +302,15 @@ func testSagaStepMissing[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // SagaSteps orders by seq, the order of recording, not by name or time.
 func testSagaStepsOrder[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ex := drv.Executor()
-	sagaCreate(t, ex, sagaAt("saga-1", t0))
-	sagaCreate(t, ex, sagaAt("saga-2", t0))
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-1", t0))
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-2", t0))
 	names := []string{"z", "b", "y", "a", "x"}
 	for i, n := range names {
 		// Interleave another saga's steps, and times running backwards.
-		sagaRecord(t, ex, "saga-1", n, driver.StepForward, nil, t0.Add(-time.Duration(i)*time.Second))
-		sagaRecord(t, ex, "saga-2", n, driver.StepForward, nil, t0)
+		fixture.SagaRecord(t, ex, "saga-1", n, driver.StepForward, nil, t0.Add(-time.Duration(i)*time.Second))
+		fixture.SagaRecord(t, ex, "saga-2", n, driver.StepForward, nil, t0)
 	}
-	steps := sagaSteps(t, ex, "saga-1")
+	steps := fixture.SagaSteps(t, ex, "saga-1")
 	if got := sagaStepNames(steps); !slices.Equal(got, names) {
 		t.Fatalf("steps = %v; want the order of recording %v", got, names)
 	}
@@ -367,17 +325,17 @@ func testSagaStepsOrder[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // nothing.
 func testSagaRollback[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx := t.Context()
-	sagaCreate(t, drv.Executor(), sagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
 
 	tx := begin(t, drv)
 	ex := drv.UnwrapExecutor(tx)
-	sagaCreate(t, ex, sagaAt("saga-2", t0))
-	sagaRecord(t, ex, "saga-2", "reserve", driver.StepForward, nil, t0)
-	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaCreate(t, ex, fixture.SagaAt("saga-2", t0))
+	fixture.SagaRecord(t, ex, "saga-2", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
 	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: []byte("r")}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
-	sagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
+	fixture.SagaSetState(t, ex, "saga-1", []string{driver.SagaRunning}, driver.SagaCompensating, t0)
 	rollback(t, drv, tx)
 
 	out := drv.Executor()
@@ -387,18 +345,18 @@ func testSagaRollback[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	if s := sagaGet(t, out, "saga-1"); s.State != driver.SagaRunning {
 		t.Errorf("state set in a rolled-back transaction survived: %s", s.State)
 	}
-	if steps := sagaSteps(t, out, "saga-1"); len(steps) != 0 {
+	if steps := fixture.SagaSteps(t, out, "saga-1"); len(steps) != 0 {
 		t.Errorf("steps recorded in a rolled-back transaction survived: %v", sagaStepNames(steps))
 	}
 	// The retry records the step.
-	sagaRecord(t, out, "saga-1", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaRecord(t, out, "saga-1", "reserve", driver.StepForward, nil, t0)
 }
 
 // Ten transactions record the same step at once: exactly one records it,
 // the others get the result it stored.
 func testSagaConcurrentDuplicates[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx := t.Context()
-	sagaCreate(t, drv.Executor(), sagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
 	const n = 10
 	var (
 		wg       sync.WaitGroup
@@ -451,7 +409,7 @@ func testSagaConcurrentDuplicates[TTx any](t *testing.T, drv driver.Driver[TTx])
 	if inserted != 1 {
 		t.Fatalf("%d of %d concurrent duplicates recorded the step; want exactly 1", inserted, n)
 	}
-	steps := sagaSteps(t, drv.Executor(), "saga-1")
+	steps := fixture.SagaSteps(t, drv.Executor(), "saga-1")
 	if len(steps) != 1 {
 		t.Fatalf("steps = %v; want one", sagaStepNames(steps))
 	}
@@ -506,10 +464,10 @@ func sagaMustFinish[T any](t *testing.T, what string, done <-chan T) T {
 func testSagaTxWaitsForCommit[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	requireConcurrentWriters(t, drv)
 	ctx := t.Context()
-	sagaCreate(t, drv.Executor(), sagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
 	tx := begin(t, drv)
 	ex := drv.UnwrapExecutor(tx)
-	sagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaRecord(t, ex, "saga-1", "reserve", driver.StepForward, nil, t0)
 	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "reserve", Result: []byte("first")}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
@@ -525,9 +483,9 @@ func testSagaTxWaitsForCommit[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // A duplicate waiting for a transaction that rolls back records the step.
 func testSagaTxRecordsAfterRollback[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	requireConcurrentWriters(t, drv)
-	sagaCreate(t, drv.Executor(), sagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
 	tx := begin(t, drv)
-	sagaRecord(t, drv.UnwrapExecutor(tx), "saga-1", "reserve", driver.StepForward, nil, t0)
+	fixture.SagaRecord(t, drv.UnwrapExecutor(tx), "saga-1", "reserve", driver.StepForward, nil, t0)
 	done := sagaRecordInBackground(t, drv, "saga-1", "reserve")
 	sagaMustBlock(t, "duplicate SagaStepRecord", done)
 	rollback(t, drv, tx)
@@ -543,9 +501,9 @@ func testSagaTxRecordsAfterRollback[TTx any](t *testing.T, drv driver.Driver[TTx
 func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	requireConcurrentWriters(t, drv)
 	ctx := t.Context()
-	sagaCreate(t, drv.Executor(), sagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
 	tx := begin(t, drv)
-	sagaRecord(t, drv.UnwrapExecutor(tx), "saga-1", "charge", driver.StepForward, nil, t0)
+	fixture.SagaRecord(t, drv.UnwrapExecutor(tx), "saga-1", "charge", driver.StepForward, nil, t0)
 
 	type outcome struct {
 		changed bool
@@ -563,7 +521,7 @@ func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx])
 	if o.err != nil || !o.changed {
 		t.Fatalf("SagaSetState after the step committed = %v, %q, %v; want changed", o.changed, o.cur, o.err)
 	}
-	if got := sagaStepNames(sagaSteps(t, drv.Executor(), "saga-1")); !slices.Equal(got, []string{"charge"}) {
+	if got := sagaStepNames(fixture.SagaSteps(t, drv.Executor(), "saga-1")); !slices.Equal(got, []string{"charge"}) {
 		t.Errorf("steps after the state change = %v; want the committed step charge", got)
 	}
 	// A forward step that starts after the change is refused.
@@ -578,9 +536,9 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ids := []string{"s-a", "s-b", "s-c", "s-d", "s-e"}
 	to := []string{driver.SagaCompensating, driver.SagaFailed, driver.SagaRunning, driver.SagaCompensating, driver.SagaCompleted}
 	for i, id := range ids {
-		sagaCreate(t, ex, sagaAt(id, t0))
+		fixture.SagaCreate(t, ex, fixture.SagaAt(id, t0))
 		if to[i] != driver.SagaRunning {
-			sagaSetState(t, ex, id, []string{driver.SagaRunning}, to[i], t0.Add(time.Duration(len(ids)-i)*time.Minute))
+			fixture.SagaSetState(t, ex, id, []string{driver.SagaRunning}, to[i], t0.Add(time.Duration(len(ids)-i)*time.Minute))
 		}
 	}
 	list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 10})
@@ -610,12 +568,12 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	ctx, ex := t.Context(), drv.Executor()
 	cutoff := t0
-	type fixture struct {
+	type sagaCase struct {
 		id, state string
 		at        time.Time
 		deleted   bool
 	}
-	fixtures := []fixture{
+	fixtures := []sagaCase{
 		{"old-completed", driver.SagaCompleted, cutoff.Add(-2 * time.Hour), true},
 		{"old-compensated", driver.SagaCompensated, cutoff.Add(-time.Hour), true},
 		{"at-cutoff", driver.SagaCompleted, cutoff, false},
@@ -625,10 +583,10 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		{"old-compensating", driver.SagaCompensating, cutoff.Add(-3 * time.Hour), false},
 	}
 	for _, f := range fixtures {
-		sagaCreate(t, ex, sagaAt(f.id, f.at.Add(-time.Hour)))
-		sagaRecord(t, ex, f.id, "step-1", driver.StepForward, nil, f.at)
+		fixture.SagaCreate(t, ex, fixture.SagaAt(f.id, f.at.Add(-time.Hour)))
+		fixture.SagaRecord(t, ex, f.id, "step-1", driver.StepForward, nil, f.at)
 		if f.state != driver.SagaRunning {
-			sagaSetState(t, ex, f.id, []string{driver.SagaRunning}, f.state, f.at)
+			fixture.SagaSetState(t, ex, f.id, []string{driver.SagaRunning}, f.state, f.at)
 		}
 	}
 	n, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
@@ -654,7 +612,7 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	}
 	for _, f := range fixtures {
 		_, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: f.id})
-		steps := sagaSteps(t, ex, f.id)
+		steps := fixture.SagaSteps(t, ex, f.id)
 		if f.deleted {
 			if !errors.Is(err, driver.ErrNotFound) || len(steps) != 0 {
 				t.Errorf("%s: SagaGet err %v, %d steps; want deleted with its steps", f.id, err, len(steps))
