@@ -43,9 +43,11 @@
 // key, with that transaction in its context (TxFromContext), and stores the
 // response in the same transaction before COMMIT. With a driver that
 // implements driver.TxClaimer (pgdriver, sqlitedriver) this costs the round
-// trips of the handler alone: BEGIN travels with a transaction-scoped lock
-// on (scope, key) and the read of its record, and the completed record (one
-// write) travels with COMMIT. A duplicate waits for the lock (bounded by
+// trips of the handler alone and one record write. On pgdriver the first
+// round trip locks (scope, key), unless it holds a completed record, and
+// reads the record: a completed one is replayed there, with no transaction;
+// otherwise BEGIN travels with the handler's first statement, and the
+// completed record with COMMIT and the lock's release. A duplicate waits for the lock (bounded by
 // Config.Wait) and replays what the first committed; the unique index on
 // (scope, key) stays the safety net (a record stored meanwhile by a writer
 // that took no lock rolls the transaction back and the request looks
