@@ -58,6 +58,9 @@ type App struct {
 	started []any
 	// driverName is the database driver's name, for the start-up log.
 	driverName string
+	// kafkaSeeds are the seed brokers of the events' Kafka (none when it
+	// is off), for GET /v1/kafka.
+	kafkaSeeds []string
 	// enqueued wakes the relay after a POST /v1/orders whose transaction
 	// has committed (ListenOutbox does it on PostgreSQL, across replicas).
 	enqueued chan struct{}
@@ -263,6 +266,7 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(o.Get)))
 	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /v1/kafka", a.kafkaInfo)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return a.continueTrace(a.observe(problemRouting(mux))), nil
 }

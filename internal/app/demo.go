@@ -55,11 +55,10 @@ otherwise, 2 for bad flags.
                     http://` + DefaultAddr + `)
   -kafka HOST:PORT  idemd's Kafka seed brokers, for step 3 (default
                     IDEMD_KAFKA when it lists brokers, else
-                    IDEMD_KAFKA_EMBEDDED_ADDR when its port is fixed).
-                    The embedded broker's address is in idemd's listen
-                    line; start idemd with -kafka-embedded-addr
-                    127.0.0.1:9092 to fix it. Without it, step 3 is
-                    skipped (and the table says so).
+                    IDEMD_KAFKA_EMBEDDED_ADDR when its port is fixed,
+                    else what idemd tells at GET /v1/kafka, its
+                    embedded broker's address included)
+  -reproduce=false  skip step 3 (the table says so)
   -topic TOPIC      the order events' topic (IDEMD_KAFKA_TOPIC, default
                     ` + DefaultKafkaTopic + `)
   -orders N         orders to create (default 50)
@@ -98,6 +97,10 @@ type demoConfig struct {
 	orders, concurrency      int
 	seed                     uint64
 	timeout                  time.Duration
+	// reproduce: step 3 runs (with -kafka, or the brokers idemd tells).
+	reproduce bool
+	// topicSet: -topic (or IDEMD_KAFKA_TOPIC) was given.
+	topicSet bool
 }
 
 // runDemo is "idemd demo".
@@ -145,11 +148,12 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 		kafkaDef = a
 	}
 	topicDef := DefaultKafkaTopic
-	if t := getenv("IDEMD_KAFKA_TOPIC"); t != "" {
-		topicDef = t
-	}
 	var cfg demoConfig
+	if t := getenv("IDEMD_KAFKA_TOPIC"); t != "" {
+		topicDef, cfg.topicSet = t, true
+	}
 	fs.StringVar(&cfg.url, "url", urlDef, "")
+	fs.BoolVar(&cfg.reproduce, "reproduce", true, "")
 	fs.StringVar(&cfg.kafka, "kafka", kafkaDef, "")
 	fs.StringVar(&cfg.topic, "topic", topicDef, "")
 	fs.StringVar(&cfg.token, "token", "", "")
@@ -160,6 +164,7 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 	if err := fs.Parse(args); err != nil {
 		return demoConfig{}, err
 	}
+	cfg.topicSet = cfg.topicSet || isSet(fs, "topic")
 	switch {
 	case fs.NArg() > 0:
 		return demoConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -480,7 +485,31 @@ func (d *demo) health(ctx context.Context) error {
 	if resp.StatusCode == http.StatusServiceUnavailable {
 		return fmt.Errorf("idemd at %s runs with -kafka off: no order saga and no projection to check", d.cfg.url)
 	}
+	if d.cfg.reproduce && d.cfg.kafka == "" {
+		d.discoverKafka(hctx)
+	}
 	return nil
+}
+
+// discoverKafka asks idemd (GET /v1/kafka) for its seed brokers and topic,
+// for step 3 without -kafka. An idemd that does not tell leaves step 3
+// skipped.
+func (d *demo) discoverKafka(ctx context.Context) {
+	status, b, err := d.getRaw(ctx, "/v1/kafka")
+	if err != nil || status != http.StatusOK {
+		return
+	}
+	var info struct {
+		Seeds []string `json:"seeds"`
+		Topic string   `json:"topic"`
+	}
+	if json.Unmarshal(b, &info) != nil || len(info.Seeds) == 0 {
+		return
+	}
+	d.cfg.kafka = strings.Join(info.Seeds, ",")
+	if !d.cfg.topicSet && CheckTopic(info.Topic) == nil {
+		d.cfg.topic = info.Topic
+	}
 }
 
 // plan draws the orders and their faults; order 0 loses its responses and
@@ -1311,7 +1340,11 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 	// Kafka: every event of the run there once (by event ID).
 	k := r.kafka
 	if d.cfg.kafka == "" {
-		r.rows = append(r.rows, demoRow{name: "kafka events", note: "skipped: no -kafka (idemd's seed brokers) given"})
+		note := "skipped: idemd told no Kafka brokers (give -kafka)"
+		if !d.cfg.reproduce {
+			note = "skipped: -reproduce=false"
+		}
+		r.rows = append(r.rows, demoRow{name: "kafka events", note: note})
 		return
 	}
 	r.rows = append(r.rows, demoRow{name: "kafka events", sent: k.produced, distinct: k.expected,

@@ -81,13 +81,14 @@ func demoCell(t *testing.T, rows map[string][]string, row string, i int) int {
 
 // The demo's faults (lost responses, concurrent duplicates, payments under
 // a new key, Kafka records produced again) leave no double effect and lose
-// nothing; a second run on the same idemd (without Kafka) is told apart
-// from the first.
+// nothing, with the broker found through GET /v1/kafka; a second run on the
+// same idemd (without step 3) is told apart from the first.
 func TestDemo(t *testing.T) {
 	t.Parallel()
-	_, url, kafka := demoTarget(t)
+	_, url, _ := demoTarget(t)
 	var stdout, stderr bytes.Buffer
-	code := Run(context.Background(), []string{"demo", "-url", url, "-kafka", kafka, "-orders", "10", "-seed", "1"},
+	// No -kafka: the demo asks idemd where its (embedded) broker is.
+	code := Run(context.Background(), []string{"demo", "-url", url, "-orders", "10", "-seed", "1"},
 		func(string) string { return "" }, &stdout, &stderr)
 	out := stdout.String()
 	if code != 0 {
@@ -139,9 +140,9 @@ func TestDemo(t *testing.T) {
 	}
 
 	stdout.Reset()
-	code = runDemo(context.Background(), []string{"-url", url, "-orders", "3"}, func(string) string { return "" }, &stdout, &stderr)
-	if out := stdout.String(); code != 0 || !strings.Contains(out, "kafka events     skipped") {
-		t.Fatalf("second run without -kafka: exit %d\n%s", code, out)
+	code = runDemo(context.Background(), []string{"-url", url, "-orders", "3", "-reproduce=false"}, func(string) string { return "" }, &stdout, &stderr)
+	if out := stdout.String(); code != 0 || !strings.Contains(out, "kafka events     skipped: -reproduce=false") {
+		t.Fatalf("second run with -reproduce=false: exit %d\n%s", code, out)
 	}
 	if rows := demoRows(t, stdout.String()); demoCell(t, rows, "orders", 2) != 3 || demoCell(t, rows, "projection", 1) != 6 {
 		t.Errorf("second run: %v, want 3 orders held and 6 projection counts", rows)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -22,4 +23,17 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// kafkaInfo answers where the order events are, for clients such as idemd
+// demo: {"mode":"embedded"|"brokers"|"off","seeds":["host:port",...],
+// "topic":"..."}. The seeds of the embedded broker are its listen address.
+func (a *App) kafkaInfo(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(struct {
+		Mode  string   `json:"mode"`
+		Seeds []string `json:"seeds"`
+		Topic string   `json:"topic"`
+	}{a.cfg.Kafka.Mode, append([]string{}, a.kafkaSeeds...), a.cfg.KafkaTopic})
 }

@@ -87,6 +87,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		a.kafka = a.cfg.Kafka.String()
 		a.started = []any{"kafka", a.kafka, "topic", a.cfg.KafkaTopic}
 	}
+	a.kafkaSeeds = seeds
 
 	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{
 		Seeds:        seeds,
