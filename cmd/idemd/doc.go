@@ -53,7 +53,8 @@
 // Prometheus metrics exported over OTLP/HTTP; a missing collector never
 // stops idemd from starting).
 //
-// "idemd demo -kafka HOST:PORT" drives a running idemd like misbehaving
+// "idemd demo" drives a running idemd (found at -url, its Kafka through
+// GET /v1/kafka, or -kafka) like misbehaving
 // clients and brokers (lost responses, concurrent duplicates, payments
 // re-sent under new keys, every Kafka record produced again) and prints
 // what it sent, what ran and what idemd holds; it exits 0 when there is no
