@@ -6,6 +6,7 @@
 // backend with one of the driver packages:
 //
 //   - driver/pgdriver: PostgreSQL through pgx v5 (pgxpool.Pool, pgx.Tx)
+//   - driver/pgsqldriver: PostgreSQL through database/sql (*sql.DB, *sql.Tx)
 //   - driver/sqlitedriver: SQLite through modernc.org/sqlite (*sql.DB, *sql.Tx)
 //
 // A Driver is generic over the transaction type TTx of its database library,
@@ -21,8 +22,9 @@
 // the middleware implements RecordDriver: Backend's five methods, Records
 // and RecordsTx, and the six methods of RecordExecutor.
 //
-// Every executor method takes its inputs as one struct (see params.go), so a
-// field added later breaks no backend and no caller.
+// Every executor method takes its inputs as one struct (a ...Params type,
+// or a row such as OutboxRow), so a field added later breaks no backend and
+// no caller.
 //
 // A full backend must pass the shared suite in driver/drivertest.
 package driver
