@@ -13,8 +13,7 @@ import (
 
 // PostgreSQL over database/sql (pgsqldriver): events enqueued in the
 // caller's *sql.Tx are published by a relay on the same driver, in order,
-// once; and a pgdriver listener on the same schema is woken by the enqueue
-// (pgsqldriver has no listener of its own: its relays poll).
+// once; and a pgdriver listener on the same schema is woken by the enqueue.
 func TestRelayPostgresSQL(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -74,4 +73,49 @@ func TestRelayPostgresSQL(t *testing.T) {
 	if _, ok, err := drv.Outbox().OutboxOldestUnpublished(ctx); err != nil || ok {
 		t.Errorf("OutboxOldestUnpublished after the relay: %v, %v; want nothing left", ok, err)
 	}
+}
+
+// A relay on pgsqldriver over pgx's stdlib listens by itself: with a poll
+// interval of an hour, each committed event is still published at once.
+func TestRelayPostgresSQLListens(t *testing.T) {
+	t.Parallel()
+	drv, _ := testdb.PostgresSQLSchema(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	published := make(chan time.Time, 10)
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour, // a publish can only come from a wake-up
+		OnPublished:  func([]event.Envelope) { published <- time.Now() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // listening, first round over: it now waits an hour
+	for i := range 3 {
+		committed := time.Now()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := outbox.EnqueueTx(ctx, drv, tx, mustEvent(t, "order-1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-published:
+			t.Logf("event %d published %s after its commit", i, at.Sub(committed))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("event %d not published 30s after its commit (poll interval 1h): the relay did not listen", i)
+		}
+	}
+	cancel()
+	<-done
 }

@@ -24,17 +24,19 @@
 // Choose pgdriver when the application uses pgx directly: it pipelines the
 // statements of a claim, of BeginClaim/CommitComplete and of the outbox
 // claim into one round trip each, where this driver sends them one by one
-// (two to five round trips), so it is slower per request. This driver
-// lacks:
+// (two to five round trips), so it is slower per request.
 //
-//   - an outbox listener (pgdriver's ListenOutbox, LISTEN/NOTIFY): its
-//     relays poll (outbox.RelayConfig.PollInterval). OutboxInsert still
-//     notifies OutboxChannel, so a pgdriver listener on the same database
-//     is woken by this driver's enqueues;
-//   - inbox partitioning (pgdriver's EnableInboxPartitioning and the
-//     cleanup.InboxPartitioner methods): InboxDeleteBefore works on a
-//     partitioned processed_event, but the cleaner's partition mode needs
-//     pgdriver.
+// Its relays are woken by LISTEN/NOTIFY, like pgdriver's, when the
+// database/sql driver is pgx's stdlib: ListenOutbox (outbox.Notifier) keeps
+// one connection of the *sql.DB for the listener. With another driver
+// (lib/pq) there is no listener and the relays poll
+// (outbox.RelayConfig.PollInterval); OutboxInsert notifies OutboxChannel
+// either way, so a pgdriver listener on the same database is woken too.
+//
+// This driver lacks inbox partitioning (pgdriver's EnableInboxPartitioning
+// and the cleanup.InboxPartitioner methods): InboxDeleteBefore works on a
+// partitioned processed_event, but the cleaner's partition mode needs
+// pgdriver.
 //
 // Only the pgx stdlib driver ("github.com/jackc/pgx/v5/stdlib") is tested.
 // The driver uses no pgx type: array parameters are sent as PostgreSQL

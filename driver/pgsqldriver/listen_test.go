@@ -1,0 +1,120 @@
+package pgsqldriver_test
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgsqldriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// enqueueOne commits one new outbox row.
+func enqueueOne(t *testing.T, drv *pgsqldriver.Driver) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	row := driver.OutboxRow{EventID: uuid.Must(uuid.NewV7()), EventType: "T.v1", Key: "k", OccurredAt: now, Payload: []byte("{}"), CreatedAt: now}
+	if _, err := drv.OutboxTx(tx).OutboxInsert(ctx, []driver.OutboxRow{row}); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The listener wakes on each committed enqueue, survives the loss of its
+// connection (it reports it, reconnects and signals), and gives its
+// connection back closed when its context ends.
+func TestListenOutbox(t *testing.T) {
+	t.Parallel()
+	drv, _ := testdb.PostgresSQLSchema(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errs := make(chan error, 10)
+	wake, err := drv.ListenOutbox(ctx, func(err error) { errs <- err })
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	woken := func(what string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no wake-up within 5s", what)
+		}
+	}
+	enqueueOne(t, drv)
+	woken("enqueue committed")
+
+	// Kill the listener's backend, as a failover or an idle-killer would.
+	var killed int
+	err = drv.DB().QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE pid <> pg_backend_pid() AND query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`,
+		drv.OutboxChannel()).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminate listener: %d backends, %v; want 1", killed, err)
+	}
+	select {
+	case err := <-errs:
+		t.Logf("listener reported: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("listener did not report the lost connection")
+	}
+	woken("reconnected")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		enqueueOne(t, drv)
+		select {
+		case <-wake:
+			cancel()
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no wake-up for commits after reconnecting")
+		}
+	}
+}
+
+// With a database/sql driver other than pgx's stdlib there is no listener:
+// ListenOutbox says so, and a relay polls.
+func TestListenOutboxNeedsPgx(t *testing.T) {
+	t.Parallel()
+	db := sql.OpenDB(wrappedConnector{testdb.DSN()})
+	t.Cleanup(func() { _ = db.Close() })
+	drv, err := pgsqldriver.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.ListenOutbox(t.Context(), nil); err == nil || !strings.Contains(err.Error(), "not pgx") {
+		t.Fatalf("ListenOutbox on another driver: %v; want the not-pgx error", err)
+	}
+}
+
+// wrappedConnector is pgx's database/sql driver behind connections of
+// another type, as any other driver's would be.
+type wrappedConnector struct{ dsn string }
+
+func (c wrappedConnector) Connect(context.Context) (sqldriver.Conn, error) {
+	conn, err := stdlib.GetDefaultDriver().Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return wrappedConn{conn}, nil
+}
+
+func (wrappedConnector) Driver() sqldriver.Driver { return stdlib.GetDefaultDriver() }
+
+type wrappedConn struct{ sqldriver.Conn }
