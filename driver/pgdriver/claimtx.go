@@ -439,7 +439,14 @@ func (t *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return &queryRow{rows: rows, err: err}
 }
 
-func (t *claimTx) Conn() *pgx.Conn { return t.conn.Conn() }
+// Conn returns the connection; BEGIN is sent first, so that statements
+// run on it directly are inside the transaction.
+func (t *claimTx) Conn() *pgx.Conn {
+	if !t.closed {
+		_ = t.begin(context.Background())
+	}
+	return t.conn.Conn()
+}
 
 // savepointTx is a nested transaction of a claimTx.
 type savepointTx struct {

@@ -97,6 +97,10 @@ func TestClaimTxFirstStatementAndLock(t *testing.T) {
 			}
 			return sp.Commit(ctx)
 		},
+		"Conn": func(tx pgx.Tx, k string) error {
+			_, err := tx.Conn().Exec(ctx, `INSERT INTO fast VALUES ($1)`, k)
+			return err
+		},
 		"CopyFrom": func(tx pgx.Tx, k string) error {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"fast"}, []string{"k"}, pgx.CopyFromRows([][]any{{k}}))
 			return err
