@@ -338,17 +338,31 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // sent while it was disconnected are lost. It stops and closes its
 // connection when ctx is done; the channel is never closed.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
-	conn, err := d.listenConn(ctx)
+	l, err := d.listenConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	wake := make(chan struct{}, 1)
-	go d.listenLoop(ctx, conn, wake, onError)
+	go pgsql.ListenLoop(ctx, "pgdriver", l, d.listenConn, wake, onError)
 	return wake, nil
 }
 
+// listener is a dedicated connection LISTENing on the outbox channel.
+type listener struct{ conn *pgx.Conn }
+
+func (l listener) Wait(ctx context.Context) error {
+	_, err := l.conn.WaitForNotification(ctx)
+	return err
+}
+
+func (l listener) Close() {
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = l.conn.Close(closeCtx)
+}
+
 // listenConn opens the listener's connection and LISTENs on it.
-func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
+func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
@@ -357,53 +371,5 @@ func (d *Driver) listenConn(ctx context.Context) (*pgx.Conn, error) {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("pgdriver: outbox listen: %w", err)
 	}
-	return conn, nil
-}
-
-func (d *Driver) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- struct{}, onError func(error)) {
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	report := func(err error) {
-		if onError != nil && ctx.Err() == nil {
-			onError(err)
-		}
-	}
-	defer func() {
-		if conn != nil {
-			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = conn.Close(closeCtx)
-			cancel()
-		}
-	}()
-	delay := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		if conn == nil {
-			var err error
-			if conn, err = d.listenConn(ctx); err != nil {
-				report(err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(delay):
-				}
-				delay = min(2*delay, 5*time.Second)
-				continue
-			}
-			delay = 100 * time.Millisecond
-			signal()
-		}
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			report(fmt.Errorf("pgdriver: outbox listen: %w", err))
-			_ = conn.Close(context.Background())
-			conn = nil
-			continue
-		}
-		signal()
-	}
+	return listener{conn}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/driver/internal/pgsql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -23,17 +24,41 @@ var errNotPgx = errors.New("pgsqldriver: outbox listen: the database/sql driver 
 // onError. With another driver (lib/pq) it returns an error, and a relay
 // polls every RelayConfig.PollInterval instead.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
-	conn, err := d.listenConn(ctx)
+	l, err := d.listenConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	wake := make(chan struct{}, 1)
-	go d.listenLoop(ctx, conn, wake, onError)
+	go pgsql.ListenLoop(ctx, "pgsqldriver", l, d.listenConn, wake, onError)
 	return wake, nil
 }
 
+// listener is a connection of the pool LISTENing on the outbox channel.
+type listener struct{ conn *sql.Conn }
+
+func (l listener) Wait(ctx context.Context) error {
+	return l.conn.Raw(func(dc any) error {
+		_, err := dc.(*stdlib.Conn).Conn().WaitForNotification(ctx)
+		return err
+	})
+}
+
+// Close closes the driver connection under the *sql.Conn, so that the pool
+// discards it rather than hand a LISTENing connection to someone else.
+func (l listener) Close() {
+	_ = l.conn.Raw(func(dc any) error {
+		if sc, ok := dc.(*stdlib.Conn); ok {
+			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = sc.Conn().Close(closeCtx)
+		}
+		return nil
+	})
+	_ = l.conn.Close()
+}
+
 // listenConn takes a connection of the pool and LISTENs on it.
-func (d *Driver) listenConn(ctx context.Context) (*sql.Conn, error) {
+func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
@@ -47,76 +72,11 @@ func (d *Driver) listenConn(ctx context.Context) (*sql.Conn, error) {
 		return err
 	})
 	if err != nil {
-		dropConn(conn)
+		listener{conn}.Close()
 		if errors.Is(err, errNotPgx) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
 	}
-	return conn, nil
-}
-
-// dropConn closes the driver connection under conn, so that the pool
-// discards it rather than hand a LISTENing connection to someone else.
-func dropConn(conn *sql.Conn) {
-	_ = conn.Raw(func(dc any) error {
-		if sc, ok := dc.(*stdlib.Conn); ok {
-			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = sc.Conn().Close(closeCtx)
-		}
-		return nil
-	})
-	_ = conn.Close()
-}
-
-func (d *Driver) listenLoop(ctx context.Context, conn *sql.Conn, wake chan<- struct{}, onError func(error)) {
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	report := func(err error) {
-		if onError != nil && ctx.Err() == nil {
-			onError(err)
-		}
-	}
-	defer func() {
-		if conn != nil {
-			dropConn(conn)
-		}
-	}()
-	delay := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		if conn == nil {
-			var err error
-			if conn, err = d.listenConn(ctx); err != nil {
-				report(err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(delay):
-				}
-				delay = min(2*delay, 5*time.Second)
-				continue
-			}
-			delay = 100 * time.Millisecond
-			signal()
-		}
-		err := conn.Raw(func(dc any) error {
-			pc := dc.(*stdlib.Conn).Conn()
-			for {
-				if _, err := pc.WaitForNotification(ctx); err != nil {
-					return err
-				}
-				signal()
-			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		report(fmt.Errorf("pgsqldriver: outbox listen: %w", err))
-		dropConn(conn)
-		conn = nil
-	}
+	return listener{conn}, nil
 }

@@ -1,0 +1,69 @@
+package pgsql
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Listener is what ListenLoop needs of a LISTENing connection: Wait blocks
+// until a notification arrives (nil) or the connection fails or ctx ends
+// (an error); Close gives the connection up.
+type Listener interface {
+	Wait(ctx context.Context) error
+	Close()
+}
+
+// ListenLoop keeps an outbox listener alive until ctx is done. It signals
+// wake (capacity 1, never blocking) on each notification and once after
+// each reconnection (notifications sent while disconnected are lost); on a
+// connection error it reports to onError (if not nil, and not once ctx is
+// done), gives the connection up and reconnects through connect with
+// backoff from 100ms to 5s. It closes its connection when it returns. name
+// prefixes the errors it reports ("pgdriver").
+func ListenLoop(ctx context.Context, name string, l Listener, connect func(context.Context) (Listener, error),
+	wake chan<- struct{}, onError func(error)) {
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	report := func(err error) {
+		if onError != nil && ctx.Err() == nil {
+			onError(err)
+		}
+	}
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+	}()
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if l == nil {
+			var err error
+			if l, err = connect(ctx); err != nil {
+				report(err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(delay):
+				}
+				delay = min(2*delay, 5*time.Second)
+				continue
+			}
+			delay = 100 * time.Millisecond
+			signal()
+		}
+		if err := l.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			report(fmt.Errorf("%s: outbox listen: %w", name, err))
+			l.Close()
+			l = nil
+			continue
+		}
+		signal()
+	}
+}
