@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/driver/internal/stores"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,14 +40,22 @@ func (c *Config) validate() error {
 }
 
 // Driver is the PostgreSQL implementation of driver.Driver[pgx.Tx].
+//
+// Besides the methods listed, it has the per-table stores of driver.Driver:
+// Records, Inbox, Outbox, Sagas and Locks return Executor(); RecordsTx,
+// InboxTx, OutboxTx and SagasTx return UnwrapExecutor(tx).
 type Driver struct {
-	pool  *pgxpool.Pool
-	cfg   Config
-	table string // qualified prefix for table names: "schema".prefix
-	name  string // bare prefix for index and constraint names
+	tableStores // Records, Inbox, Outbox, Sagas, Locks and their ...Tx forms
+	pool        *pgxpool.Pool
+	cfg         Config
+	table       string // qualified prefix for table names: "schema".prefix
+	name        string // bare prefix for index and constraint names
 
 	names *pgsql.Names // names, expansion of the shared SQL, lock keys
 }
+
+// tableStores gives the per-table stores over Executor and UnwrapExecutor.
+type tableStores = stores.Of[pgx.Tx]
 
 var _ driver.Driver[pgx.Tx] = (*Driver)(nil)
 
@@ -62,7 +72,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 		return nil, err
 	}
 	names := pgsql.NewNames(c.Schema, c.TablePrefix)
-	return &Driver{pool: pool, cfg: c, table: names.Table, name: names.Name, names: names}, nil
+	d := &Driver{pool: pool, cfg: c, table: names.Table, name: names.Name, names: names}
+	d.tableStores = stores.New[pgx.Tx](d)
+	return d, nil
 }
 
 // Pool returns the pool the driver was built on.
@@ -81,33 +93,6 @@ func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.pool}
 func (d *Driver) UnwrapExecutor(tx pgx.Tx) driver.Executor {
 	return &executor{d: d, db: tx, inTx: true}
 }
-
-// Records implements driver.RecordStore.
-func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
-
-// RecordsTx implements driver.RecordStore.
-func (d *Driver) RecordsTx(tx pgx.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
-
-// Inbox implements driver.InboxStore.
-func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
-
-// InboxTx implements driver.InboxStore.
-func (d *Driver) InboxTx(tx pgx.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Outbox implements driver.OutboxStore.
-func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
-
-// OutboxTx implements driver.OutboxStore.
-func (d *Driver) OutboxTx(tx pgx.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Sagas implements driver.SagaStore.
-func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
-
-// SagasTx implements driver.SagaStore.
-func (d *Driver) SagasTx(tx pgx.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
-
-// Locks implements driver.LockStore.
-func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
 
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {

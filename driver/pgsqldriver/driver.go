@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/driver/internal/stores"
+
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
 )
@@ -30,11 +32,19 @@ type Config struct {
 }
 
 // Driver is the PostgreSQL implementation of driver.Driver[*sql.Tx].
+//
+// Besides the methods listed, it has the per-table stores of driver.Driver:
+// Records, Inbox, Outbox, Sagas and Locks return Executor(); RecordsTx,
+// InboxTx, OutboxTx and SagasTx return UnwrapExecutor(tx).
 type Driver struct {
-	db    *sql.DB
-	cfg   Config
-	names *pgsql.Names
+	tableStores // Records, Inbox, Outbox, Sagas, Locks and their ...Tx forms
+	db          *sql.DB
+	cfg         Config
+	names       *pgsql.Names
 }
+
+// tableStores gives the per-table stores over Executor and UnwrapExecutor.
+type tableStores = stores.Of[*sql.Tx]
 
 var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
 
@@ -52,7 +62,9 @@ func New(db *sql.DB, cfg *Config) (*Driver, error) {
 	if err := pgsql.ValidateConfig("pgsqldriver", c.Schema, c.TablePrefix); err != nil {
 		return nil, err
 	}
-	return &Driver{db: db, cfg: c, names: pgsql.NewNames(c.Schema, c.TablePrefix)}, nil
+	d := &Driver{db: db, cfg: c, names: pgsql.NewNames(c.Schema, c.TablePrefix)}
+	d.tableStores = stores.New[*sql.Tx](d)
+	return d, nil
 }
 
 // DB returns the database the driver was built on.
@@ -71,33 +83,6 @@ func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 	return &executor{d: d, db: tx, inTx: true}
 }
-
-// Records implements driver.RecordStore.
-func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
-
-// RecordsTx implements driver.RecordStore.
-func (d *Driver) RecordsTx(tx *sql.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
-
-// Inbox implements driver.InboxStore.
-func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
-
-// InboxTx implements driver.InboxStore.
-func (d *Driver) InboxTx(tx *sql.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Outbox implements driver.OutboxStore.
-func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
-
-// OutboxTx implements driver.OutboxStore.
-func (d *Driver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Sagas implements driver.SagaStore.
-func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
-
-// SagasTx implements driver.SagaStore.
-func (d *Driver) SagasTx(tx *sql.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
-
-// Locks implements driver.LockStore.
-func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
 
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {

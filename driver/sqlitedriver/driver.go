@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/driver/internal/stores"
+
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/idemkit/idem/driver"
@@ -28,12 +30,20 @@ type Config struct {
 var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // Driver is the SQLite implementation of driver.Driver[*sql.Tx].
+//
+// Besides the methods listed, it has the per-table stores of driver.Driver:
+// Records, Inbox, Outbox, Sagas and Locks return Executor(); RecordsTx,
+// InboxTx, OutboxTx and SagasTx return UnwrapExecutor(tx).
 type Driver struct {
-	db     *sql.DB
-	cfg    Config
-	owned  bool
-	prefix string
+	tableStores // Records, Inbox, Outbox, Sagas, Locks and their ...Tx forms
+	db          *sql.DB
+	cfg         Config
+	owned       bool
+	prefix      string
 }
+
+// tableStores gives the per-table stores over Executor and UnwrapExecutor.
+type tableStores = stores.Of[*sql.Tx]
 
 var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
 
@@ -97,7 +107,9 @@ func New(db *sql.DB, cfg *Config) (*Driver, error) {
 	if c.TablePrefix != "" && !identRe.MatchString(c.TablePrefix) {
 		return nil, fmt.Errorf("sqlitedriver: TablePrefix %q must match %s", c.TablePrefix, identRe)
 	}
-	return &Driver{db: db, cfg: c, prefix: c.TablePrefix}, nil
+	d := &Driver{db: db, cfg: c, prefix: c.TablePrefix}
+	d.tableStores = stores.New[*sql.Tx](d)
+	return d, nil
 }
 
 // DB returns the database handle.
@@ -122,33 +134,6 @@ func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
 
 // UnwrapExecutor implements driver.Driver.
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor { return &executor{d: d, db: tx} }
-
-// Records implements driver.RecordStore.
-func (d *Driver) Records() driver.RecordExecutor { return d.Executor() }
-
-// RecordsTx implements driver.RecordStore.
-func (d *Driver) RecordsTx(tx *sql.Tx) driver.RecordExecutor { return d.UnwrapExecutor(tx) }
-
-// Inbox implements driver.InboxStore.
-func (d *Driver) Inbox() driver.InboxExecutor { return d.Executor() }
-
-// InboxTx implements driver.InboxStore.
-func (d *Driver) InboxTx(tx *sql.Tx) driver.InboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Outbox implements driver.OutboxStore.
-func (d *Driver) Outbox() driver.OutboxExecutor { return d.Executor() }
-
-// OutboxTx implements driver.OutboxStore.
-func (d *Driver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor { return d.UnwrapExecutor(tx) }
-
-// Sagas implements driver.SagaStore.
-func (d *Driver) Sagas() driver.SagaExecutor { return d.Executor() }
-
-// SagasTx implements driver.SagaStore.
-func (d *Driver) SagasTx(tx *sql.Tx) driver.SagaExecutor { return d.UnwrapExecutor(tx) }
-
-// Locks implements driver.LockStore.
-func (d *Driver) Locks() driver.LockExecutor { return d.Executor() }
 
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
