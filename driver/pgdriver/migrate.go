@@ -90,13 +90,7 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // readiness probes.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
-	if err != nil {
-		return err
-	}
-	if err := s.Err(); err != nil {
-		return fmt.Errorf("pgdriver: %w", err)
-	}
-	return nil
+	return migrate.Validate("pgdriver", s, err)
 }
 
 // lockKey is the advisory lock that serialises migrators of one schema

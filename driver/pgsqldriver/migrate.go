@@ -79,13 +79,7 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // this binary does not know. For readiness probes.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
-	if err != nil {
-		return err
-	}
-	if err := s.Err(); err != nil {
-		return fmt.Errorf("pgsqldriver: %w", err)
-	}
-	return nil
+	return migrate.Validate("pgsqldriver", s, err)
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning

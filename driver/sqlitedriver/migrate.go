@@ -112,13 +112,7 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // readiness probes.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
-	if err != nil {
-		return err
-	}
-	if err := s.Err(); err != nil {
-		return fmt.Errorf("sqlitedriver: %w", err)
-	}
-	return nil
+	return migrate.Validate("sqlitedriver", s, err)
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning

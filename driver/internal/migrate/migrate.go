@@ -33,3 +33,16 @@ func Each[TTx any](ctx context.Context, b driver.Backend[TTx], ms []driver.Migra
 	}
 	return done, nil
 }
+
+// Validate is a backend's Validate: nil when status (read with err) says
+// the database has exactly the binary's migrations, else the error, the
+// status's prefixed with name.
+func Validate(name string, status driver.MigrationStatus, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := status.Err(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
