@@ -30,6 +30,8 @@
 //	            key; if absent run the bare handler (its own transaction),
 //	            then INSERT the record in a separate statement, errors
 //	            ignored. Check-then-execute: concurrent duplicates all run.
+//	n  naive    d's keys sent again: the interceptor's replay, one SELECT
+//	            by key and no lock (informative: what one statement costs).
 //
 // Scenarios are interleaved: within each round every scenario is driven for
 // -duration in -slice slices that take turns in a random order, so that the

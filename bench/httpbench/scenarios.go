@@ -91,7 +91,7 @@ func replayed(status int, h http.Header) bool {
 // empty, keeps a (the baseline) and the listed ids.
 func scenarios(runID string, only string) ([]*scenario, error) {
 	set := scenarioSet{runID}
-	var idemDone, genericDone executed
+	var idemDone, genericDone, naiveDone executed
 	scs := []*scenario{
 		{id: "a", name: "bare (no idem)", path: pathBare, next: set.fresh("bare"), ok: created},
 		{id: "b", name: "idem first execution", path: pathIdem, next: set.fresh("idem"), ok: created,
@@ -107,7 +107,12 @@ func scenarios(runID string, only string) ([]*scenario, error) {
 			done: genericDone.record, info: true},
 		{id: "g", name: "generic path replay (before)", path: pathGeneric, next: set.replay("generic", &genericDone), ok: replayed,
 			replays: "f", info: true},
-		{id: "d", name: "naive interceptor", path: pathNaive, next: set.fresh("naive"), ok: created},
+		{id: "d", name: "naive interceptor", path: pathNaive, next: set.fresh("naive"), ok: created,
+			done: naiveDone.record},
+		// The naive interceptor's replay: one SELECT by key, no lock (and no
+		// replay header: any 201 is its stored answer).
+		{id: "n", name: "naive interceptor replay", path: pathNaive, next: set.replay("naive", &naiveDone),
+			ok: func(status int, _ http.Header) bool { return status == http.StatusCreated }, replays: "d", info: true},
 	}
 	if only == "" {
 		return scs, nil
