@@ -36,36 +36,16 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	var (
-		ids      = make([]pgtype.UUID, len(rows))
-		types    = make([]string, len(rows))
-		keys     = make([]string, len(rows))
-		sagas    = make([]*string, len(rows))
-		payloads = make([][]byte, len(rows))
-		headers  = make([]*string, len(rows))
-		occurred = make([]time.Time, len(rows))
-		created  = make([]time.Time, len(rows))
-	)
-	for i, r := range rows {
-		ids[i] = pgtype.UUID{Bytes: r.EventID, Valid: true}
-		types[i] = r.EventType
-		keys[i] = r.Key
-		if r.SagaID != "" {
-			sagas[i] = &r.SagaID
-		}
-		payloads[i] = r.Payload
-		if r.Headers != nil {
-			h := string(r.Headers)
-			headers[i] = &h
-		}
-		occurred[i] = r.OccurredAt
-		created[i] = r.CreatedAt
+	ids := make([]pgtype.UUID, len(rows))
+	for i := range rows {
+		ids[i] = pgtype.UUID{Bytes: rows[i].EventID, Valid: true}
 	}
+	a := pgsql.NewOutboxInsertArrays(rows)
 	// The notify CTE is not referenced by the INSERT; the final SELECT reads
 	// it so that it runs, after the insert, and only when a row was new.
 	var inserted, notified int
 	err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxInsertSQL),
-		ids, types, keys, sagas, payloads, headers, occurred, created, e.d.OutboxChannel(),
+		ids, a.Types, a.Keys, a.Sagas, a.Payloads, a.Headers, a.Occurred, a.Created, e.d.OutboxChannel(),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)

@@ -21,35 +21,15 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	var (
-		ids      = make([]string, len(rows))
-		types    = make([]string, len(rows))
-		keys     = make([]string, len(rows))
-		sagas    = make([]*string, len(rows))
-		payloads = make([][]byte, len(rows))
-		headers  = make([]*string, len(rows))
-		occurred = make([]time.Time, len(rows))
-		created  = make([]time.Time, len(rows))
-	)
-	for i, r := range rows {
-		ids[i] = r.EventID.String()
-		types[i] = r.EventType
-		keys[i] = r.Key
-		if r.SagaID != "" {
-			sagas[i] = &r.SagaID
-		}
-		payloads[i] = r.Payload
-		if r.Headers != nil {
-			h := string(r.Headers)
-			headers[i] = &h
-		}
-		occurred[i] = r.OccurredAt
-		created[i] = r.CreatedAt
+	ids := make([]string, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].EventID.String()
 	}
+	a := pgsql.NewOutboxInsertArrays(rows)
 	var inserted, notified int
 	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxInsertSQL),
-		textArray(ids), textArray(types), textArray(keys), nullTextArray(sagas), byteaArray(payloads),
-		nullTextArray(headers), timeArray(occurred), timeArray(created), e.d.OutboxChannel(),
+		textArray(ids), textArray(a.Types), textArray(a.Keys), nullTextArray(a.Sagas), byteaArray(a.Payloads),
+		nullTextArray(a.Headers), timeArray(a.Occurred), timeArray(a.Created), e.d.OutboxChannel(),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)
