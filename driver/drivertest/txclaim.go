@@ -88,19 +88,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 	if _, res2 := claim("k2", 100*time.Millisecond); res2.Locked || time.Since(start) > 2*time.Second {
 		t.Fatalf("BeginClaim(Wait 100ms) on a held lock: %+v after %s; want not locked, promptly", res2, time.Since(start))
 	}
-	got := make(chan *driver.TxClaimResult, 1)
-	go func() {
-		tx2, res2, err := tc.BeginClaim(context.Background(), &driver.TxClaimParams{Scope: "s", Key: "k2", Wait: 10 * time.Second})
-		if err != nil {
-			t.Errorf("BeginClaim(Wait): %v", err)
-			got <- nil
-			return
-		}
-		if res2.Locked {
-			_ = drv.Rollback(context.Background(), tx2)
-		}
-		got <- res2
-	}()
+	got := waitingClaim(t, drv, tc, "k2")
 	time.Sleep(100 * time.Millisecond)
 	if err := tc.CommitComplete(ctx, tx, complete("k2", t0, false)); err != nil {
 		t.Fatal(err)
@@ -195,19 +183,7 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 		if !res.Locked {
 			t.Fatalf("BeginClaim(n3) = %+v; want locked", res)
 		}
-		got := make(chan *driver.TxClaimResult, 1)
-		go func() {
-			tx2, res2, err := tc.BeginClaim(context.Background(), &driver.TxClaimParams{Scope: "s", Key: "n3", Wait: 10 * time.Second})
-			if err != nil {
-				t.Errorf("BeginClaim(Wait): %v", err)
-				got <- nil
-				return
-			}
-			if res2.Locked {
-				_ = drv.Rollback(context.Background(), tx2)
-			}
-			got <- res2
-		}()
+		got := waitingClaim(t, drv, tc, "n3")
 		time.Sleep(50 * time.Millisecond)
 		if err := tc.CommitComplete(ctx, tx, complete("n3", t0)); err != nil {
 			t.Fatal(err)
@@ -223,4 +199,25 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 		t.Fatalf("BeginClaim(expired key) = %+v; want locked with the old record", res)
 	}
 	rollback(t, drv, tx)
+}
+
+// waitingClaim starts a BeginClaim of key in scope "s" that waits up to 10 s
+// for the lock, and returns the channel its result arrives on (nil after an
+// error, which is reported). A claim that got the lock is rolled back.
+func waitingClaim[TTx any](t *testing.T, drv driver.Driver[TTx], tc driver.TxClaimer[TTx], key string) <-chan *driver.TxClaimResult {
+	t.Helper()
+	got := make(chan *driver.TxClaimResult, 1)
+	go func() {
+		tx, res, err := tc.BeginClaim(context.Background(), &driver.TxClaimParams{Scope: "s", Key: key, Wait: 10 * time.Second})
+		if err != nil {
+			t.Errorf("BeginClaim(Wait): %v", err)
+			got <- nil
+			return
+		}
+		if res.Locked {
+			_ = drv.Rollback(context.Background(), tx)
+		}
+		got <- res
+	}()
+	return got
 }
