@@ -24,8 +24,8 @@
 //     you tolerate): an event redelivered after its dedup row was deleted is
 //     applied twice. Set Config.Inbox.RedeliveryHorizon and New logs a
 //     warning when the TTL is shorter. The TTL applies to every consumer.
-//   - outbox: published rows are kept for Config.Outbox.TTL after
-//     published_at (24h by default) for audits and manual republishing
+//   - outbox: published rows are kept for Config.Outbox.TTL after their
+//     publication (24h by default) for audits and manual republishing
 //     (outbox.Redrive). Rows not yet published, and parked rows, are never
 //     deleted. (With pgdriver.Config.OutboxDeletePublished the relay
 //     deletes rows as it publishes them, and there is nothing to sweep.)

@@ -85,8 +85,10 @@ type OutboxExecutor interface {
 	// per database, and the batch is the lowest IDs.
 	OutboxClaimBatch(ctx context.Context, p *OutboxClaimBatchParams) ([]OutboxRow, error)
 
-	// OutboxMarkPublished sets published_at to p.At on the unpublished rows
-	// among p.IDs. Rows already published keep their first time.
+	// OutboxMarkPublished records p.At as the publication time of the
+	// unpublished rows among p.IDs (PostgreSQL moves them from
+	// outbox_pending to outbox_published; SQLite sets published_at). Rows
+	// already published keep their first time.
 	OutboxMarkPublished(ctx context.Context, p *OutboxMarkPublishedParams) error
 
 	// OutboxMarkFailed records a failed attempt of row p.ID: attempts+1,
@@ -112,8 +114,8 @@ type OutboxExecutor interface {
 	// relay's lag metric, so it must be cheap however long the backlog is.
 	OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error)
 
-	// OutboxRedrive marks published rows unpublished again (published_at,
-	// attempts, last_error and next_attempt_at cleared) so that the relay
+	// OutboxRedrive marks published rows unpublished again (publication
+	// time, attempts, last_error and next_attempt_at cleared) so that the relay
 	// publishes them once more, with their stored event IDs: consumers
 	// with an inbox drop the copies they already applied. It is the safety
 	// net for a broker that lost events it had acknowledged (a fresh

@@ -264,7 +264,7 @@ func TestEndToEnd(t *testing.T) {
 		defer dcancel()
 		var rows, distinctIDs, unpublished, parked, outboxRows int
 		_ = q.QueryRow(dctx, `SELECT count(*), count(DISTINCT event_id) FROM effect`).Scan(&rows, &distinctIDs)
-		_ = q.QueryRow(dctx, `SELECT count(*), count(*) FILTER (WHERE published_at IS NULL), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM outbox`).Scan(&outboxRows, &unpublished, &parked)
+		_ = q.QueryRow(dctx, `SELECT (SELECT count(*) FROM outbox), count(*), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM outbox_pending`).Scan(&outboxRows, &unpublished, &parked)
 		evMu.Lock()
 		written := len(evs)
 		evMu.Unlock()
@@ -379,7 +379,7 @@ func TestEndToEnd(t *testing.T) {
 		if err := q.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM effect`).Scan(&distinctIDs); err != nil || distinctIDs < events {
 			return false
 		}
-		if err := q.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&unpublished); err != nil || unpublished > 0 {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&unpublished); err != nil || unpublished > 0 {
 			return false
 		}
 		endOffsets = kc.EndOffsets(t, topic)
@@ -426,7 +426,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	var outboxRows, unpublished, parked int
-	if err := q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE published_at IS NULL), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM outbox`).Scan(&outboxRows, &unpublished, &parked); err != nil {
+	if err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox), count(*), count(*) FILTER (WHERE parked_at IS NOT NULL) FROM outbox_pending`).Scan(&outboxRows, &unpublished, &parked); err != nil {
 		t.Fatalf("count outbox: %v", err)
 	}
 	if outboxRows != events || unpublished != 0 || parked != 0 || marked.Load() != events {

@@ -108,7 +108,14 @@
 // of its own key (per-key order matters more than progress on that key);
 // other keys go on. The lag reported to RelayConfig.OnLag keeps growing
 // while a parked event waits, so an alert on lag catches it. After fixing
-// the cause, an operator unparks the event in SQL:
+// the cause, an operator unparks the event in SQL. On PostgreSQL an event's
+// delivery state is in its row of outbox_pending (the table of the events
+// not yet published):
+//
+//	UPDATE outbox_pending SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+//	WHERE id = (SELECT id FROM outbox WHERE event_id = '...');
+//
+// On SQLite it is in the outbox row itself:
 //
 //	UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL WHERE event_id = '...';
 //

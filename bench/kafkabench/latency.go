@@ -67,7 +67,7 @@ type latencyTimes struct {
 // them back.
 func (b *bench) runLatency(ctx context.Context) error {
 	o := b.o
-	if _, err := b.admin.Exec(ctx, "TRUNCATE "+pgx.Identifier{b.schema, "outbox"}.Sanitize()); err != nil {
+	if _, err := b.admin.Exec(ctx, "TRUNCATE "+b.outboxTables()); err != nil {
 		return fmt.Errorf("truncate outbox: %w", err)
 	}
 	topic := fmt.Sprintf("kafkabench-%s-latency", b.runID)
@@ -307,8 +307,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 	}
 
 	var unpublished int
-	if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox"}.Sanitize()+
-		" WHERE published_at IS NULL").Scan(&unpublished); err != nil {
+	if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_pending"}.Sanitize()).Scan(&unpublished); err != nil {
 		return err
 	}
 

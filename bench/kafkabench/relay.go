@@ -41,7 +41,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 	if bs == 0 {
 		bs = 500 // what outbox.RelayConfig defaults to; printed as such below
 	}
-	if _, err := b.admin.Exec(ctx, "TRUNCATE "+pgx.Identifier{b.schema, "outbox"}.Sanitize()); err != nil {
+	if _, err := b.admin.Exec(ctx, "TRUNCATE "+b.outboxTables()); err != nil {
 		return fmt.Errorf("truncate outbox: %w", err)
 	}
 	topic := fmt.Sprintf("kafkabench-%s-%d", b.runID, bs)
@@ -58,7 +58,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 		return err
 	}
 	fill := time.Since(fillStart)
-	if _, err := b.admin.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{b.schema, "outbox"}.Sanitize()); err != nil {
+	if _, err := b.admin.Exec(ctx, "VACUUM ANALYZE "+b.outboxTables()); err != nil {
 		return fmt.Errorf("vacuum outbox: %w", err)
 	}
 	if _, err := b.admin.Exec(ctx, "CHECKPOINT"); err != nil {
@@ -144,8 +144,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 	eps := float64(n) / elapsed.Seconds()
 
 	var unpublished int
-	if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox"}.Sanitize()+
-		" WHERE published_at IS NULL").Scan(&unpublished); err != nil {
+	if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "outbox_pending"}.Sanitize()).Scan(&unpublished); err != nil {
 		return err
 	}
 	chk, err := readBack(ctx, seeds, topic)
@@ -338,4 +337,12 @@ func newPublisher(ctx context.Context, seeds []string, topic string, logger *slo
 		return nil, fmt.Errorf("kfake ping: %w", err)
 	}
 	return pub, nil
+}
+
+// outboxTables lists the bench schema's outbox tables (the events, the
+// pending rows and the publication log) for TRUNCATE and VACUUM.
+func (b *bench) outboxTables() string {
+	return pgx.Identifier{b.schema, "outbox"}.Sanitize() + ", " +
+		pgx.Identifier{b.schema, "outbox_pending"}.Sanitize() + ", " +
+		pgx.Identifier{b.schema, "outbox_published"}.Sanitize()
 }

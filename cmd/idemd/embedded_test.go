@@ -111,7 +111,7 @@ func TestOutboxRedriveCommand(t *testing.T) {
 	l.run(t.Context())
 	published := func() int {
 		var n int
-		if err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&n); err != nil {
+		if err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_published`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

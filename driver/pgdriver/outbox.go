@@ -64,10 +64,14 @@ const OutboxLanes = pgsql.OutboxLanes
 const lanesPerClaim = pgsql.LanesPerClaim
 
 // OutboxClaimBatch implements driver.OutboxExecutor with lanes (see
-// migration 006_outbox_lanes.sql), in two statements:
+// migrations 006_outbox_lanes.sql and 008_outbox_pending.sql). The events
+// not yet published each have a narrow row in outbox_pending (id, key,
+// lane, failure state), deleted when the event is published; the event
+// itself (payload, headers) is the outbox row, written once. The claim
+// takes two statements:
 //
 //  1. lanes: the lanes that have pending rows not parked (a loose scan of
-//     the lane index: one probe per pending lane), then up to lanesPerClaim of them
+//     outbox_pending_lane_idx: one probe per pending lane), then up to lanesPerClaim of them
 //     (and no more than limit),
 //     each locked with pg_try_advisory_xact_lock (a lane another
 //     transaction holds is skipped), starting at a random lane so that
@@ -79,8 +83,9 @@ const lanesPerClaim = pgsql.LanesPerClaim
 //  2. rows: lane after lane, each lane's pending rows in ID order through
 //     the (lane, id) index, skipping the keys that are blocked (an earlier
 //     unpublished row of the key is parked or backing off:
-//     outbox_blocked_idx, almost always empty), until limit rows are read;
-//     then sorted by ID. Each key's rows are thus a prefix of its claimable
+//     outbox_pending_blocked_idx, almost always empty), until limit rows
+//     are read, each joined to its outbox row by primary key; then sorted
+//     by ID. Each key's rows are thus a prefix of its claimable
 //     queue, and a claim reads about limit rows however many keys are
 //     pending and however long their queues are. The lanes it locked but
 //     did not need wait for the next claim.
@@ -145,7 +150,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 // with a bitmap scan and sorts it whenever it expects the lane to hold not
 // much more than limit rows (2-4 ms instead of 1-2 ms for 500 rows of 1,000
 // keys), and with one busy key it would read that key's whole backlog each
-// time (50,000 rows for a batch of 500). The range scan of outbox_lane_idx
+// time (50,000 rows for a batch of 500). The range scan of outbox_pending_lane_idx
 // reads the lane in ID order and stops at limit.
 const (
 	outboxLanesSQL = pgsql.OutboxLanesSQL
@@ -194,8 +199,13 @@ func scanOutboxRow(row pgx.CollectableRow, extra ...any) (driver.OutboxRow, erro
 	return r, nil
 }
 
-// OutboxMarkPublished implements driver.OutboxExecutor. With
-// Config.OutboxDeletePublished it deletes the rows instead.
+// OutboxMarkPublished implements driver.OutboxExecutor in one statement: it
+// deletes the rows' pending rows and appends (id, p.At) to the publication
+// log outbox_published for those it deleted, so a row already published
+// keeps its first time. The outbox row is not touched: marking costs a
+// narrow DELETE and a narrow INSERT per event, not a new version of the
+// event's row. With Config.OutboxDeletePublished it deletes the pending
+// rows and the events instead.
 func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMarkPublishedParams) error {
 	ids, at := p.IDs, p.At
 	if len(ids) == 0 {
@@ -236,9 +246,10 @@ func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) e
 }
 
 // OutboxDeletePublishedBefore implements driver.OutboxExecutor. Like
-// RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
-// statement never locks more than limit rows, and skips rows a concurrent
-// cleaner holds.
+// RecordDeleteExpired, it deletes publication log rows by ctid from a
+// bounded subquery so one statement never locks more than limit rows, and
+// skips rows a concurrent cleaner or redrive holds; the same statement
+// deletes their events.
 func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
 	before, limit := p.Before, p.Limit
 	if limit <= 0 {
@@ -267,7 +278,9 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 }
 
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
-// p.Limit rows found through the published_at index.
+// p.Limit rows found through the publication log's published_at index:
+// their log rows are deleted and their pending rows inserted again, in one
+// statement.
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	if err := checkRedrive(p); err != nil {
 		return 0, err

@@ -645,63 +645,154 @@ func TestOutboxDeletePublished(t *testing.T) {
 	drain(t, relay)
 	checkExactlyOnceInOrder(t, pub.published(), want)
 	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.outbox`).Scan(&rows); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.outbox) + (SELECT count(*) FROM `+schema+`.outbox_pending)
+		+ (SELECT count(*) FROM `+schema+`.outbox_published)`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != 0 {
-		t.Errorf("outbox holds %d rows after the relay; want none", rows)
+		t.Errorf("the outbox tables hold %d rows after the relay; want none", rows)
 	}
 	if _, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{}); err == nil {
 		t.Error("Redrive succeeded with published rows deleted; want an error")
 	}
 }
 
-// Migration 006 gives the rows already in the outbox their lanes: an outbox
-// with pending rows from before the lanes is relayed completely, each key in
-// order, after it.
-func TestOutboxMigration006KeepsRows(t *testing.T) {
-	t.Parallel()
-	drv := testdb.Postgres(t)
+// migratedTo returns a driver on a fresh schema holding idem's migrations up
+// to version only, applied by hand as an older release left them.
+func migratedTo(t *testing.T, version int) *pgdriver.Driver {
+	t.Helper()
 	ctx := t.Context()
-	// Undo 006 (and 007, which follows it).
-	for _, q := range []string{
-		`DROP INDEX outbox_lane_idx`,
-		`DROP INDEX outbox_blocked_idx`,
-		`ALTER TABLE outbox DROP COLUMN lane`,
-		`CREATE INDEX outbox_pending_key_idx ON outbox (record_key, id) WHERE published_at IS NULL`,
-		`ALTER TABLE processed_event DROP CONSTRAINT processed_event_pkey,
-			ADD CONSTRAINT processed_event_pkey PRIMARY KEY (consumer_name, event_id)`,
-		`DELETE FROM idem_migration WHERE version IN (6, 7)`,
-	} {
-		if _, err := drv.Pool().Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
+	pool, schema := testdb.Schema(t, 10)
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+	if _, err := pool.Exec(ctx, drv.MigrationTableSQL()); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := drv.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version > version {
+			break
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+drv.Table("idem_migration")+` (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		}); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
 		}
 	}
-	want := map[string][]uuid.UUID{}
-	var rows []driver.OutboxRow
-	for i := range 60 {
-		e := newEvent(t, fmt.Sprintf("k%d", i%7), i)
-		want[e.Key] = append(want[e.Key], e.ID)
-		rows = append(rows, driver.OutboxRow{EventID: e.ID, EventType: e.Type, Key: e.Key, OccurredAt: e.OccurredAt, Payload: e.Payload, CreatedAt: time.Now()})
+	return drv
+}
+
+// An outbox left by an older release, before the lanes (version 5) or
+// before the pending table (version 7), keeps every row through the
+// migrations: its pending rows are relayed, each key in order; a parked row
+// stays parked (its attempts and error kept) and blocks its key; a row that
+// was backing off keeps its attempts; published rows keep their time, so
+// redrive and cleanup find them.
+func TestOutboxMigrationsKeepRows(t *testing.T) {
+	t.Parallel()
+	for _, from := range []int{5, 7} {
+		t.Run(fmt.Sprint("from ", from), func(t *testing.T) {
+			t.Parallel()
+			drv := migratedTo(t, from)
+			ctx := t.Context()
+			now := time.Now()
+			publishedAt := now.Add(-2 * time.Hour).Truncate(time.Microsecond)
+			want := map[string][]uuid.UUID{}
+			// insert writes a row as the old drivers did: the delivery
+			// state in the outbox row itself.
+			insert := func(key string, seq int, publishedAt *time.Time, attempts int, nextAttempt, parked *time.Time) uuid.UUID {
+				e := newEvent(t, key, seq)
+				var lastErr *string
+				if attempts > 0 {
+					s := fmt.Sprint("failure ", attempts)
+					lastErr = &s
+				}
+				if _, err := drv.Pool().Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at,
+					published_at, attempts, last_error, next_attempt_at, parked_at)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+					e.ID, e.Type, e.Key, e.Payload, e.OccurredAt, now, publishedAt, attempts, lastErr, nextAttempt, parked); err != nil {
+					t.Fatal(err)
+				}
+				return e.ID
+			}
+			var published []uuid.UUID
+			for i := range 3 {
+				published = append(published, insert("old", i, &publishedAt, 0, nil, nil))
+			}
+			past := now.Add(-time.Minute)
+			want["retry"] = []uuid.UUID{insert("retry", 0, nil, 2, &past, nil), insert("retry", 1, nil, 0, nil, nil)}
+			parked := insert("parked", 0, nil, 5, nil, &past)
+			blocked := insert("parked", 1, nil, 0, nil, nil)
+			for i := range 60 {
+				k := fmt.Sprintf("k%d", i%7)
+				want[k] = append(want[k], insert(k, i, nil, 0, nil, nil))
+			}
+
+			if err := drv.Migrate(ctx); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			pub := &recorder{}
+			relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 9})
+			drain(t, relay)
+			checkExactlyOnceInOrder(t, pub.published(), want)
+
+			// The parked row and the row it blocks are still pending,
+			// with their state.
+			type pendingRow struct {
+				EventID  uuid.UUID
+				Attempts int
+				LastErr  *string
+				Parked   bool
+			}
+			rows, err := drv.Pool().Query(ctx, `SELECT o.event_id, p.attempts, p.last_error, p.parked_at IS NOT NULL
+				FROM outbox_pending p JOIN outbox o USING (id) ORDER BY p.id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pendingRow])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) != 2 || left[0].EventID != parked || left[0].Attempts != 5 || left[0].LastErr == nil ||
+				*left[0].LastErr != "failure 5" || !left[0].Parked || left[1].EventID != blocked || left[1].Parked {
+				t.Fatalf("pending after the relay: %+v; want the parked row (5 attempts) and the row it blocks", left)
+			}
+
+			// The old published rows kept their time: a redrive since it
+			// republishes them, in order; one since a second after it
+			// finds none of them.
+			if n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{Since: publishedAt.Add(time.Second), Keys: []string{"old"}}); err != nil || n != 0 {
+				t.Fatalf("Redrive after the old rows' time = %d, %v; want 0", n, err)
+			}
+			n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{Since: publishedAt, Keys: []string{"old"}})
+			if err != nil || n != 3 {
+				t.Fatalf("Redrive of the old window = %d, %v; want 3", n, err)
+			}
+			pub2 := &recorder{}
+			drain(t, newRelay(t, drv, pub2, &outbox.RelayConfig{BatchSize: 9}))
+			checkExactlyOnceInOrder(t, pub2.published(), map[string][]uuid.UUID{"old": published})
+
+			// Cleanup deletes the published rows, never the pending ones.
+			deleted, err := drv.Executor().OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: time.Now().Add(time.Hour), Limit: 1000})
+			if err != nil || deleted != 3+2+60 {
+				t.Fatalf("cleanup deleted %d, %v; want %d", deleted, err, 3+2+60)
+			}
+			var outboxRows, pendingRows, logRows int
+			if err := drv.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM outbox_pending),
+				(SELECT count(*) FROM outbox_published)`).Scan(&outboxRows, &pendingRows, &logRows); err != nil {
+				t.Fatal(err)
+			}
+			if outboxRows != 2 || pendingRows != 2 || logRows != 0 {
+				t.Errorf("after cleanup: %d outbox rows, %d pending, %d published; want 2, 2, 0", outboxRows, pendingRows, logRows)
+			}
+		})
 	}
-	// The old schema has no lane column: insert as the old driver did.
-	for _, r := range rows {
-		if _, err := drv.Pool().Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6)`, r.EventID, r.EventType, r.Key, r.Payload, r.OccurredAt, r.CreatedAt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := drv.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	var missing int
-	if err := drv.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE lane IS DISTINCT FROM abs(hashtextextended(record_key, 0) % 64)`).Scan(&missing); err != nil || missing != 0 {
-		t.Fatalf("rows without their lane after the migration: %d, %v", missing, err)
-	}
-	pub := &recorder{}
-	relay := newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 9})
-	drain(t, relay)
-	checkExactlyOnceInOrder(t, pub.published(), want)
 }
 
 // Lanes whose only pending rows are parked are not claimed: with more such

@@ -24,10 +24,10 @@ type Config struct {
 	// idempotency_record, processed_event, ...).
 	TablePrefix string
 
-	// OutboxDeletePublished makes OutboxMarkPublished delete the rows it
-	// marks instead of setting their published_at (see pgdriver.Config:
-	// cheaper relaying, but nothing is kept for audits or outbox.Redrive,
-	// which then fails). Defaults to false.
+	// OutboxDeletePublished makes OutboxMarkPublished delete the events it
+	// marks instead of recording their publication time (see
+	// pgdriver.Config: nothing is kept for audits or outbox.Redrive, which
+	// then fails, and it is not faster). Defaults to false.
 	OutboxDeletePublished bool
 }
 

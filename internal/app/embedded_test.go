@@ -64,7 +64,7 @@ func TestEmbeddedNewLogRepublishes(t *testing.T) {
 				}
 			}
 			s.waitSummary(3, "orders=3 pending=0 confirmed=3 rejected=0 total_amount=4.5000")
-			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			s.waitCount(unpublished(kind), 0)
 			stop()
 			events := count("outbox")
 			applied := count(consumerEvents(app.ProjectionInbox))
@@ -75,9 +75,9 @@ func TestEmbeddedNewLogRepublishes(t *testing.T) {
 				!strings.Contains(logs.String(), `"events":`+strconv.Itoa(events)) {
 				t.Errorf("no republication of the %d events logged:\n%s", events, logs)
 			}
-			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			s.waitCount(unpublished(kind), 0)
 			// The projection saw every event again and applied none of them.
-			s.waitCount("outbox WHERE published_at IS NOT NULL", events)
+			s.waitCount(published(kind), events)
 			s.waitSummary(3, "orders=3 pending=0 confirmed=3 rejected=0 total_amount=4.5000")
 			if got := count(consumerEvents(app.ProjectionInbox)); got != applied {
 				t.Errorf("projection inbox: %d events, want the %d of before", got, applied)

@@ -48,7 +48,7 @@ func TestMigrateSubcommandSQLite(t *testing.T) {
 	}
 
 	code, stdout, stderr = run(t, []string{"migrate", "status"}, map[string]string{"IDEMD_DB": path})
-	if code != 0 || stderr != "" || strings.Count(stdout, " applied\n") != len(ms) || strings.Contains(stdout, "pending") {
+	if code != 0 || stderr != "" || strings.Count(stdout, " applied\n") != len(ms) || strings.Contains(stdout, " pending\n") {
 		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
@@ -130,7 +130,7 @@ func TestMigrateSubcommandPostgres(t *testing.T) {
 		t.Fatalf("up: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	code, stdout, stderr = run(t, append([]string{"migrate", "status"}, db...), nil)
-	if code != 0 || stderr != "" || strings.Contains(stdout, "pending") {
+	if code != 0 || stderr != "" || strings.Contains(stdout, " pending\n") {
 		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

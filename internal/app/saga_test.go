@@ -54,6 +54,37 @@ func (s *served) waitCount(table string, want int) {
 	s.t.Fatalf("%s: %d rows, want %d", table, got, want)
 }
 
+// unpublishAll makes every outbox event unpublished again, as a redrive of
+// everything would: on PostgreSQL by moving them from the publication log
+// back to the pending rows (migration 008), on SQLite by clearing
+// published_at.
+func unpublishAll(kind string, exec func(string)) {
+	if kind == app.Postgres {
+		exec(`WITH d AS (DELETE FROM outbox_published RETURNING id)
+			INSERT INTO outbox_pending (id, record_key) SELECT o.id, o.record_key FROM outbox o JOIN d USING (id)`)
+		return
+	}
+	exec("UPDATE outbox SET published_at = NULL")
+}
+
+// unpublished is the FROM clause (for waitCount) of the outbox events not
+// published yet.
+func unpublished(kind string) string {
+	if kind == app.Postgres {
+		return "outbox_pending"
+	}
+	return "outbox WHERE published_at IS NULL"
+}
+
+// published is the FROM clause (for waitCount) of the outbox events
+// published.
+func published(kind string) string {
+	if kind == app.Postgres {
+		return "outbox_published"
+	}
+	return "outbox WHERE published_at IS NOT NULL"
+}
+
 // dbExecer returns a function running a statement on the database of
 // dbArg as another process would (a connection of its own).
 func dbExecer(t *testing.T, dbArg string) func(query string) {
@@ -173,9 +204,9 @@ func TestOrderSaga(t *testing.T) {
 			// them: the saga's steps (and the payment's UNIQUE constraint)
 			// must absorb the repeats by themselves.
 			exec("DELETE FROM " + consumerEvents(app.SagaInbox))
-			exec("UPDATE outbox SET published_at = NULL")
+			unpublishAll(kind, exec)
 			s.waitCount(consumerEvents(app.SagaInbox), 5)
-			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			s.waitCount(unpublished(kind), 0)
 			if got := state(); got != want {
 				t.Errorf("after the redelivery:\n%swant:\n%s", got, want)
 			}
@@ -225,8 +256,8 @@ func TestOrderSummaryOutcomes(t *testing.T) {
 			s.waitCount(consumerEvents(app.ProjectionInbox), events)
 			s.waitCount("payment WHERE status = 'CAPTURED'", 3)
 
-			exec("UPDATE outbox SET published_at = NULL")
-			s.waitCount("outbox WHERE published_at IS NULL", 0)
+			unpublishAll(kind, exec)
+			s.waitCount(unpublished(kind), 0)
 			s.waitCount(consumerEvents(app.SagaInbox), events)
 			time.Sleep(300 * time.Millisecond) // the copies reach the projection, which drops them
 			s.waitSummary(9, want9)

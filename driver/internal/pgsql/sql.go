@@ -138,23 +138,30 @@ const (
 	InboxOldestSQL = `SELECT min(processed_at) FROM {{table}}processed_event`
 )
 
-// Transactional outbox.
+// Transactional outbox (migrations 003, 006 and 008): the event in outbox,
+// written once; while unpublished, its delivery state in outbox_pending;
+// once published, its publication time in outbox_published.
 const (
-	OutboxColumns = `id, event_id, event_type, record_key, saga_id, payload, headers,
-	occurred_at, created_at, attempts, last_error, next_attempt_at, parked_at, published_at`
+	// OutboxColumns are the columns of an outbox row as the drivers scan
+	// them (driver.OutboxRow's order), over the outbox row o and its
+	// pending row p.
+	OutboxColumns = `o.id, o.event_id, o.event_type, o.record_key, o.saga_id, o.payload, o.headers,
+	o.occurred_at, o.created_at, p.attempts, p.last_error, p.next_attempt_at, p.parked_at, NULL::timestamptz`
 
-	// OutboxLanes is the number of outbox lanes (migration 006): every row
-	// is in lane abs(hashtextextended(record_key, 0) % OutboxLanes), so all
-	// the rows of a key share a lane.
+	// OutboxLanes is the number of outbox lanes (migration 006): every
+	// pending row is in lane abs(hashtextextended(record_key, 0) %
+	// OutboxLanes), so all the rows of a key share a lane.
 	OutboxLanes = 64
 	// LanesPerClaim is the most lanes one claim takes, so that concurrent
 	// claims share the pending lanes instead of one claim holding them all.
 	LanesPerClaim = 16
 
-	// OutboxInsertSQL inserts the rows given as arrays in their order, and
-	// notifies $9 when one was new. The notify CTE is not referenced by the
-	// INSERT; the final SELECT reads it so that it runs, after the insert,
-	// and only when a row was new.
+	// OutboxInsertSQL inserts the rows given as arrays in their order,
+	// gives each new one its pending row, and notifies $9 when one was
+	// new. The pending and notify CTEs are not referenced by the final
+	// SELECT; PostgreSQL runs a data-modifying CTE anyway, and the final
+	// SELECT reads notify so that it runs, after the insert, and only when
+	// a row was new.
 	OutboxInsertSQL = `WITH ins AS (
 			INSERT INTO {{table}}outbox
 				(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at)
@@ -165,7 +172,9 @@ const (
 				AS u(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, ord)
 			ORDER BY u.ord
 			ON CONFLICT (event_id) DO NOTHING
-			RETURNING 1
+			RETURNING id, record_key
+		), pending AS (
+			INSERT INTO {{table}}outbox_pending (id, record_key) SELECT id, record_key FROM ins
 		), notify AS (
 			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
 		)
@@ -177,10 +186,10 @@ const (
 	OutboxBitmapOffSQL     = `SET LOCAL enable_bitmapscan = off`
 	OutboxBitmapDefaultSQL = `SET LOCAL enable_bitmapscan TO DEFAULT`
 	OutboxLanesSQL         = `WITH RECURSIVE pending AS (
-			(SELECT lane FROM {{table}}outbox WHERE published_at IS NULL AND parked_at IS NULL ORDER BY lane LIMIT 1)
+			(SELECT lane FROM {{table}}outbox_pending WHERE parked_at IS NULL ORDER BY lane LIMIT 1)
 			UNION ALL
-			SELECT (SELECT o.lane FROM {{table}}outbox o
-				WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.lane > p.lane ORDER BY o.lane LIMIT 1)
+			SELECT (SELECT q.lane FROM {{table}}outbox_pending q
+				WHERE q.parked_at IS NULL AND q.lane > p.lane ORDER BY q.lane LIMIT 1)
 			FROM pending p WHERE p.lane IS NOT NULL
 		)
 		SELECT lane FROM (
@@ -189,43 +198,70 @@ const (
 			OFFSET 0) s
 		WHERE pg_try_advisory_xact_lock($2::int, lane)
 		LIMIT $3`
-	OutboxReadSQL = `SELECT r.* FROM unnest($1::smallint[]) AS l(lane)
+	// OutboxReadSQL reads the lanes' pending rows (p), then joins each to
+	// its event (o) by primary key.
+	OutboxReadSQL = `SELECT ` + OutboxColumns + ` FROM unnest($1::smallint[]) AS l(lane)
 		CROSS JOIN LATERAL (
-			SELECT ` + OutboxColumns + ` FROM {{table}}outbox o
-			WHERE o.lane = l.lane AND o.published_at IS NULL AND o.parked_at IS NULL
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
-				WHERE b.record_key = o.record_key AND b.id <= o.id
-				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+			SELECT q.id, q.attempts, q.last_error, q.next_attempt_at, q.parked_at
+			FROM {{table}}outbox_pending q
+			WHERE q.lane = l.lane AND q.parked_at IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending b
+				WHERE b.record_key = q.record_key AND b.id <= q.id
+				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
 				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
-			ORDER BY o.id
-			LIMIT $3) r
+			ORDER BY q.id
+			LIMIT $3) p
+		CROSS JOIN LATERAL (
+			SELECT * FROM {{table}}outbox e WHERE e.id = p.id OFFSET 0) o
 		LIMIT $3`
 
-	OutboxDeleteMarkedSQL = `DELETE FROM {{table}}outbox
-			WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`
-	OutboxMarkPublishedSQL = `UPDATE {{table}}outbox SET published_at = $2
-		WHERE id = ANY ($1::bigint[]) AND published_at IS NULL`
-	OutboxMarkFailedSQL = `UPDATE {{table}}outbox
+	// OutboxDeleteMarkedSQL deletes the published rows (pgdriver's
+	// Config.OutboxDeletePublished): their pending rows, then the events.
+	OutboxDeleteMarkedSQL = `WITH d AS (
+			DELETE FROM {{table}}outbox_pending WHERE id = ANY ($1::bigint[]) RETURNING id)
+		DELETE FROM {{table}}outbox WHERE id = ANY (ARRAY(SELECT id FROM d))`
+	// OutboxMarkPublishedSQL moves the rows from pending to published; a
+	// row already published has no pending row and keeps its first time.
+	OutboxMarkPublishedSQL = `WITH d AS (
+			DELETE FROM {{table}}outbox_pending WHERE id = ANY ($1::bigint[]) RETURNING id)
+		INSERT INTO {{table}}outbox_published (id, published_at) SELECT id, $2 FROM d`
+	OutboxMarkFailedSQL = `UPDATE {{table}}outbox_pending
 		SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3
-		WHERE id = $1 AND published_at IS NULL`
-	OutboxParkSQL = `UPDATE {{table}}outbox
+		WHERE id = $1`
+	OutboxParkSQL = `UPDATE {{table}}outbox_pending
 		SET attempts = attempts + 1, last_error = $2, parked_at = $3
-		WHERE id = $1 AND published_at IS NULL`
-	OutboxDeletePublishedBeforeSQL = `DELETE FROM {{table}}outbox WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}outbox
-		WHERE published_at IS NOT NULL AND published_at < $1
-		ORDER BY published_at LIMIT $2
-		FOR UPDATE SKIP LOCKED))`
-	OutboxOldestUnpublishedSQL = `SELECT created_at FROM {{table}}outbox
-		WHERE published_at IS NULL ORDER BY id LIMIT 1`
-	OutboxRedriveSQL = `UPDATE {{table}}outbox
-		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
-		WHERE id = ANY (ARRAY(
-			SELECT id FROM {{table}}outbox
-			WHERE published_at IS NOT NULL AND published_at >= $1 AND published_at < $2
-				AND ($3::text[] IS NULL OR record_key = ANY ($3::text[]))
-			ORDER BY id LIMIT $4
-			FOR UPDATE SKIP LOCKED))`
+		WHERE id = $1`
+	// OutboxDeletePublishedBeforeSQL deletes at most $2 publication log
+	// rows older than $1 (by ctid from a bounded subquery, skipping rows a
+	// concurrent cleaner or redrive holds), then their events. The NOT
+	// EXISTS is a guard: an event with a pending row is never deleted.
+	OutboxDeletePublishedBeforeSQL = `WITH v AS (
+			SELECT ctid FROM {{table}}outbox_published
+			WHERE published_at < $1
+			ORDER BY published_at LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		), d AS (
+			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id)
+		DELETE FROM {{table}}outbox o
+		WHERE o.id = ANY (ARRAY(SELECT id FROM d))
+		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending p WHERE p.id = o.id)`
+	OutboxOldestUnpublishedSQL = `SELECT o.created_at FROM {{table}}outbox o
+		WHERE o.id = (SELECT min(id) FROM {{table}}outbox_pending)`
+	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
+	// the keys $3, if not NULL), lowest id first, from published back to
+	// pending, with their failure state cleared.
+	OutboxRedriveSQL = `WITH v AS (
+			SELECT l.ctid, l.id, o.record_key
+			FROM {{table}}outbox_published l JOIN {{table}}outbox o ON o.id = l.id
+			WHERE l.published_at >= $1 AND l.published_at < $2
+				AND ($3::text[] IS NULL OR o.record_key = ANY ($3::text[]))
+			ORDER BY l.id LIMIT $4
+			FOR UPDATE OF l SKIP LOCKED
+		), d AS (
+			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id)
+		INSERT INTO {{table}}outbox_pending (id, record_key)
+		SELECT v.id, v.record_key FROM v WHERE v.id IN (SELECT id FROM d)
+		ON CONFLICT (id) DO NOTHING`
 )
 
 // Sagas.
