@@ -28,7 +28,9 @@ func (d *Driver) OutboxChannel() string {
 
 // OutboxInsert implements driver.OutboxExecutor with one statement for the
 // whole batch: the rows are passed as arrays and inserted in their order
-// (WITH ORDINALITY ... ORDER BY), so their IDs follow it. When at least one
+// (WITH ORDINALITY ... ORDER BY), so their IDs follow it; a trigger of
+// migration 008 gives each new row its outbox_pending row in the same
+// statement. When at least one
 // row is new, the same statement calls pg_notify(OutboxChannel(), ”): the
 // notification is delivered when the caller's transaction commits, and never
 // if it rolls back. See ListenOutbox.

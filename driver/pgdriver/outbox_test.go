@@ -795,6 +795,55 @@ func TestOutboxMigrationsKeepRows(t *testing.T) {
 	}
 }
 
+// An event inserted into outbox by plain SQL, as a replica of an earlier
+// release still running during a rolling upgrade would (its statement
+// writes no pending row), is published all the same: the pending row comes
+// from migration 008's trigger. With a table prefix and the schema given
+// either in the Config or by the pool's search_path only; the plain
+// inserts come from a session whose search_path is another schema.
+func TestOutboxPlainInsertIsPublished(t *testing.T) {
+	t.Parallel()
+	for _, inConfig := range []bool{true, false} {
+		t.Run(fmt.Sprint("schema in config ", inConfig), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, schema := testdb.Schema(t, 10)
+			cfg := &pgdriver.Config{TablePrefix: "app_"}
+			if inConfig {
+				cfg.Schema = schema
+			}
+			drv := newBareDriver(t, pool, cfg)
+			if err := drv.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			other := testdb.Pool(t, "public", 2)
+			want := map[string][]uuid.UUID{}
+			var evs []event.Envelope
+			for i := range 5 {
+				evs = append(evs, newEvent(t, "k", i))
+				want["k"] = append(want["k"], evs[i].ID)
+			}
+			enqueue(t, drv, evs[0])
+			for _, e := range evs[1:4] {
+				if _, err := other.Exec(ctx, `INSERT INTO `+schema+`.app_outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+					VALUES ($1, $2, $3, $4, $5, now())`, e.ID, e.Type, e.Key, e.Payload, e.OccurredAt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enqueue(t, drv, evs[4])
+			// A repeated event ID inserts nothing and adds no pending row.
+			enqueue(t, drv, evs[2])
+			var pending int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+drv.Table("outbox_pending")).Scan(&pending); err != nil || pending != 5 {
+				t.Fatalf("%d pending rows, %v; want 5", pending, err)
+			}
+			pub := &recorder{}
+			drain(t, newRelay(t, drv, pub, nil))
+			checkExactlyOnceInOrder(t, pub.published(), want)
+		})
+	}
+}
+
 // Lanes whose only pending rows are parked are not claimed: with more such
 // lanes than a claim takes, the one healthy key is still found at the
 // first claim.

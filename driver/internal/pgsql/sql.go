@@ -156,12 +156,11 @@ const (
 	// claims share the pending lanes instead of one claim holding them all.
 	LanesPerClaim = 16
 
-	// OutboxInsertSQL inserts the rows given as arrays in their order,
-	// gives each new one its pending row, and notifies $9 when one was
-	// new. The pending and notify CTEs are not referenced by the final
-	// SELECT; PostgreSQL runs a data-modifying CTE anyway, and the final
-	// SELECT reads notify so that it runs, after the insert, and only when
-	// a row was new.
+	// OutboxInsertSQL inserts the rows given as arrays in their order, and
+	// notifies $9 when one was new. The notify CTE is not referenced by
+	// the INSERT; the final SELECT reads it so that it runs, after the
+	// insert, and only when a row was new. Each new row's pending row is
+	// written by the outbox_pending_insert trigger (migration 008).
 	OutboxInsertSQL = `WITH ins AS (
 			INSERT INTO {{table}}outbox
 				(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at)
@@ -172,9 +171,7 @@ const (
 				AS u(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, ord)
 			ORDER BY u.ord
 			ON CONFLICT (event_id) DO NOTHING
-			RETURNING id, record_key
-		), pending AS (
-			INSERT INTO {{table}}outbox_pending (id, record_key) SELECT id, record_key FROM ins
+			RETURNING 1
 		), notify AS (
 			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
 		)

@@ -24,8 +24,10 @@
 --
 -- The move below keeps every row: unpublished ones (parked and backing off
 -- included, with their attempts and errors) become pending rows, published
--- ones keep their publication time. Relays of a version before this
--- migration must be stopped before it runs: they read columns it drops.
+-- ones keep their publication time. During a rolling upgrade, replicas of
+-- an earlier release can go on enqueueing (the trigger below gives their
+-- events pending rows); their relays fail on the columns dropped here, and
+-- publish nothing, until they are replaced.
 CREATE TABLE {{table}}outbox_pending (
     id              bigint      NOT NULL,
     record_key      text        NOT NULL,
@@ -73,6 +75,27 @@ CREATE INDEX {{name}}outbox_pending_blocked_idx ON {{table}}outbox_pending (reco
     WHERE parked_at IS NOT NULL OR next_attempt_at IS NOT NULL;
 -- Cleanup and redrive, oldest publication first.
 CREATE INDEX {{name}}outbox_published_at_idx ON {{table}}outbox_published (published_at);
+
+-- Every event inserted into outbox gets its pending row from this trigger,
+-- once per statement (the inserted rows as a transition table), whoever
+-- inserts it: idem's drivers, an operator's SQL, or a replica of an
+-- earlier release still running during a rolling upgrade. Were the pending
+-- row written by the drivers' statement instead, an event inserted any
+-- other way would never be published, silently. The function keeps the
+-- search_path of this migration (SET ... FROM CURRENT): without a
+-- configured schema, the table names below are resolved through it, and an
+-- insert from a session with another search_path must still find them.
+CREATE FUNCTION {{table}}outbox_pending_insert() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO {{table}}outbox_pending (id, record_key)
+    SELECT id, record_key FROM idem_inserted;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER {{name}}outbox_pending_insert AFTER INSERT ON {{table}}outbox
+    REFERENCING NEW TABLE AS idem_inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION {{table}}outbox_pending_insert();
 
 -- As in migration 006: a lane is read through the lane index whatever the
 -- statistics say.
