@@ -844,6 +844,58 @@ func TestOutboxPlainInsertIsPublished(t *testing.T) {
 	}
 }
 
+// Events deleted from outbox in SQL (an operator dropping a key's events)
+// take their pending rows with them: a key with more events than a batch,
+// deleted, does not stop the other keys of its lane. TRUNCATE empties the
+// pending rows and the publication log too.
+func TestOutboxDeletedEventsLeaveNoPendingRows(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	keys, sameLane := keysInLanes(t, drv, "d", 1)
+	var dropped []event.Envelope
+	for i := range 30 {
+		dropped = append(dropped, newEvent(t, keys[0], i))
+	}
+	enqueue(t, drv, dropped...)
+	want := map[string][]uuid.UUID{}
+	var kept []event.Envelope
+	for i := range 3 {
+		kept = append(kept, newEvent(t, sameLane, i))
+		want[sameLane] = append(want[sameLane], kept[i].ID)
+	}
+	enqueue(t, drv, kept...)
+	if _, err := drv.Pool().Exec(ctx, `DELETE FROM outbox WHERE record_key = $1`, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	count := func(table string) int {
+		t.Helper()
+		var n int
+		if err := drv.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count("outbox_pending"); n != 3 {
+		t.Fatalf("%d pending rows after the delete, want 3", n)
+	}
+	pub := &recorder{}
+	// Batches of 10: with the deleted key's 30 pending rows left at the
+	// head of the lane, no claim would reach the kept key.
+	drain(t, newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 10}))
+	checkExactlyOnceInOrder(t, pub.published(), want)
+
+	for _, q := range []string{`TRUNCATE outbox`, `TRUNCATE outbox, outbox_pending, outbox_published`} {
+		enqueue(t, drv, newEvent(t, keys[0], 99))
+		if _, err := drv.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if p, l := count("outbox_pending"), count("outbox_published"); p != 0 || l != 0 {
+			t.Errorf("after %s: %d pending rows, %d published; want none", q, p, l)
+		}
+	}
+}
+
 // Lanes whose only pending rows are parked are not claimed: with more such
 // lanes than a claim takes, the one healthy key is still found at the
 // first claim.

@@ -97,6 +97,32 @@ CREATE TRIGGER {{name}}outbox_pending_insert AFTER INSERT ON {{table}}outbox
     REFERENCING NEW TABLE AS idem_inserted
     FOR EACH STATEMENT EXECUTE FUNCTION {{table}}outbox_pending_insert();
 
+-- And an event deleted from outbox (by cleanup, or by an operator dropping
+-- events in SQL) takes its pending row with it; TRUNCATE of outbox empties
+-- the other two tables (truncate all three at once to skip their DELETE). A pending row left without its event would be
+-- read by every claim of its lane and published never, and enough of them
+-- at the head of a lane would stop the lane. (A publication log row left
+-- without its event is harmless: cleanup deletes it in its turn.)
+CREATE FUNCTION {{table}}outbox_pending_delete() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        -- DELETE, not TRUNCATE: a TRUNCATE of the three tables in one
+        -- statement has them open, and a nested TRUNCATE would fail.
+        DELETE FROM {{table}}outbox_pending;
+        DELETE FROM {{table}}outbox_published;
+    ELSE
+        DELETE FROM {{table}}outbox_pending p USING idem_deleted d WHERE p.id = d.id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER {{name}}outbox_pending_delete AFTER DELETE ON {{table}}outbox
+    REFERENCING OLD TABLE AS idem_deleted
+    FOR EACH STATEMENT EXECUTE FUNCTION {{table}}outbox_pending_delete();
+CREATE TRIGGER {{name}}outbox_truncate AFTER TRUNCATE ON {{table}}outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION {{table}}outbox_pending_delete();
+
 -- As in migration 006: a lane is read through the lane index whatever the
 -- statistics say.
 ALTER TABLE {{table}}outbox_pending ALTER COLUMN lane SET (n_distinct = 64);
