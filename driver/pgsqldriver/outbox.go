@@ -38,11 +38,11 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 }
 
 // OutboxClaimBatch implements driver.OutboxExecutor with pgdriver's lanes
-// (see pgdriver's OutboxClaimBatch and migration 006_outbox_lanes.sql): the
-// lanes with pending rows are locked with pg_try_advisory_xact_lock (the
-// same locks as pgdriver's, so relays of both drivers share a database),
-// then their rows are read by a second statement, whose snapshot is taken
-// after the locks are held.
+// (see pgdriver's OutboxClaimBatch and migrations 006_outbox_lanes.sql and
+// 008_outbox_pending.sql): the lanes with pending rows are locked with
+// pg_try_advisory_xact_lock (the same locks as pgdriver's, so relays of
+// both drivers share a database), then their rows are read by a second
+// statement, whose snapshot is taken after the locks are held.
 func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
 	if !e.inTx {
 		return nil, errors.New("pgsqldriver: outbox claim: must run in a transaction held until the rows are marked (use UnwrapExecutor)")
