@@ -24,7 +24,9 @@
 --
 -- The move below keeps every row: unpublished ones (parked and backing off
 -- included, with their attempts and errors) become pending rows, published
--- ones keep their publication time. During a rolling upgrade, replicas of
+-- ones keep their publication time. It holds an exclusive lock on outbox
+-- while it runs (enqueues wait): 1.4 s for 1,010,000 rows (10,000 of them
+-- pending) on a 2-core test machine. During a rolling upgrade, replicas of
 -- an earlier release can go on enqueueing (the trigger below gives their
 -- events pending rows); their relays fail on the columns dropped here, and
 -- publish nothing, until they are replaced.
