@@ -19,6 +19,10 @@ const migrationTableSQL = pgsql.MigrationTableSQL
 // Migrations returns idem's migrations with their SQL rendered for this
 // driver's Config (schema and table prefix): plain SQL that a DBA, goose,
 // atlas or flyway can run, in version order, each in a transaction.
+// Migration 008 creates PL/pgSQL functions whose dollar-quoted bodies
+// contain semicolons: a tool that splits a file on semicolons must be told
+// where those statements end (goose: -- +goose StatementBegin and
+// StatementEnd around each CREATE FUNCTION); psql and flyway need nothing.
 //
 // Whoever applies them outside idem must also record each one in the
 // idem_migration table (INSERT INTO idem_migration (version, name) VALUES
