@@ -212,11 +212,13 @@ const (
 			SELECT * FROM {{table}}outbox e WHERE e.id = p.id OFFSET 0) o
 		LIMIT $3`
 
-	// OutboxDeleteMarkedSQL deletes the published rows (pgdriver's
-	// Config.OutboxDeletePublished): their pending rows, then the events.
-	OutboxDeleteMarkedSQL = `WITH d AS (
-			DELETE FROM {{table}}outbox_pending WHERE id = ANY ($1::bigint[]) RETURNING id)
-		DELETE FROM {{table}}outbox WHERE id = ANY (ARRAY(SELECT id FROM d))`
+	// OutboxDeleteMarkedSQL deletes the published events that are still
+	// pending (pgdriver's Config.OutboxDeletePublished); the
+	// outbox_pending_delete trigger (migration 008) deletes their pending
+	// rows.
+	OutboxDeleteMarkedSQL = `DELETE FROM {{table}}outbox o
+		WHERE o.id = ANY ($1::bigint[])
+		  AND EXISTS (SELECT 1 FROM {{table}}outbox_pending p WHERE p.id = o.id)`
 	// OutboxMarkPublishedSQL moves the rows from pending to published; a
 	// row already published has no pending row and keeps its first time.
 	OutboxMarkPublishedSQL = `WITH d AS (
