@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,14 +241,33 @@ func TestLeaseTakeoverAfterOwnerDies(t *testing.T) {
 func TestNoTakeoverWhileOwnerAlive(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, e *env) {
-		var calls atomic.Int64
+		var calls, entered atomic.Int64
+		// The owner (the first execution) runs until every duplicate has
+		// been answered, so that each is sent while it is alive however
+		// late a loaded machine sends it; a duplicate that executed would
+		// not wait.
+		running, release := make(chan struct{}), make(chan struct{})
+		releaseOwner := sync.OnceFunc(func() { close(release) })
+		defer releaseOwner()
+		inner := effectHandler(t, e, 201, &calls)
 		h := e.wrap(t, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: time.Second, Wait: idemhttp.NoWait},
-			slowEffect(t, e, &calls, 2500*time.Millisecond))
-		done := make(chan *struct{ code int })
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if entered.Add(1) == 1 {
+					close(running)
+					<-release
+				}
+				inner.ServeHTTP(w, r)
+			}))
+		done := make(chan *struct{ code int }, 1)
 		go func() {
 			rr := send(h, "POST", "/pay?label=c", "one-key", `{"amount":"1.00"}`)
 			done <- &struct{ code int }{rr.Code}
 		}()
+		select {
+		case <-running:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first request did not reach the handler")
+		}
 		start := time.Now()
 		// Duplicates at 0.5s, 1.5s and 2.2s: the last two come after the
 		// first lease (1s) would have expired without renewal.
@@ -256,6 +276,7 @@ func TestNoTakeoverWhileOwnerAlive(t *testing.T) {
 			rr := send(h, "POST", "/pay?label=c", "one-key", `{"amount":"1.00"}`)
 			checkProblem(t, rr, 409, problem.TypeRequestInProgress)
 		}
+		releaseOwner()
 		if first := <-done; first.code != 201 {
 			t.Fatalf("owner answered %d", first.code)
 		}
