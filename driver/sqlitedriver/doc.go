@@ -15,4 +15,15 @@
 // the same *sql.DB waits for the first and deadlocks).
 //
 // The transaction type is *sql.Tx. Times are stored as Unix microseconds.
+//
+// SQLite compiles a statement every time it runs from its text, which on a
+// small statement costs about as much as running it. The driver therefore
+// keeps its frequent statements prepared (the ModeTx claim's read and the
+// completed record's INSERT, the lease claim and completion, the inbox's
+// INSERT, a one-event outbox INSERT). A statement is prepared on the
+// database, never from inside a transaction (that would wait for the single
+// connection the transaction holds): one first met in a transaction runs
+// from its text there and is prepared in the background once the
+// connection is free. The statements live until Close; SQLite recompiles
+// them by itself after a schema change.
 package sqlitedriver

@@ -40,6 +40,7 @@ type Driver struct {
 	cfg         Config
 	owned       bool
 	prefix      string
+	stmts       *stmtCache
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.
@@ -107,7 +108,7 @@ func New(db *sql.DB, cfg *Config) (*Driver, error) {
 	if c.TablePrefix != "" && !identRe.MatchString(c.TablePrefix) {
 		return nil, fmt.Errorf("sqlitedriver: TablePrefix %q must match %s", c.TablePrefix, identRe)
 	}
-	d := &Driver{db: db, cfg: c, prefix: c.TablePrefix}
+	d := &Driver{db: db, cfg: c, prefix: c.TablePrefix, stmts: newStmtCache(db)}
 	d.tableStores = stores.New[*sql.Tx](d)
 	return d, nil
 }
@@ -115,8 +116,10 @@ func New(db *sql.DB, cfg *Config) (*Driver, error) {
 // DB returns the database handle.
 func (d *Driver) DB() *sql.DB { return d.db }
 
-// Close closes the database if Open opened it.
+// Close closes the driver's prepared statements, and the database if Open
+// opened it.
 func (d *Driver) Close() error {
+	d.stmts.close()
 	if d.owned {
 		return d.db.Close()
 	}
@@ -130,10 +133,14 @@ func (d *Driver) Name() string { return "sqlite" }
 func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: false} }
 
 // Executor implements driver.Driver.
-func (d *Driver) Executor() driver.Executor { return &executor{d: d, db: d.db} }
+func (d *Driver) Executor() driver.Executor {
+	return &executor{d: d, db: d.db, hot: prepared{c: d.stmts, db: d.db}}
+}
 
 // UnwrapExecutor implements driver.Driver.
-func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor { return &executor{d: d, db: tx} }
+func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
+	return &executor{d: d, db: tx, hot: prepared{c: d.stmts, tx: tx}}
+}
 
 // Begin implements driver.Driver.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {

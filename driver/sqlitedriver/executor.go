@@ -20,6 +20,9 @@ type dbtx interface {
 type executor struct {
 	d  *Driver
 	db dbtx
+	// hot runs the frequent statements prepared (see stmtCache); db runs
+	// the others from their text.
+	hot prepared
 }
 
 var _ driver.Executor = (*executor)(nil)

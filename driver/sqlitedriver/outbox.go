@@ -52,7 +52,13 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 				micros(r.OccurredAt), micros(r.CreatedAt))
 		}
 		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
-		res, err := e.db.ExecContext(ctx, sb.String(), args...)
+		run := e.db
+		if len(chunk) == 1 {
+			// One event (outbox.EnqueueTx's usual call): always the same
+			// text, worth keeping prepared.
+			run = e.hot
+		}
+		res, err := run.ExecContext(ctx, sb.String(), args...)
 		if err != nil {
 			return total, mapErr("outbox insert", err)
 		}

@@ -1,0 +1,175 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// stmtRetries is how many times the background preparation of one
+// statement is tried before the statement is left to run unprepared.
+const stmtRetries = 3
+
+// stmtCache keeps the driver's frequent statements prepared. SQLite compiles
+// a statement each time it is run from its text, and on the request paths
+// (the ModeTx claim and the completed record's INSERT, the inbox's and the
+// outbox's inserts) compiling costs about as much as running it.
+//
+// A statement is prepared on the database, never inside a transaction: with
+// Open's single connection, a transaction holds the only connection, and
+// preparing on the database from inside it would wait for itself. So a
+// statement first asked for inside a transaction runs from its text there,
+// and a goroutine prepares it as soon as the connection is free; a
+// statement asked for outside a transaction is prepared at once. A
+// transaction uses a prepared statement through (*sql.Tx).StmtContext, on
+// the transaction's connection. SQLite recompiles a prepared statement by
+// itself when the schema changes.
+type stmtCache struct {
+	db     *sql.DB
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	stmts   map[string]*sql.Stmt
+	pending map[string]bool // asked for in a transaction, not prepared yet
+	queue   []string        // pending, in order
+	failed  map[string]int  // failed preparations per statement
+	running bool            // a goroutine prepares the queue
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+func newStmtCache(db *sql.DB) *stmtCache {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &stmtCache{
+		db: db, ctx: ctx, cancel: cancel,
+		stmts: map[string]*sql.Stmt{}, pending: map[string]bool{}, failed: map[string]int{},
+	}
+}
+
+// get returns query's prepared statement, or nil when it is not prepared
+// (yet). inTx says the caller holds a connection of the database (it runs
+// in a transaction): the statement is then prepared in the background;
+// otherwise it is prepared now.
+func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt {
+	c.mu.Lock()
+	if s := c.stmts[query]; s != nil || c.closed || c.failed[query] >= stmtRetries {
+		c.mu.Unlock()
+		return s
+	}
+	if inTx {
+		if !c.pending[query] {
+			c.pending[query] = true
+			c.queue = append(c.queue, query)
+		}
+		if !c.running {
+			c.running = true
+			c.wg.Add(1)
+			go c.prepareQueued()
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	s, err := c.db.PrepareContext(ctx, query)
+	return c.keep(query, s, err)
+}
+
+// keep records the outcome of preparing query and returns the statement to
+// use (nil after a failure).
+func (c *stmtCache) keep(query string, s *sql.Stmt, err error) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.failed[query]++
+		return nil
+	}
+	if old := c.stmts[query]; old != nil || c.closed {
+		_ = s.Close() // prepared twice, or too late
+		return old
+	}
+	c.stmts[query] = s
+	return s
+}
+
+// prepareQueued prepares the queued statements, one at a time, each once the
+// connection is free.
+func (c *stmtCache) prepareQueued() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.closed {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		query := c.queue[0]
+		c.queue = c.queue[1:]
+		delete(c.pending, query)
+		c.mu.Unlock()
+		s, err := c.db.PrepareContext(c.ctx, query)
+		c.keep(query, s, err)
+	}
+}
+
+// close stops the background preparation and closes the statements.
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for q, s := range c.stmts {
+		_ = s.Close()
+		delete(c.stmts, q)
+	}
+}
+
+// prepared runs the driver's frequent statements through the statement
+// cache; everything else goes through dbtx as it is.
+type prepared struct {
+	c  *stmtCache
+	db *sql.DB // set outside a transaction
+	tx *sql.Tx // set in a transaction
+}
+
+// stmt returns query's prepared statement for this executor, or nil.
+func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
+	s := p.c.get(ctx, query, p.tx != nil)
+	if s == nil || p.tx == nil {
+		return s
+	}
+	return p.tx.StmtContext(ctx, s)
+}
+
+func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s := p.stmt(ctx, query); s != nil {
+		return s.ExecContext(ctx, args...)
+	}
+	if p.tx != nil {
+		return p.tx.ExecContext(ctx, query, args...)
+	}
+	return p.db.ExecContext(ctx, query, args...)
+}
+
+func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if s := p.stmt(ctx, query); s != nil {
+		return s.QueryContext(ctx, args...)
+	}
+	if p.tx != nil {
+		return p.tx.QueryContext(ctx, query, args...)
+	}
+	return p.db.QueryContext(ctx, query, args...)
+}
+
+func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if s := p.stmt(ctx, query); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
+	if p.tx != nil {
+		return p.tx.QueryRowContext(ctx, query, args...)
+	}
+	return p.db.QueryRowContext(ctx, query, args...)
+}

@@ -1,0 +1,164 @@
+package sqlitedriver
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// has reports whether the statement cache holds query.
+func (c *stmtCache) has(query string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stmts[query] != nil
+}
+
+// openMigrated opens a migrated database file of its own; the caller
+// closes it.
+func openMigrated(t *testing.T) *Driver {
+	t.Helper()
+	d, err := Open(filepath.Join(t.TempDir(), "idem.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(t.Context()); err != nil {
+		_ = d.Close()
+		t.Fatal(err)
+	}
+	return d
+}
+
+func waitPrepared(t *testing.T, c *stmtCache, query string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.has(query) {
+		if time.Now().After(deadline) {
+			t.Fatalf("statement never prepared:\n%s", query)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStatementCache runs the ModeTx claim and the completed record's INSERT
+// through the statement cache on Open's single connection: statements first
+// met in a transaction are prepared once the transaction has ended (never
+// from inside it, which would wait for the connection the transaction
+// holds), then serve the next transactions, also after a schema change.
+func TestStatementCache(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := openMigrated(t)
+	t.Cleanup(func() { _ = d.Close() })
+	getSQL := d.expand(`SELECT ` + recordColumns + `
+		FROM {{table}}idempotency_record WHERE scope = ? AND idempotency_key = ?`)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+
+	complete := func(key string, body string) {
+		t.Helper()
+		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		if err != nil || !res.Locked || res.Record != nil {
+			t.Fatalf("BeginClaim(%s) = %+v, %v; want locked, no record", key, res, err)
+		}
+		// More statements in the transaction while a preparation is queued:
+		// the single connection stays with the transaction.
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS effect (k TEXT PRIMARY KEY)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effect (k) VALUES (?)`, key); err != nil {
+			t.Fatal(err)
+		}
+		err = d.CommitComplete(ctx, tx, &driver.TxCompleteParams{
+			Scope: "s", Key: key, Fingerprint: []byte("fp"), Status: 201, Headers: []byte("{}"),
+			Body: []byte(body), CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		})
+		if err != nil {
+			t.Fatalf("CommitComplete(%s): %v", key, err)
+		}
+	}
+	get := func(key string) *driver.Record {
+		t.Helper()
+		tx, err := d.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = d.Rollback(ctx, tx) }()
+		rec, err := d.UnwrapExecutor(tx).RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: key})
+		if err != nil {
+			t.Fatalf("RecordGet(%s): %v", key, err)
+		}
+		return rec
+	}
+
+	if d.stmts.has(getSQL) {
+		t.Fatal("statement prepared before first use")
+	}
+	complete("k1", `{"n":1}`)
+	waitPrepared(t, d.stmts, getSQL)
+	if rec := get("k1"); rec.Status != 201 || !bytes.Equal(rec.Body, []byte(`{"n":1}`)) || !rec.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("record k1 = %+v", rec)
+	}
+	complete("k2", `{"n":2}`)
+
+	// A schema change after preparation: SQLite recompiles the statement.
+	if _, err := d.DB().ExecContext(ctx, `ALTER TABLE idempotency_record ADD COLUMN note TEXT`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DB().ExecContext(ctx, `CREATE INDEX idempotency_record_created ON idempotency_record (created_at)`); err != nil {
+		t.Fatal(err)
+	}
+	complete("k3", `{"n":3}`)
+	for i, key := range []string{"k1", "k2", "k3"} {
+		if rec := get(key); rec.Key != key || !bytes.Equal(rec.Body, []byte(`{"n":`+string(rune('1'+i))+`}`)) {
+			t.Fatalf("record %s = %+v", key, rec)
+		}
+	}
+	// The completed record's INSERT is prepared too, and still refuses a
+	// key that is taken (no ON CONFLICT: the safety net).
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.CommitComplete(ctx, tx, &driver.TxCompleteParams{
+		Scope: "s", Key: "k1", Fingerprint: []byte("fp"), Status: 200, Body: []byte("x"),
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+	})
+	if !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("CommitComplete of a stored key: %v, want ErrLeaseLost", err)
+	}
+
+	// Outside a transaction a statement is prepared at once.
+	if _, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k2"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatementCacheCloseWhileQueued closes the driver while a statement
+// waits to be prepared behind an open transaction: Close returns at once
+// instead of waiting for the connection.
+func TestStatementCacheCloseWhileQueued(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := openMigrated(t)
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.UnwrapExecutor(tx).RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k"}); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("RecordGet: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the transaction's connection")
+	}
+	_ = tx.Rollback()
+}
