@@ -4,11 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 )
 
-// stmtRetries is how many times the background preparation of one
-// statement is tried before the statement is left to run unprepared.
-const stmtRetries = 3
+// stmtRetryAfter is how long a statement whose preparation failed (a table
+// not created yet, say) runs from its text before it is prepared again.
+const stmtRetryAfter = 5 * time.Second
 
 // stmtCache keeps the driver's frequent statements prepared. SQLite compiles
 // a statement each time it is run from its text, and on the request paths
@@ -31,10 +32,10 @@ type stmtCache struct {
 
 	mu      sync.Mutex
 	stmts   map[string]*sql.Stmt
-	pending map[string]bool // asked for in a transaction, not prepared yet
-	queue   []string        // pending, in order
-	failed  map[string]int  // failed preparations per statement
-	running bool            // a goroutine prepares the queue
+	pending map[string]bool      // asked for in a transaction, not prepared yet
+	queue   []string             // pending, in order
+	retryAt map[string]time.Time // failed preparations: when to try again
+	running bool                 // a goroutine prepares the queue
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -43,7 +44,7 @@ func newStmtCache(db *sql.DB) *stmtCache {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &stmtCache{
 		db: db, ctx: ctx, cancel: cancel,
-		stmts: map[string]*sql.Stmt{}, pending: map[string]bool{}, failed: map[string]int{},
+		stmts: map[string]*sql.Stmt{}, pending: map[string]bool{}, retryAt: map[string]time.Time{},
 	}
 }
 
@@ -53,9 +54,13 @@ func newStmtCache(db *sql.DB) *stmtCache {
 // otherwise it is prepared now.
 func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt {
 	c.mu.Lock()
-	if s := c.stmts[query]; s != nil || c.closed || c.failed[query] >= stmtRetries {
+	if s := c.stmts[query]; s != nil || c.closed {
 		c.mu.Unlock()
 		return s
+	}
+	if at, ok := c.retryAt[query]; ok && time.Now().Before(at) {
+		c.mu.Unlock()
+		return nil
 	}
 	if inTx {
 		if !c.pending[query] {
@@ -72,18 +77,22 @@ func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt 
 	}
 	c.mu.Unlock()
 	s, err := c.db.PrepareContext(ctx, query)
-	return c.keep(query, s, err)
+	return c.keep(ctx, query, s, err)
 }
 
 // keep records the outcome of preparing query and returns the statement to
-// use (nil after a failure).
-func (c *stmtCache) keep(query string, s *sql.Stmt, err error) *sql.Stmt {
+// use (nil after a failure). A failure because ctx ended says nothing of
+// the statement; any other makes it run from its text for stmtRetryAfter.
+func (c *stmtCache) keep(ctx context.Context, query string, s *sql.Stmt, err error) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.failed[query]++
+		if ctx.Err() == nil {
+			c.retryAt[query] = time.Now().Add(stmtRetryAfter)
+		}
 		return nil
 	}
+	delete(c.retryAt, query)
 	if old := c.stmts[query]; old != nil || c.closed {
 		_ = s.Close() // prepared twice, or too late
 		return old
@@ -108,7 +117,7 @@ func (c *stmtCache) prepareQueued() {
 		delete(c.pending, query)
 		c.mu.Unlock()
 		s, err := c.db.PrepareContext(c.ctx, query)
-		c.keep(query, s, err)
+		c.keep(c.ctx, query, s, err)
 	}
 }
 

@@ -162,3 +162,34 @@ func TestStatementCacheCloseWhileQueued(t *testing.T) {
 	}
 	_ = tx.Rollback()
 }
+
+// TestStatementCacheBeforeMigrate uses the driver before its tables exist:
+// the failed preparation does not stick to the statement, which works once
+// the tables are created, in a transaction and outside one.
+func TestStatementCacheBeforeMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d, err := Open(filepath.Join(t.TempDir(), "early.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	get := &driver.RecordGetParams{Scope: "s", Key: "k"}
+	if _, err := d.Executor().RecordGet(ctx, get); err == nil || errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("RecordGet before Migrate: %v, want a missing-table error", err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Executor().RecordGet(ctx, get); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("RecordGet after Migrate: %v, want ErrNotFound", err)
+	}
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Rollback(ctx, tx) }()
+	if _, err := d.UnwrapExecutor(tx).RecordGet(ctx, get); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("RecordGet in a transaction after Migrate: %v, want ErrNotFound", err)
+	}
+}
