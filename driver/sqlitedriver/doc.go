@@ -24,6 +24,8 @@
 // database, never from inside a transaction (that would wait for the single
 // connection the transaction holds): one first met in a transaction runs
 // from its text there and is prepared in the background once the
-// connection is free. The statements live until Close; SQLite recompiles
-// them by itself after a schema change.
+// connection is free; one whose preparation fails (its table does not
+// exist yet) runs from its text and is prepared again 5 s later. The
+// statements live until Close; SQLite recompiles them by itself after a
+// schema change.
 package sqlitedriver
