@@ -20,7 +20,8 @@
 // small statement costs about as much as running it. The driver therefore
 // keeps its frequent statements prepared (the ModeTx claim's read and the
 // completed record's INSERT, the lease claim and completion, the inbox's
-// INSERT, a one-event outbox INSERT). A statement is prepared on the
+// INSERT, a one-event outbox INSERT, the relay's claim and its one-event
+// mark). A statement is prepared on the
 // database, never from inside a transaction (that would wait for the single
 // connection the transaction holds): one first met in a transaction runs
 // from its text there and is prepared in the background once the

@@ -84,7 +84,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
 	}
-	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
+	rows, err := e.hot.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
 		WHERE o.published_at IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
 			WHERE b.record_key = o.record_key AND b.id <= o.id
@@ -156,7 +156,13 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMark
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		_, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = ?
+		run := e.db
+		if len(chunk) == 1 {
+			// One event (a relay batch under light load): always the same
+			// text, worth keeping prepared.
+			run = e.hot
+		}
+		_, err := run.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = ?
 			WHERE published_at IS NULL AND id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), args...)
 		if err != nil {
 			return mapErr("outbox mark published", err)
