@@ -18,10 +18,9 @@
 //
 // SQLite compiles a statement every time it runs from its text, which on a
 // small statement costs about as much as running it. The driver therefore
-// keeps its frequent statements prepared (the ModeTx claim's read and the
-// completed record's INSERT, the lease claim and completion, the inbox's
-// INSERT, a one-event outbox INSERT, the relay's claim and its one-event
-// mark). A statement is prepared on the
+// keeps its statements prepared (all but those whose text it builds per
+// call: multi-row outbox INSERTs, marks of several events, redrives by
+// key). A statement is prepared on the
 // database, never from inside a transaction (that would wait for the single
 // connection the transaction holds): one first met in a transaction runs
 // from its text there and is prepared in the background once the

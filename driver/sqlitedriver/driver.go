@@ -134,12 +134,12 @@ func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: fals
 
 // Executor implements driver.Driver.
 func (d *Driver) Executor() driver.Executor {
-	return &executor{d: d, db: d.db, hot: prepared{c: d.stmts, db: d.db}}
+	return &executor{d: d, db: prepared{c: d.stmts, db: d.db}, raw: d.db}
 }
 
 // UnwrapExecutor implements driver.Driver.
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
-	return &executor{d: d, db: tx, hot: prepared{c: d.stmts, tx: tx}}
+	return &executor{d: d, db: prepared{c: d.stmts, tx: tx}, raw: tx}
 }
 
 // Begin implements driver.Driver.

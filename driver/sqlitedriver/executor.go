@@ -18,11 +18,13 @@ type dbtx interface {
 
 // executor implements driver.Executor on the database or a transaction.
 type executor struct {
-	d  *Driver
-	db dbtx
-	// hot runs the frequent statements prepared (see stmtCache); db runs
-	// the others from their text.
-	hot prepared
+	d *Driver
+	// db runs a statement prepared (see stmtCache). Every statement text
+	// the driver sends through it is a constant, so the cache stays small.
+	db prepared
+	// raw runs a statement from its text: for texts built per call (IN
+	// lists, multi-row INSERTs), which are not worth keeping.
+	raw dbtx
 }
 
 var _ driver.Executor = (*executor)(nil)

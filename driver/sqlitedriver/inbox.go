@@ -39,7 +39,7 @@ func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams)
 
 	// "WHERE true" keeps the parser from reading ON CONFLICT as a join
 	// constraint of the SELECT (see SQLite's UPSERT documentation).
-	rows, err := e.hot.QueryContext(ctx, e.d.expand(`INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`INSERT INTO {{table}}processed_event (consumer_name, event_id, processed_at)
 		SELECT ?1, j.value, ?2 FROM json_each(?3) AS j WHERE true
 		ON CONFLICT (consumer_name, event_id) DO NOTHING
 		RETURNING event_id`), consumer, micros(now), b.String())

@@ -52,11 +52,11 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 				micros(r.OccurredAt), micros(r.CreatedAt))
 		}
 		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
-		run := e.db
+		run := e.raw
 		if len(chunk) == 1 {
 			// One event (outbox.EnqueueTx's usual call): always the same
 			// text, worth keeping prepared.
-			run = e.hot
+			run = e.db
 		}
 		res, err := run.ExecContext(ctx, sb.String(), args...)
 		if err != nil {
@@ -84,7 +84,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
 	}
-	rows, err := e.hot.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
+	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
 		WHERE o.published_at IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
 			WHERE b.record_key = o.record_key AND b.id <= o.id
@@ -156,11 +156,11 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMark
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		run := e.db
+		run := e.raw
 		if len(chunk) == 1 {
 			// One event (a relay batch under light load): always the same
 			// text, worth keeping prepared.
-			run = e.hot
+			run = e.db
 		}
 		_, err := run.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox SET published_at = ?
 			WHERE published_at IS NULL AND id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), args...)
@@ -263,7 +263,7 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 		}
 		keyFilter = " AND record_key IN (" + strings.Join(marks, ", ") + ")"
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
+	res, err := e.raw.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
 		WHERE id IN (
 			SELECT id FROM {{table}}outbox

@@ -29,7 +29,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 		RETURNING 1`)
 	for range 5 {
 		var one int
-		err := e.hot.QueryRowContext(ctx, claimSQL, p.Scope, p.Key, p.Fingerprint, p.LeaseToken,
+		err := e.db.QueryRowContext(ctx, claimSQL, p.Scope, p.Key, p.Fingerprint, p.LeaseToken,
 			micros(p.LeaseExpiresAt), micros(p.Now), micros(p.ExpiresAt)).Scan(&one)
 		if err == nil {
 			return &driver.RecordClaimResult{Claimed: true}, nil
@@ -52,7 +52,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 // RecordGet implements driver.RecordExecutor.
 func (e *executor) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*driver.Record, error) {
 	scope, key := p.Scope, p.Key
-	row := e.hot.QueryRowContext(ctx, e.d.expand(`SELECT `+recordColumns+`
+	row := e.db.QueryRowContext(ctx, e.d.expand(`SELECT `+recordColumns+`
 		FROM {{table}}idempotency_record WHERE scope = ? AND idempotency_key = ?`), scope, key)
 	var (
 		r          driver.Record
@@ -79,7 +79,7 @@ func (e *executor) RecordGet(ctx context.Context, p *driver.RecordGetParams) (*d
 
 // RecordComplete implements driver.RecordExecutor.
 func (e *executor) RecordComplete(ctx context.Context, p *driver.RecordCompleteParams) error {
-	res, err := e.hot.ExecContext(ctx, e.d.expand(`UPDATE {{table}}idempotency_record
+	res, err := e.db.ExecContext(ctx, e.d.expand(`UPDATE {{table}}idempotency_record
 		SET state = 'completed', http_status = ?4, headers = ?5, body = ?6,
 		    lease_token = NULL, lease_expires_at = NULL
 		WHERE scope = ?1 AND idempotency_key = ?2 AND lease_token = ?3 AND state = 'in_progress'`),

@@ -7,14 +7,20 @@ import (
 	"time"
 )
 
+// maxStmts bounds the statements kept prepared: far more than the driver's
+// constant statements, a safety net should a text built per call reach
+// the cache.
+const maxStmts = 128
+
 // stmtRetryAfter is how long a statement whose preparation failed (a table
 // not created yet, say) runs from its text before it is prepared again.
 const stmtRetryAfter = 5 * time.Second
 
-// stmtCache keeps the driver's frequent statements prepared. SQLite compiles
-// a statement each time it is run from its text, and on the request paths
+// stmtCache keeps the driver's statements prepared. SQLite compiles a
+// statement each time it is run from its text, and on the request paths
 // (the ModeTx claim and the completed record's INSERT, the inbox's and the
-// outbox's inserts) compiling costs about as much as running it.
+// outbox's inserts, the relay's claim) compiling costs about as much as
+// running it.
 //
 // A statement is prepared on the database, never inside a transaction: with
 // Open's single connection, a transaction holds the only connection, and
@@ -58,7 +64,7 @@ func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt 
 		c.mu.Unlock()
 		return s
 	}
-	if at, ok := c.retryAt[query]; ok && time.Now().Before(at) {
+	if at, ok := c.retryAt[query]; (ok && time.Now().Before(at)) || len(c.stmts)+len(c.pending) >= maxStmts {
 		c.mu.Unlock()
 		return nil
 	}
@@ -136,8 +142,8 @@ func (c *stmtCache) close() {
 	}
 }
 
-// prepared runs the driver's frequent statements through the statement
-// cache; everything else goes through dbtx as it is.
+// prepared runs statements through the statement cache, on the database
+// (db) or in a transaction (tx).
 type prepared struct {
 	c  *stmtCache
 	db *sql.DB // set outside a transaction

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idemkit/idem/driver"
 )
 
@@ -191,5 +193,64 @@ func TestStatementCacheBeforeMigrate(t *testing.T) {
 	defer func() { _ = d.Rollback(ctx, tx) }()
 	if _, err := d.UnwrapExecutor(tx).RecordGet(ctx, get); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("RecordGet in a transaction after Migrate: %v, want ErrNotFound", err)
+	}
+}
+
+// cached reports how many statements the cache holds or has queued.
+func (c *stmtCache) cached() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.stmts) + len(c.pending)
+}
+
+// TestStatementCacheKeepsConstantTexts drives the outbox with batches of
+// every size from 1 to 40: the multi-row INSERTs and the marks of several
+// events, whose texts are built per call, stay out of the cache; the
+// constant statements (a one-row INSERT, a one-event mark, the claim) are in
+// it. The events are all relayed, in order.
+func TestStatementCacheKeepsConstantTexts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := openMigrated(t)
+	t.Cleanup(func() { _ = d.Close() })
+	ex := d.Executor()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	total := 0
+	for size := 1; size <= 40; size++ {
+		rows := make([]driver.OutboxRow, size)
+		for i := range rows {
+			rows[i] = driver.OutboxRow{
+				EventID: uuid.Must(uuid.NewV7()), EventType: "t", Key: "k", Payload: []byte("{}"),
+				OccurredAt: now, CreatedAt: now,
+			}
+		}
+		if n, err := ex.OutboxInsert(ctx, rows); err != nil || n != size {
+			t.Fatalf("OutboxInsert(%d rows) = %d, %v", size, n, err)
+		}
+		total += size
+	}
+	published := 0
+	for size := 1; published < total; size = size%40 + 1 {
+		claimed, err := ex.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: now, Limit: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, len(claimed))
+		for i, r := range claimed {
+			if r.ID <= int64(published) && published > 0 {
+				t.Fatalf("row %d claimed after %d rows were published", r.ID, published)
+			}
+			ids[i] = r.ID
+		}
+		if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: ids, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		published += len(ids)
+	}
+	if got := d.stmts.cached(); got > 4 {
+		t.Fatalf("%d statements cached, want the 3 constant ones (texts built per call reached the cache)", got)
+	}
+	if left, err := ex.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: now, Limit: 10}); err != nil || len(left) != 0 {
+		t.Fatalf("rows left unpublished: %d, %v", len(left), err)
 	}
 }
