@@ -53,7 +53,7 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 				created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE r.expires_at <= ?7 OR (r.state = 'in_progress' AND r.lease_expires_at <= ?7 AND r.fingerprint = ?3)`), args...)
 	} else {
-		res, err = prepared{c: d.stmts, tx: tx}.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idempotency_record
+		res, err = d.inTx(tx).ExecContext(ctx, d.expand(`INSERT INTO {{table}}idempotency_record
 			(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
 			VALUES (?1, ?2, ?3, 'completed', ?4, ?5, ?6, ?7, ?8)`), args...)
 	}

@@ -134,12 +134,12 @@ func (d *Driver) Caps() driver.Caps { return driver.Caps{ConcurrentWriters: fals
 
 // Executor implements driver.Driver.
 func (d *Driver) Executor() driver.Executor {
-	return &executor{d: d, db: prepared{c: d.stmts, db: d.db}, raw: d.db}
+	return &executor{d: d, db: d.onDB()}
 }
 
 // UnwrapExecutor implements driver.Driver.
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
-	return &executor{d: d, db: prepared{c: d.stmts, tx: tx}, raw: tx}
+	return &executor{d: d, db: d.inTx(tx)}
 }
 
 // Begin implements driver.Driver.

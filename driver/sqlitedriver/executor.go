@@ -20,11 +20,9 @@ type dbtx interface {
 type executor struct {
 	d *Driver
 	// db runs a statement prepared (see stmtCache). Every statement text
-	// the driver sends through it is a constant, so the cache stays small.
+	// the driver sends through it is a constant, so the cache stays small;
+	// texts built per call (IN lists, multi-row INSERTs) go to db.raw.
 	db prepared
-	// raw runs a statement from its text: for texts built per call (IN
-	// lists, multi-row INSERTs), which are not worth keeping.
-	raw dbtx
 }
 
 var _ driver.Executor = (*executor)(nil)

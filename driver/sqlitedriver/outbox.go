@@ -52,7 +52,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 				micros(r.OccurredAt), micros(r.CreatedAt))
 		}
 		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
-		run := e.raw
+		run := e.db.raw
 		if len(chunk) == 1 {
 			// One event (outbox.EnqueueTx's usual call): always the same
 			// text, worth keeping prepared.
@@ -156,7 +156,7 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMark
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		run := e.raw
+		run := e.db.raw
 		if len(chunk) == 1 {
 			// One event (a relay batch under light load): always the same
 			// text, worth keeping prepared.
@@ -263,7 +263,7 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 		}
 		keyFilter = " AND record_key IN (" + strings.Join(marks, ", ") + ")"
 	}
-	res, err := e.raw.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
+	res, err := e.db.raw.ExecContext(ctx, e.d.expand(`UPDATE {{table}}outbox
 		SET published_at = NULL, attempts = 0, last_error = NULL, next_attempt_at = NULL
 		WHERE id IN (
 			SELECT id FROM {{table}}outbox

@@ -142,13 +142,20 @@ func (c *stmtCache) close() {
 	}
 }
 
-// prepared runs statements through the statement cache, on the database
-// (db) or in a transaction (tx).
+// prepared runs statements through the statement cache, on the database or
+// in a transaction.
 type prepared struct {
-	c  *stmtCache
-	db *sql.DB // set outside a transaction
-	tx *sql.Tx // set in a transaction
+	c *stmtCache
+	// raw is the database or the transaction: it runs a statement that is
+	// not prepared (yet), and, used directly, one whose text is built per
+	// call (not worth keeping).
+	raw dbtx
+	tx  *sql.Tx // set in a transaction
 }
+
+// onDB runs statements on the database; inTx runs them in tx.
+func (d *Driver) onDB() prepared           { return prepared{c: d.stmts, raw: d.db} }
+func (d *Driver) inTx(tx *sql.Tx) prepared { return prepared{c: d.stmts, raw: tx, tx: tx} }
 
 // stmt returns query's prepared statement for this executor, or nil.
 func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
@@ -163,28 +170,19 @@ func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (s
 	if s := p.stmt(ctx, query); s != nil {
 		return s.ExecContext(ctx, args...)
 	}
-	if p.tx != nil {
-		return p.tx.ExecContext(ctx, query, args...)
-	}
-	return p.db.ExecContext(ctx, query, args...)
+	return p.raw.ExecContext(ctx, query, args...)
 }
 
 func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if s := p.stmt(ctx, query); s != nil {
 		return s.QueryContext(ctx, args...)
 	}
-	if p.tx != nil {
-		return p.tx.QueryContext(ctx, query, args...)
-	}
-	return p.db.QueryContext(ctx, query, args...)
+	return p.raw.QueryContext(ctx, query, args...)
 }
 
 func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	if s := p.stmt(ctx, query); s != nil {
 		return s.QueryRowContext(ctx, args...)
 	}
-	if p.tx != nil {
-		return p.tx.QueryRowContext(ctx, query, args...)
-	}
-	return p.db.QueryRowContext(ctx, query, args...)
+	return p.raw.QueryRowContext(ctx, query, args...)
 }
