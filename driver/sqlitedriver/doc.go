@@ -26,6 +26,10 @@
 // from its text there and is prepared in the background once the
 // connection is free; one whose preparation fails (its table does not
 // exist yet) runs from its text and is prepared again 5 s later. The
-// statements live until Close; SQLite recompiles them by itself after a
-// schema change.
+// statements live until Close, which closes them without waiting for calls
+// in flight; SQLite recompiles them by itself after a schema change. A
+// transaction may be used by several goroutines at once: all uses of a
+// statement on one connection share its compiled form, so a use that finds
+// it taken (the rows of another are still open) runs from its text, as does
+// a call in a transaction of another *sql.DB than the driver's.
 package sqlitedriver

@@ -16,6 +16,11 @@ type dbtx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// execer runs a statement that returns no rows: dbtx, or prepared.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // executor implements driver.Executor on the database or a transaction.
 type executor struct {
 	d *Driver

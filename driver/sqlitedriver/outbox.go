@@ -52,7 +52,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 				micros(r.OccurredAt), micros(r.CreatedAt))
 		}
 		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
-		run := e.db.raw
+		var run execer = e.db.raw
 		if len(chunk) == 1 {
 			// One event (outbox.EnqueueTx's usual call): always the same
 			// text, worth keeping prepared.
@@ -110,7 +110,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	return out, nil
 }
 
-func scanOutboxRow(rows *sql.Rows) (driver.OutboxRow, error) {
+func scanOutboxRow(rows scanner) (driver.OutboxRow, error) {
 	var (
 		r                          driver.OutboxRow
 		id                         string
@@ -156,7 +156,7 @@ func (e *executor) OutboxMarkPublished(ctx context.Context, p *driver.OutboxMark
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		run := e.db.raw
+		var run execer = e.db.raw
 		if len(chunk) == 1 {
 			// One event (a relay batch under light load): always the same
 			// text, worth keeping prepared.

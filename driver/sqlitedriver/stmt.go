@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,15 +30,15 @@ const stmtRetryAfter = 5 * time.Second
 // and a goroutine prepares it as soon as the connection is free; a
 // statement asked for outside a transaction is prepared at once. A
 // transaction uses a prepared statement through (*sql.Tx).StmtContext, on
-// the transaction's connection. SQLite recompiles a prepared statement by
-// itself when the schema changes.
+// the transaction's connection, one use at a time (see cachedStmt.busy).
+// SQLite recompiles a prepared statement by itself when the schema changes.
 type stmtCache struct {
 	db     *sql.DB
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	stmts   map[string]*sql.Stmt
+	stmts   map[string]*cachedStmt
 	pending map[string]bool      // asked for in a transaction, not prepared yet
 	queue   []string             // pending, in order
 	retryAt map[string]time.Time // failed preparations: when to try again
@@ -46,11 +47,24 @@ type stmtCache struct {
 	wg      sync.WaitGroup
 }
 
+// cachedStmt is a prepared statement of the cache.
+type cachedStmt struct {
+	stmt *sql.Stmt
+	// busy: a transaction uses stmt (it runs, or its rows are open).
+	// database/sql gives every transaction on one connection the same
+	// driver statement, which modernc.org/sqlite runs in place: a second
+	// use while the first one's rows are open would fail (SQLite refuses to
+	// bind a running statement) or, without arguments, step the first
+	// one's cursor. A transaction used by several goroutines at once is
+	// allowed, so a use that finds the statement busy runs from its text.
+	busy atomic.Bool
+}
+
 func newStmtCache(db *sql.DB) *stmtCache {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &stmtCache{
 		db: db, ctx: ctx, cancel: cancel,
-		stmts: map[string]*sql.Stmt{}, pending: map[string]bool{}, retryAt: map[string]time.Time{},
+		stmts: map[string]*cachedStmt{}, pending: map[string]bool{}, retryAt: map[string]time.Time{},
 	}
 }
 
@@ -58,7 +72,7 @@ func newStmtCache(db *sql.DB) *stmtCache {
 // (yet). inTx says the caller holds a connection of the database (it runs
 // in a transaction): the statement is then prepared in the background;
 // otherwise it is prepared now.
-func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt {
+func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *cachedStmt {
 	c.mu.Lock()
 	if s := c.stmts[query]; s != nil || c.closed {
 		c.mu.Unlock()
@@ -89,7 +103,7 @@ func (c *stmtCache) get(ctx context.Context, query string, inTx bool) *sql.Stmt 
 // keep records the outcome of preparing query and returns the statement to
 // use (nil after a failure). A failure because ctx ended says nothing of
 // the statement; any other makes it run from its text for stmtRetryAfter.
-func (c *stmtCache) keep(ctx context.Context, query string, s *sql.Stmt, err error) *sql.Stmt {
+func (c *stmtCache) keep(ctx context.Context, query string, s *sql.Stmt, err error) *cachedStmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -100,11 +114,12 @@ func (c *stmtCache) keep(ctx context.Context, query string, s *sql.Stmt, err err
 	}
 	delete(c.retryAt, query)
 	if old := c.stmts[query]; old != nil || c.closed {
-		_ = s.Close() // prepared twice, or too late
+		_ = s.Close() // prepared twice, or too late; nobody used it
 		return old
 	}
-	c.stmts[query] = s
-	return s
+	cs := &cachedStmt{stmt: s}
+	c.stmts[query] = cs
+	return cs
 }
 
 // prepareQueued prepares the queued statements, one at a time, each once the
@@ -127,19 +142,41 @@ func (c *stmtCache) prepareQueued() {
 	}
 }
 
-// close stops the background preparation and closes the statements.
+// close stops the background preparation and closes the statements without
+// waiting: (*sql.Stmt).Close waits for the calls in flight on the
+// statement, and one of them may be waiting for the connection an open
+// transaction holds, perhaps the transaction of the goroutine calling
+// close. A call that meets a statement closed meanwhile runs its text.
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	c.closed = true
+	stmts := c.stmts
+	c.stmts = map[string]*cachedStmt{}
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for q, s := range c.stmts {
-		_ = s.Close()
-		delete(c.stmts, q)
+	if len(stmts) > 0 {
+		go func() {
+			for _, s := range stmts {
+				_ = s.stmt.Close()
+			}
+		}()
 	}
+}
+
+// stmtUnusable reports whether err is database/sql refusing to run a cached
+// statement for a reason that is not the statement's: it was closed
+// meanwhile (Close), or the transaction belongs to another *sql.DB than the
+// one the statement was prepared on. The text runs instead.
+func stmtUnusable(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch err.Error() {
+	case "sql: statement is closed", "sql: Tx.Stmt: statement from different database used":
+		return true
+	}
+	return false
 }
 
 // prepared runs statements through the statement cache, on the database or
@@ -157,32 +194,111 @@ type prepared struct {
 func (d *Driver) onDB() prepared           { return prepared{c: d.stmts, raw: d.db} }
 func (d *Driver) inTx(tx *sql.Tx) prepared { return prepared{c: d.stmts, raw: tx, tx: tx} }
 
-// stmt returns query's prepared statement for this executor, or nil.
-func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
-	s := p.c.get(ctx, query, p.tx != nil)
-	if s == nil || p.tx == nil {
-		return s
+// acquire returns query's prepared statement for this executor and what to
+// call once done with it (its rows closed), or nil: run the text.
+func (p prepared) acquire(ctx context.Context, query string) (*sql.Stmt, func()) {
+	cs := p.c.get(ctx, query, p.tx != nil)
+	if cs == nil {
+		return nil, nil
 	}
-	return p.tx.StmtContext(ctx, s)
+	if p.tx == nil {
+		// database/sql gives each concurrent use a connection of its own.
+		return cs.stmt, func() {}
+	}
+	if !cs.busy.CompareAndSwap(false, true) {
+		return nil, nil
+	}
+	ts := p.tx.StmtContext(ctx, cs.stmt)
+	return ts, func() {
+		_ = ts.Close() // the transaction's handle only; cs.stmt stays
+		cs.busy.Store(false)
+	}
 }
 
 func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if s := p.stmt(ctx, query); s != nil {
-		return s.ExecContext(ctx, args...)
+	if s, done := p.acquire(ctx, query); s != nil {
+		res, err := s.ExecContext(ctx, args...)
+		done()
+		if !stmtUnusable(err) {
+			return res, err
+		}
 	}
 	return p.raw.ExecContext(ctx, query, args...)
 }
 
-func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if s := p.stmt(ctx, query); s != nil {
-		return s.QueryContext(ctx, args...)
+func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*rows, error) {
+	if s, done := p.acquire(ctx, query); s != nil {
+		r, err := s.QueryContext(ctx, args...)
+		if err == nil {
+			return &rows{Rows: r, done: done}, nil
+		}
+		done()
+		if !stmtUnusable(err) {
+			return nil, err
+		}
 	}
-	return p.raw.QueryContext(ctx, query, args...)
+	r, err := p.raw.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &rows{Rows: r}, nil
 }
 
-func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if s := p.stmt(ctx, query); s != nil {
-		return s.QueryRowContext(ctx, args...)
+// QueryRowContext is (*sql.DB).QueryRowContext through the cache: the
+// returned row's Scan reports the query's error, or sql.ErrNoRows.
+func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *row {
+	r, err := p.QueryContext(ctx, query, args...)
+	return &row{rows: r, err: err}
+}
+
+// rows are the rows of a query run through the cache; a prepared
+// statement goes back to the cache once they are closed, which happens at
+// the latest when Next returns false.
+type rows struct {
+	*sql.Rows
+	done func()
+}
+
+func (r *rows) Next() bool {
+	if r.Rows.Next() {
+		return true
 	}
-	return p.raw.QueryRowContext(ctx, query, args...)
+	r.release() // database/sql has closed the rows
+	return false
+}
+
+func (r *rows) Close() error {
+	err := r.Rows.Close()
+	r.release()
+	return err
+}
+
+func (r *rows) release() {
+	if done := r.done; done != nil {
+		r.done = nil
+		done()
+	}
+}
+
+// row is the one row of QueryRowContext, with (*sql.Row).Scan's behaviour.
+type row struct {
+	rows *rows
+	err  error
+}
+
+func (r *row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer func() { _ = r.rows.Close() }()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	return r.rows.Close()
 }

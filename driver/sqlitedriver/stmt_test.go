@@ -2,7 +2,9 @@ package sqlitedriver
 
 import (
 	"bytes"
+	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -152,6 +154,14 @@ func TestStatementCacheCloseWhileQueued(t *testing.T) {
 	if _, err := d.UnwrapExecutor(tx).RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("RecordGet: %v", err)
 	}
+	closePromptly(t, d, tx, "Close waited for the transaction's connection")
+	_ = tx.Rollback()
+}
+
+// closePromptly closes d and fails the test (after rolling tx back, which
+// frees what Close may wait for) unless Close returns within 10 s.
+func closePromptly(t *testing.T, d *Driver, tx *sql.Tx, failure string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- d.Close() }()
 	select {
@@ -160,9 +170,9 @@ func TestStatementCacheCloseWhileQueued(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close waited for the transaction's connection")
+		_ = tx.Rollback()
+		t.Fatal(failure)
 	}
-	_ = tx.Rollback()
 }
 
 // TestStatementCacheBeforeMigrate uses the driver before its tables exist:
@@ -252,5 +262,210 @@ func TestStatementCacheKeepsConstantTexts(t *testing.T) {
 	}
 	if left, err := ex.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: now, Limit: 10}); err != nil || len(left) != 0 {
 		t.Fatalf("rows left unpublished: %d, %v", len(left), err)
+	}
+}
+
+// storeRecords stores a completed record under each key (scope "s"), its
+// body the key.
+func storeRecords(t *testing.T, d *Driver, keys ...string) {
+	t.Helper()
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, key := range keys {
+		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		if err != nil || !res.Locked {
+			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
+		}
+		if err := d.CommitComplete(ctx, tx, &driver.TxCompleteParams{
+			Scope: "s", Key: key, Fingerprint: []byte("fp"), Status: 201, Body: []byte(key),
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		}); err != nil {
+			t.Fatalf("CommitComplete(%s): %v", key, err)
+		}
+	}
+}
+
+// TestStatementCacheConcurrentUseOfATransaction uses one transaction from
+// several places at once, as database/sql allows: every transaction on a
+// connection shares that connection's prepared statement, and SQLite runs
+// it in place, so a second use while the first one's rows are open must
+// not touch it (it would fail to bind, or step the other cursor).
+func TestStatementCacheConcurrentUseOfATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := openMigrated(t)
+	t.Cleanup(func() { _ = d.Close() })
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	storeRecords(t, d, keys...)
+	getSQL := d.expand(`SELECT ` + recordColumns + `
+		FROM {{table}}idempotency_record WHERE scope = ? AND idempotency_key = ?`)
+	if _, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k0"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, d.stmts, getSQL)
+
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Rollback(ctx, tx) }()
+	ex := d.UnwrapExecutor(tx)
+
+	// The statement's rows stay open while the same statement runs again.
+	open, err := d.inTx(tx).QueryContext(ctx, getSQL, "s", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k2"}); err != nil || string(rec.Body) != "k2" {
+		t.Fatalf("RecordGet(k2) while k1's rows are open = %+v, %v", rec, err)
+	}
+	if _, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "none"}); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("RecordGet(none) while k1's rows are open: %v, want ErrNotFound", err)
+	}
+	var scope, key string
+	if !open.Next() {
+		t.Fatalf("k1's rows ended early: %v", open.Err())
+	}
+	cols, _ := open.Columns()
+	dest := make([]any, len(cols))
+	dest[0], dest[1] = &scope, &key
+	for i := 2; i < len(dest); i++ {
+		dest[i] = new(any)
+	}
+	if err := open.Scan(dest...); err != nil || key != "k1" {
+		t.Fatalf("k1's row = %q, %v", key, err)
+	}
+	if err := open.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Goroutines sharing the transaction.
+	errs := make(chan error, len(keys))
+	for _, key := range keys {
+		go func() {
+			for range 100 {
+				rec, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: key})
+				if err != nil {
+					errs <- fmt.Errorf("RecordGet(%s): %w", key, err)
+					return
+				}
+				if string(rec.Body) != key {
+					errs <- fmt.Errorf("RecordGet(%s) returned %s's record", key, rec.Body)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range keys {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStatementCacheTransactionOfAnotherDB hands the driver a transaction
+// of another *sql.DB on the same file once its statements are prepared:
+// database/sql refuses to run a statement prepared on one database in a
+// transaction of another, so the driver runs the text there.
+func TestStatementCacheTransactionOfAnotherDB(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	d, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storeRecords(t, d, "k1", "k2") // the claim's statements, met in transactions
+	storeRecords(t, d, "k3")       // now prepared
+	if _, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := sql.Open("sqlite", DSN(path, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	ex := d.UnwrapExecutor(tx)
+	if rec, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k2"}); err != nil || string(rec.Body) != "k2" {
+		t.Fatalf("RecordGet in the other database's transaction = %+v, %v", rec, err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := d.CommitComplete(ctx, tx, &driver.TxCompleteParams{
+		Scope: "s", Key: "k4", Fingerprint: []byte("fp"), Status: 201, Body: []byte("k4"),
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}); err != nil {
+		t.Fatalf("CommitComplete in the other database's transaction: %v", err)
+	}
+	if rec, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k4"}); err != nil || string(rec.Body) != "k4" {
+		t.Fatalf("record stored through the other database = %+v, %v", rec, err)
+	}
+}
+
+// TestStatementCacheCloseWithTransactionOpen closes a driver on the
+// caller's single-connection database while a transaction holds the
+// connection and a call on a prepared statement waits for it: Close
+// returns at once (it does not wait for the statement's calls in flight),
+// the transaction goes on and commits, and the waiting call then runs.
+func TestStatementCacheCloseWithTransactionOpen(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := sql.Open("sqlite", DSN(filepath.Join(t.TempDir(), "caller.db"), 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	d, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storeRecords(t, d, "k1")
+	if _, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := d.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := d.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k1"})
+		waiting <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); db.Stats().WaitCount == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never waited for the connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closePromptly(t, d, tx, "Close waited for a call waiting for the transaction's connection")
+	if rec, err := d.UnwrapExecutor(tx).RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "k1"}); err != nil || string(rec.Body) != "k1" {
+		t.Fatalf("RecordGet in the transaction after Close = %+v, %v", rec, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiting:
+		if err != nil {
+			t.Fatalf("the waiting call: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call never ran")
 	}
 }
