@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
@@ -793,6 +794,60 @@ func TestOutboxMigrationsKeepRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A replica of an earlier release enqueues while migration 008 starts (a
+// rolling upgrade): its transaction commits while the migration runs, and
+// its event is published all the same. (Without the migration's table lock
+// the move's snapshot missed the event, the trigger did not exist yet, and
+// the event got neither a pending nor a publication row.)
+func TestOutboxMigrationWithConcurrentEnqueue(t *testing.T) {
+	t.Parallel()
+	drv := migratedTo(t, 7)
+	ctx := t.Context()
+	now := time.Now()
+	insert := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, seq int) uuid.UUID {
+		e := newEvent(t, "k", seq)
+		if _, err := q.Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, e.ID, e.Type, e.Key, e.Payload, e.OccurredAt, now); err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	before := insert(drv.Pool(), 0)
+	tx, err := drv.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	during := insert(tx, 1)
+	migrated := make(chan error, 1)
+	go func() { migrated <- drv.Migrate(ctx) }()
+	// The migration waits for a lock on outbox, which the enqueue holds.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := drv.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND relation = to_regclass('outbox')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = tx.Rollback(ctx)
+			t.Fatal("the migration never waited for the enqueue's lock")
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pub := &recorder{}
+	drain(t, newRelay(t, drv, pub, &outbox.RelayConfig{BatchSize: 9}))
+	checkExactlyOnceInOrder(t, pub.published(), map[string][]uuid.UUID{"k": {before, during}})
 }
 
 // An event inserted into outbox by plain SQL, as a replica of an earlier

@@ -30,6 +30,15 @@
 -- an earlier release can go on enqueueing (the trigger below gives their
 -- events pending rows); their relays fail on the columns dropped here, and
 -- publish nothing, until they are replaced.
+--
+-- The lock comes first: each statement below reads outbox with a snapshot
+-- of its own, so an event an earlier release enqueued in a transaction
+-- that commits after the move's snapshot, and before the trigger exists,
+-- would get neither a pending row nor a publication row, and would never be
+-- published. Taken first, the lock waits for such transactions to end, and
+-- makes enqueues wait until the migration commits.
+LOCK TABLE {{table}}outbox IN ACCESS EXCLUSIVE MODE;
+
 CREATE TABLE {{table}}outbox_pending (
     id              bigint      NOT NULL,
     record_key      text        NOT NULL,
