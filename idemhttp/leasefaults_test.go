@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,5 +127,47 @@ func TestLeaseRenewedAfterSlowClaim(t *testing.T) {
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times while its owner was alive, want 1", calls.Load())
+	}
+}
+
+// lostDriver is a SQLite driver whose CommitComplete always reports the
+// key stored by another writer (and rolls back), though no record is ever
+// stored: a driver that misreports, say, a failure of the handler's own
+// constraint as a lost key.
+type lostDriver struct {
+	*sqlitedriver.Driver
+}
+
+func (d lostDriver) CommitComplete(_ context.Context, tx *sql.Tx, _ *driver.TxCompleteParams) error {
+	_ = tx.Rollback()
+	return fmt.Errorf("lost: %w", driver.ErrLeaseLost)
+}
+
+// A completed record's INSERT that keeps reporting the key taken, with no
+// record to replay, runs the handler a bounded number of times, then
+// answers 503 store-unavailable (retryable: nothing was committed), instead
+// of running it until the client gives up.
+func TestTxClaimLeaseLostBounded(t *testing.T) {
+	t.Parallel()
+	drv := lostDriver{Driver: testdb.SQLite(t)}
+	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeTx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- send(h, "POST", "/charge", "k", `{}`) }()
+	select {
+	case rr := <-done:
+		checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeStoreUnavailable)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the request did not end; the handler ran %d times", calls.Load())
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("handler ran %d times, want 3", n)
 	}
 }

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/idemkit/idem/driver"
 )
+
+// maxLeaseLost bounds the handler's executions for one request when the
+// completed record's INSERT keeps finding the key taken (see serveTxClaim).
+const maxLeaseLost = 3
 
 // serveTxClaim is ModeTx over a driver.TxClaimer: as many round trips as
 // the handler alone (the key's lock with the read of its record; the
@@ -20,6 +25,7 @@ import (
 func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, next http.Handler) {
 	ctx := cmd.r.Context()
 	waited := false
+	lost := 0 // records stored by another writer while the handler ran
 	for polls := 0; ; polls++ {
 		p := &driver.TxClaimParams{Scope: cmd.scope, Key: cmd.key, Now: m.cfg.Now()}
 		if waited {
@@ -87,7 +93,13 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 			return
 		}
 		// Someone without the lock stored the key meanwhile: our writes
-		// were rolled back; look again.
+		// were rolled back; look again (the next claim finds the record).
+		// A driver that keeps reporting it would run the handler again and
+		// again: after a few, answer that the store failed.
+		if lost++; lost >= maxLeaseLost {
+			m.storeUnavailable(cmd, fmt.Errorf("idemhttp: the key's record was reported stored by another writer %d times, and not found", lost))
+			return
+		}
 		waited = false
 	}
 }

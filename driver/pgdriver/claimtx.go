@@ -201,7 +201,10 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 	}
 	_ = ct.Rollback(context.WithoutCancel(ctx))
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
+	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == d.names.RecordKeyConstraint() {
+		// The record's INSERT, not a deferred constraint of the handler's
+		// tables checked by the COMMIT (the handler's own failure: running
+		// it again would fail the same way).
 		return fmt.Errorf("pgdriver: commit complete: key stored by another writer: %w", driver.ErrLeaseLost)
 	}
 	if err == nil {
@@ -264,7 +267,7 @@ func (t *claimTx) withBegin(ctx context.Context, sql string, args []any) (*pgx.B
 	}
 	if len(args) > 0 {
 		switch args[0].(type) {
-		case pgx.QueryExecMode, pgx.QueryRewriter:
+		case pgx.QueryExecMode, pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 			return nil, t.begin(ctx)
 		}
 	}
@@ -355,19 +358,26 @@ func (t *claimTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []str
 }
 
 func (t *claimTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.begun || t.closed {
+	if t.closed {
+		return &failedBatch{err: pgx.ErrTxClosed}
+	}
+	if t.begun {
 		return t.conn.SendBatch(ctx, b)
 	}
-	// BEGIN goes first in the same round trip; its result is skipped.
+	// BEGIN goes first in the same round trip; its result is skipped, and
+	// the transaction counts as begun once it ran. (pgx sends nothing of a
+	// batch with a statement it cannot prepare or encode, BEGIN included.)
 	nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)}
-	t.begun = true
-	return &skipFirst{BatchResults: t.conn.SendBatch(ctx, nb)}
+	return &skipFirst{BatchResults: t.conn.SendBatch(ctx, nb), tx: t}
 }
 
 // LargeObjects runs on a pgx transaction opened on the same connection (its
 // BEGIN is redundant: the server warns and stays in this transaction). Do
 // not commit or roll back that one: this one ends it.
 func (t *claimTx) LargeObjects() pgx.LargeObjects {
+	if t.closed {
+		return pgx.LargeObjects{}
+	}
 	if err := t.begin(context.Background()); err != nil {
 		return pgx.LargeObjects{}
 	}
@@ -389,6 +399,12 @@ func (t *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	if t.closed {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
+	if len(args) == 0 && !t.begun {
+		// pgx runs a statement without arguments with the simple
+		// protocol, whose text may hold several statements (a batch would
+		// prepare it and refuse them): BEGIN goes in front of the text.
+		return t.execSimpleWithBegin(ctx, sql)
+	}
 	b, err := t.withBegin(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -407,6 +423,26 @@ func (t *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 		err = cerr
 	}
 	return tag, err
+}
+
+// execSimpleWithBegin runs "BEGIN;" and sql as one simple-protocol query
+// and returns the command tag of sql's last statement, as pgx's Exec does.
+func (t *claimTx) execSimpleWithBegin(ctx context.Context, sql string) (pgconn.CommandTag, error) {
+	mrr := t.conn.Conn().PgConn().Exec(ctx, "BEGIN;"+sql)
+	var tag pgconn.CommandTag
+	for n := 0; mrr.NextResult(); n++ {
+		rtag, err := mrr.ResultReader().Close()
+		if n == 0 && err == nil {
+			t.begun = true
+		}
+		if n > 0 {
+			tag = rtag
+		}
+	}
+	if err := mrr.Close(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tag, nil
 }
 
 func (t *claimTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -440,10 +476,16 @@ func (t *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Conn returns the connection; BEGIN is sent first, so that statements
-// run on it directly are inside the transaction.
+// run on it directly are inside the transaction. Once the transaction has
+// ended the connection is back in the pool (or closed): Conn returns nil.
 func (t *claimTx) Conn() *pgx.Conn {
-	if !t.closed {
-		_ = t.begin(context.Background())
+	if t.closed {
+		return nil
+	}
+	if err := t.begin(context.Background()); err != nil {
+		// Statements sent on the connection would run outside any
+		// transaction: the connection goes (the transaction fails).
+		_ = t.conn.Conn().Close(context.Background())
 	}
 	return t.conn.Conn()
 }
@@ -481,16 +523,30 @@ func (s *savepointTx) Rollback(ctx context.Context) error {
 }
 
 func (s *savepointTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if s.closed {
+		return 0, pgx.ErrTxClosed
+	}
 	return s.top.CopyFrom(ctx, table, cols, src)
 }
 
 func (s *savepointTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if s.closed {
+		return &failedBatch{err: pgx.ErrTxClosed}
+	}
 	return s.top.SendBatch(ctx, b)
 }
 
-func (s *savepointTx) LargeObjects() pgx.LargeObjects { return s.top.LargeObjects() }
+func (s *savepointTx) LargeObjects() pgx.LargeObjects {
+	if s.closed {
+		return pgx.LargeObjects{}
+	}
+	return s.top.LargeObjects()
+}
 
 func (s *savepointTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if s.closed {
+		return nil, pgx.ErrTxClosed
+	}
 	return s.top.Prepare(ctx, name, sql)
 }
 
@@ -509,15 +565,19 @@ func (s *savepointTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 }
 
 func (s *savepointTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if s.closed {
+		return &queryRow{err: pgx.ErrTxClosed}
+	}
 	return s.top.QueryRow(ctx, sql, args...)
 }
 
 func (s *savepointTx) Conn() *pgx.Conn { return s.top.Conn() }
 
 // skipFirst is the BatchResults of a batch whose first statement (BEGIN) the
-// caller did not queue.
+// caller did not queue; tx counts as begun once that BEGIN ran.
 type skipFirst struct {
 	pgx.BatchResults
+	tx      *claimTx
 	skipped bool
 	err     error
 }
@@ -525,10 +585,26 @@ type skipFirst struct {
 func (b *skipFirst) skip() error {
 	if !b.skipped {
 		b.skipped = true
-		_, b.err = b.BatchResults.Exec()
+		if _, b.err = b.BatchResults.Exec(); b.err == nil {
+			b.tx.begun = true
+		}
 	}
 	return b.err
 }
+
+func (b *skipFirst) Close() error {
+	_ = b.skip()
+	return b.BatchResults.Close()
+}
+
+// failedBatch is the BatchResults of a batch that was not sent.
+type failedBatch struct{ err error }
+
+func (b *failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b *failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b *failedBatch) QueryRow() pgx.Row                { return &queryRow{err: b.err} }
+func (b *failedBatch) Close() error                     { return b.err }
+func (b *failedBatch) Tx() pgx.Tx                       { return nil }
 
 func (b *skipFirst) Exec() (pgconn.CommandTag, error) {
 	if err := b.skip(); err != nil {
@@ -558,6 +634,17 @@ type batchRows struct {
 	br       pgx.BatchResults
 	closed   bool
 	closeErr error
+}
+
+// Next closes the batch after the last row, as pgx closes rows: a caller
+// that reads them to the end need not call Close before its next
+// statement.
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
 }
 
 func (r *batchRows) Close() {

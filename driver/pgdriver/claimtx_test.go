@@ -1,6 +1,7 @@
 package pgdriver_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -169,5 +170,159 @@ func TestClaimTxFirstStatementAndLock(t *testing.T) {
 	}
 	if stored("dup-effect") || held("Exec-true") {
 		t.Fatalf("after ErrLeaseLost: effect stored %v, lock held %v; want neither", stored("dup-effect"), held("Exec-true"))
+	}
+}
+
+// The claim's transaction behaves as pgx's own where a handler would notice
+// a difference, on the uncontended path (BEGIN not sent yet, the key's
+// session-level lock held): a first batch that pgx could not send leaves
+// the transaction to be begun by the next statement; a first statement of
+// several statements without arguments runs inside the transaction; rows
+// read to the end need no Close before the next statement; options that
+// only Exec and Query interpret are honoured; an ended transaction or
+// savepoint answers ErrTxClosed; a unique violation of a deferred
+// constraint of the handler's tables is the handler's failure, not a
+// record stored by another writer.
+func TestClaimTxBehavesAsPgxTx(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	pool := drv.Pool()
+	if _, err := pool.Exec(ctx, `CREATE TABLE fx (k text PRIMARY KEY);
+		CREATE TABLE deferred (k text, CONSTRAINT deferred_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func(where string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM fx WHERE `+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	claim := func(key string) pgx.Tx {
+		t.Helper()
+		tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: time.Now()})
+		if err != nil || !res.Locked {
+			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // after a failure
+		return tx
+	}
+	complete := func(tx pgx.Tx, key string) error {
+		return drv.CommitComplete(ctx, tx, &driver.TxCompleteParams{Scope: "s", Key: key, Fingerprint: []byte("fp"),
+			Status: 200, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	}
+
+	// A batch with a statement the server cannot prepare is not run,
+	// BEGIN included; the next statement begins the transaction, so the
+	// rollback undoes it.
+	tx := claim("unsent")
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO fx VALUES ($1)`, "unsent-0")
+	b.Queue(`INSERT INTO fx VALUES ($1`, "unsent-1")
+	if err := tx.SendBatch(ctx, b).Close(); err == nil {
+		t.Fatal("a batch with a syntax error succeeded")
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO fx VALUES ($1)`, "unsent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(`k LIKE 'unsent%'`); n != 0 {
+		t.Fatal("a write after an unsent first batch survived the rollback: it ran outside the transaction")
+	}
+
+	// Several statements in one text without arguments, first.
+	for _, commit := range []bool{false, true} {
+		key := fmt.Sprint("multi-", commit)
+		tx := claim(key)
+		tag, err := tx.Exec(ctx, `INSERT INTO fx VALUES ('`+key+`-a'); INSERT INTO fx VALUES ('`+key+`-b')`)
+		if err != nil || tag.RowsAffected() != 1 || !tag.Insert() {
+			t.Fatalf("%s: Exec of two statements = %q, %v", key, tag, err)
+		}
+		if commit {
+			err = complete(tx, key)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 0, true: 2}[commit]; count(`k LIKE '`+key+`-%'`) != want {
+			t.Fatalf("%s: %d rows stored, want %d", key, count(`k LIKE '`+key+`-%'`), want)
+		}
+	}
+
+	// Rows read to the end, not closed, then the next statement.
+	tx = claim("rows")
+	rows, err := tx.Query(ctx, `INSERT INTO fx VALUES ($1) RETURNING k`, "rows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO fx VALUES ($1)`, "rows-2"); err != nil {
+		t.Fatalf("a statement after rows read to the end: %v", err)
+	}
+	if err := complete(tx, "rows"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(`k IN ('rows', 'rows-2')`); n != 2 {
+		t.Fatalf("%d rows stored, want 2", n)
+	}
+
+	// Result formats, an option of Query, on the first statement.
+	tx = claim("formats")
+	var got string
+	if err := tx.QueryRow(ctx, `INSERT INTO fx VALUES ($1) RETURNING k`, pgx.QueryResultFormats{pgx.TextFormatCode}, "formats").Scan(&got); err != nil || got != "formats" {
+		t.Fatalf("QueryRow with QueryResultFormats = %q, %v", got, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ended transactions and savepoints.
+	tx = claim("ended")
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.QueryRow(ctx, `SELECT 1`).Scan(new(int)); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("QueryRow on a released savepoint: %v, want ErrTxClosed", err)
+	}
+	if err := sp.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("SendBatch on a released savepoint: %v, want ErrTxClosed", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = &pgx.Batch{}
+	b.Queue(`SELECT 1`)
+	if err := tx.SendBatch(ctx, b).Close(); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("SendBatch after Rollback: %v, want ErrTxClosed", err)
+	}
+	if tx.Conn() != nil {
+		t.Fatal("Conn after Rollback returned the pool's connection")
+	}
+
+	// A deferred unique constraint of the handler's table fails the COMMIT.
+	tx = claim("deferred")
+	if _, err := tx.Exec(ctx, `INSERT INTO deferred VALUES ($1), ($1)`, "x"); err != nil {
+		t.Fatal(err)
+	}
+	err = complete(tx, "deferred")
+	if err == nil || errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("CommitComplete with a deferred violation: %v, want the violation, not ErrLeaseLost", err)
+	}
+	if rec, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "deferred"}); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("record after the failed COMMIT = %+v, %v; want none", rec, err)
 	}
 }

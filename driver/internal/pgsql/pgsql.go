@@ -73,6 +73,11 @@ func NewNames(schema, prefix string) *Names {
 	return n
 }
 
+// RecordKeyConstraint is the name of the idempotency record's primary key
+// (migration 001): the unique violation that says another writer stored
+// the key.
+func (n *Names) RecordKeyConstraint() string { return n.Name + "idempotency_record_pkey" }
+
 // Render replaces {{table}} and {{name}} in sql, without caching (for
 // migrations).
 func (n *Names) Render(sql string) string { return n.replacer.Replace(sql) }
