@@ -59,6 +59,12 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgdriver: begin: %w", err)
 	}
+	if err := d.iso.Check(ctx, "pgdriver", func(ctx context.Context) (level string, err error) {
+		return level, conn.QueryRow(ctx, pgsql.DefaultIsolationSQL).Scan(&level)
+	}); err != nil {
+		conn.Release()
+		return nil, nil, err
+	}
 	lock := d.recordLockKey(p.Scope, p.Key)
 	if p.Wait <= 0 && !p.Now.IsZero() {
 		return d.replayOrLock(ctx, conn, lock, p)

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/drivertest"
+	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -325,4 +327,24 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 	if rec, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "deferred"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("record after the failed COMMIT = %+v, %v; want none", rec, err)
 	}
+}
+
+// idem's claims need READ COMMITTED (a claim reads the record with a
+// snapshot taken after the key's lock): with another default isolation
+// level, Validate, the record claim and the relay's claim refuse to run and
+// say what to change, instead of silently letting a duplicate execute.
+func TestIsolationLevelChecked(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 1) // one connection: SET applies to every use
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	drivertest.IsolationChecked[pgx.Tx](t, drv, func(ctx context.Context, sql string) error {
+		_, err := pool.Exec(ctx, sql)
+		return err
+	})
 }

@@ -13,6 +13,14 @@
 // migrators (several replicas starting at once) with a transaction-scoped
 // advisory lock.
 //
+// idem's transactions must run at READ COMMITTED, PostgreSQL's default: a
+// claim takes the key's lock and then reads the record with a statement
+// of its own, whose snapshot, at READ COMMITTED only, follows the lock and
+// so sees what the lock's previous holder committed. Validate checks the
+// sessions' default_transaction_isolation at start-up (idemd runs it after
+// Migrate), and the record claim and the relay's claim refuse another
+// level with an error that says what to change.
+//
 // # The outbox tables
 //
 // An event enqueued with outbox.EnqueueTx is a row of outbox, written once.

@@ -55,6 +55,7 @@ type Driver struct {
 	name        string // bare prefix for index and constraint names
 
 	names *pgsql.Names // names, expansion of the shared SQL, lock keys
+	iso   pgsql.IsolationCheck
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.

@@ -94,7 +94,14 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // readiness probes.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
-	return migrate.Validate("pgdriver", s, err)
+	if err := migrate.Validate("pgdriver", s, err); err != nil {
+		return err
+	}
+	var level string
+	if err := d.pool.QueryRow(ctx, pgsql.DefaultIsolationSQL).Scan(&level); err != nil {
+		return fmt.Errorf("pgdriver: read the isolation level: %w", err)
+	}
+	return pgsql.IsolationError("pgdriver", level)
 }
 
 // lockKey is the advisory lock that serialises migrators of one schema

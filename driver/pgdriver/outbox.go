@@ -113,6 +113,11 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if limit <= 0 {
 		return nil, fmt.Errorf("pgdriver: outbox claim: limit %d must be positive", limit)
 	}
+	if err := e.d.iso.Check(ctx, "pgdriver: outbox claim", func(ctx context.Context) (level string, err error) {
+		return level, e.db.QueryRow(ctx, pgsql.TxIsolationSQL).Scan(&level)
+	}); err != nil {
+		return nil, err
+	}
 	// Batch 1: the planner setting of the read (see outboxReadSQL), then the
 	// lanes.
 	b1 := &pgx.Batch{}

@@ -24,6 +24,12 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := d.iso.Check(ctx, "pgsqldriver", func(ctx context.Context) (level string, err error) {
+		return level, tx.QueryRowContext(ctx, pgsql.TxIsolationSQL).Scan(&level)
+	}); err != nil {
+		_ = tx.Rollback()
+		return nil, nil, err
+	}
 	locked, err := d.claimLock(ctx, tx, p)
 	if err == nil && locked {
 		var rec *driver.Record

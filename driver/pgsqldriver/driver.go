@@ -41,6 +41,7 @@ type Driver struct {
 	db          *sql.DB
 	cfg         Config
 	names       *pgsql.Names
+	iso         pgsql.IsolationCheck
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.

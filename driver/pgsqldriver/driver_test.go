@@ -1,6 +1,7 @@
 package pgsqldriver_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 
@@ -22,5 +23,23 @@ func TestDriver(t *testing.T) {
 			}
 			return drv
 		},
+	})
+}
+
+// As pgdriver: with a default isolation level other than READ COMMITTED,
+// Validate, the record claim and the relay's claim refuse to run.
+func TestIsolationLevelChecked(t *testing.T) {
+	t.Parallel()
+	db, schema := testdb.SQLDB(t, 1) // one connection: SET applies to every use
+	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	drivertest.IsolationChecked[*sql.Tx](t, drv, func(ctx context.Context, sql string) error {
+		_, err := db.ExecContext(ctx, sql)
+		return err
 	})
 }

@@ -79,7 +79,14 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // this binary does not know. For readiness probes.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
-	return migrate.Validate("pgsqldriver", s, err)
+	if err := migrate.Validate("pgsqldriver", s, err); err != nil {
+		return err
+	}
+	var level string
+	if err := d.db.QueryRowContext(ctx, pgsql.DefaultIsolationSQL).Scan(&level); err != nil {
+		return fmt.Errorf("pgsqldriver: read the isolation level: %w", err)
+	}
+	return pgsql.IsolationError("pgsqldriver", level)
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning

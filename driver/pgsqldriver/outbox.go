@@ -50,6 +50,11 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("pgsqldriver: outbox claim: limit %d must be positive", p.Limit)
 	}
+	if err := e.d.iso.Check(ctx, "pgsqldriver: outbox claim", func(ctx context.Context) (level string, err error) {
+		return level, e.db.QueryRowContext(ctx, pgsql.TxIsolationSQL).Scan(&level)
+	}); err != nil {
+		return nil, err
+	}
 	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
 		return nil, mapErr("outbox claim", err)
 	}

@@ -193,6 +193,11 @@ func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 // and the order pipeline (Kafka, relay, consumer).
 func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	err := drv.Migrate(ctx)
+	if v, ok := drv.(interface{ Validate(context.Context) error }); ok && err == nil {
+		// The schema, and on PostgreSQL the sessions' isolation level
+		// (idem's claims need READ COMMITTED): refused at start-up.
+		err = v.Validate(ctx)
+	}
 	for _, m := range st.migrate {
 		if err == nil {
 			err = m(ctx)
