@@ -43,7 +43,9 @@ type RedriveOptions struct {
 // redriven (older) event can reach consumers after a newer one; consumers
 // of redriven events must therefore tolerate seeing an old event late (the
 // inbox drops it if it was applied; a handler that was never given it
-// applies it then). Parked rows are not touched.
+// applies it then). Parked rows are not touched. Run one Redrive at a
+// time: two running at once release their batches independently, and a
+// key's redriven rows can then be published out of ID order.
 func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts RedriveOptions) (int, error) {
 	if opts.BatchSize < 0 {
 		return 0, fmt.Errorf("outbox: redrive: BatchSize %d must not be negative", opts.BatchSize)

@@ -18,6 +18,8 @@ import (
 type Config struct {
 	// Schema holds idem's tables. Defaults to "" (the connection's
 	// search_path, usually public). Migrate creates it when missing.
+	// Every replica sharing the tables must spell Schema and TablePrefix
+	// the same way (see pgdriver.Config.Schema).
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (tables are named as in the style guide:
