@@ -71,7 +71,11 @@ func (m *Middleware[TTx]) answerCached(cmd *command) bool {
 		return false
 	}
 	if !bytes.Equal(e.rec.Fingerprint, cmd.fingerprint) {
-		return m.answerExisting(cmd, e.rec) // the mismatch answer
+		// The mismatch answer. Not through answerExisting: it would put
+		// e.rec back, whose headers live in e.hdr, and, were the entry
+		// evicted meanwhile, cache a record without its headers.
+		m.mismatch(cmd)
+		return true
 	}
 	// What replay writes, with the headers decoded once, when cached. The
 	// length is known: the body never goes out chunked.

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -169,5 +170,39 @@ func TestTxClaimLeaseLostBounded(t *testing.T) {
 	}
 	if n := calls.Load(); n != 3 {
 		t.Fatalf("handler ran %d times, want 3", n)
+	}
+}
+
+// A failure (here 503 with Retry-After) whose body is over MaxResponseBytes
+// is not stored, in either mode: the client gets the handler's status and
+// Retry-After with a problem body, and a retry executes again. (ModeLease
+// used to store a 500 for the whole TTL: the failure was cached.)
+func TestFailureTooLargeNotStored(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			t.Parallel()
+			mw, err := idemhttp.New[*sql.Tx](testdb.SQLite(t), &idemhttp.Config{Mode: mode, MaxResponseBytes: 1024})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Retry-After", "7")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write(bytes.Repeat([]byte("x"), 4096))
+			}))
+			for i := range 2 {
+				rr := send(h, "POST", "/charge", "k", `{}`)
+				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeResponseTooLarge)
+				if rr.Header().Get("Retry-After") != "7" || rr.Header().Get(idemhttp.ReplayedHeader) != "" {
+					t.Fatalf("attempt %d: Retry-After %q, replayed %q", i, rr.Header().Get("Retry-After"), rr.Header().Get(idemhttp.ReplayedHeader))
+				}
+			}
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("handler ran %d times, want 2 (the failure must not be stored)", n)
+			}
+		})
 	}
 }

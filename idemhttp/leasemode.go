@@ -113,17 +113,19 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	rec.seal()
 	stop()
 
+	if !m.cfg.Store(rec.statusCode()) {
+		// A failure (5xx, 429, ...) is never stored, whatever its size.
+		m.release(bg, ex, cmd, token)
+		m.passNotStored(cmd, rec)
+		m.report(cmd.r, OutcomeNotStored)
+		return
+	}
 	if rec.overflow {
 		// The effect happened and cannot be undone: releasing the key would
 		// let a retry execute it again. Store the 500 answer instead, so
 		// every retry gets it.
 		rec = newRecorder(math.MaxInt)
 		m.writeTooLarge(rec, cmd, "The command was executed but its response is too large to store; retries with this key get this answer.")
-	} else if !m.cfg.Store(rec.statusCode()) {
-		m.release(bg, ex, cmd, token)
-		rec.flush(cmd.w)
-		m.report(cmd.r, OutcomeNotStored)
-		return
 	}
 	err := m.complete(bg, ex, cmd, token, rec)
 	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {

@@ -181,11 +181,7 @@ func (m *Middleware[TTx]) lockTimeout(cmd *command) time.Duration {
 func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool {
 	m.remember(cmd, rec) // a completed record is cached for the next retry
 	if !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
-		m.conflict(cmd, "mismatch")
-		problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
-			"Idempotency-Key already used for another request",
-			"This key was used with a different method, route or body. Use a new key for a new operation.")
-		m.report(cmd.r, OutcomeMismatch)
+		m.mismatch(cmd)
 		return true
 	}
 	if rec.State != driver.StateCompleted {
@@ -193,6 +189,15 @@ func (m *Middleware[TTx]) answerExisting(cmd *command, rec *driver.Record) bool 
 	}
 	m.replay(cmd, rec)
 	return true
+}
+
+// mismatch answers a key used with another request.
+func (m *Middleware[TTx]) mismatch(cmd *command) {
+	m.conflict(cmd, "mismatch")
+	problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
+		"Idempotency-Key already used for another request",
+		"This key was used with a different method, route or body. Use a new key for a new operation.")
+	m.report(cmd.r, OutcomeMismatch)
 }
 
 // replay writes a stored response byte for byte.
@@ -238,6 +243,24 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 }
 
 // writeTooLarge writes the 500 answer for a response too large to store.
+// passNotStored sends the handler's response that is not stored (a
+// failure: the key stays free for a retry). One that overflowed
+// MaxResponseBytes was not kept whole: its status (and Retry-After) go out
+// with a problem body instead.
+func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
+	if !rec.overflow {
+		rec.flush(cmd.w)
+		return
+	}
+	m.cfg.Logger.Warn("idemhttp: failure response too large to pass on", "key", cmd.key, "scope", cmd.scope,
+		"status", rec.statusCode(), "limit", m.cfg.MaxResponseBytes)
+	if ra := rec.header.Get("Retry-After"); ra != "" {
+		cmd.w.Header().Set("Retry-After", ra)
+	}
+	problem.WriteError(cmd.w, rec.statusCode(), problem.TypeResponseTooLarge, "Response too large",
+		"The command failed and its response was too large to pass on; nothing was stored: retry with the same key.")
+}
+
 func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, detail string) {
 	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", cmd.scope, "limit", m.cfg.MaxResponseBytes)
 	problem.WriteError(w, http.StatusInternalServerError, problem.TypeResponseTooLarge,

@@ -111,14 +111,14 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 		m.rollback(ctx, tx)
 		m.report(cmd.r, OutcomeNotStored)
 		return nil
+	case !m.cfg.Store(rec.statusCode()):
+		m.rollback(ctx, tx)
+		m.passNotStored(cmd, rec)
+		m.report(cmd.r, OutcomeNotStored)
+		return nil
 	case rec.overflow:
 		m.rollback(ctx, tx)
 		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
-		m.report(cmd.r, OutcomeNotStored)
-		return nil
-	case !m.cfg.Store(rec.statusCode()):
-		m.rollback(ctx, tx)
-		rec.flush(cmd.w)
 		m.report(cmd.r, OutcomeNotStored)
 		return nil
 	}
