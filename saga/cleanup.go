@@ -15,8 +15,11 @@ import (
 // The cleaner of package cleanup already sweeps finished sagas with this
 // statement (cleanup.Config.Sagas: 72h after they finished by default, on
 // the cleaner's schedule, one replica at a time), so most applications never
-// call DeleteFinished. It is for a job of one's own; it has the signature of
-// cleanup.Rule.Delete.
+// call DeleteFinished. It is for a job of one's own; as a cleanup.Rule:
+//
+//	Delete: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+//		return saga.DeleteFinished(ctx, ex, before, limit)
+//	}
 //
 // Keep finished sagas at least as long as the events that drive them can be
 // redelivered (the inbox retention): a redelivered event of a deleted saga

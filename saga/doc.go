@@ -84,11 +84,11 @@
 //
 // A saga advances when it consumes an event, never from memory. The
 // consumer of each event runs, in one transaction: inbox.ProcessTx (the
-// event is applied once), Step (the step runs once, with its effect), and
+// event is applied once), StepTx (the step runs once, with its effect), and
 // Emit for the events that trigger the next step (published by the outbox
 // relay after the commit); then it commits and acknowledges the event. After
 // a crash, the broker redelivers the events whose offsets were not
-// committed; their steps either committed (the inbox, or Step, skips them)
+// committed; their steps either committed (the inbox, or StepTx, skips them)
 // or left nothing (they run now). The saga continues from its last recorded
 // step, on whichever replica consumes the event. Step and the inbox are
 // complementary: the inbox deduplicates per event ID and consumer, Step per

@@ -47,7 +47,10 @@ func (c *Coordinator[TTx]) StepTx(ctx context.Context, tx TTx, sagaID, stepName 
 
 // Step is StepTx in a transaction of its own: it begins one, runs StepTx and
 // commits, or rolls back on any error (and on a panic of fn, which it lets
-// go on). Use Step to join the transaction of an inbox.ProcessTx.
+// go on). To join the transaction of an inbox.ProcessTx (the event, the
+// step and its effect committed together), use StepTx with that
+// transaction: Step's own transaction would not see a saga started in it,
+// and on SQLite would wait for its write lock.
 func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
 	if err := checkStep(sagaID, stepName); err != nil {
 		return nil, false, err
