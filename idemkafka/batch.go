@@ -75,7 +75,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			} else {
 				n = 0
 			}
-			if err := c.sendDeadLetter(work, cl, recs[pos], n, cause); err != nil {
+			if err := c.sendDeadLetter(ctx, work, cl, recs[pos], n, cause); err != nil {
 				if !transient(err) {
 					break
 				}

@@ -84,8 +84,13 @@ type ConsumerConfig[TTx any] struct {
 	// HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset,
 	// HeaderDLQConsumer and HeaderDLQAttempts. The topic must exist (or
 	// the cluster must create topics on demand): until the copy is
-	// acknowledged the record's partition does not move on. Defaults to
-	// the record's topic followed by DeadLetterSuffix ("orders.dlq").
+	// acknowledged the record's partition does not move on. The consumer
+	// waits at most 30 s for one acknowledgement (then backs off, retries,
+	// and after Retry.Attempts rewinds the partition and polls again), and
+	// its other partitions wait meanwhile: alert on the dead-letter topic's
+	// health. Stopping the consumer does not wait for an acknowledgement.
+	// Defaults to the record's topic followed by DeadLetterSuffix
+	// ("orders.dlq").
 	DeadLetterTopic string
 
 	// ExtraOpts are more kgo options for the consumer's client (TLS, SASL,

@@ -38,10 +38,15 @@ const (
 // MaxDLQErrorLen bounds the HeaderDLQError value, in bytes.
 const MaxDLQErrorLen = 4096
 
-// dlqTimeout bounds the wait for a dead letter's acknowledgement. A produce
-// the broker may have appended is not abandoned by kgo at this deadline
-// (idempotent writes wait until its outcome is known); an error here only
-// means the partition is rewound and the record tried again later.
+// dlqTimeout bounds the wait for a dead letter's acknowledgement. kgo does
+// not abandon a produce it has written (idempotent writes wait until its
+// outcome is known, retrying a broker's retriable errors without end: a
+// dead-letter partition under min.insync.replicas would hold it forever),
+// so the consumer stops waiting instead: at this deadline, or when it is
+// stopped. The record's offset is not committed, so the partition is
+// rewound and the record dead-lettered again later; a copy given up on may
+// still be appended, so the dead-letter topic can hold a record twice (the
+// same idem event ID).
 const dlqTimeout = 30 * time.Second
 
 // ErrPoison marks a handler error that retrying cannot fix: a record whose
@@ -79,13 +84,27 @@ func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, caus
 
 // sendDeadLetter produces the dead-letter copy of r and waits until the
 // broker acknowledged it (acks=all, idempotent: checked at construction).
-// Only then may r's offset be committed.
-func (c *Consumer[TTx]) sendDeadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) error {
+// Only then may r's offset be committed. It waits at most dlqTimeout, and
+// no longer than ctx (the consumer's run) lasts; the produce itself runs
+// under work, which outlives a stop.
+func (c *Consumer[TTx]) sendDeadLetter(ctx, work context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) error {
 	topic := c.cfg.deadLetterTopic(r.Topic)
 	dl := deadLetter(topic, r, c.in.Consumer(), attempts, cause)
-	ctx, cancel := context.WithTimeout(ctx, dlqTimeout)
+	pctx, cancel := context.WithTimeout(work, dlqTimeout) // bounds a Produce blocked on a full buffer
 	defer cancel()
-	if err := cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
+	acked := make(chan error, 1) // a late acknowledgement does not block kgo
+	cl.Produce(pctx, dl, func(_ *kgo.Record, err error) { acked <- err })
+	timer := time.NewTimer(dlqTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-acked:
+	case <-timer.C:
+		err = fmt.Errorf("not acknowledged within %s", dlqTimeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("not acknowledged when the consumer stopped: %w", ctx.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("idemkafka: dead-letter %s/%d@%d to %s: %w", r.Topic, r.Partition, r.Offset, topic, err)
 	}
 	c.cfg.Logger.Warn("idemkafka: record dead-lettered",

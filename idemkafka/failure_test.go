@@ -378,3 +378,42 @@ func TestRevokeRunsNoDefaultCommit(t *testing.T) {
 		t.Fatal("no revoke logged: the test did not test anything")
 	}
 }
+
+// A dead-letter topic that never acknowledges (a retriable error kgo
+// retries without end, as for a partition under min.insync.replicas) does
+// not hold the consumer: each send is given up after a bounded wait, the
+// record's offset is not committed, and stopping the consumer returns at
+// once instead of waiting for the acknowledgement forever.
+func TestDeadLetterNeverAcknowledged(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	if kc.Real() {
+		t.Skip("needs the in-process broker's fault injection")
+	}
+	topic := kc.Topic(t, "orders", 1)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	kc.CreateTopic(t, dlq, 1)
+	group := kafkatest.Name("g")
+	fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, dlq, kerr.NotEnoughReplicas, 1<<30))
+
+	evs := newEvents(t, 1, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+	hook := func(event.Envelope) error { return fmt.Errorf("bad order: %w", idemkafka.ErrPoison) }
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, hook, topic))
+	waitFor(t, 30*time.Second, "the dead letter's produce refused", func() bool { return fault.Hits() > 0 })
+	time.Sleep(200 * time.Millisecond) // kgo is retrying it
+	stopped := make(chan error, 1)
+	go func() { stopped <- inst.stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer did not stop while its dead letter was never acknowledged")
+	}
+	if allCommitted(t, kc, group, topic) {
+		t.Fatal("the record's offset was committed without its dead-letter copy")
+	}
+}
