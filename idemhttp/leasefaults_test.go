@@ -206,3 +206,69 @@ func TestFailureTooLargeNotStored(t *testing.T) {
 		})
 	}
 }
+
+// hangingDriver is a SQLite driver whose first hang lease renewals block
+// until their context ends, as a call on a dead connection would.
+type hangingDriver struct {
+	*sqlitedriver.Driver
+	hang atomic.Int32
+}
+
+func (d *hangingDriver) Records() driver.RecordExecutor {
+	return hangingExecutor{RecordExecutor: d.Driver.Records(), d: d}
+}
+
+type hangingExecutor struct {
+	driver.RecordExecutor
+	d *hangingDriver
+}
+
+func (e hangingExecutor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
+	if e.d.hang.Add(-1) >= 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return e.RecordExecutor.RecordExtendLease(ctx, p)
+}
+
+// A lease renewal that hangs (a dead connection) is abandoned after the
+// renewal interval and the next one extends the lease in time: a retry
+// that arrives after the first lease would have expired finds the owner
+// alive (409 request-in-progress) instead of taking the key over and
+// running the handler a second time.
+func TestLeaseRenewalThatHangs(t *testing.T) {
+	t.Parallel()
+	drv := &hangingDriver{Driver: testdb.SQLite(t)}
+	drv.hang.Store(1)
+	const lease = 1500 * time.Millisecond
+	var calls atomic.Int64
+	running := make(chan struct{})
+	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Wait: idemhttp.NoWait, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 {
+			close(running)
+			time.Sleep(lease + lease/2) // outlives the first lease
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first := make(chan int, 1)
+	go func() { first <- send(h, "POST", "/charge", "k", `{}`).Code }()
+	<-running
+	time.Sleep(lease + lease/6) // past the first lease's expiry
+	rr := send(h, "POST", "/charge", "k", `{}`)
+	checkProblem(t, rr, http.StatusConflict, problem.TypeRequestInProgress)
+	select {
+	case code := <-first:
+		if code != http.StatusCreated {
+			t.Fatalf("first request: %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first request never finished: its stuck renewal was waited for")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1 (the live owner was taken over)", n)
+	}
+}

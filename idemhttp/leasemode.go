@@ -127,11 +127,11 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		rec = newRecorder(math.MaxInt)
 		m.writeTooLarge(rec, cmd, "The command was executed but its response is too large to store; retries with this key get this answer.")
 	}
-	err := m.complete(bg, ex, cmd, token, rec)
+	err := m.completeBounded(bg, ex, cmd, token, rec)
 	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {
 		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", cmd.scope, "err", err)
 		_ = pause(bg, time.Duration(n)*completeRetryDelay)
-		err = m.complete(bg, ex, cmd, token, rec)
+		err = m.completeBounded(bg, ex, cmd, token, rec)
 	}
 	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
@@ -149,7 +149,8 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 }
 
 // heartbeat renews the lease every Lease/3 until the returned stop is called;
-// stop waits for the renewer to exit.
+// stop waits for the renewer to exit (at most one renewal, bounded by
+// Lease/3).
 func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -162,7 +163,13 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 				return
 			case <-t.C:
 			}
-			err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: m.cfg.Now().Add(m.cfg.Lease)})
+			// Each renewal is bounded by the interval: one stuck on a dead
+			// connection must not outlive the lease it should extend (the
+			// next one, on another connection, goes at once: the ticker
+			// fired meanwhile).
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+			err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: m.cfg.Now().Add(m.cfg.Lease)})
+			cancel()
 			if errors.Is(err, driver.ErrLeaseLost) {
 				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs", "key", cmd.key, "scope", cmd.scope)
 				return
@@ -178,7 +185,18 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 	})
 }
 
+// completeBounded is complete with each attempt bounded like a renewal:
+// the lease is no longer renewed once the handler returned, and a call
+// stuck on a dead connection must give way to the retry on another one.
+func (m *Middleware[TTx]) completeBounded(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, rec *recorder) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	defer cancel()
+	return m.complete(ctx, ex, cmd, token, rec)
+}
+
 func (m *Middleware[TTx]) release(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	defer cancel()
 	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token}); err != nil {
 		m.cfg.Logger.Warn("idemhttp: release failed; the key frees when its lease expires",
 			"key", cmd.key, "scope", cmd.scope, "err", err)
