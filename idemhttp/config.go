@@ -72,7 +72,14 @@ type Config struct {
 	// Scope returns the principal (tenant, API client) a key belongs to. Keys
 	// are looked up per principal, method and route, so one client can never
 	// receive another client's stored response. An error answers 401.
-	// Defaults to DefaultScope: a hash of the Authorization header.
+	//
+	// Set it to the authenticated principal's stable ID (what your
+	// authentication middleware found). The default, DefaultScope, is a
+	// hash of the Authorization header: a client that refreshes its token
+	// between two attempts of one operation gets a new scope, and its retry
+	// executes again; requests authenticated another way (cookies, mTLS,
+	// an API-key header) all share the anonymous scope. New logs a warning
+	// when Scope is not set.
 	Scope func(*http.Request) (string, error)
 	// Route names the endpoint for the scope and the fingerprint. Defaults
 	// to DefaultRoute: the ServeMux pattern, or the URL path when the request

@@ -31,7 +31,11 @@ func Example_transactionBound() {
 	}
 	_, _ = drv.DB().ExecContext(ctx, `CREATE TABLE transfer (id INTEGER PRIMARY KEY, amount TEXT NOT NULL)`)
 
-	mw, err := idemhttp.New(drv, nil)
+	mw, err := idemhttp.New(drv, &idemhttp.Config{
+		// Keys belong to the authenticated client: its stable ID, as your
+		// authentication middleware found it (here, one client).
+		Scope: func(*http.Request) (string, error) { return "client-42", nil },
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,7 +84,10 @@ func Example_lease() {
 	if err := drv.Migrate(context.Background()); err != nil {
 		log.Fatal(err)
 	}
-	mw, err := idemhttp.New(drv, &idemhttp.Config{Mode: idemhttp.ModeLease})
+	mw, err := idemhttp.New(drv, &idemhttp.Config{
+		Mode:  idemhttp.ModeLease,
+		Scope: func(*http.Request) (string, error) { return "client-42", nil }, // the authenticated client
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

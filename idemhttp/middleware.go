@@ -40,9 +40,15 @@ func New[TTx any](drv driver.RecordDriver[TTx], cfg *Config) (*Middleware[TTx], 
 	if cfg != nil {
 		c = *cfg
 	}
+	defaultScope := c.Scope == nil
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if defaultScope {
+		c.Logger.Warn("idemhttp: Config.Scope not set: keys are scoped by a hash of the Authorization header; " +
+			"a retry sent with a refreshed token executes again, and requests without the header share one key space: " +
+			"set Scope to the authenticated principal's ID")
 	}
 	if c.TTLOverrideReason != "" && (c.TTL < MinTTL || c.TTL > MaxTTL) {
 		c.Logger.Warn("idemhttp: TTL outside 24h..72h", "ttl", c.TTL, "reason", c.TTLOverrideReason)

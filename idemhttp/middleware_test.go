@@ -1,7 +1,9 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -365,6 +368,23 @@ func TestConfigValidation(t *testing.T) {
 	for _, c := range good {
 		if _, err := idemhttp.New(drv, &c); err != nil {
 			t.Errorf("config %+v rejected: %v", c, err)
+		}
+	}
+}
+
+// New warns when Config.Scope is not set (the default scopes by a hash of
+// the Authorization header, which a token refresh changes), and not when
+// it is.
+func TestDefaultScopeWarned(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	for _, scope := range []func(*http.Request) (string, error){nil, func(*http.Request) (string, error) { return "c", nil }} {
+		var logs bytes.Buffer
+		if _, err := idemhttp.New(drv, &idemhttp.Config{Scope: scope, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		if warned := strings.Contains(logs.String(), "Config.Scope not set"); warned != (scope == nil) {
+			t.Fatalf("Scope set %v: warned %v; logs: %s", scope != nil, warned, logs.String())
 		}
 	}
 }

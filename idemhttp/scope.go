@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strings"
 )
 
 // AnonymousPrincipal is DefaultScope's principal for requests without an
@@ -38,7 +39,16 @@ func DefaultRoute(r *http.Request) string {
 	return r.URL.Path
 }
 
-// scopeOf joins principal, method and route into the stored scope.
+// scopeOf joins principal, method and route into the stored scope. The
+// method has no space, and a principal's spaces (and percent signs) are
+// escaped, so the first space always ends the principal: principal "a POST"
+// with route "/x" cannot meet principal "a" with route "POST /x" (a
+// ServeMux pattern).
 func scopeOf(principal, method, route string) string {
+	if strings.ContainsAny(principal, " %") {
+		principal = principalEscaper.Replace(principal)
+	}
 	return principal + " " + method + " " + route
 }
+
+var principalEscaper = strings.NewReplacer("%", "%25", " ", "%20")

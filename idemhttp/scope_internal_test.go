@@ -1,0 +1,29 @@
+package idemhttp
+
+import "testing"
+
+// Scopes of distinct (principal, method, route) never meet, whatever
+// spaces a custom principal or a ServeMux pattern holds; a principal
+// without spaces or percent signs is stored as it is.
+func TestScopeOfUnambiguous(t *testing.T) {
+	t.Parallel()
+	type parts struct{ principal, method, route string }
+	cases := []parts{
+		{"a POST", "POST", "/x"},
+		{"a", "POST", "POST /x"},
+		{"a%20POST", "POST", "/x"},
+		{"a", "POST", "/x"},
+		{"a POST POST", "POST", "/x"},
+	}
+	seen := map[string]parts{}
+	for _, c := range cases {
+		s := scopeOf(c.principal, c.method, c.route)
+		if prev, ok := seen[s]; ok {
+			t.Fatalf("%+v and %+v share the scope %q", prev, c, s)
+		}
+		seen[s] = c
+	}
+	if got := scopeOf("auth:0123abcd", "POST", "POST /v1/payments"); got != "auth:0123abcd POST POST /v1/payments" {
+		t.Fatalf("plain principal stored as %q", got)
+	}
+}
