@@ -94,7 +94,10 @@ type ConsumerConfig[TTx any] struct {
 	DeadLetterTopic string
 
 	// ExtraOpts are more kgo options for the consumer's client (TLS, SASL,
-	// a logger, session timeouts, ...). The consumer sets the seeds, the
+	// a logger, session timeouts, ...). The consumer reads committed
+	// records only (FetchIsolationLevel(ReadCommitted()): events of a
+	// transaction its producer aborted are never applied); an option here
+	// may change that. The consumer sets the seeds, the
 	// group, the topics, DisableAutoCommit and BlockRebalanceOnPoll after
 	// them, so those cannot be overridden. OnPartitionsAssigned, Revoked,
 	// Lost and CallbackBlocked callbacks given here are called by the

@@ -110,7 +110,11 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
 	c.userBlocked, _ = probe.OptValue(kgo.OnPartitionsCallbackBlocked).(func(context.Context, *kgo.Client))
 
-	c.opts = append(slices.Clone(cfgv.ExtraOpts),
+	// Records of transactions their producer aborted never happened: read
+	// committed ones only (kgo's default reads them all). ExtraOpts may
+	// say otherwise.
+	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, cfgv.ExtraOpts...)
+	c.opts = append(c.opts,
 		kgo.SeedBrokers(cfgv.Seeds...),
 		kgo.ConsumerGroup(cfgv.Group),
 		kgo.ConsumeTopics(cfgv.Topics...),

@@ -417,3 +417,44 @@ func TestDeadLetterNeverAcknowledged(t *testing.T) {
 		t.Fatal("the record's offset was committed without its dead-letter copy")
 	}
 }
+
+// Events a transactional producer wrote and then aborted never happened:
+// the consumer applies the committed ones only.
+func TestAbortedTransactionNotApplied(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 3, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs[0])...)
+	txp := kc.Client(t, kgo.TransactionalID(kafkatest.Name("tx")), kgo.DefaultProduceTopic(topic))
+	for _, commit := range []bool{false, true} {
+		if err := txp.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		e := evs[1]
+		if commit {
+			e = evs[2]
+		}
+		if err := txp.ProduceSync(t.Context(), recordsOf(topic, e)...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txp.EndTransaction(t.Context(), kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	// The committed event comes after the aborted one in the log: once it
+	// is applied, the aborted one was skipped or applied.
+	waitFor(t, 30*time.Second, "the committed transaction's event applied", func() bool {
+		for _, r := range b.rows(t, "billing") {
+			if r.ID == evs[2].ID {
+				return true
+			}
+		}
+		return false
+	})
+	mustStop(t, inst)
+	mustOnce(t, b, "billing", []event.Envelope{evs[0], evs[2]})
+}
