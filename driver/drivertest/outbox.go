@@ -43,6 +43,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Claim/HeadsBlockTheirKeyOnly", testOutboxClaimHeads[TTx]},
 		{"Claim/Limit", testOutboxClaimLimit[TTx]},
 		{"Mark/FailedAndPark", testOutboxMarkFailedAndPark[TTx]},
+		{"Claim/FindsTheOneClaimableKey", testOutboxClaimOneClaimable[TTx]},
 		{"DeletePublishedBefore", testOutboxDeletePublished[TTx]},
 		{"OldestUnpublished", testOutboxOldestUnpublished[TTx]},
 		{"Redrive", testOutboxRedrive[TTx]},
@@ -584,6 +585,51 @@ func testOutboxMarkFailedAndPark[TTx any](t *testing.T, newDriver func(t *testin
 	}
 	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: nil, At: t0}); err != nil {
 		t.Errorf("MarkPublished(nil): %v", err)
+	}
+}
+
+// With the rows of every key but one backing off (a broker partition down,
+// say), every claim returns the one claimable row, whatever its key's lane
+// and whatever the claim's limit: a claim that finds only blocked keys in
+// the lanes it took tries the others.
+func testOutboxClaimOneClaimable[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	ex := drv.Executor()
+	var rows []driver.OutboxRow
+	for i := range 200 { // enough keys to fill every lane
+		rows = append(rows, obRow(t, fmt.Sprintf("key-%d", i), 1, t0))
+	}
+	obInsert(t, ex, rows...)
+	const freeKey = "key-137"
+	// Every other row fails and backs off for an hour, as the relay marks
+	// them: claim (a claim takes some lanes), mark, until only one is left.
+	now := t0.Add(time.Minute)
+	blocked := 0
+	for range 1000 {
+		got := obClaim(t, drv, now, 500)
+		marked := 0
+		for _, r := range got {
+			if r.Key != freeKey {
+				if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: r.ID, Error: "down", NextAttempt: t0.Add(time.Hour)}); err != nil {
+					t.Fatal(err)
+				}
+				marked++
+			}
+		}
+		if blocked += marked; blocked == len(rows)-1 {
+			break
+		}
+	}
+	if blocked != len(rows)-1 {
+		t.Fatalf("%d rows marked failed, want %d", blocked, len(rows)-1)
+	}
+	for i := range 20 {
+		limit := []int{1, 500}[i%2]
+		got := obClaim(t, drv, now, limit)
+		if len(got) != 1 || got[0].Key != freeKey {
+			t.Fatalf("claim %d (limit %d) = %s; want the one claimable row, of %s", i, limit, obFmt(got), freeKey)
+		}
 	}
 }
 

@@ -90,7 +90,9 @@ const lanesPerClaim = pgsql.LanesPerClaim
 //     by ID. Each key's rows are thus a prefix of its claimable
 //     queue, and a claim reads about limit rows however many keys are
 //     pending and however long their queues are. The lanes it locked but
-//     did not need wait for the next claim.
+//     did not need wait for the next claim. When the lanes it took yield
+//     no row (every key in them is backing off), it takes the next
+//     lanes, so a claim returns a row whenever one is claimable.
 //
 // The rows are read by a second statement because under READ COMMITTED a
 // statement's snapshot is taken when it starts: a lane whose lock was
@@ -118,35 +120,50 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	}); err != nil {
 		return nil, err
 	}
-	// Batch 1: the planner setting of the read (see outboxReadSQL), then the
-	// lanes.
-	b1 := &pgx.Batch{}
-	b1.Queue(pgsql.OutboxBitmapOffSQL)
-	var lanes []int16
-	b1.Queue(e.d.expand(outboxLanesSQL), rand.IntN(OutboxLanes), e.d.outboxLockClass(), min(lanesPerClaim, limit)).
-		Query(func(rows pgx.Rows) error {
-			var err error
-			lanes, err = pgx.CollectRows(rows, pgx.RowTo[int16])
-			return err
-		})
-	if err := e.db.SendBatch(ctx, b1).Close(); err != nil {
-		return nil, mapErr("outbox claim: lanes", err)
-	}
-	// Batch 2: the rows, then the setting back to the session's.
+	start := rand.IntN(OutboxLanes)
+	tried := []int16{}
 	var out []driver.OutboxRow
-	b2 := &pgx.Batch{}
-	if len(lanes) > 0 {
-		b2.Queue(e.d.expand(outboxReadSQL), lanes, now, limit).Query(func(rows pgx.Rows) error {
-			var err error
-			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.OutboxRow, error) {
-				return scanOutboxRow(row)
+	// Lanes whose every key is blocked (backing off) yield no row: then
+	// the next lanes are tried, in the same transaction, so that a claim
+	// returns a row whenever one is claimable.
+	for len(out) == 0 && len(tried) < OutboxLanes {
+		// Batch 1: the planner setting of the read (see outboxReadSQL),
+		// then the lanes.
+		b1 := &pgx.Batch{}
+		b1.Queue(pgsql.OutboxBitmapOffSQL)
+		var lanes []int16
+		n := min(lanesPerClaim, limit) // a claimable lane yields at least one row
+		if len(tried) > 0 {
+			n = lanesPerClaim // those tried yielded none
+		}
+		b1.Queue(e.d.expand(outboxLanesSQL), start, e.d.outboxLockClass(), n, tried).
+			Query(func(rows pgx.Rows) error {
+				var err error
+				lanes, err = pgx.CollectRows(rows, pgx.RowTo[int16])
+				return err
 			})
-			return err
-		})
-	}
-	b2.Queue(pgsql.OutboxBitmapDefaultSQL)
-	if err := e.db.SendBatch(ctx, b2).Close(); err != nil {
-		return nil, mapErr("outbox claim", err)
+		if err := e.db.SendBatch(ctx, b1).Close(); err != nil {
+			return nil, mapErr("outbox claim: lanes", err)
+		}
+		// Batch 2: the rows, then the setting back to the session's.
+		b2 := &pgx.Batch{}
+		if len(lanes) > 0 {
+			b2.Queue(e.d.expand(outboxReadSQL), lanes, now, limit).Query(func(rows pgx.Rows) error {
+				var err error
+				out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.OutboxRow, error) {
+					return scanOutboxRow(row)
+				})
+				return err
+			})
+		}
+		b2.Queue(pgsql.OutboxBitmapDefaultSQL)
+		if err := e.db.SendBatch(ctx, b2).Close(); err != nil {
+			return nil, mapErr("outbox claim", err)
+		}
+		if len(lanes) == 0 {
+			break // no other lane is pending, or all are taken
+		}
+		tried = append(tried, lanes...)
 	}
 	slices.SortFunc(out, func(a, b driver.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil

@@ -58,27 +58,39 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
 		return nil, mapErr("outbox claim", err)
 	}
-	rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxLanesSQL),
-		rand.IntN(pgsql.OutboxLanes), e.d.names.OutboxLockClass(), min(pgsql.LanesPerClaim, p.Limit))
-	if err != nil {
-		return nil, mapErr("outbox claim: lanes", err)
-	}
-	lanes, err := collect(rows, func(s scanner) (int16, error) {
-		var lane int16
-		return lane, s.Scan(&lane)
-	})
-	if err != nil {
-		return nil, mapErr("outbox claim: lanes", err)
-	}
+	start := rand.IntN(pgsql.OutboxLanes)
+	tried := []int16{}
 	var out []driver.OutboxRow
-	if len(lanes) > 0 {
-		rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxReadSQL), intArray(lanes), p.Now, p.Limit)
+	// As pgdriver: lanes whose every key is blocked yield no row, and the
+	// next lanes are tried.
+	for len(out) == 0 && len(tried) < pgsql.OutboxLanes {
+		n := min(pgsql.LanesPerClaim, p.Limit)
+		if len(tried) > 0 {
+			n = pgsql.LanesPerClaim
+		}
+		rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxLanesSQL),
+			start, e.d.names.OutboxLockClass(), n, intArray(tried))
+		if err != nil {
+			return nil, mapErr("outbox claim: lanes", err)
+		}
+		lanes, err := collect(rows, func(s scanner) (int16, error) {
+			var lane int16
+			return lane, s.Scan(&lane)
+		})
+		if err != nil {
+			return nil, mapErr("outbox claim: lanes", err)
+		}
+		if len(lanes) == 0 {
+			break
+		}
+		rows, err = e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxReadSQL), intArray(lanes), p.Now, p.Limit)
 		if err != nil {
 			return nil, mapErr("outbox claim", err)
 		}
 		if out, err = collect(rows, scanOutboxRow); err != nil {
 			return nil, mapErr("outbox claim", err)
 		}
+		tried = append(tried, lanes...)
 	}
 	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapDefaultSQL); err != nil {
 		return nil, mapErr("outbox claim", err)

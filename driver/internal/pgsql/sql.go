@@ -190,7 +190,7 @@ const (
 			FROM pending p WHERE p.lane IS NOT NULL
 		)
 		SELECT lane FROM (
-			SELECT lane FROM pending WHERE lane IS NOT NULL
+			SELECT lane FROM pending WHERE lane IS NOT NULL AND lane <> ALL ($4::smallint[])
 			ORDER BY (lane + 64 - $1) % 64 -- 64 = OutboxLanes
 			OFFSET 0) s
 		WHERE pg_try_advisory_xact_lock($2::int, lane)
