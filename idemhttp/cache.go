@@ -89,7 +89,7 @@ func (m *Middleware[TTx]) answerCached(cmd *command) bool {
 	h.Set(ReplayedHeader, "true")
 	cmd.w.WriteHeader(e.rec.Status)
 	_, _ = cmd.w.Write(e.rec.Body)
-	m.report(cmd.r, OutcomeReplayed)
+	m.reportCmd(cmd, OutcomeReplayed)
 	return true
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,5 +272,57 @@ func TestLeaseRenewalThatHangs(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1 (the live owner was taken over)", n)
+	}
+}
+
+// OnOutcome is called once per protected request, also when the client
+// goes away while its request waits for the key a concurrent one holds
+// (OutcomeAbandoned), in both modes.
+func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu       sync.Mutex
+				outcomes []idemhttp.Outcome
+			)
+			mw, err := idemhttp.New[*sql.Tx](testdb.SQLite(t), &idemhttp.Config{
+				Mode: mode, Wait: 30 * time.Second,
+				Scope: func(*http.Request) (string, error) { return "c", nil },
+				OnOutcome: func(_ *http.Request, o idemhttp.Outcome) {
+					mu.Lock()
+					outcomes = append(outcomes, o)
+					mu.Unlock()
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			running, finish := make(chan struct{}), make(chan struct{})
+			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				close(running)
+				<-finish
+				w.WriteHeader(http.StatusCreated)
+			}))
+			first := make(chan int, 1)
+			go func() { first <- send(h, "POST", "/charge", "k", `{}`).Code }()
+			<-running
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			req := httptest.NewRequestWithContext(ctx, "POST", "/charge", strings.NewReader(`{}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "k")
+			h.ServeHTTP(httptest.NewRecorder(), req) // waits for the key until ctx ends
+			close(finish)
+			if code := <-first; code != http.StatusCreated {
+				t.Fatalf("first request: %d", code)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(outcomes) != 2 || outcomes[0] != idemhttp.OutcomeAbandoned || outcomes[1] != idemhttp.OutcomeExecuted {
+				t.Fatalf("outcomes = %v; want [abandoned executed]", outcomes)
+			}
+		})
 	}
 }

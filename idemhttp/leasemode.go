@@ -105,7 +105,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		if !returned { // the handler panicked: release, let the panic go on
 			stop()
 			m.release(bg, ex, cmd, token)
-			m.report(cmd.r, OutcomeNotStored)
+			m.reportCmd(cmd, OutcomeNotStored)
 		}
 	}()
 	next.ServeHTTP(rec, cmd.r.WithContext(context.WithValue(ctx, keyKey{}, cmd.key)))
@@ -117,7 +117,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		// A failure (5xx, 429, ...) is never stored, whatever its size.
 		m.release(bg, ex, cmd, token)
 		m.passNotStored(cmd, rec)
-		m.report(cmd.r, OutcomeNotStored)
+		m.reportCmd(cmd, OutcomeNotStored)
 		return
 	}
 	if rec.overflow {
@@ -145,7 +145,11 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		m.rememberCompleted(cmd) // stored: the replay cache may answer retries
 	}
 	rec.flush(cmd.w)
-	m.report(cmd.r, OutcomeExecuted)
+	if err != nil {
+		m.reportCmd(cmd, OutcomeNotStored) // executed, but a retry may execute again
+		return
+	}
+	m.reportCmd(cmd, OutcomeExecuted)
 }
 
 // heartbeat renews the lease every Lease/3 until the returned stop is called;

@@ -87,6 +87,11 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next htt
 	} else {
 		m.serveTx(cmd, next)
 	}
+	if !cmd.reported {
+		// The client went away while the key was claimed or waited for:
+		// nothing ran to an outcome, nothing was answered.
+		m.reportCmd(cmd, OutcomeAbandoned)
+	}
 }
 
 // command is one protected request on its way through the middleware.
@@ -100,6 +105,8 @@ type command struct {
 	// completed is the outcome complete stored, for the replay cache once
 	// it is committed.
 	completed *driver.RecordCompleteParams
+	// reported: the outcome was reported (OnOutcome, the trace).
+	reported bool
 }
 
 // parse validates the key, resolves the scope, reads the body and computes
@@ -203,7 +210,7 @@ func (m *Middleware[TTx]) mismatch(cmd *command) {
 	problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
 		"Idempotency-Key already used for another request",
 		"This key was used with a different method, route or body. Use a new key for a new operation.")
-	m.report(cmd.r, OutcomeMismatch)
+	m.reportCmd(cmd, OutcomeMismatch)
 }
 
 // replay writes a stored response byte for byte.
@@ -217,7 +224,7 @@ func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
 	h.Set(ReplayedHeader, "true")
 	cmd.w.WriteHeader(rec.Status)
 	_, _ = cmd.w.Write(rec.Body)
-	m.report(cmd.r, OutcomeReplayed)
+	m.reportCmd(cmd, OutcomeReplayed)
 }
 
 // inProgress answers 409 with Retry-After.
@@ -227,7 +234,7 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 	problem.WriteError(cmd.w, http.StatusConflict, problem.TypeRequestInProgress,
 		"A request with this Idempotency-Key is in progress",
 		"Retry with the same key after the Retry-After delay to get its result.")
-	m.report(cmd.r, OutcomeInProgress)
+	m.reportCmd(cmd, OutcomeInProgress)
 }
 
 // storeUnavailable answers 503: idem fails closed.
@@ -236,7 +243,7 @@ func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
 		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
-	m.report(cmd.r, OutcomeStoreError)
+	m.reportCmd(cmd, OutcomeStoreError)
 }
 
 // outcomeUnknown answers 503 when the commit's result is unknown.
@@ -245,7 +252,7 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown,
 		"Outcome unknown", "The command may or may not have been applied. Retry with the same key: it is either replayed or executed once.")
-	m.report(cmd.r, OutcomeStoreError)
+	m.reportCmd(cmd, OutcomeStoreError)
 }
 
 // writeTooLarge writes the 500 answer for a response too large to store.
@@ -302,6 +309,12 @@ func pollDelay(n int) time.Duration {
 
 func (m *Middleware[TTx]) retryAfter() string {
 	return strconv.Itoa(int((m.cfg.RetryAfter + time.Second - 1) / time.Second))
+}
+
+// reportCmd reports cmd's outcome (once per request: see serve).
+func (m *Middleware[TTx]) reportCmd(cmd *command, o Outcome) {
+	cmd.reported = true
+	m.report(cmd.r, o)
 }
 
 func (m *Middleware[TTx]) report(r *http.Request, o Outcome) {

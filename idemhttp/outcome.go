@@ -21,6 +21,10 @@ const (
 	// OutcomeStoreError: the store failed (503) or the commit's result is
 	// unknown.
 	OutcomeStoreError
+	// OutcomeAbandoned: the client went away while the key was being
+	// claimed or waited for: the handler did not run, nothing was stored
+	// and nothing answered.
+	OutcomeAbandoned
 )
 
 func (o Outcome) String() string {
@@ -39,6 +43,8 @@ func (o Outcome) String() string {
 		return "rejected"
 	case OutcomeStoreError:
 		return "store_error"
+	case OutcomeAbandoned:
+		return "abandoned"
 	}
 	return "unknown"
 }

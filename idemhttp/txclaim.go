@@ -152,6 +152,6 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 	}
 	m.remember(cmd, stored) // committed: the replay cache may answer retries
 	rec.flush(cmd.w)
-	m.report(cmd.r, OutcomeExecuted)
+	m.reportCmd(cmd, OutcomeExecuted)
 	return false
 }

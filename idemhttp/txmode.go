@@ -84,7 +84,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	}
 	m.rememberCompleted(cmd) // committed: the replay cache may answer retries
 	rec.flush(cmd.w)
-	m.report(cmd.r, OutcomeExecuted)
+	m.reportCmd(cmd, OutcomeExecuted)
 }
 
 // runInTx runs the handler with tx in its context and returns its recorded
@@ -98,7 +98,7 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	defer func() {
 		if !returned { // the handler panicked: undo, let the panic go on
 			m.rollback(ctx, tx)
-			m.report(cmd.r, OutcomeNotStored)
+			m.reportCmd(cmd, OutcomeNotStored)
 		}
 	}()
 	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
@@ -109,17 +109,17 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	switch {
 	case ctx.Err() != nil: // the client is gone: nothing happened
 		m.rollback(ctx, tx)
-		m.report(cmd.r, OutcomeNotStored)
+		m.reportCmd(cmd, OutcomeNotStored)
 		return nil
 	case !m.cfg.Store(rec.statusCode()):
 		m.rollback(ctx, tx)
 		m.passNotStored(cmd, rec)
-		m.report(cmd.r, OutcomeNotStored)
+		m.reportCmd(cmd, OutcomeNotStored)
 		return nil
 	case rec.overflow:
 		m.rollback(ctx, tx)
 		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
-		m.report(cmd.r, OutcomeNotStored)
+		m.reportCmd(cmd, OutcomeNotStored)
 		return nil
 	}
 	return rec

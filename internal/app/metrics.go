@@ -81,7 +81,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{"done", "skipped", "failed"} {
 		m.sweeps.WithLabelValues(r)
 	}
-	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeStoreError; o++ {
+	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events, m.stuck, m.operator,
