@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -116,7 +117,7 @@ type stores[TTx any] struct {
 	// stale lists the orders still CREATED, for the watchdog.
 	stale orders.StaleLister
 	// identity names the database, for the embedded broker's log.
-	identity func(ctx context.Context) (string, error)
+	identity func(ctx context.Context) (dbIdentity, error)
 }
 
 func (a *App) openPostgres(ctx context.Context) error {
@@ -149,7 +150,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 		wake: func(ctx context.Context) (<-chan struct{}, error) {
 			return drv.ListenOutbox(ctx, func(err error) { a.log.Warn("outbox listener", "err", err) })
 		},
-		identity: func(ctx context.Context) (string, error) { return postgresIdentity(ctx, pool) },
+		identity: func(ctx context.Context) (dbIdentity, error) { return postgresIdentity(ctx, pool) },
 	})
 }
 
@@ -165,16 +166,42 @@ func (a *App) openSQLite(ctx context.Context) error {
 		orders:   ord,
 		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
-		identity: func(context.Context) (string, error) {
+		identity: func(ctx context.Context) (dbIdentity, error) {
 			abs, err := filepath.Abs(a.cfg.DB.Path)
-			return "sqlite:" + abs, err
+			if err != nil {
+				return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
+			}
+			inst, err := sqliteInstance(ctx, drv.DB())
+			return dbIdentity{Where: "sqlite:" + abs, Instance: inst}, err
 		},
 	})
 }
 
+// dbIdentity names a database for the embedded broker's log: where it is,
+// for people, and which database it is, for the check (Instance, a random
+// ID the database gets when idemd first starts on it: a database deleted
+// and created again at the same place is another one).
+type dbIdentity struct {
+	Where    string
+	Instance string
+}
+
+// instanceTableSQL holds the database's instance ID: one row, written once.
+const (
+	pgInstanceTableSQL = `CREATE TABLE IF NOT EXISTS idemd_instance (
+		singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+		id         text NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now())`
+	sqliteInstanceTableSQL = `CREATE TABLE IF NOT EXISTS idemd_instance (
+		singleton  INTEGER PRIMARY KEY CHECK (singleton = 1),
+		id         TEXT NOT NULL,
+		created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ')))`
+)
+
 // postgresIdentity names the database: its name and schema (where idemd's
-// tables are) on the cluster's system identifier (or, for a role that may not read it, the server's address).
-func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+// tables are) on the cluster's system identifier (or, for a role that may
+// not read it, the server's address), and its instance ID.
+func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (dbIdentity, error) {
 	var db, schema, sys string
 	err := pool.QueryRow(ctx, `SELECT current_database(), coalesce(current_schema(), ''), system_identifier::text
 		FROM pg_control_system()`).Scan(&db, &schema, &sys)
@@ -183,9 +210,53 @@ func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 			coalesce(host(inet_server_addr()), 'socket') || ':' || coalesce(inet_server_port()::text, '')`).Scan(&db, &schema, &sys)
 	}
 	if err != nil {
+		return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
+	}
+	id := dbIdentity{Where: "postgres:" + db + "." + schema + "@" + sys}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Replicas starting together: the lock orders the CREATE TABLEs.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idemd_instance:' || current_schema()))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, pgInstanceTableSQL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO idemd_instance (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING`, newInstanceID()); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT id FROM idemd_instance`).Scan(&id.Instance)
+	})
+	if err != nil {
+		return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
+	}
+	return id, nil
+}
+
+// sqliteInstance returns the instance ID of a SQLite database, giving it
+// one on first use.
+func sqliteInstance(ctx context.Context, db *sql.DB) (string, error) {
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (sqlitedriver): one writer at a time
+	if err != nil {
 		return "", fmt.Errorf("identify the database: %w", err)
 	}
-	return "postgres:" + db + "." + schema + "@" + sys, nil
+	defer func() { _ = tx.Rollback() }()
+	var id string
+	if _, err = tx.ExecContext(ctx, sqliteInstanceTableSQL); err == nil {
+		if _, err = tx.ExecContext(ctx, `INSERT INTO idemd_instance (singleton, id) VALUES (1, ?) ON CONFLICT (singleton) DO NOTHING`, newInstanceID()); err == nil {
+			if err = tx.QueryRowContext(ctx, `SELECT id FROM idemd_instance`).Scan(&id); err == nil {
+				err = tx.Commit()
+			}
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("identify the database: %w", err)
+	}
+	return id, nil
+}
+
+// newInstanceID is a random, time-ordered ID (UUIDv7).
+func newInstanceID() string {
+	return uuid.Must(uuid.NewV7()).String()
 }
 
 // setup migrates idem's tables and the domain tables, then builds the

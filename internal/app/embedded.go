@@ -30,8 +30,11 @@ const (
 	// embeddedLockTTL is the lease's length; it is renewed every third.
 	embeddedLockTTL = 15 * time.Second
 	// embeddedMarker is the file in the broker's log directory naming the
-	// database whose events it holds.
+	// database whose events it holds: its place, then " instance=" and its
+	// instance ID (a marker without one was written before instance IDs
+	// existed and is checked by place alone, once, then rewritten).
 	embeddedMarker = "idemd-database"
+	markerInstance = " instance="
 )
 
 // embeddedBroker is a running embedded broker and the lease that makes it
@@ -46,16 +49,20 @@ type embeddedBroker struct {
 }
 
 // startEmbedded takes the database's embedded-broker lease, checks that the
-// log directory belongs to this database (identity), starts the broker on
+// log directory belongs to this database (identify), starts the broker on
 // it, and, when the log is new, redrives the outbox: every event still in
 // it is published again (consumers' inboxes drop what they had applied).
-func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identity string) (*embeddedBroker, error) {
+func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identify func(context.Context) (dbIdentity, error)) (*embeddedBroker, error) {
 	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
 	if err != nil {
 		return nil, err
 	}
 	dir := a.cfg.EmbeddedKafkaDir()
-	fresh, err := checkMarker(dir, identity)
+	identity, err := identify(ctx)
+	var fresh bool
+	if err == nil {
+		fresh, err = checkMarker(dir, identity)
+	}
 	if err == nil {
 		err = os.MkdirAll(dir, 0o750)
 	}
@@ -108,9 +115,12 @@ func (b *embeddedBroker) close() {
 }
 
 // checkMarker reads dir's marker: fresh is true when there is none (no
-// log, or one that no idemd of this version named); a marker naming
-// another database is an error.
-func checkMarker(dir, identity string) (fresh bool, err error) {
+// log, or one that no idemd of this version named). A marker naming
+// another database, or an earlier database at the same place (deleted and
+// created again), is a *ConfigError: the log's events are not this
+// database's, and its consumer offsets are past events this one has not
+// published yet.
+func checkMarker(dir string, id dbIdentity) (fresh bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, embeddedMarker))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -118,17 +128,31 @@ func checkMarker(dir, identity string) (fresh bool, err error) {
 	case err != nil:
 		return false, fmt.Errorf("embedded broker log %s: %w", dir, err)
 	}
-	if got := strings.TrimSpace(string(b)); got != identity {
-		return false, &ConfigError{msg: fmt.Sprintf("embedded broker log %s holds the events of another database (%s, this one is %s): give each database its own -kafka-dir",
-			dir, got, identity)}
+	where, inst, _ := strings.Cut(strings.TrimSpace(string(b)), markerInstance)
+	switch {
+	case inst == id.Instance:
+		// This database, wherever it is now (a SQLite file moved with
+		// its log, a server reached at another address).
+		return false, nil
+	case inst == "" && where == id.Where:
+		// A marker from before instance IDs: the place must do.
+		return false, nil
+	case where == id.Where:
+		return false, &ConfigError{msg: fmt.Sprintf("embedded broker log %s holds the events of an earlier database at %s (instance %s), "+
+			"not of this one (instance %s): the database was created again. To start over, delete the log too (rm -r %s); "+
+			"to keep the old events, restore the old database",
+			dir, where, inst, id.Instance, dir)}
+	default:
+		return false, &ConfigError{msg: fmt.Sprintf("embedded broker log %s holds the events of another database (%s), "+
+			"this one is %s: give each database its own -kafka-dir",
+			dir, strings.TrimSpace(string(b)), id.Where+markerInstance+id.Instance)}
 	}
-	return false, nil
 }
 
-func writeMarker(dir, identity string) error {
+func writeMarker(dir string, id dbIdentity) error {
 	p := filepath.Join(dir, embeddedMarker)
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(identity+"\n"), 0o640); err != nil {
+	if err := os.WriteFile(tmp, []byte(id.Where+markerInstance+id.Instance+"\n"), 0o640); err != nil {
 		return fmt.Errorf("embedded broker log %s: %w", dir, err)
 	}
 	if err := os.Rename(tmp, p); err != nil {

@@ -6,11 +6,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // start runs an app on dbArg with the embedded broker's log in dir until
@@ -112,5 +117,74 @@ func TestEmbeddedLogOfAnotherDatabase(t *testing.T) {
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "another database") || !strings.Contains(err.Error(), "-kafka-dir") {
 			t.Errorf("%s: %v; want a ConfigError about another database's log and -kafka-dir", kind, err)
 		}
+	}
+}
+
+// A database deleted and created again at the same place is another
+// database: its broker log holds the old one's events (order IDs the new
+// database hands out again) and consumer offsets past what the new one has
+// published. idemd refuses it at start, saying to delete the log too; a
+// log that moved with its database is still accepted.
+func TestEmbeddedLogOfRecreatedDatabase(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{app.SQLite, app.Postgres} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			dbArg, count := dbCounter(t, kind)
+			s, stop := start(t, dbArg, dir, count, io.Discard)
+			if r := s.do(http.MethodPost, "/v1/orders", "k1", orderBody(1, "2.00")); r.status != http.StatusCreated {
+				t.Fatalf("POST: %d %s", r.status, r.body)
+			}
+			s.waitCount(unpublished(kind), 0)
+			stop()
+
+			// The same database again: accepted.
+			_, stop = start(t, dbArg, dir, count, io.Discard)
+			stop()
+
+			recreate(t, kind, dbArg)
+			cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka-dir", dir}, envOf(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+			if err == nil {
+				a.Close()
+				t.Fatal("app.New on a recreated database with the old broker log succeeded")
+			}
+			var ce *app.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), "created again") || !strings.Contains(err.Error(), "rm -r "+dir) {
+				t.Errorf("%v; want a ConfigError saying the database was created again and to delete %s", err, dir)
+			}
+		})
+	}
+}
+
+// recreate deletes the database of dbArg and leaves an empty one in its
+// place: the SQLite file and its WAL, or every table of the schema.
+func recreate(t *testing.T, kind, dbArg string) {
+	t.Helper()
+	if kind == app.SQLite {
+		path := strings.TrimPrefix(dbArg, "sqlite:")
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	u, err := url.Parse(dbArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	conn, err := pgx.Connect(context.Background(), testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
 	}
 }

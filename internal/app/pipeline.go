@@ -62,11 +62,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		a.kafka = KafkaOff
 		return nil
 	case KafkaEmbedded:
-		identity, err := st.identity(ctx)
-		if err != nil {
-			return err
-		}
-		broker, err := startEmbedded(ctx, a, drv, identity)
+		broker, err := startEmbedded(ctx, a, drv, st.identity)
 		if err != nil {
 			return err
 		}
