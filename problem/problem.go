@@ -55,6 +55,10 @@ const (
 	TypeUnauthenticated = TypeBase + "unauthenticated"
 	// TypeValidation (400 or 422): generic invalid input, for applications.
 	TypeValidation = TypeBase + "validation"
+	// TypeConflict (409): generic, for applications: the request names a
+	// resource that already exists with other details (the same business
+	// identity, another amount).
+	TypeConflict = TypeBase + "conflict"
 )
 
 // Problem is an RFC 9457 problem details object.

@@ -259,6 +259,7 @@ var slugs = map[string]string{
 	TypeOutcomeUnknown:    "outcome-unknown",
 	TypeUnauthenticated:   "unauthenticated",
 	TypeValidation:        "validation",
+	TypeConflict:          "conflict",
 }
 
 func TestTypeURI(t *testing.T) {

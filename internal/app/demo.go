@@ -77,7 +77,7 @@ const (
 	// once, with one key.
 	demoDuplicates = 5
 	// demoProvider is the payment provider of the payments demo sends.
-	demoProvider = "idemd-demo"
+	demoProvider = "demo-psp"
 	// demoScanSlack is how many ids in a row past the run's lowest and
 	// highest ids must hold nothing of the run for a scan to stop.
 	demoScanSlack = 16

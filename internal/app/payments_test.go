@@ -113,6 +113,43 @@ func TestOtherKeySamePayment(t *testing.T) {
 	})
 }
 
+// The same provider and external payment id with another amount or
+// customer is not the same payment: 409 conflict (stored under the key),
+// never a 200 that a client checking the status takes for its payment.
+func TestOtherKeyOtherPaymentConflicts(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, e *env) {
+		first := e.post("key-1", `{"provider":"sber","external_payment_id":"ext-1","amount":"10.00","customer_id":42}`)
+		if first.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", first.status, first.body)
+		}
+		for i, body := range []string{
+			`{"provider":"sber","external_payment_id":"ext-1","amount":"99.00","customer_id":42}`,
+			`{"provider":"sber","external_payment_id":"ext-1","amount":"10.00","customer_id":7}`,
+		} {
+			key := "other-" + string(rune('a'+i))
+			r := e.post(key, body)
+			if r.status != http.StatusConflict || r.problemType(t) != problem.TypeConflict {
+				t.Fatalf("%s: %d %s; want 409 conflict", body, r.status, r.body)
+			}
+			if got := r.json(t)["payment"]; got != first.header.Get("Location") {
+				t.Errorf("conflict names payment %v, want %s", got, first.header.Get("Location"))
+			}
+			again := e.post(key, body)
+			if again.status != http.StatusConflict || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("retry of %s: %d replayed=%q; want the stored 409", key, again.status, again.header.Get("Idempotent-Replayed"))
+			}
+		}
+		// The same payment, amount spelled differently, is still the same.
+		if r := e.post("key-3", `{"provider":"sber","external_payment_id":"ext-1","amount":"10.0000","customer_id":42}`); r.status != http.StatusOK {
+			t.Errorf("same payment, other spelling: %d %s; want 200", r.status, r.body)
+		}
+		if n := e.count(); n != 1 {
+			t.Errorf("%d payment rows, want 1", n)
+		}
+	})
+}
+
 func TestGet(t *testing.T) {
 	t.Parallel()
 	databases(t, func(t *testing.T, e *env) {
@@ -157,6 +194,8 @@ func TestValidation(t *testing.T) {
 		{"customer fractional", "", `{"provider":"p","external_payment_id":"e","amount":"1","customer_id":1.5}`, 422, "customer_id"},
 		{"empty external id", "", `{"provider":"p","external_payment_id":"","amount":"1","customer_id":1}`, 422, "external_payment_id"},
 		{"provider too long", "", `{"provider":"` + string(bytes.Repeat([]byte("x"), 129)) + `","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider"},
+		{"reserved provider", "", `{"provider":"idemd-saga","external_payment_id":"order-1","amount":"1","customer_id":1}`, 422, "provider"},
+		{"reserved provider, other case", "", `{"provider":"IDEMD-x","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider"},
 		{"form content type", "application/x-www-form-urlencoded", paymentBody("e"), 415, ""},
 	}
 	databases(t, func(t *testing.T, e *env) {

@@ -130,15 +130,24 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		return p.sagas.AbortTx(ctx, tx, id)
 	}
 	_, _, err = p.sagas.StepTx(ctx, tx, id, StepCharge, func(ctx context.Context, tx TTx) ([]byte, error) {
-		pay, _, err := p.payments.CreateOrGet(ctx, tx, payments.NewPayment{
+		charge := payments.NewPayment{
 			Provider:   SagaProvider,
 			ExternalID: id,
 			Amount:     amount,
 			CustomerID: oc.CustomerID,
 			Status:     payments.StatusCaptured,
-		})
+		}
+		pay, created, err := p.payments.CreateOrGet(ctx, tx, charge)
 		if err != nil {
 			return nil, err
+		}
+		if !created && (!pay.Same(charge) || pay.Status != payments.StatusCaptured) {
+			// Not this order's charge (the public API refuses the saga's
+			// provider, so only a hand-made row gets here): never confirm
+			// an order on it. The event is dead-lettered and the order
+			// stays CREATED, for the watchdog to reject.
+			return nil, fmt.Errorf("%w: order %d: payment %d (%s, %s) exists with other details (amount %s, customer %d, %s): not this order's charge",
+				event.ErrPoison, oc.OrderID, pay.ID, pay.Provider, pay.ExternalID, pay.Amount.StringFixed(AmountScale), pay.CustomerID, pay.Status)
 		}
 		if err := p.orders.SetPayment(ctx, tx, oc.OrderID, pay.ID); err != nil {
 			return nil, err

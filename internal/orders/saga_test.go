@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
+	"github.com/idemkit/idem/internal/payments"
 	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/saga"
@@ -254,4 +256,69 @@ func payloads(evs []event.Envelope) string {
 		b.WriteByte(' ')
 	}
 	return b.String()
+}
+
+// A payment found under the saga's (provider, external payment id) that is
+// not this order's charge (other amount, customer or status: a hand-made
+// row) is never taken for it: the event is poison, nothing commits, and
+// the order is not confirmed.
+func TestSagaRefusesForeignCharge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv := testdb.SQLite(t)
+	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
+	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
+		if err := m(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	inTx := func(f func(tx *sql.Tx) error) error {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	for i, foreign := range []payments.NewPayment{
+		{Amount: decimal.RequireFromString("0.01"), CustomerID: 7, Status: payments.StatusCaptured},
+		{Amount: decimal.RequireFromString("500"), CustomerID: 999, Status: payments.StatusCaptured},
+		{Amount: decimal.RequireFromString("500"), CustomerID: 7, Status: payments.StatusPending},
+	} {
+		var o orders.Order
+		if err := inTx(func(tx *sql.Tx) (err error) {
+			o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: 7, Amount: decimal.RequireFromString("500"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		foreign.Provider, foreign.ExternalID = orders.SagaProvider, orders.SagaID(o.ID)
+		if err := inTx(func(tx *sql.Tx) error { _, _, err := pay.CreateOrGet(ctx, tx, foreign); return err }); err != nil {
+			t.Fatal(err)
+		}
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, e) })
+		if !errors.Is(err, event.ErrPoison) || !strings.Contains(err.Error(), "not this order's charge") {
+			t.Errorf("case %d: Handle: %v; want poison, not this order's charge", i, err)
+		}
+		if got, err := ord.Get(ctx, o.ID); err != nil || got.Status != orders.StatusCreated || got.PaymentID != 0 {
+			t.Errorf("case %d: order %+v, %v; want CREATED without a payment", i, got, err)
+		}
+	}
+	var n int
+	if err := drv.DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE event_type = ?`, orders.EventPaymentCaptured).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d PaymentCaptured events (%v), want 0", n, err)
+	}
 }

@@ -6,7 +6,12 @@
 // replays the stored response; and the payment table has the UNIQUE
 // constraint ProviderExternalIDKey on (payment_provider,
 // external_payment_id), so the same payment sent under another key returns
-// the existing payment (200) instead of creating a second one (201).
+// the existing payment (200) instead of creating a second one (201). A
+// request under another key whose provider and external payment id are
+// taken by a payment with another amount or customer is not the same
+// payment: 409 (problem type conflict), nothing created. Providers starting
+// with ReservedProviderPrefix are idemd's own (the order saga's charges)
+// and refused (422).
 //
 // The handler is generic over the transaction type of the database library
 // (pgx.Tx, *sql.Tx) and does its writes in the middleware's transaction

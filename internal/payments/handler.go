@@ -56,6 +56,17 @@ func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, err)
 		return
 	}
+	if !created && !p.Same(np) {
+		// The same business identity with other details: not this
+		// request's payment. A 200 would tell a client that checks the
+		// status that its payment exists.
+		problem.Write(w, problem.Problem{Type: problem.TypeConflict, Status: http.StatusConflict,
+			Title: "Payment exists with other details",
+			Detail: "A payment with this provider and external_payment_id already exists with another amount or customer_id. " +
+				"Nothing was created. Do not retry: read the existing payment at " + Location(p.ID) + ".",
+			Extensions: map[string]any{"payment": Location(p.ID)}})
+		return
+	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated

@@ -33,6 +33,12 @@ const (
 	AmountIntDigits = 15
 )
 
+// ReservedProviderPrefix starts the provider names of the payments idemd
+// makes itself (the order saga's charges): POST /v1/payments refuses them
+// (422, in any letter case), so that no client can create, in advance, the
+// payment a charge would find under its (provider, external payment id).
+const ReservedProviderPrefix = "idemd-"
+
 // ProviderExternalIDKey is the UNIQUE constraint that makes a payment
 // exist at most once per (provider, external payment id), whatever
 // Idempotency-Key it was sent with. Every store's migration creates it
@@ -76,6 +82,15 @@ type Payment struct {
 	Status     string
 	CustomerID int64
 	CreatedAt  time.Time
+}
+
+// Same reports whether p is the payment np asks for: the same provider,
+// external payment id, amount and customer (its status may have moved on).
+// A stored payment found by np's provider and external payment id that is
+// not the same is another operation that took that identity.
+func (p *Payment) Same(np NewPayment) bool {
+	return p.Provider == np.Provider && p.ExternalID == np.ExternalID &&
+		p.Amount.Equal(np.Amount) && p.CustomerID == np.CustomerID
 }
 
 // Store keeps payments. TTx is the transaction type of the database library

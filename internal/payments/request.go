@@ -66,7 +66,12 @@ func DecodeCreate(r io.Reader) (NewPayment, error) {
 			errs = append(errs, FieldError{Field: field, Detail: msg})
 		}
 	}
-	check(fieldProvider, func(v json.RawMessage) (msg string) { p.Provider, msg = parseText(v); return })
+	check(fieldProvider, func(v json.RawMessage) (msg string) {
+		if p.Provider, msg = parseText(v); msg == "" && strings.HasPrefix(strings.ToLower(p.Provider), ReservedProviderPrefix) {
+			msg = "must not start with " + strconv.Quote(ReservedProviderPrefix) + ": reserved for idemd's own payments"
+		}
+		return
+	})
 	check(fieldExternalID, func(v json.RawMessage) (msg string) { p.ExternalID, msg = parseText(v); return })
 	check(fieldAmount, func(v json.RawMessage) (msg string) { p.Amount, msg = parseAmount(v); return })
 	check(fieldCustomerID, func(v json.RawMessage) (msg string) { p.CustomerID, msg = parseCustomerID(v); return })
