@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -46,6 +47,12 @@ const TypePattern = `^[A-Za-z][A-Za-z0-9_.-]*\.v[0-9]+$`
 // MaxTypeLen is the longest event type Validate accepts, in bytes.
 const MaxTypeLen = 255
 
+// MaxKeyBytes is the longest aggregate key Validate accepts, in bytes. The
+// outbox indexes events by key (PostgreSQL's B-tree entries hold at most
+// about 2.7 KB), so a longer key could be enqueued but never marked failed
+// or parked.
+const MaxKeyBytes = 1024
+
 var typeRE = regexp.MustCompile(TypePattern)
 
 // New returns an envelope for a business operation happening now: a fresh
@@ -83,16 +90,49 @@ func New(typ, key string, payload any) (Envelope, error) {
 }
 
 // Validate reports whether e can be stored and published. The returned error
-// wraps one of ErrInvalidID, ErrInvalidType, ErrEmptyKey, ErrInvalidTime,
-// ErrInvalidPayload or ErrReservedHeader.
+// wraps one of ErrInvalidID, ErrInvalidType, ErrEmptyKey, ErrInvalidKey,
+// ErrInvalidTime, ErrInvalidPayload, ErrReservedHeader or ErrInvalidText.
 //
 // ID must be a non-nil RFC 4122 UUID of version 7, or of version 5 (what
-// StepID returns for a saga ID that is not a UUIDv7).
+// StepID returns for a saga ID that is not a UUIDv7). The key is at most
+// MaxKeyBytes; the key, the saga ID and the headers' names and values are
+// UTF-8 text without NUL bytes (every outbox stores them as text: binary
+// header values would be altered, NUL refused by PostgreSQL); OccurredAt
+// lies in the years 0000-9999 in UTC (what its header can carry).
+// FromRecord, which reads what any producer sent, does not require the
+// key and header limits.
 func (e Envelope) Validate() error {
-	if _, err := e.check(); err != nil {
+	_, err := e.check()
+	if err == nil {
+		err = e.checkStorable()
+	}
+	if err != nil {
 		return fmt.Errorf("event: invalid envelope: %w", err)
 	}
 	return nil
+}
+
+// checkStorable checks what an outbox needs beyond check.
+func (e Envelope) checkStorable() error {
+	switch {
+	case len(e.Key) > MaxKeyBytes:
+		return fmt.Errorf("%w: %d bytes, max %d", ErrInvalidKey, len(e.Key), MaxKeyBytes)
+	case !isText(e.Key):
+		return fmt.Errorf("%w: %q is not UTF-8 text without NUL bytes", ErrInvalidKey, truncate(e.Key))
+	case !isText(e.SagaID):
+		return fmt.Errorf("%w: saga id %q", ErrInvalidText, truncate(e.SagaID))
+	}
+	for name, value := range e.Headers {
+		if !isText(name) || !isText(value) {
+			return fmt.Errorf("%w: header %q", ErrInvalidText, truncate(name))
+		}
+	}
+	return nil
+}
+
+// isText reports whether s is valid UTF-8 without NUL bytes.
+func isText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // check validates e and returns, on failure, the name of the Kafka record
@@ -111,6 +151,9 @@ func (e Envelope) check() (string, error) {
 	}
 	if e.OccurredAt.IsZero() {
 		return HeaderOccurredAt, ErrInvalidTime
+	}
+	if y := e.OccurredAt.UTC().Year(); y < 0 || y > 9999 {
+		return HeaderOccurredAt, fmt.Errorf("%w: year %d in UTC, want 0000-9999", ErrInvalidTime, y)
 	}
 	if !json.Valid(e.Payload) {
 		return "value", ErrInvalidPayload

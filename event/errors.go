@@ -21,6 +21,14 @@ var (
 	ErrInvalidType = errors.New("invalid event type")
 	// ErrEmptyKey: the aggregate key (Kafka record key) is empty.
 	ErrEmptyKey = errors.New("empty event key")
+	// ErrInvalidKey: the aggregate key is longer than MaxKeyBytes, or is
+	// not valid UTF-8, or holds a NUL byte (Validate only: what an outbox
+	// can store and index).
+	ErrInvalidKey = errors.New("invalid event key")
+	// ErrInvalidText: a header name or value, or the saga ID, is not valid
+	// UTF-8 or holds a NUL byte (Validate only: the outbox stores them as
+	// text).
+	ErrInvalidText = errors.New("header or saga id is not text")
 	// ErrInvalidTime: OccurredAt is the zero time or its header is not RFC 3339.
 	ErrInvalidTime = errors.New("invalid occurred-at time")
 	// ErrInvalidPayload: the payload is not a JSON document.

@@ -56,8 +56,14 @@ func TimeOf(id uuid.UUID) (time.Time, bool) {
 // TimeOf(p). A parent that is not a UUIDv7 still gives a deterministic result,
 // but its first 48 bits are then not a meaningful time.
 //
-// Use a distinct name for each event a handler emits from one parent.
+// Use a distinct name for each event a handler emits from one parent. The
+// nil UUID has no derived IDs: DerivedID(uuid.Nil, name) is uuid.Nil, which
+// Validate refuses (every derived ID of an unset parent would otherwise be
+// one and the same, and an outbox would keep only the first such event).
 func DerivedID(parent uuid.UUID, name string) uuid.UUID {
+	if parent == uuid.Nil {
+		return uuid.Nil
+	}
 	var id uuid.UUID
 	copy(id[:6], parent[:6])
 	fillHash(&id, domainDerived, parent[:], []byte(name))

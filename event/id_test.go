@@ -1,6 +1,7 @@
 package event_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -231,5 +232,23 @@ func TestNewIDConcurrentUnique(t *testing.T) {
 			t.Fatalf("duplicate id %s", id)
 		}
 		seen[id] = true
+	}
+}
+
+// The nil UUID has no derived IDs: DerivedID of it is nil, which Validate
+// refuses, instead of one ID shared by every event derived from an unset
+// parent (an outbox would keep the first and drop the others silently).
+func TestDerivedIDOfNil(t *testing.T) {
+	t.Parallel()
+	if got := event.DerivedID(uuid.Nil, "a"); got != uuid.Nil {
+		t.Fatalf("DerivedID(Nil, a) = %s, want Nil", got)
+	}
+	e, err := event.New("OrderCreated.v1", "k", map[string]int{"a": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ID = event.DerivedID(uuid.Nil, "a")
+	if err := e.Validate(); !errors.Is(err, event.ErrInvalidID) {
+		t.Errorf("Validate = %v, want ErrInvalidID", err)
 	}
 }

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -118,4 +119,79 @@ func TestRelayPostgresSQLListens(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// A relay round waiting in Begin for a connection (the pool exhausted by
+// the application, or the server unreachable) ends when Run's context is
+// cancelled: a shutdown does not wait for a connection to come free.
+func TestRunCancelledWhileBeginWaits(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, name := range []string{"pgdriver", "pgsqldriver"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				relay interface{ Run(context.Context) error }
+				hold  func() (release func())
+			)
+			cfg := &outbox.RelayConfig{NoListen: true, Concurrency: 1, PollInterval: 10 * time.Millisecond}
+			pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
+			if name == "pgdriver" {
+				pool, schema := testdb.Schema(t, 1)
+				drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := drv.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r, err := outbox.NewRelay(drv, pub, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				relay = r
+				hold = func() func() {
+					conn, err := pool.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return conn.Release
+				}
+			} else {
+				drv := testdb.PostgresSQL(t)
+				drv.DB().SetMaxOpenConns(1)
+				r, err := outbox.NewRelay(drv, pub, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				relay = r
+				hold = func() func() {
+					conn, err := drv.DB().Conn(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return func() { _ = conn.Close() }
+				}
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- relay.Run(rctx) }()
+			time.Sleep(100 * time.Millisecond)
+			release := hold()                  // the application holds the only connection
+			time.Sleep(100 * time.Millisecond) // the relay's next round waits in Begin
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Error("Run did not return within 3s of its context's end: its round waits in Begin")
+				release()
+				<-done
+				return
+			}
+			release()
+		})
+	}
 }

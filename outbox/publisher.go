@@ -67,6 +67,7 @@ type PublishError struct {
 // published, event index failed with err, and the rest were skipped.
 func PrefixError(n, index int, err error) *PublishError {
 	errs := make([]error, n)
+	index = max(index, 0)
 	for i := index; i < n; i++ {
 		if i == index {
 			errs[i] = err
@@ -116,7 +117,9 @@ func outcomes(err error, n int) []error {
 		return out
 	}
 	if errors.As(err, &pe) {
-		err = fmt.Errorf("%w (PublishError with %d results for %d events: nothing is known published)", err, len(pe.Errs), n)
+		// %v, not %w: the errors of other events (a poison one) must not
+		// be taken for the first event's.
+		err = fmt.Errorf("%v (PublishError with %d results for %d events: nothing is known published)", err, len(pe.Errs), n) //nolint:errorlint // see above
 	}
 	return PrefixError(n, 0, err).Errs
 }

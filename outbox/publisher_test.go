@@ -39,7 +39,12 @@ func TestOutcomes(t *testing.T) {
 		{"prefix at the end", PrefixError(5, 4, boom), "....F"},
 		{"wrapped", fmt.Errorf("kafka: %w", PrefixError(5, 1, boom)), ".Fsss"},
 		{"per event", &PublishError{Errs: []error{nil, boom, nil, fmt.Errorf("%w: too large", ErrPoison), nil}}, ".F.P."},
-		{"wrong length", &PublishError{Errs: []error{nil, boom}}, "Fssss"},
+		// A PublishError of the wrong length says nothing about which event
+		// failed: the first is retried (a plain failure), never parked for
+		// another event's poison.
+		{"wrong length", &PublishError{Errs: []error{nil, boom}}, "?ssss"},
+		{"wrong length with poison", &PublishError{Errs: []error{nil, fmt.Errorf("%w: too large", ErrPoison)}}, "?ssss"},
+		{"prefix at a negative index", PrefixError(5, -1, boom), "Fssss"},
 	} {
 		if got := kinds(outcomes(tc.err, 5)); got != tc.want {
 			t.Errorf("%s: outcomes = %s; want %s", tc.name, got, tc.want)

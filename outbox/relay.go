@@ -96,7 +96,12 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 
 	wakeUp := r.cfg.Wake
 	if n, ok := any(r.drv).(Notifier); ok && wakeUp == nil && !r.cfg.NoListen {
-		w, err := n.ListenOutbox(ctx, func(err error) { r.cfg.Logger.Warn("outbox: wake-up listener", "err", err) })
+		// The listener ends with Run, also when Run ends by a panic
+		// (a supervisor that recovers and runs it again must not leak
+		// a listener and its connection per restart).
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w, err := n.ListenOutbox(lctx, func(err error) { r.cfg.Logger.Warn("outbox: wake-up listener", "err", err) })
 		if err != nil {
 			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
 		} else {
@@ -193,7 +198,7 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 		// keys that did not fail.
 		if err != nil && (!res.publishFailed || res.published == 0) {
 			failures++
-			wait := r.cfg.Backoff(failures)
+			wait := max(r.cfg.Backoff(failures), minBackoff)
 			var wake <-chan struct{}
 			if !res.publishFailed { // publish failures were logged with their event
 				// The database failed, not the broker: retry at least

@@ -52,10 +52,22 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
+	// claimed, once the claim returned, tells whether the transaction
+	// may outlive ctx (it always may outside locking mode).
+	claimed := func() bool { return true }
 	if r.locking {
-		// Begun on the detached context: database/sql ties a transaction
-		// to the context of BeginTx, and the marks must outlive a shutdown.
-		if err := begin(detached); err != nil {
+		// Begun on a context detached from ctx once the claim returned:
+		// database/sql ties a transaction to the context of BeginTx, and
+		// the marks must outlive a shutdown; but a Begin waiting for a
+		// connection (an exhausted pool, an unreachable server) must end
+		// with ctx, or a shutdown waits for it.
+		txCtx, cancelTx := context.WithCancel(detached)
+		defer cancelTx()
+		claimed = context.AfterFunc(ctx, cancelTx)
+		if err := begin(txCtx); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			return res, err
 		}
 		claimer = ex
@@ -64,6 +76,11 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	rows, err := claimer.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: r.cfg.Now(), Limit: r.cfg.BatchSize})
 	if err != nil {
 		return res, fmt.Errorf("outbox: claim: %w", err)
+	}
+	if !claimed() {
+		// ctx ended as the claim returned: the transaction is being
+		// cancelled; publish nothing (the deferred rollback frees it).
+		return res, ctx.Err()
 	}
 	res.claimed = len(rows)
 	if len(rows) == 0 {
@@ -117,7 +134,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 			}
 			continue
 		}
-		f.retryIn = r.cfg.Backoff(f.row.Attempts)
+		f.retryIn = max(r.cfg.Backoff(f.row.Attempts), minBackoff)
 		at := now.Add(f.retryIn)
 		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: f.err.Error(), NextAttempt: at}); err != nil {
 			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
