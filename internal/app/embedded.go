@@ -18,7 +18,6 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemkafka"
-	"github.com/idemkit/idem/outbox"
 )
 
 // The embedded broker's guard rails.
@@ -44,14 +43,17 @@ type embeddedBroker struct {
 	dir     string
 	// fresh is true when the log directory held no log of this database:
 	// whatever the outbox says was published is not in it.
-	fresh bool
-	lease *lease
+	fresh    bool
+	lease    *lease
+	identity dbIdentity
 }
 
 // startEmbedded takes the database's embedded-broker lease, checks that the
-// log directory belongs to this database (identify), starts the broker on
-// it, and, when the log is new, redrives the outbox: every event still in
-// it is published again (consumers' inboxes drop what they had applied).
+// log directory belongs to this database (identify) and starts the broker
+// on it. A new log (fresh) is not marked as this database's yet: adopt does
+// that once the outbox was redriven into it, before the relay starts, so
+// a redrive that a stop, a crash or an error interrupts is done again at
+// the next start.
 func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identify func(context.Context) (dbIdentity, error)) (*embeddedBroker, error) {
 	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
 	if err != nil {
@@ -88,24 +90,41 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 		ls.release()
 		return nil, fmt.Errorf("start the embedded broker on %s with log %s: %w", addr, dir, err)
 	}
-	if err := writeMarker(dir, identity); err != nil {
-		cluster.Close()
-		ls.release()
-		return nil, err
-	}
-	if fresh {
-		n, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{})
-		if err != nil {
+	if !fresh {
+		// Rewritten: a marker from before instance IDs gets one.
+		if err := writeMarker(dir, identity); err != nil {
 			cluster.Close()
 			ls.release()
-			return nil, fmt.Errorf("republish the outbox into the new broker log %s: %w", dir, err)
-		}
-		if n > 0 {
-			a.log.Warn("embedded broker: new log, every event still in the outbox is published again (consumers drop the ones they applied)",
-				"log", dir, "events", n)
+			return nil, err
 		}
 	}
-	return &embeddedBroker{cluster: cluster, dir: dir, fresh: fresh, lease: ls}, nil
+	return &embeddedBroker{cluster: cluster, dir: dir, fresh: fresh, lease: ls, identity: identity}, nil
+}
+
+// adopt makes a new log this database's: every event still in the outbox
+// is published again (the new log holds none of them; consumers' inboxes
+// drop what they had applied), then the marker is written. It runs before
+// the relay (so a key's redriven events keep their order), on the run's
+// context: a large outbox is not cut short by the start-up deadline, and
+// an interrupted redrive leaves no marker, so the next start does it again.
+func (b *embeddedBroker) adopt(ctx context.Context, a *App, redrive func(context.Context) (int, error)) error {
+	if !b.fresh {
+		return nil
+	}
+	a.log.Info("embedded broker: new log, publishing every event still in the outbox again", "log", b.dir)
+	n, err := redrive(ctx)
+	if err != nil {
+		return fmt.Errorf("republish the outbox into the new broker log %s (done again at the next start): %w", b.dir, err)
+	}
+	if n > 0 {
+		a.log.Warn("embedded broker: new log, every event still in the outbox is published again (consumers drop the ones they applied)",
+			"log", b.dir, "events", n)
+	}
+	if err := writeMarker(b.dir, b.identity); err != nil {
+		return err
+	}
+	b.fresh = false
+	return nil
 }
 
 // close stops the broker (its log is synced) and releases the lease.

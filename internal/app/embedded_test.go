@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -76,8 +78,14 @@ func TestEmbeddedNewLogRepublishes(t *testing.T) {
 
 			logs := &syncBuffer{}
 			s, _ = start(t, dbArg, t.TempDir(), count, logs)
-			if !strings.Contains(logs.String(), "new log, every event still in the outbox is published again") ||
-				!strings.Contains(logs.String(), `"events":`+strconv.Itoa(events)) {
+			republished := func() bool {
+				return strings.Contains(logs.String(), "new log, every event still in the outbox is published again") &&
+					strings.Contains(logs.String(), `"events":`+strconv.Itoa(events))
+			}
+			for deadline := time.Now().Add(10 * time.Second); !republished() && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !republished() {
 				t.Errorf("no republication of the %d events logged:\n%s", events, logs)
 			}
 			s.waitCount(unpublished(kind), 0)
@@ -101,6 +109,7 @@ func TestEmbeddedLogOfAnotherDatabase(t *testing.T) {
 	dir := t.TempDir()
 	dbA, countA := dbCounter(t, app.SQLite)
 	_, stop := start(t, dbA, dir, countA, io.Discard)
+	waitMarker(t, dir)
 	stop()
 	for _, kind := range []string{app.SQLite, app.Postgres} {
 		dbB, _ := dbCounter(t, kind)
@@ -187,4 +196,16 @@ func recreate(t *testing.T, kind, dbArg string) {
 	if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitMarker waits until the broker log in dir is marked as its database's
+// (after the outbox was republished into it, before the relay starts).
+func waitMarker(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "idemd-database")); err == nil {
+			return
+		}
+	}
+	t.Fatalf("broker log %s: no marker after 10s", dir)
 }

@@ -57,12 +57,14 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 			kgo.RebalanceTimeout(ConsumerRebalanceTimeout),
 		}
 	)
+	var broker *embeddedBroker
 	switch a.cfg.Kafka.Mode {
 	case KafkaOff:
 		a.kafka = KafkaOff
 		return nil
 	case KafkaEmbedded:
-		broker, err := startEmbedded(ctx, a, drv, st.identity)
+		var err error
+		broker, err = startEmbedded(ctx, a, drv, st.identity)
 		if err != nil {
 			return err
 		}
@@ -104,6 +106,25 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	a.flush = flusher.RunOnce
 	a.relay = func(ctx context.Context) error {
+		// A new embedded log first gets the outbox again; a failure
+		// (the database) is retried, the relay waits for it.
+		for wait := time.Second; broker != nil; wait = min(2*wait, 30*time.Second) {
+			err := broker.adopt(ctx, a, func(ctx context.Context) (int, error) {
+				return outbox.Redrive(ctx, drv, outbox.RedriveOptions{})
+			})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil // stopped: redriven again at the next start
+			}
+			a.log.Error("embedded broker: republishing the outbox failed; retrying", "err", err, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
 		cfg := relayCfg
 		cfg.Wake = a.enqueued // this process's orders
 		if st.wake != nil {   // every replica's orders
