@@ -65,11 +65,13 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 				bytes.Equal(rec.Fingerprint, cmd.fingerprint)
 			if rec.ExpiresAt.After(now) && !abandoned {
 				if rec.State == driver.StateCompleted || !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
-					// A replay or a mismatch: the transaction only read, so
-					// the client is answered first and the rollback's
-					// round trip overlaps its next request.
-					m.answerCompleted(cmd, rec)
+					// A replay or a mismatch: the transaction only read.
+					// It ends before the answer is written: a client that
+					// reads a large body slowly (or never) must not hold
+					// the key's lock, a connection and, on SQLite, the
+					// database's only writer while it does.
 					m.rollback(ctx, tx)
+					m.answerCompleted(cmd, rec)
 					return
 				}
 				m.rollback(ctx, tx)
