@@ -209,3 +209,30 @@ func waitMarker(t *testing.T, dir string) {
 	}
 	t.Fatalf("broker log %s: no marker after 10s", dir)
 }
+
+// A -kafka that no broker answers (a typo, a cluster down) stops the start:
+// idemd must not serve orders whose events nobody will take.
+func TestUnreachableKafkaRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nobody listens there now
+	dbArg, _ := dbCounter(t, app.SQLite)
+	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", addr}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	a, err := app.New(ctx, cfg, newTestLogger(io.Discard))
+	if err == nil {
+		a.Close()
+		t.Fatalf("app.New with -kafka %s (nobody listening) succeeded", addr)
+	}
+	if !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), addr) {
+		t.Errorf("error %q; want it to say kafka %s is unreachable", err, addr)
+	}
+}

@@ -1,9 +1,14 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Kafka modes.
@@ -79,6 +84,37 @@ func CheckTopic(t string) error {
 		return fmt.Errorf("bad Kafka topic %q: at most %d characters (its dead-letter topic adds .dlq)", t, 249-len(".dlq"))
 	case !topicRe.MatchString(t):
 		return fmt.Errorf("bad Kafka topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+	}
+	return nil
+}
+
+// kafkaCheckTimeout bounds checkKafka.
+const kafkaCheckTimeout = 10 * time.Second
+
+// checkKafka asks the cluster for its brokers and for topic, once, at
+// start-up: a mistyped or unreachable -kafka must stop idemd (exit 1), not
+// leave it serving orders whose events no broker will take (the relay
+// retries for ever, the watchdog rejects the orders). A missing topic is
+// only a warning: a cluster may create topics on first use.
+func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, kafkaCheckTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("kafka %s unreachable (checked for %s at start-up): %s", strings.Join(seeds, ","), kafkaCheckTimeout, errMessage(err))
+	}
+	if t, ok := md.Topics[topic]; !ok || t.Err != nil {
+		reason := "missing"
+		if ok {
+			reason = t.Err.Error()
+		}
+		a.log.Warn("kafka: the topic is not usable yet; idemd goes on (a cluster may create it on first use)",
+			"topic", topic, "reason", reason, "brokers", len(md.Brokers))
 	}
 	return nil
 }

@@ -82,6 +82,9 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		}
 	default:
 		seeds = a.cfg.Kafka.Seeds()
+		if err := checkKafka(ctx, a, seeds, a.cfg.KafkaTopic); err != nil {
+			return err
+		}
 		a.kafka = a.cfg.Kafka.String()
 		a.started = []any{"kafka", a.kafka, "topic", a.cfg.KafkaTopic}
 	}
