@@ -50,8 +50,9 @@ type RelayConfig struct {
 	// of a failed event, and of a whole round when the database or the
 	// publisher fails. Defaults to DefaultBackoff: 100ms doubling up to 1m.
 	// A failed round waits a random duration between half of it and all of
-	// it, so relays that failed together do not retry together. Waits
-	// shorter than 10ms are taken as 10ms.
+	// it, so relays that failed together do not retry together; at least
+	// 10ms (a Backoff of 0 retries a failed event at once, but never makes
+	// a failing relay spin).
 	Backoff func(attempt int) time.Duration
 
 	// MaxAttempts is how many failed attempts make an event poison: it is
@@ -95,8 +96,8 @@ type RelayConfig struct {
 	Now func() time.Time
 }
 
-// minBackoff floors what RelayConfig.Backoff returns: a Backoff of 0 must
-// not make the relay retry a failing broker in a tight loop.
+// minBackoff floors the wait of a relay after a failed round: a Backoff of
+// 0 must not make it retry a failing broker in a tight loop.
 const minBackoff = 10 * time.Millisecond
 
 // DefaultBackoff is the default RelayConfig.Backoff: 100ms after the first

@@ -134,7 +134,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 			}
 			continue
 		}
-		f.retryIn = max(r.cfg.Backoff(f.row.Attempts), minBackoff)
+		f.retryIn = r.cfg.Backoff(f.row.Attempts)
 		at := now.Add(f.retryIn)
 		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: f.err.Error(), NextAttempt: at}); err != nil {
 			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
