@@ -63,14 +63,14 @@ func newMetrics() *metrics {
 		}, []string{"consumer", "result"}),
 		stuck: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_order_watchdog_orders_total",
-			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED), operator (captured payment, order not moving).",
+			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED), operator (captured payment or failed saga, order not moving), waiting (past -saga-give-up-after, but events older than the order are not published yet: not given up).",
 		}, []string{"action"}),
 		operator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_needing_operator",
-			Help: "Orders with a captured payment that stayed CREATED past -saga-give-up-after, at the watchdog's last round.",
+			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, at the watchdog's last complete round.",
 		}),
 	}
-	for _, r := range []string{"redriven", "aborted", "operator"} {
+	for _, r := range []string{"redriven", "aborted", "operator", "waiting"} {
 		m.stuck.WithLabelValues(r)
 	}
 	for _, c := range []string{ProjectionInbox, SagaInbox} {
@@ -114,6 +114,7 @@ func (m *metrics) watchdog(s orders.WatchdogStats) {
 	m.stuck.WithLabelValues("redriven").Add(float64(s.Stuck))
 	m.stuck.WithLabelValues("aborted").Add(float64(s.Aborted))
 	m.stuck.WithLabelValues("operator").Add(float64(s.Operator))
+	m.stuck.WithLabelValues("waiting").Add(float64(s.Waiting))
 	m.operator.Set(float64(s.Operator))
 }
 

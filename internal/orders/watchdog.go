@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,9 +22,10 @@ type Stale struct {
 }
 
 // StaleLister lists the orders still CREATED that were created before a
-// time, oldest first. Both stores implement it.
+// time, with IDs above afterID, in ID order (a page of at most limit; the
+// next page starts after the last ID). Both stores implement it.
 type StaleLister interface {
-	ListCreatedBefore(ctx context.Context, before time.Time, limit int) ([]Stale, error)
+	ListCreatedBefore(ctx context.Context, before time.Time, afterID int64, limit int) ([]Stale, error)
 }
 
 // DeclinedPrefix starts the recorded result of a charge-payment step that
@@ -46,7 +48,8 @@ type WatchdogConfig struct {
 	// Interval is the time between rounds; 0 means StuckAfter/2, at
 	// least a second and at most 30 s.
 	Interval time.Duration
-	// Limit bounds the orders of one round; 0 means 500.
+	// Limit is the page size of the listing of stale orders; 0 means
+	// 500. A round reads every page.
 	Limit int
 	// OnRound, if set, is called after each round.
 	OnRound func(WatchdogStats)
@@ -59,9 +62,15 @@ type WatchdogStats struct {
 	Stuck, Redriven int
 	// Aborted sagas (nothing charged: their orders become REJECTED).
 	Aborted int
-	// Operator: orders whose payment was captured but which did not move
-	// for GiveUpAfter.
+	// Operator: orders whose payment was captured, or whose saga failed
+	// (its compensation kept failing), but which did not move for
+	// GiveUpAfter.
 	Operator int
+	// Waiting: orders past GiveUpAfter not given up because the outbox
+	// holds events older than them that are not published yet (the
+	// relay or Kafka is down or behind, or an event is parked): their
+	// events are late, not lost.
+	Waiting int
 }
 
 // Watchdog drives the orders whose saga stopped moving: an event lost
@@ -104,71 +113,134 @@ func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		st, err := w.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// Not reported: a round cut short would set the gauges
+			// from partial counts (an operator alert would clear).
 			w.log.WarnContext(ctx, "order watchdog: round failed", "err", err)
-		}
-		if w.cfg.OnRound != nil {
+		case err == nil && w.cfg.OnRound != nil:
 			w.cfg.OnRound(st)
 		}
 	}
 }
 
+// redriveKeys is the most keys one Redrive names (SQLite binds each).
+const redriveKeys = 500
+
+// unpublishedSlack absorbs the clock difference between the replica that
+// stored an order and the one that enqueued an event.
+const unpublishedSlack = time.Minute
+
 // RunOnce looks at the orders CREATED more than StuckAfter ago once.
 func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
-	var st WatchdogStats
-	now := time.Now()
-	stale, err := w.list.ListCreatedBefore(ctx, now.Add(-w.cfg.StuckAfter), w.cfg.Limit)
-	if err != nil {
-		return st, err
-	}
-	var keys []string
-	for _, o := range stale {
-		if o.CreatedAt.After(now.Add(-w.cfg.GiveUpAfter)) {
-			keys = append(keys, strconv.FormatInt(o.ID, 10))
-			continue
+	var (
+		st      WatchdogStats
+		keys    []string
+		waiting []int64
+		now     = time.Now()
+		after   int64
+		// oldest unpublished event, read once per round when needed.
+		oldest     time.Time
+		anyPending bool
+		readOldest bool
+		charged    int
+	)
+	for {
+		stale, err := w.list.ListCreatedBefore(ctx, now.Add(-w.cfg.StuckAfter), after, w.cfg.Limit)
+		if err != nil {
+			return st, err
 		}
-		charged, err := w.GiveUp(ctx, o.ID)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return st, ctx.Err()
+		for _, o := range stale {
+			after = o.ID
+			if o.CreatedAt.After(now.Add(-w.cfg.GiveUpAfter)) {
+				keys = append(keys, strconv.FormatInt(o.ID, 10))
+				continue
 			}
-			w.log.WarnContext(ctx, "order watchdog: give up failed", "order", o.ID, "err", err)
-		case charged:
-			st.Operator++
-			w.log.ErrorContext(ctx, "order watchdog: order stuck with a captured payment, needs an operator",
-				"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
-			keys = append(keys, strconv.FormatInt(o.ID, 10)) // still worth a try
-		default:
-			st.Aborted++
-			w.log.WarnContext(ctx, "order watchdog: saga aborted, nothing was charged; the order will be REJECTED",
-				"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
+			if !readOldest {
+				if oldest, anyPending, err = w.drv.Outbox().OutboxOldestUnpublished(ctx); err != nil {
+					return st, fmt.Errorf("orders: watchdog: oldest unpublished event: %w", err)
+				}
+				readOldest = true
+			}
+			if anyPending && oldest.Before(o.CreatedAt.Add(unpublishedSlack)) {
+				// Events from before this order wait to be published:
+				// the relay or the broker is down or behind, nothing
+				// is lost yet. Rejecting the order would punish the
+				// customer for an outage.
+				st.Waiting++
+				waiting = append(waiting, o.ID)
+				continue
+			}
+			outcome, err := w.giveUp(ctx, o.ID)
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return st, ctx.Err()
+				}
+				w.log.WarnContext(ctx, "order watchdog: give up failed", "order", o.ID, "err", err)
+			case outcome == giveUpCharged:
+				st.Operator++
+				charged++
+				w.log.ErrorContext(ctx, "order watchdog: order stuck with a captured payment, needs an operator",
+					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
+				keys = append(keys, strconv.FormatInt(o.ID, 10)) // still worth a try
+			case outcome == giveUpFailed:
+				st.Operator++
+				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; nothing is retried until an operator acts)",
+					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
+			default:
+				st.Aborted++
+				w.log.WarnContext(ctx, "order watchdog: saga aborted, nothing was charged; the order will be REJECTED",
+					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
+			}
 		}
+		if len(stale) < w.cfg.Limit {
+			break
+		}
+	}
+	if len(waiting) > 0 {
+		w.log.WarnContext(ctx, "order watchdog: not giving up on orders whose events are not published yet (relay or Kafka down or behind, or an event parked)",
+			"orders", len(waiting), "first", waiting[0], "oldest_unpublished", FormatTime(oldest), "give_up_after", w.cfg.GiveUpAfter.String())
 	}
 	if len(keys) == 0 {
 		return st, nil
 	}
-	n, err := outbox.Redrive(ctx, w.drv, outbox.RedriveOptions{Keys: keys})
-	st.Stuck, st.Redriven = len(keys)-st.Operator, n
-	if err != nil {
-		return st, err
+	st.Stuck = len(keys) - charged
+	for chunk := range slices.Chunk(keys, redriveKeys) {
+		n, err := outbox.Redrive(ctx, w.drv, outbox.RedriveOptions{Keys: chunk})
+		st.Redriven += n
+		if err != nil {
+			return st, err
+		}
 	}
-	w.log.WarnContext(ctx, "order watchdog: orders not moving, their events published again",
-		"orders", len(keys), "events", n, "stuck_after", w.cfg.StuckAfter.String())
+	n := st.Redriven
+	if n > 0 {
+		w.log.WarnContext(ctx, "order watchdog: orders not moving, their events published again",
+			"orders", len(keys), "events", n, "stuck_after", w.cfg.StuckAfter.String())
+	}
 	return st, nil
 }
 
-// GiveUp aborts the saga of order id unless it charged a payment, in one
+// giveUpOutcome is what giveUp did.
+type giveUpOutcome int
+
+const (
+	giveUpAborted giveUpOutcome = iota // nothing charged: aborted
+	giveUpCharged                      // a payment was captured (or the saga moved on)
+	giveUpFailed                       // the saga failed: its compensation kept failing
+)
+
+// giveUp aborts the saga of order id unless it charged a payment, in one
 // transaction: it starts the saga if no event ever did, records its
 // place-order step, and claims its charge-payment step as declined, so
 // that a late OrderCreated.v1 finds the step taken and charges nothing;
-// then RunCompensator REJECTs the order. charged is true, and nothing is
-// changed, when the charge step had charged a payment (or the saga is not
-// running: it moved on).
-func (w *Watchdog[TTx]) GiveUp(ctx context.Context, id int64) (charged bool, err error) {
+// then RunCompensator REJECTs the order. Nothing is changed when the charge
+// step had charged a payment (or the saga moved on: giveUpCharged) or the
+// saga failed (giveUpFailed).
+func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOutcome, err error) {
 	tx, err := w.drv.Begin(ctx)
 	if err != nil {
-		return false, err
+		return giveUpAborted, err
 	}
 	commit := false
 	defer func() {
@@ -179,31 +251,37 @@ func (w *Watchdog[TTx]) GiveUp(ctx context.Context, id int64) (charged bool, err
 	sagaID := SagaID(id)
 	s, _, err := w.ps.sagas.StartTx(ctx, tx, sagaID, SagaType, nil)
 	if err != nil {
-		return false, err
+		return giveUpAborted, err
 	}
-	if s.State != saga.Running {
-		return s.State != saga.Compensating && s.State != saga.Compensated, nil
+	switch s.State {
+	case saga.Running:
+	case saga.Failed:
+		return giveUpFailed, nil
+	case saga.Compensating, saga.Compensated:
+		return giveUpAborted, nil
+	default:
+		return giveUpCharged, nil
 	}
 	if _, _, err := w.ps.sagas.StepTx(ctx, tx, sagaID, StepPlace, func(context.Context, TTx) ([]byte, error) {
 		return []byte(strconv.FormatInt(id, 10)), nil
 	}); err != nil {
-		return false, err
+		return giveUpAborted, err
 	}
 	res, _, err := w.ps.sagas.StepTx(ctx, tx, sagaID, StepCharge, func(context.Context, TTx) ([]byte, error) {
 		return []byte(DeclinedPrefix + "saga stuck, given up by the watchdog"), nil
 	})
 	if err != nil {
-		return false, err
+		return giveUpAborted, err
 	}
 	if !strings.HasPrefix(string(res), DeclinedPrefix) {
-		return true, nil
+		return giveUpCharged, nil
 	}
 	if err := w.ps.sagas.AbortTx(ctx, tx, sagaID); err != nil && !errors.Is(err, saga.ErrState) {
-		return false, err
+		return giveUpAborted, err
 	}
 	if err := w.drv.Commit(ctx, tx); err != nil {
-		return false, err
+		return giveUpAborted, err
 	}
 	commit = true
-	return false, nil
+	return giveUpAborted, nil
 }

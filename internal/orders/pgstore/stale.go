@@ -14,9 +14,9 @@ var _ orders.StaleLister = (*Store)(nil)
 
 // ListCreatedBefore implements orders.StaleLister through the partial index
 // on CREATED orders.
-func (s *Store) ListCreatedBefore(ctx context.Context, before time.Time, limit int) ([]orders.Stale, error) {
+func (s *Store) ListCreatedBefore(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, created_at FROM customer_order
-		WHERE status = 'CREATED' AND created_at < $1 ORDER BY created_at LIMIT $2`, before, limit)
+		WHERE status = 'CREATED' AND created_at < $1 AND id > $2 ORDER BY id LIMIT $3`, before, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list stale orders: %w", err)
 	}

@@ -12,9 +12,9 @@ var _ orders.StaleLister = (*Store)(nil)
 
 // ListCreatedBefore implements orders.StaleLister through the partial index
 // on CREATED orders (created_at is TimeFormat text, which sorts as time).
-func (s *Store) ListCreatedBefore(ctx context.Context, before time.Time, limit int) ([]orders.Stale, error) {
+func (s *Store) ListCreatedBefore(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, created_at FROM customer_order
-		WHERE status = 'CREATED' AND created_at < ? ORDER BY created_at LIMIT ?`, orders.FormatTime(before), limit)
+		WHERE status = 'CREATED' AND created_at < ? AND id > ? ORDER BY id LIMIT ?`, orders.FormatTime(before), afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list stale orders: %w", err)
 	}

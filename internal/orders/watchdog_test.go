@@ -1,0 +1,166 @@
+package orders_test
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/orders"
+	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
+	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/saga"
+)
+
+// watchdogFixture is a SQLite database with the order stores, a saga and a
+// watchdog whose orders are all past GiveUpAfter once they are an hour old.
+type watchdogFixture struct {
+	t   *testing.T
+	drv *sqlitedriver.Driver
+	ord *ordsqlite.Store
+	wd  *orders.Watchdog[*sql.Tx]
+}
+
+func newWatchdogFixture(t *testing.T, limit int) *watchdogFixture {
+	t.Helper()
+	ctx := context.Background()
+	drv := testdb.SQLite(t)
+	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
+	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
+		if err := m(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: limit},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &watchdogFixture{t: t, drv: drv, ord: ord, wd: wd}
+}
+
+// order stores an order created an hour ago with its OrderCreated.v1 in
+// the outbox, unpublished.
+func (f *watchdogFixture) order() orders.Order {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.drv.Begin(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	o, err := f.ord.Create(ctx, tx, orders.NewOrder{CustomerID: 1, Amount: decimal.RequireFromString("5"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	e, err := orders.CreatedEvent(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	e.OccurredAt = hourAgo.UTC().Truncate(time.Microsecond)
+	if err := outbox.EnqueueTx(ctx, f.drv, tx, e); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE customer_order SET created_at = ? WHERE id = ?`, orders.FormatTime(hourAgo), o.ID); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox SET created_at = ? WHERE event_id = ?`, hourAgo.UnixMicro(), e.ID.String()); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// publishAll publishes the outbox (to nowhere: the events are "lost").
+func (f *watchdogFixture) publishAll() {
+	f.t.Helper()
+	r, err := outbox.NewRelay(f.drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }),
+		&outbox.RelayConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for {
+		n, err := r.RunOnce(context.Background())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+func (f *watchdogFixture) status(id int64) string {
+	f.t.Helper()
+	var st string
+	err := f.drv.DB().QueryRow(`SELECT state FROM saga WHERE saga_id = ?`, orders.SagaID(id)).Scan(&st)
+	if err == sql.ErrNoRows {
+		return "none"
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+// An order past GiveUpAfter whose OrderCreated.v1 was never published (the
+// relay or Kafka is down) is late, not lost: the watchdog waits for it
+// instead of rejecting the customer's order; once the event was published
+// and still nothing moved, it gives up.
+func TestWatchdogWaitsForUnpublishedEvents(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixture(t, 0)
+	o := f.order()
+	st, err := f.wd.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Waiting != 1 || st.Aborted != 0 || f.status(o.ID) != "none" {
+		t.Fatalf("round with the order's event unpublished: %+v, saga %s; want 1 waiting, nothing aborted", st, f.status(o.ID))
+	}
+	f.publishAll()
+	if st, err = f.wd.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.Waiting != 0 || st.Aborted != 1 || f.status(o.ID) != string(saga.Compensating) {
+		t.Errorf("round after the event was published (and lost): %+v, saga %s; want 1 aborted", st, f.status(o.ID))
+	}
+}
+
+// A round reads every page of stale orders: orders the watchdog cannot
+// change (their payment was captured) do not starve the ones behind them.
+func TestWatchdogReadsEveryPage(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixture(t, 2)
+	var ids []int64
+	for range 5 {
+		ids = append(ids, f.order().ID)
+	}
+	f.publishAll()
+	st, err := f.wd.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 5 {
+		t.Errorf("one round with a page of 2: %+v; want the 5 orders aborted", st)
+	}
+	for _, id := range ids {
+		if s := f.status(id); s != string(saga.Compensating) {
+			t.Errorf("order %d: saga %s, want %s", id, s, saga.Compensating)
+		}
+	}
+}
