@@ -81,6 +81,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"empty sqlite path", []string{"-db", "sqlite:"}, nil, "empty"},
 		{"empty db", []string{"-db", " "}, nil, "-db"},
 		{"query in sqlite path", []string{"-db", "x.db?mode=ro"}, nil, "?"},
+		{"libpq keyword DSN", []string{"-db", "host=127.0.0.1 user=postgres password=secret dbname=test"}, nil, "postgres://"},
+		{"libpq keyword DSN from environment", nil, map[string]string{"IDEMD_DB": "dbname=pay sslmode=disable"}, "IDEMD_DB"},
 		{"bad postgres URL", []string{"-db", "postgres://u:secret@db:notaport/pay"}, nil, "PostgreSQL URL"},
 		{"zero timeout", []string{"-shutdown-timeout", "0s"}, nil, "-shutdown-timeout"},
 		{"bad timeout", []string{"-shutdown-timeout", "soon"}, nil, "-shutdown-timeout"},

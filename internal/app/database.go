@@ -29,6 +29,10 @@ var (
 	schemeRe = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
 	// userInfoPasswordRe finds the password of a URL url.Parse rejects.
 	userInfoPasswordRe = regexp.MustCompile(`(://[^:/@]*):[^@/]*@`)
+	// keywordDSNRe finds a libpq keyword/value connection string
+	// ("host=db user=app password=..."), which pgx accepts but -db does
+	// not: it would be taken for a SQLite file name.
+	keywordDSNRe = regexp.MustCompile(`(?i)(^|\s)(host|hostaddr|port|user|password|dbname|sslmode|service|connect_timeout)\s*=`)
 )
 
 // ParseDatabase reads the -db setting:
@@ -68,6 +72,10 @@ func sqlitePath(p string) (Database, error) {
 		return Database{}, fmt.Errorf("empty SQLite path")
 	case strings.ContainsAny(p, "?#"):
 		return Database{}, fmt.Errorf("SQLite path %q must not contain '?' or '#'", p)
+	case keywordDSNRe.MatchString(p):
+		// Not quoted back: it may hold a password.
+		return Database{}, fmt.Errorf("the database looks like a PostgreSQL keyword/value connection string (host=... user=...), " +
+			"which would be taken for a SQLite file name: give a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=...")
 	}
 	return Database{Kind: SQLite, Path: p}, nil
 }

@@ -90,7 +90,7 @@ func startTelemetry(ctx context.Context, cfg Config, opts Options, getenv func(s
 		log.Error("telemetry: not started; running without", "err", err)
 		return nil
 	}
-	log.Info("telemetry: OpenTelemetry traces and metrics on", "endpoint", getenv(EnvOTLPEndpoint))
+	log.Info("telemetry: OpenTelemetry traces and metrics on", "endpoint", redactURL(getenv(EnvOTLPEndpoint)))
 	return t
 }
 
