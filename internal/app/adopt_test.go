@@ -5,9 +5,17 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // A new broker log is marked as its database's only once the outbox was
@@ -47,5 +55,95 @@ func TestAdoptMarksOnlyAfterRedrive(t *testing.T) {
 	}
 	if err := b.adopt(context.Background(), a, redrive); err != nil || calls != 1 {
 		t.Errorf("adopt again: %v, %d redrives; want none (adopted)", err, calls)
+	}
+}
+
+// A lease holder is taken for a process of this host only when it shares
+// the host name and the PID namespace: two containers with one host name,
+// both PID 1, must not take each other's lease for a dead process's.
+func TestHolderOnThisHost(t *testing.T) {
+	t.Parallel()
+	ns := pidNamespace()
+	if ns == "" {
+		t.Fatal("no PID namespace on this Linux machine")
+	}
+	host, _ := os.Hostname()
+	me := strconv.Itoa(os.Getpid())
+	for _, tc := range []struct {
+		owner       string
+		local, dead bool
+	}{
+		{host + "/" + me + "/cafe0001/" + ns, true, true},      // our PID, our namespace: a previous run
+		{host + "/" + me + "/cafe0001/pid_[1]", false, false},  // our PID in another container
+		{host + "/" + me + "/cafe0001", false, false},          // no namespace recorded
+		{"other-host/" + me + "/cafe0001/" + ns, false, false}, // another host
+		{host + "/1/cafe0001/" + ns, true, false},              // init of this namespace runs
+		{host + "/999999999/cafe0001/" + ns, true, true},       // no such process here
+	} {
+		local, dead := holderOnThisHost(tc.owner, host)
+		if local != tc.local || dead != tc.dead {
+			t.Errorf("holderOnThisHost(%q) = local %v, dead %v; want %v, %v", tc.owner, local, dead, tc.local, tc.dead)
+		}
+	}
+}
+
+// An idemd whose embedded-broker lease was taken by another one (it could
+// not renew it in time) stops: two embedded brokers would split the events
+// of one database between two disjoint logs.
+func TestLeaseTakenIsFatal(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	a := &App{log: slog.New(slog.NewTextHandler(io.Discard, nil)), fatal: make(chan error, 1)}
+	ctx := context.Background()
+	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.release()
+	// It lapsed (a database outage) and another idemd took it.
+	ex := drv.Executor()
+	if err := ex.LockRelease(ctx, &driver.LockReleaseParams{Name: EmbeddedLock, Owner: ls.owner}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if ok, err := ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: EmbeddedLock, Owner: "elsewhere/7/beef/pid_[1]", Now: now, Until: now.Add(time.Hour)}); err != nil || !ok {
+		t.Fatalf("take the lease: %v, %v", ok, err)
+	}
+	select {
+	case err := <-a.fatal:
+		if !strings.Contains(err.Error(), "taken by another idemd") {
+			t.Errorf("fatal error %v", err)
+		}
+	case <-time.After(3 * embeddedLockTTL / 3 * 2):
+		t.Fatal("no fatal failure after the lease was taken")
+	}
+}
+
+// A worker that stops with an error (a consumer whose client failed) stops
+// the process: Serve shuts down and returns the error (idemd exits 1 and
+// its supervisor restarts it) instead of serving on without it, with
+// /healthz green.
+func TestWorkerStoppedIsFatal(t *testing.T) {
+	t.Parallel()
+	a := &App{
+		cfg:     Config{ShutdownTimeout: 5 * time.Second},
+		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler: http.NotFoundHandler(),
+		fatal:   make(chan error, 1),
+		saga:    func(context.Context) error { return errors.New("kafka client closed") },
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(context.Background(), ln) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "order saga consumer stopped: kafka client closed") {
+			t.Errorf("Serve = %v; want the saga consumer's failure", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve goes on after a worker stopped")
 	}
 }

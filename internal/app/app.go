@@ -69,6 +69,20 @@ type App struct {
 	// traces nothing.
 	tracer     observe.Tracer
 	propagator observe.Propagator
+	// fatal receives the first failure that leaves this process unable to
+	// do its work (a worker that stopped, the embedded broker's lease
+	// taken by another idemd): Serve shuts down and returns it, so that
+	// the process exits 1 and its supervisor restarts it, rather than
+	// serving on with /healthz green.
+	fatal chan error
+}
+
+// fail reports a fatal failure to Serve (the first one is kept).
+func (a *App) fail(err error) {
+	select {
+	case a.fatal <- err:
+	default:
+	}
 }
 
 // New opens and migrates the database of cfg, starts the embedded Kafka
@@ -87,7 +101,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	if cfg.KafkaTopic == "" {
 		cfg.KafkaTopic = DefaultKafkaTopic
 	}
-	a := &App{cfg: cfg, log: log, metrics: newMetrics(), enqueued: make(chan struct{}, 1)}
+	a := &App{cfg: cfg, log: log, metrics: newMetrics(), enqueued: make(chan struct{}, 1), fatal: make(chan error, 1)}
 	for _, o := range opts {
 		o(a)
 	}

@@ -198,7 +198,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 	host, _ := os.Hostname()
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	owner := fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
+	owner := fmt.Sprintf("%s/%d/%s/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]), pidNamespace())
 	deadline := time.Now().Add(embeddedLockTTL + time.Second)
 	for waited := false; ; waited = true {
 		now := time.Now()
@@ -256,16 +256,24 @@ func (l *lease) renew(ctx context.Context, a *App) {
 		case <-t.C:
 		}
 		now := time.Now()
-		err := l.ex.LockRenew(ctx, &driver.LockRenewParams{Name: l.name, Owner: l.owner, Until: now.Add(embeddedLockTTL)})
+		// Each call bounded: a connection that hangs must not let the
+		// lease lapse unnoticed.
+		cctx, cancel := context.WithTimeout(ctx, embeddedLockTTL/3)
+		err := l.ex.LockRenew(cctx, &driver.LockRenewParams{Name: l.name, Owner: l.owner, Until: now.Add(embeddedLockTTL)})
 		if errors.Is(err, driver.ErrLeaseLost) {
-			// Taken over after we failed to renew in time (a database
+			// Lapsed after we failed to renew in time (a database
 			// outage): take it back if it is free.
 			var ok bool
-			ok, err = l.ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: l.name, Owner: l.owner, Now: now, Until: now.Add(embeddedLockTTL)})
+			ok, err = l.ex.LockAcquire(cctx, &driver.LockAcquireParams{Name: l.name, Owner: l.owner, Now: now, Until: now.Add(embeddedLockTTL)})
 			if err == nil && !ok {
-				err = errors.New("another idemd holds it now: two embedded brokers may be running for one database")
+				cancel()
+				// Another idemd took it: two embedded brokers would
+				// split the events of one database. This one stops.
+				a.fail(fmt.Errorf("embedded broker: lease %s taken by another idemd while this one could not renew it", l.name))
+				return
 			}
 		}
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			a.log.Error("embedded broker: lease renewal failed", "lease", l.name, "err", err)
 		}
@@ -282,12 +290,17 @@ func (l *lease) release() {
 	_ = l.ex.LockRelease(ctx, &driver.LockReleaseParams{Name: l.name, Owner: l.owner})
 }
 
-// holderOnThisHost reports whether owner ("host/pid/random") names a process
-// of this host, and whether that process is gone (or is this very process,
-// which cannot hold the lease yet: a restarted container reuses its PID).
+// holderOnThisHost reports whether owner ("host/pid/random/pidns") names
+// a process this one can see (same host name and PID namespace), and
+// whether that process is gone, or is this very process's PID (which
+// cannot hold the lease yet: a restart reused it). Two containers may share
+// a host name (host networking, a fixed hostname) and each run as PID 1;
+// without a PID namespace to compare (not Linux), a holder is never taken
+// for local: it is waited for until its lease expires.
 func holderOnThisHost(owner, host string) (local, dead bool) {
 	parts := strings.Split(owner, "/")
-	if len(parts) != 3 || parts[0] != host {
+	ns := pidNamespace()
+	if len(parts) != 4 || parts[0] != host || ns == "" || parts[3] != ns {
 		return false, false
 	}
 	pid, err := strconv.Atoi(parts[1])
@@ -303,4 +316,14 @@ func holderOnThisHost(owner, host string) (local, dead bool) {
 	}
 	err = p.Signal(syscall.Signal(0))
 	return true, err != nil && !errors.Is(err, syscall.EPERM)
+}
+
+// pidNamespace names this process's PID namespace (Linux: the link
+// /proc/self/ns/pid, "pid:[4026531836]"), "" when unknown.
+func pidNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return strings.NewReplacer("/", "_", ":", "_").Replace(ns)
 }

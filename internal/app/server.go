@@ -67,10 +67,13 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
+	var fatal error
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	case fatal = <-a.fatal:
+		a.log.Error("shutting down: this process cannot go on", "err", fatal)
 	}
 	start := time.Now()
 	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", a.cfg.ShutdownTimeout.String())
@@ -92,7 +95,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	a.log.Info("shutdown: 4/4 consumers stopped; publishing the events of their last batches", "elapsed", since(start))
 	a.flushOutbox(sctx)
 	a.log.Info("stopped", "elapsed", since(start))
-	return nil
+	return fatal
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
@@ -149,6 +152,7 @@ func (a *App) startWorkers(ctx context.Context, ws ...worker) *workers {
 		g.wg.Go(func() {
 			if err := w.run(wctx); err != nil && wctx.Err() == nil {
 				a.log.Error(w.name+" stopped", "err", err)
+				a.fail(fmt.Errorf("%s stopped: %w", w.name, err))
 			}
 		})
 	}
