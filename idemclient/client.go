@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +121,9 @@ func WithKey(req *http.Request, key string) (*http.Request, error) {
 		return nil, err
 	}
 	r := req.Clone(req.Context())
+	if r.Header == nil { // a hand-built request: http.Client accepts it
+		r.Header = http.Header{}
+	}
 	r.Header.Set(HeaderKey, key)
 	return r, nil
 }
@@ -231,7 +236,8 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		_ = req.Body.Close()
 		return req.GetBody, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(req.Body, c.cfg.MaxBodyBytes+1))
+	// min: MaxBodyBytes+1 must not overflow (math.MaxInt64 for "no limit").
+	b, err := io.ReadAll(io.LimitReader(req.Body, min(c.cfg.MaxBodyBytes, math.MaxInt64-1)+1))
 	_ = req.Body.Close()
 	if err != nil {
 		return nil, fmt.Errorf("idemclient: read request body: %w", err)
@@ -302,7 +308,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemclient: retrying",
 				slog.String("method", req.Method), slog.String("url", logURL(req)),
 				slog.Int("attempt", attempt), slog.Int("status", info.StatusCode),
-				slog.String("problem", info.ProblemType), slog.Any("err", err), slog.Duration("wait", d))
+				slog.String("problem", info.ProblemType), slog.Any("err", logErr(err)), slog.Duration("wait", d))
 		}
 		drain(resp)
 		if err := c.cfg.Sleep(ctx, d); err != nil {
@@ -325,6 +331,9 @@ func (c *Client) giveUp(attempts int, resp *http.Response, err error, fail func(
 // attempt builds the request of one attempt.
 func (c *Client) attempt(req *http.Request, key string, getBody func() (io.ReadCloser, error)) (*http.Request, error) {
 	r := req.Clone(req.Context())
+	if r.Header == nil { // a hand-built request: http.Client accepts it
+		r.Header = http.Header{}
+	}
 	if key != "" {
 		r.Header.Set(HeaderKey, key)
 	}
@@ -533,4 +542,14 @@ func redactedURL(req *http.Request) string {
 		return ""
 	}
 	return req.URL.Redacted()
+}
+
+// logErr is err without the URL a transport error (*url.Error) names: its
+// query may hold secrets, and the log line names the URL without it.
+func logErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
