@@ -27,8 +27,9 @@
 // (two to five round trips), so it is slower per request.
 //
 // Its relays are woken by LISTEN/NOTIFY, like pgdriver's, when the
-// database/sql driver is pgx's stdlib: ListenOutbox (outbox.Notifier) keeps
-// one connection of the *sql.DB for the listener. With another driver
+// database/sql driver is pgx's stdlib: ListenOutbox (outbox.Notifier) opens
+// a connection of its own for the listener, with the settings of the
+// *sql.DB's (it holds none of the pool's). With another driver
 // (lib/pq) there is no listener and the relays poll
 // (outbox.RelayConfig.PollInterval); OutboxInsert notifies OutboxChannel
 // either way, so a pgdriver listener on the same database is woken too.

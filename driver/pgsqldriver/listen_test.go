@@ -118,3 +118,30 @@ func (c wrappedConnector) Connect(context.Context) (sqldriver.Conn, error) {
 func (wrappedConnector) Driver() sqldriver.Driver { return stdlib.GetDefaultDriver() }
 
 type wrappedConn struct{ sqldriver.Conn }
+
+// The listener holds none of the pool's connections: a relay on a pool of
+// one connection still publishes (it held it for ever, and the relay's
+// rounds waited for it, publishing nothing).
+func TestListenOutboxLeavesThePool(t *testing.T) {
+	t.Parallel()
+	drv, _ := testdb.PostgresSQLSchema(t)
+	drv.DB().SetMaxOpenConns(1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wake, err := drv.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueOne(t, drv) // needs the pool's only connection
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up within 5s")
+	}
+	var n int
+	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer qcancel()
+	if err := drv.DB().QueryRowContext(qctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a query on the pool while the listener runs: %d, %v", n, err)
+	}
+}
