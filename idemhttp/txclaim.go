@@ -39,7 +39,10 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 		tx, res, err := tc.BeginClaim(ctx, p)
 		m.endClaim(span, err == nil && res.Locked && (res.Record == nil || res.Record.State != driver.StateCompleted), err)
 		if err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case errors.Is(err, driver.ErrLockTimeout):
+				m.inProgress(cmd) // the store's own lock wait (SQLite's busy timeout) ran out
+			case ctx.Err() == nil:
 				m.storeUnavailable(cmd, err)
 			}
 			return

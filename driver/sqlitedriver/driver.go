@@ -146,7 +146,7 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitedriver: begin: %w", err)
+		return nil, mapErr("begin", err)
 	}
 	return tx, nil
 }

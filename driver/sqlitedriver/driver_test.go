@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -347,5 +348,41 @@ func TestOpenPathWithURICharacters(t *testing.T) {
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("Open(%q) did not create that file: %v", path, err)
 		}
+	}
+}
+
+// Another process holding SQLite's write lock for the whole busy timeout
+// is a lock wait that timed out: driver.ErrLockTimeout, as PostgreSQL's
+// lock_timeout (idemhttp answers 409 in progress, not 503 store
+// unavailable).
+func TestBusyIsLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	a, err := sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if err := a.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := sqlitedriver.Open(path, &sqlitedriver.Config{BusyTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	tx, err := a.Begin(ctx) // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, _, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Now: time.Now()}); !errors.Is(err, driver.ErrLockTimeout) {
+		t.Errorf("BeginClaim while another process writes: %v; want ErrLockTimeout", err)
+	}
+	_, err = b.Records().RecordClaim(ctx, &driver.RecordClaimParams{Scope: "s", Key: "k", Fingerprint: []byte("f"),
+		LeaseToken: "t", Now: time.Now(), LeaseExpiresAt: time.Now().Add(time.Minute), ExpiresAt: time.Now().Add(time.Hour)})
+	if !errors.Is(err, driver.ErrLockTimeout) {
+		t.Errorf("RecordClaim while another process writes: %v; want ErrLockTimeout", err)
 	}
 }

@@ -39,7 +39,19 @@ func mapErr(op string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("sqlitedriver: %s: %w", op, driver.ErrNotFound)
 	}
+	if isBusy(err) {
+		// Another connection (another process) held the write lock for
+		// the whole busy timeout: what PostgreSQL reports as a lock
+		// timeout (idemhttp answers 409 in progress, not 503).
+		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
+	}
 	return fmt.Errorf("sqlitedriver: %s: %w", op, err)
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
 }
 
 // affected returns ErrLeaseLost when res changed no row.
