@@ -294,12 +294,18 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 	}
 	if err == nil && a.cfg.Cleanup != CleanupOff {
 		var c *cleanup.Cleaner[TTx]
-		c, err = cleanup.New(drv, &cleanup.Config{
+		cc := &cleanup.Config{
 			Schedule: a.cfg.Cleanup,
 			Logger:   a.log,
 			OnSweep:  a.metrics.sweep,
 			Tracer:   a.tracer,
-		})
+		}
+		if a.cfg.Kafka.Mode == KafkaEmbedded {
+			// What the embedded broker keeps is known: the sweep
+			// checks it against the inboxes' retention.
+			cc.Inbox.RedeliveryHorizon = EmbeddedRetention
+		}
+		c, err = cleanup.New(drv, cc)
 		if err == nil {
 			a.sweep = c.Run
 		}

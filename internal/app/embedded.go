@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemkafka"
 )
@@ -28,6 +31,13 @@ const (
 	EmbeddedLock = "idemd.embedded-kafka"
 	// embeddedLockTTL is the lease's length; it is renewed every third.
 	embeddedLockTTL = 15 * time.Second
+	// EmbeddedRetention is how long the embedded broker keeps a record:
+	// the inboxes' retention (cleanup.DefaultInboxTTL), so that no event
+	// can be delivered again after the sweep forgot it was applied (the
+	// redelivery horizon of the retention rules). A consumer that stays
+	// behind longer loses the events it did not read, as with any Kafka;
+	// Redrive publishes again what the outbox still holds.
+	EmbeddedRetention = cleanup.DefaultInboxTTL
 	// embeddedMarker is the file in the broker's log directory naming the
 	// database whose events it holds: its place, then " instance=" and its
 	// instance ID (a marker without one was written before instance IDs
@@ -89,6 +99,11 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 	if err != nil {
 		ls.release()
 		return nil, fmt.Errorf("start the embedded broker on %s with log %s: %w", addr, dir, err)
+	}
+	if err := setRetention(ctx, cluster, EmbeddedRetention, a.cfg.KafkaTopic, a.cfg.KafkaTopic+idemkafka.DeadLetterSuffix); err != nil {
+		cluster.Close()
+		ls.release()
+		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
 	if !fresh {
 		// Rewritten: a marker from before instance IDs gets one.
@@ -326,4 +341,25 @@ func pidNamespace() string {
 		return ""
 	}
 	return strings.NewReplacer("/", "_", ":", "_").Replace(ns)
+}
+
+// setRetention sets retention.ms on topics of the embedded broker. It is
+// set at every start: the broker applies retention only to topics whose
+// configuration was set since it started.
+func setRetention(ctx context.Context, cluster *kfake.Cluster, d time.Duration, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	v := strconv.FormatInt(d.Milliseconds(), 10)
+	res, err := kadm.NewClient(cl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &v}}, topics...)
+	if err == nil {
+		for _, r := range res {
+			if r.Err != nil {
+				err = errors.Join(err, fmt.Errorf("topic %s: retention.ms: %w", r.Name, r.Err))
+			}
+		}
+	}
+	return err
 }

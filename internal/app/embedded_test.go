@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/testdb"
@@ -234,5 +237,45 @@ func TestUnreachableKafkaRefused(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), addr) {
 		t.Errorf("error %q; want it to say kafka %s is unreachable", err, addr)
+	}
+}
+
+// The embedded broker keeps a record as long as the inboxes remember it was
+// applied (72 h), not for ever: an event read again after its inbox row
+// was swept (a consumer group reset, a lost offset) would be applied twice.
+func TestEmbeddedRetention(t *testing.T) {
+	t.Parallel()
+	dbArg, count := dbCounter(t, app.SQLite)
+	s, _ := start(t, dbArg, t.TempDir(), count, io.Discard)
+	var k struct {
+		Seeds []string `json:"seeds"`
+		Topic string   `json:"topic"`
+	}
+	if err := json.Unmarshal(s.do(http.MethodGet, "/v1/kafka", "", "").body, &k); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(t.Context(), k.Topic, k.Topic+".dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.FormatInt(app.EmbeddedRetention.Milliseconds(), 10)
+	for _, rc := range rcs {
+		got := ""
+		for _, c := range rc.Configs {
+			if c.Key == "retention.ms" && c.Value != nil {
+				got = *c.Value
+			}
+		}
+		if got != want || rc.Err != nil {
+			t.Errorf("topic %s: retention.ms %q (%v), want %s (72h)", rc.Name, got, rc.Err, want)
+		}
+	}
+	if len(rcs) != 2 {
+		t.Errorf("%d topics described, want 2", len(rcs))
 	}
 }
