@@ -96,7 +96,10 @@ func Open(path string, cfg *Config) (*Driver, error) {
 
 // New returns a driver on an existing *sql.DB opened with the "sqlite"
 // driver. The caller is responsible for the settings Open would apply (see
-// DSN and the package documentation). cfg may be nil.
+// DSN and the package documentation): Validate refuses a database without
+// the two that matter most (one connection, a busy timeout); open it with
+// DSN (which also sets _txlock=immediate, WAL and synchronous=FULL). cfg
+// may be nil.
 func New(db *sql.DB, cfg *Config) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("sqlitedriver: nil db")

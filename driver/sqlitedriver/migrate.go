@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/idemkit/idem/driver/internal/migrate"
@@ -109,8 +110,22 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // Validate returns nil when the database has exactly the migrations of this
 // binary, else an error naming the pending versions, or the applied ones
 // this binary does not know (a newer idem migrated the database). For
-// readiness probes.
+// readiness probes. It also checks the settings of a database given to New
+// (Open applies them): one connection (SetMaxOpenConns(1): concurrent
+// claims of one process would otherwise fail with SQLITE_BUSY, some at
+// COMMIT, where the outcome is reported unknown) and a busy timeout (else
+// another process's write fails a claim at once).
 func (d *Driver) Validate(ctx context.Context) error {
+	if n := d.db.Stats().MaxOpenConnections; n != 1 {
+		return fmt.Errorf("sqlitedriver: the *sql.DB allows %d open connections (0: unlimited), want 1: call SetMaxOpenConns(1), or use Open", n)
+	}
+	var busy int
+	if err := d.db.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy); err != nil {
+		return fmt.Errorf("sqlitedriver: read busy_timeout: %w", err)
+	}
+	if busy <= 0 {
+		return errors.New("sqlitedriver: busy_timeout is 0: another process's write would fail claims at once; open the database with sqlitedriver.DSN (or Open)")
+	}
 	s, err := d.MigrationStatus(ctx)
 	return migrate.Validate("sqlitedriver", s, err)
 }

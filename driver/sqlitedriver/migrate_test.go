@@ -3,6 +3,7 @@ package sqlitedriver_test
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,5 +141,48 @@ func TestValidate(t *testing.T) {
 	err = drv.Validate(ctx)
 	if err == nil || !strings.Contains(err.Error(), "database schema is newer than this binary: version 999") {
 		t.Fatalf("Validate with a newer version = %v", err)
+	}
+}
+
+// A *sql.DB given to New without the settings Open applies is refused by
+// Validate (idemd runs it at start; readiness probes too): several
+// connections make concurrent claims fail with SQLITE_BUSY, some at
+// COMMIT; no busy timeout fails them at once when another process writes.
+func TestValidateChecksSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "plain.db")
+	good, err := sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = good.Close() })
+	if err := good.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Validate(ctx); err != nil {
+		t.Fatalf("Validate of Open's database: %v", err)
+	}
+	plain, err := sql.Open("sqlite", path) // no pragmas, unlimited connections
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = plain.Close() })
+	drv, err := sqlitedriver.New(plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Validate(ctx); err == nil || !strings.Contains(err.Error(), "SetMaxOpenConns(1)") {
+		t.Errorf("Validate with unlimited connections = %v", err)
+	}
+	plain.SetMaxOpenConns(1)
+	if err := drv.Validate(ctx); err == nil || !strings.Contains(err.Error(), "busy_timeout") {
+		t.Errorf("Validate without a busy timeout = %v", err)
+	}
+	if _, err := plain.ExecContext(ctx, `PRAGMA busy_timeout = 5000`); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Errorf("Validate with one connection and a busy timeout = %v", err)
 	}
 }
