@@ -239,7 +239,13 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 }
 
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
-// p.Limit rows.
+// p.Limit rows, the earliest published first: the walk of the partial
+// index on published_at, whose entries (published_at, id) leave it as they
+// are redriven, so each call starts at the front and costs its batch, not
+// the rows redriven before it (in ID order, each call stepped over all of
+// them: 800,000 rows took 41 s). A key's rows were published in ID order,
+// so they are redriven in ID order too (unless the clock stepped back
+// between their publications).
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	switch {
 	case p.Limit <= 0:
@@ -268,7 +274,7 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 		WHERE id IN (
 			SELECT id FROM {{table}}outbox
 			WHERE published_at IS NOT NULL AND published_at >= ?1 AND published_at < ?2`+keyFilter+`
-			ORDER BY id LIMIT ?3)`), args...)
+			ORDER BY published_at, id LIMIT ?3)`), args...)
 	if err != nil {
 		return 0, mapErr("outbox redrive", err)
 	}
