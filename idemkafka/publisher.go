@@ -149,7 +149,8 @@ func (p *Publisher) Close() {
 // are published, and otherwise an *outbox.PublishError with one entry per
 // event: nil for a published event, the cause for the others. Events that
 // can never be published (invalid envelope, record too large, rejected by
-// the broker as invalid, topic denied) wrap outbox.ErrPoison; an event of a
+// the broker as invalid) wrap outbox.ErrPoison (a topic the producer may
+// not write to is not poison: retried until an operator fixes it); an event of a
 // key whose earlier event failed before being sent wraps outbox.ErrSkipped
 // and is not sent.
 //
@@ -234,10 +235,13 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 }
 
 // poisonErrs are produce errors that retrying the same record cannot fix.
+// Errors about the topic rather than the record (TOPIC_AUTHORIZATION_FAILED,
+// INVALID_TOPIC_EXCEPTION) are not among them: every event of the topic
+// gets them, an operator fixes the ACL or the topic, and the events must
+// then flow; as poison they parked the head of every key, for good.
 var poisonErrs = []error{
 	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
-	kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.InvalidTopicException,
-	kerr.TopicAuthorizationFailed, kerr.PolicyViolation,
+	kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.PolicyViolation,
 	kerr.UnsupportedForMessageFormat,
 }
 

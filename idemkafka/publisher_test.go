@@ -313,4 +313,19 @@ func TestPublishPartialFailure(t *testing.T) {
 	if n := len(kc.Records(t, topic)) - 3; n != published {
 		t.Errorf("%d records appended, %d events reported published", n, published)
 	}
+
+	// A topic the producer may not write to is the operator's to fix, not
+	// the events': a failure to retry, never poison (which would park the
+	// head of every key for good).
+	denied := newEvents(t, 2, 2)
+	kc.Fake(t).Fault(kfakeFault(kmsg.Produce, topic, kerr.TopicAuthorizationFailed, 1))
+	err = p.Publish(t.Context(), denied)
+	if !errors.As(err, &pe) {
+		t.Fatalf("Publish with the topic denied = %v", err)
+	}
+	for i, err := range pe.Errs {
+		if errors.Is(err, outbox.ErrPoison) {
+			t.Errorf("event %d with the topic denied: %v; want a failure to retry, not poison", i, err)
+		}
+	}
 }
