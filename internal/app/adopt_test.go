@@ -147,3 +147,38 @@ func TestWorkerStoppedIsFatal(t *testing.T) {
 		t.Fatal("Serve goes on after a worker stopped")
 	}
 }
+
+// The whole shutdown is bounded by -shutdown-timeout: a worker that does
+// not stop (a broker or database that stopped answering) is left behind
+// (what it had in flight is published or delivered again at the next
+// start), and Serve returns.
+func TestShutdownBoundedWithHungWorker(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	a := &App{
+		cfg:     Config{ShutdownTimeout: 500 * time.Millisecond},
+		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler: http.NotFoundHandler(),
+		fatal:   make(chan error, 1),
+		consume: func(context.Context) error { <-release; return nil }, // ignores its context
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("shutdown took %s with a 500ms timeout", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve waits for a worker that does not stop")
+	}
+}

@@ -52,8 +52,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, []any{"topic", a.cfg.KafkaTopic}},
 		worker{"order saga consumer", a.saga, []any{"topic", a.cfg.KafkaTopic}},
 		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}})
-	defer consumers.stop()
-	defer relay.stop()
+	defer func() {
+		// On every return, bounded: a worker that hangs (a broker or a
+		// database that stopped answering) must not hold the process.
+		dctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		defer cancel()
+		relay.stopWithin(dctx)
+		consumers.stopWithin(dctx)
+	}()
 	if a.sweep != nil {
 		// Stops with ctx, or when Serve returns (its server failed); a
 		// sweep in progress stops within one statement.
@@ -87,11 +93,19 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", a.cfg.ShutdownTimeout, err)
 	}
-	relay.stop()
+	if !relay.stopWithin(sctx) {
+		// Nothing is lost: a batch published but not marked is
+		// published again at the next start (same event IDs).
+		a.log.Warn("shutdown: the relay did not stop within the shutdown timeout; its batch in flight is published again at the next start", "elapsed", since(start))
+	}
 	a.log.Info("shutdown: 2/4 requests done, relay stopped; publishing what is left in the outbox", "elapsed", since(start))
 	a.flushOutbox(sctx)
 	a.log.Info("shutdown: 3/4 stopping the consumers (each commits its batch in flight)", "elapsed", since(start))
-	consumers.stop()
+	if !consumers.stopWithin(sctx) {
+		// Nothing is lost: offsets not committed are delivered again,
+		// and the inboxes drop what was applied.
+		a.log.Warn("shutdown: the consumers did not stop within the shutdown timeout; their batches in flight are delivered again", "elapsed", since(start))
+	}
 	a.log.Info("shutdown: 4/4 consumers stopped; publishing the events of their last batches", "elapsed", since(start))
 	a.flushOutbox(sctx)
 	a.log.Info("stopped", "elapsed", since(start))
@@ -138,9 +152,10 @@ type workers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+	done   chan struct{} // closed when every worker returned
 }
 
-// startWorkers runs ws until the group's stop is called.
+// startWorkers runs ws until the group's stopWithin is called.
 func (a *App) startWorkers(ctx context.Context, ws ...worker) *workers {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g := &workers{cancel: cancel}
@@ -159,10 +174,18 @@ func (a *App) startWorkers(ctx context.Context, ws ...worker) *workers {
 	return g
 }
 
-// stop cancels the group and waits for its workers; it may be called again.
-func (g *workers) stop() {
+// stopWithin cancels the group and waits for its workers until ctx ends;
+// it reports whether they stopped. It may be called again.
+func (g *workers) stopWithin(ctx context.Context) bool {
+	g.cancel()
 	g.once.Do(func() {
-		g.cancel()
-		g.wg.Wait()
+		g.done = make(chan struct{})
+		go func() { g.wg.Wait(); close(g.done) }()
 	})
+	select {
+	case <-g.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
