@@ -84,8 +84,8 @@ type Config struct {
 	// Schedule is when Run sweeps: a cron expression with five fields
 	// (minute hour day-of-month month day-of-week), a descriptor such as
 	// "@daily" or "@every 6h", optionally prefixed with "CRON_TZ=Zone ".
-	// It is validated by New. Defaults to "0 3 * * *": daily at 03:00, as
-	// in the style guide.
+	// It is validated by New. Defaults to "0 3 * * *": daily at 03:00,
+	// off-peak.
 	Schedule string
 	// Location is the time zone of Schedule. Defaults to time.Local.
 	Location *time.Location

@@ -1,6 +1,6 @@
 // Package cleanup deletes what idem's tables no longer need, off the hot
 // path, in small batches, on a schedule, with exactly one replica sweeping
-// at a time (R-DIST-IDEM-5 and hole 7 of the style guide's sample code).
+// at a time (rule R-DIST-IDEM-5, docs/rules.md).
 //
 //	c, err := cleanup.New(drv, &cleanup.Config{
 //		Inbox: cleanup.InboxRetention{RedeliveryHorizon: 7 * 24 * time.Hour}, // warns: TTL 72h < 7d

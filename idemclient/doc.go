@@ -2,7 +2,7 @@
 // retrying HTTP client that sends one Idempotency-Key per business operation
 // and reuses it, with the same body bytes, on every retry of that operation.
 //
-// It implements rule R-DIST-IDEM-X3 of the style guide:
+// It implements rule R-DIST-IDEM-X3 (docs/rules.md):
 //
 //	Forbidden: a client that generates a new key on every retry.
 //	One key per business operation, reused by every retry of it.

@@ -107,7 +107,7 @@ type Config struct {
 	Store func(status int) bool
 
 	// MismatchStatus answers a reused key with another request. Defaults to
-	// 409 (the style guide); 422 follows the IETF idempotency-key draft.
+	// 409 (rule R-DIST-IDEM-3); 422 follows the IETF idempotency-key draft.
 	MismatchStatus int
 
 	// Wait is how long a duplicate of an in-flight request waits for its

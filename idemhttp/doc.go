@@ -1,5 +1,5 @@
 // Package idemhttp makes HTTP commands idempotent with the Idempotency-Key
-// header (rule R-DIST-IDEM-3 of the style guide).
+// header (rule R-DIST-IDEM-3, docs/rules.md).
 //
 // A Middleware wraps handlers as ordinary net/http middleware
 // (func(http.Handler) http.Handler via Middleware.Handler), so it works with
@@ -42,8 +42,9 @@
 // ModeTx (the default) runs the handler in a transaction that holds the
 // key, with that transaction in its context (TxFromContext), and stores the
 // response in the same transaction before COMMIT. With a driver that
-// implements driver.TxClaimer (pgdriver, sqlitedriver) this costs the round
-// trips of the handler alone and one record write. On pgdriver the first
+// implements driver.TxClaimer (pgdriver, sqlitedriver; pgsqldriver too,
+// without pipelining) this costs one record write, and on pgdriver and
+// sqlitedriver the round trips of the handler alone. On pgdriver the first
 // round trip locks (scope, key), unless it holds a completed record, and
 // reads the record: a completed one is replayed there, with no transaction;
 // otherwise BEGIN travels with the handler's first statement, and the

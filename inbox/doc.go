@@ -1,5 +1,5 @@
 // Package inbox makes a consumer apply each event once, however often it is
-// delivered (rule R-DIST-IDEM-2 of the style guide). Every delivery path is
+// delivered (rule R-DIST-IDEM-2, docs/rules.md). Every delivery path is
 // at-least-once (a consumer-group rebalance, a lost offset commit, a
 // producer retry); the inbox turns that into an effect applied exactly once.
 //
@@ -34,9 +34,9 @@
 //     inserting the same key waits on the primary key for the first: if the
 //     first commits, the second skips; if it rolls back, the second applies.
 //     SQLite serialises writers, with the same outcome.
-//   - Each consumer is separate: the key is (consumer_name, event_id). The
-//     style guide keys the table by event_id alone, which would let only one
-//     consumer of a database ever process a given event; idem deliberately
+//   - Each consumer is separate: the key is (consumer_name, event_id). A
+//     table keyed by event_id alone would let only one consumer of a
+//     database ever process a given event; idem deliberately
 //     deduplicates per consumer, so a projection and a notifier sharing a
 //     database each apply the event once.
 //   - A batch (ProcessBatch) is one transaction and one INSERT for all its

@@ -47,7 +47,7 @@ const (
 	// TypeStoreUnavailable (503): the idempotency store cannot be reached;
 	// idem fails closed and does not run the handler.
 	TypeStoreUnavailable = TypeBase + "store-unavailable"
-	// TypeOutcomeUnknown (503 or 500): idem cannot tell whether the command
+	// TypeOutcomeUnknown (503): idem cannot tell whether the command
 	// committed; retry with the same key.
 	TypeOutcomeUnknown = TypeBase + "outcome-unknown"
 	// TypeUnauthenticated (401): the scope hook could not identify the

@@ -24,8 +24,10 @@
 //
 // On PostgreSQL a failed statement aborts the whole transaction: after the
 // unique violation every further statement, including get, fails with
-// "current transaction is aborted". Inside a transaction, run create in a
-// savepoint with Savepoint, so the violation rolls back only the INSERT.
+// "current transaction is aborted". Inside a pgx transaction, run create in
+// a savepoint with SavepointTx, so the violation rolls back only the
+// INSERT (with database/sql, wrap it in SAVEPOINT / ROLLBACK TO SAVEPOINT
+// statements of your own).
 // SQLite rolls back just the failing statement, so no savepoint is needed
 // there.
 //

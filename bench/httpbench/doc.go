@@ -26,7 +26,7 @@
 //	f, g        first execution and replay on the generic ModeTx path (a
 //	            driver without driver.TxClaimer: in-progress INSERT, then
 //	            UPDATE), cache off: what pgdriver did before, for comparison.
-//	d  naive    the style guide's sample interceptor: SELECT the record by
+//	d  naive    a naive check-then-execute interceptor: SELECT the record by
 //	            key; if absent run the bare handler (its own transaction),
 //	            then INSERT the record in a separate statement, errors
 //	            ignored. Check-then-execute: concurrent duplicates all run.

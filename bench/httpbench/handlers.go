@@ -112,8 +112,8 @@ func idemBusinessHandler() http.Handler {
 	})
 }
 
-// naiveMiddleware is the style guide's sample IdempotencyInterceptor,
-// translated: SELECT the record by key; found: replay it (or 409 when the
+// naiveMiddleware is a naive check-then-execute interceptor, as often
+// written by hand: SELECT the record by key; found: replay it (or 409 when the
 // body hash differs); not found: run the handler, then save the response in
 // a separate statement, ignoring errors. Check-then-execute: nothing stops
 // two concurrent requests with one key from both executing.
@@ -162,7 +162,7 @@ func naiveMiddleware(pool *pgxpool.Pool, next http.Handler) http.Handler {
 		if tee.status() >= 400 { // tap() only sees successful emissions
 			return
 		}
-		// The seed's tap(async ...) saves after the handler, and nobody
+		// A naive interceptor saves after the handler, and nobody
 		// awaits or checks it. Here it is awaited (the client sees the
 		// response after it), which only narrows the window.
 		_, _ = pool.Exec(context.WithoutCancel(ctx), `INSERT INTO naive_idempotency_record

@@ -170,7 +170,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Println("httpbench: idem's HTTP middleware vs a bare handler vs the style guide's naive interceptor")
+	fmt.Println("httpbench: idem's HTTP middleware vs a bare handler vs a naive check-then-execute interceptor")
 	fmt.Println(cond)
 	fmt.Println()
 

@@ -23,8 +23,8 @@ func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 			amount      numeric(19,4) NOT NULL,
 			currency    text          NOT NULL,
 			created_at  timestamptz   NOT NULL DEFAULT now())`,
-		// The style guide's idempotency_record, as its sample interceptor
-		// uses it: a global key, the body hash, the stored response.
+		// A naive interceptor's idempotency_record: a global key, the
+		// body hash, the stored response.
 		`CREATE TABLE ` + s + `.naive_idempotency_record (
 			idempotency_key text        PRIMARY KEY,
 			command_hash    text        NOT NULL,

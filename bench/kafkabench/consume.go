@@ -99,7 +99,7 @@ func effectBatchSQL(table string) string {
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[])`
 }
 
-// seedHandler is the seed's pattern: per event BEGIN; INSERT the dedup row
+// seedHandler is the common pattern: per event BEGIN; INSERT the dedup row
 // ON CONFLICT DO NOTHING; if it was inserted, the effect; COMMIT.
 func seedHandler(table, consumer string) handler {
 	ins := `INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES ($1, $2, now())

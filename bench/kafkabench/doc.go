@@ -18,7 +18,7 @@
 // (UUIDv7 IDs, as event.New makes them) and delivered the way a consumer
 // would, so that the figures are the database side alone.
 //
-//	a   the seed's pattern, one transaction per event: BEGIN; INSERT INTO
+//	a   the common pattern, one transaction per event: BEGIN; INSERT INTO
 //	    processed_event ... ON CONFLICT DO NOTHING; if a row was inserted,
 //	    the effect; COMMIT. -workers-a goroutines (default 8) each with its
 //	    own connection, so that group commit can share fsyncs between

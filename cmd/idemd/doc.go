@@ -60,7 +60,8 @@
 // what it sent, what ran and what idemd holds; it exits 0 when there is no
 // double effect and nothing is lost.
 //
-// "idemd outbox redrive -since 2h" (or -all, -key K1,K2) publishes again
+// "idemd outbox redrive -since 2h" (or -all; either with -key K1,K2 to
+// limit it to those orders) publishes again
 // the events the outbox says were published, for a broker that lost them.
 //
 // "idemd migrate up|status|sql" (with -db as for idemd) manages the schema

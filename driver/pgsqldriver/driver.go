@@ -22,7 +22,7 @@ type Config struct {
 	// the same way (see pgdriver.Config.Schema).
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
-	// Defaults to "" (tables are named as in the style guide:
+	// Defaults to "" (the conventional table names of docs/rules.md:
 	// idempotency_record, processed_event, ...).
 	TablePrefix string
 

@@ -20,7 +20,7 @@ import (
 // Config configures the SQLite driver. The zero value is valid.
 type Config struct {
 	// TablePrefix is prepended to every table and index name. Defaults to
-	// "" (tables are named as in the style guide).
+	// "" (the conventional table names of docs/rules.md).
 	TablePrefix string
 	// BusyTimeout is how long a statement waits for another process that
 	// holds the write lock. Defaults to 10s. Used by Open only.

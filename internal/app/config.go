@@ -21,7 +21,7 @@ const (
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogFormat       = "json"
 	// DefaultCleanup is the retention sweep's schedule: daily at 03:00
-	// local time, as in the style guide.
+	// local time (the conventional off-peak hour).
 	DefaultCleanup = "0 3 * * *"
 	// CleanupOff as Config.Cleanup disables the retention sweep (another
 	// replica or a job runs it).

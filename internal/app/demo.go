@@ -457,14 +457,40 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 	return rep, nil
 }
 
-// health checks that idemd answers before anything is sent.
+// demoStartWait is how long the demo waits for idemd to answer: "go run
+// ./cmd/idemd &" then "go run ./cmd/idemd demo" may start the demo while
+// idemd is still being built.
+const demoStartWait = 2 * time.Minute
+
+// health checks that idemd answers before anything is sent, waiting for it
+// up to demoStartWait.
 func (d *demo) health(ctx context.Context) error {
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, demoStartWait)
 	defer cancel()
-	status, _, err := d.get(hctx, "/healthz")
-	if err != nil {
-		return fmt.Errorf("idemd at %s does not answer: %w", d.cfg.url, err)
+	var (
+		status int
+		err    error
+	)
+	for waited := false; ; waited = true {
+		actx, acancel := context.WithTimeout(wctx, 10*time.Second)
+		status, _, err = d.getRaw(actx, "/healthz")
+		acancel()
+		if err == nil || wctx.Err() != nil {
+			break
+		}
+		if !waited {
+			d.log.Info("demo: idemd does not answer yet; waiting for it", "url", d.cfg.url, "up_to", demoStartWait.String())
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
+	if err != nil {
+		return fmt.Errorf("idemd at %s does not answer (waited %s): %w", d.cfg.url, demoStartWait, err)
+	}
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer hcancel()
 	if status != http.StatusOK {
 		return fmt.Errorf("idemd at %s: GET /healthz answered %d", d.cfg.url, status)
 	}

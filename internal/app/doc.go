@@ -131,8 +131,10 @@
 //
 // Metrics besides the HTTP ones: idemd_http_outcomes_total,
 // idemd_cleanup_sweeps_total, idemd_cleanup_deleted_rows_total,
-// idemd_outbox_lag_seconds (age of the oldest unpublished event) and
+// idemd_outbox_lag_seconds (age of the oldest unpublished event),
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the
-// projection's and the saga's, labelled with their inbox names).
+// projection's and the saga's, labelled with their inbox names),
+// idemd_order_watchdog_orders_total{action="redriven|aborted|operator|waiting"}
+// and idemd_orders_needing_operator (the stuck-order watchdog).
 package app

@@ -1,6 +1,6 @@
 // Package pgstore is the PostgreSQL payments.Store, on pgx v5.
 //
-// The payment table has the shape of the style guide: amount numeric(19,4),
+// The payment table has the shape rule R-DIST-IDEM-4 asks for: amount numeric(19,4),
 // created_at timestamptz, and the constraint
 // payment_provider_external_id_key UNIQUE (payment_provider,
 // external_payment_id). Migrate creates it in the connection's search_path
