@@ -89,19 +89,30 @@ func New(typ, key string, payload any) (Envelope, error) {
 	return e, nil
 }
 
-// Validate reports whether e can be stored and published. The returned error
-// wraps one of ErrInvalidID, ErrInvalidType, ErrEmptyKey, ErrInvalidKey,
-// ErrInvalidTime, ErrInvalidPayload, ErrReservedHeader or ErrInvalidText.
+// Validate reports whether e can be published. The returned error wraps one
+// of ErrInvalidID, ErrInvalidType, ErrEmptyKey, ErrInvalidTime,
+// ErrInvalidPayload or ErrReservedHeader.
 //
 // ID must be a non-nil RFC 4122 UUID of version 7, or of version 5 (what
-// StepID returns for a saga ID that is not a UUIDv7). The key is at most
-// MaxKeyBytes; the key, the saga ID and the headers' names and values are
-// UTF-8 text without NUL bytes (every outbox stores them as text: binary
-// header values would be altered, NUL refused by PostgreSQL); OccurredAt
-// lies in the years 0000-9999 in UTC (what its header can carry).
-// FromRecord, which reads what any producer sent, does not require the
-// key and header limits.
+// StepID returns for a saga ID that is not a UUIDv7); OccurredAt lies in
+// the years 0000-9999 in UTC (what its header can carry). An event to be
+// stored in an outbox must also pass ValidateStorable (EnqueueTx checks).
 func (e Envelope) Validate() error {
+	if _, err := e.check(); err != nil {
+		return fmt.Errorf("event: invalid envelope: %w", err)
+	}
+	return nil
+}
+
+// ValidateStorable is Validate plus what every outbox needs to store e as
+// it is: the key is at most MaxKeyBytes, and the key, the saga ID and the
+// headers' names and values are UTF-8 text without NUL bytes (outboxes
+// store them as text and index the key: binary header values would be
+// altered, NUL refused by PostgreSQL, a longer key refused by its index).
+// The returned error may also wrap ErrInvalidKey or ErrInvalidText.
+// outbox.EnqueueTx calls it; the publisher only Validate, so that events
+// an outbox already holds are published as they are.
+func (e Envelope) ValidateStorable() error {
 	_, err := e.check()
 	if err == nil {
 		err = e.checkStorable()

@@ -166,7 +166,7 @@ func TestValidate(t *testing.T) {
 			t.Parallel()
 			e := validEnvelope(t)
 			tt.modify(&e)
-			err := e.Validate()
+			err := e.ValidateStorable()
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)
@@ -177,5 +177,26 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// Validate checks what publishing needs; the limits of an outbox (key
+// length, text) are ValidateStorable's, so that events an outbox already
+// holds (stored before those limits) are still published as they are.
+func TestValidateLeavesStorageLimits(t *testing.T) {
+	t.Parallel()
+	for _, modify := range []func(*event.Envelope){
+		func(e *event.Envelope) { e.Key = strings.Repeat("k", event.MaxKeyBytes+1) },
+		func(e *event.Envelope) { e.Key = "k\xff" },
+		func(e *event.Envelope) { e.Headers = map[string]string{"sig": "\xff\x00"} },
+	} {
+		e := validEnvelope(t)
+		modify(&e)
+		if err := e.Validate(); err != nil {
+			t.Errorf("Validate(%q, %q) = %v; want nil", e.Key, e.Headers, err)
+		}
+		if err := e.ValidateStorable(); err == nil {
+			t.Errorf("ValidateStorable(%q, %q) = nil; want an error", e.Key, e.Headers)
+		}
 	}
 }

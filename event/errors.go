@@ -13,7 +13,8 @@ import (
 // Kafka client.
 var ErrPoison = errors.New("idem: poison event")
 
-// Errors wrapped by Validate and FromRecord; test for them with errors.Is.
+// Errors wrapped by Validate, ValidateStorable and FromRecord; test for
+// them with errors.Is.
 var (
 	// ErrInvalidID: the ID is nil, not RFC 4122, or not version 7 (or 5).
 	ErrInvalidID = errors.New("invalid event id")
@@ -22,11 +23,11 @@ var (
 	// ErrEmptyKey: the aggregate key (Kafka record key) is empty.
 	ErrEmptyKey = errors.New("empty event key")
 	// ErrInvalidKey: the aggregate key is longer than MaxKeyBytes, or is
-	// not valid UTF-8, or holds a NUL byte (Validate only: what an outbox
-	// can store and index).
+	// not valid UTF-8, or holds a NUL byte (ValidateStorable: what an
+	// outbox can store and index).
 	ErrInvalidKey = errors.New("invalid event key")
 	// ErrInvalidText: a header name or value, or the saga ID, is not valid
-	// UTF-8 or holds a NUL byte (Validate only: the outbox stores them as
+	// UTF-8 or holds a NUL byte (ValidateStorable: outboxes store them as
 	// text).
 	ErrInvalidText = errors.New("header or saga id is not text")
 	// ErrInvalidTime: OccurredAt is the zero time or its header is not RFC 3339.

@@ -234,15 +234,15 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 	return r, nil
 }
 
-// poisonErrs are produce errors that retrying the same record cannot fix.
-// Errors about the topic rather than the record (TOPIC_AUTHORIZATION_FAILED,
-// INVALID_TOPIC_EXCEPTION) are not among them: every event of the topic
-// gets them, an operator fixes the ACL or the topic, and the events must
-// then flow; as poison they parked the head of every key, for good.
+// poisonErrs are produce errors that retrying the same record cannot fix
+// (INVALID_TOPIC_EXCEPTION: the event's topic name is illegal, whatever an
+// operator does). TOPIC_AUTHORIZATION_FAILED is not among them: an
+// operator fixes the ACL, and the events must then flow; as poison it
+// parked the head of every key, for good.
 var poisonErrs = []error{
 	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
 	kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.PolicyViolation,
-	kerr.UnsupportedForMessageFormat,
+	kerr.UnsupportedForMessageFormat, kerr.InvalidTopicException,
 }
 
 func classify(topic string, err error) error {

@@ -16,7 +16,7 @@ import (
 // They become visible to the relay when tx commits, and vanish if it rolls
 // back. EnqueueTx never commits.
 //
-// Every envelope is validated first (event.Envelope.Validate); one invalid
+// Every envelope is validated first (event.Envelope.ValidateStorable); one invalid
 // envelope stores none of them. Events are stored in the order given, which
 // is the order in which the events of one key are published. Across
 // transactions, the events of a key are published in the order of their
@@ -46,7 +46,7 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TT
 	now := time.Now()
 	rows := make([]driver.OutboxRow, len(events))
 	for i, e := range events {
-		if err := e.Validate(); err != nil {
+		if err := e.ValidateStorable(); err != nil {
 			return fmt.Errorf("outbox: enqueue event %d of %d: %w", i+1, len(events), err)
 		}
 		if len(trace) > 0 {

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,5 +194,29 @@ func TestRunCancelledWhileBeginWaits(t *testing.T) {
 			}
 			release()
 		})
+	}
+}
+
+// EnqueueTx refuses what an outbox cannot hold, before anything is stored:
+// on PostgreSQL a key over 1 KiB was stored, but could never be marked
+// failed or parked (its index entry was too large), so the relay
+// published its lanes' batches again every round and never marked them.
+func TestEnqueueRefusesUnstorableEvents(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := testdb.Postgres(t)
+	for _, bad := range []event.Envelope{
+		mustEvent(t, strings.Repeat("k", event.MaxKeyBytes+1)),
+		func() event.Envelope { e := mustEvent(t, "k"); e.Headers = map[string]string{"sig": "a\x00"}; return e }(),
+	} {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = outbox.EnqueueTx(ctx, drv, tx, mustEvent(t, "fine"), bad)
+		_ = drv.Rollback(ctx, tx)
+		if !errors.Is(err, event.ErrInvalidKey) && !errors.Is(err, event.ErrInvalidText) {
+			t.Errorf("EnqueueTx of an unstorable event: %v; want ErrInvalidKey or ErrInvalidText", err)
+		}
 	}
 }

@@ -64,6 +64,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		txCtx, cancelTx := context.WithCancel(detached)
 		defer cancelTx()
 		claimed = context.AfterFunc(ctx, cancelTx)
+		defer claimed() // unregistered on every return, failures included
 		if err := begin(txCtx); err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()

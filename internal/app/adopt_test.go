@@ -3,14 +3,17 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +183,65 @@ func TestShutdownBoundedWithHungWorker(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve waits for a worker that does not stop")
+	}
+}
+
+// Until the outbox was redriven into a new embedded log, nothing is
+// published into it, not even by the shutdown's flush: a key's new events
+// would overtake its older ones not redriven yet.
+func TestNoFlushIntoUnadoptedLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, err := ParseConfig([]string{"-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-cleanup", "off", "-kafka-dir", dir},
+		func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	req := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{"customer_id":1,"amount":"5.00","items":[{"sku":"A","quantity":1}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-1")
+	rec := httptest.NewRecorder()
+	a.handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("POST /v1/orders: %d %s", rec.Code, rec.Body)
+	}
+	if n, err := a.flush(ctx); n != 0 || err != nil {
+		t.Errorf("flush into a log not adopted yet: %d published, %v; want none", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, embeddedMarker)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("marker of a log not adopted: %v", err)
+	}
+}
+
+// An idemd whose embedded-broker lease was taken publishes nothing more:
+// its relay stops first and the shutdown does not flush the outbox into a
+// log that is no longer the database's (no consumer would read it).
+func TestLeaseTakenStopsPublishing(t *testing.T) {
+	t.Parallel()
+	var flushes atomic.Int32
+	a := &App{
+		cfg:     Config{ShutdownTimeout: 5 * time.Second},
+		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler: http.NotFoundHandler(),
+		fatal:   make(chan error, 1),
+		relay:   func(ctx context.Context) error { <-ctx.Done(); return nil },
+		flush:   func(context.Context) (int, error) { flushes.Add(1); return 0, nil },
+	}
+	a.fail(fmt.Errorf("embedded broker: %w", errLeaseTaken))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Serve(context.Background(), ln); !errors.Is(err, errLeaseTaken) {
+		t.Errorf("Serve = %v; want the lease's failure", err)
+	}
+	if n := flushes.Load(); n != 0 {
+		t.Errorf("%d flushes after the lease was taken; want none", n)
 	}
 }

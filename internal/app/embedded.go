@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,13 +32,15 @@ const (
 	EmbeddedLock = "idemd.embedded-kafka"
 	// embeddedLockTTL is the lease's length; it is renewed every third.
 	embeddedLockTTL = 15 * time.Second
-	// EmbeddedRetention is how long the embedded broker keeps a record:
-	// the inboxes' retention (cleanup.DefaultInboxTTL), so that no event
-	// can be delivered again after the sweep forgot it was applied (the
-	// redelivery horizon of the retention rules). A consumer that stays
-	// behind longer loses the events it did not read, as with any Kafka;
-	// Redrive publishes again what the outbox still holds.
-	EmbeddedRetention = cleanup.DefaultInboxTTL
+	// EmbeddedRetention is how long the embedded broker keeps a record of
+	// the events' topic: under the inboxes' retention
+	// (cleanup.DefaultInboxTTL, 72h), so that no event can be delivered
+	// again after the sweep forgot it was applied (the redelivery horizon
+	// of the retention rules). The broker applies retention hourly, so a
+	// record may outlive it by an hour: 70h. A consumer that stays behind
+	// longer loses the events it did not read, as with any Kafka; Redrive
+	// publishes again what the outbox still holds.
+	EmbeddedRetention = cleanup.DefaultInboxTTL - 2*time.Hour
 	// embeddedMarker is the file in the broker's log directory naming the
 	// database whose events it holds: its place, then " instance=" and its
 	// instance ID (a marker without one was written before instance IDs
@@ -52,8 +55,12 @@ type embeddedBroker struct {
 	cluster *kfake.Cluster
 	dir     string
 	// fresh is true when the log directory held no log of this database:
-	// whatever the outbox says was published is not in it.
+	// whatever the outbox says was published is not in it. adopted is set
+	// once adopt redrove the outbox into it: until then nothing may be
+	// published into it (a key's later events would overtake the ones
+	// not redriven yet).
 	fresh    bool
+	adopted  atomic.Bool
 	lease    *lease
 	identity dbIdentity
 }
@@ -100,7 +107,9 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 		ls.release()
 		return nil, fmt.Errorf("start the embedded broker on %s with log %s: %w", addr, dir, err)
 	}
-	if err := setRetention(ctx, cluster, EmbeddedRetention, a.cfg.KafkaTopic, a.cfg.KafkaTopic+idemkafka.DeadLetterSuffix); err != nil {
+	// Not on the dead-letter topic: dead letters were never applied, and
+	// they are an operator's evidence.
+	if err := setRetention(ctx, cluster, EmbeddedRetention, a.cfg.KafkaTopic); err != nil {
 		cluster.Close()
 		ls.release()
 		return nil, fmt.Errorf("embedded broker: %w", err)
@@ -113,7 +122,9 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 			return nil, err
 		}
 	}
-	return &embeddedBroker{cluster: cluster, dir: dir, fresh: fresh, lease: ls, identity: identity}, nil
+	b := &embeddedBroker{cluster: cluster, dir: dir, fresh: fresh, lease: ls, identity: identity}
+	b.adopted.Store(!fresh)
+	return b, nil
 }
 
 // adopt makes a new log this database's: every event still in the outbox
@@ -123,7 +134,7 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 // context: a large outbox is not cut short by the start-up deadline, and
 // an interrupted redrive leaves no marker, so the next start does it again.
 func (b *embeddedBroker) adopt(ctx context.Context, a *App, redrive func(context.Context) (int, error)) error {
-	if !b.fresh {
+	if b.adopted.Load() {
 		return nil
 	}
 	a.log.Info("embedded broker: new log, publishing every event still in the outbox again", "log", b.dir)
@@ -138,7 +149,7 @@ func (b *embeddedBroker) adopt(ctx context.Context, a *App, redrive func(context
 	if err := writeMarker(b.dir, b.identity); err != nil {
 		return err
 	}
-	b.fresh = false
+	b.adopted.Store(true)
 	return nil
 }
 
@@ -194,6 +205,11 @@ func writeMarker(dir string, id dbIdentity) error {
 	}
 	return nil
 }
+
+// errLeaseTaken: another idemd took this one's embedded-broker lease. This
+// process must stop publishing at once: its broker's log no longer belongs
+// to the database, and events published there would reach no consumer.
+var errLeaseTaken = errors.New("lease taken")
 
 // lease is a held lease of table idem_lock, renewed in the background until
 // release.
@@ -284,7 +300,7 @@ func (l *lease) renew(ctx context.Context, a *App) {
 				cancel()
 				// Another idemd took it: two embedded brokers would
 				// split the events of one database. This one stops.
-				a.fail(fmt.Errorf("embedded broker: lease %s taken by another idemd while this one could not renew it", l.name))
+				a.fail(fmt.Errorf("embedded broker: lease %s taken by another idemd while this one could not renew it: %w", l.name, errLeaseTaken))
 				return
 			}
 		}
@@ -333,14 +349,20 @@ func holderOnThisHost(owner, host string) (local, dead bool) {
 	return true, err != nil && !errors.Is(err, syscall.EPERM)
 }
 
-// pidNamespace names this process's PID namespace (Linux: the link
-// /proc/self/ns/pid, "pid:[4026531836]"), "" when unknown.
+// pidNamespace names this process's PID namespace on this boot of this
+// machine (Linux: the link /proc/self/ns/pid, "pid:[4026531836]", which is
+// the same on every machine's root namespace, and the kernel's random
+// boot_id), "" when unknown.
 func pidNamespace() string {
 	ns, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return ""
 	}
-	return strings.NewReplacer("/", "_", ":", "_").Replace(ns)
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.NewReplacer("/", "_", ":", "_").Replace(ns + "@" + strings.TrimSpace(string(boot)))
 }
 
 // setRetention sets retention.ms on topics of the embedded broker. It is

@@ -107,7 +107,14 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	if err != nil {
 		return err
 	}
-	a.flush = flusher.RunOnce
+	a.flush = func(ctx context.Context) (int, error) {
+		if broker != nil && !broker.adopted.Load() {
+			// A new log the outbox was not redriven into yet: the
+			// next start redrives and publishes.
+			return 0, nil
+		}
+		return flusher.RunOnce(ctx)
+	}
 	a.relay = func(ctx context.Context) error {
 		// A new embedded log first gets the outbox again; a failure
 		// (the database) is retried, the relay waits for it.

@@ -80,6 +80,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case fatal = <-a.fatal:
 		a.log.Error("shutting down: this process cannot go on", "err", fatal)
+		if errors.Is(fatal, errLeaseTaken) {
+			// Not one more event into a log that is no longer the
+			// database's: the relay stops now and nothing is flushed.
+			a.flush = nil
+			rctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+			relay.stopWithin(rctx)
+			cancel()
+		}
 	}
 	start := time.Now()
 	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", a.cfg.ShutdownTimeout.String())
