@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -74,8 +75,8 @@ func sqlitePath(p string) (Database, error) {
 		return Database{}, fmt.Errorf("SQLite path %q must not contain '?' or '#'", p)
 	case keywordDSNRe.MatchString(p):
 		// Not quoted back: it may hold a password.
-		return Database{}, fmt.Errorf("the database looks like a PostgreSQL keyword/value connection string (host=... user=...), " +
-			"which would be taken for a SQLite file name: give a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=...")
+		return Database{}, errors.New("the database looks like a PostgreSQL keyword/value connection string (host=... user=...), " +
+			"which would be taken for a SQLite file name: give a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=disable")
 	}
 	return Database{Kind: SQLite, Path: p}, nil
 }

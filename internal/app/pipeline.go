@@ -126,7 +126,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 				break
 			}
 			if ctx.Err() != nil {
-				return nil // stopped: redriven again at the next start
+				return nil //nolint:nilerr // stopped: redriven again at the next start
 			}
 			a.log.Error("embedded broker: republishing the outbox failed; retrying", "err", err, "retry_in", wait)
 			select {
