@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
@@ -49,13 +50,7 @@ func (l *lockedBuffer) String() string {
 func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv := testdb.SQLite(t)
-	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
-	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
-		if err := m(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drv, pay, ord := sqliteStores(t)
 	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +120,7 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 func TestSagaEmitsOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv := testdb.SQLite(t)
-	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
-	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
-		if err := m(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drv, pay, ord := sqliteStores(t)
 	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -265,13 +254,7 @@ func payloads(evs []event.Envelope) string {
 func TestSagaRefusesForeignCharge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv := testdb.SQLite(t)
-	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
-	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
-		if err := m(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drv, pay, ord := sqliteStores(t)
 	sagas, err := saga.New(drv, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -321,4 +304,18 @@ func TestSagaRefusesForeignCharge(t *testing.T) {
 	if err := drv.DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE event_type = ?`, orders.EventPaymentCaptured).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d PaymentCaptured events (%v), want 0", n, err)
 	}
+}
+
+// sqliteStores returns a migrated SQLite database with the payment and
+// order stores on it.
+func sqliteStores(t *testing.T) (*sqlitedriver.Driver, *paysqlite.Store, *ordsqlite.Store) {
+	t.Helper()
+	drv := testdb.SQLite(t)
+	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
+	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
+		if err := m(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return drv, pay, ord
 }

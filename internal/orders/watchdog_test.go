@@ -13,8 +13,6 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
-	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
-	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
 )
@@ -30,14 +28,7 @@ type watchdogFixture struct {
 
 func newWatchdogFixture(t *testing.T, limit int) *watchdogFixture {
 	t.Helper()
-	ctx := context.Background()
-	drv := testdb.SQLite(t)
-	pay, ord := paysqlite.New(drv.DB()), ordsqlite.New(drv.DB())
-	for _, m := range []func(context.Context) error{pay.Migrate, ord.Migrate} {
-		if err := m(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drv, pay, ord := sqliteStores(t)
 	sagas, err := saga.New(drv, nil)
 	if err != nil {
 		t.Fatal(err)
