@@ -237,3 +237,7 @@ func (b *bufferedResponse) writeTo(w http.ResponseWriter) {
 	w.WriteHeader(b.code)
 	_, _ = w.Write(b.body.Bytes())
 }
+
+// principal is every middleware's Config.Scope: the bench has one client,
+// as an authentication middleware would name it.
+func principal(*http.Request) (string, error) { return "bench-client", nil }

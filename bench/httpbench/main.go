@@ -136,12 +136,12 @@ func run(ctx context.Context, o options) (err error) {
 		drv      driver.Driver[pgx.Tx]
 		cfg      idemhttp.Config
 	}{
-		{pathIdem, pathIdem, drv, idemhttp.Config{Route: shared}},
-		{pathNoCache, pathIdem, drv, idemhttp.Config{Route: shared, ReplayCacheBytes: idemhttp.NoReplayCache}},
-		{pathIdem2, pathIdem, drv2, idemhttp.Config{Route: shared}},
+		{pathIdem, pathIdem, drv, idemhttp.Config{Route: shared, Scope: principal}},
+		{pathNoCache, pathIdem, drv, idemhttp.Config{Route: shared, Scope: principal, ReplayCacheBytes: idemhttp.NoReplayCache}},
+		{pathIdem2, pathIdem, drv2, idemhttp.Config{Route: shared, Scope: principal}},
 		// The ModeTx path of a driver without driver.TxClaimer (what
 		// pgdriver did before it had one), without the cache.
-		{pathGeneric, pathGeneric, generic{drv}, idemhttp.Config{ReplayCacheBytes: idemhttp.NoReplayCache}},
+		{pathGeneric, pathGeneric, generic{drv}, idemhttp.Config{Scope: principal, ReplayCacheBytes: idemhttp.NoReplayCache}},
 	} {
 		mw, err := idemhttp.New(r.drv, &r.cfg)
 		if err != nil {

@@ -51,8 +51,8 @@ func runSQLite(ctx context.Context, o options, runID string, hc *http.Client) er
 		path string
 		cfg  idemhttp.Config
 	}{
-		{pathSQLiteIdem, idemhttp.Config{Route: shared}},
-		{pathSQLiteNoCache, idemhttp.Config{Route: shared, ReplayCacheBytes: idemhttp.NoReplayCache}},
+		{pathSQLiteIdem, idemhttp.Config{Route: shared, Scope: principal}},
+		{pathSQLiteNoCache, idemhttp.Config{Route: shared, Scope: principal, ReplayCacheBytes: idemhttp.NoReplayCache}},
 	} {
 		mw, err := idemhttp.New(drv, &r.cfg)
 		if err != nil {
