@@ -2,11 +2,14 @@ package idemkafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/event"
@@ -33,6 +36,12 @@ const (
 	// HeaderDLQAttempts is how many times the handler was tried (0 for a
 	// record that could not be decoded), in decimal.
 	HeaderDLQAttempts = "idem-dlq-attempts"
+	// HeaderDLQTruncated, on a dead letter without a value, is the size of
+	// the original value in bytes: the copy with it was too large for the
+	// dead-letter topic (or the client's ProducerBatchMaxBytes), so the
+	// dead letter points at the original (topic, partition, offset), which
+	// stays in its topic until its retention ends.
+	HeaderDLQTruncated = "idem-dlq-truncated"
 )
 
 // MaxDLQErrorLen bounds the HeaderDLQError value, in bytes.
@@ -79,7 +88,20 @@ func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, caus
 		kgo.RecordHeader{Key: HeaderDLQConsumer, Value: []byte(consumer)},
 		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
 	)
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs}
+	// The original's timestamp is kept: it is when the event was produced.
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+}
+
+// truncated returns dl without its value, with HeaderDLQTruncated.
+func truncated(dl *kgo.Record) *kgo.Record {
+	hs := append(slices.Clip(dl.Headers), kgo.RecordHeader{Key: HeaderDLQTruncated, Value: strconv.AppendInt(nil, int64(len(dl.Value)), 10)})
+	return &kgo.Record{Topic: dl.Topic, Key: dl.Key, Headers: hs, Timestamp: dl.Timestamp}
+}
+
+// tooLarge reports whether err says a record (or its batch) was too large
+// for the broker or the client.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // sendDeadLetter produces the dead-letter copy of r and waits until the
@@ -90,6 +112,28 @@ func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, caus
 func (c *Consumer[TTx]) sendDeadLetter(ctx, work context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) error {
 	topic := c.cfg.deadLetterTopic(r.Topic)
 	dl := deadLetter(topic, r, c.in.Consumer(), attempts, cause)
+	err := c.produceDeadLetter(ctx, work, cl, dl)
+	if tooLarge(err) {
+		// Retrying the same copy would fail for ever and stall the
+		// partition: send it without its value, pointing at the original.
+		c.cfg.Logger.Error("idemkafka: dead letter too large; sending it without its value (the original stays in its topic)",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "bytes", len(r.Value), "err", err)
+		dl = truncated(dl)
+		err = c.produceDeadLetter(ctx, work, cl, dl)
+	}
+	if err != nil {
+		return fmt.Errorf("idemkafka: dead-letter %s/%d@%d to %s: %w", r.Topic, r.Partition, r.Offset, topic, err)
+	}
+	c.cfg.Logger.Warn("idemkafka: record dead-lettered",
+		"topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+		"dlq_topic", topic, "dlq_partition", dl.Partition, "dlq_offset", dl.Offset,
+		"attempts", attempts, "err", cause)
+	return nil
+}
+
+// produceDeadLetter produces dl and waits for its acknowledgement (see
+// sendDeadLetter).
+func (c *Consumer[TTx]) produceDeadLetter(ctx, work context.Context, cl *kgo.Client, dl *kgo.Record) error {
 	pctx, cancel := context.WithTimeout(work, dlqTimeout) // bounds a Produce blocked on a full buffer
 	defer cancel()
 	acked := make(chan error, 1) // a late acknowledgement does not block kgo
@@ -104,12 +148,5 @@ func (c *Consumer[TTx]) sendDeadLetter(ctx, work context.Context, cl *kgo.Client
 	case <-ctx.Done():
 		err = fmt.Errorf("not acknowledged when the consumer stopped: %w", ctx.Err())
 	}
-	if err != nil {
-		return fmt.Errorf("idemkafka: dead-letter %s/%d@%d to %s: %w", r.Topic, r.Partition, r.Offset, topic, err)
-	}
-	c.cfg.Logger.Warn("idemkafka: record dead-lettered",
-		"topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-		"dlq_topic", topic, "dlq_partition", dl.Partition, "dlq_offset", dl.Offset,
-		"attempts", attempts, "err", cause)
-	return nil
+	return err
 }
