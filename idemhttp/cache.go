@@ -150,7 +150,8 @@ type cachedHeader struct {
 	values []string
 }
 
-// addHeaders adds e's headers to h, as decodeHeaders adds the stored ones.
+// addHeaders sets e's headers in h, replacing what h had under their names,
+// as decodeHeaders does with the stored ones.
 // h gets copies of the values (one allocation): it belongs to the request.
 func (e *cacheEntry) addHeaders(h http.Header) {
 	if e.nvals == 0 {
@@ -160,11 +161,7 @@ func (e *cacheEntry) addHeaders(h http.Header) {
 	i := 0
 	for _, ch := range e.hdr {
 		j := i + copy(vals[i:], ch.values)
-		if old := h[ch.name]; len(old) > 0 {
-			h[ch.name] = append(old, vals[i:j]...)
-		} else {
-			h[ch.name] = vals[i:j:j]
-		}
+		h[ch.name] = vals[i:j:j] // replaced, as decodeHeaders does
 		i = j
 	}
 }

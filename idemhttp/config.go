@@ -89,9 +89,12 @@ type Config struct {
 	// MaxBodyBytes caps the request body read for the fingerprint; a larger
 	// body answers 413. Defaults to 1 MiB.
 	MaxBodyBytes int64
-	// MaxResponseBytes caps the stored response body. A larger response is
-	// never silently left unstored: the command is rolled back (ModeTx) or
-	// released (ModeLease) and answers 500. Defaults to 1 MiB.
+	// MaxResponseBytes caps the stored response body. A larger successful
+	// response is never silently left unstored: in ModeTx the command is
+	// rolled back and answers 500; in ModeLease (its effect happened) a 500
+	// response-too-large is stored under the key, so a retry cannot run the
+	// effect again. A larger failure is passed on and not stored. Defaults
+	// to 1 MiB.
 	MaxResponseBytes int
 
 	// ReplayHeaders are response headers stored and replayed in addition to

@@ -99,7 +99,8 @@ func appendJSONString(out []byte, s string) []byte {
 	return append(out, '"')
 }
 
-// decodeHeaders adds the stored headers to h.
+// decodeHeaders sets the stored headers in h, replacing the values h had
+// under their names (as the handler's own response did).
 func decodeHeaders(b []byte, h http.Header) error {
 	if len(b) == 0 {
 		return nil
@@ -112,6 +113,7 @@ func decodeHeaders(b []byte, h http.Header) error {
 		return err
 	}
 	for k, vs := range kept {
+		h.Del(k) // replaced, as in decodeHeadersFast
 		for _, v := range vs {
 			h.Add(k, v)
 		}
@@ -174,11 +176,9 @@ func decodeHeadersFast(b []byte, h http.Header) bool {
 	for k, name := range names {
 		vs := values[start:ends[k]:ends[k]]
 		start = ends[k]
-		key := textproto.CanonicalMIMEHeaderKey(name)
-		if old := h[key]; old != nil {
-			vs = append(old, vs...)
-		}
-		h[key] = vs
+		// Replaced, not added to: the handler's response replaced what an
+		// outer middleware had set (recorder.flush), and so does a replay.
+		h[textproto.CanonicalMIMEHeaderKey(name)] = vs
 	}
 	return true
 }

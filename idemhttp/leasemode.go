@@ -108,7 +108,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 			m.reportCmd(cmd, OutcomeNotStored)
 		}
 	}()
-	next.ServeHTTP(rec, cmd.r.WithContext(context.WithValue(ctx, keyKey{}, cmd.key)))
+	next.ServeHTTP(rec, cmd.request(context.WithValue(ctx, keyKey{}, cmd.key)))
 	returned = true
 	rec.seal()
 	stop()

@@ -101,7 +101,10 @@ type command struct {
 	key         string
 	scope       string
 	fingerprint []byte
-	started     time.Time
+	// body is the request body, read once: each run of the handler gets
+	// a reader of its own (a run after a lost key must see it whole).
+	body    []byte
+	started time.Time
 	// completed is the outcome complete stored, for the replay cache once
 	// it is committed.
 	completed *driver.RecordCompleteParams
@@ -156,8 +159,17 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		w: w, r: r, key: key,
 		scope:       scopeOf(principal, r.Method, route),
 		fingerprint: fp[:],
+		body:        body,
 		started:     m.cfg.Now(),
 	}, true
+}
+
+// request returns cmd's request for one run of the handler, on ctx, with
+// the body from its start.
+func (cmd *command) request(ctx context.Context) *http.Request {
+	r := cmd.r.WithContext(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(cmd.body))
+	return r
 }
 
 // claimParams builds the claim of cmd with a fresh lease token.

@@ -102,7 +102,7 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 		}
 	}()
 	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
-	next.ServeHTTP(rec, cmd.r.WithContext(hctx))
+	next.ServeHTTP(rec, cmd.request(hctx))
 	returned = true
 	rec.seal()
 
