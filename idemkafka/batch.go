@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/backoff"
@@ -134,6 +138,13 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		} else if errors.As(err, &ee) {
 			i = pos + ee.Index
 		}
+		if i >= 0 && !errors.Is(err, ErrPoison) && transientDB(err) {
+			// The handler's database failed, not the record: a
+			// deadlock, a lock or statement timeout, a lost
+			// connection. Retried as a database failure, never
+			// dead-lettered.
+			i = -1
+		}
 		if i < 0 {
 			// The database failed: nothing of [pos, end) is applied
 			// (or, after a failed COMMIT, maybe all of it: a redelivery
@@ -215,4 +226,30 @@ func panicError(p any) error {
 // retry together) or until ctx ends, and reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
 	return backoff.Sleep(ctx, backoff.Jitter(d), nil)
+}
+
+// transientDB reports whether err, returned by a handler, is a database's
+// passing failure rather than the record's: PostgreSQL's serialization
+// failure, deadlock, lock and statement timeouts, shutdown, connection
+// classes and too many connections (by SQLSTATE, as pgx, pgconn and lib/pq
+// report it), SQLite's BUSY and LOCKED, driver.ErrLockTimeout, and network
+// errors.
+func transientDB(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch code := st.SQLState(); {
+		case code == "40001", code == "40P01", code == "55P03", code == "57014",
+			code == "57P01", code == "57P02", code == "57P03", code == "53300",
+			strings.HasPrefix(code, "08"):
+			return true
+		}
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		if c := coded.Code() & 0xff; c == 5 || c == 6 { // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.Is(err, driver.ErrLockTimeout) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

@@ -46,7 +46,8 @@ func TestLargePoisonDeadLetteredWithoutValue(t *testing.T) {
 	for !allCommitted(t, kc, group, topic) {
 		if time.Now().After(deadline) {
 			s := inst.stats.get()
-			t.Fatalf("partition stalled: committed %v of %v; stats %+v; dlq end %v", kc.Committed(t, group, topic), kc.EndOffsets(t, topic), s, kc.EndOffsets(t, dlq))
+			t.Fatalf("partition stalled: committed %v of %v; batches %d, applied %d, rewound %d; dlq end %v",
+				kc.Committed(t, group, topic), kc.EndOffsets(t, topic), s.batches, s.applied, s.rewound, kc.EndOffsets(t, dlq))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

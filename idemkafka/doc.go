@@ -58,7 +58,14 @@
 //     backoff, then rewinds the partition to the first record not applied
 //     (kgo's SetOffsets) and polls it again: an outage slows a partition
 //     down but never skips a record. The same holds when the dead-letter
-//     topic cannot be written.
+//     topic cannot be written, and when the handler returns a database's
+//     passing failure (a serialization failure, a deadlock, a lock or
+//     statement timeout, a lost connection, SQLite busy, by SQLSTATE or
+//     code): that is the database's fault, not the record's, so it is
+//     never dead-lettered.
+//   - A dead-letter copy too large for the dead-letter topic (or the
+//     client) is sent without its value, with HeaderDLQTruncated, pointing
+//     at the original in its topic.
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
 //
