@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -192,10 +193,15 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		rs = append(rs, r)
 		index[r] = i
 	}
+	var alone []int // events whose batch the broker refused as a whole
 	if len(rs) > 0 {
 		for _, res := range p.cl.ProduceSync(ctx, rs...) {
 			i := index[res.Record]
 			if res.Err != nil {
+				if len(rs) > 1 && batchLevel(res.Err) {
+					alone = append(alone, i)
+					continue
+				}
 				errs[i] = classify(res.Record.Topic, res.Err)
 				continue
 			}
@@ -204,7 +210,49 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			}
 		}
 	}
+	if len(alone) > 0 {
+		p.produceAlone(ctx, events, alone, errs)
+	}
 	return p.outcome(events, errs)
+}
+
+// batchLevel reports whether a broker's error may concern a whole record
+// batch rather than the record (kgo fails every record of a batch the
+// broker refuses, and does not split it): a batch over the topic's
+// max.message.bytes, or one the broker found invalid.
+func batchLevel(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
+}
+
+// produceAlone produces the events idx (in order) one record at a time,
+// after their batch was refused as a whole: only an event refused alone is
+// poison, and a key's later events wait behind its failed one (skipped).
+func (p *Publisher) produceAlone(ctx context.Context, events []event.Envelope, idx []int, errs []error) {
+	slices.Sort(idx)
+	p.log.Warn("idemkafka: the broker refused a batch as a whole; producing its events one at a time",
+		"events", len(idx), "first_event_id", events[idx[0]].ID)
+	var failed map[string]int
+	for _, i := range idx {
+		e := events[i]
+		if j, ok := failed[e.Key]; ok {
+			errs[i] = fmt.Errorf("%w: event %d of key %q failed", outbox.ErrSkipped, j, e.Key)
+			continue
+		}
+		r, err := p.record(e)
+		if err == nil {
+			if err = p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				err = classify(r.Topic, err)
+			}
+		}
+		if err != nil {
+			errs[i] = err
+			if failed == nil {
+				failed = map[string]int{}
+			}
+			failed[e.Key] = i
+		}
+	}
 }
 
 // record returns the record of e, or a poison error if it cannot be

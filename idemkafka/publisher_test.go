@@ -291,27 +291,35 @@ func TestPublishPartialFailure(t *testing.T) {
 	}
 	mustPublished(t, kc.Records(t, topic), []event.Envelope{evs[0], evs[1], evs[3]})
 
-	// The broker rejects a request as invalid: poison, nothing published.
 	if kc.Real() {
 		return
 	}
-	more := newEvents(t, 3, 3)
+	// The broker refuses a batch as a whole (kgo fails each of its
+	// records): each event is produced again alone, and those the broker
+	// takes alone are published, not poison.
+	once := newEvents(t, 3, 3)
 	fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, topic, kerr.InvalidRecord, 1))
-	err = p.Publish(t.Context(), more)
-	if !errors.As(err, &pe) || fault.Hits() != 1 {
-		t.Fatalf("Publish with the broker rejecting the batch = %v (%d faults)", err, fault.Hits())
+	if err := p.Publish(t.Context(), once); err != nil || fault.Hits() != 1 {
+		t.Fatalf("Publish with the broker refusing the batch once = %v (%d faults); want all published alone", err, fault.Hits())
 	}
-	published := 0
+	mustPublished(t, kc.Records(t, topic)[3:], once)
+
+	// The broker refuses every one of them, also alone: poison, nothing
+	// published.
+	more := newEvents(t, 3, 3)
+	fault = kc.Fake(t).Fault(kfakeFault(kmsg.Produce, topic, kerr.InvalidRecord, 1000))
+	err = p.Publish(t.Context(), more)
+	fault.Remove()
+	if !errors.As(err, &pe) {
+		t.Fatalf("Publish with the broker rejecting every record = %v", err)
+	}
 	for i, err := range pe.Errs {
-		switch {
-		case err == nil:
-			published++
-		case !errors.Is(err, outbox.ErrPoison) || !errors.Is(err, kerr.InvalidRecord):
+		if !errors.Is(err, outbox.ErrPoison) || !errors.Is(err, kerr.InvalidRecord) {
 			t.Errorf("event %d: %v; want ErrPoison wrapping INVALID_RECORD", i, err)
 		}
 	}
-	if n := len(kc.Records(t, topic)) - 3; n != published {
-		t.Errorf("%d records appended, %d events reported published", n, published)
+	if n := len(kc.Records(t, topic)) - 6; n != 0 {
+		t.Errorf("%d records appended, want none", n)
 	}
 
 	// A topic the producer may not write to is the operator's to fix, not
