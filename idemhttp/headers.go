@@ -112,8 +112,12 @@ func decodeHeaders(b []byte, h http.Header) error {
 	if err := json.Unmarshal(b, &kept); err != nil {
 		return err
 	}
+	set := make(map[string]bool, len(kept))
 	for k, vs := range kept {
-		h.Del(k) // replaced, as in decodeHeadersFast
+		if key := textproto.CanonicalMIMEHeaderKey(k); !set[key] {
+			set[key] = true
+			h.Del(key) // replaced, as in decodeHeadersFast
+		}
 		for _, v := range vs {
 			h.Add(k, v)
 		}
@@ -173,12 +177,22 @@ func decodeHeadersFast(b []byte, h http.Header) bool {
 		i++
 	}
 	start := 0
+	var sbuf [8]string
+	set := sbuf[:0] // canonical keys set by this call
 	for k, name := range names {
 		vs := values[start:ends[k]:ends[k]]
 		start = ends[k]
-		// Replaced, not added to: the handler's response replaced what an
-		// outer middleware had set (recorder.flush), and so does a replay.
-		h[textproto.CanonicalMIMEHeaderKey(name)] = vs
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		// What h had under the name is replaced, not added to: the
+		// handler's response replaced what an outer middleware had set
+		// (recorder.flush), and so does a replay. Two stored names of
+		// one key add up.
+		if slices.Contains(set, key) {
+			vs = append(h[key], vs...)
+		} else {
+			set = append(set, key)
+		}
+		h[key] = vs
 	}
 	return true
 }

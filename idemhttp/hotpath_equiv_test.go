@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"testing"
@@ -206,11 +207,18 @@ func TestHeadersEquivalent(t *testing.T) {
 }
 
 // checkDecode compares decodeHeaders with the original on b, into a header
-// that already has a value.
+// that already has a value: the stored names replace what the header had
+// (as the executed response did), and names not stored are kept.
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
 	got, want := http.Header{"A": {"0"}}, http.Header{"A": {"0"}}
 	err := decodeHeaders(b, got)
+	var stored map[string][]string
+	if json.Unmarshal(b, &stored) == nil {
+		for name := range stored {
+			delete(want, textproto.CanonicalMIMEHeaderKey(name))
+		}
+	}
 	wantErr := oldDecodeHeaders(b, want)
 	if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 		t.Fatalf("decodeHeaders(%q): error %v, original %v", b, err, wantErr)
