@@ -123,7 +123,11 @@ type Config struct {
 
 	// Lease is how long a ModeLease claim lives without renewal; the
 	// middleware renews it every Lease/3 while the handler runs, so only a
-	// dead owner's claim expires. Defaults to 30s; at least 1s.
+	// dead owner's claim expires. When a renewal finds the lease taken, or
+	// renewals failed until it ended (the store unreachable), the
+	// handler's context is cancelled with the cause driver.ErrLeaseLost:
+	// another request may run the command now. Defaults to 30s; at least
+	// 1s.
 	Lease time.Duration
 
 	// ReplayCacheBytes bounds the in-process cache of completed responses

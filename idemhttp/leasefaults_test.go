@@ -326,3 +326,47 @@ func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 		})
 	}
 }
+
+// leaseLostDriver's lease renewals report the lease lost (another request took
+// the key over while this one could not renew).
+type leaseLostDriver struct{ *sqlitedriver.Driver }
+
+func (d *leaseLostDriver) Records() driver.RecordExecutor {
+	return leaseLostExecutor{RecordExecutor: d.Driver.Records()}
+}
+
+type leaseLostExecutor struct{ driver.RecordExecutor }
+
+func (leaseLostExecutor) RecordExtendLease(context.Context, *driver.RecordExtendLeaseParams) error {
+	return driver.ErrLeaseLost
+}
+
+// A ModeLease handler whose lease is lost is told so: its context ends
+// with the cause driver.ErrLeaseLost, so that a handler about to call a
+// payment provider does not make a call another request may make too.
+func TestLeaseLostCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	const lease = 1200 * time.Millisecond
+	mw, err := idemhttp.New[*sql.Tx](&leaseLostDriver{Driver: testdb.SQLite(t)}, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := make(chan error, 1)
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			cause <- context.Cause(r.Context())
+		case <-time.After(2 * lease):
+			cause <- nil
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	start := time.Now()
+	send(h, "POST", "/charge", "k", `{}`)
+	if err := <-cause; !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("handler context: cause %v; want driver.ErrLeaseLost", err)
+	}
+	if d := time.Since(start); d > lease {
+		t.Errorf("told after %s, want within the first renewal (%s)", d, lease/3)
+	}
+}

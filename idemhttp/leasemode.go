@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -98,7 +99,12 @@ const (
 func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.RecordExecutor, token string) {
 	ctx := cmd.r.Context()
 	bg := context.WithoutCancel(ctx)
-	stop := m.heartbeat(bg, ex, cmd, token)
+	// The handler's context ends (cause driver.ErrLeaseLost) when the
+	// lease is lost: another request may take the key over, and a handler
+	// that watches its context must not make its call then.
+	hctx, lost := context.WithCancelCause(context.WithValue(ctx, keyKey{}, cmd.key))
+	defer lost(nil)
+	stop := m.heartbeat(bg, ex, cmd, token, lost)
 	rec := newRecorder(m.cfg.MaxResponseBytes)
 	returned := false
 	defer func() {
@@ -108,7 +114,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 			m.reportCmd(cmd, OutcomeNotStored)
 		}
 	}()
-	next.ServeHTTP(rec, cmd.request(context.WithValue(ctx, keyKey{}, cmd.key)))
+	next.ServeHTTP(rec, cmd.request(hctx))
 	returned = true
 	rec.seal()
 	stop()
@@ -155,12 +161,15 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 // heartbeat renews the lease every Lease/3 until the returned stop is called;
 // stop waits for the renewer to exit (at most one renewal, bounded by
 // Lease/3).
-func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) (stop func()) {
+func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, lost context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(m.cfg.Lease / 3)
 		defer t.Stop()
+		// until is when the lease ends unless renewed (the claim's, at
+		// the latest: it was taken just before).
+		until := m.cfg.Now().Add(m.cfg.Lease)
 		for {
 			select {
 			case <-done:
@@ -172,13 +181,24 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 			// next one, on another connection, goes at once: the ticker
 			// fired meanwhile).
 			rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
-			err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: m.cfg.Now().Add(m.cfg.Lease)})
+			next := m.cfg.Now().Add(m.cfg.Lease)
+			err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: next})
 			cancel()
-			if errors.Is(err, driver.ErrLeaseLost) {
-				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs", "key", cmd.key, "scope", cmd.scope)
+			switch {
+			case err == nil:
+				until = next
+			case errors.Is(err, driver.ErrLeaseLost):
+				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", cmd.scope)
+				lost(driver.ErrLeaseLost)
 				return
-			}
-			if err != nil {
+			case !m.cfg.Now().Before(until):
+				// Not renewed in time: the lease has ended, and another
+				// request may take the key over now.
+				m.cfg.Logger.Error("idemhttp: lease expired (renewals failed) while the handler runs; its context is cancelled",
+					"key", cmd.key, "scope", cmd.scope, "err", err)
+				lost(fmt.Errorf("%w: not renewed in time: %w", driver.ErrLeaseLost, err))
+				return
+			default:
 				m.cfg.Logger.Warn("idemhttp: lease renewal failed", "key", cmd.key, "scope", cmd.scope, "err", err)
 			}
 		}
