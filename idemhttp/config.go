@@ -100,7 +100,9 @@ type Config struct {
 	// ReplayHeaders are response headers stored and replayed in addition to
 	// Content-Type, Content-Encoding, Content-Language, Location and
 	// Cache-Control.
-	// Set-Cookie is only replayed when listed here. Defaults to none.
+	// Set-Cookie is only replayed when listed here. Content-Length,
+	// Transfer-Encoding and Idempotent-Replayed, which the replay sets
+	// itself, are refused. Defaults to none.
 	ReplayHeaders []string
 
 	// Store decides which outcomes are stored and replayed. Defaults to
@@ -221,6 +223,13 @@ func (c Config) validate() error {
 	var errs []error
 	if c.Mode != ModeTx && c.Mode != ModeLease {
 		errs = append(errs, fmt.Errorf("unknown Mode %d", int(c.Mode)))
+	}
+	for _, h := range c.ReplayHeaders {
+		// Set by the replay itself: stored too, a replay would send them twice.
+		switch http.CanonicalHeaderKey(h) {
+		case "Content-Length", "Transfer-Encoding", ReplayedHeader:
+			errs = append(errs, fmt.Errorf("ReplayHeaders: %s is set by the replay itself", http.CanonicalHeaderKey(h)))
+		}
 	}
 	for _, m := range c.Methods {
 		if m == "" || strings.ToUpper(m) != m {

@@ -38,8 +38,8 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 				return
 			}
 			span, orig := m.enter(cmd, "idem.http.execute")
+			defer leave(cmd, span, orig) // also when the handler panics
 			m.executeLease(cmd, next, ex, p.LeaseToken)
-			leave(cmd, span, orig)
 			return
 		}
 		if m.answerExisting(cmd, res.Existing) {

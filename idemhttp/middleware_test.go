@@ -353,6 +353,9 @@ func TestConfigValidation(t *testing.T) {
 		{Lease: 10 * time.Millisecond},
 		{Wait: -5 * time.Second},
 		{MaxBodyBytes: -1},
+		{ReplayHeaders: []string{"content-length"}},
+		{ReplayHeaders: []string{"X-Request-Id", "Transfer-Encoding"}},
+		{ReplayHeaders: []string{idemhttp.ReplayedHeader}},
 	}
 	for _, c := range bad {
 		if _, err := idemhttp.New(drv, &c); err == nil {
@@ -364,6 +367,7 @@ func TestConfigValidation(t *testing.T) {
 		{TTL: 72 * time.Hour},
 		{TTL: time.Hour, TTLOverrideReason: "test environment"},
 		{MismatchStatus: 422, Wait: idemhttp.NoWait, Mode: idemhttp.ModeLease},
+		{ReplayHeaders: []string{"X-Request-Id", "Set-Cookie"}},
 	}
 	for _, c := range good {
 		if _, err := idemhttp.New(drv, &c); err != nil {

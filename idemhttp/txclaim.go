@@ -91,9 +91,11 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 				continue
 			}
 		}
-		span, orig := m.enter(cmd, "idem.http.execute")
-		again := m.executeTxClaim(cmd, next, tc, tx, rec != nil)
-		leave(cmd, span, orig)
+		again := func() bool {
+			span, orig := m.enter(cmd, "idem.http.execute")
+			defer leave(cmd, span, orig) // also when the handler panics
+			return m.executeTxClaim(cmd, next, tc, tx, rec != nil)
+		}()
 		if !again {
 			return
 		}

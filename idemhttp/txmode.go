@@ -44,8 +44,8 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 		}
 		if res.Claimed {
 			span, orig := m.enter(cmd, "idem.http.execute")
+			defer leave(cmd, span, orig) // also when the handler panics
 			m.executeTx(cmd, next, tx, ex, p.LeaseToken)
-			leave(cmd, span, orig)
 			return
 		}
 		m.rollback(ctx, tx)
