@@ -209,28 +209,24 @@ func TestFailureTooLargeNotStored(t *testing.T) {
 	}
 }
 
-// hangingDriver is a SQLite driver whose first hang lease renewals block
-// until their context ends, as a call on a dead connection would.
-type hangingDriver struct {
+// renewFaultDriver is a SQLite driver whose lease renewals go through
+// extend, which may fail them (next renews for real).
+type renewFaultDriver struct {
 	*sqlitedriver.Driver
-	hang atomic.Int32
+	extend func(ctx context.Context, p *driver.RecordExtendLeaseParams, next func() error) error
 }
 
-func (d *hangingDriver) Records() driver.RecordExecutor {
-	return hangingExecutor{RecordExecutor: d.Driver.Records(), d: d}
+func (d *renewFaultDriver) Records() driver.RecordExecutor {
+	return renewFaultExecutor{RecordExecutor: d.Driver.Records(), d: d}
 }
 
-type hangingExecutor struct {
+type renewFaultExecutor struct {
 	driver.RecordExecutor
-	d *hangingDriver
+	d *renewFaultDriver
 }
 
-func (e hangingExecutor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
-	if e.d.hang.Add(-1) >= 0 {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return e.RecordExecutor.RecordExtendLease(ctx, p)
+func (e renewFaultExecutor) RecordExtendLease(ctx context.Context, p *driver.RecordExtendLeaseParams) error {
+	return e.d.extend(ctx, p, func() error { return e.RecordExecutor.RecordExtendLease(ctx, p) })
 }
 
 // A lease renewal that hangs (a dead connection) is abandoned after the
@@ -240,8 +236,15 @@ func (e hangingExecutor) RecordExtendLease(ctx context.Context, p *driver.Record
 // running the handler a second time.
 func TestLeaseRenewalThatHangs(t *testing.T) {
 	t.Parallel()
-	drv := &hangingDriver{Driver: testdb.SQLite(t)}
-	drv.hang.Store(1)
+	var hang atomic.Int32 // the first renewal blocks until its deadline
+	hang.Store(1)
+	drv := &renewFaultDriver{Driver: testdb.SQLite(t), extend: func(ctx context.Context, _ *driver.RecordExtendLeaseParams, next func() error) error {
+		if hang.Add(-1) >= 0 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return next()
+	}}
 	const lease = 1500 * time.Millisecond
 	var calls atomic.Int64
 	running := make(chan struct{})
@@ -327,27 +330,16 @@ func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 	}
 }
 
-// leaseLostDriver's lease renewals report the lease lost (another request took
-// the key over while this one could not renew).
-type leaseLostDriver struct{ *sqlitedriver.Driver }
-
-func (d *leaseLostDriver) Records() driver.RecordExecutor {
-	return leaseLostExecutor{RecordExecutor: d.Driver.Records()}
-}
-
-type leaseLostExecutor struct{ driver.RecordExecutor }
-
-func (leaseLostExecutor) RecordExtendLease(context.Context, *driver.RecordExtendLeaseParams) error {
-	return driver.ErrLeaseLost
-}
-
 // A ModeLease handler whose lease is lost is told so: its context ends
 // with the cause driver.ErrLeaseLost, so that a handler about to call a
 // payment provider does not make a call another request may make too.
 func TestLeaseLostCancelsTheHandler(t *testing.T) {
 	t.Parallel()
 	const lease = 1200 * time.Millisecond
-	mw, err := idemhttp.New[*sql.Tx](&leaseLostDriver{Driver: testdb.SQLite(t)}, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
+	lost := &renewFaultDriver{Driver: testdb.SQLite(t), extend: func(context.Context, *driver.RecordExtendLeaseParams, func() error) error {
+		return driver.ErrLeaseLost // another request took the key over
+	}}
+	mw, err := idemhttp.New[*sql.Tx](lost, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
