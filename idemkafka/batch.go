@@ -145,6 +145,11 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			// dead-lettered.
 			i = -1
 		}
+		if i < 0 && ctx.Err() != nil {
+			// Stopping (a Begin that waited is cancelled then): not
+			// retried; the records are left for the next owner.
+			break
+		}
 		if i < 0 {
 			// The database failed: nothing of [pos, end) is applied
 			// (or, after a failed COMMIT, maybe all of it: a redelivery

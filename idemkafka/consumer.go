@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/txbegin"
 )
 
 // ErrRunning is returned by Run when the consumer is already running.
@@ -130,7 +131,9 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 
 // Run joins the group and applies events until ctx is done, then finishes
 // the database transaction in flight, commits the offsets of what
-// committed, leaves the group and returns nil. Records polled but not
+// committed, leaves the group and returns nil. A transaction still waiting
+// to begin (for a connection of an exhausted pool, or a server that does
+// not answer) is abandoned at once. Records polled but not
 // applied by then are left to the partition's next owner. Run returns an
 // error only if the client cannot be created or is closed under it, and
 // ErrRunning if the consumer is already running. A Consumer may be run again
@@ -215,8 +218,10 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 	if len(parts) == 0 && !c.hasPending() {
 		return
 	}
-	// A transaction started is finished even if ctx ends meanwhile.
-	work := context.WithoutCancel(ctx)
+	// A transaction started is finished even if ctx ends meanwhile; a
+	// Begin still waiting (an exhausted pool, a server that does not
+	// answer) ends with ctx.
+	work := txbegin.WithStop(context.WithoutCancel(ctx), ctx)
 	var (
 		commits []*kgo.Record
 		rewinds = map[string]map[int32]kgo.EpochOffset{}

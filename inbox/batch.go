@@ -3,10 +3,12 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"github.com/idemkit/idem/driver"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/txbegin"
 )
 
 // Event is one event of a batch: its ID, which the inbox deduplicates on,
@@ -148,10 +150,11 @@ func (ib *Inbox[TTx]) inTx(ctx context.Context, events []Event, run func(ctx con
 	if err := checkIDs(events); err != nil {
 		return BatchResult{}, err
 	}
-	tx, err := ib.drv.Begin(ctx)
+	tx, endBegin, err := txbegin.Begin(ctx, ib.drv.Begin, func(tx TTx) { ib.rollback(ctx, tx) })
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("inbox: %w", err)
 	}
+	defer endBegin()
 	ended := false
 	defer func() {
 		if !ended { // an error or a panic: undo everything
