@@ -113,6 +113,7 @@ func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	ctx, span := observe.Start(ctx, c.cfg.Tracer, "idem.cleanup.sweep")
 	err := c.runOnce(ctx, &rep)
 	rep.Duration = time.Since(wall)
+	rep.Err = err
 	if c.cfg.Tracer != nil {
 		span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
 			observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))

@@ -112,7 +112,8 @@ type Config struct {
 	// misconfigurations (Warn) and errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// OnSweep, if set, is called after every RunOnce (skipped or not) with
-	// its report: rows deleted per table and durations, for metrics.
+	// its report: rows deleted per table, durations and Report.Err (a
+	// failed sweep), for metrics.
 	// Defaults to nil.
 	OnSweep func(Report)
 	// Tracer, if set, traces every RunOnce with an idem.cleanup.sweep

@@ -3,6 +3,7 @@ package cleanup_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -149,5 +150,28 @@ func TestWarnings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A sweep that fails before any table (the lease cannot be taken: the
+// database is down) is reported to OnSweep as failed.
+func TestOnSweepSeesAFailedSweep(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	var got []cleanup.Report
+	c, err := cleanup.New(drv, &cleanup.Config{OnSweep: func(r cleanup.Report) { got = append(got, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(t.Context()); err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	_ = drv.Close()
+	_, err = c.RunOnce(t.Context())
+	if err == nil {
+		t.Fatal("RunOnce on a closed database: nil error")
+	}
+	if len(got) != 2 || got[0].Err != nil || !errors.Is(got[1].Err, err) {
+		t.Fatalf("OnSweep reports: %+v; want a first without Err, a second with RunOnce's error %v", got, err)
 	}
 }

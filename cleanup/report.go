@@ -17,6 +17,10 @@ type Report struct {
 	Duration time.Duration
 	// Tables has one entry per table swept, in sweep order.
 	Tables []TableReport
+	// Err is the error RunOnce returned, or nil: the tables' errors
+	// joined, and failures no table reports (the lease could not be
+	// taken or was lost, ctx ended between tables).
+	Err error
 }
 
 // TableReport is the sweep of one table.

@@ -99,11 +99,11 @@ func (m *metrics) sweep(rep cleanup.Report) {
 	result := "done"
 	for _, t := range rep.Tables {
 		m.deleted.WithLabelValues(t.Table).Add(float64(t.Deleted))
-		if t.Err != nil {
-			result = "failed"
-		}
 	}
-	if rep.Skipped {
+	switch {
+	case rep.Err != nil: // a table's failure, or the lease's
+		result = "failed"
+	case rep.Skipped:
 		result = "skipped"
 	}
 	m.sweeps.WithLabelValues(result).Inc()
