@@ -3,7 +3,9 @@ package cleanup_test
 import (
 	"database/sql"
 	"testing"
+	"time"
 
+	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/internal/testdb"
@@ -22,4 +24,52 @@ func pgsqlReplica(t *testing.T, drv driver.Driver[*sql.Tx]) driver.Driver[*sql.T
 		t.Fatalf("pgsqldriver.New: %v", err)
 	}
 	return r
+}
+
+// Publication log rows whose events were deleted by hand (an operator's
+// purge) do not end the outbox sweep early: one sweep removes every log
+// row and event older than the TTL behind them.
+func TestOutboxSweepPastOrphanLogRows(t *testing.T) {
+	t.Parallel()
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		drv := testdb.Postgres(t)
+		testOutboxSweepPastOrphanLogRows(t, drv, func(q string) int {
+			var n int
+			if err := drv.Pool().QueryRow(t.Context(), q).Scan(&n); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return n
+		})
+	})
+	t.Run("pgsqldriver", func(t *testing.T) {
+		t.Parallel()
+		drv := testdb.PostgresSQL(t)
+		testOutboxSweepPastOrphanLogRows(t, drv, func(q string) int {
+			var n int
+			if err := drv.DB().QueryRowContext(t.Context(), q).Scan(&n); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return n
+		})
+	})
+}
+
+func testOutboxSweepPastOrphanLogRows[TTx any](t *testing.T, drv driver.Driver[TTx], count func(q string) int) {
+	clPublished(t, drv, 10, t0.Add(-50*time.Hour))
+	count(`WITH d AS (DELETE FROM outbox RETURNING 1) SELECT count(*) FROM d`) // the purge: 10 orphan log rows
+	clPublished(t, drv, 10, t0.Add(-40*time.Hour))                             // old enough
+	clPublished(t, drv, 3, t0.Add(-time.Hour))                                 // kept
+
+	cfg := clConfig(fixedClock(t0)) // batches of 7: the first is all orphans
+	rep := runOnce(t, newCleaner(t, drv, cfg))
+	if n := count(`SELECT count(*) FROM outbox`); n != 3 {
+		t.Errorf("%d events left after one sweep; want 3 (the young ones)", n)
+	}
+	if n := count(`SELECT count(*) FROM outbox_published`); n != 3 {
+		t.Errorf("%d publication log rows left after one sweep; want 3", n)
+	}
+	if d := rep.Deleted(cleanup.TableOutbox); d != 20 {
+		t.Errorf("report: %d outbox rows deleted; want 20 (10 orphan log rows, 10 events)", d)
+	}
 }

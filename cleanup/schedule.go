@@ -3,6 +3,7 @@ package cleanup
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -21,6 +22,12 @@ func parseSchedule(spec string, loc *time.Location) (s cron.Schedule, err error)
 	s, err = cronParser.Parse(spec)
 	if err != nil {
 		return nil, fmt.Errorf("Config.Schedule %q: %w", spec, err)
+	}
+	if f := strings.Fields(spec); len(f) >= 2 && f[len(f)-2] == "@every" {
+		// robfig/cron turns any delay under 1s (zero, negative) into 1s.
+		if d, err := time.ParseDuration(f[len(f)-1]); err == nil && d < time.Second {
+			return nil, fmt.Errorf("Config.Schedule %q: the delay must be at least 1s", spec)
+		}
 	}
 	if s.Next(time.Now().In(loc)).IsZero() {
 		return nil, fmt.Errorf("Config.Schedule %q never fires", spec)

@@ -117,3 +117,19 @@ func TestRuleExtension(t *testing.T) {
 		t.Errorf("OnSweep got %+v; want the one report", reports)
 	}
 }
+
+// robfig/cron makes any @every delay under 1s (zero, negative) one second:
+// such a schedule is refused, not swept every second.
+func TestEveryUnderASecondRefused(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"@every 0s", "@every -24h", "@every 1ms", "CRON_TZ=UTC @every 500ms"} {
+		if err := cleanup.CheckSchedule(s); err == nil {
+			t.Errorf("CheckSchedule(%q) = nil; want an error", s)
+		}
+	}
+	for _, s := range []string{"@every 1s", "@every 6h", "@daily"} {
+		if err := cleanup.CheckSchedule(s); err != nil {
+			t.Errorf("CheckSchedule(%q): %v", s, err)
+		}
+	}
+}

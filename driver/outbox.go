@@ -104,8 +104,11 @@ type OutboxExecutor interface {
 	OutboxPark(ctx context.Context, p *OutboxParkParams) error
 
 	// OutboxDeletePublishedBefore deletes at most p.Limit rows published
-	// before p.Before and returns how many it deleted. Unpublished and parked
-	// rows are never deleted. p.Limit must be positive.
+	// before p.Before and returns how many it deleted (where publication is
+	// logged in a table of its own: how many log rows, each with its event
+	// unless the event is gone already). Fewer than p.Limit means nothing
+	// older is left. Unpublished and parked rows are never deleted. p.Limit
+	// must be positive.
 	OutboxDeletePublishedBefore(ctx context.Context, p *OutboxDeletePublishedBeforeParams) (int, error)
 
 	// OutboxOldestUnpublished returns the CreatedAt of the oldest (lowest

@@ -93,7 +93,8 @@ type RecordExecutor interface {
 	// p.LeaseToken to p.Until. ErrLeaseLost if not owned.
 	RecordExtendLease(ctx context.Context, p *RecordExtendLeaseParams) error
 	// RecordDeleteExpired deletes at most p.Limit records whose ExpiresAt is
-	// not after p.Now and returns how many it deleted.
+	// not after p.Now and returns how many it deleted. p.Limit must be
+	// positive.
 	RecordDeleteExpired(ctx context.Context, p *RecordDeleteExpiredParams) (int, error)
 }
 

@@ -44,8 +44,11 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 // ErrNoCompensation (the saga is then marked Failed).
 //
 // Compensate runs its own transactions: never call it while holding a
-// transaction of the same SQLite database (that transaction holds the only
-// write lock). From an event consumer, call AbortTx in the consumer's
+// transaction that touched the saga (a step recorded, the saga started or
+// aborted in it) or, on SQLite, any transaction of the same database. It
+// would wait for that transaction's locks, which only the caller, blocked
+// in Compensate, can release: on PostgreSQL until ctx ends, a deadlock the
+// server cannot see. From an event consumer, call AbortTx in the consumer's
 // transaction and Compensate after it committed.
 func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps Compensations[TTx]) error {
 	if err := checkName("saga ID", sagaID); err != nil {
@@ -99,6 +102,10 @@ func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps 
 	return nil
 }
 
+// maxCompensationBackoff caps the wait between attempts of a compensation
+// (Config.CompensationBackoff doubles after each).
+const maxCompensationBackoff = 30 * time.Second
+
 // compensateStep runs the compensation of forward until it is recorded,
 // making up to Config.CompensationAttempts attempts.
 func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, forward StepRecord, fn CompensationFunc[TTx]) error {
@@ -141,7 +148,7 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 			return fmt.Errorf("saga %q: compensate step %q: %w", sagaID, forward.Name, ctx.Err())
 		case <-time.After(backoff):
 		}
-		backoff *= 2
+		backoff = min(2*backoff, maxCompensationBackoff)
 	}
 	cerr := &CompensationError{SagaID: sagaID, Step: forward.Name, Attempts: c.cfg.CompensationAttempts, Err: err}
 	c.markFailed(ctx, sagaID, cerr)

@@ -20,8 +20,8 @@ type Config struct {
 	CompensationAttempts int
 
 	// CompensationBackoff is the wait before the second attempt of a
-	// compensation; it doubles for every further attempt. Defaults to
-	// 100ms.
+	// compensation; it doubles for every further attempt, up to 30s.
+	// Defaults to 100ms.
 	CompensationBackoff time.Duration
 
 	// Tracer, if set, traces every step and compensation with an

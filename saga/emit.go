@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -33,15 +34,47 @@ func EventID(sagaID, stepName, name string) uuid.UUID {
 // published. Call it from the step's function, so the event is published if
 // and only if the step commits.
 //
-// env.SagaID must be empty or sagaID.
+// env.SagaID must be empty or sagaID. Called with the context that StepTx
+// or Step passed to the step's function, EmitTx refuses a second, different
+// event (type, key or payload) under a name the function already used, with
+// ErrEmitConflict: the outbox would keep only the first.
 func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName, name string, env event.Envelope) (event.Envelope, error) {
+	if err := checkName("saga ID", sagaID); err != nil {
+		return env, fmt.Errorf("saga: emit %s: %w", env.Type, err)
+	}
+	if err := checkName("step name", stepName); err != nil {
+		return env, fmt.Errorf("saga %q: emit %s: %w", sagaID, env.Type, err)
+	}
 	if env.SagaID != "" && env.SagaID != sagaID {
 		return env, fmt.Errorf("saga %q: emit %s: the envelope belongs to saga %q", sagaID, env.Type, env.SagaID)
 	}
 	env.ID = EventID(sagaID, stepName, name)
 	env.SagaID = sagaID
+	if e, ok := ctx.Value(emitsKey{}).(*emits); ok && e.sagaID == sagaID && e.step == stepName {
+		if prev, seen := e.byID[env.ID]; seen {
+			if prev.Type != env.Type || prev.Key != env.Key || !bytes.Equal(prev.Payload, env.Payload) {
+				return env, fmt.Errorf("saga %q: step %q: emit %s under name %q, already used by %s: %w",
+					sagaID, stepName, env.Type, name, prev.Type, ErrEmitConflict)
+			}
+		} else {
+			e.byID[env.ID] = env
+		}
+	}
 	if err := outbox.EnqueueTx(ctx, c.drv, tx, env); err != nil {
 		return env, fmt.Errorf("saga %q: step %q: emit %s: %w", sagaID, stepName, env.Type, err)
 	}
 	return env, nil
+}
+
+// emits are the events one run of a step's function emitted, by ID.
+type emits struct {
+	sagaID, step string
+	byID         map[uuid.UUID]event.Envelope
+}
+
+type emitsKey struct{}
+
+// withEmits returns ctx for one run of step's function.
+func withEmits(ctx context.Context, sagaID, step string) context.Context {
+	return context.WithValue(ctx, emitsKey{}, &emits{sagaID: sagaID, step: step, byID: map[uuid.UUID]event.Envelope{}})
 }

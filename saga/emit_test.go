@@ -2,6 +2,8 @@ package saga_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
@@ -138,4 +140,45 @@ func testEmitRetried[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Errorf("outbox rows of %s = %d; want 1", ids[0], len(got))
 	}
 	f.mustEffects(t, id, "step-1", 1)
+}
+
+// A step's function that emits two different events under one name gets
+// ErrEmitConflict for the second (the outbox would keep only the first);
+// emitting the same event again under its name is a no-op.
+func testEmitConflict[TTx any](t *testing.T, f *fixture[TTx]) {
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	first := newEvent(t, "StockReserved.v1", `{"a":1}`)
+	_, _, err := c.Step(t.Context(), id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if _, err := c.EmitTx(ctx, tx, id, "step-1", "", first); err != nil {
+			return nil, err
+		}
+		if _, err := c.EmitTx(ctx, tx, id, "step-1", "", first); err != nil {
+			return nil, fmt.Errorf("the same event again: %w", err)
+		}
+		_, err := c.EmitTx(ctx, tx, id, "step-1", "", newEvent(t, "InvoiceRequested.v1", `{"b":2}`))
+		return nil, err
+	})
+	if !errors.Is(err, saga.ErrEmitConflict) {
+		t.Fatalf("Step emitting two events under one name: %v; want ErrEmitConflict", err)
+	}
+	if got := f.outbox(t, saga.EventID(id, "step-1", "")); len(got) != 0 {
+		t.Errorf("outbox holds %q after the step failed; want nothing", got)
+	}
+	f.mustLog(t, id)
+
+	// Given their own names, both are stored.
+	run(t, c, id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if _, err := c.EmitTx(ctx, tx, id, "step-1", "stock", first); err != nil {
+			return nil, err
+		}
+		_, err := c.EmitTx(ctx, tx, id, "step-1", "invoice", newEvent(t, "InvoiceRequested.v1", `{"b":2}`))
+		return nil, err
+	}, true)
+	for _, name := range []string{"stock", "invoice"} {
+		if got := f.outbox(t, saga.EventID(id, "step-1", name)); len(got) != 1 {
+			t.Errorf("outbox rows of %q: %q; want one", name, got)
+		}
+	}
 }

@@ -23,6 +23,11 @@ var (
 	// Compensations map has no entry for. Map a step that needs no undoing
 	// to nil.
 	ErrNoCompensation = errors.New("saga: no compensation for a completed step")
+	// ErrEmitConflict: a step's function emitted two different events
+	// (another type, key or payload) under one name. They would share one
+	// event ID and the outbox would keep only the first: give each event
+	// of a step its own name.
+	ErrEmitConflict = errors.New("saga: two different events emitted under one name")
 )
 
 // StateError reports that a saga is not in a state that allows an

@@ -78,6 +78,9 @@ func (c *Coordinator[TTx]) GetTx(ctx context.Context, tx TTx, sagaID string) (*S
 }
 
 func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.SagaExecutor, sagaID string) (*Saga, error) {
+	if err := checkName("saga ID", sagaID); err != nil {
+		return nil, fmt.Errorf("saga: get: %w", err)
+	}
 	s, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: sagaID})
 	if err != nil {
 		return nil, wrapErr(sagaID, "get", err)
@@ -142,6 +145,9 @@ func (c *Coordinator[TTx]) AbortTx(ctx context.Context, tx TTx, sagaID string) e
 // setState moves the saga from one of from to to; a saga already in one of
 // done is left as it is without error.
 func (c *Coordinator[TTx]) setState(ctx context.Context, ex driver.SagaExecutor, sagaID, op string, from []State, to State, done ...State) error {
+	if err := checkName("saga ID", sagaID); err != nil {
+		return fmt.Errorf("saga: %s: %w", op, err)
+	}
 	changed, cur, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states(from), To: string(to), Now: c.cfg.Now()})
 	if err != nil {
 		return wrapErr(sagaID, op, err)

@@ -338,6 +338,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Resume/DrivenByEventsAfterRestarts", fn: testResumeDrivenByEvents[TTx], isolated: true},
 		{name: "Emit/DeterministicIDs", fn: testEmitDeterministic[TTx]},
 		{name: "Emit/RetriedStepReemitsSameIDs", fn: testEmitRetried[TTx]},
+		{name: "Emit/TwoEventsUnderOneName", fn: testEmitConflict[TTx]},
 		{name: "Crash/ProcessExitsBeforeCommit", fn: testCrashStep[TTx]},
 		{name: "Crash/ProcessExitsDuringCompensation", fn: testCrashCompensation[TTx]},
 		{name: "Crash/ConnectionKilledBeforeCommit", fn: testCrashConnectionKilled[TTx]},

@@ -90,7 +90,7 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 	if !inserted {
 		return existing, false, nil
 	}
-	result, err = fn(ctx, tx)
+	result, err = fn(withEmits(ctx, sagaID, name), tx)
 	if err != nil {
 		return nil, false, &StepError{SagaID: sagaID, Step: name, Err: err}
 	}

@@ -332,6 +332,35 @@ func testStepInvalidNames[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Error("Step with a nil function succeeded")
 	}
 	f.mustLog(t, id)
+
+	// Every entry point refuses them the same way, before the database
+	// sees them (PostgreSQL would abort the caller's transaction on a NUL).
+	ctx := t.Context()
+	for _, bad := range []string{"", "a\x00b", "\xff", strings.Repeat("s", saga.MaxNameLen+1)} {
+		tx := f.begin(t)
+		if _, err := c.GetTx(ctx, tx, bad); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("GetTx(%q): %v; want ErrInvalidName", bad, err)
+		}
+		if err := c.CompleteTx(ctx, tx, bad); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("CompleteTx(%q): %v; want ErrInvalidName", bad, err)
+		}
+		if err := c.AbortTx(ctx, tx, bad); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("AbortTx(%q): %v; want ErrInvalidName", bad, err)
+		}
+		if _, err := c.EmitTx(ctx, tx, bad, "step-1", "", newEvent(t, "StockReserved.v1", `{}`)); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("EmitTx(%q, step-1): %v; want ErrInvalidName", bad, err)
+		}
+		if _, err := c.EmitTx(ctx, tx, id, bad, "", newEvent(t, "StockReserved.v1", `{}`)); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("EmitTx(id, %q): %v; want ErrInvalidName", bad, err)
+		}
+		if _, err := c.GetTx(ctx, tx, id); err != nil {
+			t.Fatalf("GetTx after the refusals: %v (the transaction must stay usable)", err)
+		}
+		f.rollback(t, tx)
+		if _, err := c.Resume(ctx, bad, nil); !errors.Is(err, saga.ErrInvalidName) {
+			t.Errorf("Resume(%q): %v; want ErrInvalidName", bad, err)
+		}
+	}
 }
 
 // Once a saga is aborted, new forward steps are refused with a *StateError;

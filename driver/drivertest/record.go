@@ -339,6 +339,12 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 	// Expired records stay readable until cleanup removes them.
 	mustGet(t, ex, testScope, "expired-1", want["expired-1"])
 
+	for _, bad := range []int{0, -1} {
+		if n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: bad}); err == nil {
+			t.Fatalf("RecordDeleteExpired with Limit %d = %d, nil; want an error", bad, n)
+		}
+	}
+
 	const limit = 3
 	remaining := expired
 	for call := 1; remaining > 0; call++ {

@@ -273,17 +273,17 @@ func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) e
 // RecordDeleteExpired, it deletes publication log rows by ctid from a
 // bounded subquery so one statement never locks more than limit rows, and
 // skips rows a concurrent cleaner or redrive holds; the same statement
-// deletes their events.
+// deletes their events. It returns how many log rows it deleted.
 func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
 	before, limit := p.Before, p.Limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), before, limit)
-	if err != nil {
+	var n int
+	if err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), before, limit).Scan(&n); err != nil {
 		return 0, mapErr("outbox delete", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // OutboxOldestUnpublished implements driver.OutboxExecutor. It reads the

@@ -199,6 +199,9 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 // RecordDeleteExpired implements driver.RecordExecutor. It deletes by ctid in
 // a bounded subquery so one statement never locks more than limit rows.
 func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgdriver: delete expired records: limit %d must be positive", p.Limit)
+	}
 	now, limit := p.Now, p.Limit
 	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL), now, limit)
 	if err != nil {

@@ -163,9 +163,11 @@ func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.Ou
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("pgsqldriver: outbox delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), p.Before, p.Limit)
-	n, err := rowsAffected("outbox delete", res, err)
-	return int(n), err
+	var n int
+	if err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), p.Before, p.Limit).Scan(&n); err != nil {
+		return 0, mapErr("outbox delete", err)
+	}
+	return n, nil
 }
 
 // OutboxOldestUnpublished implements driver.OutboxExecutor.

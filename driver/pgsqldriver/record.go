@@ -171,6 +171,9 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 
 // RecordDeleteExpired implements driver.RecordExecutor.
 func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgsqldriver: delete expired records: limit %d must be positive", p.Limit)
+	}
 	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL), p.Now, p.Limit)
 	n, err := rowsAffected("delete expired records", res, err)
 	return int(n), err

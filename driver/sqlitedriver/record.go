@@ -116,6 +116,9 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 
 // RecordDeleteExpired implements driver.RecordExecutor.
 func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: delete expired records: limit %d must be positive", p.Limit)
+	}
 	now, limit := p.Now, p.Limit
 	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
 		WHERE (scope, idempotency_key) IN (

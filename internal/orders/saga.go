@@ -196,9 +196,9 @@ func (p *PaymentSaga[TTx]) onCaptured(ctx context.Context, tx TTx, e event.Envel
 
 // Compensations are the saga's compensations. Only place-order is ever
 // compensated: a saga is aborted only before its charge, and never after
-// its confirmation. A completed charge-payment has no entry on purpose
-// (idemd has no refunds): Compensate would then fail with
-// saga.ErrNoCompensation and leave the saga Failed, for an operator.
+// its confirmation. A charge that captured money cannot be undone (idemd
+// has no refunds): its compensation fails (wrapping saga.ErrNoCompensation)
+// on every attempt, and Compensate leaves the saga Failed, for an operator.
 func (p *PaymentSaga[TTx]) Compensations() saga.Compensations[TTx] {
 	return saga.Compensations[TTx]{
 		StepPlace: func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {

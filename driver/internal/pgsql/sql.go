@@ -232,18 +232,23 @@ const (
 		WHERE id = $1`
 	// OutboxDeletePublishedBeforeSQL deletes at most $2 publication log
 	// rows older than $1 (by ctid from a bounded subquery, skipping rows a
-	// concurrent cleaner or redrive holds), then their events. The NOT
-	// EXISTS is a guard: an event with a pending row is never deleted.
+	// concurrent cleaner or redrive holds), then their events, and returns
+	// how many log rows it deleted: the batch's progress, which counts a
+	// log row whose event is already gone (deleted by hand), so such rows
+	// never end a sweep early. The NOT EXISTS is a guard: an event with a
+	// pending row is never deleted.
 	OutboxDeletePublishedBeforeSQL = `WITH v AS (
 			SELECT ctid FROM {{table}}outbox_published
 			WHERE published_at < $1
 			ORDER BY published_at LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		), d AS (
-			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id)
-		DELETE FROM {{table}}outbox o
-		WHERE o.id = ANY (ARRAY(SELECT id FROM d))
-		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending p WHERE p.id = o.id)`
+			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id
+		), o AS (
+			DELETE FROM {{table}}outbox o
+			WHERE o.id = ANY (ARRAY(SELECT id FROM d))
+			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending p WHERE p.id = o.id))
+		SELECT count(*) FROM d`
 	OutboxOldestUnpublishedSQL = `SELECT o.created_at FROM {{table}}outbox o
 		WHERE o.id = (SELECT min(id) FROM {{table}}outbox_pending)`
 	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
