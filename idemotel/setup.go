@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/bridges/prometheus"
@@ -139,14 +140,18 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	var errs []error
+	// Both at once: a collector that does not answer the traces' flush
+	// must not leave the metrics' without time.
+	var traceErr, meterErr error
+	var wg sync.WaitGroup
 	if t.TracerProvider != nil {
-		errs = append(errs, t.TracerProvider.Shutdown(ctx))
+		wg.Go(func() { traceErr = t.TracerProvider.Shutdown(ctx) })
 	}
 	if t.MeterProvider != nil {
-		errs = append(errs, t.MeterProvider.Shutdown(ctx))
+		wg.Go(func() { meterErr = t.MeterProvider.Shutdown(ctx) })
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(traceErr, meterErr)
 }
 
 // endpoint returns the URL of a signal's OTLP/HTTP endpoint from the

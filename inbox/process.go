@@ -27,9 +27,10 @@ func (ib *Inbox[TTx]) Process(ctx context.Context, eventID uuid.UUID, fn func(ct
 	started := time.Now()
 	events := []Event{{ID: eventID}}
 	ctx, span := ib.startSpan(ctx, "Process", events)
-	res, err := ib.processBatch(ctx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
+	var res BatchResult
+	defer endSpan(span, &res, &err)
+	res, err = ib.processBatch(ctx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
 	ib.report(ctx, 1, res, err, started)
-	endSpan(span, &res, &err)
 	return res.Applied == 1, err
 }
 
@@ -45,8 +46,9 @@ func (ib *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, eventID uuid.UUID, 
 	started := time.Now()
 	events := []Event{{ID: eventID}}
 	ctx, span := ib.startSpan(ctx, "ProcessTx", events)
-	res, err := ib.apply(ctx, tx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
+	var res BatchResult
+	defer endSpan(span, &res, &err)
+	res, err = ib.apply(ctx, tx, events, func(ctx context.Context, tx TTx, _ Event) error { return fn(ctx, tx) })
 	ib.report(ctx, 1, res, err, started)
-	endSpan(span, &res, &err)
 	return res.Applied == 1, err
 }

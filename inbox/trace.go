@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/idemkit/idem/observe"
 )
@@ -19,12 +20,18 @@ func (ib *Inbox[TTx]) startSpan(ctx context.Context, op string, events []Event) 
 		observe.Int("idem.events", len(events)))
 }
 
-// endSpan ends span with what the call did.
+// endSpan ends span with what the call did. Deferred, it ends the span of
+// a call whose handler panicked too, with the panic as its error, and lets
+// the panic go on.
 func endSpan(span observe.Span, res *BatchResult, err *error) {
 	if span == observe.NoopSpan {
 		return
 	}
 	span.SetAttributes(observe.Int("idem.applied", res.Applied), observe.Int("idem.duplicates", res.Duplicates))
+	if p := recover(); p != nil {
+		observe.End(span, fmt.Errorf("panic: %v", p))
+		panic(p)
+	}
 	observe.End(span, *err)
 }
 
@@ -47,8 +54,15 @@ func (ib *Inbox[TTx]) traced(fn func(ctx context.Context, tx TTx, e Event) error
 		if parent != ctx {
 			span.AddLink(ctx)
 		}
-		err := fn(hctx, tx, e)
-		observe.End(span, err)
+		var err error
+		defer func() {
+			if p := recover(); p != nil {
+				observe.End(span, fmt.Errorf("panic: %v", p))
+				panic(p)
+			}
+			observe.End(span, err)
+		}()
+		err = fn(hctx, tx, e)
 		return err
 	}
 }

@@ -81,13 +81,15 @@
 // replica's partitions move to the others within about 7 s. A second idemd
 // with the embedded broker on one database refuses to start.
 //
-// The retention sweep (package cleanup) deletes expired idempotency records
-// and old inbox and outbox rows in small batches; with several idemd
-// replicas on one PostgreSQL exactly one sweeps a given run. Its counts are
-// exported as idemd_cleanup_sweeps_total and idemd_cleanup_deleted_rows_total;
-// the relay's lag as idemd_outbox_lag_seconds and each consumer's work as
-// idemd_inbox_events_total{consumer, result}. Every metric name starts with
-// idemd_.
+// The retention sweep (package cleanup) deletes expired idempotency records,
+// old inbox and outbox rows and finished sagas in small batches; with
+// several idemd replicas on one PostgreSQL exactly one sweeps a given run.
+// Its counts are exported as idemd_cleanup_sweeps_total and
+// idemd_cleanup_deleted_rows_total; the relay's lag as
+// idemd_outbox_lag_seconds and each consumer's work as
+// idemd_inbox_events_total{consumer, result}. idemd's own metrics start
+// with idemd_; the Go runtime's and the process's (go_*, process_*) are
+// exported too.
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per

@@ -69,7 +69,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 			return &driver.RecordClaimResult{Claimed: true}, nil
 		}
 	}
-	return nil, fmt.Errorf("pgdriver: claim %q: record keeps changing", p.Key)
+	return nil, errors.New("pgdriver: claim: the record keeps changing (tried 5 times)")
 }
 
 // claimOnce sends the claim and the read in one batch, with the lock timeout

@@ -73,7 +73,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 			return &driver.RecordClaimResult{Claimed: true}, nil
 		}
 	}
-	return nil, fmt.Errorf("pgsqldriver: claim %q: record keeps changing", p.Key)
+	return nil, errors.New("pgsqldriver: claim: the record keeps changing (tried 5 times)")
 }
 
 // withLockTimeout runs fn with lock_timeout set to lockTimeout (fn runs on

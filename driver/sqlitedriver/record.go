@@ -46,7 +46,7 @@ func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams)
 		}
 		return &driver.RecordClaimResult{Existing: rec}, nil
 	}
-	return nil, fmt.Errorf("sqlitedriver: claim %q: record keeps disappearing", p.Key)
+	return nil, errors.New("sqlitedriver: claim: the record keeps disappearing")
 }
 
 // RecordGet implements driver.RecordExecutor.

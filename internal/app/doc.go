@@ -135,6 +135,7 @@
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the
 // projection's and the saga's, labelled with their inbox names),
-// idemd_order_watchdog_orders_total{action="redriven|aborted|operator|waiting"}
-// and idemd_orders_needing_operator (the stuck-order watchdog).
+// idemd_order_watchdog_orders_total{action="redriven|aborted"},
+// idemd_orders_needing_operator and idemd_orders_waiting_for_events (the
+// stuck-order watchdog).
 package app

@@ -27,6 +27,7 @@ type metrics struct {
 	events   *prometheus.CounterVec
 	stuck    *prometheus.CounterVec
 	operator prometheus.Gauge
+	waiting  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -63,14 +64,18 @@ func newMetrics() *metrics {
 		}, []string{"consumer", "result"}),
 		stuck: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_order_watchdog_orders_total",
-			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED), operator (captured payment or failed saga, order not moving), waiting (past -saga-give-up-after, but events older than the order are not published yet: not given up).",
+			Help: "Orders the stuck-order watchdog acted on, by action: redriven (events published again), aborted (nothing charged; REJECTED). The orders it cannot act on are the gauges idemd_orders_needing_operator and idemd_orders_waiting_for_events.",
 		}, []string{"action"}),
 		operator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_needing_operator",
 			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, at the watchdog's last complete round.",
 		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemd_orders_waiting_for_events",
+			Help: "Orders past -saga-give-up-after not given up because the outbox holds unpublished events older than them (the relay or Kafka is down or behind, or an event is parked), at the watchdog's last complete round.",
+		}),
 	}
-	for _, r := range []string{"redriven", "aborted", "operator", "waiting"} {
+	for _, r := range []string{"redriven", "aborted"} {
 		m.stuck.WithLabelValues(r)
 	}
 	for _, c := range []string{ProjectionInbox, SagaInbox} {
@@ -84,7 +89,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events, m.stuck, m.operator,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events, m.stuck, m.operator, m.waiting,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -113,9 +118,8 @@ func (m *metrics) sweep(rep cleanup.Report) {
 func (m *metrics) watchdog(s orders.WatchdogStats) {
 	m.stuck.WithLabelValues("redriven").Add(float64(s.Stuck))
 	m.stuck.WithLabelValues("aborted").Add(float64(s.Aborted))
-	m.stuck.WithLabelValues("operator").Add(float64(s.Operator))
-	m.stuck.WithLabelValues("waiting").Add(float64(s.Waiting))
 	m.operator.Set(float64(s.Operator))
+	m.waiting.Set(float64(s.Waiting))
 }
 
 func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,7 +54,19 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	metrics := &lazyGatherer{}
 	tel := startTelemetry(sctx, cfg, opts, getenv, log, metrics)
-	defer stopTelemetry(tel, log)
+	// The last flush counts in -shutdown-timeout, from the moment ctx ends
+	// (or Serve returns, on a failure).
+	var stopping atomic.Pointer[time.Time]
+	stopAt := func() {
+		now := time.Now()
+		stopping.CompareAndSwap(nil, &now)
+	}
+	unregister := context.AfterFunc(ctx, stopAt)
+	defer func() {
+		unregister()
+		stopAt()
+		stopTelemetry(tel, log, stopping.Load().Add(cfg.ShutdownTimeout))
+	}()
 	a, err := New(sctx, cfg, log, WithTelemetry(tel))
 	cancel()
 	if a != nil {

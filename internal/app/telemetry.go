@@ -90,16 +90,23 @@ func startTelemetry(ctx context.Context, cfg Config, opts Options, getenv func(s
 		log.Error("telemetry: not started; running without", "err", err)
 		return nil
 	}
-	log.Info("telemetry: OpenTelemetry traces and metrics on", "endpoint", redactURL(getenv(EnvOTLPEndpoint)))
+	log.Info("telemetry: OpenTelemetry traces and metrics on", "endpoint", redactURL(getenv(EnvOTLPEndpoint)),
+		"traces_endpoint", redactURL(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")))
 	return t
 }
 
-// stopTelemetry flushes t, bounded.
-func stopTelemetry(t *Telemetry, log *slog.Logger) {
+// stopTelemetry flushes t, within telemetryShutdownTimeout and before
+// deadline (the end of -shutdown-timeout).
+func stopTelemetry(t *Telemetry, log *slog.Logger, deadline time.Time) {
 	if t == nil || t.Shutdown == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), telemetryShutdownTimeout)
+	left := min(time.Until(deadline), telemetryShutdownTimeout)
+	if left <= 0 {
+		log.Warn("telemetry: last flush skipped: -shutdown-timeout is spent")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), left)
 	defer cancel()
 	if err := t.Shutdown(ctx); err != nil {
 		log.Warn("telemetry: last flush failed", "err", err)

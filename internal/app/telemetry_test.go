@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/internal/app"
 )
@@ -46,5 +47,56 @@ func TestOTelWithoutExporter(t *testing.T) {
 		func(string) string { return "" }, &stdout, &stderr, app.Options{})
 	if !strings.Contains(stderr.String(), "no OpenTelemetry exporter") {
 		t.Errorf("stderr %s", stderr.String())
+	}
+}
+
+// The exporters' last flush counts in -shutdown-timeout: with a collector
+// that never answers, idemd exits within the bound, not 5 s after it.
+func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	flushed := make(chan time.Duration, 1)
+	opts := app.Options{Telemetry: func(context.Context, app.TelemetrySetup) (*app.Telemetry, error) {
+		return &app.Telemetry{Shutdown: func(ctx context.Context) error {
+			start := time.Now()
+			<-ctx.Done() // a collector that never answers
+			flushed <- time.Since(start)
+			return ctx.Err()
+		}}, nil
+	}}
+	done := make(chan int, 1)
+	go func() {
+		done <- app.RunWith(ctx, []string{"-otel", "-addr", "127.0.0.1:0", "-db", "sqlite:" + t.TempDir() + "/d.db",
+			"-kafka", "off", "-cleanup", "off", "-shutdown-timeout", "1s"},
+			func(string) string { return "" }, &stdout, &stderr, opts)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("idemd did not start: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopped := time.Now()
+	cancel()
+	select {
+	case code := <-done:
+		if took := time.Since(stopped); took > 2*time.Second {
+			t.Errorf("idemd exited %s after the stop with -shutdown-timeout 1s; want within it", took)
+		}
+		if code != 0 {
+			t.Errorf("exit code %d; stderr: %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("idemd did not exit")
+	}
+	select {
+	case d := <-flushed:
+		if d > 1100*time.Millisecond {
+			t.Errorf("the flush was given %s; want at most what is left of 1s", d)
+		}
+	default:
+		t.Error("the exporters were never flushed")
 	}
 }

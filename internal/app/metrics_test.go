@@ -1,0 +1,50 @@
+package app
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/internal/orders"
+)
+
+// An order that stays in need of an operator (or waiting for older events)
+// round after round is a gauge of 1, not a counter that grows every round;
+// the counter counts actions taken.
+func TestWatchdogMetrics(t *testing.T) {
+	m := newMetrics()
+	for range 3 {
+		m.watchdog(orders.WatchdogStats{Stuck: 1, Redriven: 2, Operator: 1, Waiting: 4})
+	}
+	if got := testutil.ToFloat64(m.operator); got != 1 {
+		t.Errorf("idemd_orders_needing_operator = %v; want 1", got)
+	}
+	if got := testutil.ToFloat64(m.waiting); got != 4 {
+		t.Errorf("idemd_orders_waiting_for_events = %v; want 4", got)
+	}
+	if got := testutil.ToFloat64(m.stuck.WithLabelValues("redriven")); got != 3 {
+		t.Errorf(`idemd_order_watchdog_orders_total{action="redriven"} = %v; want 3 (one per round)`, got)
+	}
+	m.watchdog(orders.WatchdogStats{})
+	if got := testutil.ToFloat64(m.operator) + testutil.ToFloat64(m.waiting); got != 0 {
+		t.Errorf("gauges after a round with nothing stuck = %v; want 0", got)
+	}
+}
+
+// A sweep that failed before any table counts as failed.
+func TestSweepMetrics(t *testing.T) {
+	m := newMetrics()
+	m.sweep(cleanup.Report{Err: errors.New("acquire lease: database is closed")})
+	m.sweep(cleanup.Report{Skipped: true})
+	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 5}}})
+	for result, want := range map[string]float64{"failed": 1, "skipped": 1, "done": 1} {
+		if got := testutil.ToFloat64(m.sweeps.WithLabelValues(result)); got != want {
+			t.Errorf(`idemd_cleanup_sweeps_total{result=%q} = %v; want %v`, result, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.deleted.WithLabelValues(cleanup.TableInbox)); got != 5 {
+		t.Errorf("deleted rows of the inbox = %v; want 5", got)
+	}
+}
