@@ -92,7 +92,10 @@ type Config struct {
 
 	// LockName is the lease (table idem_lock) that makes exactly one replica
 	// run a sweep. Cleaners that share a database and must not sweep at
-	// once use the same name. Defaults to "idem-cleanup".
+	// once use the same name. A cleaner that finds the lease held skips its
+	// whole run (it does not wait for it), so cleaners sharing a name must
+	// sweep the same tables and Rules: give a cleaner with other Rules a
+	// name of its own. Defaults to "idem-cleanup".
 	LockName string
 	// Lease is how long the lease lives without renewal; the cleaner renews
 	// it every Lease/3 while it sweeps, so only a dead replica's lease

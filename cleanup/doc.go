@@ -47,9 +47,11 @@
 //
 // # Batches
 //
-// Every DELETE removes at most Config.BatchSize rows (1000 by default,
-// oldest first; for sagas, BatchSize sagas with their steps; on PostgreSQL
-// rows held by a concurrent transaction are skipped, never waited for), and
+// Every DELETE removes at most Config.BatchSize rows (1000 by default;
+// oldest first for the inbox, the outbox and sagas, in no set order for
+// expired idempotency records; for sagas, BatchSize sagas with their
+// steps; on PostgreSQL rows held by a concurrent transaction are skipped,
+// never waited for), and
 // a table is swept again after Config.Pause (50ms) until a batch deletes
 // fewer rows. So a sweep never holds many row locks, never holds them for
 // long, and leaves room to the application's inserts and to replication.
@@ -85,7 +87,11 @@
 // that are UUIDv7 (idem's event package makes them), and brief exclusive
 // locks on processed_event when a day is detached (bounded by
 // pgdriver.PartitionLockTimeout; a sweep that cannot get them tries again
-// next time).
+// next time). Creating a day's partition holds an exclusive lock on the
+// DEFAULT partition while it scans it (twice: to move the day's rows, then
+// to attach), so inserts that land there wait for as long as the scan
+// takes: keep the DEFAULT partition small (UUIDv7 event ids keep it
+// nearly empty).
 //
 // To enable it, call the driver's EnableInboxPartitioning once after
 // Migrate (it converts the table in one transaction, copying its rows), then

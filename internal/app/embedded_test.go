@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -283,5 +284,41 @@ func TestEmbeddedRetention(t *testing.T) {
 	}
 	if len(rcs) != 2 {
 		t.Errorf("%d topics described, want 2", len(rcs))
+	}
+}
+
+// With a real cluster, idemd warns at start-up when the events' topic keeps
+// events longer than the inboxes remember them (a group reset would apply
+// them again), and says nothing when it does not.
+func TestKafkaRetentionChecked(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	for _, c := range []struct {
+		retention string
+		warn      bool
+	}{{"604800000", true}, {"-1", true}, {"252000000", false}} { // 7 days, forever, 70 h
+		topic := kafkatest.Name("idemd-retention")
+		cluster.CreateTopic(t, topic, 1)
+		res, err := cluster.Admin().AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &c.retention}}, topic)
+		if err == nil {
+			err = res[0].Err
+		}
+		if err != nil {
+			t.Fatalf("retention.ms=%s: %v", c.retention, err)
+		}
+		dbArg, _ := dbCounter(t, app.SQLite)
+		cfg, err := app.ParseConfig([]string{"-db", dbArg, "-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic}, envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
+		if err != nil {
+			t.Fatalf("app.New: %v", err)
+		}
+		a.Close()
+		if got := strings.Contains(logs.String(), "keeps events longer than the inboxes remember them"); got != c.warn {
+			t.Errorf("retention.ms=%s: warned %v; want %v; logs:\n%s", c.retention, got, c.warn, logs.String())
+		}
 	}
 }

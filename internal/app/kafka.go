@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/cleanup"
 )
 
 // Kafka modes.
@@ -115,6 +118,53 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 		}
 		a.log.Warn("kafka: the topic is not usable yet; idemd goes on (a cluster may create it on first use)",
 			"topic", topic, "reason", reason, "brokers", len(md.Brokers))
+		return nil
+	}
+	if a.cfg.Cleanup != CleanupOff {
+		checkRetention(ctx, a, kadm.NewClient(cl), topic)
 	}
 	return nil
+}
+
+// checkRetention warns when the events' topic keeps events longer than the
+// inboxes remember them (cleanup.DefaultInboxTTL): a consumer group that
+// reads such an event again (its offsets expired or were reset to the
+// earliest) applies it a second time. It only warns: the cluster's
+// retention is the operator's, and a group that keeps its offsets never
+// reads that far back.
+func checkRetention(ctx context.Context, a *App, adm *kadm.Client, topic string) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	var retention string
+	if err == nil {
+		rc, rerr := rcs.On(topic, nil)
+		err = rerr
+		if err == nil {
+			err = rc.Err
+		}
+		for _, c := range rc.Configs {
+			if c.Key == "retention.ms" && c.Value != nil {
+				retention = *c.Value
+			}
+		}
+	}
+	if err != nil || retention == "" {
+		a.log.Warn("kafka: could not read the topic's retention.ms; make sure it is at most the inboxes' retention",
+			"topic", topic, "inbox_ttl", cleanup.DefaultInboxTTL.String(), "err", err)
+		return
+	}
+	ms, err := strconv.ParseInt(retention, 10, 64)
+	if err != nil {
+		return
+	}
+	if ms >= 0 && time.Duration(ms)*time.Millisecond <= cleanup.DefaultInboxTTL {
+		return
+	}
+	kept := "forever"
+	if ms >= 0 {
+		kept = (time.Duration(ms) * time.Millisecond).String()
+	}
+	a.log.Warn("kafka: the topic keeps events longer than the inboxes remember them: a consumer group that reads one of them again "+
+		"(its offsets expired, or were reset to the earliest) applies it twice; set retention.ms on the topic at most the inbox TTL "+
+		"(70h leaves a margin), or make sure the groups' offsets never expire",
+		"topic", topic, "retention", kept, "inbox_ttl", cleanup.DefaultInboxTTL.String())
 }
