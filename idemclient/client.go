@@ -495,8 +495,18 @@ func permanent(err error) bool {
 		cie x509.CertificateInvalidError
 		rhe tls.RecordHeaderError
 	)
-	return errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &he) ||
-		errors.As(err, &cie) || errors.As(err, &rhe)
+	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &he) ||
+		errors.As(err, &cie) || errors.As(err, &rhe) {
+		return true
+	}
+	// The request itself cannot be sent (net/http refuses it before
+	// dialling; its errors have no type of their own).
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		msg := ue.Err.Error()
+		return strings.HasPrefix(msg, "unsupported protocol scheme") || strings.HasPrefix(msg, "http: no Host in request URL")
+	}
+	return false
 }
 
 // outcomeError describes the last outcome for an error message.

@@ -62,6 +62,8 @@
 //	  EOF before the response, per-attempt timeout)     have reached the server; that is what the key is for
 //	TLS certificate error                             done: returns the error (retrying cannot help)
 //	redirect policy error (CheckRedirect, 10 hops)    done: returns the error (retrying cannot help)
+//	request not sendable (unsupported scheme, no      done: returns the error (retrying cannot help)
+//	  host in the URL)
 //	408, 425, 429, 502, 503, 504                      retry (503 store-unavailable and outcome-unknown included)
 //	500                                               retry, except problem type response-too-large
 //	409 request-in-progress                           retry after Retry-After: the first attempt is still running

@@ -97,3 +97,28 @@ func TestRequestReusedSendsBody(t *testing.T) {
 		t.Fatalf("bodies received: %q; want the body twice", bodies)
 	}
 }
+
+// A request net/http refuses before dialling (a scheme it does not speak, a
+// URL without a host) fails at once: another attempt would fail the same
+// way, after the backoff.
+func TestUnsendableRequestNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"ftp://example.com/payments", "http:///payments"} {
+		c, _ := newClient(t, nil)
+		req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"a":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		var e *idemclient.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("%s: err %v, want an *idemclient.Error", u, err)
+		}
+		if e.Attempts != 1 {
+			t.Errorf("%s: %d attempts, want 1", u, e.Attempts)
+		}
+	}
+}
