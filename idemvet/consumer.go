@@ -26,15 +26,17 @@ func runConsumer(pass *analysis.Pass) (any, error) {
 		polls, dedup := false, false
 		var execs []*ast.CallExpr
 		ast.Inspect(body, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && usesDedupPackage(info, id) {
+				dedup = true
+			}
+			// Any constant string: a literal, a named constant (of this
+			// package or another), a constant concatenation.
+			if e, ok := n.(ast.Expr); ok {
+				if s, ok := constString(info, e); ok && dedupSQL(s) {
+					dedup = true
+				}
+			}
 			switch n := n.(type) {
-			case *ast.Ident:
-				if usesDedupPackage(info, n) {
-					dedup = true
-				}
-			case *ast.BasicLit:
-				if s, ok := constString(info, n); ok && dedupSQL(s) {
-					dedup = true
-				}
 			case *ast.CallExpr:
 				fn := callee(info, n)
 				switch {

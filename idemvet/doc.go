@@ -49,8 +49,9 @@
 // idemconsumer: a function (its function literals included) that calls
 // PollFetches or PollRecords on a kgo.Client and Exec or ExecContext on a
 // pgx, pgxpool or database/sql handle, and uses nothing from the inbox or
-// idemkafka packages nor constant SQL with ON CONFLICT ... DO NOTHING or
-// INSERT OR IGNORE. Every such Exec is reported. A consumer that polls in
+// idemkafka packages nor constant SQL (a literal, or a named constant of
+// any package) with ON CONFLICT ... DO NOTHING or INSERT OR IGNORE. Every
+// such Exec is reported. A consumer that polls in
 // one function and writes in another, or deduplicates by other means, is
 // not seen.
 //

@@ -37,6 +37,14 @@ func upsertIsNotDedup(ctx context.Context, cl *kgo.Client, conn *pgx.Conn) {
 	}
 }
 
+const credit = "UPDATE accounts SET balance = balance + 1 WHERE id = $1"
+
+func namedConstWrite(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		pool.Exec(ctx, credit, r.Key) // want "without deduplication"
+	}
+}
+
 // Not reported.
 
 func withInbox(ctx context.Context, cl *kgo.Client, in *inbox.Inbox[pgx.Tx]) {
@@ -75,4 +83,24 @@ func harness(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool, table stri
 	pool.Exec(ctx, "TRUNCATE "+table)
 	pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS seen (id uuid)")
 	return len(cl.PollFetches(ctx).Records())
+}
+
+// The dedup SQL in a named constant, of this package or another.
+const insertSeen = "INSERT INTO seen (id) VALUES ($1) ON CONFLICT DO NOTHING"
+
+func constDedup(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		pool.Exec(ctx, insertSeen, r.Key)
+	}
+}
+
+const (
+	insertSeenHead = "INSERT INTO seen (id) VALUES ($1) "
+	onConflict     = "ON CONFLICT (id) DO NOTHING"
+)
+
+func constConcatDedup(ctx context.Context, cl *kgo.Client, db *sql.DB) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		db.ExecContext(ctx, insertSeenHead+onConflict, r.Key)
+	}
 }
