@@ -21,9 +21,11 @@
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
 // event.NewID and event.New, which count with any send (http.Client.Do,
 // http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync),
-// and the github.com/google/uuid constructors, which count only when the
-// loop sets an Idempotency-Key header (Header.Set/Add, idemclient.WithKey),
-// since a UUID may be a per-attempt request ID. A retry loop is a for loop
+// and the github.com/google/uuid constructors, which count only when their
+// value is the key the loop sends: the value of Header.Set/Add of an
+// Idempotency-Key header or the key of idemclient.WithKey, directly or
+// computed from it (id.String(), a concatenation, a call's argument)
+// through local variables, since a UUID may be a per-attempt request ID. A retry loop is a for loop
 // over a count or a condition, or an endless one; loops over a slice, map,
 // channel or iterator, loops whose condition is a call or a len, and loops
 // that receive or poll the next unit of work (v := <-ch, Recv, PollFetches,

@@ -25,6 +25,7 @@ var workMethods = []string{"Recv", "Receive", "PollFetches", "PollRecords", "Acc
 
 func runRetryKey(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
+	assigns := assignments(pass)
 	r := newReporter(pass)
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -40,8 +41,11 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 			if !isRetryLoop(info, n) {
 				return true
 			}
-			var keys []*ast.CallExpr
-			sends, setsKey := false, false
+			var (
+				keys      []*ast.CallExpr
+				keyValues []ast.Expr // values the loop sends as an Idempotency-Key
+				sends     bool
+			)
 			ast.Inspect(body, func(m ast.Node) bool {
 				call, ok := m.(*ast.CallExpr)
 				if !ok {
@@ -50,19 +54,34 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				if isSend(info, call) {
 					sends = true
 				}
-				if setsKeyHeader(info, call) {
-					sends, setsKey = true, true
+				if v := keyHeaderValue(info, call); v != nil {
+					sends = true
+					keyValues = append(keyValues, v)
 				}
 				if newKey(info, call) != notKey && !inNestedLoop(body, call) {
 					keys = append(keys, call)
 				}
 				return true
 			})
+			var sent map[*ast.CallExpr]bool // UUID constructors whose value is a key
 			for _, k := range keys {
-				// A plain UUID may be a per-attempt request or trace ID; it
-				// counts only when the loop sets an Idempotency-Key.
-				if kind := newKey(info, k); (kind == idemKey && sends) || (kind == plainUUID && setsKey) {
-					r.report(k, msgRetryKey)
+				switch newKey(info, k) {
+				case idemKey:
+					if sends {
+						r.report(k, msgRetryKey)
+					}
+				case plainUUID:
+					// A plain UUID may be a per-attempt request or trace
+					// ID; it counts only when it becomes the key.
+					if sent == nil {
+						sent = make(map[*ast.CallExpr]bool)
+						for _, v := range keyValues {
+							uuidSources(info, assigns, v, 0, 0, sent)
+						}
+					}
+					if sent[k] {
+						r.report(k, msgRetryKey)
+					}
 				}
 			}
 			return true
@@ -104,18 +123,61 @@ func isSend(info *types.Info, call *ast.CallExpr) bool {
 		isMethod(fn, kgoPath, "Client", "Produce", "ProduceSync", "TryProduce")
 }
 
-// setsKeyHeader reports whether call attaches an Idempotency-Key to a
-// request: idemclient.WithKey, or a Set or Add of the header.
-func setsKeyHeader(info *types.Info, call *ast.CallExpr) bool {
+// keyHeaderValue returns the key that call attaches to a request as its
+// Idempotency-Key: the key of idemclient.WithKey, or the value of a Set or
+// Add of the header. It returns nil for any other call.
+func keyHeaderValue(info *types.Info, call *ast.CallExpr) ast.Expr {
 	fn := callee(info, call)
-	if isFunc(fn, idemclientPath, "WithKey") {
-		return true
+	if isFunc(fn, idemclientPath, "WithKey") && len(call.Args) == 2 {
+		return call.Args[1]
 	}
 	if !isMethod(fn, httpPath, "Header", "Set", "Add") || len(call.Args) != 2 {
-		return false
+		return nil
 	}
-	name, ok := constString(info, call.Args[0])
-	return ok && strings.EqualFold(name, "Idempotency-Key")
+	if name, ok := constString(info, call.Args[0]); ok && strings.EqualFold(name, "Idempotency-Key") {
+		return call.Args[1]
+	}
+	return nil
+}
+
+// uuidSources adds to out the github.com/google/uuid constructor calls
+// whose value e is or is computed from: the call itself, the receiver or an
+// argument of a call (id.String(), uuid.Must(...), fmt.Sprint(id)), either
+// side of a binary expression, or a value assigned to a variable. index is
+// the result of e wanted when e is a call; depth bounds the search through
+// variables.
+func uuidSources(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, index, depth int, out map[*ast.CallExpr]bool) {
+	if depth > 8 {
+		return
+	}
+	switch e := ast.Unparen(e).(type) {
+	case *ast.CallExpr:
+		if newKey(info, e) == plainUUID {
+			if index == 0 {
+				out[e] = true
+			}
+			return
+		}
+		if sel, ok := ast.Unparen(e.Fun).(*ast.SelectorExpr); ok {
+			if s, ok := info.Selections[sel]; ok && s.Kind() == types.MethodVal {
+				uuidSources(info, assigns, sel.X, 0, depth+1, out)
+			}
+		}
+		for _, a := range e.Args {
+			uuidSources(info, assigns, a, 0, depth+1, out)
+		}
+	case *ast.BinaryExpr:
+		uuidSources(info, assigns, e.X, 0, depth+1, out)
+		uuidSources(info, assigns, e.Y, 0, depth+1, out)
+	case *ast.Ident:
+		obj, ok := info.ObjectOf(e).(*types.Var)
+		if !ok {
+			return
+		}
+		for _, a := range assigns[obj] {
+			uuidSources(info, assigns, a.Expr, a.Index, depth+1, out)
+		}
+	}
 }
 
 // isRetryLoop reports whether loop may repeat one operation: a loop over

@@ -71,7 +71,66 @@ func backoffSelect(ctx context.Context, c *http.Client, req *http.Request) {
 	}
 }
 
+func uuidThroughVariables(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		id := uuid.New() // want "idempotency key created inside a retry loop"
+		key := "order-" + id.String()
+		req.Header.Set("idempotency-key", key)
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func uuidWithKey(c *idemclient.Client, req *http.Request) {
+	for {
+		r, _ := idemclient.WithKey(req, uuid.Must(uuid.NewRandom()).String()) // want "idempotency key created inside a retry loop"
+		if _, err := c.Do(r); err == nil {
+			return
+		}
+	}
+}
+
+func eventInProduceLoop(ctx context.Context, cl *kgo.Client) {
+	for ctx.Err() == nil {
+		e, _ := event.New("X.v1", "k", nil) // want "idempotency key created inside a retry loop"
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.Key)}); err == nil {
+			return
+		}
+	}
+}
+
 // Not reported.
+
+// stableKeyRequestID is the right pattern: one key for the operation, a
+// fresh request ID per attempt.
+func stableKeyRequestID(c *http.Client, req *http.Request) error {
+	key, err := idemclient.NewKey()
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+	}
+	return nil
+}
+
+func stableKeyTraceVar(c *idemclient.Client, req *http.Request, key string) {
+	for attempt := 0; attempt < 3; attempt++ {
+		trace := uuid.New().String()
+		r, _ := idemclient.WithKey(req, key)
+		r.Header.Add("X-Trace-Id", trace)
+		if _, err := c.Do(r); err == nil {
+			return
+		}
+	}
+}
 
 func keyBeforeLoop(c *http.Client, body []byte) error {
 	key, err := idemclient.NewKey()
