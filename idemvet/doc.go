@@ -25,13 +25,15 @@
 // value is the key the loop sends: the value of Header.Set/Add of an
 // Idempotency-Key header or the key of idemclient.WithKey, directly or
 // computed from it (id.String(), a concatenation, a call's argument)
-// through local variables, since a UUID may be a per-attempt request ID. A retry loop is a for loop
-// over a count or a condition, or an endless one; loops over a slice, map,
-// channel or iterator, loops whose condition is a call or a len, and loops
-// that receive or poll the next unit of work (v := <-ch, Recv, PollFetches,
-// Accept, ...) are item loops and are not checked. A loop that makes one
-// operation per count (for i := 0; i < n; i++) is reported by mistake. A key
-// made in a helper the loop calls is not seen.
+// through local variables, since a UUID may be a per-attempt request ID. A
+// retry loop is a for loop over a count or a condition, or an endless one;
+// loops over a slice, map, channel or iterator, loops whose condition is a
+// call or a len, and loops that receive or poll the next unit of work
+// (v := <-ch, Recv, PollFetches, Accept, ..., or a tick of a time.Ticker
+// or time.Tick: a periodic job) are item loops and are not checked;
+// time.After and a time.Timer are a backoff between attempts. A loop that
+// makes one operation per count (for i := 0; i < n; i++) is reported by
+// mistake. A key made in a helper the loop calls is not seen.
 //
 // idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
 // through uuid.Must, .String() or a local variable) stored in

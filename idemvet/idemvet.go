@@ -35,6 +35,7 @@ const (
 	pgxpoolPath    = "github.com/jackc/pgx/v5/pgxpool"
 	sqlPath        = "database/sql"
 	httpPath       = "net/http"
+	timePath       = "time"
 )
 
 // callee returns the function or method call invokes, or nil (builtins,
@@ -100,6 +101,28 @@ func isType(t types.Type, pkg, name string) bool {
 	}
 	n, _ := types.Unalias(t).(*types.Named)
 	return isNamed(n, pkg, name)
+}
+
+// isField reports whether v is the field name of the struct type pkg.typ
+// (selected directly or promoted through an embedded field).
+func isField(v *types.Var, pkg, typ, name string) bool {
+	if v == nil || !v.IsField() || v.Name() != name || v.Pkg() == nil || v.Pkg().Path() != pkg {
+		return false
+	}
+	tn, ok := v.Pkg().Scope().Lookup(typ).(*types.TypeName)
+	if !ok {
+		return false
+	}
+	st, ok := tn.Type().Underlying().(*types.Struct)
+	if !ok {
+		return false
+	}
+	for f := range st.Fields() {
+		if f == v.Origin() {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

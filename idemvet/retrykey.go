@@ -38,7 +38,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 			default:
 				return true
 			}
-			if !isRetryLoop(info, n) {
+			if !isRetryLoop(info, assigns, n) {
 				return true
 			}
 			var (
@@ -183,9 +183,11 @@ func uuidSources(info *types.Info, assigns map[types.Object][]assignment, e ast.
 // isRetryLoop reports whether loop may repeat one operation: a loop over
 // a count or a condition, or an endless one. Loops over the items of a
 // slice, map, channel or iterator, loops whose condition is a call (rows.Next())
-// or a len, and loops that receive or fetch the next unit of work handle a
-// new operation per iteration.
-func isRetryLoop(info *types.Info, loop ast.Node) bool {
+// or a len, and loops that receive or fetch the next unit of work (a
+// receive from a time.Ticker's channel or time.Tick included: a periodic
+// job) handle a new operation per iteration. A receive from time.After or
+// a Timer is a backoff between attempts.
+func isRetryLoop(info *types.Info, assigns map[types.Object][]assignment, loop ast.Node) bool {
 	var body *ast.BlockStmt
 	switch l := loop.(type) {
 	case *ast.RangeStmt:
@@ -228,6 +230,11 @@ func isRetryLoop(info *types.Info, loop ast.Node) bool {
 					work = true
 				}
 			}
+		case *ast.UnaryExpr:
+			// <-t.C, <-time.Tick(d), in a select case too
+			if n.Op == token.ARROW && isTickerChan(info, assigns, n.X, 0) {
+				work = true
+			}
 		case *ast.CallExpr:
 			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && contains(workMethods, sel.Sel.Name) {
 				if _, isMeth := info.Selections[sel]; isMeth {
@@ -238,6 +245,37 @@ func isRetryLoop(info *types.Info, loop ast.Node) bool {
 		return !work
 	})
 	return !work
+}
+
+// isTickerChan reports whether e is the channel of a time.Ticker or one
+// from time.Tick, directly or through a variable; depth bounds the search
+// through variables.
+func isTickerChan(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, depth int) bool {
+	if depth > 8 {
+		return false
+	}
+	switch e := ast.Unparen(e).(type) {
+	case *ast.SelectorExpr:
+		s, ok := info.Selections[e]
+		if !ok || s.Kind() != types.FieldVal {
+			return false
+		}
+		v, _ := s.Obj().(*types.Var)
+		return isField(v, timePath, "Ticker", "C")
+	case *ast.CallExpr:
+		return isFunc(callee(info, e), timePath, "Tick")
+	case *ast.Ident:
+		obj, ok := info.ObjectOf(e).(*types.Var)
+		if !ok {
+			return false
+		}
+		for _, a := range assigns[obj] {
+			if a.Index == 0 && isTickerChan(info, assigns, a.Expr, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func allBlank(es []ast.Expr) bool {

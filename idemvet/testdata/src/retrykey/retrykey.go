@@ -101,6 +101,20 @@ func eventInProduceLoop(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
+// A Timer between attempts is a backoff, not the next unit of work.
+func timerBackoff(c *idemclient.Client, req *http.Request) {
+	t := time.NewTimer(time.Second)
+	for {
+		key, _ := idemclient.NewKey() // want "idempotency key created inside a retry loop"
+		r, _ := idemclient.WithKey(req, key)
+		if _, err := c.Do(r); err == nil {
+			return
+		}
+		<-t.C
+		t.Reset(time.Second)
+	}
+}
+
 // Not reported.
 
 // stableKeyRequestID is the right pattern: one key for the operation, a
@@ -209,5 +223,44 @@ func polling(ctx context.Context, cl *kgo.Client) {
 			e, _ := event.New("OrderSeen.v1", string(r.Key), nil)
 			cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.Key)})
 		})
+	}
+}
+
+// ticker is a periodic job: each tick is a new operation.
+func ticker(ctx context.Context, c *idemclient.Client, mk func() *http.Request) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		key, _ := idemclient.NewKey()
+		r, _ := idemclient.WithKey(mk(), key)
+		c.Do(r)
+	}
+}
+
+type job struct{ *time.Ticker }
+
+func tickerEmbedded(ctx context.Context, j job, cl *kgo.Client) {
+	for ctx.Err() == nil {
+		<-j.C
+		id, _ := event.NewID()
+		cl.ProduceSync(ctx, &kgo.Record{Key: id[:]})
+	}
+}
+
+func tick(ctx context.Context, cl *kgo.Client) {
+	every := time.Tick(time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-every:
+			id, _ := event.NewID()
+			cl.ProduceSync(ctx, &kgo.Record{Key: id[:]})
+		}
 	}
 }
