@@ -9,6 +9,10 @@
 // at a time and follow values only through local assignments: what a helper
 // function returns or does is not seen, so every rule has false negatives.
 // They report only the shapes below, to keep false positives rare.
+// Generated files (a "// Code generated ... DO NOT EDIT." line before the
+// package clause) are not checked, except cmd/cgo's copies of the files of
+// a package that imports "C": those are checked, and reported at the
+// original file's lines.
 //
 // idemproducer: a kgo.NewClient whose options include
 // kgo.DisableIdempotentWrite() or kgo.RequiredAcks(kgo.LeaderAck()) /

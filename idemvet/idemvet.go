@@ -3,6 +3,7 @@ package idemvet
 import (
 	"go/ast"
 	"go/constant"
+	"go/token"
 	"go/types"
 	"strings"
 
@@ -246,10 +247,7 @@ func assignments(pass *analysis.Pass) map[types.Object][]assignment {
 // funcBodies calls fn for every top-level function body of the files,
 // function literals inside it included, skipping generated files.
 func funcBodies(pass *analysis.Pass, fn func(body *ast.BlockStmt)) {
-	for _, f := range pass.Files {
-		if ast.IsGenerated(f) {
-			continue
-		}
+	for _, f := range sourceFiles(pass) {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -291,9 +289,54 @@ func (r *reporter) report(n ast.Node, msg string) {
 func sourceFiles(pass *analysis.Pass) []*ast.File {
 	var out []*ast.File
 	for _, f := range pass.Files {
-		if !ast.IsGenerated(f) {
+		if !isGenerated(pass.Fset, f) {
 			out = append(out, f)
 		}
 	}
 	return out
+}
+
+// cgoGenerator is what cmd/cgo writes in "// Code generated ... DO NOT
+// EDIT." at the top of its files.
+const cgoGenerator = "by cmd/cgo;"
+
+// isGenerated reports whether f is a generated file, which the rules skip:
+// a "// Code generated ... DO NOT EDIT." line before the package clause.
+// cmd/cgo's copy of a source file that imports "C" (what go vet and
+// go/packages hand an analyzer in place of the file) is not generated: it
+// starts with cmd/cgo's line and a //line directive naming the original
+// file, and is checked unless the original has a generated line of its
+// own. cmd/cgo's own files (_cgo_gotypes.go, ...) have no //line directive
+// before the package clause and are generated.
+func isGenerated(fset *token.FileSet, f *ast.File) bool {
+	cgo := false
+	for _, g := range f.Comments {
+		if g.Pos() > f.Package {
+			break
+		}
+		for _, c := range g.List {
+			if c.Pos() > f.Package {
+				break
+			}
+			for line := range strings.SplitSeq(c.Text, "\n") {
+				rest, ok := strings.CutPrefix(line, "// Code generated ")
+				if !ok {
+					continue
+				}
+				gen, ok := strings.CutSuffix(rest, " DO NOT EDIT.")
+				switch {
+				case !ok:
+				case gen == cgoGenerator:
+					cgo = true
+				default:
+					return true
+				}
+			}
+		}
+	}
+	if !cgo {
+		return false
+	}
+	pkg := fset.Position(f.Package)
+	return pkg.Filename == fset.PositionFor(f.Package, false).Filename
 }
