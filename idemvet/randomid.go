@@ -21,8 +21,8 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	assigns := assignments(pass)
 	r := newReporter(pass)
-	check := func(field *types.Var, owner types.Type, value ast.Expr) {
-		if field != nil && isEventIDField(field, owner) && isRandomUUID(info, assigns, value, 0, 0) {
+	check := func(field *types.Var, value ast.Expr) {
+		if field != nil && isEventIDField(field) && isRandomUUID(info, assigns, value, 0, 0) {
 			r.report(value, msgRandomID)
 		}
 	}
@@ -33,10 +33,6 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CompositeLit:
-				t := info.TypeOf(n)
-				if t == nil {
-					return true
-				}
 				for _, el := range n.Elts {
 					kv, ok := el.(*ast.KeyValueExpr)
 					if !ok {
@@ -48,7 +44,7 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 					}
 					field, _ := info.ObjectOf(key).(*types.Var)
 					if field != nil && field.IsField() {
-						check(field, t, kv.Value)
+						check(field, kv.Value)
 					}
 				}
 			case *ast.AssignStmt:
@@ -64,10 +60,10 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 					field, _ := s.Obj().(*types.Var)
 					switch {
 					case len(n.Lhs) == len(n.Rhs):
-						check(field, s.Recv(), n.Rhs[i])
+						check(field, n.Rhs[i])
 					case i == 0 && len(n.Rhs) == 1:
 						// ev.ID, err = uuid.NewRandom()
-						check(field, s.Recv(), n.Rhs[0])
+						check(field, n.Rhs[0])
 					}
 				}
 			}
@@ -77,11 +73,11 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 	return nil, nil
 }
 
-// isEventIDField reports whether field, selected from a value of type owner,
-// holds an event ID: event.Envelope's ID, or a uuid.UUID or string field
-// named EventID.
-func isEventIDField(field *types.Var, owner types.Type) bool {
-	if field.Name() == "ID" && isType(owner, eventPath, "Envelope") {
+// isEventIDField reports whether field holds an event ID: the ID field
+// of event.Envelope (also promoted through an embedded Envelope), or a
+// uuid.UUID or string field named EventID.
+func isEventIDField(field *types.Var) bool {
+	if isField(field, eventPath, "Envelope", "ID") {
 		return true
 	}
 	if !strings.EqualFold(field.Name(), "EventID") {

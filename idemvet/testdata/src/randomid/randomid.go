@@ -53,7 +53,41 @@ func uuidField() Message {
 	return Message{EventId: uuid.New()} // want "event ID from a random UUIDv4"
 }
 
+// Shipped embeds the envelope: its ID is the envelope's.
+type Shipped struct {
+	event.Envelope
+	OrderID string
+}
+
+type Wrapped struct{ *Shipped }
+
+func promoted() Shipped {
+	var e Shipped
+	e.ID = uuid.New() // want "event ID from a random UUIDv4"
+	return e
+}
+
+func promotedTwice(w Wrapped) {
+	w.ID = uuid.Must(uuid.NewRandom()) // want "event ID from a random UUIDv4"
+}
+
+func embeddedLiteral() Shipped {
+	return Shipped{Envelope: event.Envelope{ID: uuid.New()}} // want "event ID from a random UUIDv4"
+}
+
 // Not reported.
+
+// Parcel has an ID field of its own beside the envelope.
+type Parcel struct {
+	event.Envelope
+	ID uuid.UUID
+}
+
+func shadowingID() Parcel {
+	var p Parcel
+	p.ID = uuid.New()
+	return p
+}
 
 func v7() (event.Envelope, error) {
 	id, err := event.NewID()
