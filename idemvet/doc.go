@@ -51,7 +51,9 @@
 // idemhttp.TxFromContext, a Commit or Rollback on the variable it returned,
 // and any Exec, Query, QueryRow, Begin, SendBatch or CopyFrom (and their
 // Context forms) on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
-// Queries whose constant SQL is a plain SELECT are reads and not reported.
+// Query and QueryRow calls whose constant SQL is a read are not reported: a
+// SELECT (SHOW, EXPLAIN, VALUES, TABLE) without FOR UPDATE, or a WITH
+// without INSERT, UPDATE, DELETE or MERGE, after any leading comments.
 // Handlers that take the transaction in a helper, or pass the pool to one,
 // are not seen.
 //

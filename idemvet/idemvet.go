@@ -183,18 +183,87 @@ func sqlArg(info *types.Info, call *ast.CallExpr) (string, bool) {
 	return "", false
 }
 
-// isReadOnlySQL reports whether q starts with a keyword of a statement that
-// does not write.
+// isReadOnlySQL reports whether q is a statement that does not write: one
+// that starts, after comments, parentheses and white space, with SELECT,
+// SHOW, EXPLAIN, VALUES or TABLE and has no FOR UPDATE, or with WITH and
+// has no INSERT, UPDATE, DELETE or MERGE (a data-modifying CTE or a
+// locking read).
 func isReadOnlySQL(q string) bool {
-	f := strings.Fields(strings.TrimLeft(q, "( \t\r\n"))
-	if len(f) == 0 {
+	words := sqlWords(q)
+	if len(words) == 0 {
 		return false
 	}
-	switch strings.ToUpper(f[0]) {
+	forUpdate, modifies := false, false
+	for i, w := range words {
+		switch w {
+		case "INSERT", "UPDATE", "DELETE", "MERGE":
+			modifies = true
+		case "FOR":
+			if i+1 < len(words) && words[i+1] == "UPDATE" {
+				forUpdate = true
+			}
+		}
+	}
+	switch words[0] {
 	case "SELECT", "SHOW", "EXPLAIN", "VALUES", "TABLE":
-		return !strings.Contains(strings.ToUpper(q), " FOR UPDATE")
+		return !forUpdate
+	case "WITH":
+		return !modifies
 	}
 	return false
+}
+
+// sqlWords returns the words (keywords, names, numbers) of the SQL text q
+// in upper case, skipping comments (-- to the end of the line, and /* */,
+// nested as in PostgreSQL), quoted strings and names, and punctuation.
+func sqlWords(q string) []string {
+	var words []string
+	for i := 0; i < len(q); {
+		c := q[i]
+		switch {
+		case strings.HasPrefix(q[i:], "--"):
+			if j := strings.IndexByte(q[i:], '\n'); j >= 0 {
+				i += j + 1
+			} else {
+				i = len(q)
+			}
+		case strings.HasPrefix(q[i:], "/*"):
+			for depth := 0; i < len(q); {
+				if strings.HasPrefix(q[i:], "/*") {
+					depth++
+					i += 2
+				} else if strings.HasPrefix(q[i:], "*/") {
+					depth--
+					i += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+		case c == '\'' || c == '"' || c == '`':
+			if j := strings.IndexByte(q[i+1:], c); j >= 0 {
+				i += j + 2
+			} else {
+				i = len(q)
+			}
+		case isSQLWordByte(c):
+			j := i
+			for j < len(q) && isSQLWordByte(q[j]) {
+				j++
+			}
+			words = append(words, strings.ToUpper(q[i:j]))
+			i = j
+		default:
+			i++
+		}
+	}
+	return words
+}
+
+func isSQLWordByte(c byte) bool {
+	return c == '_' || c >= 0x80 || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // assignment is one value assigned to a variable: Expr, or result Index of

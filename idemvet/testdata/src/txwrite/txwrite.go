@@ -50,7 +50,36 @@ func SQLHandler(db *sql.DB) http.Handler {
 	})
 }
 
+func (s *Server) CTEWrite(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+	s.pool.QueryRow(ctx, "WITH d AS (DELETE FROM carts WHERE id = $1 RETURNING id) SELECT count(*) FROM d", 1) // want "write through the pool bypasses"
+	s.pool.Query(ctx, "-- SELECT\nUPDATE stock SET n = n - 1 RETURNING n")                                     // want "write through the pool bypasses"
+}
+
+func (s *Server) DeferRollback(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, ok := idemhttp.TxFromContext[pgx.Tx](ctx)
+	if !ok {
+		return
+	}
+	defer tx.Rollback(ctx) // want "handler commits/rolls back"
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+}
+
 // Not reported.
+
+// Reads reads beside the transaction: a CTE, and queries that start with a
+// comment.
+func (s *Server) Reads(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	s.pool.QueryRow(ctx, "WITH p AS (SELECT price FROM products) SELECT sum(price) FROM p")
+	s.pool.QueryRow(ctx, "-- current stock\nSELECT n FROM stock WHERE id = $1", 1)
+	s.db.QueryContext(ctx, "/* report */ SELECT count(*) FROM orders")
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+}
 
 // Create is the idiomatic handler: writes through the tx, answers a status.
 func (s *Server) Create(w http.ResponseWriter, r *http.Request) {
