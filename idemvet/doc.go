@@ -48,9 +48,10 @@
 // pass through other functions are not seen.
 //
 // idemtxwrite: in a func(http.ResponseWriter, *http.Request) that calls
-// idemhttp.TxFromContext, a Commit or Rollback on the variable it returned,
-// and any Exec, Query, QueryRow, Begin, SendBatch or CopyFrom (and their
-// Context forms) on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
+// idemhttp.TxFromContext, a Commit or Rollback on the variable it returned
+// (a call, or a method value such as commit := tx.Commit), and any Exec,
+// Query, QueryRow, Begin, SendBatch or CopyFrom (and their Context forms)
+// on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
 // Query and QueryRow calls whose constant SQL is a read are not reported: a
 // SELECT (SHOW, EXPLAIN, VALUES, TABLE) without FOR UPDATE, or a WITH
 // without INSERT, UPDATE, DELETE or MERGE, after any leading comments.

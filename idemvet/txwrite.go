@@ -109,7 +109,21 @@ func checkHandler(info *types.Info, r *reporter, body *ast.BlockStmt) {
 	if !found {
 		return
 	}
+	ends := func(sel *ast.SelectorExpr) bool {
+		if sel.Sel.Name != "Commit" && sel.Sel.Name != "Rollback" {
+			return false
+		}
+		id, ok := ast.Unparen(sel.X).(*ast.Ident)
+		return ok && txs[info.ObjectOf(id)]
+	}
+	called := make(map[*ast.SelectorExpr]bool)
 	ast.Inspect(body, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok && !called[sel] && ends(sel) {
+			// tx.Commit as a method value: commit := tx.Commit, or
+			// passed to a function that calls it.
+			r.report(sel, msgTxEnd)
+			return true
+		}
 		call, ok := n.(*ast.CallExpr)
 		if !ok {
 			return true
@@ -118,8 +132,9 @@ func checkHandler(info *types.Info, r *reporter, body *ast.BlockStmt) {
 		if !ok {
 			return true
 		}
+		called[sel] = true
 		if sel.Sel.Name == "Commit" || sel.Sel.Name == "Rollback" {
-			if id, ok := ast.Unparen(sel.X).(*ast.Ident); ok && txs[info.ObjectOf(id)] {
+			if ends(sel) {
 				r.report(call, msgTxEnd)
 			}
 			return true

@@ -1,6 +1,7 @@
 package txwrite
 
 import (
+	"context"
 	"database/sql"
 	"net/http"
 
@@ -67,6 +68,17 @@ func (s *Server) DeferRollback(w http.ResponseWriter, r *http.Request) {
 	defer tx.Rollback(ctx) // want "handler commits/rolls back"
 	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
 }
+
+func (s *Server) MethodValue(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	commit := tx.Commit // want "handler commits/rolls back"
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+	commit(ctx)
+	finish(ctx, tx.Rollback) // want "handler commits/rolls back"
+}
+
+func finish(ctx context.Context, end func(context.Context) error) { end(ctx) }
 
 // Not reported.
 
