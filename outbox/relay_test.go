@@ -133,8 +133,8 @@ func TestRunRetriesAtTheBackoffNotThePoll(t *testing.T) {
 }
 
 // A publisher that outlives the relay's context: the batch it published is
-// still marked, so a restart does not publish it again, and the interrupted
-// attempt does not count as a failure.
+// still marked, so a restart does not publish it again. (A publish that
+// fails because of the shutdown: TestInterruptedFailureNotCounted.)
 func TestShutdownDuringPublishStillMarks(t *testing.T) {
 	t.Parallel()
 	drv := testdb.SQLite(t)

@@ -40,7 +40,9 @@
 // ratio to a is the median of per-round ratios. Absolute numbers depend on
 // the machine; the ratios are the result, and the targets are on them: a
 // first execution at least 0.85 of a's throughput, a replay at least 5 with
-// the cache and 2.5 without it.
+// the cache and 2.5 without it. Throughput counts the expected answers only;
+// when any request of a scenario (or of a) failed, its verdict is INVALID and
+// httpbench exits 1.
 //
 // Columns that explain the ratios: RT/req counts round trips to PostgreSQL
 // per request (a pgx tracer: each query and each pipelined batch is one),

@@ -94,7 +94,9 @@ func (t *tally) result() runResult {
 		p99:       percentile(t.lats, 0.99),
 	}
 	if n := float64(len(t.lats)); n > 0 {
-		r.rps = n / t.elapsed.Seconds()
+		// Throughput counts the answers the scenario expects only: fast
+		// failures must not make a scenario look faster.
+		r.rps = float64(len(t.lats)-t.failures) / t.elapsed.Seconds()
 		r.rtPerReq = float64(t.db.roundTrips) / n
 		r.stmPerReq = float64(t.db.statements) / n
 		r.walPerReq = t.wal / n

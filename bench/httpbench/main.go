@@ -178,8 +178,13 @@ func run(ctx context.Context, o options) (err error) {
 	if err := drive(ctx, hc, srv.URL, m, scs, o); err != nil {
 		return err
 	}
-	printTable(os.Stdout, scs)
+	tableErr := printTable(os.Stdout, scs)
 	fmt.Printf("load average at end %s\n", loadAvg())
+	defer func() {
+		if err == nil {
+			err = tableErr
+		}
+	}()
 
 	if o.dup > 0 {
 		fmt.Println()

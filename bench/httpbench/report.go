@@ -34,8 +34,9 @@ func conditions(ctx context.Context, pool *pgxpool.Pool, o options) (string, err
 	return b.String(), nil
 }
 
-// printTable prints the medians over rounds and the targets.
-func printTable(w io.Writer, scs []*scenario) {
+// printTable prints the medians over rounds and the targets. It returns
+// an error when requests failed: the ratios are then not valid.
+func printTable(w io.Writer, scs []*scenario) error {
 	base := scs[0]
 	ratios := func(sc *scenario) []float64 {
 		rs := make([]float64, len(sc.runs))
@@ -88,18 +89,38 @@ func printTable(w io.Writer, scs []*scenario) {
 	}
 	fmt.Fprintln(w)
 
+	failedIn := func(sc *scenario) int {
+		n := 0
+		for _, r := range sc.runs {
+			n += r.failures
+		}
+		return n
+	}
+	var invalid []string
+	for _, sc := range scs {
+		if n := failedIn(sc); n > 0 {
+			invalid = append(invalid, fmt.Sprintf("%s (%d)", sc.id, n))
+		}
+	}
 	for _, sc := range scs {
 		if sc.target == 0 {
 			continue
 		}
 		got := median(ratios(sc))
 		verdict := "MISS"
-		if got >= sc.target {
+		switch {
+		case failedIn(sc) > 0 || failedIn(base) > 0:
+			verdict = "INVALID"
+		case got >= sc.target:
 			verdict = "PASS"
 		}
 
 		fmt.Fprintf(w, "target %s/a >= %.2f: %.2f  %-4s  %s\n", sc.id, sc.target, got, verdict, sc.name)
 	}
+	if len(invalid) > 0 {
+		return fmt.Errorf("requests failed in %s: the ratios are not valid", strings.Join(invalid, ", "))
+	}
+	return nil
 }
 
 // printDuplicates runs the duplicates experiment and prints its outcome.

@@ -78,8 +78,7 @@ func runSQLite(ctx context.Context, o options, runID string, hc *http.Client) er
 	if err := drive(ctx, hc, srv.URL, &meter{}, scs, o); err != nil {
 		return err
 	}
-	printTable(os.Stdout, scs)
-	return nil
+	return printTable(os.Stdout, scs)
 }
 
 // sqliteInsert is the business effect on SQLite: one INSERT, in tx.
