@@ -25,7 +25,7 @@ type Config struct {
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (the conventional table names of docs/rules.md:
-	// idempotency_record, processed_event, ...).
+	// idempotency_record, processed_event, ...). At most 31 characters.
 	TablePrefix string
 
 	// OutboxDeletePublished makes OutboxMarkPublished delete the events it

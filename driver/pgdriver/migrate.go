@@ -53,7 +53,26 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Each(ctx, d, ms, d.apply)
+	return migrate.Run(ctx, "pgdriver", readCommitted{d}, ms, d.MigrationStatus, d.apply, lockNotAvailable)
+}
+
+// readCommitted begins the transactions of Migrate at READ COMMITTED,
+// whatever the session's default: a migrator that waited for the migration
+// lock must see what the previous holder committed.
+type readCommitted struct{ *Driver }
+
+func (r readCommitted) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("pgdriver: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// lockNotAvailable reports whether err is a lock_timeout.
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == pgsql.CodeLockNotAvailable
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
@@ -113,8 +132,19 @@ func (d *Driver) lockKey() int64 {
 // apply applies the rendered migrations ms not yet recorded, returning
 // those it applied.
 func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
-	if _, err := tx.Exec(ctx, pgsql.MigrationLockSQL, d.lockKey()); err != nil {
+	key := d.lockKey()
+	if d.cfg.Schema == "" {
+		var schema string
+		if err := tx.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&schema); err != nil {
+			return nil, fmt.Errorf("pgdriver: migrate: current schema: %w", err)
+		}
+		key = pgsql.MigrateLockKeyOf(schema)
+	}
+	if _, err := tx.Exec(ctx, pgsql.MigrationLockSQL, key); err != nil {
 		return nil, fmt.Errorf("pgdriver: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
+		return nil, fmt.Errorf("pgdriver: migrate: lock_timeout: %w", err)
 	}
 	if d.cfg.Schema != "" {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {

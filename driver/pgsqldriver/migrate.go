@@ -3,11 +3,13 @@ package pgsqldriver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
-	"github.com/idemkit/idem/driver/internal/migrate"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/migrate"
 	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
@@ -37,7 +39,26 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Each(ctx, d, ms, d.apply)
+	return migrate.Run(ctx, "pgsqldriver", readCommitted{d}, ms, d.MigrationStatus, d.apply, lockNotAvailable)
+}
+
+// readCommitted begins the transactions of Migrate at READ COMMITTED,
+// whatever the session's default: a migrator that waited for the migration
+// lock must see what the previous holder committed.
+type readCommitted struct{ *Driver }
+
+func (r readCommitted) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("pgsqldriver: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// lockNotAvailable reports whether err is a lock_timeout.
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == pgsql.CodeLockNotAvailable
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
@@ -93,8 +114,19 @@ func (d *Driver) Validate(ctx context.Context) error {
 // those it applied. The advisory lock is pgdriver's: migrators of both
 // drivers serialise on it.
 func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
-	if _, err := tx.ExecContext(ctx, pgsql.MigrationLockSQL, d.names.MigrateLockKey()); err != nil {
+	key := d.names.MigrateLockKey()
+	if d.cfg.Schema == "" {
+		var schema string
+		if err := tx.QueryRowContext(ctx, pgsql.CurrentSchemaSQL).Scan(&schema); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: current schema: %w", err)
+		}
+		key = pgsql.MigrateLockKeyOf(schema)
+	}
+	if _, err := tx.ExecContext(ctx, pgsql.MigrationLockSQL, key); err != nil {
 		return nil, fmt.Errorf("pgsqldriver: migrate: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
+		return nil, fmt.Errorf("pgsqldriver: migrate: lock_timeout: %w", err)
 	}
 	if d.cfg.Schema != "" {
 		if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {

@@ -60,7 +60,11 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Each(ctx, d, ms, d.apply)
+	return migrate.Run(ctx, "sqlitedriver", d, ms, d.MigrationStatus, d.apply, func(err error) bool {
+		// Another process migrating the same file (a *sql.DB without
+		// _txlock=immediate upgrades its transaction and may be refused).
+		return isBusy(err) || errors.Is(err, driver.ErrLockTimeout)
+	})
 }
 
 // MigrateTx implements driver.Driver.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
@@ -184,5 +185,56 @@ func TestValidateChecksSettings(t *testing.T) {
 	}
 	if err := drv.Validate(ctx); err != nil {
 		t.Errorf("Validate with one connection and a busy timeout = %v", err)
+	}
+}
+
+// Processes migrating one file at once, each with its own *sql.DB: through
+// Open (BEGIN IMMEDIATE) and through New with a database of the caller's
+// (deferred transactions, which SQLite may refuse to upgrade: retried).
+func TestConcurrentMigrateProcesses(t *testing.T) {
+	t.Parallel()
+	for _, viaNew := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Open", true: "New"}[viaNew], func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "x.db")
+			const n = 4
+			drvs := make([]*sqlitedriver.Driver, n)
+			for i := range n {
+				if viaNew {
+					db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+					if err != nil {
+						t.Fatal(err)
+					}
+					db.SetMaxOpenConns(1)
+					t.Cleanup(func() { _ = db.Close() })
+					if drvs[i], err = sqlitedriver.New(db, nil); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					d, err := sqlitedriver.Open(path, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = d.Close() })
+					drvs[i] = d
+				}
+			}
+			errs := make([]error, n)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { <-start; errs[i] = drvs[i].Migrate(t.Context()) })
+			}
+			close(start)
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("process %d: Migrate: %v", i, err)
+				}
+			}
+			if err := drvs[0].Validate(t.Context()); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
 	}
 }

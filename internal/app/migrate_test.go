@@ -65,6 +65,18 @@ func TestMigrateSubcommandSQLite(t *testing.T) {
 	if err := drv.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&n); err != nil || n <= len(ms)+1 {
 		t.Fatalf("tables after up: %d, %v", n, err)
 	}
+
+	// A newer idemd migrated it (idem's tables, then its own): an older
+	// one refuses, it does not say "up to date".
+	for _, table := range []string{"payment_migration", "idem_migration"} {
+		if _, err := drv.DB().Exec(`INSERT INTO ` + table + ` (version, name, applied_at) VALUES (999, 'from_the_future', '2030-01-01T00:00:00Z')`); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr = run(t, append([]string{"migrate", "up"}, db...), nil)
+		if code != 1 || !strings.Contains(stderr, "newer than this binary") {
+			t.Fatalf("up on a database with %s version 999: code %d, stdout %q, stderr %q; want exit 1 saying it is newer", table, code, stdout, stderr)
+		}
+	}
 }
 
 func TestMigrateSQL(t *testing.T) {

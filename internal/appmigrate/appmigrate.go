@@ -25,6 +25,21 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, l
 		return err
 	}
 	t := pgx.Identifier{table}.Sanitize()
+	var applied []int
+	var exists bool
+	err = pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
+	if err == nil && exists {
+		var rows pgx.Rows
+		if rows, err = pool.Query(ctx, `SELECT version FROM `+t); err == nil {
+			applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("migrate %s: status: %w", table, err)
+	}
+	if done, err := settled(table, ms, applied); done || err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || ':' || current_schema()))`, lockName); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", table, err)
@@ -63,6 +78,33 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 		return err
 	}
 	t := `"` + table + `"`
+	var applied []int
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
+	if err == nil && n > 0 {
+		var rows *sql.Rows
+		if rows, err = db.QueryContext(ctx, `SELECT version FROM `+t); err == nil {
+			for rows.Next() {
+				var v int
+				if err = rows.Scan(&v); err != nil {
+					break
+				}
+				applied = append(applied, v)
+			}
+			if cerr := rows.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("migrate %s: status: %w", table, err)
+	}
+	if done, err := settled(table, ms, applied); done || err != nil {
+		return err
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", table, err)
@@ -93,4 +135,16 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 		return fmt.Errorf("migrate %s: commit: %w", table, err)
 	}
 	return nil
+}
+
+// settled reports whether nothing is to be done: the database has every
+// migration of ms (then no DDL runs, so a role without CREATE rights can
+// start on a database migrated by another), or it has one this binary does
+// not know (an error: a newer idemd migrated it).
+func settled(table string, ms []driver.Migration, applied []int) (bool, error) {
+	st := driver.NewMigrationStatus(ms, applied)
+	if len(st.Unknown()) > 0 {
+		return true, fmt.Errorf("migrate %s: %w", table, st.Err())
+	}
+	return st.UpToDate(), nil
 }

@@ -4,6 +4,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -32,6 +33,46 @@ func Each[TTx any](ctx context.Context, b driver.Backend[TTx], ms []driver.Migra
 		done = append(done, n...)
 	}
 	return done, nil
+}
+
+// Run is a backend's MigrateApplied. It reads the status first: a database
+// with migrations this binary does not know (a newer binary migrated it) is
+// refused, and one with nothing pending is left alone, without DDL, so that
+// a role without CREATE rights can run on a database migrated by another.
+// The pending migrations are applied by Each; a run that fails because
+// again(err) (a lock not available in time, a busy database) is tried
+// again, from the status, up to 5 times over about 15 s.
+func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []driver.Migration,
+	status func(context.Context) (driver.MigrationStatus, error),
+	apply func(ctx context.Context, tx TTx, ms []driver.Migration) ([]driver.Migration, error),
+	again func(error) bool) ([]driver.Migration, error) {
+	var done []driver.Migration
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		st, err := status(ctx)
+		if err != nil {
+			return done, err
+		}
+		if len(st.Unknown()) > 0 {
+			return done, fmt.Errorf("%s: migrate: %w", name, st.Err())
+		}
+		if st.UpToDate() {
+			return done, nil
+		}
+		n, err := Each(ctx, b, ms, apply)
+		done = append(done, n...)
+		if err == nil || attempt == 5 || !again(err) {
+			return done, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return done, err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // Validate is a backend's Validate: nil when status (read with err) says

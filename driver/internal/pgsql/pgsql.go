@@ -41,8 +41,17 @@ func ValidateConfig(pkg, schema, prefix string) error {
 	if prefix != "" && !IdentRe.MatchString(prefix) {
 		return fmt.Errorf("%s: TablePrefix %q must match %s", pkg, prefix, IdentRe)
 	}
+	if len(prefix) > MaxTablePrefix {
+		return fmt.Errorf("%s: TablePrefix %q is %d characters; at most %d (PostgreSQL cuts names at 63 bytes, and the inbox partitions' names would collide)",
+			pkg, prefix, len(prefix), MaxTablePrefix)
+	}
 	return nil
 }
+
+// MaxTablePrefix is the longest Config.TablePrefix: with it, the longest
+// derived name (processed_event_unpartitioned_processed_at_idx, 46
+// characters) may be cut at 63 bytes but stays distinct from the others.
+const MaxTablePrefix = 31
 
 // QuoteIdent quotes an identifier as pgx.Identifier.Sanitize does.
 func QuoteIdent(s string) string {
@@ -136,10 +145,27 @@ func (n *Names) RecordLockKey(scope, key string) int64 {
 // MigrateLockKey is the advisory lock that serialises migrators of one schema
 // (whatever their prefixes: they share CREATE SCHEMA).
 func (n *Names) MigrateLockKey() int64 {
+	return MigrateLockKeyOf(n.Schema)
+}
+
+// MigrateLockKeyOf is the migration lock of the schema named schema. A
+// driver configured without a schema uses the one its tables go to
+// (current_schema()), so that it shares the lock with one that names it.
+func MigrateLockKeyOf(schema string) int64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("idem-migrate:" + n.Schema))
+	_, _ = h.Write([]byte("idem-migrate:" + schema))
 	return int64(h.Sum64()) //nolint:gosec // a lock ID: wrapping is fine
 }
+
+// MigrationLockTimeout bounds each statement of a migration waiting for a
+// table lock (set after the migration lock is held): a migration that must
+// lock outbox or processed_event behind a long transaction gives up and is
+// tried again, instead of queueing every write of the application behind
+// its lock request.
+const MigrationLockTimeout = "5s"
+
+// CurrentSchemaSQL reads the schema unqualified names are created in.
+const CurrentSchemaSQL = `SELECT coalesce(current_schema(), '')`
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS

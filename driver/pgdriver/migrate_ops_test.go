@@ -1,0 +1,193 @@
+package pgdriver_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// A binary older than the schema (a rollback after a newer one migrated)
+// refuses to migrate it, instead of starting and failing at a request.
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+drv.Table("idem_migration")+` (version, name) VALUES (999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	err := drv.Migrate(ctx)
+	if err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("Migrate on a schema with version 999: %v; want an error saying it is newer", err)
+	}
+}
+
+// A service whose role may read and write idem's tables but not create
+// anything (the schema migrated by a deployment step) starts: Migrate on
+// an up-to-date schema runs no DDL.
+func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	if err := newBareDriver(t, pool, &pgdriver.Config{Schema: schema}).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	role := schema + "_dml"
+	for _, s := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
+		if err := newBareDriver(t, app, c).Migrate(ctx); err != nil {
+			t.Errorf("Migrate (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
+		}
+	}
+}
+
+// Replicas that name the schema and replicas that reach it through their
+// search_path share the migration lock; and replicas whose sessions default
+// to REPEATABLE READ still see what the previous holder committed. Six
+// replicas migrating a fresh schema at once all succeed.
+func TestConcurrentMigrateMixedReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 2)
+	rr, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr.ConnConfig.RuntimeParams["search_path"] = schema
+	rr.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	rrPool, err := pgxpool.NewWithConfig(ctx, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rrPool.Close()
+	var drivers []*pgdriver.Driver
+	for i := range 6 {
+		pool := testdb.Pool(t, schema, 2)
+		if i == 5 {
+			pool = rrPool
+		}
+		cfg := &pgdriver.Config{Schema: schema}
+		if i%2 == 1 {
+			cfg = &pgdriver.Config{} // through search_path
+		}
+		drivers = append(drivers, newBareDriver(t, pool, cfg))
+	}
+	errs := make([]error, len(drivers))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, d := range drivers {
+		wg.Go(func() {
+			<-start
+			errs[i] = d.Migrate(ctx)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: Migrate: %v", i, err)
+		}
+	}
+}
+
+// A migration that must lock a table held by a long transaction gives up
+// after its lock_timeout, so the application's writes queued behind its
+// lock request go on, and it is tried again: once the transaction ends,
+// Migrate completes.
+func TestMigrationYieldsToLongTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := migratedTo(t, 7) // 008 locks outbox
+	pool := drv.Pool()
+	report, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = report.Rollback(ctx) }()
+	if _, err := report.Exec(ctx, `SELECT count(*) FROM outbox`); err != nil { // a long report
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	go func() { migrated <- drv.Migrate(ctx) }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass('outbox')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the migration never waited for the outbox's lock")
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := pool.Exec(wctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+		VALUES (gen_random_uuid(), 't', 'k', '\x00', now(), now())`); err != nil {
+		t.Fatalf("an enqueue while the migration waits: %v after %s; want it through once the migration gives up", err, time.Since(start))
+	}
+	_ = report.Rollback(ctx)
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Fatalf("Migrate after the long transaction ended: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Migrate did not finish after the long transaction ended")
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("outbox rows after the migration: %d, %v; want the one enqueued", n, err)
+	}
+}
+
+// A table prefix long enough for PostgreSQL to cut derived names into
+// collisions is refused.
+func TestTablePrefixTooLong(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 1)
+	if _, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, TablePrefix: strings.Repeat("p", 31)}); err != nil {
+		t.Errorf("31-character prefix: %v", err)
+	}
+	if _, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, TablePrefix: strings.Repeat("p", 32)}); err == nil {
+		t.Error("32-character prefix accepted")
+	}
+}
