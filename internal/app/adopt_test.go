@@ -245,3 +245,59 @@ func TestLeaseTakenStopsPublishing(t *testing.T) {
 		t.Errorf("%d flushes after the lease was taken; want none", n)
 	}
 }
+
+// A client that stalls in the middle of its request at shutdown gets two
+// thirds of -shutdown-timeout; its connection is then closed, and the rest
+// of the bound goes to the relay, the consumers and the outbox flush,
+// which still run. Serve returns an error (the request was cut off),
+// within the bound.
+func TestShutdownWithStalledClient(t *testing.T) {
+	t.Parallel()
+	var flushedAlive atomic.Int32
+	a := &App{
+		cfg: Config{ShutdownTimeout: 900 * time.Millisecond},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body) // the client never sends the rest
+		}),
+		fatal: make(chan error, 1),
+		flush: func(ctx context.Context) (int, error) {
+			if ctx.Err() == nil {
+				flushedAlive.Add(1)
+			}
+			return 0, nil
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\":")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if d := time.Since(start); d > 1500*time.Millisecond {
+			t.Errorf("shutdown took %s with a 900ms timeout", d)
+		}
+		if err == nil || !strings.Contains(err.Error(), "in-flight requests") {
+			t.Errorf("Serve: %v; want the cut-off requests reported", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve waits for a stalled client")
+	}
+	if flushedAlive.Load() == 0 {
+		t.Error("the outbox was not flushed (with time left) after the stalled request was cut off")
+	}
+}

@@ -57,8 +57,8 @@ type Config struct {
 	Addr string
 	// DB is the database. Defaults to the SQLite file ./idemd.db.
 	DB Database
-	// ShutdownTimeout bounds how long a shutdown waits for in-flight
-	// requests. Defaults to 15s.
+	// ShutdownTimeout bounds the whole shutdown (see Serve). Defaults to
+	// 15s.
 	ShutdownTimeout time.Duration
 	// LogFormat is "json" (the default) or "text".
 	LogFormat string
@@ -133,7 +133,7 @@ type setting struct {
 var settings = []setting{
 	{"addr", "IDEMD_ADDR", DefaultAddr, "listen address host:port (port 0 picks a free port)"},
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
-	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight requests"},
+	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
 	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica per database), off (events stay in the outbox), or seed brokers host:port,host:port"},

@@ -487,6 +487,9 @@ func (d *demo) health(ctx context.Context) error {
 		}
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("idemd at %s: stopped while waiting for it to answer: %w", d.cfg.url, err)
+		}
 		return fmt.Errorf("idemd at %s does not answer (waited %s): %w", d.cfg.url, demoStartWait, err)
 	}
 	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -858,7 +861,7 @@ func (d *demo) reproduce(ctx context.Context, deadline time.Time) demoKafka {
 				return
 			}
 			records = append(records, r)
-			typ, id := demoHeader(r, event.HeaderEventType), demoHeader(r, event.HeaderEventID)
+			typ, id := demoTypeID(r)
 			if seen[key] == nil {
 				seen[key] = map[string]map[string]bool{}
 			}
@@ -957,6 +960,19 @@ func (d *demo) waitGroup(ctx context.Context, adm *kadm.Client, group string, up
 		}
 		demoSleep(ctx, 250*time.Millisecond)
 	}
+}
+
+// demoTypeID returns the event type and ID of r, from idem's headers or
+// CloudEvents' (idemd's -kafka-headers: idem, cloudevents or both).
+func demoTypeID(r *kgo.Record) (typ, id string) {
+	typ, id = demoHeader(r, event.HeaderEventType), demoHeader(r, event.HeaderEventID)
+	if typ == "" {
+		typ = demoHeader(r, event.HeaderCEType)
+	}
+	if id == "" {
+		id = demoHeader(r, event.HeaderCEID)
+	}
+	return typ, id
 }
 
 func demoHeader(r *kgo.Record, key string) string {

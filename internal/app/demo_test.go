@@ -19,11 +19,11 @@ import (
 
 // demoTarget runs an idemd on SQLite with the embedded broker until the
 // test ends, and returns it with its base URL and its broker's address.
-func demoTarget(t *testing.T) (a *App, url, kafka string) {
+func demoTarget(t *testing.T, extra ...string) (a *App, url, kafka string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg, err := ParseConfig([]string{"-db", "sqlite:" + filepath.Join(dir, "idemd.db"), "-cleanup", "off",
-		"-kafka-dir", filepath.Join(dir, "kafka")}, func(string) string { return "" })
+	cfg, err := ParseConfig(append([]string{"-db", "sqlite:" + filepath.Join(dir, "idemd.db"), "-cleanup", "off",
+		"-kafka-dir", filepath.Join(dir, "kafka")}, extra...), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +200,18 @@ func TestDemoFlags(t *testing.T) {
 	cfg, err = parseDemo(nil, func(string) string { return "" })
 	if err != nil || cfg.url != "http://"+DefaultAddr || cfg.kafka != "" || cfg.topic != DefaultKafkaTopic {
 		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
+
+// The demo reads the events of an idemd that writes CloudEvents headers
+// only (-kafka-headers cloudevents) as well as idem's.
+func TestDemoCloudEventsHeaders(t *testing.T) {
+	t.Parallel()
+	_, url, _ := demoTarget(t, "-kafka-headers", "cloudevents")
+	var stdout, stderr bytes.Buffer
+	code := Run(context.Background(), []string{"demo", "-url", url, "-orders", "5", "-seed", "2"},
+		func(string) string { return "" }, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "OK: no double effects, nothing lost") {
+		t.Fatalf("demo against -kafka-headers cloudevents: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
 	}
 }

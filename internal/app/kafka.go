@@ -109,7 +109,7 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 	defer cl.Close()
 	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("kafka %s unreachable (checked for %s at start-up): %s", strings.Join(seeds, ","), kafkaCheckTimeout, errMessage(err))
+		return fmt.Errorf("kafka %s unreachable (checked at start-up, for up to %s): %s", strings.Join(seeds, ","), kafkaCheckTimeout, errMessage(err))
 	}
 	if t, ok := md.Topics[topic]; !ok || t.Err != nil {
 		reason := "missing"

@@ -87,9 +87,12 @@ func runOutbox(ctx context.Context, args []string, getenv func(string) string, s
 		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: database %s: %s\n", dbc, errMessage(err))
 		return 1
 	}
-	what := "every event in the outbox"
+	what := "published events (all of the outbox)"
 	if !opts.Since.IsZero() {
 		what = "events published since " + opts.Since.UTC().Format(time.RFC3339)
+	}
+	if len(opts.Keys) > 0 {
+		what += " of the keys " + strings.Join(opts.Keys, ",")
 	}
 	_, _ = fmt.Fprintf(stdout, "redriven %d %s; the running relays publish them again\n", n, what)
 	return 0

@@ -14,7 +14,9 @@ import (
 // Serve serves on ln until ctx is done, then shuts down in this order,
 // logging each step, all within Config.ShutdownTimeout:
 //
-//  1. stop accepting connections and wait for the requests in flight;
+//  1. stop accepting connections and wait for the requests in flight, for
+//     two thirds of the bound at most (then their connections are closed
+//     and Serve returns an error after the other steps);
 //  2. stop the outbox relay and publish what is left in the outbox (the
 //     events of the requests just finished), so nothing waits for the next
 //     start;
@@ -52,10 +54,15 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, []any{"topic", a.cfg.KafkaTopic}},
 		worker{"order saga consumer", a.saga, []any{"topic", a.cfg.KafkaTopic}},
 		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}})
+	// deadline bounds the whole shutdown once it started.
+	var deadline time.Time
 	defer func() {
 		// On every return, bounded: a worker that hangs (a broker or a
 		// database that stopped answering) must not hold the process.
-		dctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		if deadline.IsZero() {
+			deadline = time.Now().Add(a.cfg.ShutdownTimeout)
+		}
+		dctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		relay.stopWithin(dctx)
 		consumers.stopWithin(dctx)
@@ -90,16 +97,30 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	start := time.Now()
-	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", a.cfg.ShutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	deadline = start.Add(a.cfg.ShutdownTimeout)
+	// Requests in flight get two thirds of the bound; the last third is
+	// kept for the relay, the consumers and the outbox flush.
+	drain := a.cfg.ShutdownTimeout * 2 / 3
+	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", drain.String())
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	hctx, hcancel := context.WithTimeout(sctx, drain)
+	defer hcancel()
+	err := srv.Shutdown(hctx)
 	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
 	if err != nil {
+		// A client that does not finish its request (or a handler that
+		// does not return) has had its share of the bound: its
+		// connection is closed, and the steps below go on with the
+		// rest. The exit is a failure.
 		_ = srv.Close()
-		return fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", a.cfg.ShutdownTimeout, err)
+		err = fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", drain, err)
+		a.log.Error("shutdown: requests in flight cut off", "err", err)
+		if fatal == nil {
+			fatal = err
+		}
 	}
 	if !relay.stopWithin(sctx) {
 		// Nothing is lost: a batch published but not marked is
