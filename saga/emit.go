@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -42,7 +44,9 @@ func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName,
 	if err := checkName("saga ID", sagaID); err != nil {
 		return env, fmt.Errorf("saga: emit %s: %w", env.Type, err)
 	}
-	if err := checkName("step name", stepName); err != nil {
+	// A compensation emits under CompensationName(step): the prefix does
+	// not count towards the step name's length.
+	if err := checkName("step name", strings.TrimPrefix(stepName, CompensationPrefix)); err != nil {
 		return env, fmt.Errorf("saga %q: emit %s: %w", sagaID, env.Type, err)
 	}
 	if env.SagaID != "" && env.SagaID != sagaID {
@@ -51,13 +55,8 @@ func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName,
 	env.ID = EventID(sagaID, stepName, name)
 	env.SagaID = sagaID
 	if e, ok := ctx.Value(emitsKey{}).(*emits); ok && e.sagaID == sagaID && e.step == stepName {
-		if prev, seen := e.byID[env.ID]; seen {
-			if prev.Type != env.Type || prev.Key != env.Key || !bytes.Equal(prev.Payload, env.Payload) {
-				return env, fmt.Errorf("saga %q: step %q: emit %s under name %q, already used by %s: %w",
-					sagaID, stepName, env.Type, name, prev.Type, ErrEmitConflict)
-			}
-		} else {
-			e.byID[env.ID] = env
+		if err := e.add(env, name); err != nil {
+			return env, fmt.Errorf("saga %q: step %q: %w", sagaID, stepName, err)
 		}
 	}
 	if err := outbox.EnqueueTx(ctx, c.drv, tx, env); err != nil {
@@ -69,7 +68,24 @@ func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName,
 // emits are the events one run of a step's function emitted, by ID.
 type emits struct {
 	sagaID, step string
+	mu           sync.Mutex // a function may emit from several goroutines
 	byID         map[uuid.UUID]event.Envelope
+}
+
+// add records env, emitted under name, or refuses it when another event
+// was emitted under that name.
+func (e *emits) add(env event.Envelope, name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev, seen := e.byID[env.ID]
+	if !seen {
+		e.byID[env.ID] = env
+		return nil
+	}
+	if prev.Type != env.Type || prev.Key != env.Key || !bytes.Equal(prev.Payload, env.Payload) {
+		return fmt.Errorf("emit %s under name %q, already used by %s: %w", env.Type, name, prev.Type, ErrEmitConflict)
+	}
+	return nil
 }
 
 type emitsKey struct{}

@@ -353,6 +353,12 @@ func testStepInvalidNames[TTx any](t *testing.T, f *fixture[TTx]) {
 		if _, err := c.EmitTx(ctx, tx, id, bad, "", newEvent(t, "StockReserved.v1", `{}`)); !errors.Is(err, saga.ErrInvalidName) {
 			t.Errorf("EmitTx(id, %q): %v; want ErrInvalidName", bad, err)
 		}
+		// A compensation of a step with the longest name emits under
+		// CompensationName(step), longer than MaxNameLen: allowed.
+		long := saga.CompensationName(strings.Repeat("s", saga.MaxNameLen))
+		if _, err := c.EmitTx(ctx, tx, id, long, "", newEvent(t, "StockReleased.v1", `{}`)); err != nil {
+			t.Errorf("EmitTx under the compensation of a %d-byte step name: %v", saga.MaxNameLen, err)
+		}
 		if _, err := c.GetTx(ctx, tx, id); err != nil {
 			t.Fatalf("GetTx after the refusals: %v (the transaction must stay usable)", err)
 		}

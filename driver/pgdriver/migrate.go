@@ -53,7 +53,10 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Run(ctx, "pgdriver", readCommitted{d}, ms, d.MigrationStatus, d.apply, lockNotAvailable)
+	own := func(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+		return d.apply(ctx, tx, ms, true)
+	}
+	return migrate.Run(ctx, "pgdriver", readCommitted{d}, ms, d.MigrationStatus, own, lockNotAvailable)
 }
 
 // readCommitted begins the transactions of Migrate at READ COMMITTED,
@@ -81,8 +84,23 @@ func (d *Driver) MigrateTx(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.apply(ctx, tx, ms)
-	return err
+	if _, err := d.apply(ctx, tx, ms, false); err != nil {
+		return err
+	}
+	// A schema a newer binary migrated is refused here too (the caller
+	// rolls back).
+	rows, err := tx.Query(ctx, d.expand(pgsql.MigrationVersionsSQL))
+	if err != nil {
+		return fmt.Errorf("pgdriver: migrate: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return fmt.Errorf("pgdriver: migrate: %w", err)
+	}
+	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
+		return fmt.Errorf("pgdriver: migrate: %w", st.Err())
+	}
+	return nil
 }
 
 // MigrationStatus returns which migrations the database has. A missing
@@ -130,8 +148,10 @@ func (d *Driver) lockKey() int64 {
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning
-// those it applied.
-func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+// those it applied. own: tx is Migrate's own transaction, whose statements
+// wait at most MigrationLockTimeout for a table lock (Migrate tries again);
+// a caller's (MigrateTx) keeps its settings.
+func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, own bool) ([]driver.Migration, error) {
 	key := d.lockKey()
 	if d.cfg.Schema == "" {
 		var schema string
@@ -143,8 +163,10 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([
 	if _, err := tx.Exec(ctx, pgsql.MigrationLockSQL, key); err != nil {
 		return nil, fmt.Errorf("pgdriver: migrate: lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
-		return nil, fmt.Errorf("pgdriver: migrate: lock_timeout: %w", err)
+	if own {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
+			return nil, fmt.Errorf("pgdriver: migrate: lock_timeout: %w", err)
+		}
 	}
 	if d.cfg.Schema != "" {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {

@@ -179,15 +179,54 @@ func TestMigrationYieldsToLongTransaction(t *testing.T) {
 	}
 }
 
-// A table prefix long enough for PostgreSQL to cut derived names into
-// collisions is refused.
-func TestTablePrefixTooLong(t *testing.T) {
+// Inbox partitioning refuses a table prefix long enough for PostgreSQL to
+// cut its derived names into collisions; 31 characters work.
+func TestPartitioningTablePrefixTooLong(t *testing.T) {
 	t.Parallel()
-	pool, schema := testdb.Schema(t, 1)
-	if _, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, TablePrefix: strings.Repeat("p", 31)}); err != nil {
-		t.Errorf("31-character prefix: %v", err)
+	ctx := t.Context()
+	for _, n := range []int{31, 32} {
+		pool, schema := testdb.Schema(t, 4)
+		drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema, TablePrefix: strings.Repeat("p", n)})
+		if err := drv.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate with a %d-character prefix: %v", n, err)
+		}
+		err := drv.EnableInboxPartitioning(ctx, nil)
+		if n == 31 && err != nil {
+			t.Errorf("EnableInboxPartitioning with a 31-character prefix: %v", err)
+		}
+		if n == 32 && (err == nil || !strings.Contains(err.Error(), "at most 31")) {
+			t.Errorf("EnableInboxPartitioning with a 32-character prefix: %v; want it refused", err)
+		}
 	}
-	if _, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, TablePrefix: strings.Repeat("p", 32)}); err == nil {
-		t.Error("32-character prefix accepted")
+}
+
+// MigrateTx joins the caller's transaction without changing its settings
+// (no lock_timeout of Migrate's), and refuses a schema a newer binary
+// migrated.
+func TestMigrateTxKeepsCallerSettings(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.MigrateTx(ctx, tx); err != nil {
+		t.Fatalf("MigrateTx: %v", err)
+	}
+	var lt string
+	if err := tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&lt); err != nil || lt != "0" {
+		t.Fatalf("lock_timeout of the caller's transaction after MigrateTx: %q, %v; want 0 (the caller's)", lt, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+drv.Table("idem_migration")+` (version, name) VALUES (999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.MigrateTx(ctx, tx); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("MigrateTx on a schema with version 999: %v; want it refused", err)
 	}
 }

@@ -443,8 +443,8 @@ func TestOutboxChannel(t *testing.T) {
 			t.Errorf("OutboxChannel(%+v) = %q; want %q", tc.cfg, got, tc.want)
 		}
 	}
-	long1 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("p", 30) + "_"})
-	long2 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("q", 30) + "_"})
+	long1 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("p", 39) + "_"})
+	long2 := name(&pgdriver.Config{Schema: strings.Repeat("s", 40), TablePrefix: strings.Repeat("q", 39) + "_"})
 	if len(long1) > 63 || long1 == long2 || !strings.HasPrefix(long1, "idem_outbox_") {
 		t.Errorf("long channel names %q, %q; want distinct names of at most 63 bytes", long1, long2)
 	}

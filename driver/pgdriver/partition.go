@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
 // Partition mode of the inbox (opt-in; see package cleanup for when to
@@ -207,6 +209,10 @@ func uuidLiteral(id uuid.UUID) string { return "'" + id.String() + "'" }
 // it commits. Convert an empty or small table, or do it in a maintenance
 // window. opts may be nil.
 func (d *Driver) EnableInboxPartitioning(ctx context.Context, opts *PartitionOptions) error {
+	if p := d.cfg.TablePrefix; len(p) > pgsql.MaxPartitionedPrefix {
+		return fmt.Errorf("pgdriver: inbox partitioning: TablePrefix %q is %d characters; at most %d (PostgreSQL cuts names at 63 bytes, and the partitions' names would collide)",
+			p, len(p), pgsql.MaxPartitionedPrefix)
+	}
 	var o PartitionOptions
 	if opts != nil {
 		o = *opts

@@ -23,7 +23,8 @@ type Config struct {
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (the conventional table names of docs/rules.md:
-	// idempotency_record, processed_event, ...). At most 31 characters.
+	// idempotency_record, processed_event, ...). At most 40 characters
+	// (31 for pgdriver's inbox partitioning).
 	TablePrefix string
 
 	// OutboxDeletePublished makes OutboxMarkPublished delete the events it

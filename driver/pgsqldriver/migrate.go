@@ -3,10 +3,7 @@ package pgsqldriver
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/migrate"
@@ -39,7 +36,10 @@ func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Run(ctx, "pgsqldriver", readCommitted{d}, ms, d.MigrationStatus, d.apply, lockNotAvailable)
+	own := func(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+		return d.apply(ctx, tx, ms, true)
+	}
+	return migrate.Run(ctx, "pgsqldriver", readCommitted{d}, ms, d.MigrationStatus, own, lockNotAvailable)
 }
 
 // readCommitted begins the transactions of Migrate at READ COMMITTED,
@@ -55,10 +55,10 @@ func (r readCommitted) Begin(ctx context.Context) (*sql.Tx, error) {
 	return tx, nil
 }
 
-// lockNotAvailable reports whether err is a lock_timeout.
+// lockNotAvailable reports whether err is a lock_timeout (of pgx's stdlib
+// or lib/pq).
 func lockNotAvailable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == pgsql.CodeLockNotAvailable
+	return sqlState(err) == pgsql.CodeLockNotAvailable
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
@@ -67,8 +67,26 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.apply(ctx, tx, ms)
-	return err
+	if _, err := d.apply(ctx, tx, ms, false); err != nil {
+		return err
+	}
+	// A schema a newer binary migrated is refused here too (the caller
+	// rolls back).
+	rows, err := tx.QueryContext(ctx, d.expand(pgsql.MigrationVersionsSQL))
+	if err != nil {
+		return fmt.Errorf("pgsqldriver: migrate: %w", err)
+	}
+	applied, err := collect(rows, func(s scanner) (int, error) {
+		var v int
+		return v, s.Scan(&v)
+	})
+	if err != nil {
+		return fmt.Errorf("pgsqldriver: migrate: %w", err)
+	}
+	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
+		return fmt.Errorf("pgsqldriver: migrate: %w", st.Err())
+	}
+	return nil
 }
 
 // MigrationStatus returns which migrations the database has. A missing
@@ -113,7 +131,7 @@ func (d *Driver) Validate(ctx context.Context) error {
 // apply applies the rendered migrations ms not yet recorded, returning
 // those it applied. The advisory lock is pgdriver's: migrators of both
 // drivers serialise on it.
-func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
+func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, own bool) ([]driver.Migration, error) {
 	key := d.names.MigrateLockKey()
 	if d.cfg.Schema == "" {
 		var schema string
@@ -125,8 +143,10 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) (
 	if _, err := tx.ExecContext(ctx, pgsql.MigrationLockSQL, key); err != nil {
 		return nil, fmt.Errorf("pgsqldriver: migrate: lock: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
-		return nil, fmt.Errorf("pgsqldriver: migrate: lock_timeout: %w", err)
+	if own { // Migrate's own transaction, not a caller's (MigrateTx)
+		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+pgsql.MigrationLockTimeout+"'"); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: lock_timeout: %w", err)
+		}
 	}
 	if d.cfg.Schema != "" {
 		if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {

@@ -73,8 +73,31 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.apply(ctx, tx, ms)
-	return err
+	if _, err := d.apply(ctx, tx, ms); err != nil {
+		return err
+	}
+	// A schema a newer binary migrated is refused here too (the caller
+	// rolls back).
+	rows, err := tx.QueryContext(ctx, d.expand(`SELECT version FROM {{table}}idem_migration`))
+	if err != nil {
+		return fmt.Errorf("sqlitedriver: migrate: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var applied []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return fmt.Errorf("sqlitedriver: migrate: %w", err)
+		}
+		applied = append(applied, v)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlitedriver: migrate: %w", err)
+	}
+	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
+		return fmt.Errorf("sqlitedriver: migrate: %w", st.Err())
+	}
+	return nil
 }
 
 // MigrationStatus returns which migrations the database has. A missing

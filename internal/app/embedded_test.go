@@ -294,12 +294,21 @@ func TestKafkaRetentionChecked(t *testing.T) {
 	t.Parallel()
 	cluster := kafkatest.New(t)
 	for _, c := range []struct {
-		retention string
-		warn      bool
-	}{{"604800000", true}, {"-1", true}, {"252000000", false}} { // 7 days, forever, 70 h
+		retention, segment string
+		warn               bool
+	}{
+		{"604800000", "3600000", true},  // 7 days
+		{"-1", "3600000", true},         // forever
+		{"216000000", "3600000", false}, // 60 h + 1 h
+		{"252000000", "", true},         // 70 h + the default segment of 7 days
+	} {
 		topic := kafkatest.Name("idemd-retention")
 		cluster.CreateTopic(t, topic, 1)
-		res, err := cluster.Admin().AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &c.retention}}, topic)
+		set := []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &c.retention}}
+		if c.segment != "" {
+			set = append(set, kadm.AlterConfig{Op: kadm.SetConfig, Name: "segment.ms", Value: &c.segment})
+		}
+		res, err := cluster.Admin().AlterTopicConfigs(t.Context(), set, topic)
 		if err == nil {
 			err = res[0].Err
 		}
@@ -317,8 +326,8 @@ func TestKafkaRetentionChecked(t *testing.T) {
 			t.Fatalf("app.New: %v", err)
 		}
 		a.Close()
-		if got := strings.Contains(logs.String(), "keeps events longer than the inboxes remember them"); got != c.warn {
-			t.Errorf("retention.ms=%s: warned %v; want %v; logs:\n%s", c.retention, got, c.warn, logs.String())
+		if got := strings.Contains(logs.String(), "may keep events longer than the inboxes remember them"); got != c.warn {
+			t.Errorf("retention.ms=%s segment.ms=%q: warned %v; want %v; logs:\n%s", c.retention, c.segment, got, c.warn, logs.String())
 		}
 	}
 }

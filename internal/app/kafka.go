@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -126,15 +127,17 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 	return nil
 }
 
-// checkRetention warns when the events' topic keeps events longer than the
-// inboxes remember them (cleanup.DefaultInboxTTL): a consumer group that
-// reads such an event again (its offsets expired or were reset to the
-// earliest) applies it a second time. It only warns: the cluster's
-// retention is the operator's, and a group that keeps its offsets never
-// reads that far back.
+// checkRetention warns when the events' topic may keep events longer than
+// the inboxes remember them (cleanup.DefaultInboxTTL): a consumer group
+// that reads such an event again (its offsets expired or were reset to the
+// earliest) applies it a second time. Kafka deletes whole segments, once
+// their newest record is older than retention.ms, and rolls a segment
+// after segment.ms: a record may live retention.ms + segment.ms. It only
+// warns: the cluster's retention is the operator's, and a group that keeps
+// its offsets never reads that far back.
 func checkRetention(ctx context.Context, a *App, adm *kadm.Client, topic string) {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
-	var retention string
+	values := map[string]string{}
 	if err == nil {
 		rc, rerr := rcs.On(topic, nil)
 		err = rerr
@@ -142,29 +145,34 @@ func checkRetention(ctx context.Context, a *App, adm *kadm.Client, topic string)
 			err = rc.Err
 		}
 		for _, c := range rc.Configs {
-			if c.Key == "retention.ms" && c.Value != nil {
-				retention = *c.Value
+			if c.Value != nil {
+				values[c.Key] = *c.Value
 			}
 		}
 	}
-	if err != nil || retention == "" {
-		a.log.Warn("kafka: could not read the topic's retention.ms; make sure it is at most the inboxes' retention",
+	retention, rerr := strconv.ParseInt(values["retention.ms"], 10, 64)
+	if err == nil && rerr != nil {
+		err = fmt.Errorf("retention.ms %q: %w", values["retention.ms"], rerr)
+	}
+	if err != nil {
+		a.log.Warn("kafka: could not read the topic's retention.ms; make sure retention.ms + segment.ms is at most the inboxes' retention",
 			"topic", topic, "inbox_ttl", cleanup.DefaultInboxTTL.String(), "err", err)
 		return
 	}
-	ms, err := strconv.ParseInt(retention, 10, 64)
-	if err != nil {
-		return
+	segment, serr := strconv.ParseInt(values["segment.ms"], 10, 64)
+	if serr != nil || segment < 0 {
+		segment = (7 * 24 * time.Hour).Milliseconds() // Kafka's default
 	}
-	if ms >= 0 && time.Duration(ms)*time.Millisecond <= cleanup.DefaultInboxTTL {
+	ttl := cleanup.DefaultInboxTTL.Milliseconds()
+	if retention >= 0 && retention <= ttl && segment <= ttl-retention {
 		return
 	}
 	kept := "forever"
-	if ms >= 0 {
-		kept = (time.Duration(ms) * time.Millisecond).String()
+	if retention >= 0 && retention <= math.MaxInt64/2 && segment <= math.MaxInt64/2 {
+		kept = (time.Duration(min(retention+segment, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond).String()
 	}
-	a.log.Warn("kafka: the topic keeps events longer than the inboxes remember them: a consumer group that reads one of them again "+
-		"(its offsets expired, or were reset to the earliest) applies it twice; set retention.ms on the topic at most the inbox TTL "+
-		"(70h leaves a margin), or make sure the groups' offsets never expire",
-		"topic", topic, "retention", kept, "inbox_ttl", cleanup.DefaultInboxTTL.String())
+	a.log.Warn("kafka: the topic may keep events longer than the inboxes remember them: a consumer group that reads one of them again "+
+		"(its offsets expired, or were reset to the earliest) applies it twice; set retention.ms + segment.ms on the topic "+
+		"at most the inbox TTL (for example 60h and 1h), or make sure the groups' offsets never expire",
+		"topic", topic, "kept_up_to", kept, "retention_ms", values["retention.ms"], "segment_ms", segment, "inbox_ttl", cleanup.DefaultInboxTTL.String())
 }

@@ -40,8 +40,9 @@ func Each[TTx any](ctx context.Context, b driver.Backend[TTx], ms []driver.Migra
 // refused, and one with nothing pending is left alone, without DDL, so that
 // a role without CREATE rights can run on a database migrated by another.
 // The pending migrations are applied by Each; a run that fails because
-// again(err) (a lock not available in time, a busy database) is tried
-// again, from the status, up to 5 times over about 15 s.
+// again(err) (a lock not available in time, a busy database), in reading
+// the status or in applying, is tried again from the status, up to 5 times,
+// 1 to 8 s apart.
 func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []driver.Migration,
 	status func(context.Context) (driver.MigrationStatus, error),
 	apply func(ctx context.Context, tx TTx, ms []driver.Migration) ([]driver.Migration, error),
@@ -50,17 +51,17 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 	wait := time.Second
 	for attempt := 1; ; attempt++ {
 		st, err := status(ctx)
-		if err != nil {
-			return done, err
+		if err == nil {
+			if len(st.Unknown()) > 0 {
+				return done, fmt.Errorf("%s: migrate: %w", name, st.Err())
+			}
+			if st.UpToDate() {
+				return done, nil
+			}
+			var n []driver.Migration
+			n, err = Each(ctx, b, ms, apply)
+			done = append(done, n...)
 		}
-		if len(st.Unknown()) > 0 {
-			return done, fmt.Errorf("%s: migrate: %w", name, st.Err())
-		}
-		if st.UpToDate() {
-			return done, nil
-		}
-		n, err := Each(ctx, b, ms, apply)
-		done = append(done, n...)
 		if err == nil || attempt == 5 || !again(err) {
 			return done, err
 		}

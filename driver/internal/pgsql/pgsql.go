@@ -41,17 +41,14 @@ func ValidateConfig(pkg, schema, prefix string) error {
 	if prefix != "" && !IdentRe.MatchString(prefix) {
 		return fmt.Errorf("%s: TablePrefix %q must match %s", pkg, prefix, IdentRe)
 	}
-	if len(prefix) > MaxTablePrefix {
-		return fmt.Errorf("%s: TablePrefix %q is %d characters; at most %d (PostgreSQL cuts names at 63 bytes, and the inbox partitions' names would collide)",
-			pkg, prefix, len(prefix), MaxTablePrefix)
-	}
 	return nil
 }
 
-// MaxTablePrefix is the longest Config.TablePrefix: with it, the longest
-// derived name (processed_event_unpartitioned_processed_at_idx, 46
-// characters) may be cut at 63 bytes but stays distinct from the others.
-const MaxTablePrefix = 31
+// MaxPartitionedPrefix is the longest Config.TablePrefix inbox
+// partitioning takes: with it, the longest derived name
+// (processed_event_unpartitioned_processed_at_idx, 46 characters) may be
+// cut at 63 bytes but stays distinct from the others.
+const MaxPartitionedPrefix = 31
 
 // QuoteIdent quotes an identifier as pgx.Identifier.Sanitize does.
 func QuoteIdent(s string) string {
