@@ -28,8 +28,12 @@
 // and the github.com/google/uuid constructors, which count only when their
 // value is the key the loop sends: the value of Header.Set/Add of an
 // Idempotency-Key header or the key of idemclient.WithKey, directly or
-// computed from it (id.String(), a concatenation, a call's argument)
-// through local variables, since a UUID may be a per-attempt request ID. A
+// computed from it (id.String(), a concatenation, a call's argument, an
+// index or slice such as id[:] or id.String()[:8]) through local variables
+// and struct fields the package assigns, since a UUID may be a per-attempt
+// request ID. When that value cannot be followed (an element of a map or
+// slice, a field nothing in the package sets, a setter's parameter, a
+// dereference), every UUID made in the loop counts, as the loop sets a key. A
 // retry loop is a for loop over a count or a condition, or an endless one;
 // loops over a slice, map, channel or iterator, loops whose condition is a
 // call or a len, and loops that receive or poll the next unit of work

@@ -26,6 +26,7 @@ var workMethods = []string{"Recv", "Receive", "PollFetches", "PollRecords", "Acc
 func runRetryKey(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	assigns := assignments(pass)
+	var fields map[types.Object][]assignment // built on first use
 	r := newReporter(pass)
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -63,7 +64,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				}
 				return true
 			})
-			var sent map[*ast.CallExpr]bool // UUID constructors whose value is a key
+			var trace *uuidTracer // the UUID constructors whose value is a key
 			for _, k := range keys {
 				switch newKey(info, k) {
 				case idemKey:
@@ -72,14 +73,20 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 					}
 				case plainUUID:
 					// A plain UUID may be a per-attempt request or trace
-					// ID; it counts only when it becomes the key.
-					if sent == nil {
-						sent = make(map[*ast.CallExpr]bool)
+					// ID; it counts only when it becomes the key, or,
+					// when a key's value cannot be followed, whenever the
+					// loop sets a key.
+					if trace == nil {
+						if fields == nil {
+							fields = fieldAssignments(pass)
+						}
+						trace = &uuidTracer{info: info, loop: n.Pos(), assigns: assigns, fields: fields,
+							seen: make(map[types.Object]bool), out: make(map[*ast.CallExpr]bool)}
 						for _, v := range keyValues {
-							uuidSources(info, assigns, v, 0, 0, sent)
+							trace.uuidSources(v, 0, 0)
 						}
 					}
-					if sent[k] {
+					if trace.out[k] || trace.opaque {
 						r.report(k, msgRetryKey)
 					}
 				}
@@ -140,44 +147,176 @@ func keyHeaderValue(info *types.Info, call *ast.CallExpr) ast.Expr {
 	return nil
 }
 
-// uuidSources adds to out the github.com/google/uuid constructor calls
-// whose value e is or is computed from: the call itself, the receiver or an
-// argument of a call (id.String(), uuid.Must(...), fmt.Sprint(id)), either
-// side of a binary expression, or a value assigned to a variable. index is
-// the result of e wanted when e is a call; depth bounds the search through
-// variables.
-func uuidSources(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, index, depth int, out map[*ast.CallExpr]bool) {
+// uuidTracer finds the github.com/google/uuid constructor calls a value is
+// computed from.
+type uuidTracer struct {
+	info    *types.Info
+	loop    token.Pos                     // the retry loop
+	assigns map[types.Object][]assignment // to variables
+	fields  map[types.Object][]assignment // to struct fields and qualified variables
+	seen    map[types.Object]bool
+	out     map[*ast.CallExpr]bool // the constructors found
+	// opaque is set when part of a value cannot be followed: a field or
+	// qualified variable nothing in the package assigns, an element of a
+	// map or slice, a dereference, a composite literal, a function literal,
+	// a parameter of another function, a chain of variables too long.
+	opaque bool
+}
+
+// uuidSources adds to t.out the constructor calls whose value e is or is
+// computed from: the call itself, the receiver or an argument of a call
+// (id.String(), uuid.Must(...), fmt.Sprint(id)), either side of a binary
+// expression, the operand of an index or slice expression (id[:],
+// id.String()[:8]) or of a type assertion, or a value assigned to a
+// variable or a struct field (o.key = ..., opts{key: ...}). index is the
+// result of e wanted when e is a call; depth bounds the search through
+// variables and fields.
+func (t *uuidTracer) uuidSources(e ast.Expr, index, depth int) {
 	if depth > 8 {
+		t.opaque = true
 		return
 	}
+	info := t.info
 	switch e := ast.Unparen(e).(type) {
+	case *ast.BasicLit:
 	case *ast.CallExpr:
 		if newKey(info, e) == plainUUID {
 			if index == 0 {
-				out[e] = true
+				t.out[e] = true
 			}
 			return
 		}
-		if sel, ok := ast.Unparen(e.Fun).(*ast.SelectorExpr); ok {
-			if s, ok := info.Selections[sel]; ok && s.Kind() == types.MethodVal {
-				uuidSources(info, assigns, sel.X, 0, depth+1, out)
+		switch fun := ast.Unparen(e.Fun).(type) {
+		case *ast.SelectorExpr:
+			if s, ok := info.Selections[fun]; ok && s.Kind() == types.MethodVal {
+				t.uuidSources(fun.X, 0, depth)
 			}
+		case *ast.FuncLit:
+			t.opaque = true // what it returns is not followed
 		}
 		for _, a := range e.Args {
-			uuidSources(info, assigns, a, 0, depth+1, out)
+			t.uuidSources(a, 0, depth)
 		}
 	case *ast.BinaryExpr:
-		uuidSources(info, assigns, e.X, 0, depth+1, out)
-		uuidSources(info, assigns, e.Y, 0, depth+1, out)
+		t.uuidSources(e.X, 0, depth)
+		t.uuidSources(e.Y, 0, depth)
+	case *ast.IndexExpr:
+		t.element(e.X, depth)
+	case *ast.SliceExpr:
+		t.element(e.X, depth)
+	case *ast.TypeAssertExpr:
+		t.uuidSources(e.X, 0, depth)
 	case *ast.Ident:
 		obj, ok := info.ObjectOf(e).(*types.Var)
-		if !ok {
+		if !ok || t.seen[obj] {
 			return
 		}
-		for _, a := range assigns[obj] {
-			uuidSources(info, assigns, a.Expr, a.Index, depth+1, out)
+		t.seen[obj] = true
+		switch obj.Kind() {
+		case types.ParamVar, types.RecvVar, types.ResultVar:
+			// A parameter of the function holding the loop comes from
+			// before the loop; one of another function (a setter that
+			// stores it in a field) from its callers, not followed.
+			if obj.Parent() == nil || !obj.Parent().Contains(t.loop) {
+				t.opaque = true
+			}
+		}
+		for _, a := range t.assigns[obj] {
+			t.uuidSources(a.Expr, a.Index, depth+1)
+		}
+	case *ast.SelectorExpr:
+		if s, ok := info.Selections[e]; ok && s.Kind() != types.FieldVal {
+			t.opaque = true // a method value
+			return
+		}
+		obj, ok := info.Uses[e.Sel].(*types.Var)
+		if !ok {
+			return // a constant
+		}
+		if t.seen[obj] {
+			return
+		}
+		t.seen[obj] = true
+		if len(t.fields[obj]) == 0 {
+			t.opaque = true // set elsewhere: a helper, a decoder, another package
+			return
+		}
+		for _, a := range t.fields[obj] {
+			t.uuidSources(a.Expr, a.Index, depth+1)
+		}
+	default:
+		t.opaque = true
+	}
+}
+
+// element follows the operand x of an index or slice expression. Stores
+// to the elements of a map or slice are not followed, so x of such a type
+// makes the value opaque.
+func (t *uuidTracer) element(x ast.Expr, depth int) {
+	if tv, ok := t.info.Types[x]; ok && tv.Type != nil {
+		switch tv.Type.Underlying().(type) {
+		case *types.Map, *types.Slice, *types.Pointer:
+			t.opaque = true
 		}
 	}
+	t.uuidSources(x, 0, depth)
+}
+
+// fieldAssignments maps every struct field, and every variable of another
+// package, to the values the package assigns to it: x.f = v, pkg.V = v,
+// and the elements of struct composite literals (T{f: v}, T{v}).
+func fieldAssignments(pass *analysis.Pass) map[types.Object][]assignment {
+	info := pass.TypesInfo
+	m := make(map[types.Object][]assignment)
+	for _, f := range pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for i, l := range n.Lhs {
+					sel, ok := ast.Unparen(l).(*ast.SelectorExpr)
+					if !ok {
+						continue
+					}
+					obj, ok := info.Uses[sel.Sel].(*types.Var)
+					if !ok {
+						continue
+					}
+					switch {
+					case len(n.Lhs) == len(n.Rhs):
+						m[obj] = append(m[obj], assignment{n.Rhs[i], 0})
+					case len(n.Rhs) == 1:
+						m[obj] = append(m[obj], assignment{n.Rhs[0], i})
+					}
+				}
+			case *ast.CompositeLit:
+				tv, ok := info.Types[n]
+				if !ok || tv.Type == nil {
+					return true
+				}
+				t := tv.Type.Underlying()
+				if p, ok := t.(*types.Pointer); ok {
+					t = p.Elem().Underlying()
+				}
+				st, ok := t.(*types.Struct)
+				if !ok {
+					return true
+				}
+				for i, elt := range n.Elts {
+					if kv, ok := elt.(*ast.KeyValueExpr); ok {
+						if id, ok := kv.Key.(*ast.Ident); ok {
+							if obj, ok := info.Uses[id].(*types.Var); ok {
+								m[obj] = append(m[obj], assignment{kv.Value, 0})
+							}
+						}
+					} else if i < st.NumFields() {
+						m[st.Field(i)] = append(m[st.Field(i)], assignment{elt, 0})
+					}
+				}
+			}
+			return true
+		})
+	}
+	return m
 }
 
 // isRetryLoop reports whether loop may repeat one operation: a loop over

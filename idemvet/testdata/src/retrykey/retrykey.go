@@ -3,6 +3,7 @@ package retrykey
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -146,6 +147,26 @@ func stableKeyTraceVar(c *idemclient.Client, req *http.Request, key string) {
 	}
 }
 
+type stableOpts struct{ key string }
+
+// The key is a field set once, before the loop; the UUID is a request ID.
+func stableFieldKey(c *http.Client, req *http.Request) error {
+	var o stableOpts
+	var err error
+	o.key, err = idemclient.NewKey()
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", o.key[:])
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
 func keyBeforeLoop(c *http.Client, body []byte) error {
 	key, err := idemclient.NewKey()
 	if err != nil {
@@ -261,6 +282,81 @@ func tick(ctx context.Context, cl *kgo.Client) {
 		case <-every:
 			id, _ := event.NewID()
 			cl.ProduceSync(ctx, &kgo.Record{Key: id[:]})
+		}
+	}
+}
+
+type reviewOpts struct{ key string }
+
+func reviewFieldKey(c *http.Client, body []byte) {
+	var o reviewOpts
+	for attempt := 0; attempt < 3; attempt++ {
+		o.key = uuid.NewString() // want "idempotency key created inside a retry loop"
+		req, _ := http.NewRequest("POST", "http://x/orders", bytes.NewReader(body))
+		req.Header.Set("Idempotency-Key", o.key)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			return
+		}
+	}
+}
+
+func reviewSliceKey(c *http.Client, body []byte) {
+	for attempt := 0; attempt < 3; attempt++ {
+		id := uuid.New() // want "idempotency key created inside a retry loop"
+		req, _ := http.NewRequest("POST", "http://x/orders", bytes.NewReader(body))
+		req.Header.Set("Idempotency-Key", string(id.String()[:8]))
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			return
+		}
+	}
+}
+
+func hexKey(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		id := uuid.New() // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", hex.EncodeToString(id[:]))
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func literalFieldKey(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		o := &reviewOpts{key: uuid.NewString()} // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", o.key)
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+type setterOpts struct{ key string }
+
+func (o *setterOpts) setKey(k string) { o.key = k }
+
+// The key reaches the header through a setter the rule does not follow:
+// every UUID of the loop counts, as when the loop sets a key.
+func setterKey(c *http.Client, req *http.Request) {
+	var o setterOpts
+	for attempt := 0; attempt < 3; attempt++ {
+		o.setKey(uuid.NewString()) // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", o.key)
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func mapKey(c *http.Client, req *http.Request) {
+	keys := map[string]string{}
+	for attempt := 0; attempt < 3; attempt++ {
+		keys["order"] = uuid.NewString() // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", keys["order"])
+		if _, err := c.Do(req); err == nil {
+			return
 		}
 	}
 }
