@@ -170,7 +170,9 @@ func (ib *Inbox[TTx]) inTx(ctx context.Context, events []Event, run func(ctx con
 		ib.rollback(ctx, tx)
 		return res, nil
 	}
-	// The effects are done: commit them even if ctx was cancelled meanwhile.
+	// The effects are done: commit them even if ctx was cancelled meanwhile
+	// (with pgx; database/sql has already rolled back a transaction whose
+	// context ended, and the commit then fails: nothing applied).
 	if err := ib.drv.Commit(context.WithoutCancel(ctx), tx); err != nil {
 		ib.rollback(ctx, tx)
 		return BatchResult{}, fmt.Errorf("inbox: commit (outcome unknown, redelivery is safe): %w", err)

@@ -221,3 +221,30 @@ func newID(t *testing.T) uuid.UUID {
 	}
 	return id
 }
+
+// With pgx, a context cancelled after the handler wrote its effect does not
+// undo it: the inbox commits the effect with its dedup row (a shutdown
+// finishes the work in flight). (database/sql ties a transaction to the
+// context it began with and rolls it back itself: nothing is applied then,
+// and a redelivery applies the event.)
+func TestCancelledAfterTheEffectCommits(t *testing.T) {
+	t.Parallel()
+	testdb.RequirePostgres(t)
+	f := setupPostgres(t)
+	ib := f.inbox(t, "billing")
+	id := newID(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	applied, err := ib.Process(ctx, id, func(ctx context.Context, tx pgx.Tx) error {
+		if err := f.effect(ctx, tx, "billing", id); err != nil {
+			return err
+		}
+		cancel() // the shutdown comes now
+		return nil
+	})
+	if !applied || err != nil {
+		t.Fatalf("Process cancelled after the effect = %v, %v; want applied, nil", applied, err)
+	}
+	f.mustEffects(t, "billing", id, 1)
+	f.mustProcessed(t, "billing", id, 1)
+}
