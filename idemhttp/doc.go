@@ -73,9 +73,11 @@
 // Config.Store decides what is stored: by default every status below 500
 // except 408, 425 and 429. Other outcomes, a panic and (ModeTx) a request
 // cancelled by the client roll the transaction back or release the key, so
-// a retry executes again. A response larger than Config.MaxResponseBytes is
-// never silently left unstored: ModeTx rolls back and answers 500;
-// ModeLease stores that 500, since the effect cannot be undone.
+// a retry executes again. A response to store that is larger than
+// Config.MaxResponseBytes is never silently left unstored: ModeTx rolls back
+// and answers 500; ModeLease stores that 500, since the effect cannot be
+// undone. A larger failure (not stored anyway) is passed on with its status
+// and a response-too-large body.
 //
 // # Replay cache
 //

@@ -6,8 +6,10 @@
 //
 // The analyzers match idem's packages, franz-go, pgx, database/sql and
 // github.com/google/uuid by import path and type. They look at one function
-// at a time and follow values only through local assignments: what a helper
-// function returns or does is not seen, so every rule has false negatives.
+// at a time and follow values mostly through local assignments
+// (idemretrykey also through struct fields the package assigns): what a
+// helper function returns or does is not seen, so every rule has false
+// negatives.
 // They report only the shapes below, to keep false positives rare.
 // Generated files (a "// Code generated ... DO NOT EDIT." line before the
 // package clause) are not checked, except cmd/cgo's copies of the files of

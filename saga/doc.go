@@ -85,7 +85,7 @@
 // A saga advances when it consumes an event, never from memory. The
 // consumer of each event runs, in one transaction: inbox.ProcessTx (the
 // event is applied once), StepTx (the step runs once, with its effect), and
-// Emit for the events that trigger the next step (published by the outbox
+// EmitTx for the events that trigger the next step (published by the outbox
 // relay after the commit); then it commits and acknowledges the event. After
 // a crash, the broker redelivers the events whose offsets were not
 // committed; their steps either committed (the inbox, or StepTx, skips them)

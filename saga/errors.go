@@ -7,12 +7,12 @@ import (
 )
 
 var (
-	// ErrNotFound: no saga has the ID. Start a saga before running its
+	// ErrNotFound: no saga has the ID. Start (StartTx) a saga before running its
 	// steps.
 	ErrNotFound = errors.New("saga: no such saga")
 	// ErrState is matched (errors.Is) by every *StateError.
 	ErrState = errors.New("saga: the saga's state does not allow this")
-	// ErrTypeMismatch: Start found a saga with the same ID and another
+	// ErrTypeMismatch: StartTx found a saga with the same ID and another
 	// type.
 	ErrTypeMismatch = errors.New("saga: the saga exists with another type")
 	// ErrInvalidName: a saga ID, type or step name is empty, too long, not
@@ -31,7 +31,7 @@ var (
 )
 
 // StateError reports that a saga is not in a state that allows an
-// operation: a forward step of a saga that is compensating, Complete of a
+// operation: a forward step of a saga that is compensating, CompleteTx of a
 // compensated saga, Compensate of a completed one. It matches ErrState.
 //
 // A consumer that gets a StateError from Step for a redelivered or late

@@ -8,9 +8,9 @@ import (
 
 // State is the state of a saga.
 //
-//	running ──Complete──> completed
+//	running ──CompleteTx──> completed
 //	   │
-//	 Abort / Compensate
+//	 AbortTx / Compensate
 //	   v
 //	compensating ──all compensations recorded──> compensated
 //	   │      ^
@@ -22,7 +22,7 @@ type State string
 const (
 	// Running: forward steps may run. A saga starts running.
 	Running State = driver.SagaRunning
-	// Completed: the saga finished its course (Complete). Final.
+	// Completed: the saga finished its course (CompleteTx). Final.
 	Completed State = driver.SagaCompleted
 	// Compensating: a forward step failed for good; forward steps are
 	// refused and compensations run.
@@ -45,7 +45,7 @@ type Saga struct {
 	Type string
 	// State is the saga's state when it was read.
 	State State
-	// Data is the input given to Start (the first Start's, if it was
+	// Data is the input given to StartTx (the first StartTx's, if it was
 	// called several times).
 	Data      []byte
 	CreatedAt time.Time
@@ -54,7 +54,7 @@ type Saga struct {
 	// otherwise.
 	FinishedAt time.Time
 	// Steps are the recorded steps, forward and compensation, in the order
-	// they were recorded. Nil in the result of Start.
+	// they were recorded. Nil in the result of StartTx.
 	Steps []StepRecord
 }
 

@@ -33,7 +33,7 @@ type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err err
 // A concurrent StepTx of the same step waits for this one's transaction
 // (PostgreSQL on the primary key, SQLite for the write lock) and then skips,
 // or runs if this one rolled back. While tx is open, PostgreSQL holds a
-// share lock on the saga's row, so Abort and Compensate wait for the step to
+// share lock on the saga's row, so AbortTx and Compensate wait for the step to
 // commit and then compensate it too.
 func (c *Coordinator[TTx]) StepTx(ctx context.Context, tx TTx, sagaID, stepName string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
 	if err := checkStep(sagaID, stepName); err != nil {

@@ -93,12 +93,14 @@
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per
-// request. SIGINT or SIGTERM stops accepting connections, drains in-flight
-// requests, stops the relay and publishes what is left in the outbox, stops
-// the consumers (which commit their batch in flight), publishes what they
-// emitted, closes the embedded broker and the database, and exits 0, all
-// within -shutdown-timeout; a second signal kills it at once. Exit code 2 means bad configuration, 1 a runtime failure
-// (such as an unreachable database).
+// request. SIGINT or SIGTERM stops accepting connections, waits for the
+// requests in flight (two thirds of -shutdown-timeout at most: a request
+// still running is then cut off, and idemd exits 1), stops the relay and
+// publishes what is left in the outbox, stops the consumers (which commit
+// their batch in flight), publishes what they emitted, closes the embedded
+// broker and the database, and exits 0, all within -shutdown-timeout; a
+// second signal kills it at once. Exit code 2 means bad configuration, 1 a
+// runtime failure (such as an unreachable database).
 //
 // The endpoints and the wiring are in internal/app; the domains in
 // internal/payments and internal/orders.

@@ -54,6 +54,11 @@ func (d *Driver) recordLockKey(scope, key string) int64 {
 // The transaction is a pgx.Tx of this package, on a connection of the
 // pool, with the same behaviour as pgx's (Begin makes savepoints) except
 // that LargeObjects runs a redundant BEGIN first (a server warning).
+//
+// Without p.Wait and with p.Now set (idemhttp's uncontended path), it is
+// replayOrLock instead: no BEGIN, a completed live record is returned
+// without any lock, and otherwise the key's session-level
+// pg_try_advisory_lock is taken, released with the COMMIT or ROLLBACK.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.Tx, *driver.TxClaimResult, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {

@@ -86,18 +86,20 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	case fatal = <-a.fatal:
+	}
+	start := time.Now()
+	deadline = start.Add(a.cfg.ShutdownTimeout)
+	if fatal != nil {
 		a.log.Error("shutting down: this process cannot go on", "err", fatal)
 		if errors.Is(fatal, errLeaseTaken) {
 			// Not one more event into a log that is no longer the
 			// database's: the relay stops now and nothing is flushed.
 			a.flush = nil
-			rctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+			rctx, cancel := context.WithDeadline(context.Background(), deadline)
 			relay.stopWithin(rctx)
 			cancel()
 		}
 	}
-	start := time.Now()
-	deadline = start.Add(a.cfg.ShutdownTimeout)
 	// Requests in flight get two thirds of the bound; the last third is
 	// kept for the relay, the consumers and the outbox flush.
 	drain := a.cfg.ShutdownTimeout * 2 / 3

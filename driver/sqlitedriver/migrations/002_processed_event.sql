@@ -3,10 +3,8 @@
 -- business effect. event_id is the canonical lower-case UUID text;
 -- processed_at is Unix microseconds (UTC).
 --
--- Deviation from the style guide, on purpose: the guide makes event_id the
--- sole primary key, so one event could be processed by only ONE consumer of
--- the database. idem deduplicates per consumer: the key is
--- (consumer_name, event_id), and the same event is applied once by each
+-- The key is (consumer_name, event_id), not event_id alone: idem
+-- deduplicates per consumer, so the same event is applied once by each
 -- consumer.
 CREATE TABLE {{table}}processed_event (
     event_id      TEXT    NOT NULL CHECK (length(event_id) = 36),

@@ -2,10 +2,8 @@
 -- inserted with INSERT ... ON CONFLICT DO NOTHING in the transaction of the
 -- business effect.
 --
--- Deviation from the style guide, on purpose: the guide makes event_id the
--- sole primary key, so one event could be processed by only ONE consumer of
--- the database. idem deduplicates per consumer: the key is
--- (consumer_name, event_id), and the same event is applied once by each
+-- The key is (consumer_name, event_id), not event_id alone: idem
+-- deduplicates per consumer, so the same event is applied once by each
 -- consumer (a projection and a notifier sharing a database both see it).
 CREATE TABLE {{table}}processed_event (
     event_id      uuid        NOT NULL,
