@@ -232,8 +232,10 @@ func (c Config) validate() error {
 		}
 	}
 	for _, m := range c.Methods {
-		if m == "" || strings.ToUpper(m) != m {
-			errs = append(errs, fmt.Errorf("method %q must be an upper-case HTTP method", m))
+		if !isMethodToken(m) || strings.ToUpper(m) != m {
+			// " PATCH" (from a split list) would leave every PATCH
+			// unprotected.
+			errs = append(errs, fmt.Errorf("method %q must be an upper-case HTTP method token", m))
 		}
 	}
 	if c.TTL <= 0 {
@@ -252,6 +254,9 @@ func (c Config) validate() error {
 	}
 	if c.Wait < 0 && c.Wait != NoWait {
 		errs = append(errs, fmt.Errorf("invalid Wait %s: must be positive or NoWait", c.Wait))
+	}
+	if c.Wait > maxWait {
+		errs = append(errs, fmt.Errorf("Wait %s is longer than %s (a request would hold its connection that long)", c.Wait, maxWait))
 	}
 	if c.RetryAfter < time.Second {
 		errs = append(errs, fmt.Errorf("RetryAfter %s must be at least 1s (Retry-After has whole seconds)", c.RetryAfter))
@@ -278,4 +283,22 @@ func (c Config) replayHeaders() []string {
 		}
 	}
 	return hs
+}
+
+// maxWait bounds Config.Wait: PostgreSQL's lock_timeout, which carries it,
+// takes at most 2^31-1 ms, and no client waits longer than this anyway.
+const maxWait = time.Hour
+
+// isMethodToken reports whether m is an HTTP method token (RFC 9110).
+func isMethodToken(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -349,6 +349,9 @@ func TestConfigValidation(t *testing.T) {
 		{MismatchStatus: 400},
 		{Mode: 7},
 		{Methods: []string{"post"}},
+		{Methods: []string{"POST", " PATCH"}}, // from strings.Split("POST, PATCH", ",")
+		{Methods: []string{"POST\x00"}},
+		{Wait: 720 * time.Hour},
 		{RetryAfter: time.Millisecond},
 		{Lease: 10 * time.Millisecond},
 		{Wait: -5 * time.Second},
@@ -367,6 +370,7 @@ func TestConfigValidation(t *testing.T) {
 		{TTL: 72 * time.Hour},
 		{TTL: time.Hour, TTLOverrideReason: "test environment"},
 		{MismatchStatus: 422, Wait: idemhttp.NoWait, Mode: idemhttp.ModeLease},
+		{Methods: []string{"POST", "PATCH", "M-SEARCH"}, Wait: time.Hour},
 		{ReplayHeaders: []string{"X-Request-Id", "Set-Cookie"}},
 	}
 	for _, c := range good {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -199,14 +200,24 @@ func (c ConsumerConfig[TTx]) validate() error {
 	if len(c.Seeds) == 0 {
 		errs = append(errs, errors.New("no Seeds: at least one seed broker is required"))
 	}
+	for _, s := range c.Seeds {
+		if err := checkSeed(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(c.Topics) == 0 {
 		errs = append(errs, errors.New("no Topics: at least one topic is required"))
 	}
 	for _, t := range c.Topics {
-		if t == "" {
-			errs = append(errs, errors.New("empty topic name in Topics"))
+		if err := CheckTopic(t); err != nil {
+			errs = append(errs, fmt.Errorf("Topics: %w", err))
+			continue
 		}
-		if dlq := c.deadLetterTopic(t); slices.Contains(c.Topics, dlq) {
+		dlq := c.deadLetterTopic(t)
+		if err := CheckTopic(dlq); err != nil {
+			errs = append(errs, fmt.Errorf("the dead-letter topic of %q: %w", t, err))
+		}
+		if slices.Contains(c.Topics, dlq) {
 			errs = append(errs, fmt.Errorf("the dead-letter topic %q of %q is also consumed", dlq, t))
 		}
 	}
@@ -227,6 +238,34 @@ func (c ConsumerConfig[TTx]) validate() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("idemkafka: invalid ConsumerConfig: %w", err)
+	}
+	return nil
+}
+
+// CheckTopic returns an error unless t is a topic name Kafka accepts: 1 to
+// 249 characters among ASCII letters, digits, '.', '_' and '-', and not "."
+// or "..". A broker refuses other names for good, so NewConsumer and
+// NewPublisher check their topics with it at start-up.
+func CheckTopic(t string) error {
+	switch {
+	case t == "" || t == "." || t == "..":
+		return fmt.Errorf("Kafka topic %q: it must not be empty, \".\" or \"..\"", t)
+	case len(t) > 249:
+		return fmt.Errorf("Kafka topic %q: %d characters, at most 249", t, len(t))
+	case strings.ContainsFunc(t, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}):
+		return fmt.Errorf("Kafka topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+	}
+	return nil
+}
+
+// checkSeed returns an error unless s is a host:port (kgo would take ""
+// for localhost:9092).
+func checkSeed(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || strings.TrimSpace(host) == "" || port == "" {
+		return fmt.Errorf("seed broker %q: want host:port", s)
 	}
 	return nil
 }

@@ -34,12 +34,21 @@ func TestConsumerConfigValidated(t *testing.T) {
 		edit func(*idemkafka.ConsumerConfig[*sqlTx])
 		want string
 	}{
-		"no seeds":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = nil }, "Seeds"},
-		"no topics":         {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = nil }, "Topics"},
-		"empty topic":       {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{""} }, "empty topic"},
-		"no handler":        {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Handler = nil }, "Handler"},
-		"negative poll":     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.MaxPollRecords = -1 }, "MaxPollRecords"},
-		"negative attempts": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Retry.Attempts = -1 }, "Attempts"},
+		"no seeds":           {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = nil }, "Seeds"},
+		"no topics":          {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = nil }, "Topics"},
+		"empty topic":        {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{""} }, "must not be empty"},
+		"topic with a space": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{"orders "} }, "only ASCII letters"},
+		"topic with a slash": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{"orders/v1"} }, "only ASCII letters"},
+		"topic ..":           {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Topics = []string{".."} }, "must not be empty"},
+		"dead-letter topic too long": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.Topics = []string{strings.Repeat("t", 247)}
+		}, "at most 249"},
+		"dead-letter topic with a space": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.DeadLetterTopic = "orders dlq" }, "only ASCII letters"},
+		"empty seed":                     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{""} }, "want host:port"},
+		"seed without port":              {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{"kafka-1"} }, "want host:port"},
+		"no handler":                     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Handler = nil }, "Handler"},
+		"negative poll":                  {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.MaxPollRecords = -1 }, "MaxPollRecords"},
+		"negative attempts":              {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Retry.Attempts = -1 }, "Attempts"},
 		"consumes its dead letters": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
 			c.Topics = []string{"orders", "orders.dlq"}
 		}, `"orders.dlq" of "orders" is also consumed`},
@@ -101,4 +110,30 @@ func TestPublisherConfigHeaderFormat(t *testing.T) {
 			p.Close()
 		}
 	}
+}
+
+// A DefaultTopic or a seed a broker would refuse for good is refused at
+// start-up: as poison, every key's first event would be parked.
+func TestPublisherConfigTopicAndSeeds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		seeds []string
+		topic string
+		want  string
+	}{
+		{[]string{"127.0.0.1:1"}, "orders events", "only ASCII letters"},
+		{[]string{"127.0.0.1:1"}, strings.Repeat("t", 250), "at most 249"},
+		{[]string{""}, "orders", "want host:port"},
+		{[]string{"127.0.0.1:1", " "}, "orders", "want host:port"},
+	} {
+		_, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: tc.seeds, DefaultTopic: tc.topic})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewPublisher(seeds %q, topic %.20q): %v; want an error mentioning %q", tc.seeds, tc.topic, err, tc.want)
+		}
+	}
+	p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: []string{"127.0.0.1:1"}, DefaultTopic: "orders.v1_events-x"})
+	if err != nil {
+		t.Fatalf("NewPublisher with a valid topic: %v", err)
+	}
+	p.Close()
 }

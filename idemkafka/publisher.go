@@ -97,6 +97,16 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	case cfg.Client == nil && len(cfg.Seeds) == 0:
 		return nil, errors.New("idemkafka: invalid PublisherConfig: no Seeds: at least one seed broker is required")
 	}
+	for _, s := range cfg.Seeds {
+		if err := checkSeed(s); err != nil {
+			return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: %w", err)
+		}
+	}
+	if cfg.DefaultTopic != "" {
+		if err := CheckTopic(cfg.DefaultTopic); err != nil {
+			return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: DefaultTopic: %w", err)
+		}
+	}
 	if err := p.headers.Validate(); err != nil {
 		return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: HeaderFormat and Source: %w", err)
 	}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 
@@ -34,5 +35,12 @@ func TestInterruptedFailureNotCounted(t *testing.T) {
 	}
 	if n, err := r2.RunOnce(t.Context()); n != 1 || err != nil {
 		t.Fatalf("after a shutdown-interrupted publish, RunOnce = %d, %v; want the event published", n, err)
+	}
+}
+
+func TestRedriveNilDriver(t *testing.T) {
+	t.Parallel()
+	if _, err := outbox.Redrive[*sql.Tx](t.Context(), nil, outbox.RedriveOptions{}); err == nil {
+		t.Fatal("Redrive with a nil driver: no error")
 	}
 }

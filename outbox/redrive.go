@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,6 +48,9 @@ type RedriveOptions struct {
 // time: two running at once release their batches independently, and a
 // key's redriven rows can then be published out of ID order.
 func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts RedriveOptions) (int, error) {
+	if drv == nil {
+		return 0, errors.New("outbox: redrive: nil driver")
+	}
 	if opts.BatchSize < 0 {
 		return 0, fmt.Errorf("outbox: redrive: BatchSize %d must not be negative", opts.BatchSize)
 	}

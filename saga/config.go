@@ -55,8 +55,8 @@ func (c Config) validate() error {
 	if c.CompensationAttempts < 1 {
 		return fmt.Errorf("saga: invalid config: CompensationAttempts %d must be at least 1", c.CompensationAttempts)
 	}
-	if c.CompensationBackoff < 0 {
-		return fmt.Errorf("saga: invalid config: CompensationBackoff %s must not be negative", c.CompensationBackoff)
+	if c.CompensationBackoff < 0 || c.CompensationBackoff > maxCompensationBackoff {
+		return fmt.Errorf("saga: invalid config: CompensationBackoff %s must be 0..%s", c.CompensationBackoff, maxCompensationBackoff)
 	}
 	return nil
 }

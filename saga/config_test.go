@@ -21,6 +21,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	for _, cfg := range []saga.Config{
 		{CompensationAttempts: -1},
 		{CompensationBackoff: -time.Second},
+		{CompensationBackoff: 5 * time.Minute}, // over the 30 s cap
 	} {
 		if _, err := saga.New(drv, &cfg); err == nil {
 			t.Errorf("New(%+v) succeeded; want a validation error", cfg)

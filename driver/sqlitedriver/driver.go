@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"strings"
@@ -72,6 +73,9 @@ func Open(path string, cfg *Config) (*Driver, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
+	}
+	if b := c.BusyTimeout; b < 0 || (b > 0 && b < time.Millisecond) || b > math.MaxInt32*time.Millisecond {
+		return nil, fmt.Errorf("sqlitedriver: BusyTimeout %s must be 1ms..%s (0 for the 10s default)", b, math.MaxInt32*time.Millisecond)
 	}
 	db, err := sql.Open("sqlite", DSN(path, c.BusyTimeout))
 	if err != nil {

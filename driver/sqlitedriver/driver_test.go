@@ -249,6 +249,13 @@ func TestPragmas(t *testing.T) {
 		t.Fatalf("Rollback: %v", err)
 	}
 
+	for _, bad := range []time.Duration{-time.Second, 500 * time.Microsecond, 1000 * time.Hour} {
+		// SQLite would take them as busy_timeout(0): no waiting at all.
+		if d, err := sqlitedriver.Open(testdb.SQLitePath(t), &sqlitedriver.Config{BusyTimeout: bad}); err == nil {
+			_ = d.Close()
+			t.Errorf("Open with BusyTimeout %s succeeded; want an error", bad)
+		}
+	}
 	custom := open(t, testdb.SQLitePath(t), &sqlitedriver.Config{BusyTimeout: 1500 * time.Millisecond})
 	if got := pragma(t, custom.DB(), "busy_timeout"); got != "1500" {
 		t.Errorf("with Config.BusyTimeout 1.5s, PRAGMA busy_timeout = %s, want 1500", got)

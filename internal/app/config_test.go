@@ -86,6 +86,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad postgres URL", []string{"-db", "postgres://u:secret@db:notaport/pay"}, nil, "PostgreSQL URL"},
 		{"zero timeout", []string{"-shutdown-timeout", "0s"}, nil, "-shutdown-timeout"},
 		{"bad timeout", []string{"-shutdown-timeout", "soon"}, nil, "-shutdown-timeout"},
+		{"database with a trailing space", []string{"-db", "./idemd.db "}, nil, "trailing spaces"},
 		{"bad log format", []string{"-log-format", "xml"}, nil, "-log-format"},
 		{"bad cleanup schedule", []string{"-cleanup", "3am daily"}, nil, "-cleanup"},
 		{"cleanup schedule with 6 fields", nil, map[string]string{"IDEMD_CLEANUP": "0 0 3 * * *"}, "IDEMD_CLEANUP"},

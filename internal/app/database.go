@@ -47,6 +47,10 @@ func ParseDatabase(s string) (Database, error) {
 	if strings.TrimSpace(s) == "" {
 		return Database{}, fmt.Errorf("no database given")
 	}
+	if strings.TrimSpace(s) != s {
+		// "./idemd.db " would open another, empty database.
+		return Database{}, fmt.Errorf("database %q has leading or trailing spaces", redactURL(s))
+	}
 	m := schemeRe.FindStringSubmatch(s)
 	if m == nil {
 		return sqlitePath(s)
