@@ -117,7 +117,7 @@ type Config struct {
 
 	// Wait is how long a duplicate of an in-flight request waits for its
 	// outcome before answering 409 with Retry-After. Defaults to 5s; NoWait
-	// answers at once.
+	// answers at once. At most 1h.
 	Wait time.Duration
 	// RetryAfter is the Retry-After sent with 409 request-in-progress and
 	// 503 answers. Defaults to 1s.

@@ -24,7 +24,8 @@ type Config struct {
 	// "" (the conventional table names of docs/rules.md).
 	TablePrefix string
 	// BusyTimeout is how long a statement waits for another process that
-	// holds the write lock. Defaults to 10s. Used by Open only.
+	// holds the write lock. Defaults to 10s; 1ms to about 596h. Used by
+	// Open only.
 	BusyTimeout time.Duration
 }
 
