@@ -256,7 +256,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("invalid Wait %s: must be positive or NoWait", c.Wait))
 	}
 	if c.Wait > maxWait {
-		errs = append(errs, fmt.Errorf("Wait %s is longer than %s (a request would hold its connection that long)", c.Wait, maxWait))
+		errs = append(errs, fmt.Errorf("invalid Wait %s: at most %s (a request would hold its connection that long)", c.Wait, maxWait))
 	}
 	if c.RetryAfter < time.Second {
 		errs = append(errs, fmt.Errorf("RetryAfter %s must be at least 1s (Retry-After has whole seconds)", c.RetryAfter))

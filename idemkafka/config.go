@@ -210,7 +210,7 @@ func (c ConsumerConfig[TTx]) validate() error {
 	}
 	for _, t := range c.Topics {
 		if err := CheckTopic(t); err != nil {
-			errs = append(errs, fmt.Errorf("Topics: %w", err))
+			errs = append(errs, fmt.Errorf("in Topics: %w", err))
 			continue
 		}
 		dlq := c.deadLetterTopic(t)
@@ -249,15 +249,22 @@ func (c ConsumerConfig[TTx]) validate() error {
 func CheckTopic(t string) error {
 	switch {
 	case t == "" || t == "." || t == "..":
-		return fmt.Errorf("Kafka topic %q: it must not be empty, \".\" or \"..\"", t)
+		return fmt.Errorf("topic %q: it must not be empty, \".\" or \"..\"", t)
 	case len(t) > 249:
-		return fmt.Errorf("Kafka topic %q: %d characters, at most 249", t, len(t))
-	case strings.ContainsFunc(t, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
-	}):
-		return fmt.Errorf("Kafka topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+		return fmt.Errorf("topic %q: %d characters, at most 249", t, len(t))
+	case strings.ContainsFunc(t, notTopicChar):
+		return fmt.Errorf("topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
 	}
 	return nil
+}
+
+// notTopicChar reports whether r may not appear in a topic name.
+func notTopicChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		return false
+	}
+	return true
 }
 
 // checkSeed returns an error unless s is a host:port (kgo would take ""
