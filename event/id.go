@@ -53,8 +53,11 @@ func TimeOf(id uuid.UUID) (time.Time, bool) {
 // The result is UUIDv7-shaped: its first 48 bits are copied from parent, which
 // for a UUIDv7 parent is the parent's timestamp, so the derived ID sorts and
 // partitions by the time of its cause, and TimeOf(DerivedID(p, n)) equals
-// TimeOf(p). A parent that is not a UUIDv7 still gives a deterministic result,
-// but its first 48 bits are then not a meaningful time.
+// TimeOf(p). A parent that is not a UUIDv7 (the UUIDv5 StepID falls back to)
+// still gives a deterministic result, but its first 48 bits are then hash
+// bits that TimeOf reports as a time (any time from 1970 to the year 10889):
+// storage that files rows by that time (the inbox's partition mode) files
+// such an ID under an arbitrary day, almost always the DEFAULT partition.
 //
 // Use a distinct name for each event a handler emits from one parent. The
 // nil UUID has no derived IDs: DerivedID(uuid.Nil, name) is uuid.Nil, which

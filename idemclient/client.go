@@ -382,11 +382,18 @@ func (c *Client) fits(ctx context.Context, start time.Time, d time.Duration) boo
 func jitter(base, maxDelay time.Duration, n int) time.Duration {
 	ceil := base
 	for i := 1; i < n && ceil < maxDelay; i++ {
+		if ceil > maxDelay/2 { // doubling would pass maxDelay (or overflow)
+			ceil = maxDelay
+			break
+		}
 		ceil *= 2
 	}
 	ceil = min(ceil, maxDelay)
 	if ceil <= 0 {
 		return 0
+	}
+	if ceil == math.MaxInt64 {
+		return time.Duration(rand.Int64N(int64(ceil)))
 	}
 	return time.Duration(rand.Int64N(int64(ceil) + 1))
 }

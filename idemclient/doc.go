@@ -108,7 +108,9 @@
 //   - Errors found before any attempt (body too large to buffer, unreadable
 //     body, key generator failure, two Idempotency-Key headers, a key that
 //     is not 1 to 255 visible ASCII characters) are returned
-//     as plain errors; nothing was sent.
+//     as plain errors; nothing was sent. (A req.GetBody that fails on the
+//     first attempt gives an *Error with Attempts 0: nothing was sent
+//     either.)
 //
 // The bodies of responses that are retried are drained (up to 64 KiB) and
 // closed. Like http.Client.Do, Do closes the request body.

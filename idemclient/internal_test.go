@@ -1,6 +1,7 @@
 package idemclient
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -56,6 +57,13 @@ func TestJitter(t *testing.T) {
 		}
 		if top < want/2 { // 200 uniform draws all in the lower half: (1/2)^200
 			t.Errorf("jitter(n=%d) never above %s: not full jitter", n, top)
+		}
+	}
+	// A MaxDelay meant as "no cap": doubling must not overflow to a
+	// negative ceiling (no wait at all).
+	for n := 30; n <= 80; n += 10 {
+		if d := jitter(base, math.MaxInt64, n); d < 0 || (n >= 40 && d == 0 && jitter(base, math.MaxInt64, n) == 0) {
+			t.Fatalf("jitter(n=%d) with MaxDelay MaxInt64 = %s; want a positive wait", n, d)
 		}
 	}
 	if d := jitter(0, 0, 3); d != 0 {

@@ -28,8 +28,11 @@
 // a savepoint with SavepointTx, so the violation rolls back only the
 // INSERT (with database/sql, wrap it in SAVEPOINT / ROLLBACK TO SAVEPOINT
 // statements of your own).
-// SQLite rolls back just the failing statement, so no savepoint is needed
-// there.
+// SQLite rolls back just the failing statement: when create is that one
+// INSERT, no savepoint is needed there. When create writes anything before
+// it (an audit row, an outbox event), wrap create in SAVEPOINT / ROLLBACK TO
+// SAVEPOINT / RELEASE on SQLite too, or the losing attempt's earlier writes
+// commit with the caller's transaction.
 //
 // get must see the row committed by the concurrent winner. That holds in
 // PostgreSQL's default READ COMMITTED isolation (every statement takes a new
