@@ -97,10 +97,7 @@ func (d *Driver) MigrateTx(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return fmt.Errorf("pgdriver: migrate: %w", err)
 	}
-	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
-		return fmt.Errorf("pgdriver: migrate: %w", st.Err())
-	}
-	return nil
+	return migrate.RefuseNewer("pgdriver", ms, applied)
 }
 
 // MigrationStatus returns which migrations the database has. A missing

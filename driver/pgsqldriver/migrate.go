@@ -83,10 +83,7 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return fmt.Errorf("pgsqldriver: migrate: %w", err)
 	}
-	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
-		return fmt.Errorf("pgsqldriver: migrate: %w", st.Err())
-	}
-	return nil
+	return migrate.RefuseNewer("pgsqldriver", ms, applied)
 }
 
 // MigrationStatus returns which migrations the database has. A missing

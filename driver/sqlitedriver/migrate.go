@@ -94,10 +94,7 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sqlitedriver: migrate: %w", err)
 	}
-	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
-		return fmt.Errorf("sqlitedriver: migrate: %w", st.Err())
-	}
-	return nil
+	return migrate.RefuseNewer("sqlitedriver", ms, applied)
 }
 
 // MigrationStatus returns which migrations the database has. A missing

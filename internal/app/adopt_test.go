@@ -166,13 +166,7 @@ func TestShutdownBoundedWithHungWorker(t *testing.T) {
 		fatal:   make(chan error, 1),
 		consume: func(context.Context) error { <-release; return nil }, // ignores its context
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx, ln) }()
+	_, cancel, done := serveInTest(t, a)
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
 	cancel()
@@ -268,14 +262,8 @@ func TestShutdownWithStalledClient(t *testing.T) {
 			return 0, nil
 		},
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx, ln) }()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	addr, cancel, done := serveInTest(t, a)
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +288,19 @@ func TestShutdownWithStalledClient(t *testing.T) {
 	if flushedAlive.Load() == 0 {
 		t.Error("the outbox was not flushed (with time left) after the stalled request was cut off")
 	}
+}
+
+// serveInTest runs a.Serve on a loopback port until cancel; done receives
+// what Serve returned.
+func serveInTest(t *testing.T, a *App) (addr string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+	return ln.Addr().String(), cancel, served
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/idemkafka"
 )
 
 // Kafka modes.
@@ -75,19 +76,16 @@ func ParseKafka(s string) (Kafka, error) {
 	return Kafka{Mode: KafkaBrokers, Brokers: strings.Join(seeds, ",")}, nil
 }
 
-var topicRe = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
-
-// CheckTopic applies Kafka's rules for topic names: 1 to 249 characters
-// among ASCII letters, digits, '.', '_' and '-', and not "." or "..". The
-// dead-letter topic adds ".dlq", so the name is limited to 245 here.
+// CheckTopic applies Kafka's rules for topic names (idemkafka.CheckTopic):
+// 1 to 249 characters among ASCII letters, digits, '.', '_' and '-', and
+// not "." or "..". The dead-letter topic adds ".dlq", so the name is
+// limited to 245 here.
 func CheckTopic(t string) error {
-	switch {
-	case t == "" || t == "." || t == "..":
-		return fmt.Errorf("bad Kafka topic %q: it must not be empty, \".\" or \"..\"", t)
-	case len(t) > 249-len(".dlq"):
-		return fmt.Errorf("bad Kafka topic %q: at most %d characters (its dead-letter topic adds .dlq)", t, 249-len(".dlq"))
-	case !topicRe.MatchString(t):
-		return fmt.Errorf("bad Kafka topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+	if err := idemkafka.CheckTopic(t); err != nil {
+		return fmt.Errorf("bad Kafka %w", err)
+	}
+	if limit := 249 - len(idemkafka.DeadLetterSuffix); len(t) > limit {
+		return fmt.Errorf("bad Kafka topic %q: at most %d characters (its dead-letter topic adds %s)", t, limit, idemkafka.DeadLetterSuffix)
 	}
 	return nil
 }
@@ -168,8 +166,8 @@ func checkRetention(ctx context.Context, a *App, adm *kadm.Client, topic string)
 		return
 	}
 	kept := "forever"
-	if retention >= 0 && retention <= math.MaxInt64/2 && segment <= math.MaxInt64/2 {
-		kept = (time.Duration(min(retention+segment, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond).String()
+	if maxMs := int64(math.MaxInt64 / time.Millisecond); retention >= 0 && retention < maxMs && segment < maxMs-retention {
+		kept = (time.Duration(retention+segment) * time.Millisecond).String()
 	}
 	a.log.Warn("kafka: the topic may keep events longer than the inboxes remember them: a consumer group that reads one of them again "+
 		"(its offsets expired, or were reset to the earliest) applies it twice; set retention.ms + segment.ms on the topic "+

@@ -76,6 +76,15 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 	}
 }
 
+// RefuseNewer returns an error when applied holds a version ms does not
+// know: a newer binary migrated the database.
+func RefuseNewer(name string, ms []driver.Migration, applied []int) error {
+	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
+		return fmt.Errorf("%s: migrate: %w", name, st.Err())
+	}
+	return nil
+}
+
 // Validate is a backend's Validate: nil when status (read with err) says
 // the database has exactly the binary's migrations, else the error, the
 // status's prefixed with name.
