@@ -154,6 +154,11 @@ type SagaStepsParams struct {
 type SagaListParams struct {
 	States []string
 	Limit  int
+	// AfterID, when not empty, lists only the sagas after (AfterUpdatedAt,
+	// AfterID) in the list's order (updated_at, then saga_id): the next
+	// page after a saga of the previous one.
+	AfterID        string
+	AfterUpdatedAt time.Time
 }
 
 // SagaDeleteFinishedBeforeParams are the inputs of

@@ -99,12 +99,28 @@ func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.SagaExecutor, saga
 // first. A recovery loop lists Compensating and Failed sagas at start-up
 // (and periodically) and calls Compensate for each, so a compensation
 // interrupted by a crash is finished.
+//
+// A saga the loop leaves alone (a Failed one waiting for an operator) is
+// not updated, so it stays first: once limit of them are waiting, List
+// returns them only, round after round. Page with ListAfter instead.
 func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State) ([]*Saga, error) {
+	return c.ListAfter(ctx, limit, nil, states...)
+}
+
+// ListAfter is List's next page: the sagas after after (the last of the
+// previous page) in List's order, least recently updated first, then by
+// ID. A nil after is the first page. A short page is the last: start
+// again from nil.
+func (c *Coordinator[TTx]) ListAfter(ctx context.Context, limit int, after *Saga, states ...State) ([]*Saga, error) {
 	ss := make([]string, len(states))
 	for i, s := range states {
 		ss[i] = string(s)
 	}
-	list, err := c.drv.Sagas().SagaList(ctx, &driver.SagaListParams{States: ss, Limit: limit})
+	p := &driver.SagaListParams{States: ss, Limit: limit}
+	if after != nil {
+		p.AfterID, p.AfterUpdatedAt = after.ID, after.UpdatedAt
+	}
+	list, err := c.drv.Sagas().SagaList(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("saga: list: %w", err)
 	}

@@ -555,6 +555,25 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 1}); err != nil || len(list) != 1 || list[0].ID != "s-d" {
 		t.Errorf("SagaList with limit 1 = %+v, %v; want s-d", list, err)
 	}
+	// Pages: after s-d, then after s-b (s-a and s-b were updated at
+	// t0+4m and t0+5m: the cursor's time counts before its ID).
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 1,
+		AfterID: list[0].ID, AfterUpdatedAt: list[0].UpdatedAt}); err != nil || len(list) != 1 || list[0].ID != "s-b" {
+		t.Errorf("SagaList after s-d = %+v, %v; want s-b", list, err)
+	}
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 10,
+		AfterID: "s-b", AfterUpdatedAt: t0.Add(4 * time.Minute)}); err != nil || len(list) != 1 || list[0].ID != "s-a" {
+		t.Errorf("SagaList after s-b = %+v, %v; want s-a", list, err)
+	}
+	// Same time, later ID: only the IDs after it.
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 10,
+		AfterID: "s-0", AfterUpdatedAt: t0.Add(4 * time.Minute)}); err != nil || len(list) != 2 || list[0].ID != "s-b" {
+		t.Errorf("SagaList after (t0+4m, s-0) = %+v, %v; want s-b, s-a", list, err)
+	}
+	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: []string{driver.SagaCompensating, driver.SagaFailed}, Limit: 10,
+		AfterID: "s-a", AfterUpdatedAt: t0.Add(5 * time.Minute)}); err != nil || len(list) != 0 {
+		t.Errorf("SagaList after the last = %+v, %v; want none", list, err)
+	}
 	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: nil, Limit: 10}); err != nil || len(list) != 0 {
 		t.Errorf("SagaList without states = %+v, %v; want none", list, err)
 	}

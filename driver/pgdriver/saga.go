@@ -178,7 +178,11 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if len(states) == 0 {
 		return nil, nil
 	}
-	rows, err := e.db.Query(ctx, e.d.expand(pgsql.SagaListSQL), slices.Clone(states), limit)
+	q, args := pgsql.SagaListSQL, []any{slices.Clone(states), limit}
+	if p.AfterID != "" {
+		q, args = pgsql.SagaListAfterSQL, append(args, p.AfterUpdatedAt, p.AfterID)
+	}
+	rows, err := e.db.Query(ctx, e.d.expand(q), args...)
 	if err != nil {
 		return nil, mapErr("saga list", err)
 	}

@@ -205,8 +205,15 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if len(states) == 0 {
 		return nil, nil
 	}
+	// A page starts after (?3, ?4); NULL ?4: from the first.
+	var afterID any
+	if p.AfterID != "" {
+		afterID = p.AfterID
+	}
 	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga
-		WHERE state IN (SELECT value FROM json_each(?1)) ORDER BY updated_at, saga_id LIMIT ?2`), jsonStrings(states), limit)
+		WHERE state IN (SELECT value FROM json_each(?1))
+		  AND (?4 IS NULL OR updated_at > ?3 OR (updated_at = ?3 AND saga_id > ?4))
+		ORDER BY updated_at, saga_id LIMIT ?2`), jsonStrings(states), limit, micros(p.AfterUpdatedAt), afterID)
 	if err != nil {
 		return nil, mapErr("saga list", err)
 	}

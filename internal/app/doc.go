@@ -100,7 +100,9 @@
 // Every step runs once per saga (saga.Step), every event once per consumer
 // (the inbox), and the payment exists once per order (the UNIQUE provider
 // and external ID): events delivered again, even after the saga's inbox
-// forgot them, change nothing. A saga's copy of an event that arrives after
+// forgot them, change nothing; an OrderCreated.v1 of an order that is no
+// longer CREATED starts nothing, even once the retention sweep deleted
+// its finished saga. A saga's copy of an event that arrives after
 // the saga moved on is a no-op. With -kafka off no saga runs and orders stay
 // CREATED.
 //

@@ -105,6 +105,13 @@ func parseItems(v json.RawMessage, add func(field, msg string)) ([]Item, *Reques
 	}
 	var items []Item
 	for i := 0; dec.More(); i++ {
+		if i == MaxItems {
+			// Not one more: each item can add two field errors, and the
+			// problem of a huge array would outgrow what the middleware
+			// stores (a 500 for a client's mistake).
+			add("items", fmt.Sprintf("must have at most %d items", MaxItems))
+			return nil, nil
+		}
 		field := "items[" + strconv.Itoa(i) + "]"
 		raw, rerr := apijson.Object(dec, field, []string{"sku", "quantity"})
 		if rerr != nil {
@@ -131,11 +138,8 @@ func parseItems(v json.RawMessage, add func(field, msg string)) ([]Item, *Reques
 		}
 		items = append(items, it)
 	}
-	switch {
-	case len(items) == 0:
+	if len(items) == 0 {
 		add("items", "must have at least 1 item")
-	case len(items) > MaxItems:
-		add("items", fmt.Sprintf("must have at most %d items", MaxItems))
 	}
 	return items, nil
 }
@@ -172,7 +176,7 @@ func parseAmount(v json.RawMessage) (decimal.Decimal, string) {
 	}
 	m := amountRe.FindStringSubmatch(s)
 	if m == nil {
-		if strings.HasPrefix(s, "-") {
+		if strings.HasPrefix(s, "-") && amountRe.MatchString(s[1:]) {
 			return decimal.Decimal{}, "must be greater than 0"
 		}
 		return decimal.Decimal{}, want

@@ -38,6 +38,7 @@ func TestDecodeCreate(t *testing.T) {
 		{"amount 5 decimals", body("1", `"1.00001"`, "["+item+"]"), 422, "amount"},
 		{"amount zero", body("1", `"0.0000"`, "["+item+"]"), 422, "amount"},
 		{"amount negative", body("1", `"-1"`, "["+item+"]"), 422, "amount"},
+		{"amount minus garbage", body("1", `"-abc"`, "["+item+"]"), 422, "amount"},
 		{"amount exponent", body("1", `"1e3"`, "["+item+"]"), 422, "amount"},
 		{"amount 16 digits", body("1", `"1000000000000000"`, "["+item+"]"), 422, "amount"},
 		{"items missing", `{"customer_id":1,"amount":"1"}`, 422, "items"},
@@ -74,6 +75,32 @@ func TestDecodeCreate(t *testing.T) {
 				t.Errorf("fields %+v, want %s first", re.Fields, tt.field)
 			}
 		})
+	}
+}
+
+// A request body under the size limit with thousands of invalid items gets
+// a 422 of bounded size: the items past MaxItems are not parsed, so the
+// problem cannot outgrow what the idempotency middleware stores (which
+// turned a client's mistake into a 500).
+func TestDecodeCreateManyInvalidItems(t *testing.T) {
+	t.Parallel()
+	body := `{"customer_id":1,"amount":"1","items":[` + strings.TrimSuffix(strings.Repeat("{},", 21_000), ",") + `]}`
+	if len(body) >= MaxRequestBytes {
+		t.Fatalf("body of %d bytes: not under MaxRequestBytes", len(body))
+	}
+	_, err := DecodeCreate(strings.NewReader(body))
+	var re *RequestError
+	if !errors.As(err, &re) || re.Status != 422 {
+		t.Fatalf("DecodeCreate: %v; want a 422", err)
+	}
+	if last := re.Fields[len(re.Fields)-1]; last.Field != "items" || !strings.Contains(last.Detail, "at most 100") {
+		t.Errorf("last field error %+v, want items: at most 100", last)
+	}
+	if n := len(re.Fields); n > 2*MaxItems+1 {
+		t.Errorf("%d field errors, want at most %d", n, 2*MaxItems+1)
+	}
+	if n := len(re.Detail); n > 16<<10 {
+		t.Errorf("detail of %d bytes", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -78,6 +79,13 @@ type PaymentSaga[TTx any] struct {
 	orders   Store[TTx]
 	payments payments.Store[TTx]
 	log      *slog.Logger
+
+	mu sync.Mutex
+	// failedAfter is where Recover's next page of Failed sagas starts (nil:
+	// the first): the Failed sagas left to an operator are never updated,
+	// so a list from the start would return only them once there are a
+	// page of them.
+	failedAfter *saga.Saga
 }
 
 // NewPaymentSaga returns the saga on the coordinator and the stores of one
@@ -110,6 +118,24 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		return err
 	}
 	id := SagaID(oc.OrderID)
+	// The order decides, not the saga row: a finished saga is deleted by
+	// the retention sweep, and a copy of the event delivered after that
+	// (a consumer group reset on a topic that keeps events longer than the
+	// inboxes remember them) would start a new saga and charge an order
+	// that was rejected, or confirm one a second time. Only a CREATED
+	// order has a saga to run; its saga is deleted only once it finished,
+	// when the order is no longer CREATED.
+	o, err := p.orders.GetTx(ctx, tx, oc.OrderID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		p.log.WarnContext(ctx, "order saga: OrderCreated.v1 of an unknown order, ignored", "saga", id, "event", e.ID)
+		return nil
+	case err != nil:
+		return err
+	case o.Status != StatusCreated:
+		p.log.InfoContext(ctx, "order saga: OrderCreated.v1 of an order already "+o.Status+", ignored", "saga", id, "event", e.ID)
+		return nil
+	}
 	s, _, err := p.sagas.StartTx(ctx, tx, id, SagaType, e.Payload)
 	if err != nil {
 		return err
@@ -261,10 +287,20 @@ func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	failed, err := p.sagas.List(ctx, limit, saga.Failed)
+	p.mu.Lock()
+	after := p.failedAfter
+	p.mu.Unlock()
+	failed, err := p.sagas.ListAfter(ctx, limit, after, saga.Failed)
 	if err != nil {
 		return 0, err
 	}
+	var next *saga.Saga // a short page is the last: start again
+	if len(failed) == limit {
+		next = failed[len(failed)-1]
+	}
+	p.mu.Lock()
+	p.failedAfter = next
+	p.mu.Unlock()
 	comps := p.Compensations()
 	done := 0
 	for _, s := range append(list, failed...) {

@@ -306,6 +306,187 @@ func TestSagaRefusesForeignCharge(t *testing.T) {
 	}
 }
 
+// A copy of OrderCreated.v1 delivered after the retention sweep deleted
+// the finished saga (and the inbox forgot the event: a consumer group reset
+// on a topic that keeps events for longer) changes nothing: it neither
+// charges a rejected order nor confirms a confirmed one again.
+func TestSagaLateCreatedAfterSagaDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv, pay, ord := sqliteStores(t)
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	inTx := func(fn func(tx *sql.Tx) error) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(q string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := drv.DB().QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	newOrder := func(customer int64, amount string) (o orders.Order, e event.Envelope) {
+		t.Helper()
+		inTx(func(tx *sql.Tx) (err error) {
+			o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: customer, Amount: decimal.RequireFromString(amount), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+			return err
+		})
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, e
+	}
+
+	// Rejected: above the payment limit, aborted, compensated.
+	rej, rejCreated := newOrder(8, "10000.0001")
+	inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, rejCreated) })
+	if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+		t.Fatal(err)
+	}
+	// Confirmed: charged, then PaymentCaptured.v1 confirms it.
+	okOrder, okCreated := newOrder(7, "12.5")
+	inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, okCreated) })
+	var captured event.Envelope
+	var capID string
+	if err := drv.DB().QueryRowContext(ctx, `SELECT event_id, payload FROM outbox WHERE event_type = ?`, orders.EventPaymentCaptured).Scan(&capID, &captured.Payload); err != nil {
+		t.Fatal(err)
+	}
+	captured.ID, captured.Type = uuid.MustParse(capID), orders.EventPaymentCaptured
+	inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, captured) })
+	for _, o := range []struct {
+		id   int64
+		want string
+	}{{rej.ID, orders.StatusRejected}, {okOrder.ID, orders.StatusConfirmed}} {
+		if got, err := ord.Get(ctx, o.id); err != nil || got.Status != o.want {
+			t.Fatalf("order %d: %+v, %v; want %s", o.id, got, err, o.want)
+		}
+	}
+	// Rejected under the limit (the watchdog gave up on it), its saga
+	// already deleted.
+	gaveUp, gaveUpCreated := newOrder(9, "5")
+	inTx(func(tx *sql.Tx) error { return ord.SetStatus(ctx, tx, gaveUp.ID, orders.StatusRejected) })
+	events, payments := count(`SELECT count(*) FROM outbox`), count(`SELECT count(*) FROM payment`)
+
+	// The retention sweep deletes both finished sagas.
+	if n, err := saga.DeleteFinished(ctx, drv.Sagas(), time.Now().Add(100*time.Hour), 100); err != nil || n != 2 {
+		t.Fatalf("DeleteFinished: %d, %v; want 2", n, err)
+	}
+	for _, e := range []event.Envelope{rejCreated, okCreated, captured, gaveUpCreated} {
+		inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, e) })
+	}
+	for _, o := range []struct {
+		id   int64
+		want string
+	}{{rej.ID, orders.StatusRejected}, {okOrder.ID, orders.StatusConfirmed}, {gaveUp.ID, orders.StatusRejected}} {
+		if got, err := ord.Get(ctx, o.id); err != nil || got.Status != o.want {
+			t.Errorf("order %d after the late copies: %+v, %v; want %s", o.id, got, err, o.want)
+		}
+		if _, err := sagas.Get(ctx, orders.SagaID(o.id)); !errors.Is(err, saga.ErrNotFound) {
+			t.Errorf("order %d: a saga was started again (%v)", o.id, err)
+		}
+	}
+	if n := count(`SELECT count(*) FROM payment`); n != payments {
+		t.Errorf("%d payments after the late copies, want %d (a rejected order charged)", n, payments)
+	}
+	if n := count(`SELECT count(*) FROM outbox`); n != events {
+		t.Errorf("%d events in the outbox after the late copies, want %d", n, events)
+	}
+}
+
+// Failed sagas left to an operator never change, so they stay the least
+// recently updated; once a page of them is waiting, a Failed saga that can
+// still be compensated must not be starved: Recover pages through them.
+func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv, pay, ord := sqliteStores(t)
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	inTx := func(fn func(tx *sql.Tx) error) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handleNew := func(amount string) orders.Order {
+		t.Helper()
+		var o orders.Order
+		inTx(func(tx *sql.Tx) (err error) {
+			o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: 1, Amount: decimal.RequireFromString(amount), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+			return err
+		})
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, e) })
+		return o
+	}
+	const page = 3
+	// A page of sagas charged, then aborted: Failed for good.
+	for range page {
+		o := handleNew("5")
+		inTx(func(tx *sql.Tx) error { return sagas.AbortTx(ctx, tx, orders.SagaID(o.ID)) })
+	}
+	if _, err := ps.Recover(ctx, page); err != nil {
+		t.Fatal(err)
+	}
+	// Then one whose compensation fails once (its table is away), and
+	// could succeed on the next attempt.
+	later := handleNew("10000.0001") // above the limit: aborted before its charge
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order RENAME TO customer_order_away`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Recover(ctx, page); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order_away RENAME TO customer_order`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sagas.Get(ctx, orders.SagaID(later.ID)); err != nil || s.State != saga.Failed {
+		t.Fatalf("saga %+v, %v; want Failed", s, err)
+	}
+	for range 3 {
+		if _, err := ps.Recover(ctx, page); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := sagas.Get(ctx, orders.SagaID(later.ID)); err != nil || s.State != saga.Compensated {
+		t.Errorf("saga %v, %v; want Compensated", s.State, err)
+	}
+	if o, err := ord.Get(ctx, later.ID); err != nil || o.Status != orders.StatusRejected {
+		t.Errorf("order %+v, %v; want REJECTED", o, err)
+	}
+}
+
 // sqliteStores returns a migrated SQLite database with the payment and
 // order stores on it.
 func sqliteStores(t *testing.T) (*sqlitedriver.Driver, *paysqlite.Store, *ordsqlite.Store) {

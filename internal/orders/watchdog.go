@@ -186,7 +186,7 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 				keys = append(keys, strconv.FormatInt(o.ID, 10)) // still worth a try
 			case outcome == giveUpFailed:
 				st.Operator++
-				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; nothing is retried until an operator acts)",
+				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; the compensator tries it again every round, an operator should look)",
 					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
 			default:
 				st.Aborted++

@@ -113,6 +113,10 @@ func parseText(v json.RawMessage) (string, string) {
 	switch {
 	case strings.TrimSpace(s) == "":
 		return "", "must not be empty"
+	case strings.TrimSpace(s) != s:
+		// "sber " and "sber" would be two identities under the UNIQUE
+		// (provider, external ID): a second payment for one charge.
+		return "", "must not start or end with spaces"
 	case utf8.RuneCountInString(s) > MaxTextLen:
 		return "", fmt.Sprintf("must be at most %d characters", MaxTextLen)
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:

@@ -44,6 +44,8 @@ func TestDecodeCreate(t *testing.T) {
 		{"provider not a string", `{"provider":1,"external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
 		{"provider null", `{"provider":null,"external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
 		{"provider too long", `{"provider":"` + long + `x","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
+		{"provider with a trailing space", `{"provider":"sber ","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
+		{"external id with a leading space", `{"provider":"p","external_payment_id":" e1","amount":"1","customer_id":1}`, 422, "external_payment_id", ""},
 		{"control character", `{"provider":"p\n","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
 		{"external id too long", `{"provider":"p","external_payment_id":"` + long + `x","amount":"1","customer_id":1}`, 422, "external_payment_id", ""},
 		{"amount JSON number", `{"provider":"p","external_payment_id":"e","amount":100.5,"customer_id":1}`, 422, "amount", ""},

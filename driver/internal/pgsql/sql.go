@@ -298,6 +298,10 @@ const (
 		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`
 	SagaListSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
 		WHERE state = ANY ($1::text[]) ORDER BY updated_at, saga_id LIMIT $2`
+	// SagaListAfterSQL is SagaListSQL's next page, after ($3, $4).
+	SagaListAfterSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
+		WHERE state = ANY ($1::text[]) AND (updated_at, saga_id) > ($3, $4::text)
+		ORDER BY updated_at, saga_id LIMIT $2`
 	SagaDeleteFinishedBeforeSQL = `DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
 		SELECT ctid FROM {{table}}saga
 		WHERE finished_at IS NOT NULL AND finished_at < $1
