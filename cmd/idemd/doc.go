@@ -49,7 +49,7 @@
 // an order still CREATED gets its events published again),
 // -saga-give-up-after (default 15m: the saga is aborted if nothing was
 // charged, else an operator is alerted) and -otel (IDEMD_OTEL, off by
-// default, on when OTEL_EXPORTER_OTLP_ENDPOINT is set: traces and the
+// default, on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: traces and the
 // Prometheus metrics exported over OTLP/HTTP; a missing collector never
 // stops idemd from starting).
 //

@@ -304,3 +304,86 @@ func serveInTest(t *testing.T, a *App) (addr string, cancel context.CancelFunc, 
 	go func() { served <- a.Serve(ctx, ln) }()
 	return ln.Addr().String(), cancel, served
 }
+
+// Closing waits for the database pool, which waits for a worker stuck on a
+// database that stopped answering: idemd exits at -shutdown-timeout all
+// the same instead of hanging until the kernel gives up on the socket.
+func TestCloseBoundedWhenCloseHangs(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	a := &App{close: func() { <-release }}
+	start := time.Now()
+	if closeWithin(a, start.Add(300*time.Millisecond)) {
+		t.Fatal("closeWithin reported a hanging Close as done")
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
+		t.Errorf("closeWithin returned after %s, want about 300ms", d)
+	}
+	ok := &App{close: func() {}}
+	if !closeWithin(ok, time.Now().Add(-time.Second)) {
+		t.Error("a Close that returns at once, after the deadline, reported as hanging")
+	}
+}
+
+// kfake seeds topics only into an empty log directory. A log of this
+// database written with another -kafka-topic is refused with a message
+// naming its topic (its unread events are there); a log from a first start
+// that crashed before kfake saved its topics gets them created.
+func TestEmbeddedLogWithoutTheTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "log")
+	db := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	start := func(dir, db, topic string) (*App, error) {
+		t.Helper()
+		cfg, err := ParseConfig([]string{"-db", db, "-cleanup", "off", "-kafka-dir", dir, "-kafka-topic", topic},
+			func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	a, err := start(dir, db, "topic.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay adopts the new log (writes its marker) before it runs.
+	rctx, stop := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- a.relay(rctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, embeddedMarker)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the log was not adopted")
+		}
+	}
+	stop()
+	<-relayDone
+	a.Close()
+	_, err = start(dir, db, "topic.b")
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "topic.a") {
+		t.Fatalf("restart with another -kafka-topic: %v; want a ConfigError naming topic.a", err)
+	}
+	// A first start that crashed after kfake wrote meta.json, before its
+	// topics: the log is new (no marker), its topics are created.
+	crashed := filepath.Join(t.TempDir(), "log")
+	if err := os.MkdirAll(crashed, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, "meta.json"), meta, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	a, err = start(crashed, "sqlite:"+filepath.Join(t.TempDir(), "y.db"), "topic.c")
+	if err != nil {
+		t.Fatalf("start on a log holding only meta.json: %v", err)
+	}
+	a.Close()
+}

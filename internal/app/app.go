@@ -227,6 +227,22 @@ func postgresIdentity(ctx context.Context, pool *pgxpool.Pool) (dbIdentity, erro
 		return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
 	}
 	id := dbIdentity{Where: "postgres:" + db + "." + schema + "@" + sys}
+	// Named already (idemd migrate up, an earlier start): no DDL, which a
+	// role without CREATE rights on the schema may not run even with IF
+	// NOT EXISTS.
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('idemd_instance') IS NOT NULL`).Scan(&exists); err != nil {
+		return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
+	}
+	if exists {
+		err := pool.QueryRow(ctx, `SELECT id FROM idemd_instance`).Scan(&id.Instance)
+		switch {
+		case err == nil:
+			return id, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return dbIdentity{}, fmt.Errorf("identify the database: %w", err)
+		}
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// Replicas starting together: the lock orders the CREATE TABLEs.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('idemd_instance:' || current_schema()))`); err != nil {

@@ -98,8 +98,8 @@ type Config struct {
 	SagaGiveUpAfter time.Duration
 	// OTel turns on OpenTelemetry traces and metrics (-otel, IDEMD_OTEL):
 	// exported over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT, whose being
-	// set turns it on too unless -otel=false or IDEMD_OTEL=false says
-	// otherwise. The program that runs idemd provides the exporter
+	// set (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT's) turns it on too unless
+	// -otel=false or IDEMD_OTEL=false says otherwise. The program that runs idemd provides the exporter
 	// (Options.Telemetry); off by default.
 	OTel bool
 }

@@ -79,6 +79,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown scheme", []string{"-db", "mysql://root@db/pay"}, nil, `"mysql"`},
 		{"unknown scheme from environment", nil, map[string]string{"IDEMD_DB": "redis://x"}, "IDEMD_DB"},
 		{"empty sqlite path", []string{"-db", "sqlite:"}, nil, "empty"},
+		{"in-memory sqlite", []string{"-db", ":memory:"}, nil, "in-memory"},
+		{"in-memory sqlite URL", []string{"-db", "sqlite::memory:"}, nil, "in-memory"},
 		{"empty db", []string{"-db", " "}, nil, "-db"},
 		{"query in sqlite path", []string{"-db", "x.db?mode=ro"}, nil, "?"},
 		{"libpq keyword DSN", []string{"-db", "host=127.0.0.1 user=postgres password=secret dbname=test"}, nil, "postgres://"},

@@ -75,6 +75,10 @@ func sqlitePath(p string) (Database, error) {
 	switch {
 	case p == "":
 		return Database{}, fmt.Errorf("empty SQLite path")
+	case p == ":memory:":
+		// Gone at every restart, idempotency records and payments
+		// included: a retried key would run again.
+		return Database{}, fmt.Errorf("an in-memory SQLite database (%s) loses everything at a restart: give a file path", p)
 	case strings.ContainsAny(p, "?#"):
 		return Database{}, fmt.Errorf("SQLite path %q must not contain '?' or '#'", p)
 	case keywordDSNRe.MatchString(p):

@@ -19,6 +19,7 @@
 //	GET  /v1/customers/{id}/summary  the projection: orders, pending, confirmed, rejected,
 //	                                 total_amount (confirmed orders only), last_order_id
 //	                                 (404 before the first event arrives, 503 with -kafka off)
+//	GET  /v1/kafka                   the Kafka in use: mode, seeds, topic
 //	GET  /healthz                    {"status":"ok"} after pinging the database, else 503
 //	GET  /metrics                    Prometheus metrics
 //

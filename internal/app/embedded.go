@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -106,6 +107,14 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 	if err != nil {
 		ls.release()
 		return nil, fmt.Errorf("start the embedded broker on %s with log %s: %w", addr, dir, err)
+	}
+	// kfake seeds topics only into an empty log directory: a log from a
+	// first start that crashed before it saved its topics, or one written
+	// with another -kafka-topic, lacks them.
+	if err := ensureTopics(ctx, cluster, fresh, a.cfg.KafkaTopic); err != nil {
+		cluster.Close()
+		ls.release()
+		return nil, err
 	}
 	// Not on the dead-letter topic: dead letters were never applied, and
 	// they are an operator's evidence.
@@ -368,6 +377,47 @@ func pidNamespace() string {
 // setRetention sets retention.ms on topics of the embedded broker. It is
 // set at every start: the broker applies retention only to topics whose
 // configuration was set since it started.
+// ensureTopics creates topic (EmbeddedPartitions partitions) and its
+// dead-letter topic (1) in the embedded broker when they are missing. In a
+// log of this database (not fresh) that holds other topics, a missing
+// topic means -kafka-topic changed: a *ConfigError naming the log's
+// topics, since switching would strand the events published into the old
+// one that no consumer read yet.
+func ensureTopics(ctx context.Context, cluster *kfake.Cluster, fresh bool, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("embedded broker: list topics: %w", err)
+	}
+	dlq := topic + idemkafka.DeadLetterSuffix
+	if !fresh && !topics.Has(topic) && len(topics.Names()) > 0 {
+		return configErrorf("-kafka-topic %q: the embedded broker's log holds the topics %s of this database, not %q: "+
+			"start with the -kafka-topic it was written with (its unread events are there), or move the log away to start a new one",
+			topic, strings.Join(topics.Names(), ", "), topic)
+	}
+	for _, t := range []struct {
+		name       string
+		partitions int32
+	}{{topic, EmbeddedPartitions}, {dlq, 1}} {
+		if topics.Has(t.name) {
+			continue
+		}
+		res, err := adm.CreateTopic(ctx, t.partitions, 1, nil, t.name)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("embedded broker: create topic %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
 func setRetention(ctx context.Context, cluster *kfake.Cluster, d time.Duration, topics ...string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
 	if err != nil {

@@ -203,7 +203,11 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 		if err != nil {
 			return err
 		}
-		return f(drv, []func(context.Context) error{pgstore.New(pool).Migrate, ordpg.New(pool).Migrate})
+		return f(drv, []func(context.Context) error{pgstore.New(pool).Migrate, ordpg.New(pool).Migrate,
+			// idemd_instance, which the embedded broker's log is matched
+			// against: a role without CREATE rights can start idemd after
+			// this.
+			func(ctx context.Context) error { _, err := postgresIdentity(ctx, pool); return err }})
 	}
 	if !create {
 		if _, err := os.Stat(db.Path); err != nil {
@@ -215,5 +219,6 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 		return err
 	}
 	defer func() { _ = drv.Close() }()
-	return f(drv, []func(context.Context) error{sqlitestore.New(drv.DB()).Migrate, ordsqlite.New(drv.DB()).Migrate})
+	return f(drv, []func(context.Context) error{sqlitestore.New(drv.DB()).Migrate, ordsqlite.New(drv.DB()).Migrate,
+		func(ctx context.Context) error { _, err := sqliteInstance(ctx, drv.DB()); return err }})
 }

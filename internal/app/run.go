@@ -83,14 +83,48 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s and kafka %s\n", ln.Addr(), cfg.DB, a.Kafka())
 	err = a.Serve(ctx, ln)
-	a.Close()
+	stopAt()
+	closed := closeWithin(a, stopping.Load().Add(cfg.ShutdownTimeout))
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
+		return 1
+	}
+	if !closed {
+		log.Error("shutdown: closing the Kafka client, embedded broker and database did not finish within -shutdown-timeout (a worker is stuck on an unanswering database); exiting without waiting",
+			"shutdown_timeout", cfg.ShutdownTimeout)
 		return 1
 	}
 	log.Info("shutdown: Kafka client, embedded broker and database closed")
 	return 0
 }
+
+// closeWithin closes a and reports whether that ended by deadline (at least
+// closeFloor from now). A worker stuck on a database that stopped answering
+// (a network partition: no error, no reset) holds its connection, and
+// closing the pool waits for it until the kernel gives up on the socket,
+// minutes later: idemd then exits without waiting, which closes the
+// sockets. Nothing is lost: the stuck transaction never committed, and the
+// embedded broker's log survives an exit at any point, as it survives a
+// SIGKILL.
+func closeWithin(a *App, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Close()
+	}()
+	t := time.NewTimer(max(time.Until(deadline), closeFloor))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// closeFloor is the least time closeWithin gives Close, when Serve used
+// the whole -shutdown-timeout.
+const closeFloor = 200 * time.Millisecond
 
 func newLogger(format string, w io.Writer) *slog.Logger {
 	if format == "text" {
