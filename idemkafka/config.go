@@ -104,8 +104,10 @@ type ConsumerConfig[TTx any] struct {
 	// Lost and CallbackBlocked callbacks given here are called by the
 	// consumer's own callbacks; do not commit offsets in them. Options
 	// that would break the consumer's guarantees are rejected by
-	// NewConsumer: ConsumeRegex, ConsumePartitions, TransactionalID, and
-	// anything weakening the producer that writes dead letters
+	// NewConsumer: ConsumeRegex, ConsumePartitions, TransactionalID,
+	// DefaultProduceTopicAlways (every dead letter would go to one topic,
+	// maybe the consumed one), ManualFlushing (dead letters would never be
+	// sent), and anything weakening the producer that writes dead letters
 	// (DisableIdempotentWrite, RequiredAcks other than AllISRAcks,
 	// AllowIdempotentProduceCancellation). The consumer group protocol
 	// tested is the classic one (kgo's default); KIP-848's
@@ -296,7 +298,8 @@ var (
 	// duplicate records on a broker retry (rule R-DIST-IDEM-X2).
 	ErrNotIdempotent = errors.New("idemkafka: the producer must be idempotent with acks=all")
 	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
-	// the client (ConsumeRegex, ConsumePartitions, TransactionalID).
+	// the client (ConsumeRegex, ConsumePartitions, TransactionalID,
+	// DefaultProduceTopicAlways, ManualFlushing).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
 )
 
@@ -309,8 +312,9 @@ func optionsError(what string, err error) error {
 	return fmt.Errorf("idemkafka: %s: %w", what, err)
 }
 
-// checkProducer reports whether cl produces idempotently with acks=all and
-// without transactions.
+// checkProducer reports whether cl produces idempotently with acks=all,
+// without transactions, each record to its own topic and without waiting
+// for a Flush.
 func checkProducer(cl *kgo.Client) error {
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
 		return fmt.Errorf("%w: DisableIdempotentWrite is set", ErrNotIdempotent)
@@ -325,6 +329,17 @@ func checkProducer(cl *kgo.Client) error {
 		if set, _ := vs[1].(bool); set {
 			return fmt.Errorf("%w: TransactionalID", ErrUnsupportedOption)
 		}
+	}
+	// Every record goes to the topic it names: DefaultProduceTopicAlways
+	// would send every dead letter (or event) to one topic, the consumed
+	// one included.
+	if on, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); on {
+		return fmt.Errorf("%w: DefaultProduceTopicAlways (every record must go to the topic it names)", ErrUnsupportedOption)
+	}
+	// Records are sent as soon as they are produced: with ManualFlushing a
+	// dead letter would wait in the client's buffer, never acknowledged.
+	if on, _ := cl.OptValue(kgo.ManualFlushing).(bool); on {
+		return fmt.Errorf("%w: ManualFlushing (records must be sent without a Flush)", ErrUnsupportedOption)
 	}
 	return nil
 }

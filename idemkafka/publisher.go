@@ -31,7 +31,10 @@ type PublisherConfig struct {
 	// acks=all (franz-go's defaults); NewPublisher rejects options that
 	// change that (DisableIdempotentWrite, RequiredAcks other than
 	// AllISRAcks, AllowIdempotentProduceCancellation) with
-	// ErrNotIdempotent, and TransactionalID with ErrUnsupportedOption.
+	// ErrNotIdempotent, and TransactionalID, DefaultProduceTopicAlways
+	// (every event would go to one topic, whatever Topic picks) and
+	// ManualFlushing (a Publish would wait for a Flush that never comes)
+	// with ErrUnsupportedOption.
 	ExtraOpts []kgo.Opt
 
 	// Client, if set, is used instead of a client of the publisher's own

@@ -35,8 +35,9 @@ func newPublisher(t *testing.T, cfg idemkafka.PublisherConfig) *idemkafka.Publis
 	return p
 }
 
-// Options that make the producer non-idempotent, lower acks or add
-// transactions are refused, for the publisher and for the consumer's
+// Options that make the producer non-idempotent, lower acks, add
+// transactions, redirect every record to one topic or wait for a manual
+// Flush are refused, for the publisher and for the consumer's
 // dead-letter producer.
 func TestOptionsRejected(t *testing.T) {
 	t.Parallel()
@@ -58,6 +59,11 @@ func TestOptionsRejected(t *testing.T) {
 		{"NoAck", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())}, idemkafka.ErrNotIdempotent},
 		{"AllowIdempotentProduceCancellation", []kgo.Opt{kgo.AllowIdempotentProduceCancellation()}, idemkafka.ErrNotIdempotent},
 		{"TransactionalID", []kgo.Opt{kgo.TransactionalID("relay")}, idemkafka.ErrUnsupportedOption},
+		// Every dead letter would go to "orders", the consumed topic: the
+		// consumer dead-lettered its own copies for ever.
+		{"DefaultProduceTopicAlways", []kgo.Opt{kgo.DefaultProduceTopic("orders"), kgo.DefaultProduceTopicAlways()}, idemkafka.ErrUnsupportedOption},
+		// Dead letters sat in the client's buffer, never sent.
+		{"ManualFlushing", []kgo.Opt{kgo.ManualFlushing()}, idemkafka.ErrUnsupportedOption},
 	}
 	for _, tc := range cases {
 		t.Run("publisher/"+tc.name, func(t *testing.T) {
