@@ -2,10 +2,13 @@ package idemkafka
 
 import (
 	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -237,8 +240,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // passing failure rather than the record's: PostgreSQL's serialization
 // failure, deadlock, lock and statement timeouts, shutdown, connection
 // classes and too many connections (by SQLSTATE, as pgx, pgconn and lib/pq
-// report it), SQLite's BUSY and LOCKED, driver.ErrLockTimeout, and network
-// errors.
+// report it), SQLite's BUSY and LOCKED, driver.ErrLockTimeout, and a lost
+// or failing database connection: pgconn's errors that are safe to retry
+// or timeouts, *net.OpError, io.ErrUnexpectedEOF, database/sql's
+// driver.ErrBadConn and sql.ErrConnDone. Any other error, an HTTP client's
+// (*url.Error) among them even when it wraps a network error, is the
+// record's: it counts toward Retry.Attempts and is dead-lettered in the
+// end, so that one record whose call fails for good never stalls its
+// partition.
 func transientDB(err error) bool {
 	var st interface{ SQLState() string }
 	if errors.As(err, &st) {
@@ -255,6 +264,26 @@ func transientDB(err error) bool {
 			return true
 		}
 	}
-	var ne net.Error
-	return errors.Is(err, driver.ErrLockTimeout) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+	if errors.Is(err, driver.ErrLockTimeout) {
+		return true
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// An HTTP call's failure, even a refused connection: not the
+		// database's.
+		return false
+	}
+	// pgconn's errors (all with a SafeToRetry method): failed before
+	// anything was sent, or timed out (pgconn.Timeout: a net.Error
+	// timeout or a context deadline underneath).
+	var pg interface{ SafeToRetry() bool }
+	if errors.As(err, &pg) {
+		var ne net.Error
+		if pg.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			return true
+		}
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }

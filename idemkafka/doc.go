@@ -60,9 +60,10 @@
 //     down but never skips a record. The same holds when the dead-letter
 //     topic cannot be written, and when the handler returns a database's
 //     passing failure (a serialization failure, a deadlock, a lock or
-//     statement timeout, a lost connection, SQLite busy, by SQLSTATE or
-//     code): that is the database's fault, not the record's, so it is
-//     never dead-lettered.
+//     statement timeout, a lost database connection, SQLite busy, by
+//     SQLSTATE or code): that is the database's fault, not the record's,
+//     so it is never dead-lettered. Any other handler error, an HTTP
+//     client's included, is the record's.
 //   - A dead-letter copy too large for the dead-letter topic (or the
 //     client) is sent without its value, with HeaderDLQTruncated, pointing
 //     at the original in its topic.
