@@ -42,10 +42,17 @@
 //     redelivers records that were never applied.
 //   - A rebalance waits for the batch in flight (it is applied and
 //     committed first), so a revoked partition has nothing left to commit
-//     and no member ever commits a partition it no longer owns. A batch
-//     that outlives the session timeout loses the partition; its offset
-//     commit is then refused and the new owner's redelivery is skipped by
-//     the inbox.
+//     and no member ever commits a partition it no longer owns. The client
+//     keeps heartbeating while a poll is applied, so a long poll alone
+//     loses nothing; but a rebalance that waits for it longer than the
+//     rebalance timeout (kgo.RebalanceTimeout, 60 s by default) evicts the
+//     member: it loses its partitions, its offset commit is refused and
+//     the new owner's redelivery is skipped by the inbox. The whole poll
+//     counts, all its partitions in turn: during a database outage each
+//     of them takes up to Retry.Attempts tries and their backoffs before
+//     the partition is rewound: keep the rebalance timeout above the
+//     partitions of a poll × Retry.Attempts × (a failed try + its
+//     backoff), or lower Retry.
 //   - A handler error on record i of a batch rolls the batch back; the
 //     records before i are applied again in a transaction of their own,
 //     then record i alone, with backoff, up to Retry.Attempts times. A
