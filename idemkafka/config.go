@@ -177,7 +177,10 @@ type BatchStats struct {
 	Committed bool
 	// Err is the last error the batch met (nil if none).
 	Err error
-	// Duration is the time the batch took, the offset commit included.
+	// Duration is the time the partition's records took to apply (the
+	// other partitions of the poll, applied before or after them, not
+	// included), plus the poll's offset commit, which all its partitions
+	// share.
 	Duration time.Duration
 }
 

@@ -226,14 +226,15 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		commits []*kgo.Record
 		rewinds = map[string]map[int32]kgo.EpochOffset{}
 		stats   = make([]BatchStats, len(parts))
-		started = make([]time.Time, len(parts))
 	)
 	for i, p := range parts {
-		started[i] = time.Now()
+		started := time.Now()
 		done := 0
 		if ctx.Err() == nil {
 			done, stats[i] = c.partition(ctx, work, cl, p)
 		}
+		// The partition's own time; the commit, shared, is added below.
+		stats[i].Duration = time.Since(started)
 		stats[i].Topic, stats[i].Partition, stats[i].Records = p.Topic, p.Partition, len(p.Records)
 		if done > 0 {
 			commits = append(commits, p.Records[done-1])
@@ -254,14 +255,19 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 	}
 
 	commits = c.withPending(commits)
-	var commitErr error
+	var (
+		commitErr  error
+		commitTime time.Duration
+	)
 	if len(commits) > 0 {
 		if c.hooks.beforeCommit != nil {
 			c.hooks.beforeCommit(commits)
 		}
+		started := time.Now()
 		cctx, cancel := context.WithTimeout(work, commitTimeout)
 		commitErr = cl.CommitRecords(cctx, commits...)
 		cancel()
+		commitTime = time.Since(started)
 		c.settlePending(commits, commitErr)
 		if commitErr != nil {
 			c.cfg.Logger.Warn("idemkafka: offset commit failed; it is retried, and records redelivered meanwhile are skipped as duplicates",
@@ -277,7 +283,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		if commitErr != nil && s.Err == nil {
 			s.Err = commitErr
 		}
-		s.Duration = time.Since(started[i])
+		s.Duration += commitTime
 		c.cfg.OnBatch(ctx, *s)
 	}
 }

@@ -254,3 +254,60 @@ func TestPartitionStateMachine(t *testing.T) {
 		}
 	}
 }
+
+// BatchStats.Duration is each partition's own time (plus the shared offset
+// commit): a slow partition of the same poll is not counted in a fast one.
+// Partition 0, applied first, counted partition 1's time before.
+func TestBatchDurationPerPartition(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "dur", 2)
+	cl := kc.Client(t)
+	db := testdb.SQLite(t)
+	in, err := inbox.New[*sql.Tx](db, &inbox.Config{Consumer: "dur"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slow = 500 * time.Millisecond
+	var stats []BatchStats
+	cfg := ConsumerConfig[*sql.Tx]{
+		Seeds: kc.Seeds, Group: "g", Topics: []string{topic},
+		Handler: func(_ context.Context, _ *sql.Tx, e event.Envelope) error {
+			if e.Key == "slow" {
+				time.Sleep(slow)
+			}
+			return nil
+		},
+		OnBatch: func(_ context.Context, s BatchStats) { stats = append(stats, s) },
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+	c := &Consumer[*sql.Tx]{in: in, cfg: cfg.withDefaults()}
+	record := func(key string, partition int32) *kgo.Record {
+		e, err := event.New("T.v1", key, map[string]int{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Record(topic, e)
+		r.Partition = partition
+		return r
+	}
+	fs := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: topic, Partitions: []kgo.FetchPartition{
+		{Partition: 0, Records: []*kgo.Record{record("fast", 0)}},
+		{Partition: 1, Records: []*kgo.Record{record("slow", 1)}},
+	}}}}}
+	c.cycle(t.Context(), cl, fs)
+	if len(stats) != 2 {
+		t.Fatalf("%d batches reported; want 2", len(stats))
+	}
+	for _, s := range stats {
+		if s.Applied != 1 {
+			t.Errorf("partition %d: %d applied; want 1", s.Partition, s.Applied)
+		}
+		switch {
+		case s.Partition == 0 && s.Duration >= slow/2:
+			t.Errorf("partition 0 (fast): Duration %s; want well under partition 1's %s", s.Duration, slow)
+		case s.Partition == 1 && s.Duration < slow:
+			t.Errorf("partition 1 (slow): Duration %s; want at least %s", s.Duration, slow)
+		}
+	}
+}
