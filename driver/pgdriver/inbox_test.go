@@ -274,3 +274,81 @@ func TestInboxDeleteBeforeUsesIndexes(t *testing.T) {
 		t.Errorf("after deleting %d: %d expired and %d young rows left; want 60000 in all, the young ones kept", deleted, left, young)
 	}
 }
+
+// The conversion to a partitioned inbox keeps the old table's grants and
+// owner: an application role granted SELECT, INSERT, DELETE on
+// processed_event was refused every insert after it before, a full consumer
+// outage.
+func TestInboxPartitioningKeepsPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app, owner := schema+"_app", schema+"_owner"
+	t.Cleanup(func() {
+		for _, r := range []string{app, owner} {
+			_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+r)
+			_, _ = pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+r)
+		}
+	})
+	table := schema + ".processed_event"
+	for _, s := range []string{
+		`CREATE ROLE ` + app + ` NOLOGIN`,
+		`CREATE ROLE ` + owner + ` NOLOGIN`,
+		`GRANT CREATE, USAGE ON SCHEMA ` + schema + ` TO ` + owner,
+		`ALTER TABLE ` + table + ` OWNER TO ` + owner,
+		`GRANT SELECT, INSERT, DELETE ON ` + table + ` TO ` + app,
+		`GRANT SELECT ON ` + table + ` TO PUBLIC`,
+	} {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	if err := drv.EnableInboxPartitioning(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := drv.InboxPartitioned(ctx); err != nil || !ok {
+		t.Fatalf("InboxPartitioned = %v, %v; want true", ok, err)
+	}
+	for _, c := range []struct {
+		role, priv string
+		want       bool
+	}{
+		{app, "SELECT", true}, {app, "INSERT", true}, {app, "DELETE", true},
+		{app, "UPDATE", false}, {"public", "SELECT", true}, {"public", "INSERT", false},
+	} {
+		var got bool
+		if err := pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, c.role, table, c.priv).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("has_table_privilege(%s, processed_event, %s) = %v after the conversion; want %v", c.role, c.priv, got, c.want)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname LIKE 'processed_event%' AND c.relkind IN ('r', 'p')`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var rel, got string
+		if err := rows.Scan(&rel, &got); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if got != owner {
+			t.Errorf("%s is owned by %s after the conversion; want %s", rel, got, owner)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Fatalf("%d processed_event tables; want the parent and its partitions", n)
+	}
+}

@@ -201,7 +201,11 @@ func uuidLiteral(id uuid.UUID) string { return "'" + id.String() + "'" }
 // the partitioned table is created with the same columns, primary key and
 // processed_at index, with a DEFAULT partition and daily partitions from
 // opts.Behind days before opts.Now to opts.Ahead days after it; the existing
-// rows are copied over and the old table is dropped. It is a migration-like
+// rows are copied over and the old table is dropped. The new table (and
+// the partitions created with it) keep the old table's owner, and the new
+// table the privileges granted on the old one (GRANT ... ON processed_event:
+// table-level grants; grants on single columns are not carried over), so
+// an application role keeps its access. It is a migration-like
 // step outside the numbered migrations (Migrate must have run first); on a
 // table that is already partitioned it only creates missing partitions.
 //
@@ -246,6 +250,13 @@ func (d *Driver) convertInbox(ctx context.Context, tx pgx.Tx, o PartitionOptions
 	p := d.cfg.TablePrefix
 	old := d.rel(p + "processed_event_unpartitioned")
 	parent := d.inboxParent()
+	// The new table gets the old one's privileges and owner: the
+	// application's role, granted INSERT on processed_event, would be
+	// refused every insert after the conversion.
+	keep, err := d.inboxPrivileges(ctx, tx)
+	if err != nil {
+		return err
+	}
 	stmts := []string{
 		// Free the names of the table, its primary key and its index.
 		`ALTER TABLE ` + parent + ` RENAME TO ` + pgx.Identifier{p + "processed_event_unpartitioned"}.Sanitize(),
@@ -257,22 +268,97 @@ func (d *Driver) convertInbox(ctx context.Context, tx pgx.Tx, o PartitionOptions
 		`CREATE INDEX ` + pgx.Identifier{p + "processed_event_processed_at_idx"}.Sanitize() + ` ON ` + parent + ` (processed_at)`,
 		`CREATE TABLE ` + d.inboxDefault() + ` PARTITION OF ` + parent + ` DEFAULT`,
 	}
+	parts := []string{d.inboxDefault()}
 	today := utcDay(o.Now)
 	for i := -o.Behind; i <= o.Ahead; i++ {
 		day := today.AddDate(0, 0, i)
-		stmts = append(stmts, `CREATE TABLE `+d.rel(d.partitionRel(day))+` PARTITION OF `+parent+
+		part := d.rel(d.partitionRel(day))
+		parts = append(parts, part)
+		stmts = append(stmts, `CREATE TABLE `+part+` PARTITION OF `+parent+
 			` FOR VALUES FROM (`+uuidLiteral(InboxPartitionBound(day))+`) TO (`+uuidLiteral(InboxPartitionBound(day.AddDate(0, 0, 1)))+`)`)
 	}
-	stmts = append(stmts,
-		`INSERT INTO `+parent+` SELECT * FROM `+old,
-		`DROP TABLE `+old,
-	)
+	stmts = append(stmts, `INSERT INTO `+parent+` SELECT * FROM `+old)
+	stmts = append(stmts, keep.statements(parent, parts)...)
+	stmts = append(stmts, `DROP TABLE `+old)
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return mapErr("enable inbox partitioning", err)
 		}
 	}
 	return nil
+}
+
+// tablePrivileges are a table's owner and the privileges granted on it.
+type tablePrivileges struct {
+	owner  string // empty: the current user's, nothing to change
+	grants []grant
+}
+
+// grant is one privilege granted on a table.
+type grant struct {
+	priv, to  string // to is a sanitized role name or PUBLIC
+	grantable bool
+}
+
+// inboxPrivileges reads the owner of processed_event, when it is not the
+// current user, and the privileges granted on it (table-level; grants on
+// single columns are not carried over).
+func (d *Driver) inboxPrivileges(ctx context.Context, tx pgx.Tx) (tablePrivileges, error) {
+	const op = "enable inbox partitioning: read the privileges of processed_event"
+	var tp tablePrivileges
+	var owner string
+	var mine bool
+	if err := tx.QueryRow(ctx, `SELECT pg_get_userbyid(relowner), relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+		FROM pg_class WHERE oid = $1::regclass`, d.inboxParent()).Scan(&owner, &mine); err != nil {
+		return tp, mapErr(op, err)
+	}
+	if !mine {
+		tp.owner = owner
+	}
+	// The owner's own privileges come with the ownership.
+	rows, err := tx.Query(ctx, `SELECT a.grantee = 0, COALESCE(pg_get_userbyid(a.grantee), ''), a.privilege_type, a.is_grantable
+		FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = $1::regclass AND a.grantee <> c.relowner ORDER BY 2, 3`, d.inboxParent())
+	if err != nil {
+		return tp, mapErr(op, err)
+	}
+	for rows.Next() {
+		var (
+			public, grantable bool
+			grantee, priv     string
+		)
+		if err := rows.Scan(&public, &grantee, &priv, &grantable); err != nil {
+			rows.Close()
+			return tp, mapErr(op, err)
+		}
+		to := "PUBLIC"
+		if !public {
+			to = pgx.Identifier{grantee}.Sanitize()
+		}
+		tp.grants = append(tp.grants, grant{priv: priv, to: to, grantable: grantable})
+	}
+	if err := rows.Err(); err != nil {
+		return tp, mapErr(op, err)
+	}
+	return tp, nil
+}
+
+// statements returns the statements that give parent the privileges, and
+// it and its partitions parts the owner.
+func (tp tablePrivileges) statements(parent string, parts []string) []string {
+	var out []string
+	for _, g := range tp.grants {
+		s := `GRANT ` + g.priv + ` ON ` + parent + ` TO ` + g.to
+		if g.grantable {
+			s += ` WITH GRANT OPTION`
+		}
+		out = append(out, s)
+	}
+	if tp.owner != "" {
+		for _, t := range append([]string{parent}, parts...) {
+			out = append(out, `ALTER TABLE `+t+` OWNER TO `+pgx.Identifier{tp.owner}.Sanitize())
+		}
+	}
+	return out
 }
 
 // EnsureInboxPartitions implements cleanup.InboxPartitioner: it creates the
