@@ -83,7 +83,9 @@ type ConsumerConfig[TTx any] struct {
 	// Retry.Attempts times (or returned an error wrapping ErrPoison). The
 	// copy keeps the original key, value and headers and adds the headers
 	// HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset,
-	// HeaderDLQConsumer and HeaderDLQAttempts. The topic must exist (or
+	// HeaderDLQConsumer, HeaderDLQAttempts and HeaderDLQTimestamp (the
+	// original's timestamp: the copy is stamped when it is dead-lettered,
+	// so the topic's retention counts from then). The topic must exist (or
 	// the cluster must create topics on demand): until the copy is
 	// acknowledged the record's partition does not move on. The consumer
 	// waits at most 30 s for one acknowledgement (then backs off, retries,

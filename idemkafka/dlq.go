@@ -19,7 +19,11 @@ import (
 // original key, value and headers (so its event ID too: a consumer that
 // re-drives the dead-letter topic deduplicates as usual); headers with the
 // DLQHeaderPrefix that the original carried (it was dead-lettered before)
-// are replaced.
+// are replaced. The copy's Kafka timestamp is the time it was
+// dead-lettered, so that the dead-letter topic's retention counts from
+// then (a copy of an old record keeping its timestamp could be deleted at
+// once, or refused by a broker that bounds timestamps in the past); the
+// original's is in HeaderDLQTimestamp.
 const (
 	// DLQHeaderPrefix starts every header below.
 	DLQHeaderPrefix = "idem-dlq-"
@@ -36,6 +40,9 @@ const (
 	// HeaderDLQAttempts is how many times the handler was tried (0 for a
 	// record that could not be decoded), in decimal.
 	HeaderDLQAttempts = "idem-dlq-attempts"
+	// HeaderDLQTimestamp is the original record's Kafka timestamp, in
+	// milliseconds since the Unix epoch, in decimal (as Kafka stores it).
+	HeaderDLQTimestamp = "idem-dlq-timestamp"
 	// HeaderDLQTruncated, on a dead letter without a value, is the size of
 	// the original value in bytes: the copy with it was too large for the
 	// dead-letter topic (or the client's ProducerBatchMaxBytes), so the
@@ -66,8 +73,8 @@ const dlqTimeout = 30 * time.Second
 var ErrPoison = event.ErrPoison
 
 // deadLetter returns the dead-letter copy of r for topic.
-func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, cause error) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+6)
+func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, cause error, now time.Time) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(r.Headers)+7)
 	for _, h := range r.Headers {
 		if !strings.HasPrefix(h.Key, DLQHeaderPrefix) {
 			hs = append(hs, h)
@@ -87,9 +94,12 @@ func deadLetter(topic string, r *kgo.Record, consumer string, attempts int, caus
 		kgo.RecordHeader{Key: HeaderDLQOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
 		kgo.RecordHeader{Key: HeaderDLQConsumer, Value: []byte(consumer)},
 		kgo.RecordHeader{Key: HeaderDLQAttempts, Value: strconv.AppendInt(nil, int64(attempts), 10)},
+		kgo.RecordHeader{Key: HeaderDLQTimestamp, Value: strconv.AppendInt(nil, r.Timestamp.UnixMilli(), 10)},
 	)
-	// The original's timestamp is kept: it is when the event was produced.
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+	// Stamped now, not with the original's timestamp: retention by time
+	// deletes a segment by its newest timestamp, so a copy of an old
+	// record could be deleted within minutes.
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: now}
 }
 
 // truncated returns dl without its value, with HeaderDLQTruncated.
@@ -111,7 +121,7 @@ func tooLarge(err error) bool {
 // under work, which outlives a stop.
 func (c *Consumer[TTx]) sendDeadLetter(ctx, work context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) error {
 	topic := c.cfg.deadLetterTopic(r.Topic)
-	dl := deadLetter(topic, r, c.in.Consumer(), attempts, cause)
+	dl := deadLetter(topic, r, c.in.Consumer(), attempts, cause, time.Now())
 	err := c.produceDeadLetter(ctx, work, cl, dl)
 	if tooLarge(err) {
 		// Retrying the same copy would fail for ever and stall the
