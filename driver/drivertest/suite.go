@@ -69,6 +69,7 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"RollbackOfClaimLeavesNoRecord", testRollbackOfClaim[TTx]},
 		{"RollbackOfCompleteKeepsClaim", testRollbackOfComplete[TTx]},
 		{"RollbackAfterCommitIsNotAnError", testRollbackAfterCommit[TTx]},
+		{"CancelledStatementLeavesTxAllOrNothing", testCancelledStatement[TTx]},
 		{"MigrateTwiceIsNoOp", testMigrateTwice[TTx]},
 		{"ConcurrentClaimsOneWinner", testConcurrentClaims[TTx]},
 		{"ConcurrentTakeoverOneWinner", testConcurrentTakeover[TTx]},

@@ -16,6 +16,26 @@
 //
 // The transaction type is *sql.Tx. Times are stored as Unix microseconds.
 //
+// SQLite ends a transaction by itself when a write in it is interrupted (the
+// statement's context ended: a deadline shorter than the transaction's), the
+// disk is full or an I/O error occurs, and database/sql does not notice: the
+// *sql.Tx still looks open, and its later statements would run outside any
+// transaction, each committed on its own, before Commit failed with "cannot
+// commit - no transaction is active". On the connections of Open (and of a
+// *sql.DB opened with DSN) a guard prevents that for the transactions of
+// Begin (BeginClaim's, Migrate's): once SQLite has rolled one back, every
+// later write in it fails (the driver's methods say so; a statement of
+// yours fails with "constraint failed (531)", SQLITE_CONSTRAINT_COMMITHOOK),
+// Commit fails, and nothing of the transaction is committed; roll it back
+// (Rollback then returns nil) and retry. Reads in it still succeed, seeing
+// the database without the transaction's writes. The guard is a commit
+// hook, a rollback hook and an authorizer that the package installs, with a
+// connection hook on the "sqlite" driver, on the connections whose DSN
+// carries DSN's idem_txguard parameter only (an authorizer or commit or
+// rollback hook of your own on them would replace it). A transaction begun
+// on DB() directly is not guarded: begin it with Begin, or run its
+// statements with the transaction's context.
+//
 // SQLite compiles a statement every time it runs from its text, which on a
 // small statement costs about as much as running it. The driver therefore
 // keeps its statements prepared (all but those whose text it builds per

@@ -51,6 +51,8 @@ type tableStores = stores.Of[*sql.Tx]
 var _ driver.Driver[*sql.Tx] = (*Driver)(nil)
 
 // DSN returns the modernc.org/sqlite data source name Open uses for path.
+// Its idem_txguard parameter (ignored by SQLite) installs the transaction
+// guard of the package documentation on the connections opened with it.
 func DSN(path string, busyTimeout time.Duration) string {
 	if busyTimeout <= 0 {
 		busyTimeout = 10 * time.Second
@@ -61,6 +63,7 @@ func DSN(path string, busyTimeout time.Duration) string {
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
+	q.Set(txGuardParam, "1") // see txguard.go
 	// Escape what a file: URI would otherwise cut or decode.
 	return "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path) + "?" + q.Encode()
 }
@@ -104,7 +107,8 @@ func Open(path string, cfg *Config) (*Driver, error) {
 // DSN and the package documentation): Validate refuses a database without
 // the two that matter most (one connection, a busy timeout); open it with
 // DSN (which also sets _txlock=immediate, WAL and synchronous=FULL). cfg
-// may be nil.
+// may be nil. The transaction guard of the package documentation is on only
+// if db was opened with DSN.
 func New(db *sql.DB, cfg *Config) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("sqlitedriver: nil db")
@@ -150,10 +154,17 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 	return &executor{d: d, db: d.inTx(tx)}
 }
 
-// Begin implements driver.Driver.
+// Begin implements driver.Driver. It arms the transaction guard of the
+// package documentation on the transaction's connection.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
+		return nil, mapErr("begin", err)
+	}
+	// Arm the transaction guard (see txguard.go); a no-op on a connection
+	// not opened with DSN.
+	if _, err := tx.ExecContext(ctx, txGuardArm); err != nil {
+		_ = tx.Rollback()
 		return nil, mapErr("begin", err)
 	}
 	return tx, nil
@@ -162,6 +173,9 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 // Commit implements driver.Driver.
 func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
+		if noTxActive(err) {
+			return fmt.Errorf("sqlitedriver: commit: %w: %w", errTxRolledBack, err)
+		}
 		return fmt.Errorf("sqlitedriver: commit: %w", err)
 	}
 	return nil
@@ -169,7 +183,8 @@ func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 
 // Rollback implements driver.Driver.
 func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	// "No transaction is active": SQLite had rolled it back already.
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) && !noTxActive(err) {
 		return fmt.Errorf("sqlitedriver: rollback: %w", err)
 	}
 	return nil

@@ -39,6 +39,9 @@ func mapErr(op string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("sqlitedriver: %s: %w", op, driver.ErrNotFound)
 	}
+	if isTxRolledBack(err) {
+		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, errTxRolledBack, err)
+	}
 	if isBusy(err) {
 		// Another connection (another process) held the write lock for
 		// the whole busy timeout: what PostgreSQL reports as a lock
