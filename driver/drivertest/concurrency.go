@@ -28,9 +28,9 @@ type claimOutcome struct {
 	err   error
 }
 
-// claimAll makes n claims of the same key at once through the driver's
-// executor; params(i) builds the i-th claim.
-func claimAll[TTx any](t *testing.T, drv driver.Driver[TTx], n int, params func(i int) *driver.RecordClaimParams) []claimOutcome {
+// claimAll makes n claims of the same key at once through the drivers'
+// executors, in turn; params(i) builds the i-th claim.
+func claimAll[TTx any](t *testing.T, drvs []driver.Driver[TTx], n int, params func(i int) *driver.RecordClaimParams) []claimOutcome {
 	t.Helper()
 	out := make([]claimOutcome, n)
 	start := make(chan struct{})
@@ -39,7 +39,7 @@ func claimAll[TTx any](t *testing.T, drv driver.Driver[TTx], n int, params func(
 		p := params(i)
 		wg.Go(func() {
 			<-start
-			res, err := drv.Executor().RecordClaim(t.Context(), p)
+			res, err := drvs[i%len(drvs)].Executor().RecordClaim(t.Context(), p)
 			out[i] = claimOutcome{token: p.LeaseToken, res: res, err: err}
 		})
 	}
@@ -76,10 +76,10 @@ func oneWinner(t *testing.T, out []claimOutcome) string {
 }
 
 // Duplicates arriving together: exactly one executes.
-func testConcurrentClaims[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
-	drv := newDriver(t)
+func testConcurrentClaims[TTx any](t *testing.T, drvs []driver.Driver[TTx]) {
+	drv := drvs[0]
 	now := t0
-	out := claimAll(t, drv, duplicates, func(i int) *driver.RecordClaimParams {
+	out := claimAll(t, drvs, duplicates, func(i int) *driver.RecordClaimParams {
 		fp := fpA
 		if i%2 == 1 { // a client reusing the key for another request races too
 			fp = fpB
@@ -97,12 +97,12 @@ func testConcurrentClaims[TTx any](t *testing.T, newDriver func(t *testing.T) dr
 }
 
 // Retries of a crashed request arriving together: exactly one takes over.
-func testConcurrentTakeover[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
-	drv := newDriver(t)
+func testConcurrentTakeover[TTx any](t *testing.T, drvs []driver.Driver[TTx]) {
+	drv := drvs[0]
 	crashed := claimAt("key-1", fpA, newToken(), t0)
 	mustClaim(t, drv.Executor(), crashed)
 	later := crashed.LeaseExpiresAt.Add(time.Second)
-	out := claimAll(t, drv, duplicates, func(int) *driver.RecordClaimParams {
+	out := claimAll(t, drvs, duplicates, func(int) *driver.RecordClaimParams {
 		return claimAt("key-1", fpA, newToken(), later)
 	})
 	winner := oneWinner(t, out)

@@ -11,7 +11,10 @@
 //
 // is green under the race detector. Only the backend's Caps (concurrent
 // writers) and the optional interfaces it implements (driver.TxClaimer)
-// make subtests skip.
+// make subtests skip. A backend whose driver serialises its own callers (a
+// single connection, as SQLite's) also sets Backend.Reopen, so that the
+// concurrency subtests race several drivers on one database, as several
+// processes would.
 //
 // Run checks the record semantics idem's HTTP middleware relies on (claim,
 // replay of the stored response byte for byte, fingerprint mismatch, lease
@@ -22,7 +25,8 @@
 // It also checks that concurrent duplicates produce exactly one claim and, on
 // backends whose Caps report ConcurrentWriters, how a claim waits for a
 // concurrent uncommitted claim of the same key and how LockTimeout bounds
-// that wait. A backend that implements the optional driver.TxClaimer (the
+// that wait. A statement of a transaction cancelled by its own context must
+// leave the transaction all or nothing. A backend that implements the optional driver.TxClaimer (the
 // one-round-trip ModeTx path) has it checked too: the lock, the read, the
 // single completed write, a conflicting record rolling everything back, the
 // replacement of an expired record, and a second claim refused or waiting

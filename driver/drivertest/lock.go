@@ -19,7 +19,7 @@ import (
 // a free lease and for the takeover of an expired one.
 //
 // newDriver has the contract of Run's: a fresh, migrated database per call.
-func runLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], reopen reopener[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string
@@ -30,8 +30,8 @@ func runLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[T
 		{"ExpiredLeaseTakenOver", testLockTakeover[TTx]},
 		{"NamesIndependent", testLockNames[TTx]},
 		{"RollbackLeavesNothing", testLockRollback[TTx]},
-		{"ConcurrentAcquireOneWinner", testLockConcurrent[TTx]},
 	}
+	concurrent := withPeers(testLockConcurrent[TTx], reopen)
 	t.Run("Lock", func(t *testing.T) {
 		t.Parallel()
 		for _, tt := range tests {
@@ -40,6 +40,10 @@ func runLock[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[T
 				tt.fn(t, newDriver(t))
 			})
 		}
+		t.Run("ConcurrentAcquireOneWinner", func(t *testing.T) {
+			t.Parallel()
+			concurrent(t, newDriver)
+		})
 	})
 }
 
@@ -154,7 +158,8 @@ func testLockRollback[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	}
 }
 
-func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+func testLockConcurrent[TTx any](t *testing.T, drvs []driver.Driver[TTx]) {
+	drv := drvs[0]
 	const n = 16
 	round := func(now time.Time) string {
 		var wg sync.WaitGroup
@@ -164,7 +169,7 @@ func testLockConcurrent[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				won[i], errs[i] = drv.Executor().LockAcquire(t.Context(), &driver.LockAcquireParams{Name: lockName, Owner: fmt.Sprintf("owner-%d", i), Now: now, Until: now.Add(time.Minute)})
+				won[i], errs[i] = drvs[i%len(drvs)].Executor().LockAcquire(t.Context(), &driver.LockAcquireParams{Name: lockName, Owner: fmt.Sprintf("owner-%d", i), Now: now, Until: now.Add(time.Minute)})
 			})
 		}
 		close(start)

@@ -70,8 +70,8 @@ func testMigrateThenMigrateTx[TTx any](t *testing.T, newUnmigrated func(t *testi
 }
 
 // Replicas starting together all migrate without error.
-func testConcurrentMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
-	drv := newUnmigrated(t)
+func testConcurrentMigrate[TTx any](t *testing.T, drvs []driver.Driver[TTx]) {
+	drv := drvs[0]
 	const replicas = 5
 	errs := make([]error, replicas)
 	start := make(chan struct{})
@@ -79,7 +79,7 @@ func testConcurrentMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.
 	for i := range replicas {
 		wg.Go(func() {
 			<-start
-			errs[i] = drv.Migrate(t.Context())
+			errs[i] = drvs[i%len(drvs)].Migrate(t.Context())
 		})
 	}
 	close(start)

@@ -19,6 +19,15 @@ type Backend[TTx any] struct {
 	// NewUnmigrated returns a driver on a fresh database on which neither
 	// Migrate nor MigrateTx has run. Required.
 	NewUnmigrated func(t *testing.T) driver.Driver[TTx]
+	// Reopen returns another driver on drv's database, with connections
+	// of its own, as another process (or replica) would open it. The
+	// concurrency subtests (concurrent claims, takeovers, lease
+	// acquisitions and migrations) spread their callers over drv and two
+	// reopened drivers, so that a backend whose driver serialises its own
+	// callers (SQLite's single connection) is still raced against others.
+	// Optional: without it they all use drv, which is enough for a driver
+	// on a pool of connections.
+	Reopen func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]
 }
 
 // Run runs the whole shared suite against b: records, inbox, outbox and
@@ -32,16 +41,16 @@ func Run[TTx any](t *testing.T, b Backend[TTx]) {
 	if b.New == nil || b.NewUnmigrated == nil {
 		t.Fatal("drivertest: Backend.New and NewUnmigrated are required")
 	}
-	runRecords(t, b.New)
+	runRecords(t, b.New, b.Reopen)
 	runInbox(t, b.New)
 	runOutbox(t, b.New)
-	runLock(t, b.New)
+	runLock(t, b.New, b.Reopen)
 	runSaga(t, b.New)
-	runMigrate(t, b.NewUnmigrated)
+	runMigrate(t, b.NewUnmigrated, b.Reopen)
 }
 
 // runRecords runs the record semantics and the concurrency subtests.
-func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx], reopen reopener[TTx]) {
 	t.Helper()
 
 	// Record semantics, each through the three ways an executor is used.
@@ -71,8 +80,8 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"RollbackAfterCommitIsNotAnError", testRollbackAfterCommit[TTx]},
 		{"CancelledStatementLeavesTxAllOrNothing", testCancelledStatement[TTx]},
 		{"MigrateTwiceIsNoOp", testMigrateTwice[TTx]},
-		{"ConcurrentClaimsOneWinner", testConcurrentClaims[TTx]},
-		{"ConcurrentTakeoverOneWinner", testConcurrentTakeover[TTx]},
+		{"ConcurrentClaimsOneWinner", withPeers(testConcurrentClaims[TTx], reopen)},
+		{"ConcurrentTakeoverOneWinner", withPeers(testConcurrentTakeover[TTx], reopen)},
 		{"ConcurrentTx/SecondWaitsForCommit", testTxWaitsForCommit[TTx]},
 		{"ConcurrentTx/SecondClaimsAfterRollback", testTxClaimsAfterRollback[TTx]},
 		{"ConcurrentTx/ExecutorWaitsForCommit", testExecutorWaitsForCommit[TTx]},
@@ -88,9 +97,31 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 	}
 }
 
+// reopener is Backend.Reopen.
+type reopener[TTx any] func(t *testing.T, drv driver.Driver[TTx]) driver.Driver[TTx]
+
+// peers returns the drivers a concurrency subtest spreads its callers
+// over: drv, and two more on its database if the backend can reopen it.
+func peers[TTx any](t *testing.T, drv driver.Driver[TTx], reopen reopener[TTx]) []driver.Driver[TTx] {
+	t.Helper()
+	out := []driver.Driver[TTx]{drv}
+	if reopen != nil {
+		out = append(out, reopen(t, drv), reopen(t, drv))
+	}
+	return out
+}
+
+// withPeers adapts a concurrency subtest, which takes the drivers its
+// callers use (the first one also does the checks), to the suite's form.
+func withPeers[TTx any](fn func(t *testing.T, drvs []driver.Driver[TTx]), reopen reopener[TTx]) func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	return func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+		fn(t, peers(t, newDriver(t), reopen))
+	}
+}
+
 // runMigrate runs the migration tests. newUnmigrated must return a driver on
 // a fresh database on which neither Migrate nor MigrateTx has run yet.
-func runMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
+func runMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx], reopen reopener[TTx]) {
 	t.Helper()
 	tests := []struct {
 		name string
@@ -99,7 +130,7 @@ func runMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.D
 		{"NoTablesBeforeMigrate", testNoTablesBeforeMigrate[TTx]},
 		{"MigrateTxRollbackThenCommit", testMigrateTxRollbackThenCommit[TTx]},
 		{"MigrateThenMigrateTx", testMigrateThenMigrateTx[TTx]},
-		{"ConcurrentMigrate", testConcurrentMigrate[TTx]},
+		{"ConcurrentMigrate", withPeers(testConcurrentMigrate[TTx], reopen)},
 	}
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()

@@ -25,7 +25,24 @@ func TestDriver(t *testing.T) {
 		NewUnmigrated: func(t *testing.T) driver.Driver[*sql.Tx] {
 			return open(t, testdb.SQLitePath(t), nil)
 		},
+		// Another *sql.DB on the same file: as another process.
+		Reopen: func(t *testing.T, drv driver.Driver[*sql.Tx]) driver.Driver[*sql.Tx] {
+			return open(t, dbFile(t, drv.(*sqlitedriver.Driver).DB()), nil)
+		},
 	})
+}
+
+// dbFile returns the path of db's main database file.
+func dbFile(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var (
+		seq        int
+		name, file string
+	)
+	if err := db.QueryRowContext(t.Context(), `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil || file == "" {
+		t.Fatalf("database file: %q, %v", file, err)
+	}
+	return file
 }
 
 // open opens path without migrating it and closes it when the test ends.
