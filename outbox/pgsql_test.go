@@ -220,3 +220,50 @@ func TestEnqueueRefusesUnstorableEvents(t *testing.T) {
 		}
 	}
 }
+
+// A publisher whose error text holds a NUL byte or invalid UTF-8 (a raw
+// broker message) has it stored cleaned: on PostgreSQL the mark was refused
+// (SQLSTATE 22021), the whole round rolled back with the marks of the events
+// that were published, and the relay published them again every round.
+func TestRelayStoresUnprintableErrors(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := testdb.Postgres(t)
+	good, bad := mustEvent(t, "good"), mustEvent(t, "bad")
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, good, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	published := map[string]int{}
+	pub := outbox.PublisherFunc(func(_ context.Context, batch []event.Envelope) error {
+		errs := make([]error, len(batch))
+		for i, e := range batch {
+			if e.Key == "bad" {
+				errs[i] = errors.New("broker said \x00\xff" + strings.Repeat("x", 100<<10))
+				continue
+			}
+			published[e.ID.String()]++
+		}
+		return &outbox.PublishError{Errs: errs}
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff: func(int) time.Duration { return 0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := relay.RunOnce(ctx); err != nil {
+			t.Logf("RunOnce: %v", err)
+		}
+	}
+	if n := published[good.ID.String()]; n != 1 {
+		t.Errorf("the good event was published %d times in 3 rounds; want once", n)
+	}
+}

@@ -28,7 +28,11 @@ import (
 // not, so that the relay marks exactly those and retries only the rest; any
 // other error means that no event is known to be published. Wrap ErrPoison
 // into the error of an event that can never be published (a record too
-// large, an invalid record, a denied topic) to park it at once.
+// large, an invalid record, a denied topic) to park it at once: in that
+// event's entry of a PublishError when the batch has several events (a plain
+// error wrapping ErrPoison then parks nothing, as it does not say which event
+// is poison; for a batch of one it parks that event). The error text is
+// stored with the event (made valid UTF-8 without NUL bytes, cut to 4 KiB).
 type Publisher interface {
 	Publish(ctx context.Context, events []event.Envelope) error
 }
@@ -105,7 +109,8 @@ func (e *PublishError) Unwrap() []error { return e.Errs }
 
 // outcomes returns, for each of n events, nil if err reports it published,
 // or why not. A nil err publishes all; an error that is not a PublishError
-// (or one of the wrong length) fails the first event and skips the rest.
+// (or one of the wrong length) fails the first event and skips the rest;
+// such an error parks the first event only if it is the only one.
 func outcomes(err error, n int) []error {
 	out := make([]error, n)
 	if err == nil {
@@ -116,10 +121,15 @@ func outcomes(err error, n int) []error {
 		copy(out, pe.Errs)
 		return out
 	}
-	if errors.As(err, &pe) {
+	switch {
+	case errors.As(err, &pe):
 		// %v, not %w: the errors of other events (a poison one) must not
 		// be taken for the first event's.
 		err = fmt.Errorf("%v (PublishError with %d results for %d events: nothing is known published)", err, len(pe.Errs), n) //nolint:errorlint // see above
+	case n > 1 && errors.Is(err, ErrPoison):
+		// A plain error does not say which event is poison: the first
+		// (maybe an innocent event of another key) is retried, not parked.
+		err = fmt.Errorf("%v (a poison error without a PublishError for %d events: nothing is known published, nothing parked)", err, n) //nolint:errorlint // see above
 	}
 	return PrefixError(n, 0, err).Errs
 }

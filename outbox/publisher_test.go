@@ -67,3 +67,22 @@ func TestPublishError(t *testing.T) {
 		t.Errorf("PrefixError.Error() = %q", got)
 	}
 }
+
+// A plain error (not a PublishError) wrapping ErrPoison for a batch of
+// several events says nothing about which event is poison: the first event
+// (an innocent event of another key) is retried, never parked. With one
+// event the poison is that event's.
+func TestOutcomesPlainPoison(t *testing.T) {
+	t.Parallel()
+	poison := fmt.Errorf("kafka: %w: record too large", ErrPoison)
+	outs := outcomes(poison, 3)
+	if errors.Is(outs[0], ErrPoison) {
+		t.Errorf("outcomes(plain poison, 3)[0] = %v; the first event must not be parked for an unknown event's poison", outs[0])
+	}
+	if outs[0] == nil || !strings.Contains(outs[0].Error(), "record too large") {
+		t.Errorf("outcomes(plain poison, 3)[0] = %v; want the publisher's message", outs[0])
+	}
+	if outs := outcomes(poison, 1); !errors.Is(outs[0], ErrPoison) {
+		t.Errorf("outcomes(plain poison, 1)[0] = %v; want it poison", outs[0])
+	}
+}

@@ -3,7 +3,9 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
@@ -130,14 +132,14 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		f := &o.failed[i]
 		f.row.Attempts++
 		if f.park {
-			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: f.err.Error(), At: now}); err != nil {
+			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: storedError(f.err), At: now}); err != nil {
 				return res, fmt.Errorf("outbox: park event %s: %w", f.row.EventID, err)
 			}
 			continue
 		}
 		f.retryIn = r.cfg.Backoff(f.row.Attempts)
 		at := now.Add(f.retryIn)
-		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: f.err.Error(), NextAttempt: at}); err != nil {
+		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: storedError(f.err), NextAttempt: at}); err != nil {
 			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
 		}
 		if retryAt.IsZero() || at.Before(retryAt) {
@@ -189,4 +191,24 @@ func decode(rows []driver.OutboxRow) (kept []driver.OutboxRow, events []event.En
 		events = append(events, e)
 	}
 	return kept, events, bad
+}
+
+// maxStoredError bounds the error text stored with a failed or parked
+// event (last_error): longer texts are cut.
+const maxStoredError = 4096
+
+// storedError is the text of err as the outbox stores it: valid UTF-8
+// without NUL bytes (PostgreSQL refuses both in a text column, which
+// rolled back the marks of the whole round), at most maxStoredError.
+// A publisher may put raw broker output in its errors.
+func storedError(err error) string {
+	s := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "\uFFFD"), "\x00", "\uFFFD")
+	if len(s) > maxStoredError {
+		cut := maxStoredError - len("…")
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
