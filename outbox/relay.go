@@ -69,7 +69,11 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 // Notifier is implemented by drivers that signal committed outbox inserts
 // (pgdriver, with LISTEN/NOTIFY): ListenOutbox returns a channel that
 // receives a value soon after such a commit, until ctx ends. A Relay whose
-// RelayConfig.Wake is nil listens on it by itself.
+// RelayConfig.Wake is nil listens on it by itself. If ListenOutbox fails
+// when Run starts (the database restarting), the relay polls and calls it
+// again with backoff (up to 5s) until it succeeds; an error wrapping
+// errors.ErrUnsupported (a driver that cannot listen) makes it poll for
+// good.
 type Notifier interface {
 	ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error)
 }
@@ -101,11 +105,22 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		// a listener and its connection per restart).
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		w, err := n.ListenOutbox(lctx, func(err error) { r.cfg.Logger.Warn("outbox: wake-up listener", "err", err) })
-		if err != nil {
-			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
-		} else {
+		w, err := n.ListenOutbox(lctx, r.listenError)
+		switch {
+		case err == nil:
 			wakeUp = w
+		case errors.Is(err, errors.ErrUnsupported):
+			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
+		default:
+			// The database may be restarting: listen again later (the
+			// relay polls meanwhile) rather than poll for good.
+			r.cfg.Logger.Warn("outbox: no wake-ups yet, polling until the listener starts", "err", err, "poll_interval", r.cfg.PollInterval)
+			ch := make(chan struct{}, 1)
+			wakeUp = ch
+			var lwg sync.WaitGroup
+			defer lwg.Wait() // after cancel (deferred later, run earlier)
+			defer cancel()
+			lwg.Go(func() { r.listenLater(lctx, n, ch) })
 		}
 	}
 	workers := r.cfg.Concurrency
@@ -170,6 +185,52 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		panic(panicVal)
 	}
 	return nil
+}
+
+func (r *Relay[TTx]) listenError(err error) {
+	r.cfg.Logger.Warn("outbox: wake-up listener", "err", err)
+}
+
+// listenRetryMax bounds the wait between two attempts of listenLater.
+const listenRetryMax = 5 * time.Second
+
+// listenLater starts the listener of n, retrying with backoff (100ms
+// doubling up to listenRetryMax) until it starts or ctx ends, then forwards
+// its wake-ups to wake: once at the start (events may have been committed
+// meanwhile), then each one.
+func (r *Relay[TTx]) listenLater(ctx context.Context, n Notifier, wake chan<- struct{}) {
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var w <-chan struct{}
+	for attempt := 1; w == nil; attempt++ {
+		if !backoff.Sleep(ctx, backoff.Exp(attempt, 100*time.Millisecond, listenRetryMax), nil) {
+			return
+		}
+		var err error
+		if w, err = n.ListenOutbox(ctx, r.listenError); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if attempt%10 == 0 {
+				r.cfg.Logger.Warn("outbox: wake-up listener still not started, polling", "err", err, "attempts", attempt)
+			}
+			w = nil
+		}
+	}
+	r.cfg.Logger.Info("outbox: wake-up listener started")
+	signal()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w:
+			signal()
+		}
+	}
 }
 
 // loop is one worker of Run: rounds until ctx is done.

@@ -286,3 +286,57 @@ func TestRunResumesSoonAfterTheDatabase(t *testing.T) {
 		t.Fatal("not published 5 s after the database came back and a wake-up")
 	}
 }
+
+// flakyNotifier is a driver whose first ListenOutbox fails (the database
+// restarting as the relay starts).
+type flakyNotifier struct {
+	*sqlitedriver.Driver
+	calls atomic.Int32
+	wake  chan struct{}
+}
+
+func (n *flakyNotifier) ListenOutbox(context.Context, func(error)) (<-chan struct{}, error) {
+	if n.calls.Add(1) == 1 {
+		return nil, errors.New("connection refused")
+	}
+	return n.wake, nil
+}
+
+// A relay whose listener fails as Run starts listens again later, instead
+// of polling for the rest of its life: with a poll interval of an hour, an
+// event is published on the wake-up of the listener obtained by the retry.
+func TestRunListensAgainAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	drv := &flakyNotifier{Driver: testdb.SQLite(t), wake: make(chan struct{}, 1)}
+	published := make(chan struct{}, 10)
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		OnPublished:  func([]event.Envelope) { published <- struct{}{} },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(3 * time.Second)
+	for drv.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("ListenOutbox called %d times in 3s; the relay polls only after a failed start", drv.calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	enqueue(t, drv.Driver, mustEvent(t, "k"))
+	drv.wake <- struct{}{}
+	select {
+	case <-published:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the event was not published on a wake-up of the listener obtained by the retry")
+	}
+}

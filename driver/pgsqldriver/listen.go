@@ -12,7 +12,8 @@ import (
 )
 
 // errNotPgx: LISTEN needs a connection of pgx's database/sql driver.
-var errNotPgx = errors.New("pgsqldriver: outbox listen: the database/sql driver is not pgx's stdlib (with another one, relays poll)")
+// It wraps errors.ErrUnsupported: a relay does not try again.
+var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver is not pgx's stdlib (with another one, relays poll): %w", errors.ErrUnsupported)
 
 // ListenOutbox implements outbox.Notifier when the database/sql driver
 // underneath is pgx's stdlib ("pgx", stdlib.OpenDB): for as long as ctx
@@ -22,8 +23,9 @@ var errNotPgx = errors.New("pgsqldriver: outbox listen: the database/sql driver 
 // on OutboxChannel there and signals the returned channel (capacity 1,
 // never blocking) on each notification and after each reconnection (a
 // notification may have been missed meanwhile). Errors after the start go
-// to onError. With another driver (lib/pq) it returns an error, and a relay
-// polls every RelayConfig.PollInterval instead.
+// to onError. With another driver (lib/pq) it returns an error wrapping
+// errors.ErrUnsupported, and a relay polls every RelayConfig.PollInterval
+// instead.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
 	l, err := d.listenConn(ctx)
 	if err != nil {
