@@ -163,8 +163,9 @@ func (p *Publisher) Close() {
 // are published, and otherwise an *outbox.PublishError with one entry per
 // event: nil for a published event, the cause for the others. Events that
 // can never be published (invalid envelope, record too large, rejected by
-// the broker as invalid) wrap outbox.ErrPoison (a topic the producer may
-// not write to is not poison: retried until an operator fixes it); an event of a
+// the broker as invalid) wrap outbox.ErrPoison (what an operator fixes is
+// not poison but retried until fixed: a topic the producer may not write
+// to, a timestamp out of the topic's range, a broker policy); an event of a
 // key whose earlier event failed before being sent wraps outbox.ErrSkipped
 // and is not sent.
 //
@@ -297,13 +298,16 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 
 // poisonErrs are produce errors that retrying the same record cannot fix
 // (INVALID_TOPIC_EXCEPTION: the event's topic name is illegal, whatever an
-// operator does). TOPIC_AUTHORIZATION_FAILED is not among them: an
-// operator fixes the ACL, and the events must then flow; as poison it
-// parked the head of every key, for good.
+// operator does). Errors an operator fixes are not among them, as poison
+// they parked the head of every key, for good, and the events must flow
+// once fixed: TOPIC_AUTHORIZATION_FAILED (an ACL); INVALID_TIMESTAMP (the
+// records carry the produce time, so only the relay host's clock or the
+// topic's message.timestamp.*.ms settings cause it);
+// UNSUPPORTED_FOR_MESSAGE_FORMAT and POLICY_VIOLATION (the topic's or the
+// broker's configuration).
 var poisonErrs = []error{
 	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord,
-	kerr.CorruptMessage, kerr.InvalidTimestamp, kerr.PolicyViolation,
-	kerr.UnsupportedForMessageFormat, kerr.InvalidTopicException,
+	kerr.CorruptMessage, kerr.InvalidTopicException,
 }
 
 func classify(topic string, err error) error {

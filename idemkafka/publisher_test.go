@@ -343,3 +343,30 @@ func TestPublishPartialFailure(t *testing.T) {
 		}
 	}
 }
+
+// Produce errors an operator fixes (the relay host's clock, the topic's
+// configuration or policy) are failures to retry, never poison: as poison
+// they parked the head of every key at its first attempt, for good.
+func TestPublishOperatorErrorsNotPoison(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	if kc.Real() {
+		t.Skip("injects broker faults")
+	}
+	topic := kc.Topic(t, "orders", 1)
+	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic})
+	for _, code := range []*kerr.Error{kerr.InvalidTimestamp, kerr.PolicyViolation, kerr.UnsupportedForMessageFormat} {
+		fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, topic, code, 1))
+		err := p.Publish(t.Context(), newEvents(t, 2, 2))
+		fault.Remove()
+		var pe *outbox.PublishError
+		if !errors.As(err, &pe) {
+			t.Fatalf("Publish with %s = %v; want a PublishError", code.Message, err)
+		}
+		for i, err := range pe.Errs {
+			if errors.Is(err, outbox.ErrPoison) {
+				t.Errorf("%s: event %d: %v; want a failure to retry, not poison", code.Message, i, err)
+			}
+		}
+	}
+}
