@@ -269,7 +269,7 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 				wake = wakeUp
 				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 			}
-			if !backoff.Sleep(ctx, backoff.Jitter(wait), wake) {
+			if !backoff.Sleep(ctx, max(backoff.Jitter(wait), minBackoff), wake) {
 				return
 			}
 			continue

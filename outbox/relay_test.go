@@ -340,3 +340,45 @@ func TestRunListensAgainAfterAFailedStart(t *testing.T) {
 		t.Fatal("the event was not published on a wake-up of the listener obtained by the retry")
 	}
 }
+
+// With a Backoff of 0, a failing relay still waits at least 10ms between
+// rounds (the jitter applied to the floor made it 5-10ms).
+func TestRunWaitsAtLeastTheFloor(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	enqueue(t, drv, mustEvent(t, "k"))
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+	)
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		return errDown
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff: func(int) time.Duration { return 0 },
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := relay.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) < 3 {
+		t.Fatalf("Publish called %d times in 300ms", len(calls))
+	}
+	shortest := time.Hour
+	for i := 1; i < len(calls); i++ {
+		shortest = min(shortest, calls[i].Sub(calls[i-1]))
+	}
+	if shortest < 10*time.Millisecond {
+		t.Errorf("shortest wait between two failed rounds %s (of %d); want at least 10ms", shortest, len(calls))
+	}
+}

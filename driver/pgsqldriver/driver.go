@@ -120,7 +120,7 @@ func (d *Driver) Table(name string) string { return d.names.Table + name }
 // OutboxChannel is the channel on which OutboxInsert notifies new outbox
 // rows (pg_notify in the inserting statement), the same as pgdriver's: a
 // pgdriver relay listening on the same database is woken by this driver's
-// enqueues. This driver has no listener of its own.
+// enqueues, and ListenOutbox listens on it.
 func (d *Driver) OutboxChannel() string { return d.names.OutboxChannel() }
 
 func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }

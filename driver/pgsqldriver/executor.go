@@ -132,10 +132,17 @@ func byteaArray(bs [][]byte) string {
 }
 
 // timeArray writes timestamptz values to the microsecond (PostgreSQL's
-// precision), truncated as the drivers do for a single time.
+// precision), truncated as the drivers do for a single time. They are
+// written in UTC (an offset's seconds, as in Europe/Amsterdam's +00:19:32
+// until 1937, would not fit the layout), and years up to 0 with BC, as
+// PostgreSQL reads them (it has no year 0: Go's year 0 is 1 BC).
 func timeArray(ts []time.Time) string {
 	return arrayLiteral(ts, func(t time.Time) (string, bool) {
-		return t.Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z07:00"), true
+		t = t.UTC().Truncate(time.Microsecond)
+		if y := t.Year(); y <= 0 {
+			return fmt.Sprintf("%04d", 1-y) + t.Format("-01-02T15:04:05.000000Z") + " BC", true
+		}
+		return t.Format("2006-01-02T15:04:05.000000Z"), true
 	})
 }
 
