@@ -81,7 +81,9 @@ type OutboxExecutor interface {
 	// hash of the key), locks each lane it takes until that transaction
 	// ends, and skips the lanes other transactions hold, so several relays
 	// never publish the same row at the same time and never interleave
-	// within a key. On SQLite there are no locks: only one relay may run
+	// within a key. p.HoldTimeout, if positive, bounds how long that
+	// transaction may then stay idle before the server ends it (and frees
+	// its locks). On SQLite there are no locks: only one relay may run
 	// per database, and the batch is the lowest IDs.
 	OutboxClaimBatch(ctx context.Context, p *OutboxClaimBatchParams) ([]OutboxRow, error)
 

@@ -56,6 +56,13 @@ type LockGetParams struct {
 type OutboxClaimBatchParams struct {
 	Now   time.Time
 	Limit int
+	// HoldTimeout, if positive, bounds how long the claiming transaction
+	// may then stay idle (between two statements: while the batch is
+	// published) on a backend whose claim holds locks: on PostgreSQL the
+	// claim sets idle_in_transaction_session_timeout for its transaction
+	// (SET LOCAL), so the server ends a stalled relay's session and frees
+	// its lanes. Zero leaves the session's setting.
+	HoldTimeout time.Duration
 }
 
 // OutboxMarkPublishedParams are the inputs of

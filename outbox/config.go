@@ -62,12 +62,17 @@ type RelayConfig struct {
 	MaxAttempts int
 
 	// PublishTimeout is the deadline of the context given to Publish. On
-	// PostgreSQL the claiming transaction stays open while Publish runs, so
-	// a hung broker must not hold it forever; keep the database's
-	// idle_in_transaction_session_timeout above it. A broker client may
-	// outlive its context (kgo's idempotent producer does, for records
-	// whose outcome is unsure, rather than risk a duplicate); the relay then
-	// waits for it. Defaults to 30s.
+	// PostgreSQL the claiming transaction, with its lanes' locks, stays open
+	// while Publish runs, so a hung broker must not hold it forever. A
+	// broker client may outlive its context (kgo's idempotent producer
+	// does, for records whose outcome is unsure, rather than risk a
+	// duplicate), and the connection to the database may be lost while
+	// publishing: so the claim also sets the transaction's
+	// idle_in_transaction_session_timeout to PublishTimeout + 20s (whatever
+	// the server's setting). A relay stalled that long has its session ended
+	// by the server and its lanes freed; other relays then publish its
+	// events again, with the same IDs and in order (at least once: the
+	// consumers' inboxes drop the copies). Defaults to 30s.
 	PublishTimeout time.Duration
 
 	// OnPublished, if set, is called after each batch whose marks

@@ -68,7 +68,12 @@
 // RelayConfig.Concurrency batches (default 2) in flight at once, each on
 // its own lanes, so that publishing one batch overlaps reading and marking
 // the others; several relays (one per replica) share the lanes the same
-// way.
+// way. A relay that stalls while holding lanes (a broker client that
+// ignores its context, the network to the database lost) does not hold
+// them for good: the claim sets the transaction's
+// idle_in_transaction_session_timeout to RelayConfig.PublishTimeout + 20s,
+// after which the server ends the session and frees its lanes, and other
+// relays publish its events again (same IDs, same order).
 //
 // SQLite has no concurrent writers: run one relay per SQLite database (it
 // keeps one batch in flight). There the batch is the lowest pending IDs,
@@ -133,5 +138,6 @@
 // it by itself (the driver is a Notifier) and listens while it runs, so new
 // events are published within milliseconds while polling stays the
 // fallback; pass your own Wake to combine other signals, or NoListen to
-// poll only.
+// poll only. If the listener cannot start (the database restarting), the
+// relay polls and starts it again in the background.
 package outbox

@@ -19,6 +19,19 @@ var ErrRunning = errors.New("outbox: relay is already running")
 // relay shuts down is still marked instead of being published again.
 const finishTimeout = 15 * time.Second
 
+// holdMargin is added to PublishTimeout and finishTimeout to bound how long
+// a claim transaction may stay idle (see holdTimeout).
+const holdMargin = 5 * time.Second
+
+// holdTimeout bounds how long a round's claim transaction may stay idle
+// (driver.OutboxClaimBatchParams.HoldTimeout: on PostgreSQL,
+// idle_in_transaction_session_timeout): a relay stalled while publishing (a
+// broker client outliving its context, the network to the database gone)
+// has its session ended by the server, and its lanes go to other relays.
+func (r *Relay[TTx]) holdTimeout() time.Duration {
+	return r.cfg.PublishTimeout + finishTimeout + holdMargin
+}
+
 // Relay publishes the events of the outbox. Create it with NewRelay, then
 // call Run (the loop) or RunOnce (one batch, for tests and cron-style use).
 // Run one Relay per process. On PostgreSQL its Run keeps

@@ -76,7 +76,9 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		claimer = ex
 	}
 
-	rows, err := claimer.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: r.cfg.Now(), Limit: r.cfg.BatchSize})
+	rows, err := claimer.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{
+		Now: r.cfg.Now(), Limit: r.cfg.BatchSize, HoldTimeout: r.holdTimeout(),
+	})
 	if err != nil {
 		return res, fmt.Errorf("outbox: claim: %w", err)
 	}

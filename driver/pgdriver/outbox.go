@@ -130,6 +130,9 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		// Batch 1: the planner setting of the read (see outboxReadSQL),
 		// then the lanes.
 		b1 := &pgx.Batch{}
+		if ms, ok := pgsql.HoldTimeoutMillis(p.HoldTimeout); ok && len(tried) == 0 {
+			b1.Queue(pgsql.OutboxHoldTimeoutSQL, ms)
+		}
 		b1.Queue(pgsql.OutboxBitmapOffSQL)
 		var lanes []int16
 		n := min(lanesPerClaim, limit) // a claimable lane yields at least one row

@@ -55,6 +55,11 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	}); err != nil {
 		return nil, err
 	}
+	if ms, ok := pgsql.HoldTimeoutMillis(p.HoldTimeout); ok {
+		if _, err := e.db.ExecContext(ctx, pgsql.OutboxHoldTimeoutSQL, ms); err != nil {
+			return nil, mapErr("outbox claim", err)
+		}
+	}
 	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
 		return nil, mapErr("outbox claim", err)
 	}

@@ -16,9 +16,12 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -160,6 +163,16 @@ func MigrateLockKeyOf(schema string) int64 {
 // tried again, instead of queueing every write of the application behind
 // its lock request.
 const MigrationLockTimeout = "5s"
+
+// HoldTimeoutMillis is the value of OutboxHoldTimeoutSQL for d (rounded up
+// to the millisecond), and false for a d that sets nothing (not positive).
+func HoldTimeoutMillis(d time.Duration) (string, bool) {
+	if d <= 0 {
+		return "", false
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(min(ms, math.MaxInt32)), 10), true
+}
 
 // CurrentSchemaSQL reads the schema unqualified names are created in.
 const CurrentSchemaSQL = `SELECT coalesce(current_schema(), '')`

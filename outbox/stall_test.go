@@ -1,0 +1,112 @@
+package outbox_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+// holdSpy records the HoldTimeout of the relay's claims.
+type holdSpy[TTx any] struct {
+	driver.OutboxDriver[TTx]
+	hold atomic.Int64
+}
+
+func (d *holdSpy[TTx]) OutboxTx(tx TTx) driver.OutboxExecutor {
+	return holdSpyEx{d.OutboxDriver.OutboxTx(tx), &d.hold}
+}
+
+type holdSpyEx struct {
+	driver.OutboxExecutor
+	hold *atomic.Int64
+}
+
+func (e holdSpyEx) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	e.hold.Store(int64(p.HoldTimeout))
+	return e.OutboxExecutor.OutboxClaimBatch(ctx, p)
+}
+
+// A relay stalled in the middle of a batch (a broker client ignoring its
+// context, the network to the database gone) held its lanes forever: its
+// claim transaction stayed open, idle, and the other relays skipped those
+// lanes, so up to half the keys stopped. The claim now bounds how long its
+// transaction may stay idle: the server ends the stalled session, and
+// another relay publishes its events.
+func TestStalledClaimFreesItsLanes(t *testing.T) {
+	t.Parallel()
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		testStalledClaim(t, testdb.Postgres(t))
+	})
+	t.Run("pgsqldriver", func(t *testing.T) {
+		t.Parallel()
+		testStalledClaim(t, testdb.PostgresSQL(t))
+	})
+}
+
+func testStalledClaim[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	ctx := t.Context()
+	events := []event.Envelope{mustEvent(t, "k"), mustEvent(t, "k")}
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Relay A claims the events, then stalls: it never marks them.
+	stalled, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Rollback(context.Background(), stalled) }()
+	rows, err := drv.OutboxTx(stalled).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{
+		Now: time.Now(), Limit: 10, HoldTimeout: 300 * time.Millisecond,
+	})
+	if err != nil || len(rows) != len(events) {
+		t.Fatalf("claim = %d rows, %v; want %d", len(rows), err, len(events))
+	}
+
+	// Relay B skips the lanes A holds until the server ends A's session.
+	spy := &holdSpy[TTx]{OutboxDriver: drv}
+	var published []event.Envelope
+	relay, err := outbox.NewRelay[TTx](spy, outbox.PublisherFunc(func(_ context.Context, batch []event.Envelope) error {
+		published = append(published, batch...)
+		return nil
+	}), &outbox.RelayConfig{NoListen: true, PublishTimeout: 7 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for len(published) < len(events) {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay B published %d of A's %d events in 4s; A's stalled claim still holds their lane", len(published), len(events))
+		}
+		if _, err := relay.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, e := range published {
+		if e.ID != events[i].ID {
+			t.Errorf("published event %d is %s, want %s (same IDs, same order)", i, e.ID, events[i].ID)
+		}
+	}
+	if err := drv.Commit(ctx, stalled); err == nil {
+		t.Error("the stalled claim's transaction committed; want it ended by the server")
+	}
+	if hold := time.Duration(spy.hold.Load()); hold <= 7*time.Second || hold > time.Minute {
+		t.Errorf("the relay's claim HoldTimeout is %s with a PublishTimeout of 7s; want a bit more than the PublishTimeout", hold)
+	}
+}
