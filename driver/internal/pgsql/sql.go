@@ -180,11 +180,11 @@ const (
 	// The statements of OutboxClaimBatch (see pgdriver's for the design).
 	// OutboxReadSQL runs with bitmap scans off (OutboxBitmapOffSQL before
 	// it, OutboxBitmapDefaultSQL after it).
-	OutboxBitmapOffSQL     = `SET LOCAL enable_bitmapscan = off`
+	OutboxBitmapOffSQL = `SET LOCAL enable_bitmapscan = off`
 	// OutboxHoldTimeoutSQL sets idle_in_transaction_session_timeout for
 	// the claiming transaction ($1: milliseconds, as text; see
 	// HoldTimeoutMillis).
-	OutboxHoldTimeoutSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+	OutboxHoldTimeoutSQL   = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	OutboxBitmapDefaultSQL = `SET LOCAL enable_bitmapscan TO DEFAULT`
 	OutboxLanesSQL         = `WITH RECURSIVE pending AS (
 			(SELECT lane FROM {{table}}outbox_pending WHERE parked_at IS NULL ORDER BY lane LIMIT 1)
