@@ -23,7 +23,10 @@ type PublisherConfig struct {
 	// Topic returns "".
 	DefaultTopic string
 	// Topic, if set, picks each event's topic. Defaults to nil: every
-	// event goes to DefaultTopic. One of the two is required.
+	// event goes to DefaultTopic. One of the two is required. A key's
+	// events may go to several topics: they are still published in order
+	// (see Publisher.Publish), but each change of topic within a key costs
+	// a relay round.
 	Topic func(e event.Envelope) string
 
 	// ExtraOpts are more kgo options for the publisher's client (TLS,
@@ -169,9 +172,14 @@ func (p *Publisher) Close() {
 // key whose earlier event failed before being sent wraps outbox.ErrSkipped
 // and is not sent.
 //
-// Order: the events of one key go to one partition (the key is hashed as
-// Java clients do) in the order given, and the idempotent producer keeps
-// that order through its retries. A broker retry (a timeout after the
+// Order: the events of one key go to one partition of their topic (the key
+// is hashed as Java clients do) in the order given, and the idempotent
+// producer keeps that order through its retries. When Topic sends a key's
+// events to several topics, the order of the key holds across them too:
+// from the first event of a key whose topic differs from its previous
+// event's, the key's events are not sent in this call (outbox.ErrSkipped;
+// the relay hands them over again at its next round, once the earlier ones
+// are published), at the cost of a round per change of topic. A broker retry (a timeout after the
 // broker appended the batch, a leader change) is deduplicated by the
 // broker with the producer's sequence numbers, so it never writes a record
 // twice.
@@ -187,12 +195,18 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	var (
 		errs   = make([]error, len(events))
 		failed map[string]int // key -> index of its first event that was not sent
+		moved  map[string]int // key -> index of its first event sent to another topic
+		topics = map[string]string{}
 		rs     = make([]*kgo.Record, 0, len(events))
 		index  = make(map[*kgo.Record]int, len(events))
 	)
 	for i, e := range events {
 		if j, ok := failed[e.Key]; ok {
 			errs[i] = fmt.Errorf("%w: event %d of key %q failed", outbox.ErrSkipped, j, e.Key)
+			continue
+		}
+		if j, ok := moved[e.Key]; ok {
+			errs[i] = fmt.Errorf("%w: event %d of key %q goes to another topic than the key's earlier events: it waits for them", outbox.ErrSkipped, j, e.Key)
 			continue
 		}
 		r, err := p.record(e)
@@ -204,6 +218,19 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			failed[e.Key] = i
 			continue
 		}
+		// Records of one key in two topics are produced at once, in two
+		// partitions: the later one could be acknowledged though the
+		// earlier one fails. The key's events from its first change of
+		// topic on wait for the next batch.
+		if t, ok := topics[e.Key]; ok && t != r.Topic {
+			errs[i] = fmt.Errorf("%w: event %d of key %q goes to another topic than the key's earlier events: it waits for them", outbox.ErrSkipped, i, e.Key)
+			if moved == nil {
+				moved = map[string]int{}
+			}
+			moved[e.Key] = i
+			continue
+		}
+		topics[e.Key] = r.Topic
 		rs = append(rs, r)
 		index[r] = i
 	}

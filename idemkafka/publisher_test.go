@@ -370,3 +370,60 @@ func TestPublishOperatorErrorsNotPoison(t *testing.T) {
 		}
 	}
 }
+
+// When Topic sends the events of one key to different topics, kgo produces
+// to both at once: an event of the second topic was published although the
+// key's earlier event, in the first, failed. Within a batch, a key's events
+// after its topic changes wait for the next batch (ErrSkipped).
+func TestPublishKeyAcrossTopicsKeepsOrder(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	if kc.Real() {
+		t.Skip("injects broker faults")
+	}
+	t1, t2 := kc.Topic(t, "orders", 1), kc.Topic(t, "payments", 1)
+	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, Topic: func(e event.Envelope) string {
+		if e.Type == "PaymentTaken.v1" {
+			return t2
+		}
+		return t1
+	}})
+	created, err := event.New("OrderCreated.v1", "order-1", payload{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid, err := event.New("PaymentTaken.v1", "order-1", payload{N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := event.New("PaymentTaken.v1", "order-2", payload{N: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, t1, kerr.TopicAuthorizationFailed, 1))
+	err = p.Publish(t.Context(), []event.Envelope{created, paid, other})
+	fault.Remove()
+	var pe *outbox.PublishError
+	if !errors.As(err, &pe) || len(pe.Errs) != 3 {
+		t.Fatalf("Publish = %v; want a PublishError of 3 events", err)
+	}
+	if pe.Errs[0] == nil || errors.Is(pe.Errs[0], outbox.ErrSkipped) {
+		t.Errorf("event 0 (topic denied): %v; want its failure", pe.Errs[0])
+	}
+	if !errors.Is(pe.Errs[1], outbox.ErrSkipped) {
+		t.Errorf("event 1 (same key, other topic): %v; want ErrSkipped", pe.Errs[1])
+	}
+	if pe.Errs[2] != nil {
+		t.Errorf("event 2 (another key): %v; want published", pe.Errs[2])
+	}
+	mustPublished(t, kc.Records(t, t2), []event.Envelope{other})
+
+	// The next batch publishes the key's events in order.
+	if err := p.Publish(t.Context(), []event.Envelope{created}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(t.Context(), []event.Envelope{paid}); err != nil {
+		t.Fatal(err)
+	}
+	mustPublished(t, kc.Records(t, t2), []event.Envelope{other, paid})
+}
