@@ -18,10 +18,13 @@ import (
 type Config struct {
 	// Schema holds idem's tables. Defaults to "" (the connection's
 	// search_path, usually public). Migrate creates it when missing.
-	// Every replica sharing the tables must spell Schema and TablePrefix
-	// the same way: the relays' lane locks derive from them, and a replica
-	// configured with "public" would not exclude one configured with ""
-	// although both use the same tables.
+	// Every replica sharing the tables must use the same TablePrefix. The
+	// relays' lane locks and the outbox's NOTIFY channel derive from the
+	// schema: with Schema "", from the one the tables are found in
+	// (current_schema(), read once per driver, so every connection of the
+	// pool must find the same), so a replica configured with "public" and
+	// one configured with "" on search_path public exclude each other, and
+	// services in different schemas of one database do not.
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (the conventional table names of docs/rules.md:

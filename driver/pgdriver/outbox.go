@@ -20,10 +20,29 @@ import (
 // OutboxChannel is the notification channel on which OutboxInsert signals
 // new outbox rows: "<schema>.<prefix>idem_outbox", or
 // "<prefix>idem_outbox" without Config.Schema, so that relays of different
-// schemas or prefixes in one database do not wake each other. A name longer
-// than PostgreSQL's 63-byte identifier limit is replaced by a hash of it.
+// schemas or prefixes in one database do not wake each other. Without
+// Config.Schema, <schema> is the one the tables are found in through
+// search_path (current_schema()), read once by the driver's first enqueue,
+// claim or ListenOutbox; until then the channel is "<prefix>idem_outbox". A
+// name longer than PostgreSQL's 63-byte identifier limit is replaced by a
+// hash of it.
 func (d *Driver) OutboxChannel() string {
-	return d.names.OutboxChannel()
+	return d.names.OutboxKnown().OutboxChannel()
+}
+
+// outboxNames returns the names of the outbox's channel and lane locks (see
+// pgsql.Names.Outbox), reading the current schema through db if needed.
+func (d *Driver) outboxNames(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (*pgsql.Names, error) {
+	n, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
+		var s string
+		return s, db.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+	})
+	if err != nil {
+		return nil, mapErr("outbox: current schema", err)
+	}
+	return n, nil
 }
 
 // OutboxInsert implements driver.OutboxExecutor with one statement for the
@@ -43,11 +62,15 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 		ids[i] = pgtype.UUID{Bytes: rows[i].EventID, Valid: true}
 	}
 	a := pgsql.NewOutboxInsertArrays(rows)
+	names, err := e.d.outboxNames(ctx, e.db)
+	if err != nil {
+		return 0, err
+	}
 	// The notify CTE is not referenced by the INSERT; the final SELECT reads
 	// it so that it runs, after the insert, and only when a row was new.
 	var inserted, notified int
-	err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxInsertSQL),
-		ids, a.Types, a.Keys, a.Sagas, a.Payloads, a.Headers, a.Occurred, a.Created, e.d.OutboxChannel(),
+	err = e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxInsertSQL),
+		ids, a.Types, a.Keys, a.Sagas, a.Payloads, a.Headers, a.Occurred, a.Created, names.OutboxChannel(),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)
@@ -120,6 +143,11 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	}); err != nil {
 		return nil, err
 	}
+	names, err := e.d.outboxNames(ctx, e.db)
+	if err != nil {
+		return nil, err
+	}
+	class, legacy := names.OutboxLockClass(), e.d.names.LegacyOutboxLockClass()
 	start := rand.IntN(OutboxLanes)
 	tried := []int16{}
 	var out []driver.OutboxRow
@@ -139,7 +167,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		if len(tried) > 0 {
 			n = lanesPerClaim // those tried yielded none
 		}
-		b1.Queue(e.d.expand(outboxLanesSQL), start, e.d.outboxLockClass(), n, tried).
+		b1.Queue(e.d.expand(outboxLanesSQL), start, class, n, tried, legacy).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				lanes, err = pgx.CollectRows(rows, pgx.RowTo[int16])
@@ -184,13 +212,11 @@ const (
 	outboxReadSQL  = pgsql.OutboxReadSQL
 )
 
-// outboxLockClass is the first key of the lanes' advisory locks: a hash of
-// the outbox table's name, so that idem schemas sharing a database do not
-// block each other's lanes. (The two-int4 advisory lock key space does not
-// overlap the bigint one that idempotency records use.)
-func (d *Driver) outboxLockClass() int32 {
-	return d.names.OutboxLockClass()
-}
+// The first key of the lanes' advisory locks is a hash of the outbox
+// table's name, its schema included (pgsql.Names.Outbox), so that idem
+// schemas sharing a database do not block each other's lanes. (The two-int4
+// advisory lock key space does not overlap the bigint one that idempotency
+// records use.)
 
 // scanOutboxRow scans the pgsql.OutboxColumns of row, then extra.
 func scanOutboxRow(row pgx.CollectableRow, extra ...any) (driver.OutboxRow, error) {
@@ -387,7 +413,12 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.OutboxChannel()}.Sanitize()); err != nil {
+	names, err := d.outboxNames(ctx, conn)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("pgdriver: outbox listen: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{names.OutboxChannel()}.Sanitize()); err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("pgdriver: outbox listen: %w", err)
 	}

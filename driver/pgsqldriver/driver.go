@@ -18,8 +18,8 @@ import (
 type Config struct {
 	// Schema holds idem's tables. Defaults to "" (the connection's
 	// search_path, usually public). Migrate creates it when missing.
-	// Every replica sharing the tables must spell Schema and TablePrefix
-	// the same way (see pgdriver.Config.Schema).
+	// The lane locks and the NOTIFY channel derive from the schema, found
+	// through search_path when "" (see pgdriver.Config.Schema).
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (the conventional table names of docs/rules.md:
@@ -120,7 +120,24 @@ func (d *Driver) Table(name string) string { return d.names.Table + name }
 // OutboxChannel is the channel on which OutboxInsert notifies new outbox
 // rows (pg_notify in the inserting statement), the same as pgdriver's: a
 // pgdriver relay listening on the same database is woken by this driver's
-// enqueues, and ListenOutbox listens on it.
-func (d *Driver) OutboxChannel() string { return d.names.OutboxChannel() }
+// enqueues, and ListenOutbox listens on it. Without Config.Schema it is
+// named after the schema the tables are found in through search_path, as
+// pgdriver's.
+func (d *Driver) OutboxChannel() string { return d.names.OutboxKnown().OutboxChannel() }
+
+// outboxNames returns the names of the outbox's channel and lane locks (see
+// pgsql.Names.Outbox), reading the current schema through db if needed.
+func (d *Driver) outboxNames(ctx context.Context, db interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (*pgsql.Names, error) {
+	n, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
+		var s string
+		return s, db.QueryRowContext(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+	})
+	if err != nil {
+		return nil, mapErr("outbox: current schema", err)
+	}
+	return n, nil
+}
 
 func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }

@@ -77,7 +77,15 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
 	}
-	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{d.OutboxChannel()}.Sanitize()); err != nil {
+	names, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
+		var s string
+		return s, pc.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+	})
+	if err != nil {
+		listener{pc}.Close()
+		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
+	}
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{names.OutboxChannel()}.Sanitize()); err != nil {
 		listener{pc}.Close()
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
 	}

@@ -26,10 +26,14 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 		ids[i] = rows[i].EventID.String()
 	}
 	a := pgsql.NewOutboxInsertArrays(rows)
+	names, err := e.d.outboxNames(ctx, e.db)
+	if err != nil {
+		return 0, err
+	}
 	var inserted, notified int
-	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxInsertSQL),
+	err = e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxInsertSQL),
 		textArray(ids), textArray(a.Types), textArray(a.Keys), nullTextArray(a.Sagas), byteaArray(a.Payloads),
-		nullTextArray(a.Headers), timeArray(a.Occurred), timeArray(a.Created), e.d.OutboxChannel(),
+		nullTextArray(a.Headers), timeArray(a.Occurred), timeArray(a.Created), names.OutboxChannel(),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)
@@ -63,6 +67,14 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
 		return nil, mapErr("outbox claim", err)
 	}
+	names, err := e.d.outboxNames(ctx, e.db)
+	if err != nil {
+		return nil, err
+	}
+	var legacy any // NULL, or Names.LegacyOutboxLockClass
+	if c := e.d.names.LegacyOutboxLockClass(); c != nil {
+		legacy = *c
+	}
 	start := rand.IntN(pgsql.OutboxLanes)
 	tried := []int16{}
 	var out []driver.OutboxRow
@@ -74,7 +86,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 			n = pgsql.LanesPerClaim
 		}
 		rows, err := e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxLanesSQL),
-			start, e.d.names.OutboxLockClass(), n, intArray(tried))
+			start, names.OutboxLockClass(), n, intArray(tried), legacy)
 		if err != nil {
 			return nil, mapErr("outbox claim: lanes", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
@@ -62,5 +63,50 @@ func TestOutboxKeepsOccurredAt(t *testing.T) {
 		if !e.OccurredAt.Equal(times[i]) {
 			t.Errorf("event %d: OccurredAt %s, want %s", i, e.OccurredAt.UTC(), times[i].UTC())
 		}
+	}
+}
+
+// Without Config.Schema, the outbox's channel (and lane locks) are named
+// after the schema found through search_path, as for a driver naming it:
+// a listener of either is woken by an enqueue of the other, and the relay
+// claims with them.
+func TestOutboxSchemaFromSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, schema := testdb.SQLDB(t, 4)
+	drv, err := pgsqldriver.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	named, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, err := named.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueOne(t, drv)
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Error("a listener naming the schema was not woken by an enqueue of a driver finding it through search_path")
+	}
+	if a, b := drv.OutboxChannel(), named.OutboxChannel(); a != b {
+		t.Errorf("OutboxChannel without Schema = %q, with Schema = %q; want the same", a, b)
+	}
+	published := 0
+	relay, err := outbox.NewRelay(drv, outbox.PublisherFunc(func(_ context.Context, batch []event.Envelope) error {
+		published += len(batch)
+		return nil
+	}), &outbox.RelayConfig{NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.RunOnce(ctx); err != nil || published != 1 {
+		t.Errorf("RunOnce: published %d, %v; want 1", published, err)
 	}
 }

@@ -13,6 +13,7 @@
 package pgsql
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"hash/fnv"
@@ -21,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -70,11 +72,15 @@ type Names struct {
 
 	replacer *strings.Replacer
 	cache    sync.Map // template -> expanded SQL
+	prefix   string
+	// resolved are the names of the schema current_schema() gave, when
+	// Schema is "" (see Outbox).
+	resolved atomic.Pointer[Names]
 }
 
 // NewNames returns the names of schema and prefix (validated by the caller).
 func NewNames(schema, prefix string) *Names {
-	n := &Names{Schema: schema, Table: prefix, Name: prefix}
+	n := &Names{Schema: schema, Table: prefix, Name: prefix, prefix: prefix}
 	if schema != "" {
 		n.Table = QuoteIdent(schema) + "." + prefix
 	}
@@ -105,7 +111,7 @@ func (n *Names) Expand(sql string) string {
 
 // OutboxChannel is the notification channel on which OutboxInsert signals
 // new outbox rows: "<schema>.<prefix>idem_outbox", or "<prefix>idem_outbox"
-// without a schema. A name longer than PostgreSQL's 63-byte identifier limit
+// without a schema (use it on the names of Outbox). A name longer than PostgreSQL's 63-byte identifier limit
 // is replaced by a hash of it.
 func (n *Names) OutboxChannel() string {
 	ch := n.Name + "idem_outbox"
@@ -120,9 +126,60 @@ func (n *Names) OutboxChannel() string {
 	return ch
 }
 
+// Outbox returns the names whose OutboxChannel and OutboxLockClass the
+// outbox uses: n itself when n names a schema; otherwise those of the
+// schema the tables are found in through search_path, which currentSchema
+// reads (CurrentSchemaSQL) on the first call that succeeds (then cached:
+// every connection of a driver must find the same schema). A driver
+// configured without a schema thus gets the channel and the lane locks of
+// one that names the schema, and services in different schemas of one
+// database do not share them (they did: both were named after the prefix
+// alone). If current_schema() is NULL (an empty search_path), n is used.
+func (n *Names) Outbox(ctx context.Context, currentSchema func(context.Context) (string, error)) (*Names, error) {
+	if n.Schema != "" {
+		return n, nil
+	}
+	if r := n.resolved.Load(); r != nil {
+		return r, nil
+	}
+	schema, err := currentSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if schema == "" {
+		return n, nil
+	}
+	r := NewNames(schema, n.prefix)
+	n.resolved.CompareAndSwap(nil, r)
+	return n.resolved.Load(), nil
+}
+
+// OutboxKnown is the names Outbox returned, or n before any call.
+func (n *Names) OutboxKnown() *Names {
+	if r := n.resolved.Load(); r != nil {
+		return r
+	}
+	return n
+}
+
+// LegacyOutboxLockClass is, for names without a schema, the lock class
+// that versions before the schema was resolved (see Outbox) used: a claim
+// also takes its lane lock in shared mode (OutboxLanesSQL's $5), so that
+// during a rolling upgrade an old replica (which takes it exclusively) and
+// a new one never hold the same lane, while new replicas in different
+// schemas do not block each other. Nil for names with a schema (their
+// class did not change).
+func (n *Names) LegacyOutboxLockClass() *int32 {
+	if n.Schema != "" {
+		return nil
+	}
+	c := n.OutboxLockClass()
+	return &c
+}
+
 // OutboxLockClass is the first key of the outbox lanes' advisory locks: a
 // hash of the outbox table's name, so that idem schemas sharing a database
-// do not block each other's lanes.
+// do not block each other's lanes (use it on the names of Outbox).
 func (n *Names) OutboxLockClass() int32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(n.Table + "outbox"))

@@ -197,7 +197,8 @@ const (
 			SELECT lane FROM pending WHERE lane IS NOT NULL AND lane <> ALL ($4::smallint[])
 			ORDER BY (lane + 64 - $1) % 64 -- 64 = OutboxLanes
 			OFFSET 0) s
-		WHERE pg_try_advisory_xact_lock($2::int, lane)
+		WHERE CASE WHEN NOT coalesce(pg_try_advisory_xact_lock_shared($5::int, lane), true) THEN false
+			ELSE pg_try_advisory_xact_lock($2::int, lane) END -- $5: Names.LegacyOutboxLockClass
 		LIMIT $3`
 	// OutboxReadSQL reads the lanes' pending rows (p), then joins each to
 	// its event (o) by primary key.
