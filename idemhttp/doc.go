@@ -22,6 +22,7 @@
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
 //	Scope hook error                               401 unauthenticated
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
+//	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key
 //
 // Every error is RFC 9457 application/problem+json with Cache-Control:

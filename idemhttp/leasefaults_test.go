@@ -311,8 +311,9 @@ func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 			first := make(chan int, 1)
 			go func() { first <- send(h, "POST", "/charge", "k", `{}`).Code }()
 			<-running
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
+			time.AfterFunc(300*time.Millisecond, cancel) // the client goes away
 			req := httptest.NewRequestWithContext(ctx, "POST", "/charge", strings.NewReader(`{}`))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", "k")

@@ -88,10 +88,30 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next htt
 		m.serveTx(cmd, next)
 	}
 	if !cmd.reported {
+		if errors.Is(cmd.r.Context().Err(), context.DeadlineExceeded) {
+			// The request's deadline (a timeout middleware in front of
+			// idem) passed while the key was claimed or waited for: the
+			// client is still there and must not get net/http's empty 200.
+			m.deadlinePassed(cmd)
+			m.reportCmd(cmd, OutcomeStoreError)
+			return
+		}
 		// The client went away while the key was claimed or waited for:
 		// nothing ran to an outcome, nothing was answered.
 		m.reportCmd(cmd, OutcomeAbandoned)
 	}
+}
+
+// deadlinePassed answers 503 when the request's context reached its
+// deadline before the handler ran (or while it ran, in ModeTx, whose writes
+// were rolled back): nothing was executed. The caller reports the outcome.
+func (m *Middleware[TTx]) deadlinePassed(cmd *command) {
+	m.cfg.Logger.Warn("idemhttp: the request's deadline passed before the command could complete; nothing was executed",
+		"key", cmd.key, "scope", logScope(cmd.scope))
+	cmd.w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
+		"Request deadline passed", "The request's deadline passed before the key could be claimed or the command completed; "+
+			"the command was not executed. Retry with the same key.")
 }
 
 // command is one protected request on its way through the middleware.

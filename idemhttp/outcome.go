@@ -18,12 +18,15 @@ const (
 	// OutcomeRejected: the request was refused before claiming (bad or
 	// missing key, body too large, unauthenticated).
 	OutcomeRejected
-	// OutcomeStoreError: the store failed (503) or the commit's result is
-	// unknown.
+	// OutcomeStoreError: the store failed (503), the commit's result is
+	// unknown, or the request's deadline passed before the key was
+	// claimed (503; the handler did not run).
 	OutcomeStoreError
-	// OutcomeAbandoned: the client went away while the key was being
-	// claimed or waited for: the handler did not run, nothing was stored
-	// and nothing answered.
+	// OutcomeAbandoned: the client went away (the request's context was
+	// cancelled) while the key was being claimed or waited for: the
+	// handler did not run, nothing was stored and nothing answered. A
+	// request whose deadline passed instead is answered 503
+	// (OutcomeStoreError).
 	OutcomeAbandoned
 )
 

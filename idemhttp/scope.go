@@ -52,3 +52,14 @@ func scopeOf(principal, method, route string) string {
 }
 
 var principalEscaper = strings.NewReplacer("%", "%25", " ", "%20")
+
+// maxLogScope bounds a scope in a log line.
+const maxLogScope = 200
+
+// logScope is scope for a log line: at most maxLogScope bytes.
+func logScope(scope string) string {
+	if len(scope) <= maxLogScope {
+		return scope
+	}
+	return scope[:maxLogScope] + "…"
+}

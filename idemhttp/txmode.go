@@ -107,8 +107,11 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	rec.seal()
 
 	switch {
-	case ctx.Err() != nil: // the client is gone: nothing happened
+	case ctx.Err() != nil: // the client is gone, or its deadline passed: nothing happened
 		m.rollback(ctx, tx)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			m.deadlinePassed(cmd) // the writer is still there: not an empty 200
+		}
 		m.reportCmd(cmd, OutcomeNotStored)
 		return nil
 	case !m.cfg.Store(rec.statusCode()):
