@@ -132,4 +132,14 @@ var (
 	// ErrLockTimeout: waiting for a concurrent transaction holding the same
 	// key took longer than the allowed wait.
 	ErrLockTimeout = errors.New("idem/driver: lock wait timed out")
+	// ErrTxAborted: the transaction could not commit because a statement
+	// in it failed (PostgreSQL aborts the transaction: SQLSTATE 25P02), or
+	// a deferred constraint failed at COMMIT. Nothing of it was committed,
+	// and running the same statements again fails the same way.
+	ErrTxAborted = errors.New("idem/driver: transaction aborted by a failed statement")
+	// ErrTxDone: the transaction had already been committed or rolled back
+	// (by the code that ran in it) when the driver was to complete it. The
+	// record was not stored; what the transaction did before it ended may
+	// have been committed.
+	ErrTxDone = errors.New("idem/driver: transaction already committed or rolled back")
 )

@@ -128,7 +128,10 @@ type TxClaimer[TTx any] interface {
 	// expired before p.CreatedAt and the same fingerprint, or inserts it if
 	// that record was deleted meanwhile (by the retention sweep); without
 	// p.Replace it inserts. On any error tx is rolled back; ErrLeaseLost says the key
-	// was stored by someone else (nothing of tx was committed).
+	// was stored by someone else (nothing of tx was committed); ErrTxAborted
+	// that a statement run in tx failed (or a deferred constraint at
+	// COMMIT), so nothing was committed; ErrTxDone that tx had been ended
+	// by the code run in it.
 	CommitComplete(ctx context.Context, tx TTx, p *TxCompleteParams) error
 }
 

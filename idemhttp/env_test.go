@@ -36,6 +36,11 @@ type env struct {
 	kill func(r *http.Request) error
 	// exec runs a statement on the database, outside any transaction.
 	exec func(t *testing.T, sql string)
+	// txExec runs a statement in the request's transaction (ModeTx).
+	txExec func(r *http.Request, sql string) error
+	// endTx commits (or rolls back) the request's transaction, as a
+	// handler must not.
+	endTx func(r *http.Request, commit bool) error
 	// driver exposes the untyped executor for direct record inspection.
 	executor   driver.Executor
 	closeStore func()
@@ -132,6 +137,18 @@ func pgEnvWith(t *testing.T, drv *pgdriver.Driver, hideTxClaimer bool) *env {
 				t.Fatal(err)
 			}
 		},
+		txExec: func(r *http.Request, q string) error {
+			tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
+			_, err := tx.Exec(r.Context(), q)
+			return err
+		},
+		endTx: func(r *http.Request, commit bool) error {
+			tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
+			if commit {
+				return tx.Commit(r.Context())
+			}
+			return tx.Rollback(r.Context())
+		},
 		executor:   drv.Executor(),
 		closeStore: drv.Pool().Close,
 	}
@@ -187,6 +204,18 @@ func sqlEnvWith(t *testing.T, drv driver.Driver[*sql.Tx], db *sql.DB, hideTxClai
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)
 			}
+		},
+		txExec: func(r *http.Request, q string) error {
+			tx, _ := idemhttp.TxFromContext[*sql.Tx](r.Context())
+			_, err := tx.ExecContext(r.Context(), q)
+			return err
+		},
+		endTx: func(r *http.Request, commit bool) error {
+			tx, _ := idemhttp.TxFromContext[*sql.Tx](r.Context())
+			if commit {
+				return tx.Commit()
+			}
+			return tx.Rollback()
 		},
 		executor:   drv.Executor(),
 		closeStore: func() { _ = db.Close() },

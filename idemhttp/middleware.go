@@ -287,6 +287,33 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 	m.reportCmd(cmd, OutcomeStoreError)
 }
 
+// handlerTxFailed answers 500 and returns true when err says the handler
+// broke the middleware's transaction: a statement of it failed and
+// PostgreSQL aborted the transaction (or a deferred constraint failed at
+// COMMIT), so nothing was committed; or the handler committed or rolled it
+// back itself, so the record was not stored. Either way the store is fine
+// and a retry fails the same way: not 503.
+func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
+	switch {
+	case errors.Is(err, driver.ErrTxAborted):
+		m.cfg.Logger.Error("idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx); nothing was committed",
+			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionAborted,
+			"Transaction aborted", "A statement of the command failed and aborted its transaction; nothing was committed. "+
+				"Retrying with the same key executes it again.")
+	case errors.Is(err, driver.ErrTxDone):
+		m.cfg.Logger.Error("idemhttp: the handler committed or rolled back the middleware's transaction itself; its response was not stored, and a retry executes again",
+			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionEnded,
+			"Transaction ended by the handler", "The command ended the idempotency middleware's transaction itself; "+
+				"its effect may have been applied and no outcome was stored for replay.")
+	default:
+		return false
+	}
+	m.reportCmd(cmd, OutcomeNotStored)
+	return true
+}
+
 // writeTooLarge writes the 500 answer for a response too large to store.
 // passNotStored sends the handler's response that is not stored (a
 // failure: the key stays free for a retry). One that overflowed

@@ -152,6 +152,8 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 	switch {
 	case errors.Is(err, driver.ErrLeaseLost):
 		return true
+	case m.handlerTxFailed(cmd, err):
+		return false
 	case err != nil:
 		// The COMMIT was in the same round trip: it may have happened.
 		m.outcomeUnknown(cmd, err)

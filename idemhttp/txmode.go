@@ -74,12 +74,16 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	bg := context.WithoutCancel(ctx)
 	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
 		m.rollback(ctx, tx)
-		m.storeUnavailable(cmd, err)
+		if !m.handlerTxFailed(cmd, err) {
+			m.storeUnavailable(cmd, err)
+		}
 		return
 	}
 	if err := m.drv.Commit(bg, tx); err != nil {
 		m.rollback(ctx, tx)
-		m.outcomeUnknown(cmd, err)
+		if !m.handlerTxFailed(cmd, err) {
+			m.outcomeUnknown(cmd, err)
+		}
 		return
 	}
 	m.rememberCompleted(cmd) // committed: the replay cache may answer retries

@@ -50,6 +50,14 @@ const (
 	// TypeOutcomeUnknown (503): idem cannot tell whether the command
 	// committed; retry with the same key.
 	TypeOutcomeUnknown = TypeBase + "outcome-unknown"
+	// TypeTransactionAborted (500): a statement of the handler failed and
+	// aborted its transaction (or a deferred constraint failed at
+	// COMMIT): nothing was committed.
+	TypeTransactionAborted = TypeBase + "transaction-aborted"
+	// TypeTransactionEnded (500): the handler committed or rolled back
+	// the idempotency middleware's transaction itself: no outcome was
+	// stored, and the effect may have been applied.
+	TypeTransactionEnded = TypeBase + "transaction-ended"
 	// TypeUnauthenticated (401): the scope hook could not identify the
 	// principal the key belongs to.
 	TypeUnauthenticated = TypeBase + "unauthenticated"

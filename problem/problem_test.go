@@ -248,18 +248,20 @@ func TestWriteError(t *testing.T) {
 
 // slugs maps every exported type constant to its slug.
 var slugs = map[string]string{
-	TypeKeyMissing:        "key-missing",
-	TypeKeyMalformed:      "key-malformed",
-	TypeKeyMultiple:       "key-multiple",
-	TypeKeyReused:         "key-reused",
-	TypeRequestInProgress: "request-in-progress",
-	TypeBodyTooLarge:      "body-too-large",
-	TypeResponseTooLarge:  "response-too-large",
-	TypeStoreUnavailable:  "store-unavailable",
-	TypeOutcomeUnknown:    "outcome-unknown",
-	TypeUnauthenticated:   "unauthenticated",
-	TypeValidation:        "validation",
-	TypeConflict:          "conflict",
+	TypeKeyMissing:         "key-missing",
+	TypeKeyMalformed:       "key-malformed",
+	TypeKeyMultiple:        "key-multiple",
+	TypeKeyReused:          "key-reused",
+	TypeRequestInProgress:  "request-in-progress",
+	TypeBodyTooLarge:       "body-too-large",
+	TypeResponseTooLarge:   "response-too-large",
+	TypeStoreUnavailable:   "store-unavailable",
+	TypeOutcomeUnknown:     "outcome-unknown",
+	TypeTransactionAborted: "transaction-aborted",
+	TypeTransactionEnded:   "transaction-ended",
+	TypeUnauthenticated:    "unauthenticated",
+	TypeValidation:         "validation",
+	TypeConflict:           "conflict",
 }
 
 func TestTypeURI(t *testing.T) {

@@ -172,6 +172,12 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		}
 		return errors.New("pgdriver: commit complete: not an open transaction of BeginClaim")
 	}
+	if ct.begun && ct.conn.Conn().PgConn().TxStatus() == 'E' {
+		// A statement of the caller failed: PostgreSQL aborted the
+		// transaction, and the record's INSERT would fail with 25P02.
+		_ = ct.rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("pgdriver: commit complete: %w", driver.ErrTxAborted)
+	}
 	args := []any{p.Scope, p.Key, p.Fingerprint, p.Status, p.Headers, p.Body, p.CreatedAt, p.ExpiresAt}
 	if p.Replace {
 		// Rare (an expired or abandoned record): check the UPDATE took,
@@ -181,10 +187,17 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 			err = fmt.Errorf("pgdriver: commit complete: the record came back to life: %w", driver.ErrLeaseLost)
 		}
 		if err != nil {
-			_ = ct.Rollback(context.WithoutCancel(ctx))
+			_ = ct.rollback(context.WithoutCancel(ctx))
 			return mapErr("commit complete", err)
 		}
-		return ct.Commit(ctx)
+		if err := ct.commit(ctx); err != nil {
+			if pgsql.IsConstraintClass(err) {
+				// A deferred constraint failed at COMMIT.
+				return fmt.Errorf("pgdriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+			}
+			return mapErr("commit complete", err)
+		}
+		return nil
 	}
 	b := &pgx.Batch{}
 	if !ct.begun {
@@ -210,13 +223,18 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		ct.release()
 		return nil
 	}
-	_ = ct.Rollback(context.WithoutCancel(ctx))
+	_ = ct.rollback(context.WithoutCancel(ctx))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == d.names.RecordKeyConstraint() {
 		// The record's INSERT, not a deferred constraint of the handler's
 		// tables checked by the COMMIT (the handler's own failure: running
 		// it again would fail the same way).
 		return fmt.Errorf("pgdriver: commit complete: key stored by another writer: %w", driver.ErrLeaseLost)
+	}
+	if !committed && pgsql.IsConstraintClass(err) {
+		// A deferred constraint of the handler's tables failed at COMMIT:
+		// nothing was committed.
+		return fmt.Errorf("pgdriver: commit complete: %w: %w", driver.ErrTxAborted, err)
 	}
 	if err == nil {
 		err = pgx.ErrTxCommitRollback
@@ -336,7 +354,12 @@ func (t *claimTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return sp, nil
 }
 
-func (t *claimTx) Commit(ctx context.Context) error {
+func (t *claimTx) Commit(ctx context.Context) error { return t.commit(ctx) }
+
+func (t *claimTx) Rollback(ctx context.Context) error { return t.rollback(ctx) }
+
+// commit ends the transaction with COMMIT.
+func (t *claimTx) commit(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
 	}
@@ -350,7 +373,8 @@ func (t *claimTx) Commit(ctx context.Context) error {
 	return nil
 }
 
-func (t *claimTx) Rollback(ctx context.Context) error {
+// rollback ends the transaction with ROLLBACK.
+func (t *claimTx) rollback(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
 	}

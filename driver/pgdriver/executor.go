@@ -43,6 +43,12 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable {
 		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
+	if errors.As(err, &pgErr) && pgErr.Code == pgsql.CodeInFailedSQLTransaction || errors.Is(err, pgx.ErrTxCommitRollback) {
+		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrTxAborted, err)
+	}
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrTxDone, err)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("pgdriver: %s: %w", op, driver.ErrNotFound)
 	}

@@ -102,6 +102,10 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 		return mapErr("commit complete", err)
 	}
 	if err := tx.Commit(); err != nil {
+		if pgsql.IsConstraintClass(err) {
+			// A deferred constraint failed at COMMIT: rolled back.
+			return fmt.Errorf("pgsqldriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+		}
 		return mapErr("commit complete", err)
 	}
 	return nil

@@ -49,6 +49,12 @@ func mapErr(op string, err error) error {
 	if sqlState(err) == pgsql.CodeLockNotAvailable {
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
+	if sqlState(err) == pgsql.CodeInFailedSQLTransaction {
+		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrTxAborted, err)
+	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrTxDone, err)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("pgsqldriver: %s: %w", op, driver.ErrNotFound)
 	}

@@ -66,5 +66,12 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 		_ = tx.Rollback()
 		return mapErr("commit complete", err)
 	}
-	return d.Commit(ctx, tx)
+	if err := d.Commit(ctx, tx); err != nil {
+		if isConstraint(err) {
+			// A deferred constraint (a foreign key) failed at COMMIT.
+			return fmt.Errorf("sqlitedriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+		}
+		return err
+	}
+	return nil
 }

@@ -39,6 +39,9 @@ func mapErr(op string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("sqlitedriver: %s: %w", op, driver.ErrNotFound)
 	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, driver.ErrTxDone, err)
+	}
 	if isTxRolledBack(err) {
 		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, errTxRolledBack, err)
 	}
@@ -49,6 +52,13 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
 	return fmt.Errorf("sqlitedriver: %s: %w", op, err)
+}
+
+// isConstraint reports whether err is SQLite's SQLITE_CONSTRAINT (any
+// extended code).
+func isConstraint(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 19
 }
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).

@@ -15,6 +15,7 @@ package pgsql
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -33,7 +34,25 @@ const (
 	CodeUniqueViolation  = "23505" // unique_violation
 	CodeLockNotAvailable = "55P03" // lock_not_available (lock_timeout)
 	CodeUndefinedTable   = "42P01" // undefined_table
+	// CodeInFailedSQLTransaction: a statement failed earlier in the
+	// transaction, which PostgreSQL aborted; only ROLLBACK is accepted.
+	CodeInFailedSQLTransaction = "25P02" // in_failed_sql_transaction
 )
+
+// SQLState returns the SQLSTATE of err (pgconn.PgError, or any error with
+// a SQLState method), or "".
+func SQLState(err error) string {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState()
+	}
+	return ""
+}
+
+// IsConstraintClass reports whether err is an integrity constraint
+// violation (SQLSTATE class 23): at COMMIT, a deferred constraint that
+// failed, and the transaction was rolled back.
+func IsConstraintClass(err error) bool { return strings.HasPrefix(SQLState(err), "23") }
 
 // IdentRe is what Config.Schema and Config.TablePrefix must match.
 var IdentRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
