@@ -80,6 +80,10 @@ type Config struct {
 	// executes again; requests authenticated another way (cookies, mTLS,
 	// an API-key header) all share the anonymous scope. New logs a warning
 	// when Scope is not set.
+	//
+	// A scope (principal, method and route together) longer than 1 KiB, not
+	// valid UTF-8 or containing a NUL byte is stored as "h:" and its hex
+	// SHA-256, which PostgreSQL can store.
 	Scope func(*http.Request) (string, error)
 	// Route names the endpoint for the scope and the fingerprint. Defaults
 	// to DefaultRoute: the ServeMux pattern, or the URL path when the request

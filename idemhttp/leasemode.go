@@ -135,17 +135,17 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	}
 	err := m.completeBounded(bg, ex, cmd, token, rec)
 	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {
-		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", cmd.scope, "err", err)
+		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		_ = pause(bg, time.Duration(n)*completeRetryDelay)
 		err = m.completeBounded(bg, ex, cmd, token, rec)
 	}
 	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
 			m.cfg.Logger.Error("idemhttp: lease lost before the response was stored; another request may have executed the command too",
-				"key", cmd.key, "scope", cmd.scope)
+				"key", cmd.key, "scope", logScope(cmd.scope))
 		} else {
 			m.cfg.Logger.Error("idemhttp: response not stored; a retry after the lease expires executes again",
-				"key", cmd.key, "scope", cmd.scope, "err", err)
+				"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		}
 	} else {
 		m.rememberCompleted(cmd) // stored: the replay cache may answer retries
@@ -188,18 +188,18 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 			case err == nil:
 				until = next
 			case errors.Is(err, driver.ErrLeaseLost):
-				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", cmd.scope)
+				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", logScope(cmd.scope))
 				lost(driver.ErrLeaseLost)
 				return
 			case !m.cfg.Now().Before(until):
 				// Not renewed in time: the lease has ended, and another
 				// request may take the key over now.
 				m.cfg.Logger.Error("idemhttp: lease expired (renewals failed) while the handler runs; its context is cancelled",
-					"key", cmd.key, "scope", cmd.scope, "err", err)
+					"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 				lost(fmt.Errorf("%w: not renewed in time: %w", driver.ErrLeaseLost, err))
 				return
 			default:
-				m.cfg.Logger.Warn("idemhttp: lease renewal failed", "key", cmd.key, "scope", cmd.scope, "err", err)
+				m.cfg.Logger.Warn("idemhttp: lease renewal failed", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 			}
 		}
 	})
@@ -223,6 +223,6 @@ func (m *Middleware[TTx]) release(ctx context.Context, ex driver.RecordExecutor,
 	defer cancel()
 	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token}); err != nil {
 		m.cfg.Logger.Warn("idemhttp: release failed; the key frees when its lease expires",
-			"key", cmd.key, "scope", cmd.scope, "err", err)
+			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	}
 }

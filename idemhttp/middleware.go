@@ -177,7 +177,7 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 	fp := Fingerprint(r.Method, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
 	return &command{
 		w: w, r: r, key: key,
-		scope:       scopeOf(principal, r.Method, route),
+		scope:       storedScope(scopeOf(principal, r.Method, route)),
 		fingerprint: fp[:],
 		body:        body,
 		started:     m.cfg.Now(),
@@ -251,7 +251,7 @@ func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
 	defer span.End()
 	h := cmd.w.Header()
 	if err := decodeHeaders(rec.Headers, h); err != nil {
-		m.cfg.Logger.Error("idemhttp: stored headers unreadable", "key", cmd.key, "scope", cmd.scope, "err", err)
+		m.cfg.Logger.Error("idemhttp: stored headers unreadable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	}
 	h.Set(ReplayedHeader, "true")
 	cmd.w.WriteHeader(rec.Status)
@@ -271,7 +271,7 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 
 // storeUnavailable answers 503: idem fails closed.
 func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
-	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", cmd.scope, "err", err)
+	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
 		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
@@ -280,7 +280,7 @@ func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 
 // outcomeUnknown answers 503 when the commit's result is unknown.
 func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
-	m.cfg.Logger.Error("idemhttp: commit result unknown", "key", cmd.key, "scope", cmd.scope, "err", err)
+	m.cfg.Logger.Error("idemhttp: commit result unknown", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown,
 		"Outcome unknown", "The command may or may not have been applied. Retry with the same key: it is either replayed or executed once.")
@@ -324,7 +324,7 @@ func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 		rec.flush(cmd.w)
 		return
 	}
-	m.cfg.Logger.Warn("idemhttp: failure response too large to pass on", "key", cmd.key, "scope", cmd.scope,
+	m.cfg.Logger.Warn("idemhttp: failure response too large to pass on", "key", cmd.key, "scope", logScope(cmd.scope),
 		"status", rec.statusCode(), "limit", m.cfg.MaxResponseBytes)
 	if ra := rec.header.Get("Retry-After"); ra != "" {
 		cmd.w.Header().Set("Retry-After", ra)
@@ -334,7 +334,7 @@ func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 }
 
 func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, detail string) {
-	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", cmd.scope, "limit", m.cfg.MaxResponseBytes)
+	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", logScope(cmd.scope), "limit", m.cfg.MaxResponseBytes)
 	problem.WriteError(w, http.StatusInternalServerError, problem.TypeResponseTooLarge,
 		"Response too large to store", detail)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // AnonymousPrincipal is DefaultScope's principal for requests without an
@@ -52,6 +53,23 @@ func scopeOf(principal, method, route string) string {
 }
 
 var principalEscaper = strings.NewReplacer("%", "%25", " ", "%20")
+
+// maxScopeBytes is the longest scope stored as it is. A longer one, or one
+// that is not valid UTF-8 or contains a NUL byte (a route that is the
+// decoded URL path, /files/%ff or /files/%00, or a principal), is stored as
+// "h:" and the hex SHA-256 of it: PostgreSQL refuses such text (and an
+// index entry over about 2.7 KB), which answered 503 on every retry.
+const maxScopeBytes = 1024
+
+// storedScope returns scope, or its hash when PostgreSQL could not store
+// it (see maxScopeBytes).
+func storedScope(scope string) string {
+	if len(scope) <= maxScopeBytes && utf8.ValidString(scope) && strings.IndexByte(scope, 0) < 0 {
+		return scope
+	}
+	sum := sha256.Sum256([]byte(scope))
+	return "h:" + hex.EncodeToString(sum[:])
+}
 
 // maxLogScope bounds a scope in a log line.
 const maxLogScope = 200

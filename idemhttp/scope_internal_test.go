@@ -1,6 +1,9 @@
 package idemhttp
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // Scopes of distinct (principal, method, route) never meet, whatever
 // spaces a custom principal or a ServeMux pattern holds; a principal
@@ -22,6 +25,14 @@ func TestScopeOfUnambiguous(t *testing.T) {
 			t.Fatalf("%+v and %+v share the scope %q", prev, c, s)
 		}
 		seen[s] = c
+	}
+	if s := "auth:0123abcd POST /v1/é"; storedScope(s) != s {
+		t.Fatalf("storedScope(%q) = %q, want it unchanged", s, storedScope(s))
+	}
+	for _, s := range []string{"p POST /f/\xff", "p POST /f/\x00", "p POST /" + strings.Repeat("a", maxScopeBytes)} {
+		if got := storedScope(s); len(got) != 66 || !strings.HasPrefix(got, "h:") || got == storedScope(s+"x") {
+			t.Fatalf("storedScope(%.20q) = %q, want h: and a distinct hash", s, got)
+		}
 	}
 	if got := scopeOf("auth:0123abcd", "POST", "POST /v1/payments"); got != "auth:0123abcd POST POST /v1/payments" {
 		t.Fatalf("plain principal stored as %q", got)
