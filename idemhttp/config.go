@@ -85,9 +85,13 @@ type Config struct {
 	// valid UTF-8 or containing a NUL byte is stored as "h:" and its hex
 	// SHA-256, which PostgreSQL can store.
 	Scope func(*http.Request) (string, error)
-	// Route names the endpoint for the scope and the fingerprint. Defaults
-	// to DefaultRoute: the ServeMux pattern, or the URL path when the request
-	// was not routed by a ServeMux (set it to chi's RoutePattern with chi).
+	// Route names the endpoint for the scope (keys are looked up per
+	// principal, method and route). The fingerprint does not use it: it
+	// covers the method, the request target (path and query) and the body,
+	// so one key sent to /accounts/1 and then /accounts/2 is a mismatch.
+	// Defaults to DefaultRoute: the ServeMux pattern, or the URL path when
+	// the request was not routed by a ServeMux (set it to chi's
+	// RoutePattern with chi).
 	Route func(*http.Request) string
 
 	// MaxBodyBytes caps the request body read for the fingerprint; a larger

@@ -24,6 +24,7 @@
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key
+//	handler's statement failed (PostgreSQL)        500 transaction-aborted: nothing was committed
 //
 // Every error is RFC 9457 application/problem+json with Cache-Control:
 // no-store; the type URIs are documented in docs/problems.md.
@@ -34,9 +35,9 @@
 // Config.Scope (by default a hash of the Authorization header), the method
 // and the route (Config.Route, by default the ServeMux pattern). One client
 // can never receive another client's stored response. The fingerprint is a
-// SHA-256 of the method, the request target and the body; JSON bodies are
-// canonicalised first (CanonicalJSON), so key order and whitespace do not
-// cause false conflicts.
+// SHA-256 of the method, the request target (path and query) and the body;
+// JSON bodies are canonicalised first (CanonicalJSON), so key order and
+// whitespace do not cause false conflicts.
 //
 // # Modes
 //

@@ -21,13 +21,14 @@ const (
 )
 
 // Fingerprint returns the SHA-256 fingerprint of what a request asks for:
-// its method, its route and its body. Two requests sent with the same key
+// its method, its target and its body. Two requests sent with the same key
 // must have the same fingerprint, or idem answers 409 key-reused.
 //
-// route names the target of the request. Only route and body tell requests
-// apart, so when path parameters are part of the command they must be in
-// one of them: with a route pattern such as "/accounts/{id}", the same key
-// and body sent to /accounts/1 and /accounts/2 get the same fingerprint.
+// route names the target of the request; the middleware passes the request
+// target, path and query (URL.RequestURI), so the same key and body sent to
+// /accounts/1 and /accounts/2, or with another query string, are a
+// mismatch. A caller that passes a route pattern such as "/accounts/{id}"
+// instead gets the same fingerprint for both.
 // The method is compared as given (HTTP methods are case-sensitive).
 //
 // When the media type of contentType is application/json or ends in +json

@@ -33,7 +33,7 @@ const (
 	// Idempotency-Key header.
 	TypeKeyMultiple = TypeBase + "key-multiple"
 	// TypeKeyReused (409): the key was already used with a different request
-	// (different method, route or body).
+	// (different method, request target (path and query) or body).
 	TypeKeyReused = TypeBase + "key-reused"
 	// TypeRequestInProgress (409, with Retry-After): another request with the
 	// same key is still executing.
