@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -13,10 +14,17 @@ import (
 var _ driver.TxClaimer[*sql.Tx] = (*Driver)(nil)
 
 // BeginClaim implements driver.TxClaimer. SQLite serialises writers: the
-// write transaction (BEGIN IMMEDIATE, waiting as Begin does) is the key's
-// lock, so Locked is always true, and the record is read in it.
+// write transaction (BEGIN IMMEDIATE) is the key's lock, and the record is
+// read in it. The wait for the database's connection, which another
+// transaction of this process may hold, and for the write lock, which
+// another process may hold, is bounded by p.Wait (zero: a few
+// milliseconds); when it runs out, the result is not locked. A busy timeout
+// shorter than p.Wait that runs out is driver.ErrLockTimeout.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.Tx, *driver.TxClaimResult, error) {
-	tx, err := d.Begin(ctx)
+	tx, err := d.beginWithin(ctx, p.Wait)
+	if errors.Is(err, errConnWait) {
+		return nil, &driver.TxClaimResult{}, nil
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -29,6 +37,54 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 		return nil, nil, err
 	}
 	return tx, &driver.TxClaimResult{Locked: true, Record: rec}, nil
+}
+
+// minConnWait bounds the wait for the connection when no wait is allowed:
+// long enough for a statement of another goroutine to finish.
+const minConnWait = 25 * time.Millisecond
+
+// errConnWait: the wait for the database's connection ran out.
+var errConnWait = errors.New("sqlitedriver: the connection is held by another transaction")
+
+// beginWithin begins a transaction like Begin, waiting at most wait (at
+// least minConnWait) for the connection; errConnWait when that ran out
+// while ctx lives. database/sql rolls back a transaction whose BeginTx
+// context ends, so the wait is not a context with a deadline: BeginTx runs
+// on a context that ends with ctx, or when the wait runs out (leaving
+// database/sql's queue; a transaction begun at that very moment is rolled
+// back).
+func (d *Driver) beginWithin(ctx context.Context, wait time.Duration) (*sql.Tx, error) {
+	bctx, cancel := context.WithCancel(ctx)
+	type begun struct {
+		tx  *sql.Tx
+		err error
+	}
+	ch := make(chan begun, 1)
+	go func() {
+		tx, err := d.Begin(bctx)
+		ch <- begun{tx, err}
+	}()
+	timer := time.NewTimer(max(wait, minConnWait))
+	defer timer.Stop()
+	select {
+	case b := <-ch:
+		if b.err != nil {
+			cancel()
+			return nil, b.err
+		}
+		// bctx ends with ctx, as Begin's transaction would.
+		context.AfterFunc(ctx, cancel)
+		return b.tx, nil
+	case <-timer.C:
+		cancel()
+		if b := <-ch; b.tx != nil {
+			_ = b.tx.Rollback()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, mapErr("begin", err)
+		}
+		return nil, errConnWait
+	}
 }
 
 // CommitComplete implements driver.TxClaimer: one INSERT of the completed

@@ -401,8 +401,17 @@ func TestBusyIsLockTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, _, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Now: time.Now()}); !errors.Is(err, driver.ErrLockTimeout) {
+	// Waiting longer than the busy timeout: ErrLockTimeout.
+	if _, _, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Wait: time.Second, Now: time.Now()}); !errors.Is(err, driver.ErrLockTimeout) {
 		t.Errorf("BeginClaim while another process writes: %v; want ErrLockTimeout", err)
+	}
+	// Not waiting (Wait bounds the busy wait too): not locked, at once.
+	start := time.Now()
+	if _, res, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Now: time.Now()}); err != nil || res.Locked {
+		t.Errorf("BeginClaim without Wait while another process writes: %+v, %v; want not locked", res, err)
+	}
+	if took := time.Since(start); took > 90*time.Millisecond {
+		t.Errorf("BeginClaim without Wait took %s, the busy timeout", took)
 	}
 	_, err = b.Records().RecordClaim(ctx, &driver.RecordClaimParams{Scope: "s", Key: "k", Fingerprint: []byte("f"),
 		LeaseToken: "t", Now: time.Now(), LeaseExpiresAt: time.Now().Add(time.Minute), ExpiresAt: time.Now().Add(time.Hour)})

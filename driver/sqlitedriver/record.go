@@ -13,9 +13,31 @@ const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, 
 	lease_token, lease_expires_at, created_at, expires_at`
 
 // RecordClaim implements driver.RecordExecutor. SQLite serialises writers, so
-// the INSERT ... ON CONFLICT never races; LockTimeout is covered by the busy
-// timeout.
+// the INSERT ... ON CONFLICT never races. Outside a transaction, the wait
+// for the database's connection (another transaction of this process may
+// hold it) and for the write lock (another process) is bounded by
+// LockTimeout, when set: the claim then runs in a transaction of its own,
+// and a wait that runs out is driver.ErrLockTimeout, as is a busy timeout
+// that runs out first.
 func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
+	if e.db.tx == nil && p.LockTimeout > 0 {
+		tx, err := e.d.beginWithin(ctx, p.LockTimeout)
+		if errors.Is(err, errConnWait) {
+			return nil, fmt.Errorf("sqlitedriver: claim: %w: %w", driver.ErrLockTimeout, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		res, err := e.d.UnwrapExecutor(tx).RecordClaim(ctx, p)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		if err := e.d.Commit(ctx, tx); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
 	claimSQL := e.d.expand(`INSERT INTO {{table}}idempotency_record AS r
 		(scope, idempotency_key, fingerprint, state, lease_token, lease_expires_at, created_at, expires_at)
 		VALUES (?1, ?2, ?3, 'in_progress', ?4, ?5, ?6, ?7)
