@@ -10,7 +10,12 @@ type keyKey struct{}
 // request. The handler does its business writes through it; the middleware
 // commits it together with the stored response. The handler must not commit
 // or roll it back itself: answering with a status that is not stored (5xx by
-// default) rolls it back.
+// default) rolls it back. With pgdriver the transaction's Commit and
+// Rollback return an error and do nothing (its savepoints, tx.Begin, work);
+// with a *sql.Tx a handler that ended it gets 500 transaction-ended, its
+// outcome not stored. A statement that may fail belongs in a savepoint
+// (uniq.SavepointTx): on PostgreSQL a failed statement aborts the whole
+// transaction, and the request answers 500 transaction-aborted.
 func TxFromContext[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := ctx.Value(txKey{}).(TTx)
 	return tx, ok

@@ -59,7 +59,8 @@
 // an UPDATE before COMMIT. Either way exactly one request executes, across
 // goroutines, processes and replicas, and a crash at any point leaves
 // either the effect and its record or neither. The handler must do its
-// writes through the transaction and must not commit it.
+// writes through the transaction and must not commit it (see
+// TxFromContext).
 //
 // ModeLease is for effects outside the database (a payment provider call):
 // the claim is an in-progress record with a lease the middleware renews

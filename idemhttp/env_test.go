@@ -99,8 +99,12 @@ func pgEnvWith(t *testing.T, drv *pgdriver.Driver, hideTxClaimer bool) *env {
 	if _, err := drv.Pool().Exec(ctx, `CREATE TABLE IF NOT EXISTS effect (label text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		t.Fatal(err)
 	}
+	name := "postgres"
+	if hideTxClaimer {
+		name = "postgres-generic"
+	}
 	return &env{
-		name: "postgres",
+		name: name,
 		wrap: func(t *testing.T, cfg *idemhttp.Config, h http.Handler) http.Handler {
 			mw, err := idemhttp.New(withoutTxClaimer[pgx.Tx](drv, hideTxClaimer), cfg)
 			if err != nil {

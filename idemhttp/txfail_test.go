@@ -52,4 +52,49 @@ func TestHandlerStatementFailureAbortsTx(t *testing.T) {
 	})
 }
 
-var _ = idemhttp.ModeTx
+// TestHandlerEndsTx: a handler that commits idem's transaction itself (or
+// rolls it back) never gets 503 outcome-unknown, which would have the
+// client retry and apply a committed effect again and again: with pgx
+// (pgdriver's TxClaimer) the Commit is refused and the outcome is stored
+// with the effect; with *sql.Tx (and pgx's own transactions on the generic
+// path) idem answers 500 transaction-ended.
+func TestHandlerEndsTx(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		name := "rollback"
+		if commit {
+			name = "commit"
+		}
+		t.Run(name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, e *env) {
+				var calls atomic.Int64
+				var refused atomic.Bool
+				h := e.wrap(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					calls.Add(1)
+					if err := e.effect(r, "end"); err != nil {
+						t.Errorf("effect: %v", err)
+					}
+					refused.Store(e.endTx(r, commit) != nil)
+					w.WriteHeader(201)
+				}))
+				rr := send(h, "POST", "/pay", "k", `{}`)
+				if e.name == "postgres" && !refused.Load() {
+					t.Fatal("pgdriver's TxClaimer let the handler end idem's transaction")
+				}
+				if refused.Load() {
+					// The transaction stayed idem's: stored and replayed.
+					if rr.Code != 201 {
+						t.Fatalf("%d %s, want 201", rr.Code, rr.Body)
+					}
+					if rr2 := send(h, "POST", "/pay", "k", `{}`); rr2.Header().Get(idemhttp.ReplayedHeader) != "true" {
+						t.Fatalf("retry: %d, not replayed", rr2.Code)
+					}
+					if calls.Load() != 1 || e.effects(t, "end") != 1 {
+						t.Fatalf("calls = %d, effects = %d; want 1 and 1", calls.Load(), e.effects(t, "end"))
+					}
+					return
+				}
+				checkProblem(t, rr, http.StatusInternalServerError, problem.TypeTransactionEnded)
+			})
+		})
+	}
+}

@@ -53,7 +53,10 @@ func (d *Driver) recordLockKey(scope, key string) int64 {
 // under READ COMMITTED it sees what the lock's previous holder committed.
 // The transaction is a pgx.Tx of this package, on a connection of the
 // pool, with the same behaviour as pgx's (Begin makes savepoints) except
-// that LargeObjects runs a redundant BEGIN first (a server warning).
+// that LargeObjects runs a redundant BEGIN first (a server warning), and
+// that its own Commit and Rollback are refused: it is ended by
+// CommitComplete or Driver.Rollback (Driver.Commit), so that a handler
+// cannot commit its effect without the record.
 //
 // Without p.Wait and with p.Now set (idemhttp's uncontended path), it is
 // replayOrLock instead: no BEGIN, a completed live record is returned
@@ -100,7 +103,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 	})
 	tx := &claimTx{conn: conn, begun: true}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		_ = tx.rollback(context.WithoutCancel(ctx))
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable {
 			return nil, &driver.TxClaimResult{}, nil
@@ -108,7 +111,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 		return nil, nil, mapErr("begin claim", err)
 	}
 	if !locked {
-		if err := tx.Rollback(ctx); err != nil {
+		if err := tx.rollback(ctx); err != nil {
 			return nil, nil, err
 		}
 		return nil, &driver.TxClaimResult{}, nil
@@ -354,9 +357,30 @@ func (t *claimTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return sp, nil
 }
 
-func (t *claimTx) Commit(ctx context.Context) error { return t.commit(ctx) }
+// errTxOwned refuses Commit and Rollback of a transaction of BeginClaim:
+// its owner (idemhttp) ends it, with the completed record (CommitComplete)
+// or with Driver.Rollback. A handler that committed it would leave its
+// effect without the record, and every retry would apply it again.
+var errTxOwned = errors.New("pgdriver: idemhttp owns this transaction: the handler must not commit or roll it back " +
+	"(a savepoint, tx.Begin, undoes part of it)")
 
-func (t *claimTx) Rollback(ctx context.Context) error { return t.rollback(ctx) }
+// Commit is refused (errTxOwned): the transaction is ended by
+// CommitComplete or Driver.Rollback. Savepoints (Begin) commit as usual.
+func (t *claimTx) Commit(context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	return errTxOwned
+}
+
+// Rollback is refused (errTxOwned), like Commit: a handler's deferred
+// Rollback does nothing, and the owner ends the transaction.
+func (t *claimTx) Rollback(context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	return errTxOwned
+}
 
 // commit ends the transaction with COMMIT.
 func (t *claimTx) commit(ctx context.Context) error {

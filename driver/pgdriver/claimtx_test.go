@@ -126,7 +126,7 @@ func TestClaimTxFirstStatementAndLock(t *testing.T) {
 				err = drv.CommitComplete(ctx, tx, &driver.TxCompleteParams{Scope: "s", Key: key, Fingerprint: []byte("fp"),
 					Status: 200, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 			} else {
-				err = tx.Rollback(ctx)
+				err = drv.Rollback(ctx, tx)
 			}
 			if err != nil {
 				t.Fatalf("%s: end: %v", key, err)
@@ -149,7 +149,7 @@ func TestClaimTxFirstStatementAndLock(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO no_such_table VALUES (1)`); err == nil {
 		t.Fatal("insert into a missing table succeeded")
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := drv.Rollback(ctx, tx); err != nil {
 		t.Fatalf("Rollback after a failed statement: %v", err)
 	}
 	if held("bad") {
@@ -208,7 +208,7 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 		if err != nil || !res.Locked {
 			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
 		}
-		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // after a failure
+		t.Cleanup(func() { _ = drv.Rollback(context.Background(), tx) }) // after a failure
 		return tx
 	}
 	complete := func(tx pgx.Tx, key string) error {
@@ -229,7 +229,7 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO fx VALUES ($1)`, "unsent"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := drv.Rollback(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(`k LIKE 'unsent%'`); n != 0 {
@@ -247,7 +247,7 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 		if commit {
 			err = complete(tx, key)
 		} else {
-			err = tx.Rollback(ctx)
+			err = drv.Rollback(ctx, tx)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -284,8 +284,40 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 	if err := tx.QueryRow(ctx, `INSERT INTO fx VALUES ($1) RETURNING k`, pgx.QueryResultFormats{pgx.TextFormatCode}, "formats").Scan(&got); err != nil || got != "formats" {
 		t.Fatalf("QueryRow with QueryResultFormats = %q, %v", got, err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := drv.Rollback(ctx, tx); err != nil {
 		t.Fatal(err)
+	}
+
+	// The transaction's own Commit and Rollback are refused (a handler
+	// must not end idemhttp's transaction); savepoints still work, and
+	// CommitComplete commits.
+	tx = claim("owned")
+	if _, err := tx.Exec(ctx, `INSERT INTO fx VALUES ($1)`, "owned"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("Commit of BeginClaim's transaction succeeded")
+	}
+	if err := tx.Rollback(ctx); err == nil {
+		t.Fatal("Rollback of BeginClaim's transaction succeeded")
+	}
+	if sp, err := tx.Begin(ctx); err != nil {
+		t.Fatal(err)
+	} else if err := sp.Rollback(ctx); err != nil {
+		t.Fatalf("savepoint rollback: %v", err)
+	}
+	if err := complete(tx, "owned"); err != nil {
+		t.Fatalf("CommitComplete after refused Commit and Rollback: %v", err)
+	}
+
+	// A failed statement aborted the transaction: CommitComplete says so
+	// (nothing committed), not a failure of unknown outcome.
+	tx = claim("aborted")
+	if _, err := tx.Exec(ctx, `INSERT INTO fx VALUES ($1)`, "owned"); err == nil {
+		t.Fatal("a duplicate INSERT succeeded")
+	}
+	if err := complete(tx, "aborted"); !errors.Is(err, driver.ErrTxAborted) {
+		t.Fatalf("CommitComplete of an aborted transaction: %v, want ErrTxAborted", err)
 	}
 
 	// Ended transactions and savepoints.
@@ -303,7 +335,7 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 	if err := sp.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Fatalf("SendBatch on a released savepoint: %v, want ErrTxClosed", err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := drv.Rollback(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	b = &pgx.Batch{}
@@ -321,8 +353,8 @@ func TestClaimTxBehavesAsPgxTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = complete(tx, "deferred")
-	if err == nil || errors.Is(err, driver.ErrLeaseLost) {
-		t.Fatalf("CommitComplete with a deferred violation: %v, want the violation, not ErrLeaseLost", err)
+	if !errors.Is(err, driver.ErrTxAborted) || errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("CommitComplete with a deferred violation: %v, want ErrTxAborted, not ErrLeaseLost", err)
 	}
 	if rec, err := drv.Executor().RecordGet(ctx, &driver.RecordGetParams{Scope: "s", Key: "deferred"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("record after the failed COMMIT = %+v, %v; want none", rec, err)

@@ -117,7 +117,11 @@ func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // Commit implements driver.Driver.
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
-	if err := tx.Commit(ctx); err != nil {
+	commit := tx.Commit
+	if ct, ok := tx.(*claimTx); ok { // BeginClaim's refuses its own Commit
+		commit = ct.commit
+	}
+	if err := commit(ctx); err != nil {
 		return fmt.Errorf("pgdriver: commit: %w", err)
 	}
 	return nil
@@ -125,7 +129,11 @@ func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 
 // Rollback implements driver.Driver.
 func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
-	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	rollback := tx.Rollback
+	if ct, ok := tx.(*claimTx); ok { // BeginClaim's refuses its own Rollback
+		rollback = ct.rollback
+	}
+	if err := rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgdriver: rollback: %w", err)
 	}
 	return nil
