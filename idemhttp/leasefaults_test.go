@@ -279,8 +279,8 @@ func TestLeaseRenewalThatHangs(t *testing.T) {
 }
 
 // OnOutcome is called once per protected request, also when the client
-// goes away while its request waits for the key a concurrent one holds
-// (OutcomeAbandoned), in both modes.
+// goes away (its request's context is cancelled) while its request waits
+// for the key a concurrent one holds (OutcomeAbandoned), in both modes.
 func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
@@ -361,5 +361,72 @@ func TestLeaseLostCancelsTheHandler(t *testing.T) {
 	}
 	if d := time.Since(start); d > lease {
 		t.Errorf("told after %s, want within the first renewal (%s)", d, lease/3)
+	}
+}
+
+// lateLeaseDriver is a SQLite driver whose lease-mode claim returns late
+// (a slow round trip) and whose lease renewals all hang until their
+// deadline (a dead connection).
+type lateLeaseDriver struct {
+	*sqlitedriver.Driver
+	claimDelay time.Duration
+	leaseEnd   atomic.Int64 // the claim's LeaseExpiresAt, Unix nanoseconds
+}
+
+func (d *lateLeaseDriver) Records() driver.RecordExecutor {
+	return lateLeaseExecutor{RecordExecutor: d.Driver.Records(), d: d}
+}
+
+type lateLeaseExecutor struct {
+	driver.RecordExecutor
+	d *lateLeaseDriver
+}
+
+func (e lateLeaseExecutor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
+	res, err := e.RecordExecutor.RecordClaim(ctx, p)
+	e.d.leaseEnd.Store(p.LeaseExpiresAt.UnixNano())
+	time.Sleep(e.d.claimDelay)
+	return res, err
+}
+
+func (e lateLeaseExecutor) RecordExtendLease(ctx context.Context, _ *driver.RecordExtendLeaseParams) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// When no renewal succeeds, the handler's context ends when the lease
+// written by the claim ends, not up to a renewal interval later (the
+// heartbeat counted the lease from its own start, after the claim's round
+// trip): from then on another request may take the key over.
+func TestLeaseExpiryCountedFromTheClaim(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	drv := &lateLeaseDriver{Driver: testdb.SQLite(t), claimDelay: 300 * time.Millisecond} // < lease/3: no fresh renewal
+	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type end struct {
+		at    time.Time
+		cause error
+	}
+	ended := make(chan end, 1)
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			ended <- end{time.Now(), context.Cause(r.Context())}
+		case <-time.After(3 * lease):
+			ended <- end{}
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	send(h, "POST", "/charge", "k", `{}`)
+	e := <-ended
+	if !errors.Is(e.cause, driver.ErrLeaseLost) {
+		t.Fatalf("handler context: cause %v; want driver.ErrLeaseLost", e.cause)
+	}
+	leaseEnd := time.Unix(0, drv.leaseEnd.Load())
+	if late := e.at.Sub(leaseEnd); late > 120*time.Millisecond {
+		t.Fatalf("the handler's context ended %s after the lease written by the claim", late.Round(time.Millisecond))
 	}
 }

@@ -34,12 +34,13 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 			return
 		}
 		if res.Claimed {
-			if !m.freshLease(cmd, ex, p) {
+			until, ok := m.freshLease(cmd, ex, p)
+			if !ok {
 				return
 			}
 			span, orig := m.enter(cmd, "idem.http.execute")
 			defer leave(cmd, span, orig) // also when the handler panics
-			m.executeLease(cmd, next, ex, p.LeaseToken)
+			m.executeLease(cmd, next, ex, p.LeaseToken, until)
 			return
 		}
 		if m.answerExisting(cmd, res.Existing) {
@@ -62,15 +63,17 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 // expired, and a duplicate could take over from a live owner. It is renewed
 // first; a lease already taken over answers 409, and a renewal that fails
 // releases the key and answers 503, the handler not run in either case.
-func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *driver.RecordClaimParams) bool {
+// It returns when the lease written ends.
+func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *driver.RecordClaimParams) (time.Time, bool) {
 	if m.cfg.Now().Sub(p.Now) < m.cfg.Lease/3 {
-		return true
+		return p.LeaseExpiresAt, true
 	}
 	ctx := cmd.r.Context()
-	err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: m.cfg.Now().Add(m.cfg.Lease)})
+	until := m.cfg.Now().Add(m.cfg.Lease)
+	err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: until})
 	switch {
 	case err == nil:
-		return true
+		return until, true
 	case errors.Is(err, driver.ErrLeaseLost):
 		m.inProgress(cmd)
 	default:
@@ -79,7 +82,7 @@ func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *
 			m.storeUnavailable(cmd, err)
 		}
 	}
-	return false
+	return time.Time{}, false
 }
 
 // Storing a lease-mode outcome is retried on errors other than a lost
@@ -92,11 +95,11 @@ const (
 	completeRetryDelay = 50 * time.Millisecond
 )
 
-// executeLease runs the handler under a renewed lease and records its
-// outcome. A handler that produced a storable response is stored even if the
+// executeLease runs the handler under a renewed lease (the one written ends
+// at until) and records its outcome. A handler that produced a storable response is stored even if the
 // client went away meanwhile: its external effect happened, and releasing
 // the key would let a retry execute it again.
-func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.RecordExecutor, token string) {
+func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex driver.RecordExecutor, token string, until time.Time) {
 	ctx := cmd.r.Context()
 	bg := context.WithoutCancel(ctx)
 	// The handler's context ends (cause driver.ErrLeaseLost) when the
@@ -104,7 +107,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	// that watches its context must not make its call then.
 	hctx, lost := context.WithCancelCause(context.WithValue(ctx, keyKey{}, cmd.key))
 	defer lost(nil)
-	stop := m.heartbeat(bg, ex, cmd, token, lost)
+	stop := m.heartbeat(bg, ex, cmd, token, until, lost)
 	rec := newRecorder(m.cfg.MaxResponseBytes)
 	returned := false
 	defer func() {
@@ -158,18 +161,27 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	m.reportCmd(cmd, OutcomeExecuted)
 }
 
-// heartbeat renews the lease every Lease/3 until the returned stop is called;
-// stop waits for the renewer to exit (at most one renewal, bounded by
-// Lease/3).
-func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, lost context.CancelCauseFunc) (stop func()) {
+// heartbeat renews the lease, written to end at until, every Lease/3 until
+// the returned stop is called; stop waits for the renewer to exit (at most
+// one renewal, bounded by Lease/3). When the lease ends without a
+// successful renewal (a timer, so also while a renewal hangs), lost is
+// called: another request may take the key over from then on.
+func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, until time.Time, lost context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	var mu sync.Mutex // guards expiry's re-arming against its firing
+	expired := false
+	expiry := time.AfterFunc(until.Sub(m.cfg.Now()), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		expired = true
+		m.cfg.Logger.Error("idemhttp: lease expired (not renewed in time) while the handler runs; its context is cancelled",
+			"key", cmd.key, "scope", logScope(cmd.scope))
+		lost(fmt.Errorf("%w: not renewed in time", driver.ErrLeaseLost))
+	})
 	wg.Go(func() {
 		t := time.NewTicker(m.cfg.Lease / 3)
 		defer t.Stop()
-		// until is when the lease ends unless renewed (the claim's, at
-		// the latest: it was taken just before).
-		until := m.cfg.Now().Add(m.cfg.Lease)
 		for {
 			select {
 			case <-done:
@@ -187,6 +199,13 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 			switch {
 			case err == nil:
 				until = next
+				mu.Lock()
+				if expired {
+					mu.Unlock()
+					return // too late: the handler was told
+				}
+				expiry.Reset(until.Sub(m.cfg.Now()))
+				mu.Unlock()
 			case errors.Is(err, driver.ErrLeaseLost):
 				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", logScope(cmd.scope))
 				lost(driver.ErrLeaseLost)
@@ -206,6 +225,7 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 	return sync.OnceFunc(func() {
 		close(done)
 		wg.Wait()
+		expiry.Stop()
 	})
 }
 
