@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"modernc.org/sqlite"
+
+	"github.com/idemkit/idem/driver"
 )
 
 // SQLite ends a transaction by itself when a statement in it fails in some
@@ -60,7 +62,8 @@ func hasTxGuardParam(dsn string) bool {
 }
 
 // errTxRolledBack explains the errors of statements the guard refused.
-var errTxRolledBack = errors.New("SQLite had already rolled the transaction back (a statement in it was interrupted by its context, the disk was full, or an I/O error); nothing of it is committed: roll it back and retry")
+// It wraps driver.ErrTxAborted: nothing of the transaction commits.
+var errTxRolledBack = fmt.Errorf("%w: SQLite had already rolled the transaction back (a statement in it was interrupted by its context, the disk was full, or an I/O error); nothing of it is committed: roll it back and retry", driver.ErrTxAborted)
 
 // txGuard is the guard's state on one connection. database/sql uses a
 // connection from one goroutine at a time; the mutex only makes that
