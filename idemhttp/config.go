@@ -81,7 +81,7 @@ type Config struct {
 	// an API-key header) all share the anonymous scope. New logs a warning
 	// when Scope is not set.
 	//
-	// A scope (principal, method and route together) longer than 1 KiB, not
+	// A scope (principal, method and route together) longer than 2 KiB, not
 	// valid UTF-8 or containing a NUL byte is stored as "h:" and its hex
 	// SHA-256, which PostgreSQL can store.
 	Scope func(*http.Request) (string, error)

@@ -170,7 +170,7 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex // guards expiry's re-arming against its firing
-	expired := false
+	expired, stopped := false, false
 	expiry := time.AfterFunc(until.Sub(m.cfg.Now()), func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -200,9 +200,9 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 			case err == nil:
 				until = next
 				mu.Lock()
-				if expired {
+				if expired || stopped {
 					mu.Unlock()
-					return // too late: the handler was told
+					return // too late: the handler was told, or it returned
 				}
 				expiry.Reset(until.Sub(m.cfg.Now()))
 				mu.Unlock()
@@ -223,9 +223,14 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 		}
 	})
 	return sync.OnceFunc(func() {
+		// The handler returned: no more "while the handler runs" (a
+		// renewal may hang up to Lease/3 in wg.Wait).
+		mu.Lock()
+		stopped = true
+		expiry.Stop()
+		mu.Unlock()
 		close(done)
 		wg.Wait()
-		expiry.Stop()
 	})
 }
 

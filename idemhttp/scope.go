@@ -58,8 +58,10 @@ var principalEscaper = strings.NewReplacer("%", "%25", " ", "%20")
 // that is not valid UTF-8 or contains a NUL byte (a route that is the
 // decoded URL path, /files/%ff or /files/%00, or a principal), is stored as
 // "h:" and the hex SHA-256 of it: PostgreSQL refuses such text (and an
-// index entry over about 2.7 KB), which answered 503 on every retry.
-const maxScopeBytes = 1024
+// index entry over about 2.7 KB), which answered 503 on every retry. 2 KiB
+// (with a key of at most 255 bytes) is always storable, and keeps almost
+// every scope PostgreSQL stored before as it was.
+const maxScopeBytes = 2048
 
 // storedScope returns scope, or its hash when PostgreSQL could not store
 // it (see maxScopeBytes).

@@ -152,6 +152,15 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 	switch {
 	case errors.Is(err, driver.ErrLeaseLost):
 		return true
+	case errors.Is(err, driver.ErrTxDone) && ctx.Err() != nil:
+		// database/sql rolled the transaction back when the request's
+		// context ended, after the handler returned: nothing committed,
+		// and not the handler's doing.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			m.deadlinePassed(cmd)
+		}
+		m.reportCmd(cmd, OutcomeNotStored)
+		return false
 	case m.handlerTxFailed(cmd, err):
 		return false
 	case err != nil:

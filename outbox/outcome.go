@@ -49,7 +49,9 @@ func (r *Relay[TTx]) sortOutcomes(rows []driver.OutboxRow, events []event.Envelo
 			s.events = append(s.events, events[i])
 			continue
 		}
-		if s.firstErr == nil {
+		if s.firstErr == nil && !errors.Is(err, ErrSkipped) {
+			// A skipped event (the publisher left it for the next round,
+			// e.g. a key whose events change topic) is no failure.
 			s.firstErr = err
 		}
 		if stopped[row.Key] {

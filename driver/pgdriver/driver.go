@@ -21,7 +21,7 @@ type Config struct {
 	// Every replica sharing the tables must use the same TablePrefix. The
 	// relays' lane locks and the outbox's NOTIFY channel derive from the
 	// schema: with Schema "", from the one the tables are found in
-	// (current_schema(), read once per driver, so every connection of the
+	// (the outbox table's, through search_path; read once per driver, so every connection of the
 	// pool must find the same), so a replica configured with "public" and
 	// one configured with "" on search_path public exclude each other, and
 	// services in different schemas of one database do not.

@@ -22,7 +22,7 @@ import (
 // "<prefix>idem_outbox" without Config.Schema, so that relays of different
 // schemas or prefixes in one database do not wake each other. Without
 // Config.Schema, <schema> is the one the tables are found in through
-// search_path (current_schema()), read once by the driver's first enqueue,
+// search_path (the outbox table's schema), read once by the driver's first enqueue,
 // claim or ListenOutbox; until then the channel is "<prefix>idem_outbox". A
 // name longer than PostgreSQL's 63-byte identifier limit is replaced by a
 // hash of it.
@@ -37,7 +37,7 @@ func (d *Driver) outboxNames(ctx context.Context, db interface {
 }) (*pgsql.Names, error) {
 	n, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
 		var s string
-		return s, db.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+		return s, db.QueryRow(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
 	})
 	if err != nil {
 		return nil, mapErr("outbox: current schema", err)

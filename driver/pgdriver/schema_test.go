@@ -146,3 +146,37 @@ func enqueueKey(t *testing.T, drv *pgdriver.Driver, key string) {
 		t.Fatal(err)
 	}
 }
+
+// The schema is the outbox table's, not current_schema(): with a
+// search_path whose first schema exists but holds no idem tables ("$user",
+// public for a role owning a schema of its name), a replica still shares
+// the channel and lane locks of one naming the tables' schema.
+func TestOutboxSchemaOfTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	_, empty := testdb.Schema(t, 1) // exists, holds no idem tables
+	named := newMigrated(t, pool, &pgdriver.Config{Schema: schema})
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = empty + "," + schema
+	mixed, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mixed.Close()
+	var cur string
+	if err := mixed.QueryRow(ctx, `SELECT current_schema()`).Scan(&cur); err != nil || cur != empty {
+		t.Fatalf("current_schema() = %q, %v; want %s (the test's premise)", cur, err, empty)
+	}
+	drv, err := pgdriver.New(mixed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueKey(t, drv, "k") // resolves the outbox's names
+	if got, want := drv.OutboxChannel(), named.OutboxChannel(); got != want {
+		t.Errorf("OutboxChannel through search_path %s,%s = %q; want %q (the tables' schema)", empty, schema, got, want)
+	}
+}

@@ -132,7 +132,7 @@ func (d *Driver) outboxNames(ctx context.Context, db interface {
 }) (*pgsql.Names, error) {
 	n, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
 		var s string
-		return s, db.QueryRowContext(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+		return s, db.QueryRowContext(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
 	})
 	if err != nil {
 		return nil, mapErr("outbox: current schema", err)

@@ -79,7 +79,7 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	}
 	names, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
 		var s string
-		return s, pc.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&s)
+		return s, pc.QueryRow(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
 	})
 	if err != nil {
 		listener{pc}.Close()

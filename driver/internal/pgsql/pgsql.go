@@ -253,6 +253,18 @@ func HoldTimeoutMillis(d time.Duration) (string, bool) {
 // CurrentSchemaSQL reads the schema unqualified names are created in.
 const CurrentSchemaSQL = `SELECT coalesce(current_schema(), '')`
 
+// OutboxSchemaSQL reads the schema of the outbox table that search_path
+// finds ($1: OutboxTableName), which is not always current_schema() (the
+// first schema of the path that exists: with "$user", public, a role owning
+// a schema of its name resolves to it while the tables are in public), or
+// current_schema() before the table exists.
+const OutboxSchemaSQL = `SELECT coalesce((SELECT n.nspname::text FROM pg_catalog.pg_class c
+	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), current_schema(), '')`
+
+// OutboxTableName is the outbox table's unqualified name, quoted, for
+// OutboxSchemaSQL.
+func (n *Names) OutboxTableName() string { return QuoteIdent(n.prefix + "outbox") }
+
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
