@@ -57,20 +57,7 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 	}
 	logs := &lockedBuffer{}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.NewTextHandler(logs, nil)))
-	inTx := func(fn func(tx *sql.Tx) error) {
-		t.Helper()
-		tx, err := drv.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inTx := txRunner(t, drv)
 	var o orders.Order
 	inTx(func(tx *sql.Tx) (err error) {
 		o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: 7, Amount: decimal.RequireFromString("12.5"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
@@ -319,20 +306,7 @@ func TestSagaLateCreatedAfterSagaDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
-	inTx := func(fn func(tx *sql.Tx) error) {
-		t.Helper()
-		tx, err := drv.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inTx := txRunner(t, drv)
 	count := func(q string, args ...any) int {
 		t.Helper()
 		var n int
@@ -422,20 +396,7 @@ func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
-	inTx := func(fn func(tx *sql.Tx) error) {
-		t.Helper()
-		tx, err := drv.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inTx := txRunner(t, drv)
 	handleNew := func(amount string) orders.Order {
 		t.Helper()
 		var o orders.Order
@@ -484,6 +445,26 @@ func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
 	}
 	if o, err := ord.Get(ctx, later.ID); err != nil || o.Status != orders.StatusRejected {
 		t.Errorf("order %+v, %v; want REJECTED", o, err)
+	}
+}
+
+// txRunner returns a function that runs fn in a transaction of drv and
+// commits it, failing the test on any error.
+func txRunner(t *testing.T, drv *sqlitedriver.Driver) func(fn func(tx *sql.Tx) error) {
+	return func(fn func(tx *sql.Tx) error) {
+		t.Helper()
+		ctx := context.Background()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
