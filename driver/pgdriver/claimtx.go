@@ -234,7 +234,8 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		// it again would fail the same way).
 		return fmt.Errorf("pgdriver: commit complete: key stored by another writer: %w", driver.ErrLeaseLost)
 	}
-	if !committed && pgsql.IsConstraintClass(err) && !(errors.As(err, &pgErr) && pgErr.TableName == d.names.Name+"idempotency_record") {
+	recordsOwn := errors.As(err, &pgErr) && pgErr.TableName == d.names.Name+"idempotency_record"
+	if !committed && pgsql.IsConstraintClass(err) && !recordsOwn {
 		// A deferred constraint of the handler's tables failed at COMMIT:
 		// nothing was committed.
 		return fmt.Errorf("pgdriver: commit complete: %w: %w", driver.ErrTxAborted, err)
