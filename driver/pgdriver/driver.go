@@ -20,11 +20,11 @@ type Config struct {
 	// search_path, usually public). Migrate creates it when missing.
 	// Every replica sharing the tables must use the same TablePrefix. The
 	// relays' lane locks and the outbox's NOTIFY channel derive from the
-	// schema: with Schema "", from the one the tables are found in
-	// (the outbox table's, through search_path; read once per driver, so every connection of the
-	// pool must find the same), so a replica configured with "public" and
-	// one configured with "" on search_path public exclude each other, and
-	// services in different schemas of one database do not.
+	// schema: with Schema "", from the one the outbox table is found in
+	// through search_path (read once per driver, so every connection of
+	// the pool must find the same), so a replica configured with "public"
+	// and one configured with "" on search_path public exclude each other,
+	// and services in different schemas of one database do not.
 	Schema string
 	// TablePrefix is prepended to every table, index and constraint name.
 	// Defaults to "" (the conventional table names of docs/rules.md:

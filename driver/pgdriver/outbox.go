@@ -21,17 +21,17 @@ import (
 // new outbox rows: "<schema>.<prefix>idem_outbox", or
 // "<prefix>idem_outbox" without Config.Schema, so that relays of different
 // schemas or prefixes in one database do not wake each other. Without
-// Config.Schema, <schema> is the one the tables are found in through
-// search_path (the outbox table's schema), read once by the driver's first enqueue,
-// claim or ListenOutbox; until then the channel is "<prefix>idem_outbox". A
-// name longer than PostgreSQL's 63-byte identifier limit is replaced by a
-// hash of it.
+// Config.Schema, <schema> is the one the outbox table is found in through
+// search_path, read once by the driver's first enqueue, claim or
+// ListenOutbox; until then the channel is "<prefix>idem_outbox". A name
+// longer than PostgreSQL's 63-byte identifier limit is replaced by a hash
+// of it.
 func (d *Driver) OutboxChannel() string {
 	return d.names.OutboxKnown().OutboxChannel()
 }
 
 // outboxNames returns the names of the outbox's channel and lane locks (see
-// pgsql.Names.Outbox), reading the current schema through db if needed.
+// pgsql.Names.Outbox), reading the outbox table's schema through db if needed.
 func (d *Driver) outboxNames(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }) (*pgsql.Names, error) {
@@ -40,7 +40,7 @@ func (d *Driver) outboxNames(ctx context.Context, db interface {
 		return s, db.QueryRow(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
 	})
 	if err != nil {
-		return nil, mapErr("outbox: current schema", err)
+		return nil, mapErr("outbox: schema", err)
 	}
 	return n, nil
 }

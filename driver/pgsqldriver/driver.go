@@ -126,7 +126,7 @@ func (d *Driver) Table(name string) string { return d.names.Table + name }
 func (d *Driver) OutboxChannel() string { return d.names.OutboxKnown().OutboxChannel() }
 
 // outboxNames returns the names of the outbox's channel and lane locks (see
-// pgsql.Names.Outbox), reading the current schema through db if needed.
+// pgsql.Names.Outbox), reading the outbox table's schema through db if needed.
 func (d *Driver) outboxNames(ctx context.Context, db interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) (*pgsql.Names, error) {
@@ -135,7 +135,7 @@ func (d *Driver) outboxNames(ctx context.Context, db interface {
 		return s, db.QueryRowContext(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
 	})
 	if err != nil {
-		return nil, mapErr("outbox: current schema", err)
+		return nil, mapErr("outbox: schema", err)
 	}
 	return n, nil
 }

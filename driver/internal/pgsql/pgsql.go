@@ -92,7 +92,7 @@ type Names struct {
 	replacer *strings.Replacer
 	cache    sync.Map // template -> expanded SQL
 	prefix   string
-	// resolved are the names of the schema current_schema() gave, when
+	// resolved are the names of the schema holding the outbox table, when
 	// Schema is "" (see Outbox).
 	resolved atomic.Pointer[Names]
 }
@@ -130,8 +130,8 @@ func (n *Names) Expand(sql string) string {
 
 // OutboxChannel is the notification channel on which OutboxInsert signals
 // new outbox rows: "<schema>.<prefix>idem_outbox", or "<prefix>idem_outbox"
-// without a schema (use it on the names of Outbox). A name longer than PostgreSQL's 63-byte identifier limit
-// is replaced by a hash of it.
+// without a schema (use it on the names of Outbox). A name longer than
+// PostgreSQL's 63-byte identifier limit is replaced by a hash of it.
 func (n *Names) OutboxChannel() string {
 	ch := n.Name + "idem_outbox"
 	if n.Schema != "" {
@@ -147,13 +147,13 @@ func (n *Names) OutboxChannel() string {
 
 // Outbox returns the names whose OutboxChannel and OutboxLockClass the
 // outbox uses: n itself when n names a schema; otherwise those of the
-// schema the tables are found in through search_path, which currentSchema
-// reads (CurrentSchemaSQL) on the first call that succeeds (then cached:
-// every connection of a driver must find the same schema). A driver
-// configured without a schema thus gets the channel and the lane locks of
-// one that names the schema, and services in different schemas of one
-// database do not share them (they did: both were named after the prefix
-// alone). If current_schema() is NULL (an empty search_path), n is used.
+// schema the outbox table is found in through search_path, which
+// currentSchema reads (OutboxSchemaSQL) on the first call that succeeds
+// (then cached: every connection of a driver must find the same schema).
+// A driver configured without a schema thus gets the channel and the lane
+// locks of one that names the schema, and services in different schemas of
+// one database do not share them (they did: both were named after the
+// prefix alone). If it reads "" (an empty search_path), n is used.
 func (n *Names) Outbox(ctx context.Context, currentSchema func(context.Context) (string, error)) (*Names, error) {
 	if n.Schema != "" {
 		return n, nil
