@@ -107,12 +107,7 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 func TestSagaEmitsOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv, pay, ord := sqliteStores(t)
-	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	drv, pay, ord, _, ps := sagaFixture(t)
 	handle := func(e event.Envelope) {
 		t.Helper()
 		tx, err := drv.Begin(ctx)
@@ -300,12 +295,7 @@ func TestSagaRefusesForeignCharge(t *testing.T) {
 func TestSagaLateCreatedAfterSagaDeleted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv, pay, ord := sqliteStores(t)
-	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	drv, _, ord, sagas, ps := sagaFixture(t)
 	inTx := txRunner(t, drv)
 	count := func(q string, args ...any) int {
 		t.Helper()
@@ -390,12 +380,7 @@ func TestSagaLateCreatedAfterSagaDeleted(t *testing.T) {
 func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drv, pay, ord := sqliteStores(t)
-	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	drv, _, ord, sagas, ps := sagaFixture(t)
 	inTx := txRunner(t, drv)
 	handleNew := func(amount string) orders.Order {
 		t.Helper()
@@ -446,6 +431,18 @@ func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
 	if o, err := ord.Get(ctx, later.ID); err != nil || o.Status != orders.StatusRejected {
 		t.Errorf("order %+v, %v; want REJECTED", o, err)
 	}
+}
+
+// sagaFixture returns a migrated SQLite database with the stores, a saga
+// coordinator (compensations retried at once) and the order saga on them.
+func sagaFixture(t *testing.T) (*sqlitedriver.Driver, *paysqlite.Store, *ordsqlite.Store, *saga.Coordinator[*sql.Tx], *orders.PaymentSaga[*sql.Tx]) {
+	t.Helper()
+	drv, pay, ord := sqliteStores(t)
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv, pay, ord, sagas, orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
 }
 
 // txRunner returns a function that runs fn in a transaction of drv and
