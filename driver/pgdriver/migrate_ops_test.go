@@ -42,31 +42,7 @@ func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 	if err := newBareDriver(t, pool, &pgdriver.Config{Schema: schema}).Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	role := schema + "_dml"
-	for _, s := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
-	} {
-		if _, err := pool.Exec(ctx, s); err != nil {
-			t.Fatal(s, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role)
-		_, _ = pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
-	})
-	cfg, err := pgxpool.ParseConfig(testdb.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	app, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := testdb.DMLPool(t, pool, schema)
 	for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
 		if err := newBareDriver(t, app, c).Migrate(ctx); err != nil {
 			t.Errorf("Migrate (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)

@@ -1,11 +1,8 @@
 package app
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -31,31 +28,7 @@ func TestIdentityWithoutCreatePrivilege(t *testing.T) {
 	if err := owner.QueryRow(ctx, `SELECT id FROM idemd_instance`).Scan(&want); err != nil {
 		t.Fatalf("idemd_instance after migrate up: %v", err)
 	}
-	role := schema + "_app"
-	for _, s := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
-	} {
-		if _, err := owner.Exec(ctx, s); err != nil {
-			t.Fatal(s, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = owner.Exec(context.Background(), `DROP OWNED BY `+role)
-		_, _ = owner.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
-	})
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	app, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := testdb.DMLPool(t, owner, schema)
 	id, err := postgresIdentity(ctx, app)
 	if err != nil {
 		t.Fatalf("identity as a role without CREATE rights: %v", err)

@@ -165,3 +165,38 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// DMLPool returns a pool (search_path schema) of a new login role that may
+// read and write the tables schema holds now but not create anything (the
+// application role of a deployment that migrates as the owner). The role
+// is dropped when the test ends; owner creates it.
+func DMLPool(t testing.TB, owner *pgxpool.Pool, schema string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	role := schema + "_dml"
+	for _, s := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := owner.Exec(ctx, s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		_, _ = owner.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = owner.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	return pool
+}
