@@ -1,10 +1,13 @@
 package idemhttp_test
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/problem"
@@ -97,4 +100,75 @@ func TestHandlerEndsTx(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRequestEndsBeforeCommit: the client goes away after the handler
+// returned and before idem commits (the clock is read in between, and the
+// test's clock cancels the request then). database/sql rolls a transaction
+// back when the context it was begun with ends, so the commit finds it done:
+// that is not the handler ending it, and idem must not answer 500
+// transaction-ended nor 503 outcome-unknown; nothing is stored, and a retry
+// executes once. pgx keeps its transaction and commits it.
+func TestRequestEndsBeforeCommit(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		var (
+			calls    atomic.Int64
+			handled  atomic.Pointer[http.Request]
+			outcomes = make(chan idemhttp.Outcome, 4)
+		)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cfg := &idemhttp.Config{
+			OnOutcome: func(_ *http.Request, o idemhttp.Outcome) { outcomes <- o },
+			Now: func() time.Time {
+				if r := handled.Swap(nil); r != nil {
+					cancel()
+					// Wait for database/sql's rollback (pgx's transaction
+					// stays open: the wait ends at its deadline).
+					ctx := context.WithoutCancel(r.Context())
+					for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+						if e.txExec(r.WithContext(ctx), `SELECT 1`) != nil {
+							break
+						}
+					}
+				}
+				return time.Now()
+			},
+		}
+		h := e.wrap(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			if err := e.effect(r, "gone"); err != nil {
+				t.Errorf("effect: %v", err)
+			}
+			w.WriteHeader(http.StatusCreated)
+			if calls.Load() == 1 {
+				handled.Store(r)
+			}
+		}))
+		req := httptest.NewRequestWithContext(ctx, "POST", "/pay", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k")
+		req.Header.Set("Content-Type", "application/json")
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, req)
+		first := <-outcomes
+		switch first {
+		case idemhttp.OutcomeExecuted: // pgx: committed
+			if e.effects(t, "gone") != 1 {
+				t.Fatalf("executed, but %d effects", e.effects(t, "gone"))
+			}
+		case idemhttp.OutcomeNotStored:
+			if rr.Code >= 500 {
+				t.Fatalf("the client went away before the commit: answered %d %s, want nothing", rr.Code, rr.Body)
+			}
+			if n := e.effects(t, "gone"); n != 0 {
+				t.Fatalf("not stored, but %d effects committed", n)
+			}
+		default:
+			t.Fatalf("outcome %v (%d %s), want executed or not_stored", first, rr.Code, rr.Body)
+		}
+		rr2 := send(h, "POST", "/pay", "k", `{}`)
+		if rr2.Code != http.StatusCreated || e.effects(t, "gone") != 1 {
+			t.Fatalf("retry: %d %s with %d effects; want 201 and 1", rr2.Code, rr2.Body, e.effects(t, "gone"))
+		}
+	})
 }
