@@ -92,7 +92,9 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 				t.Parallel()
 				forEach(t, func(t *testing.T, e *env) {
 					var calls atomic.Int64
-					h := e.wrap(t, &idemhttp.Config{Mode: mode}, slowEffect(t, e, &calls, 50*time.Millisecond))
+					// A Wait no loaded machine exceeds: 100 duplicates
+					// queue on one key, which SQLite serves one at a time.
+					h := e.wrap(t, &idemhttp.Config{Mode: mode, Wait: time.Minute}, slowEffect(t, e, &calls, 50*time.Millisecond))
 					checkExactlyOnce(t, e, &calls, hammer(100, h), false)
 				})
 			})
@@ -123,8 +125,8 @@ func TestTwoPoolsOnePostgres(t *testing.T) {
 			}
 			ea, eb := pgEnvOn(t, a), pgEnvOn(t, b)
 			var calls atomic.Int64
-			ha := ea.wrap(t, &idemhttp.Config{Mode: mode}, slowEffect(t, ea, &calls, 30*time.Millisecond))
-			hb := eb.wrap(t, &idemhttp.Config{Mode: mode}, slowEffect(t, eb, &calls, 30*time.Millisecond))
+			ha := ea.wrap(t, &idemhttp.Config{Mode: mode, Wait: time.Minute}, slowEffect(t, ea, &calls, 30*time.Millisecond))
+			hb := eb.wrap(t, &idemhttp.Config{Mode: mode, Wait: time.Minute}, slowEffect(t, eb, &calls, 30*time.Millisecond))
 			checkExactlyOnce(t, ea, &calls, hammer(100, ha, hb), false)
 		})
 	}

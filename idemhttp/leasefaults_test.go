@@ -400,8 +400,10 @@ func (e lateLeaseExecutor) RecordExtendLease(ctx context.Context, _ *driver.Reco
 // trip): from then on another request may take the key over.
 func TestLeaseExpiryCountedFromTheClaim(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second
-	drv := &lateLeaseDriver{Driver: testdb.SQLite(t), claimDelay: 300 * time.Millisecond} // < lease/3: no fresh renewal
+	// The claim's delay stays well under Lease/3 (no fresh renewal before
+	// the handler) even on a loaded machine.
+	const lease = 3 * time.Second
+	drv := &lateLeaseDriver{Driver: testdb.SQLite(t), claimDelay: 300 * time.Millisecond}
 	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
@@ -420,13 +422,57 @@ func TestLeaseExpiryCountedFromTheClaim(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	send(h, "POST", "/charge", "k", `{}`)
-	e := <-ended
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- send(h, "POST", "/charge", "k", `{}`) }()
+	var e end
+	select {
+	case e = <-ended:
+	case rr := <-answered:
+		t.Fatalf("answered %d %s without running the handler", rr.Code, rr.Body)
+	case <-time.After(5 * lease):
+		t.Fatal("no answer")
+	}
+	<-answered
 	if !errors.Is(e.cause, driver.ErrLeaseLost) {
 		t.Fatalf("handler context: cause %v; want driver.ErrLeaseLost", e.cause)
 	}
 	leaseEnd := time.Unix(0, drv.leaseEnd.Load())
 	if late := e.at.Sub(leaseEnd); late > 120*time.Millisecond {
 		t.Fatalf("the handler's context ended %s after the lease written by the claim", late.Round(time.Millisecond))
+	}
+}
+
+// A claim that returned after Lease/3 has its lease renewed before the
+// handler runs; a renewal that hangs (a dead connection) is given up after
+// Lease/3 like the heartbeat's: the key is released and the request
+// answered 503 without running the handler, instead of waiting for as long
+// as the client does.
+func TestFreshLeaseRenewalBounded(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	drv := &lateLeaseDriver{Driver: testdb.SQLite(t), claimDelay: lease / 2}
+	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	start := time.Now()
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- send(h, "POST", "/charge", "k", `{}`) }()
+	select {
+	case rr := <-answered:
+		checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeStoreUnavailable)
+	case <-time.After(10 * lease):
+		t.Fatalf("no answer after %s: the renewal before the handler hangs with the connection", 10*lease)
+	}
+	if d := time.Since(start); d > lease/2+lease/3+2*time.Second {
+		t.Errorf("answered after %s", d.Round(time.Millisecond))
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("the handler ran %d times without a renewed lease", calls.Load())
 	}
 }

@@ -62,15 +62,21 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 // more than a heartbeat interval, the lease written may be short or already
 // expired, and a duplicate could take over from a live owner. It is renewed
 // first; a lease already taken over answers 409, and a renewal that fails
-// releases the key and answers 503, the handler not run in either case.
-// It returns when the lease written ends.
+// (or does not answer within Config.Lease/3) releases the key and answers
+// 503, the handler not run in either case. It returns when the lease
+// written ends.
 func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *driver.RecordClaimParams) (time.Time, bool) {
 	if m.cfg.Now().Sub(p.Now) < m.cfg.Lease/3 {
 		return p.LeaseExpiresAt, true
 	}
 	ctx := cmd.r.Context()
 	until := m.cfg.Now().Add(m.cfg.Lease)
-	err := ex.RecordExtendLease(ctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: until})
+	// Bounded like the heartbeat's renewals: one stuck on a dead
+	// connection fails the request (503, the key released) instead of
+	// holding it for as long as the client waits.
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: until})
+	cancel()
 	switch {
 	case err == nil:
 		return until, true
