@@ -103,6 +103,9 @@ func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.SagaExecutor, saga
 // A saga the loop leaves alone (a Failed one waiting for an operator) is
 // not updated, so it stays first: once limit of them are waiting, List
 // returns them only, round after round. Page with ListAfter instead.
+//
+// No state, an unknown state or a limit under 1 is an error (see
+// ListAfter).
 func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State) ([]*Saga, error) {
 	return c.ListAfter(ctx, limit, nil, states...)
 }
@@ -111,13 +114,30 @@ func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State)
 // previous page) in List's order, least recently updated first, then by
 // ID. A nil after is the first page. A short page is the last: start
 // again from nil.
+//
+// It fails, rather than return an empty page, when limit is not positive,
+// when no state is given or one is not one of the five, and when after has
+// no ID or no UpdatedAt (pass the last saga of the previous page as
+// returned, not one built from its ID).
 func (c *Coordinator[TTx]) ListAfter(ctx context.Context, limit int, after *Saga, states ...State) ([]*Saga, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("saga: list: limit %d must be positive", limit)
+	}
+	if len(states) == 0 {
+		return nil, errors.New("saga: list: no state given")
+	}
 	ss := make([]string, len(states))
 	for i, s := range states {
+		if !driver.ValidSagaState(string(s)) {
+			return nil, fmt.Errorf("saga: list: unknown state %q", s)
+		}
 		ss[i] = string(s)
 	}
 	p := &driver.SagaListParams{States: ss, Limit: limit}
 	if after != nil {
+		if after.ID == "" || after.UpdatedAt.IsZero() {
+			return nil, fmt.Errorf("saga: list: after (ID %q, UpdatedAt %s) is not a listed saga: it needs both", after.ID, after.UpdatedAt)
+		}
 		p.AfterID, p.AfterUpdatedAt = after.ID, after.UpdatedAt
 	}
 	list, err := c.drv.Sagas().SagaList(ctx, p)
