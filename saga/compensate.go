@@ -49,10 +49,18 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 // would wait for that transaction's locks, which only the caller, blocked
 // in Compensate, can release: on PostgreSQL until ctx ends, a deadlock the
 // server cannot see. From an event consumer, call AbortTx in the consumer's
-// transaction and Compensate after it committed.
+// transaction and Compensate after it committed. Called with the context
+// of a step's or a compensation's function of the same saga, Compensate
+// refuses at once with an error and changes nothing (so does Resume when
+// it would compensate).
 func (c *Coordinator[TTx]) Compensate(ctx context.Context, sagaID string, comps Compensations[TTx]) error {
 	if err := checkName("saga ID", sagaID); err != nil {
 		return err
+	}
+	if e, ok := ctx.Value(emitsKey{}).(*emits); ok && e.sagaID == sagaID {
+		// It would wait for the transaction of that function, which
+		// cannot end before Compensate returns.
+		return fmt.Errorf("saga %q: compensate: called from inside the function of step %q of the same saga: call AbortTx in the step's transaction and Compensate after its commit", sagaID, e.step)
 	}
 	ex := c.drv.Sagas()
 	// On PostgreSQL this waits for the forward steps being recorded right

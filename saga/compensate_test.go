@@ -476,3 +476,36 @@ func testCompensateFnErrorWrapsSagaSentinel[TTx any](t *testing.T, f *fixture[TT
 		}
 	}
 }
+
+// Compensate called from inside a step's or a compensation's function, for
+// the same saga, would wait for the transaction that function runs in (its
+// lock on the saga, or SQLite's only connection), which cannot end before
+// Compensate returns: it hung until its context ended. It is refused at
+// once, and the saga is left as it was.
+func testCompensateFromInsideStep[TTx any](t *testing.T, f *fixture[TTx]) {
+	c := f.coordinator(t, nil)
+	id := f.runUntilFailure(t, c, 2)
+	inner := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := c.Compensate(ctx, id, f.compensations(t, id, stepsN(2)))
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
+			t.Errorf("Compensate from inside a step of the saga = %v after %s; want an error at once", err, time.Since(start).Round(time.Millisecond))
+		}
+		return nil
+	}
+	run(t, c, id, "step-3", func(ctx context.Context, _ TTx) ([]byte, error) { return nil, inner(ctx) }, true)
+	if s := mustGet(t, c, id); s.State != saga.Running {
+		t.Errorf("state %s after the refused Compensate; want running", s.State)
+	}
+	// From a compensation's function too.
+	comps := f.compensations(t, id, stepsN(3))
+	comps["step-3"] = func(ctx context.Context, _ TTx, _ saga.StepRecord) ([]byte, error) { return nil, inner(ctx) }
+	if err := c.Compensate(t.Context(), id, comps); err != nil {
+		t.Fatalf("Compensate: %v", err)
+	}
+	if s := mustGet(t, c, id); s.State != saga.Compensated {
+		t.Errorf("state %s; want compensated", s.State)
+	}
+}

@@ -333,6 +333,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/FnErrorWrapsSagaSentinel", fn: testCompensateFnErrorWrapsSagaSentinel[TTx]},
 		{name: "Compensate/NothingToUndo", fn: testCompensateNothing[TTx]},
 		{name: "Compensate/InFlightStepIsCompensated", fn: testCompensateWaitsForStep[TTx]},
+		{name: "Compensate/FromInsideAStepRefused", fn: testCompensateFromInsideStep[TTx]},
 		{name: "Abort/ThenRecover", fn: testAbortThenRecover[TTx]},
 		{name: "Resume/RunningSaga", fn: testResumeRunning[TTx]},
 		{name: "Resume/DrivenByEventsAfterRestarts", fn: testResumeDrivenByEvents[TTx], isolated: true},
