@@ -40,7 +40,9 @@ var (
 // run.
 type StateError struct {
 	SagaID string
-	// Op is what was refused ("step", "complete", "abort", "compensate").
+	// Op is what was refused: "step " + the step's name (a forward step,
+	// or a compensation's CompensationName), "complete", "abort" or
+	// "compensate".
 	Op string
 	// State is the state the saga was in.
 	State State
