@@ -437,11 +437,16 @@ func classify(resp *http.Response) (verdict, string) {
 		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return retry, problemType(resp)
 	case http.StatusInternalServerError:
-		t := problemType(resp)
-		if t == problem.TypeResponseTooLarge {
+		switch t := problemType(resp); t {
+		case problem.TypeResponseTooLarge:
 			return final, t // deterministic until the operator raises the limit
+		case problem.TypeTransactionEnded:
+			// The handler's effect may have been applied and no outcome
+			// was stored: a retry executes the command again.
+			return final, t
+		default:
+			return retry, t
 		}
-		return retry, t
 	case http.StatusConflict, http.StatusUnprocessableEntity:
 		t := problemType(resp)
 		switch {

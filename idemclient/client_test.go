@@ -445,6 +445,9 @@ func TestFinalStatusesNotRetried(t *testing.T) {
 		{"422 validation", http.StatusUnprocessableEntity, problem.TypeValidation},
 		{"422 request-in-progress", http.StatusUnprocessableEntity, problem.TypeRequestInProgress},
 		{"500 response-too-large", http.StatusInternalServerError, problem.TypeResponseTooLarge},
+		// The handler ended idem's transaction: its effect may have been
+		// applied and nothing records it, so a retry executes it again.
+		{"500 transaction-ended", http.StatusInternalServerError, problem.TypeTransactionEnded},
 		{"501", http.StatusNotImplemented, ""},
 		{"201", http.StatusCreated, ""},
 	}

@@ -65,7 +65,9 @@
 //	request not sendable (unsupported scheme, no      done: returns the error (retrying cannot help)
 //	  host in the URL)
 //	408, 425, 429, 502, 503, 504                      retry (503 store-unavailable and outcome-unknown included)
-//	500                                               retry, except problem type response-too-large
+//	500                                               retry, except problem types response-too-large and
+//	                                                    transaction-ended (the effect may have been applied
+//	                                                    and nothing stored: a retry executes it again)
 //	409 request-in-progress                           retry after Retry-After: the first attempt is still running
 //	409 or 422 key-reused                             done: returns (nil, *KeyReusedError); never retried
 //	any other 4xx or 5xx (400, 401, 404, 409, 413,    done: returns the response

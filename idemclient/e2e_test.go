@@ -188,3 +188,52 @@ func TestEndToEndInProgress(t *testing.T) {
 		t.Errorf("%d executions, want 1", n)
 	}
 }
+
+// TestEndToEndTransactionEnded: a buggy handler commits idem's transaction
+// itself, so idemhttp cannot store its outcome and answers 500
+// transaction-ended. The transfer is committed; a retry with the same key
+// would execute it again. The client returns the 500 after one attempt.
+func TestEndToEndTransactionEnded(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	ctx := context.Background()
+	if _, err := drv.DB().ExecContext(ctx, `CREATE TABLE transfer (id INTEGER PRIMARY KEY, amount TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhttp.New(drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitsItself := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.TxFromContext[*sql.Tx](r.Context())
+		body, _ := io.ReadAll(r.Body)
+		if _, err := tx.ExecContext(r.Context(), `INSERT INTO transfer (amount) VALUES (?)`, string(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := tx.Commit(); err != nil { // the bug: idem's transaction
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	srv := httptest.NewServer(mw.Handler(commitsItself))
+	t.Cleanup(srv.Close)
+
+	c, _ := newClient(t, nil)
+	resp, err := c.Do(post(t, srv.URL, `10.00`))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "transaction-ended") {
+		t.Errorf("got %d %s; want the 500 transaction-ended", resp.StatusCode, body)
+	}
+	var n int
+	if err := drv.DB().QueryRowContext(ctx, `SELECT count(*) FROM transfer`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d transfers, want 1: a retry after transaction-ended executed the command again", n)
+	}
+}
