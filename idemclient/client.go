@@ -516,9 +516,25 @@ func permanent(err error) bool {
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Err != nil {
 		msg := ue.Err.Error()
-		return strings.HasPrefix(msg, "unsupported protocol scheme") || strings.HasPrefix(msg, "http: no Host in request URL")
+		for _, prefix := range unsendable {
+			if strings.HasPrefix(msg, prefix) {
+				return true
+			}
+		}
 	}
 	return false
+}
+
+// unsendable start the messages of the errors net/http returns for a
+// request it refuses before dialling.
+var unsendable = []string{
+	"unsupported protocol scheme",
+	"http: no Host in request URL",
+	"http: nil Request.URL",
+	"http: Request.RequestURI can't be set in client requests",
+	"net/http: invalid header ", // field name or value
+	"net/http: invalid trailer ",
+	"net/http: invalid method ",
 }
 
 // outcomeError describes the last outcome for an error message.

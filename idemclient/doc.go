@@ -63,7 +63,8 @@
 //	TLS certificate error                             done: returns the error (retrying cannot help)
 //	redirect policy error (CheckRedirect, 10 hops)    done: returns the error (retrying cannot help)
 //	request not sendable (unsupported scheme, no      done: returns the error (retrying cannot help)
-//	  host in the URL)
+//	  host in the URL, invalid header or trailer,
+//	  RequestURI set)
 //	408, 425, 429, 502, 503, 504                      retry (503 store-unavailable and outcome-unknown included)
 //	500                                               retry, except problem types response-too-large and
 //	                                                    transaction-ended (the effect may have been applied

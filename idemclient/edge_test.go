@@ -87,5 +87,3 @@ func TestTransportErrorLoggedWithoutQuery(t *testing.T) {
 		t.Errorf("log carries the query:\n%s", logs.String())
 	}
 }
-
-// A client-side error that no retry can fix (unsupported scheme) is retried MaxAttempts times.

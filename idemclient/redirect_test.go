@@ -122,3 +122,36 @@ func TestUnsendableRequestNotRetried(t *testing.T) {
 		}
 	}
 }
+
+// A request whose header net/http refuses before dialling (an invalid field
+// name or value), or a server-side request passed on as it is (RequestURI
+// set), fails at once too: nothing was sent, and every retry fails the same
+// way after its backoff.
+func TestInvalidRequestNotRetried(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
+	for name, spoil := range map[string]func(*http.Request){
+		"header value": func(r *http.Request) { r.Header.Set("X-Trace", "a\nb") },
+		"header name":  func(r *http.Request) { r.Header["X Trace"] = []string{"v"} },
+		"trailer":      func(r *http.Request) { r.Trailer = http.Header{"X Sum": {"v"}} },
+		"RequestURI":   func(r *http.Request) { r.RequestURI = "/v1/payments" },
+	} {
+		c, s := newClient(t, nil)
+		req := post(t, srv.URL, `{"a":1}`)
+		spoil(req)
+		resp, err := c.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		var e *idemclient.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("%s: err %v, want an *idemclient.Error", name, err)
+		}
+		if e.Attempts != 1 || len(s.delays()) != 0 {
+			t.Errorf("%s: %d attempts, waits %v; want 1 attempt, no wait", name, e.Attempts, s.delays())
+		}
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d requests reached the server", n)
+	}
+}
