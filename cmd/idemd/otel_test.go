@@ -122,7 +122,19 @@ func TestOneOrderIsOneTrace(t *testing.T) {
 	if attr(request, "idem.outcome") != "executed" || attr(request, "idem.replayed") != "false" || attr(request, "http.route") != "POST /v1/orders" {
 		t.Errorf("idem.http.request attributes %v", request.Attributes())
 	}
-	childOf(t, one(t, spans, "idem.http.claim", nil), request)
+	// One claim, or more on SQLite: a claim that finds the database's one
+	// connection held by the relay or a consumer for its first few
+	// milliseconds is not locked, and the request claims again, waiting.
+	claims := 0
+	for _, s := range spans {
+		if s.Name() == "idem.http.claim" {
+			claims++
+			childOf(t, s, request)
+		}
+	}
+	if claims == 0 {
+		t.Error("no idem.http.claim span")
+	}
 	execute := one(t, spans, "idem.http.execute", nil)
 	childOf(t, execute, request)
 	// The order's enqueue is the one under the request; the saga's are
