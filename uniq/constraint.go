@@ -14,8 +14,12 @@ type Constraint struct {
 	// Name is the constraint or index name. PostgreSQL reports it in the
 	// error, so it is what Is compares there; name the constraint
 	// explicitly in the DDL (CONSTRAINT name UNIQUE (...)) instead of
-	// relying on a generated name. On SQLite it matches violations of a
-	// unique index on expressions, reported as "index 'name'".
+	// relying on a generated name (an unquoted name may be given as
+	// written: PostgreSQL reports it in lower case). On a partitioned
+	// table PostgreSQL reports the partition's index, not the parent's
+	// constraint: name that one, or give every partition's index. On
+	// SQLite it matches violations of a unique index on expressions,
+	// reported as "index 'name'".
 	Name string
 	// Table is the table the constraint belongs to, without schema.
 	Table string
@@ -40,7 +44,8 @@ const sqliteUniquePrefix = "UNIQUE constraint failed: "
 //
 //   - PostgreSQL (pgx, and database/sql through the pgx stdlib driver): a
 //     *pgconn.PgError with SQLSTATE 23505 and ConstraintName equal to
-//     c.Name.
+//     c.Name (or to c.Name in lower case, as PostgreSQL stores an
+//     unquoted name).
 //   - PostgreSQL through another driver (lib/pq's *pq.Error): an error
 //     with a SQLState() string method returning 23505, whose constraint
 //     name (a ConstraintName() string method, else a string field
@@ -60,14 +65,14 @@ func Is(err error, c Constraint) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Code == pgUniqueViolation && c.Name != "" && pgErr.ConstraintName == c.Name
+		return pgErr.Code == pgUniqueViolation && pgNameIs(pgErr.ConstraintName, c.Name)
 	}
 	var stated interface {
 		error
 		SQLState() string
 	}
 	if errors.As(err, &stated) {
-		return stated.SQLState() == pgUniqueViolation && c.Name != "" && constraintName(stated) == c.Name
+		return stated.SQLState() == pgUniqueViolation && pgNameIs(constraintName(stated), c.Name)
 	}
 	var coded interface {
 		error
@@ -81,6 +86,26 @@ func Is(err error, c Constraint) bool {
 		return sqliteMatches(coded.Error(), code, c)
 	}
 	return false
+}
+
+// pgNameIs reports whether PostgreSQL's reported constraint name is name:
+// the same, or name folded to lower case as PostgreSQL folds an unquoted
+// identifier (CONSTRAINT Payment_Key UNIQUE ... is reported as
+// payment_key).
+func pgNameIs(reported, name string) bool {
+	if name == "" {
+		return false
+	}
+	if reported == name {
+		return true
+	}
+	lower := []byte(name)
+	for i, b := range lower {
+		if 'A' <= b && b <= 'Z' {
+			lower[i] = b + ('a' - 'A')
+		}
+	}
+	return reported == string(lower)
 }
 
 // sqliteMatches reports whether the SQLite message msg of an error with the

@@ -226,6 +226,7 @@ func TestIs(t *testing.T) {
 			{"pair violation wrapped", fmt.Errorf("create payment: %w", pairErr), pairKey, true},
 			{"pair violation joined", errors.Join(errors.New("x"), pairErr), pairKey, true},
 			{"pair violation, other constraint", pairErr, tokenKey, false},
+			{"pair violation, name as written in unquoted DDL", pairErr, uniq.Constraint{Name: "Payment_Provider_External_Id_KEY", Table: "payment", Columns: []string{"provider", "external_id"}}, true},
 			{"pair violation, subset of columns", pairErr, uniq.Constraint{Name: "payment_provider_key", Table: "payment", Columns: []string{"provider"}}, false},
 			{"pair violation, columns reversed", pairErr, uniq.Constraint{Name: "payment_external_id_provider_key", Table: "payment", Columns: []string{"external_id", "provider"}}, false},
 			{"pair violation, other table", pairErr, uniq.Constraint{Name: "refund_provider_external_id_key", Table: "refund", Columns: []string{"provider", "external_id"}}, false},
