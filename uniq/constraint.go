@@ -17,7 +17,8 @@ type Constraint struct {
 	// relying on a generated name (an unquoted name may be given as
 	// written: PostgreSQL reports it in lower case). On a partitioned
 	// table PostgreSQL reports the partition's index, not the parent's
-	// constraint: name that one, or give every partition's index. On
+	// constraint, which Is then does not match: check each partition's
+	// index name (one Constraint per partition). On
 	// SQLite it matches violations of a unique index on expressions,
 	// reported as "index 'name'".
 	Name string
