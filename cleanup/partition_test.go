@@ -250,6 +250,43 @@ func TestEnableInboxPartitioningKeepsRows(t *testing.T) {
 	}
 }
 
+// Replicas that all call EnableInboxPartitioning at start-up, at once, all
+// succeed: the one that converts the table does, the others find it
+// converted once they hold the lock, and no row is lost.
+func TestEnableInboxPartitioningConcurrently(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	p := pgInbox{t, drv}
+	rows := append(v7s(day(-1), 5), v4Outside())
+	p.insert(rows, pnow.Add(-time.Hour))
+	replicas := make([]*pgdriver.Driver, 4)
+	for i := range replicas {
+		replicas[i] = pgReplica(t, drv).(*pgdriver.Driver)
+	}
+	errs := make([]error, len(replicas))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, r := range replicas {
+		wg.Go(func() {
+			<-start
+			errs[i] = r.EnableInboxPartitioning(t.Context(), &pgdriver.PartitionOptions{Now: pnow})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: EnableInboxPartitioning: %v", i, err)
+		}
+	}
+	if want := []string{"processed_event_default", pname(-3), pname(-2), pname(-1), pname(0), pname(1), pname(2), pname(3)}; !slices.Equal(p.partitions(), want) {
+		t.Errorf("partitions = %v; want %v", p.partitions(), want)
+	}
+	if n := p.present(rows); n != len(rows) {
+		t.Errorf("%d of %d rows survived the conversion", n, len(rows))
+	}
+}
+
 // The cleaner refuses a partition mode that does not match the table: row
 // DELETEs on a partitioned table would never drop a partition, and partition
 // mode on a plain table has nothing to drop.

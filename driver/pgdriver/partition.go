@@ -110,8 +110,12 @@ func (d *Driver) inboxDefault() string { return d.rel(d.cfg.TablePrefix + "proce
 
 // InboxPartitioned reports whether processed_event is partitioned.
 func (d *Driver) InboxPartitioned(ctx context.Context) (bool, error) {
+	return d.inboxPartitioned(ctx, d.pool)
+}
+
+func (d *Driver) inboxPartitioned(ctx context.Context, q dbtx) (bool, error) {
 	var ok bool
-	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
 		d.inboxParent()).Scan(&ok)
 	if err != nil {
 		return false, mapErr("inbox partitioned", err)
@@ -207,7 +211,9 @@ func uuidLiteral(id uuid.UUID) string { return "'" + id.String() + "'" }
 // table-level grants; grants on single columns are not carried over), so
 // an application role keeps its access. It is a migration-like
 // step outside the numbered migrations (Migrate must have run first); on a
-// table that is already partitioned it only creates missing partitions.
+// table that is already partitioned it only creates missing partitions, so
+// every replica may call it at start-up, at once: one converts the table,
+// the others wait for it and find it converted.
 //
 // The copy holds an exclusive lock on processed_event: consumers wait until
 // it commits. Convert an empty or small table, or do it in a maintenance
@@ -237,13 +243,23 @@ func (d *Driver) EnableInboxPartitioning(ctx context.Context, opts *PartitionOpt
 	if err != nil {
 		return err
 	}
-	if partitioned {
-		_, err := d.EnsureInboxPartitions(ctx, o.Now, o.Ahead)
-		return err
+	if !partitioned {
+		err = d.partitionTx(ctx, "enable inbox partitioning", func(tx pgx.Tx) error {
+			// Checked again under the lock: another process (a replica
+			// starting at the same time) may have converted the table
+			// while this one waited for it.
+			var err error
+			if partitioned, err = d.inboxPartitioned(ctx, tx); err != nil || partitioned {
+				return err
+			}
+			return d.convertInbox(ctx, tx, o)
+		})
+		if err != nil || !partitioned {
+			return err
+		}
 	}
-	return d.partitionTx(ctx, "enable inbox partitioning", func(tx pgx.Tx) error {
-		return d.convertInbox(ctx, tx, o)
-	})
+	_, err = d.EnsureInboxPartitions(ctx, o.Now, o.Ahead)
+	return err
 }
 
 func (d *Driver) convertInbox(ctx context.Context, tx pgx.Tx, o PartitionOptions) error {
