@@ -287,6 +287,57 @@ func TestEnableInboxPartitioningConcurrently(t *testing.T) {
 	}
 }
 
+// Partition maintenance run by several processes at once (a replica's
+// EnableInboxPartitioning at start-up during a sweep, or a sweep that
+// outlived its lease): none fails on a partition another one dropped, and
+// each partition is reported created, or dropped, by exactly one of them.
+func TestPartitionMaintenanceConcurrently(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	replicas := make([]*pgdriver.Driver, 3)
+	for i := range replicas {
+		replicas[i] = pgReplica(t, p.drv).(*pgdriver.Driver)
+	}
+	created := make([][]string, len(replicas))
+	dropped := make([][]string, len(replicas))
+	errs := make([]error, len(replicas))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, r := range replicas {
+		wg.Go(func() {
+			<-start
+			if created[i], errs[i] = r.EnsureInboxPartitions(t.Context(), pnow, 6); errs[i] != nil {
+				return
+			}
+			dropped[i], _, errs[i] = r.DropInboxPartitionsBefore(t.Context(), day(-3))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	all := func(lists [][]string) []string {
+		var out []string
+		for _, l := range lists {
+			out = append(out, l...)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := all(created), []string{pname(4), pname(5), pname(6)}; !slices.Equal(got, want) {
+		t.Errorf("reported created %v (per replica %v); want each of %v once", got, created, want)
+	}
+	if got, want := all(dropped), []string{pname(-6), pname(-5), pname(-4)}; !slices.Equal(got, want) {
+		t.Errorf("reported dropped %v (per replica %v); want each of %v once", got, dropped, want)
+	}
+	if got, want := p.partitions(), []string{"processed_event_default", pname(-3), pname(-2), pname(-1), pname(0), pname(1), pname(2), pname(3), pname(4), pname(5), pname(6)}; !slices.Equal(got, want) {
+		t.Errorf("partitions = %v; want %v", got, want)
+	}
+}
+
 // The cleaner refuses a partition mode that does not match the table: row
 // DELETEs on a partitioned table would never drop a partition, and partition
 // mode on a plain table has nothing to drop.

@@ -127,7 +127,8 @@ func (d *Driver) inboxPartitioned(ctx context.Context, q dbtx) (bool, error) {
 // first, then the days in order. Tables attached by hand under other names
 // are left out.
 func (d *Driver) InboxPartitions(ctx context.Context) ([]InboxPartition, error) {
-	rows, err := d.pool.Query(ctx, `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+	// The bound is NULL for a partition another process is detaching.
+	rows, err := d.pool.Query(ctx, `SELECT c.relname, coalesce(pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', false)
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = to_regclass($1)`, d.inboxParent())
 	if err != nil {
@@ -379,7 +380,8 @@ func (tp tablePrivileges) statements(parent string, parts []string) []string {
 
 // EnsureInboxPartitions implements cleanup.InboxPartitioner: it creates the
 // missing partitions of the days from now's UTC day to ahead days after it,
-// each in its own short transaction. Rows of the new day's range that the
+// each in its own short transaction, and returns the names of those it
+// created (not those another process created meanwhile). Rows of the new day's range that the
 // default partition holds are moved into the new partition before it is
 // attached (ATTACH PARTITION takes only a SHARE UPDATE EXCLUSIVE lock on
 // processed_event, so inserts into other days go on; the default partition
@@ -401,26 +403,33 @@ func (d *Driver) EnsureInboxPartitions(ctx context.Context, now time.Time, ahead
 		if have[name] {
 			continue
 		}
+		var made bool
 		if err := d.partitionTx(ctx, "create inbox partition", func(tx pgx.Tx) error {
-			return d.createPartition(ctx, tx, day)
+			var err error
+			made, err = d.createPartition(ctx, tx, day)
+			return err
 		}); err != nil {
 			return created, fmt.Errorf("pgdriver: create inbox partition %s: %w", name, err)
 		}
-		created = append(created, name)
+		if made {
+			created = append(created, name)
+		}
 	}
 	return created, nil
 }
 
-func (d *Driver) createPartition(ctx context.Context, tx pgx.Tx, day time.Time) error {
+// createPartition creates the partition of day and reports true, or false
+// when it exists already (created meanwhile by another process).
+func (d *Driver) createPartition(ctx context.Context, tx pgx.Tx, day time.Time) (bool, error) {
 	part := d.rel(d.partitionRel(day))
 	parent, def := d.inboxParent(), d.inboxDefault()
 	lo, hi := InboxPartitionBound(day), InboxPartitionBound(day.AddDate(0, 0, 1))
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, part).Scan(&exists); err != nil {
-		return mapErr("create inbox partition", err)
+		return false, mapErr("create inbox partition", err)
 	}
-	if exists { // created meanwhile by another process
-		return nil
+	if exists {
+		return false, nil
 	}
 	stmts := []struct {
 		sql  string
@@ -437,10 +446,10 @@ func (d *Driver) createPartition(ctx context.Context, tx pgx.Tx, day time.Time) 
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s.sql, s.args...); err != nil {
-			return mapErr("create inbox partition", err)
+			return false, mapErr("create inbox partition", err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // DropInboxPartitionsBefore implements cleanup.InboxPartitioner: it drops
@@ -453,8 +462,9 @@ func (d *Driver) createPartition(ctx context.Context, tx pgx.Tx, day time.Time) 
 // The re-insert keeps the guarantee of DELETE mode: no row processed less
 // than the retention ago is removed. It matters for events processed long
 // after they were created (consumer lag), and for ids that are not UUIDv7
-// but whose first 48 bits fall into a day's range. It returns the dropped
-// partitions and how many rows were moved.
+// but whose first 48 bits fall into a day's range. It returns the
+// partitions it dropped (not those another process dropped meanwhile) and
+// how many rows were moved.
 func (d *Driver) DropInboxPartitionsBefore(ctx context.Context, before time.Time) ([]string, int, error) {
 	parts, err := d.InboxPartitions(ctx)
 	if err != nil {
@@ -467,34 +477,48 @@ func (d *Driver) DropInboxPartitionsBefore(ctx context.Context, before time.Time
 			continue
 		}
 		var n int
+		var gone bool
 		err := d.partitionTx(ctx, "drop inbox partition", func(tx pgx.Tx) error {
 			var err error
-			n, err = d.dropPartition(ctx, tx, p.Name, before)
+			n, gone, err = d.dropPartition(ctx, tx, p.Name, before)
 			return err
 		})
 		if err != nil {
 			return dropped, rescued, fmt.Errorf("pgdriver: drop inbox partition %s: %w", p.Name, err)
 		}
-		dropped = append(dropped, p.Name)
-		rescued += n
+		if !gone {
+			dropped = append(dropped, p.Name)
+			rescued += n
+		}
 	}
 	return dropped, rescued, nil
 }
 
-func (d *Driver) dropPartition(ctx context.Context, tx pgx.Tx, name string, before time.Time) (int, error) {
+// dropPartition drops the partition name and returns how many rows it
+// moved, or reports gone when it is no longer a partition of processed_event
+// (dropped meanwhile by another process).
+func (d *Driver) dropPartition(ctx context.Context, tx pgx.Tx, name string, before time.Time) (moved int, gone bool, err error) {
 	part, parent := d.rel(name), d.inboxParent()
+	var attached bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits
+		WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2))`, part, parent).Scan(&attached); err != nil {
+		return 0, false, mapErr("drop inbox partition", err)
+	}
+	if !attached {
+		return 0, true, nil
+	}
 	if _, err := tx.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+part); err != nil {
-		return 0, mapErr("detach inbox partition", err)
+		return 0, false, mapErr("detach inbox partition", err)
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO `+parent+` SELECT * FROM `+part+` WHERE processed_at >= $1
 		ON CONFLICT DO NOTHING`, before)
 	if err != nil {
-		return 0, mapErr("keep young rows of inbox partition", err)
+		return 0, false, mapErr("keep young rows of inbox partition", err)
 	}
 	if _, err := tx.Exec(ctx, `DROP TABLE `+part); err != nil {
-		return 0, mapErr("drop inbox partition", err)
+		return 0, false, mapErr("drop inbox partition", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(tag.RowsAffected()), false, nil
 }
 
 // DeleteInboxDefaultBefore implements cleanup.InboxPartitioner: it deletes
