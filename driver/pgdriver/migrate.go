@@ -138,10 +138,20 @@ func (d *Driver) Validate(ctx context.Context) error {
 	return pgsql.IsolationError("pgdriver", level)
 }
 
-// lockKey is the advisory lock that serialises migrators of one schema
-// (whatever their prefixes: they share CREATE SCHEMA).
-func (d *Driver) lockKey() int64 {
-	return d.names.MigrateLockKey()
+// lockKey returns the advisory lock that serialises migrators of one
+// schema (whatever their prefixes: they share CREATE SCHEMA), and inbox
+// partition changes. Without a configured schema it is the lock of the one
+// tx's search_path resolves to (current_schema()), so that a driver naming
+// the schema and one reaching it through search_path share it.
+func (d *Driver) lockKey(ctx context.Context, tx pgx.Tx) (int64, error) {
+	if d.cfg.Schema != "" {
+		return d.names.MigrateLockKey(), nil
+	}
+	var schema string
+	if err := tx.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&schema); err != nil {
+		return 0, fmt.Errorf("current schema: %w", err)
+	}
+	return pgsql.MigrateLockKeyOf(schema), nil
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning
@@ -149,13 +159,9 @@ func (d *Driver) lockKey() int64 {
 // wait at most MigrationLockTimeout for a table lock (Migrate tries again);
 // a caller's (MigrateTx) keeps its settings.
 func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, own bool) ([]driver.Migration, error) {
-	key := d.lockKey()
-	if d.cfg.Schema == "" {
-		var schema string
-		if err := tx.QueryRow(ctx, pgsql.CurrentSchemaSQL).Scan(&schema); err != nil {
-			return nil, fmt.Errorf("pgdriver: migrate: current schema: %w", err)
-		}
-		key = pgsql.MigrateLockKeyOf(schema)
+	key, err := d.lockKey(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("pgdriver: migrate: %w", err)
 	}
 	if _, err := tx.Exec(ctx, pgsql.MigrationLockSQL, key); err != nil {
 		return nil, fmt.Errorf("pgdriver: migrate: lock: %w", err)

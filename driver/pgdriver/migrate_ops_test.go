@@ -176,6 +176,45 @@ func TestPartitioningTablePrefixTooLong(t *testing.T) {
 	}
 }
 
+// Replicas that name the schema and replicas that reach it through their
+// search_path share the maintenance lock of partition changes (the
+// migration lock) too: converting the inbox from both at once succeeds.
+func TestEnableInboxPartitioningMixedReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	if err := newBareDriver(t, pool, &pgdriver.Config{Schema: schema}).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var drivers []*pgdriver.Driver
+	for i := range 4 {
+		cfg := &pgdriver.Config{Schema: schema}
+		if i%2 == 1 {
+			cfg = &pgdriver.Config{} // through search_path
+		}
+		drivers = append(drivers, newBareDriver(t, testdb.Pool(t, schema, 2), cfg))
+	}
+	errs := make([]error, len(drivers))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, d := range drivers {
+		wg.Go(func() {
+			<-start
+			errs[i] = d.EnableInboxPartitioning(ctx, nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: EnableInboxPartitioning: %v", i, err)
+		}
+	}
+	if ok, err := drivers[0].InboxPartitioned(ctx); err != nil || !ok {
+		t.Errorf("InboxPartitioned = %v, %v; want true", ok, err)
+	}
+}
+
 // MigrateTx joins the caller's transaction without changing its settings
 // (no lock_timeout of Migrate's), and refuses a schema a newer binary
 // migrated.

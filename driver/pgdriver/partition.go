@@ -175,7 +175,8 @@ func (d *Driver) InboxPartitions(ctx context.Context) ([]InboxPartition, error) 
 }
 
 // partitionTx runs fn in a transaction that holds the driver's maintenance
-// advisory lock (the migration lock: partition changes and migrations of
+// advisory lock (the migration lock of the schema, whether the driver names
+// it or reaches it through search_path: partition changes and migrations of
 // one schema never interleave) with lock_timeout PartitionLockTimeout.
 func (d *Driver) partitionTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	tx, err := d.pool.Begin(ctx)
@@ -187,7 +188,11 @@ func (d *Driver) partitionTx(ctx context.Context, op string, fn func(tx pgx.Tx) 
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ms)); err != nil {
 		return mapErr(op, err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", d.lockKey()); err != nil {
+	key, err := d.lockKey(ctx, tx)
+	if err != nil {
+		return mapErr(op, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
 		return mapErr(op, err)
 	}
 	if err := fn(tx); err != nil {
