@@ -21,5 +21,6 @@
 // telemetry is enabled, and exports the metrics of a Prometheus gatherer
 // through OpenTelemetry under their Prometheus names. The exporters connect
 // lazily: a collector that is not there costs dropped batches and a logged
-// error, never a failed start.
+// error, never a failed start. An endpoint variable that is not an http://
+// or https:// URL with a host fails Setup.
 package idemotel

@@ -109,3 +109,52 @@ func TestEnabledAndSetup(t *testing.T) {
 		t.Logf("Shutdown without a collector: %v", err)
 	}
 }
+
+// An OTLP endpoint that is not an http(s) URL with a host (a scheme
+// forgotten, a typo) is a configuration mistake: the exporter would ignore
+// it and export to localhost:4318, or send every batch nowhere. Setup
+// rejects it, naming the variable, and installs nothing.
+func TestSetupRejectsMalformedEndpoint(t *testing.T) {
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+	observe.SetDefault(nil, nil)
+	for _, tc := range []struct {
+		env      map[string]string
+		gatherer bool
+		name     string
+	}{
+		{map[string]string{idemotel.EnvEndpoint: "collector:4318"}, false, idemotel.EnvEndpoint},
+		{map[string]string{idemotel.EnvEndpoint: "localhost:4318"}, false, idemotel.EnvEndpoint},
+		{map[string]string{idemotel.EnvTracesEndpoint: "http://[::1"}, false, idemotel.EnvTracesEndpoint},
+		{map[string]string{idemotel.EnvTracesEndpoint: "ftp://collector:4318/v1/traces"}, false, idemotel.EnvTracesEndpoint},
+		{map[string]string{idemotel.EnvTracesEndpoint: "http:///v1/traces"}, false, idemotel.EnvTracesEndpoint},
+		{map[string]string{idemotel.EnvEndpoint: "http://127.0.0.1:1", idemotel.EnvMetricsEndpoint: "collector:4318/v1/metrics"}, true, idemotel.EnvMetricsEndpoint},
+	} {
+		var g promclient.Gatherer
+		if tc.gatherer {
+			g = promclient.NewRegistry()
+		}
+		tel, err := idemotel.Setup(context.Background(), idemotel.Config{Getenv: func(k string) string { return tc.env[k] }, Gatherer: g})
+		if err == nil {
+			_ = tel.Shutdown(context.Background())
+			t.Errorf("Setup(%v): no error", tc.env)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("Setup(%v): %v; want the variable %s named", tc.env, err, tc.name)
+		}
+		if observe.DefaultTracer() != nil {
+			t.Errorf("Setup(%v) failed but installed observe's default Tracer", tc.env)
+			observe.SetDefault(nil, nil)
+		}
+	}
+	// What the exporters accept goes through: a host with a port, a path.
+	tel, err := idemotel.Setup(context.Background(), idemotel.Config{Getenv: func(k string) string {
+		return map[string]string{idemotel.EnvEndpoint: "https://collector.example:4318/otlp/"}[k]
+	}})
+	if err != nil {
+		t.Fatalf("valid endpoint: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = tel.Shutdown(ctx)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -71,12 +72,25 @@ type Telemetry struct {
 // otherwise), installs them as OpenTelemetry's and observe's defaults
 // (W3C trace context propagation) and returns them. Nothing connects here:
 // the exporters connect when they first export, and a collector that is
-// not there is logged, never fatal. Call Shutdown, with a deadline, at
-// exit to flush.
+// not there is logged, never fatal. An endpoint variable that is not an
+// http:// or https:// URL with a host (collector:4318, a scheme forgotten)
+// is an error, and nothing is installed: the exporter would ignore it or
+// send every batch nowhere. Call Shutdown, with a deadline, at exit to
+// flush.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
+	}
+	traceURL, err := endpoint(getenv, EnvTracesEndpoint, "/v1/traces")
+	if err != nil {
+		return nil, err
+	}
+	var metricURL string
+	if cfg.Gatherer != nil {
+		if metricURL, err = endpoint(getenv, EnvMetricsEndpoint, "/v1/metrics"); err != nil {
+			return nil, err
+		}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -97,8 +111,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
 
 	var topts []otlptracehttp.Option
-	if u := endpoint(getenv, EnvTracesEndpoint, "/v1/traces"); u != "" {
-		topts = append(topts, otlptracehttp.WithEndpointURL(u))
+	if traceURL != "" {
+		topts = append(topts, otlptracehttp.WithEndpointURL(traceURL))
 	}
 	texp, err := otlptracehttp.New(ctx, topts...)
 	if err != nil {
@@ -112,8 +126,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 
 	if cfg.Gatherer != nil {
 		var mopts []otlpmetrichttp.Option
-		if u := endpoint(getenv, EnvMetricsEndpoint, "/v1/metrics"); u != "" {
-			mopts = append(mopts, otlpmetrichttp.WithEndpointURL(u))
+		if metricURL != "" {
+			mopts = append(mopts, otlpmetrichttp.WithEndpointURL(metricURL))
 		}
 		mexp, err := otlpmetrichttp.New(ctx, mopts...)
 		if err != nil {
@@ -156,13 +170,28 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 
 // endpoint returns the URL of a signal's OTLP/HTTP endpoint from the
 // environment: the signal's own variable as it is, or the generic one with
-// the signal's path; "" when neither is set (the exporter's default).
-func endpoint(getenv func(string) string, signalVar, path string) string {
+// the signal's path; "" when neither is set (the exporter's default). A
+// value that is not an http or https URL with a host is an error naming
+// the variable.
+func endpoint(getenv func(string) string, signalVar, path string) (string, error) {
 	if u := getenv(signalVar); u != "" {
-		return u
+		return u, checkEndpoint(signalVar, u)
 	}
 	if u := getenv(EnvEndpoint); u != "" {
-		return strings.TrimRight(u, "/") + path
+		return strings.TrimRight(u, "/") + path, checkEndpoint(EnvEndpoint, u)
 	}
-	return ""
+	return "", nil
+}
+
+// checkEndpoint reports whether v, the value of the variable name, is an
+// http or https URL with a host.
+func checkEndpoint(name, v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("idemotel: %s: %w", name, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("idemotel: %s=%q: want an http:// or https:// URL with a host, such as http://collector:4318", name, u.Redacted())
+	}
+	return nil
 }
