@@ -59,8 +59,11 @@
 // Query, QueryRow, Begin, SendBatch or CopyFrom (and their Context forms)
 // on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
 // Query and QueryRow calls whose constant SQL is a read are not reported: a
-// SELECT (SHOW, EXPLAIN, VALUES, TABLE) without FOR UPDATE, or a WITH
-// without INSERT, UPDATE, DELETE or MERGE, after any leading comments.
+// SELECT (SHOW, VALUES, TABLE) without a locking clause (FOR UPDATE, FOR NO
+// KEY UPDATE, FOR SHARE, FOR KEY SHARE: the lock would end with the pool's
+// statement), a WITH without one and without INSERT, UPDATE, DELETE or
+// MERGE, or an EXPLAIN without ANALYZE (which runs the statement), after
+// any leading comments.
 // Handlers that take the transaction in a helper, or pass the pool to one,
 // are not seen.
 //

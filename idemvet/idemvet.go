@@ -185,33 +185,44 @@ func sqlArg(info *types.Info, call *ast.CallExpr) (string, bool) {
 
 // isReadOnlySQL reports whether q is a statement that does not write: one
 // that starts, after comments, parentheses and white space, with SELECT,
-// SHOW, EXPLAIN, VALUES or TABLE and has no FOR UPDATE, or with WITH and
-// has no INSERT, UPDATE, DELETE or MERGE (a data-modifying CTE or a
-// locking read).
+// SHOW, VALUES or TABLE and has no locking clause (FOR UPDATE, FOR NO KEY
+// UPDATE, FOR SHARE, FOR KEY SHARE), with WITH and has neither a locking
+// clause nor INSERT, UPDATE, DELETE or MERGE (a data-modifying CTE), or
+// with EXPLAIN without ANALYZE (EXPLAIN ANALYZE runs the statement, judged
+// as WITH is).
 func isReadOnlySQL(q string) bool {
 	words := sqlWords(q)
 	if len(words) == 0 {
 		return false
 	}
-	forUpdate, modifies := false, false
+	locks, modifies := false, false
 	for i, w := range words {
 		switch w {
 		case "INSERT", "UPDATE", "DELETE", "MERGE":
 			modifies = true
 		case "FOR":
-			if i+1 < len(words) && words[i+1] == "UPDATE" {
-				forUpdate = true
+			if i+1 < len(words) && contains(lockStrengths, words[i+1]) {
+				locks = true
 			}
 		}
 	}
 	switch words[0] {
-	case "SELECT", "SHOW", "EXPLAIN", "VALUES", "TABLE":
-		return !forUpdate
+	case "SELECT", "SHOW", "VALUES", "TABLE":
+		return !locks
+	case "EXPLAIN":
+		if !contains(words, "ANALYZE") && !contains(words, "ANALYSE") {
+			return true // planned, not run
+		}
+		return !locks && !modifies
 	case "WITH":
-		return !modifies
+		return !locks && !modifies
 	}
 	return false
 }
+
+// lockStrengths are the words that follow FOR in a locking clause: FOR
+// UPDATE, FOR NO KEY UPDATE, FOR SHARE, FOR KEY SHARE.
+var lockStrengths = []string{"UPDATE", "NO", "SHARE", "KEY"}
 
 // sqlWords returns the words (keywords, names, numbers) of the SQL text q
 // in upper case, skipping comments (-- to the end of the line, and /* */,

@@ -26,6 +26,19 @@ func TestIsReadOnlySQL(t *testing.T) {
 		"":                                                                                            false,
 		"-- only a comment":                                                                           false,
 		`WITH "insert" AS (SELECT 1) SELECT * FROM "insert"`:                                          true,
+		// Every locking clause locks only until the pool's statement
+		// ends, not for the handler's transaction.
+		"SELECT n FROM stock WHERE id = $1 FOR NO KEY UPDATE":         false,
+		"SELECT n FROM stock WHERE id = $1 FOR SHARE":                 false,
+		"SELECT n FROM stock WHERE id = $1 FOR KEY SHARE SKIP LOCKED": false,
+		"WITH s AS (SELECT 1) SELECT * FROM stock FOR SHARE":          false,
+		"SELECT substring(name FROM 1 FOR 3) FROM products":           true,
+		// EXPLAIN ANALYZE runs the statement it explains.
+		"EXPLAIN ANALYZE DELETE FROM sessions":              false,
+		"EXPLAIN (ANALYZE, BUFFERS) UPDATE stock SET n = 0": false,
+		"EXPLAIN ANALYSE SELECT * FROM stock FOR UPDATE":    false,
+		"EXPLAIN ANALYZE SELECT count(*) FROM orders":       true,
+		"EXPLAIN DELETE FROM sessions":                      true,
 	} {
 		if got := isReadOnlySQL(q); got != want {
 			t.Errorf("isReadOnlySQL(%q) = %v, want %v", q, got, want)

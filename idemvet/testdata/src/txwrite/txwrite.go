@@ -59,6 +59,18 @@ func (s *Server) CTEWrite(w http.ResponseWriter, r *http.Request) {
 	s.pool.Query(ctx, "-- SELECT\nUPDATE stock SET n = n - 1 RETURNING n")                                     // want "write through the pool bypasses"
 }
 
+// LockingReads lock rows through the pool: the lock ends with the pool's
+// statement, not with the handler's transaction; EXPLAIN ANALYZE runs the
+// write it explains.
+func (s *Server) LockingReads(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	s.pool.QueryRow(ctx, "SELECT n FROM stock WHERE id = $1 FOR NO KEY UPDATE", 1) // want "write through the pool bypasses"
+	s.db.QueryRowContext(ctx, "SELECT n FROM stock WHERE id = $1 FOR SHARE", 1)    // want "write through the pool bypasses"
+	s.pool.Query(ctx, "EXPLAIN ANALYZE DELETE FROM carts WHERE id = $1", 1)        // want "write through the pool bypasses"
+	tx.Exec(ctx, "UPDATE stock SET n = n - 1 WHERE id = $1", 1)
+}
+
 func (s *Server) DeferRollback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	tx, ok := idemhttp.TxFromContext[pgx.Tx](ctx)
@@ -90,6 +102,7 @@ func (s *Server) Reads(w http.ResponseWriter, r *http.Request) {
 	s.pool.QueryRow(ctx, "WITH p AS (SELECT price FROM products) SELECT sum(price) FROM p")
 	s.pool.QueryRow(ctx, "-- current stock\nSELECT n FROM stock WHERE id = $1", 1)
 	s.db.QueryContext(ctx, "/* report */ SELECT count(*) FROM orders")
+	s.pool.Query(ctx, "EXPLAIN DELETE FROM carts WHERE id = $1", 1)
 	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
 }
 
