@@ -27,7 +27,9 @@
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
 // event.NewID and event.New, which count with any send (http.Client.Do,
 // http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync),
-// and the github.com/google/uuid constructors, which count only when their
+// and the github.com/google/uuid constructors (New, NewString, NewRandom,
+// NewUUID, NewV6, NewV7, their FromReader forms, NewDCE...: every function
+// that makes a new UUID per call), which count only when their
 // value is the key the loop sends: the value of Header.Set/Add of an
 // Idempotency-Key header or the key of idemclient.WithKey, directly or
 // computed from it (id.String(), a concatenation, a call's argument, an

@@ -106,6 +106,15 @@ const (
 	idemKey           // an idem key or event ID constructor
 )
 
+// uuidConstructors are the functions of github.com/google/uuid that make a
+// new UUID on every call (NewMD5, NewSHA1 and Parse do not).
+var uuidConstructors = []string{
+	"New", "NewString", "NewRandom", "NewRandomFromReader", // version 4
+	"NewUUID",                                       // version 1
+	"NewDCESecurity", "NewDCEPerson", "NewDCEGroup", // version 2
+	"NewV6", "NewV7", "NewV7FromReader",
+}
+
 // newKey classifies call by the identifier it makes.
 func newKey(info *types.Info, call *ast.CallExpr) keyKind {
 	fn := callee(info, call)
@@ -114,7 +123,7 @@ func newKey(info *types.Info, call *ast.CallExpr) keyKind {
 		isFunc(fn, idemclientPath, "NewKey"),
 		isMethod(fn, idemclientPath, "Client", "NewKey"):
 		return idemKey
-	case isFunc(fn, uuidPath, "New", "NewString", "NewRandom", "NewV7", "NewV6", "NewV1"):
+	case isFunc(fn, uuidPath, uuidConstructors...):
 		return plainUUID
 	}
 	return notKey

@@ -3,6 +3,7 @@ package retrykey
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"net/http"
 	"time"
@@ -97,6 +98,29 @@ func eventInProduceLoop(ctx context.Context, cl *kgo.Client) {
 	for ctx.Err() == nil {
 		e, _ := event.New("X.v1", "k", nil) // want "idempotency key created inside a retry loop"
 		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.Key)}); err == nil {
+			return
+		}
+	}
+}
+
+// Every constructor of github.com/google/uuid makes a new value: NewUUID
+// (version 1) and the FromReader forms too.
+func uuidV1Key(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		id, _ := uuid.NewUUID() // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", id.String())
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func uuidReaderKeys(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		a, _ := uuid.NewRandomFromReader(rand.Reader) // want "idempotency key created inside a retry loop"
+		b, _ := uuid.NewV7FromReader(rand.Reader)     // want "idempotency key created inside a retry loop"
+		req.Header.Set("Idempotency-Key", a.String()+b.String())
+		if _, err := c.Do(req); err == nil {
 			return
 		}
 	}
