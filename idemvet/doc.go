@@ -51,7 +51,7 @@
 // through uuid.Must, .String() or a local variable) stored in
 // event.Envelope.ID (also through a struct that embeds event.Envelope) or
 // in a field named EventID of type uuid.UUID or string, by a composite
-// literal or an assignment. Test files are skipped: they build fixtures
+// literal (keyed or not) or an assignment. Test files are skipped: they build fixtures
 // and check that v4 IDs are rejected. Other field names and values that
 // pass through other functions are not seen.
 //

@@ -33,9 +33,14 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CompositeLit:
-				for _, el := range n.Elts {
+				st := structOf(info.TypeOf(n))
+				for i, el := range n.Elts {
 					kv, ok := el.(*ast.KeyValueExpr)
 					if !ok {
+						// An unkeyed struct literal: element i is field i.
+						if st != nil && i < st.NumFields() {
+							check(st.Field(i), el)
+						}
 						continue
 					}
 					key, ok := kv.Key.(*ast.Ident)
@@ -71,6 +76,18 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 		})
 	}
 	return nil, nil
+}
+
+// structOf returns the struct type t is, or points to, or nil.
+func structOf(t types.Type) *types.Struct {
+	if t == nil {
+		return nil
+	}
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	st, _ := t.Underlying().(*types.Struct)
+	return st
 }
 
 // isEventIDField reports whether field holds an event ID: the ID field

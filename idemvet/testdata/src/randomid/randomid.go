@@ -75,7 +75,20 @@ func embeddedLiteral() Shipped {
 	return Shipped{Envelope: event.Envelope{ID: uuid.New()}} // want "event ID from a random UUIDv4"
 }
 
+// Unkeyed literals: element i is field i.
+func unkeyed() OrderPlaced {
+	return OrderPlaced{uuid.NewString(), "o-1"} // want "event ID from a random UUIDv4"
+}
+
+func unkeyedEnvelope() []*event.Envelope {
+	return []*event.Envelope{{uuid.New(), "OrderPlaced.v1", "k", nil}} // want "event ID from a random UUIDv4"
+}
+
 // Not reported.
+
+func unkeyedOrderID() OrderPlaced {
+	return OrderPlaced{"e-1", uuid.NewString()}
+}
 
 // Parcel has an ID field of its own beside the envelope.
 type Parcel struct {
