@@ -158,3 +158,23 @@ func TestSetupRejectsMalformedEndpoint(t *testing.T) {
 	defer cancel()
 	_ = tel.Shutdown(ctx)
 }
+
+// observe.Span.RecordError with a nil error, as OpenTelemetry's own
+// RecordError allows, records nothing and does not panic.
+func TestRecordErrorNil(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tr := idemotel.NewTracer(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	_, s := tr.Start(context.Background(), "x")
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("RecordError(nil) panicked: %v", p)
+			}
+		}()
+		s.RecordError(nil)
+	}()
+	s.End()
+	if spans := rec.Ended(); len(spans) != 1 || spans[0].Status().Code.String() == "Error" || len(spans[0].Events()) != 0 {
+		t.Errorf("span after RecordError(nil): %+v", spans)
+	}
+}

@@ -44,6 +44,9 @@ func (s span) AddLink(ctx context.Context) {
 }
 
 func (s span) RecordError(err error) {
+	if err == nil {
+		return // as OpenTelemetry's RecordError: nothing to record
+	}
 	s.s.RecordError(err)
 	s.s.SetStatus(codes.Error, err.Error())
 }
