@@ -137,18 +137,30 @@ func DefaultPropagator() Propagator {
 }
 
 // TraceID returns the trace-id field of a W3C traceparent value
-// ("00-<trace-id>-<parent-id>-<flags>"), or "" when it is malformed.
+// ("00-<trace-id>-<parent-id>-<flags>"), or "" when it is malformed: a
+// field not of its length in lower-case hexadecimal, an all-zero trace-id
+// or parent-id, version ff, or a version 00 value with more fields.
 func TraceID(traceparent string) string {
 	parts := strings.Split(traceparent, "-")
-	if len(parts) < 4 || len(parts[1]) != 32 || len(parts[2]) != 16 || parts[1] == strings.Repeat("0", 32) {
+	if len(parts) < 4 || !isHex(parts[0], 2) || parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) ||
+		!isHex(parts[1], 32) || !isHex(parts[2], 16) || !isHex(parts[3], 2) ||
+		parts[1] == strings.Repeat("0", 32) || parts[2] == strings.Repeat("0", 16) {
 		return ""
 	}
-	for _, c := range parts[1] {
+	return parts[1]
+}
+
+// isHex reports whether s is n lower-case hexadecimal digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return ""
+			return false
 		}
 	}
-	return parts[1]
+	return true
 }
 
 // StartBatch starts the span name for a batch of n messages whose trace

@@ -52,7 +52,15 @@ func TestTraceID(t *testing.T) {
 		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": "",
 		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01": "",
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-01":                  "",
-		"":                                                        "",
+		// A malformed parent-id, flags or version makes the whole
+		// header malformed (W3C trace context, 3.2.2).
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01":    "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902zz-01":    "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0x":    "",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":    "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx": "",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"": "",
 	} {
 		if got := observe.TraceID(tp); got != want {
 			t.Errorf("TraceID(%q) = %q, want %q", tp, got, want)
@@ -94,6 +102,16 @@ func TestStartBatch(t *testing.T) {
 	}
 	if len(s.Links) != 2 {
 		t.Errorf("mixed batch links %v; want 2", s.Links)
+	}
+	// A malformed traceparent (a zero parent-id) is no trace context: the
+	// batch continues the trace of the valid one.
+	bad := map[string]string{observe.TraceParent: "00-" + b.TraceID + "-0000000000000000-01"}
+	hs := []map[string]string{bad, {observe.TraceParent: a.Traceparent()}}
+	_, sp := observe.StartBatch(ctx, rec, observetest.Propagator{}, "b", len(hs), func(i int, k string) string { return hs[i][k] })
+	sp.End()
+	s = sp.(*observetest.Span)
+	if s.TraceID != a.TraceID || s.Parent != a || len(s.Links) != 1 {
+		t.Errorf("batch with a malformed traceparent: trace %s parent %v links %v; want a child of %v linked to it alone", s.TraceID, s.Parent, s.Links, a)
 	}
 	// No trace context: a plain span.
 	s = batch(observetest.SpanContext{})
