@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"net/http"
+	"reflect"
 
 	"github.com/idemkit/idem/observe"
 )
@@ -29,7 +30,10 @@ func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, ne
 	rt := &requestTrace{span: span}
 	r = r.WithContext(context.WithValue(ctx, requestTraceKey{}, rt))
 	defer func() {
-		attrs := []observe.Attr{observe.String("http.route", m.cfg.Route(r))}
+		var attrs []observe.Attr
+		if route := m.spanRoute(r); route != "" {
+			attrs = append(attrs, observe.String("http.route", route))
+		}
 		if rt.set {
 			attrs = append(attrs, observe.String("idem.outcome", rt.outcome.String()),
 				observe.Bool("idem.replayed", rt.outcome == OutcomeReplayed))
@@ -38,6 +42,18 @@ func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, ne
 		span.End()
 	}()
 	m.serve(w, r, next)
+}
+
+// spanRoute is the http.route of r's span: Config.Route, except when that
+// is DefaultRoute and no ServeMux routed r. DefaultRoute then gives the URL
+// path, one value per resource (/orders/81, /orders/82, ...): fine for the
+// scope, but http.route must be a template, and a backend that derives
+// metrics from spans would get one series per path.
+func (m *Middleware[TTx]) spanRoute(r *http.Request) string {
+	if r.Pattern == "" && reflect.ValueOf(m.cfg.Route).Pointer() == reflect.ValueOf(DefaultRoute).Pointer() {
+		return ""
+	}
+	return m.cfg.Route(r)
 }
 
 // traceOutcome records o on the request span of r.

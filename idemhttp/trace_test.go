@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -78,5 +79,34 @@ func TestTracing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A request no ServeMux routed has no http.route on its span: DefaultRoute
+// would give its URL path, one value per resource, where the attribute must
+// be a template. A Config.Route of the user's is used as it is.
+func TestTracingRouteWithoutPattern(t *testing.T) {
+	t.Parallel()
+	for _, route := range []func(*http.Request) string{nil, idemhttp.DefaultRoute, func(*http.Request) string { return "POST /orders/{id}" }} {
+		rec := &observetest.Recorder{}
+		mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Tracer: rec, Route: route})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+		req := httptest.NewRequest(http.MethodPost, "/orders/81", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		reqs := rec.Named("idem.http.request")
+		if len(reqs) != 1 {
+			t.Fatalf("%d request spans, want 1", len(reqs))
+		}
+		want := any(nil)
+		if route != nil && reflect.ValueOf(route).Pointer() != reflect.ValueOf(idemhttp.DefaultRoute).Pointer() {
+			want = "POST /orders/{id}"
+		}
+		if got := reqs[0].Attr("http.route"); got != want {
+			t.Errorf("http.route = %v, want %v", got, want)
+		}
 	}
 }
