@@ -37,14 +37,20 @@ func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error)
 // keepLease renews the lease every Lease/3 until stop is called. The
 // returned context is cancelled with an error wrapping driver.ErrLeaseLost
 // when another owner took the lease over, or when renewals kept failing
-// until the lease expired: from then on another replica may sweep, so this
-// one stops.
+// until the lease expired, or when it expired while a renewal hung: from
+// then on another replica may sweep, so this one stops. Each renewal is
+// bounded by Lease/3.
 //
 // validUntil is the expiry the lease was acquired with: counting from a
 // later clock reading would let this replica sweep on past the moment
 // another one may take the lease over.
 func (c *Cleaner[TTx]) keepLease(parent context.Context, validUntil time.Time) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
+	// The lease ends at validUntil unless renewed: a timer, so that the
+	// sweep stops on time also while a renewal hangs (a dead connection).
+	expiry := time.AfterFunc(validUntil.Sub(c.cfg.Now()), func() {
+		cancel(fmt.Errorf("cleanup: lease %q expired, not renewed in time: %w", c.cfg.LockName, driver.ErrLeaseLost))
+	})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -62,10 +68,17 @@ func (c *Cleaner[TTx]) keepLease(parent context.Context, validUntil time.Time) (
 			case <-tick.C:
 			}
 			until := c.cfg.Now().Add(c.cfg.Lease)
-			err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: c.cfg.LockName, Owner: c.owner, Until: until})
+			// Each renewal is bounded by the interval: the next one, on
+			// another connection, goes at once.
+			rctx, rcancel := context.WithTimeout(ctx, c.cfg.Lease/3)
+			err := ex.LockRenew(rctx, &driver.LockRenewParams{Name: c.cfg.LockName, Owner: c.owner, Until: until})
+			rcancel()
 			switch {
 			case err == nil:
 				validUntil = until
+				if ctx.Err() == nil {
+					expiry.Reset(validUntil.Sub(c.cfg.Now()))
+				}
 			case errors.Is(err, driver.ErrLeaseLost):
 				cancel(fmt.Errorf("cleanup: lease %q taken over by another replica: %w", c.cfg.LockName, driver.ErrLeaseLost))
 				return
@@ -80,6 +93,7 @@ func (c *Cleaner[TTx]) keepLease(parent context.Context, validUntil time.Time) (
 		}
 	}()
 	return ctx, func() {
+		expiry.Stop()
 		close(done)
 		wg.Wait()
 		cancel(nil)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -58,5 +59,62 @@ func TestLeaseValidityCountsFromAcquire(t *testing.T) {
 	}
 	if _, err := c.RunOnce(t.Context()); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("RunOnce = %v; want ErrLeaseLost: the lease acquired until %s had expired", err, t0.Add(time.Second))
+	}
+}
+
+// hangingRenewals is a SQLite driver whose lease renewals hang until their
+// context ends, as on a dead connection.
+type hangingRenewals struct{ *sqlitedriver.Driver }
+
+func (d hangingRenewals) Executor() driver.Executor { return hangingExecutor{d.Driver.Executor()} }
+
+type hangingExecutor struct{ driver.Executor }
+
+func (hangingExecutor) LockRenew(ctx context.Context, _ *driver.LockRenewParams) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestSweepStopsWhenRenewalHangs: a renewal that hangs does not keep the
+// sweep going past its lease (another replica may take it over then), and
+// RunOnce returns.
+func TestSweepStopsWhenRenewalHangs(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	start := time.Now()
+	c, err := cleanup.New(hangingRenewals{testdb.SQLite(t)}, &cleanup.Config{
+		Records: cleanup.RecordRetention{Disabled: true}, Inbox: cleanup.InboxRetention{Disabled: true},
+		Outbox: cleanup.OutboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{Disabled: true},
+		Lease: lease, Hold: cleanup.NoHold, Pause: cleanup.NoPause, BatchSize: 10,
+		Rules: []cleanup.Rule{{Table: "endless", Delete: func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
+			if time.Since(start) > 10*lease {
+				return 0, nil // the test's own bound
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+				return limit, nil
+			}
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() {
+		_, err := c.RunOnce(t.Context())
+		ran <- err
+	}()
+	select {
+	case err := <-ran:
+		if !errors.Is(err, driver.ErrLeaseLost) {
+			t.Fatalf("RunOnce = %v; want ErrLeaseLost", err)
+		}
+		if d := time.Since(start); d > lease+lease/2 {
+			t.Errorf("the sweep stopped %s after it began; its lease lasted %s", d.Round(time.Millisecond), lease)
+		}
+	case <-time.After(20 * lease):
+		t.Fatal("RunOnce did not return: the sweep waits for a renewal that hangs")
 	}
 }
