@@ -31,29 +31,19 @@ func TestLeaseValidityCountsFromAcquire(t *testing.T) {
 	}
 	broken := false
 	start := time.Now()
-	c, err := cleanup.New(drv, &cleanup.Config{
-		Records: cleanup.RecordRetention{Disabled: true}, Inbox: cleanup.InboxRetention{Disabled: true},
-		Outbox: cleanup.OutboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{Disabled: true},
-		Lease: time.Second, Hold: cleanup.NoHold, Pause: cleanup.NoPause, Now: now, BatchSize: 10,
-		Rules: []cleanup.Rule{{Table: "slow", Delete: func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
-			if !broken { // renewals fail from now on, and the lease expires
-				broken = true
-				if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE idem_lock RENAME TO idem_lock_gone`); err != nil {
-					return 0, err
-				}
-				cur.Store(t0.Add(time.Second + time.Millisecond).UnixNano())
+	c, err := cleanup.New(drv, oneRule(time.Second, now, func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
+		if !broken { // renewals fail from now on, and the lease expires
+			broken = true
+			if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE idem_lock RENAME TO idem_lock_gone`); err != nil {
+				return 0, err
 			}
-			if time.Since(start) > 1500*time.Millisecond {
-				return 0, nil
-			}
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-				return limit, nil
-			}
-		}}},
-	})
+			cur.Store(t0.Add(time.Second + time.Millisecond).UnixNano())
+		}
+		if time.Since(start) > 1500*time.Millisecond {
+			return 0, nil
+		}
+		return slowBatch(ctx, limit)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,22 +72,12 @@ func TestSweepStopsWhenRenewalHangs(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
 	start := time.Now()
-	c, err := cleanup.New(hangingRenewals{testdb.SQLite(t)}, &cleanup.Config{
-		Records: cleanup.RecordRetention{Disabled: true}, Inbox: cleanup.InboxRetention{Disabled: true},
-		Outbox: cleanup.OutboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{Disabled: true},
-		Lease: lease, Hold: cleanup.NoHold, Pause: cleanup.NoPause, BatchSize: 10,
-		Rules: []cleanup.Rule{{Table: "endless", Delete: func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
-			if time.Since(start) > 10*lease {
-				return 0, nil // the test's own bound
-			}
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-				return limit, nil
-			}
-		}}},
-	})
+	c, err := cleanup.New(hangingRenewals{testdb.SQLite(t)}, oneRule(lease, nil, func(ctx context.Context, _ driver.Executor, _ time.Time, limit int) (int, error) {
+		if time.Since(start) > 10*lease {
+			return 0, nil // the test's own bound
+		}
+		return slowBatch(ctx, limit)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +96,26 @@ func TestSweepStopsWhenRenewalHangs(t *testing.T) {
 		}
 	case <-time.After(20 * lease):
 		t.Fatal("RunOnce did not return: the sweep waits for a renewal that hangs")
+	}
+}
+
+// oneRule is a cleaner's Config with idem's tables left alone and one rule
+// deleting with del, under a lease of lease, released after the sweep.
+func oneRule(lease time.Duration, now func() time.Time, del func(context.Context, driver.Executor, time.Time, int) (int, error)) *cleanup.Config {
+	return &cleanup.Config{
+		Records: cleanup.RecordRetention{Disabled: true}, Inbox: cleanup.InboxRetention{Disabled: true},
+		Outbox: cleanup.OutboxRetention{Disabled: true}, Sagas: cleanup.SagaRetention{Disabled: true},
+		Lease: lease, Hold: cleanup.NoHold, Pause: cleanup.NoPause, Now: now, BatchSize: 10,
+		Rules: []cleanup.Rule{{Table: "slow", Delete: del}},
+	}
+}
+
+// slowBatch is a full batch of limit rows deleted in 20ms, or ctx's end.
+func slowBatch(ctx context.Context, limit int) (int, error) {
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(20 * time.Millisecond):
+		return limit, nil
 	}
 }
