@@ -115,7 +115,7 @@ func NewKey() (string, error) {
 
 // WithKey returns a shallow copy of req (see http.Request.Clone; the body is
 // shared) carrying key as its Idempotency-Key, replacing any it had. The key
-// must be 1 to 255 visible ASCII characters.
+// must be 1 to 255 visible ASCII characters other than the double quote.
 func WithKey(req *http.Request, key string) (*http.Request, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -139,8 +139,15 @@ func checkKey(key string) error {
 		return fmt.Errorf("idemclient: Idempotency-Key must be 1 to %d characters, got %d", MaxKeyLen, len(key))
 	}
 	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x21 || c > 0x7e {
+		c := key[i]
+		if c < 0x21 || c > 0x7e {
 			return fmt.Errorf("idemclient: Idempotency-Key byte 0x%02x at offset %d is not visible ASCII", c, i)
+		}
+		if c == '"' {
+			// Sent bare, a quote is refused by the server (400
+			// key-malformed); a key in quotes is read as an RFC 8941
+			// string, another key than the one reported.
+			return fmt.Errorf("idemclient: Idempotency-Key has a double quote at offset %d", i)
 		}
 	}
 	return nil

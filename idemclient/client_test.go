@@ -306,7 +306,7 @@ func TestCallerKeyKept(t *testing.T) {
 func TestWithKeyRejectsMalformed(t *testing.T) {
 	t.Parallel()
 	req, _ := http.NewRequest(http.MethodPost, "http://example.invalid", nil)
-	for _, k := range []string{"", "a b", strings.Repeat("k", 256), "é"} {
+	for _, k := range []string{"", "a b", strings.Repeat("k", 256), "é", `a"b`, `"abc"`} {
 		if _, err := idemclient.WithKey(req, k); err == nil {
 			t.Errorf("WithKey(%q) accepted", k)
 		}

@@ -55,7 +55,8 @@ type Config struct {
 	Methods []string
 
 	// NewKey generates a key for a request that needs one. Defaults to
-	// NewKey (a UUIDv7). It must return 1 to 255 visible ASCII characters.
+	// NewKey (a UUIDv7). It must return 1 to 255 visible ASCII characters
+	// other than the double quote.
 	NewKey func() (string, error)
 
 	// MaxBodyBytes is the largest request body Do buffers to resend it when

@@ -110,7 +110,7 @@
 //   - A key-reused answer is a *KeyReusedError (errors.Is(err, ErrKeyReused)).
 //   - Errors found before any attempt (body too large to buffer, unreadable
 //     body, key generator failure, two Idempotency-Key headers, a key that
-//     is not 1 to 255 visible ASCII characters) are returned
+//     is not 1 to 255 visible ASCII characters other than `"`) are returned
 //     as plain errors; nothing was sent. (A req.GetBody that fails on the
 //     first attempt gives an *Error with Attempts 0: nothing was sent
 //     either.)
