@@ -49,6 +49,9 @@ const (
 	// EnvOTLPEndpoint is OpenTelemetry's OTLP endpoint variable: set, it
 	// turns -otel on.
 	EnvOTLPEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	// EnvOTLPTracesEndpoint is OpenTelemetry's OTLP endpoint variable for
+	// traces: set, it turns -otel on too.
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 )
 
 // Config is idemd's configuration.
@@ -153,7 +156,7 @@ func Usage() string {
 	for _, s := range settings {
 		fmt.Fprintf(&b, "  -%s (%s, default %q)\n    \t%s\n", s.flag, s.env, s.def, s.usage)
 	}
-	fmt.Fprintf(&b, "  -otel (%s, default false; on when %s is set)\n    \t%s\n", EnvOTel, EnvOTLPEndpoint,
+	fmt.Fprintf(&b, "  -otel (%s, default false; on when %s or %s is set)\n    \t%s\n", EnvOTel, EnvOTLPEndpoint, EnvOTLPTracesEndpoint,
 		"export traces and metrics with OpenTelemetry over OTLP/HTTP (OTEL_* variables); never blocks start-up")
 	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
 		"  idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]\n" +
@@ -209,7 +212,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		cfg.OTel = otelEnv
 	default:
-		cfg.OTel = getenv(EnvOTLPEndpoint) != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+		cfg.OTel = getenv(EnvOTLPEndpoint) != "" || getenv(EnvOTLPTracesEndpoint) != ""
 	}
 	if err := checkAddr(cfg.Addr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("addr"), err)

@@ -20,6 +20,7 @@ func TestOTelSetting(t *testing.T) {
 		{[]string{"-otel"}, nil, true},
 		{nil, map[string]string{app.EnvOTel: "true"}, true},
 		{nil, map[string]string{app.EnvOTLPEndpoint: "http://collector:4318"}, true},
+		{nil, map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, true},
 		{[]string{"-otel=false"}, map[string]string{app.EnvOTLPEndpoint: "http://collector:4318"}, false},
 		{nil, map[string]string{app.EnvOTel: "0", app.EnvOTLPEndpoint: "http://collector:4318"}, false},
 	} {
@@ -33,6 +34,13 @@ func TestOTelSetting(t *testing.T) {
 	}
 	if !strings.Contains(app.Usage(), "-otel") {
 		t.Error("Usage lacks -otel")
+	}
+	// idemd -h names both variables that turn -otel on, as ParseConfig
+	// reads them.
+	for _, v := range []string{app.EnvOTLPEndpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if !strings.Contains(app.Usage(), v) {
+			t.Errorf("Usage does not say that %s turns -otel on", v)
+		}
 	}
 }
 
