@@ -36,7 +36,9 @@ type Envelope struct {
 	Payload []byte
 	// Headers are extra string headers published with the record (trace
 	// context, tenant, ...). Names starting with ReservedHeaderPrefix
-	// ("idem-") are reserved for this package and rejected by Validate.
+	// ("idem-"), and HeaderCESpecVersion (which would make FromRecord read
+	// the record as a CloudEvent), are reserved for this package and
+	// rejected by Validate.
 	Headers map[string]string
 }
 
@@ -170,7 +172,9 @@ func (e Envelope) check() (string, error) {
 		return "value", ErrInvalidPayload
 	}
 	for name := range e.Headers {
-		if name == "" || isReserved(name) {
+		// ce_specversion would make FromRecord read the record as a
+		// CloudEvent, which the idem headers alone are not: undecodable.
+		if name == "" || isReserved(name) || name == HeaderCESpecVersion {
 			return name, fmt.Errorf("%w: %q", ErrReservedHeader, truncate(name))
 		}
 	}

@@ -34,8 +34,9 @@ var (
 	ErrInvalidTime = errors.New("invalid occurred-at time")
 	// ErrInvalidPayload: the payload is not a JSON document.
 	ErrInvalidPayload = errors.New("payload is not valid JSON")
-	// ErrReservedHeader: an extra header is empty or uses the "idem-" prefix
-	// (or, for RecordHeadersWith with a CloudEvents format, the "ce_" one).
+	// ErrReservedHeader: an extra header is empty, uses the "idem-" prefix
+	// or is named "ce_specversion" (or, for RecordHeadersWith with a
+	// CloudEvents format, uses the "ce_" prefix).
 	ErrReservedHeader = errors.New("reserved or empty header name")
 	// ErrMissingHeader: a required idem or CloudEvents header is absent
 	// from the record.

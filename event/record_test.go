@@ -605,3 +605,26 @@ func TestFromRecordCloudEvents(t *testing.T) {
 		})
 	}
 }
+
+// An extra header named ce_specversion makes FromRecord read the record as
+// a CloudEvent, whose ce_id, ce_type and ce_time an envelope published with
+// the idem headers lacks: every consumer would dead-letter it. Validate
+// refuses it; other "ce_" names still travel as plain headers.
+func TestValidateRefusesCESpecVersionHeader(t *testing.T) {
+	t.Parallel()
+	e := validEnvelope(t)
+	e.Headers = map[string]string{event.HeaderCESpecVersion: event.CloudEventsSpecVersion}
+	if err := e.Validate(); !errors.Is(err, event.ErrReservedHeader) {
+		_, decErr := event.FromRecord(e.RecordKey(), e.Payload, e.RecordHeaders())
+		t.Fatalf("Validate = %v, want ErrReservedHeader (FromRecord of its record: %v)", err, decErr)
+	}
+
+	e.Headers = map[string]string{"ce_custom": "x"}
+	if err := e.Validate(); err != nil {
+		t.Fatalf("Validate with a ce_custom header: %v", err)
+	}
+	out, err := event.FromRecord(e.RecordKey(), e.Payload, e.RecordHeaders())
+	if err != nil || !envelopesEqual(e, out) {
+		t.Fatalf("round trip with a ce_custom header = %+v, %v; want %+v", out, err, e)
+	}
+}
