@@ -172,8 +172,12 @@ func (ib *Inbox[TTx]) inTx(ctx context.Context, events []Event, run func(ctx con
 	}
 	// The effects are done: commit them even if ctx was cancelled meanwhile
 	// (with pgx; database/sql has already rolled back a transaction whose
-	// context ended, and the commit then fails: nothing applied).
-	if err := ib.drv.Commit(context.WithoutCancel(ctx), tx); err != nil {
+	// context ended, and the commit then fails: nothing applied), but give
+	// up commitGrace after ctx ended, so a hung COMMIT cannot block for ever.
+	cctx, stop := commitContext(ctx)
+	err = ib.drv.Commit(cctx, tx)
+	stop()
+	if err != nil {
 		ib.rollback(ctx, tx)
 		return BatchResult{}, fmt.Errorf("inbox: commit (outcome unknown, redelivery is safe): %w", err)
 	}

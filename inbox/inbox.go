@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -34,6 +35,40 @@ func New[TTx any](drv driver.InboxDriver[TTx], cfg *Config) (*Inbox[TTx], error)
 
 // Consumer returns the consumer name the inbox records events under.
 func (ib *Inbox[TTx]) Consumer() string { return ib.cfg.Consumer }
+
+// commitGrace is how long a COMMIT may still run after the caller's
+// context ended (the effects in flight of a shutdown commit); then it is
+// cancelled and its outcome is unknown.
+const commitGrace = 5 * time.Second
+
+// commitContext returns the context of a COMMIT: not cancelled with ctx,
+// but commitGrace after ctx ended. stop releases it once the COMMIT
+// returned.
+func commitContext(ctx context.Context) (cctx context.Context, stop func()) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	unregister := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(commitGrace, cancel)
+		}
+	})
+	return cctx, func() {
+		unregister()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
 
 // rollback ends tx, even when ctx is already cancelled.
 func (ib *Inbox[TTx]) rollback(ctx context.Context, tx TTx) {

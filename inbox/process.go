@@ -20,6 +20,12 @@ import (
 // means nothing was applied, except a failed COMMIT, whose outcome is
 // unknown; in every case redelivering the event is the right reaction.
 //
+// A ctx that ends after fn returned does not undo the effect: with pgx the
+// COMMIT still runs, but for at most 5 s more, after which it is cancelled
+// (a failed COMMIT), so a hung database cannot block the caller for ever.
+// (database/sql rolls back a transaction whose context ended: nothing is
+// applied then.) The same holds for ProcessBatch and ProcessBulk.
+//
 // A concurrent Process of the same event waits for this one's transaction
 // (PostgreSQL waits on the primary key, SQLite for the write lock) and then
 // skips, or applies if this one rolled back.

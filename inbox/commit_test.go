@@ -1,0 +1,59 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// A COMMIT that hangs (here a deferred trigger sleeping, as a stalled
+// server or network would) must not block Process for ever once its
+// context ended: the effects in flight get a grace period to commit, then
+// the COMMIT is cancelled and Process reports the unknown outcome.
+func TestHungCommitEndsAfterCancel(t *testing.T) {
+	t.Parallel()
+	testdb.RequirePostgres(t)
+	f := setupPostgres(t)
+	ctx := t.Context()
+	tx := begin(t, f)
+	for _, q := range []string{
+		`CREATE TABLE slow_commit (id int)`,
+		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow_commit DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW EXECUTE FUNCTION slow_commit()`,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	commit(t, f, tx)
+
+	ib := f.inbox(t, "billing")
+	id := newID(t)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cancelled time.Time
+	applied, err := ib.Process(pctx, id, func(ctx context.Context, tx pgx.Tx) error {
+		if err := f.effect(ctx, tx, "billing", id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO slow_commit VALUES (1)`); err != nil {
+			return err
+		}
+		cancel() // the shutdown comes; the COMMIT will hang
+		cancelled = time.Now()
+		return nil
+	})
+	if waited := time.Since(cancelled); waited > 20*time.Second {
+		t.Errorf("Process returned %s after its context ended; want the COMMIT cancelled after a grace period", waited.Round(time.Second))
+	}
+	if applied || err == nil {
+		t.Fatalf("Process with a hung COMMIT = %v, %v; want an error", applied, err)
+	}
+	f.mustEffects(t, "billing", id, 0)
+	f.mustProcessed(t, "billing", id, 0)
+}
