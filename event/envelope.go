@@ -189,7 +189,7 @@ func checkID(id uuid.UUID) error {
 		return fmt.Errorf("%w: %s is not an RFC 4122 UUID", ErrInvalidID, id)
 	}
 	if v := id.Version(); v != 7 && v != 5 {
-		return fmt.Errorf("%w: %s is a version %d UUID, want 7", ErrInvalidID, id, v)
+		return fmt.Errorf("%w: %s is a version %d UUID, want 7 (event.NewID) or 5 (a StepID fallback)", ErrInvalidID, id, v)
 	}
 	return nil
 }
