@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,7 +26,8 @@ const DeadLetterSuffix = ".dlq"
 // driver; the handler receives the transaction its effects must be written
 // through.
 type ConsumerConfig[TTx any] struct {
-	// Seeds are the seed brokers, host:port. Required.
+	// Seeds are the seed brokers, host:port (no spaces, port 1 to 65535).
+	// Required.
 	Seeds []string
 	// Group is the Kafka consumer group. Defaults to the inbox's consumer
 	// name (inbox.Config.Consumer), so that one name identifies the
@@ -275,11 +278,15 @@ func notTopicChar(r rune) bool {
 }
 
 // checkSeed returns an error unless s is a host:port (kgo would take ""
-// for localhost:9092).
+// for localhost:9092, and dial for ever a host with spaces, as in
+// "kafka-1:9092, kafka-2:9092" split on commas, or a port out of range).
 func checkSeed(s string) error {
 	host, port, err := net.SplitHostPort(s)
-	if err != nil || strings.TrimSpace(host) == "" || port == "" {
+	if err != nil || host == "" || strings.ContainsFunc(host, unicode.IsSpace) || port == "" {
 		return fmt.Errorf("seed broker %q: want host:port", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("seed broker %q: port %q: want 1 to 65535", s, port)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ func TestConsumerConfigValidated(t *testing.T) {
 		"dead-letter topic with a space": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.DeadLetterTopic = "orders dlq" }, "only ASCII letters"},
 		"empty seed":                     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{""} }, "want host:port"},
 		"seed without port":              {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{"kafka-1"} }, "want host:port"},
+		"seed with a space":              {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{"kafka-1:9092", " kafka-2:9092"} }, "want host:port"},
+		"seed with port 0":               {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Seeds = []string{"kafka-1:0"} }, "port"},
 		"no handler":                     {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Handler = nil }, "Handler"},
 		"negative poll":                  {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.MaxPollRecords = -1 }, "MaxPollRecords"},
 		"negative attempts":              {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.Retry.Attempts = -1 }, "Attempts"},
@@ -125,13 +127,22 @@ func TestPublisherConfigTopicAndSeeds(t *testing.T) {
 		{[]string{"127.0.0.1:1"}, strings.Repeat("t", 250), "at most 249"},
 		{[]string{""}, "orders", "want host:port"},
 		{[]string{"127.0.0.1:1", " "}, "orders", "want host:port"},
+		// kgo takes these and dials them for ever: a lookup of " kafka-2"
+		// (a list "kafka-1:9092, kafka-2:9092" split on commas), or a port
+		// no broker can listen on.
+		{[]string{"kafka-1:9092", " kafka-2:9092"}, "orders", "want host:port"},
+		{[]string{"kafka-1 :9092"}, "orders", "want host:port"},
+		{[]string{"kafka-1:0"}, "orders", "port"},
+		{[]string{"kafka-1:65536"}, "orders", "port"},
+		{[]string{"kafka-1:-1"}, "orders", "port"},
+		{[]string{"kafka-1:ninety"}, "orders", "port"},
 	} {
 		_, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: tc.seeds, DefaultTopic: tc.topic})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewPublisher(seeds %q, topic %.20q): %v; want an error mentioning %q", tc.seeds, tc.topic, err, tc.want)
 		}
 	}
-	p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: []string{"127.0.0.1:1"}, DefaultTopic: "orders.v1_events-x"})
+	p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: []string{"127.0.0.1:1", "[::1]:9092", "kafka-2.example.com:65535"}, DefaultTopic: "orders.v1_events-x"})
 	if err != nil {
 		t.Fatalf("NewPublisher with a valid topic: %v", err)
 	}

@@ -16,7 +16,8 @@ import (
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
-	// Seeds are the seed brokers, host:port. Required unless Client is set.
+	// Seeds are the seed brokers, host:port (no spaces, port 1 to 65535).
+	// Required unless Client is set.
 	Seeds []string
 
 	// DefaultTopic is the topic of every event when Topic is nil, or when
