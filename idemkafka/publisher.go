@@ -24,10 +24,11 @@ type PublisherConfig struct {
 	// Topic returns "".
 	DefaultTopic string
 	// Topic, if set, picks each event's topic. Defaults to nil: every
-	// event goes to DefaultTopic. One of the two is required. A key's
-	// events may go to several topics: they are still published in order
-	// (see Publisher.Publish), but each change of topic within a key costs
-	// a relay round.
+	// event goes to DefaultTopic. One of the two is required. An event
+	// whose topic is a name Kafka refuses (see CheckTopic) is poison. A
+	// key's events may go to several topics: they are still published in
+	// order (see Publisher.Publish), but each change of topic within a key
+	// costs a relay round.
 	Topic func(e event.Envelope) string
 
 	// ExtraOpts are more kgo options for the publisher's client (TLS,
@@ -166,8 +167,8 @@ func (p *Publisher) Close() {
 // broker acknowledged each of them with acks=all. It returns nil when all
 // are published, and otherwise an *outbox.PublishError with one entry per
 // event: nil for a published event, the cause for the others. Events that
-// can never be published (invalid envelope, record too large, rejected by
-// the broker as invalid) wrap outbox.ErrPoison (what an operator fixes is
+// can never be published (invalid envelope, a topic name Kafka refuses,
+// record too large, rejected by the broker as invalid) wrap outbox.ErrPoison (what an operator fixes is
 // not poison but retried until fixed: a topic the producer may not write
 // to, a timestamp out of the topic's range, a broker policy); an event of a
 // key whose earlier event failed before being sent wraps outbox.ErrSkipped
@@ -306,6 +307,11 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 	topic := p.topic(e)
 	if topic == "" {
 		return nil, fmt.Errorf("%w: no topic for event %s", outbox.ErrPoison, e.ID)
+	}
+	// A name Kafka refuses is never written: kgo would retry it against
+	// the broker (UNKNOWN_TOPIC_OR_PARTITION), a failure to retry for ever.
+	if err := CheckTopic(topic); err != nil {
+		return nil, fmt.Errorf("%w: event %s: %w", outbox.ErrPoison, e.ID, err)
 	}
 	r, err := RecordWith(topic, e, p.headers)
 	if err != nil {

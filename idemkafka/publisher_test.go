@@ -427,3 +427,39 @@ func TestPublishKeyAcrossTopicsKeepsOrder(t *testing.T) {
 	}
 	mustPublished(t, kc.Records(t, t2), []event.Envelope{other, paid})
 }
+
+// A topic that Topic picks and Kafka refuses by its name (illegal
+// characters, too long) can never be written: the event is poison at once,
+// as an invalid DefaultTopic is refused by NewPublisher; the other keys'
+// events are published. It was tried against the broker and retried for
+// ever (UNKNOWN_TOPIC_OR_PARTITION on kfake, kgo's own error for a name
+// over 249 characters).
+func TestPublishIllegalTopicPoison(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	for _, bad := range []string{"orders events", "orders/eu", strings.Repeat("t", 250)} {
+		p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Topic: func(e event.Envelope) string {
+			if e.Key == "order-0" {
+				return bad
+			}
+			return ""
+		}})
+		evs := newEvents(t, 4, 2) // order-0, order-1, order-0, order-1
+		start := time.Now()
+		err := p.Publish(t.Context(), evs)
+		var pe *outbox.PublishError
+		if !errors.As(err, &pe) || len(pe.Errs) != len(evs) {
+			t.Fatalf("topic %.20q: Publish = %v; want a PublishError of %d events", bad, err, len(evs))
+		}
+		if !errors.Is(pe.Errs[0], outbox.ErrPoison) || !strings.Contains(pe.Errs[0].Error(), "only ASCII") && !strings.Contains(pe.Errs[0].Error(), "at most 249") {
+			t.Errorf("topic %.20q: event 0: %v; want ErrPoison naming the illegal topic", bad, pe.Errs[0])
+		}
+		if !errors.Is(pe.Errs[2], outbox.ErrSkipped) || pe.Errs[1] != nil || pe.Errs[3] != nil {
+			t.Errorf("topic %.20q: errors %v; want event 2 skipped behind its key's poison, 1 and 3 published", bad, pe.Errs)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("topic %.20q: Publish took %s; an illegal topic needs no broker to be refused", bad, d)
+		}
+	}
+}
