@@ -331,3 +331,41 @@ func TestKafkaRetentionChecked(t *testing.T) {
 		}
 	}
 }
+
+// With a real cluster, idemd warns at start-up when the dead-letter topic
+// (TOPIC.dlq) is missing, as it does for the events' topic: on a cluster
+// that does not create topics on first use, the first record the consumers
+// cannot apply would hold its partition, and the projection behind it, for
+// as long as the topic is missing.
+func TestKafkaDeadLetterTopicChecked(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	if cluster.Real() {
+		t.Skip("a real cluster may create topics on first use")
+	}
+	for _, withDLQ := range []bool{false, true} {
+		topic := kafkatest.Name("idemd-dlq")
+		cluster.CreateTopic(t, topic, 1)
+		if withDLQ {
+			cluster.CreateTopic(t, topic+".dlq", 1)
+		}
+		dbArg, _ := dbCounter(t, app.SQLite)
+		cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic}, envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
+		if err != nil {
+			t.Fatalf("app.New: %v", err)
+		}
+		a.Close()
+		warned := strings.Contains(logs.String(), "dead-letter topic") && strings.Contains(logs.String(), topic+".dlq")
+		if warned == withDLQ {
+			t.Errorf("dead-letter topic exists %v: warned %v; logs:\n%s", withDLQ, warned, logs.String())
+		}
+		if strings.Contains(logs.String(), "the topic is not usable yet") {
+			t.Errorf("the events' topic exists, yet idemd warned about it; logs:\n%s", logs.String())
+		}
+	}
+}

@@ -93,11 +93,12 @@ func CheckTopic(t string) error {
 // kafkaCheckTimeout bounds checkKafka.
 const kafkaCheckTimeout = 10 * time.Second
 
-// checkKafka asks the cluster for its brokers and for topic, once, at
-// start-up: a mistyped or unreachable -kafka must stop idemd (exit 1), not
-// leave it serving orders whose events no broker will take (the relay
-// retries for ever, the watchdog rejects the orders). A missing topic is
-// only a warning: a cluster may create topics on first use.
+// checkKafka asks the cluster for its brokers and for topic and its
+// dead-letter topic, once, at start-up: a mistyped or unreachable -kafka
+// must stop idemd (exit 1), not leave it serving orders whose events no
+// broker will take (the relay retries for ever, the watchdog rejects the
+// orders). A missing topic is only a warning: a cluster may create topics
+// on first use.
 func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, kafkaCheckTimeout)
 	defer cancel()
@@ -106,15 +107,20 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
 	}
 	defer cl.Close()
-	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic, dlq)
 	if err != nil {
 		return fmt.Errorf("kafka %s unreachable (checked at start-up, for up to %s): %s", strings.Join(seeds, ","), kafkaCheckTimeout, errMessage(err))
 	}
-	if t, ok := md.Topics[topic]; !ok || t.Err != nil {
-		reason := "missing"
-		if ok {
-			reason = t.Err.Error()
-		}
+	// The consumers wait for each dead letter's acknowledgement before
+	// moving on: without the topic, a record they cannot apply holds its
+	// partition.
+	if reason := topicMissing(md, dlq); reason != "" {
+		a.log.Warn("kafka: the dead-letter topic is not usable yet; until it is, a record the consumers cannot apply holds its partition "+
+			"(create it, unless the cluster creates topics on first use)",
+			"topic", dlq, "reason", reason, "brokers", len(md.Brokers))
+	}
+	if reason := topicMissing(md, topic); reason != "" {
 		a.log.Warn("kafka: the topic is not usable yet; idemd goes on (a cluster may create it on first use)",
 			"topic", topic, "reason", reason, "brokers", len(md.Brokers))
 		return nil
@@ -123,6 +129,17 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 		checkRetention(ctx, a, kadm.NewClient(cl), topic)
 	}
 	return nil
+}
+
+// topicMissing returns why topic is not usable in md, or "" if it is.
+func topicMissing(md kadm.Metadata, topic string) string {
+	switch t, ok := md.Topics[topic]; {
+	case !ok:
+		return "missing"
+	case t.Err != nil:
+		return t.Err.Error()
+	}
+	return ""
 }
 
 // checkRetention warns when the events' topic may keep events longer than
