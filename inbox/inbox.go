@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/txbegin"
 )
 
 // Inbox deduplicates the events of one consumer. TTx is the transaction type
@@ -42,8 +43,10 @@ func (ib *Inbox[TTx]) Consumer() string { return ib.cfg.Consumer }
 const commitGrace = 5 * time.Second
 
 // commitContext returns the context of a COMMIT: not cancelled with ctx,
-// but commitGrace after ctx ended. stop releases it once the COMMIT
-// returned.
+// but commitGrace after ctx ended, or after the stop context ctx carries
+// ended (a consumer runs its work on a detached context marked with
+// txbegin.WithStop, so that its own end is the shutdown). stop releases it
+// once the COMMIT returned.
 func commitContext(ctx context.Context) (cctx context.Context, stop func()) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var (
@@ -51,7 +54,7 @@ func commitContext(ctx context.Context) (cctx context.Context, stop func()) {
 		timer *time.Timer
 		done  bool
 	)
-	unregister := context.AfterFunc(ctx, func() {
+	unregister := context.AfterFunc(txbegin.Stop(ctx), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !done {

@@ -23,6 +23,16 @@ func WithStop(work, stop context.Context) context.Context {
 	return context.WithValue(work, stopKey{}, stop)
 }
 
+// Stop returns the stop context ctx carries (WithStop), or ctx itself
+// when it carries none: the context whose end means "shut down now" for
+// work that runs on a detached ctx.
+func Stop(ctx context.Context) context.Context {
+	if stop, ok := ctx.Value(stopKey{}).(context.Context); ok {
+		return stop
+	}
+	return ctx
+}
+
 // Begin calls begin. If ctx carries a stop context (WithStop) and it ends
 // before begin returns, begin's context is cancelled, the transaction (if
 // begin made one anyway) is rolled back with rollback, and Begin returns an

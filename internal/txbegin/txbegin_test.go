@@ -65,3 +65,16 @@ func TestBegin(t *testing.T) {
 		}
 	})
 }
+
+func TestStop(t *testing.T) {
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	work := txbegin.WithStop(context.WithoutCancel(stop), stop)
+	if txbegin.Stop(work) != stop {
+		t.Fatal("Stop(work) is not the stop context WithStop marked it with")
+	}
+	plain := context.Background()
+	if txbegin.Stop(plain) != plain {
+		t.Fatal("Stop of an unmarked context is not the context itself")
+	}
+}
