@@ -71,6 +71,7 @@
 // ce_specversion header is a CloudEvent, its "ce_" headers are not copied to
 // Envelope.Headers, and when it also has the idem headers the two sets must
 // agree ([ErrHeaderMismatch]). A CloudEvent from another producer is accepted
-// when its ce_id is a UUIDv7 and it has ce_type (matching [TypePattern]) and
-// ce_time.
+// when its ce_id is an ID idem accepts (a UUIDv7, or a version-5 UUID as a
+// saga step's fallback ID is) and it has ce_type (matching [TypePattern])
+// and ce_time.
 package event

@@ -108,8 +108,10 @@
 // a key that keeps failing does not slow the relay down for the others.
 //
 // An event is parked as poison when the publisher marks its error with
-// [ErrPoison] (a record that can never be published: too large, invalid,
-// denied), or when it has failed RelayConfig.MaxAttempts times (0, the
+// [ErrPoison] (a record that can never be published: too large, or
+// invalid; a denied write, such as Kafka's TOPIC_AUTHORIZATION_FAILED, is
+// not poison but configuration, retried with backoff until an operator
+// grants the ACL, so that no event is parked for it), or when it has failed RelayConfig.MaxAttempts times (0, the
 // default, means never). Note that MaxAttempts counts every failed attempt,
 // those made during a broker outage too, so set it with the outage you want
 // to ride out in mind, or leave it at 0 and let the publisher classify
