@@ -124,7 +124,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			i  = -1 // the record the handler failed on
 		)
 		if c.cfg.BatchHandler != nil && errors.As(err, &be) {
-			if end-pos > 1 {
+			if end-pos > 1 && (errors.Is(err, ErrPoison) || !transientDB(err)) {
 				// The batch handler failed on one of several records:
 				// nothing of [pos, end) is applied. The next rounds
 				// apply them one at a time, so the one at fault fails
@@ -137,6 +137,9 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 					"topic", p.Topic, "partition", p.Partition, "offset", recs[pos].Offset, "records", end-pos, "err", err)
 				continue
 			}
+			// One record, or the database's passing failure (a deadlock,
+			// a lost connection): says nothing of the records, so the
+			// batch is retried whole, below.
 			i = pos
 		} else if errors.As(err, &ee) {
 			i = pos + ee.Index

@@ -60,8 +60,11 @@ type ConsumerConfig[TTx any] struct {
 	// the events' IDs (inbox.ProcessBulk) and is never called with an
 	// empty slice.
 	//
-	// If it fails (or panics), the transaction rolls back, and since the
-	// error cannot say which event was at fault, the batch's records are
+	// If it fails (or panics), the transaction rolls back. A database's
+	// passing failure (a deadlock, a lock timeout, a lost connection: the
+	// errors Handler's failures are retried on, not counted against the
+	// record) retries the same batch whole after a backoff. Any other
+	// error cannot say which event was at fault, so the batch's records are
 	// then applied one at a time, each in a transaction of its own with a
 	// one-event slice: a record that fails alone is retried and
 	// dead-lettered exactly as with Handler (Retry, ErrPoison), and the

@@ -87,8 +87,10 @@
 // inbox.ProcessBulk, and the handler receives all the batch's new events
 // (duplicates removed, offset order) in one call, in the same transaction
 // as their dedup rows. The guarantees above hold unchanged; only the
-// handler error differs, since it cannot name the record at fault: the
-// batch rolls back and its records are applied again ONE AT A TIME, each in
+// handler error differs, since it cannot name the record at fault. A
+// database's passing failure (deadlock, lock timeout, lost connection)
+// retries the whole batch after a backoff; any other error rolls the batch
+// back and its records are applied again ONE AT A TIME, each in
 // a transaction of its own with a one-event slice, so the record at fault
 // fails alone and is retried and dead-lettered as with Handler, the others
 // are applied, and then the partition returns to whole batches. Offsets
