@@ -30,16 +30,7 @@ func TestStopWithHungCommitReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
-		`CREATE TABLE slow_commit (id int)`,
-		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$`,
-		`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow_commit DEFERRABLE INITIALLY DEFERRED
-			FOR EACH ROW EXECUTE FUNCTION slow_commit()`,
-	} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	testdb.SlowCommit(t, func(q string) error { _, err := tx.Exec(ctx, q); return err })
 	if err := drv.Commit(ctx, tx); err != nil {
 		t.Fatal(err)
 	}

@@ -200,3 +200,21 @@ func DMLPool(t testing.TB, owner *pgxpool.Pool, schema string) *pgxpool.Pool {
 	})
 	return pool
 }
+
+// SlowCommit creates, with exec (a statement run in the test's schema), a
+// table slow_commit whose deferred trigger sleeps 60 s at COMMIT: a
+// transaction that inserts a row into it hangs in its COMMIT, as on a
+// stalled server or network.
+func SlowCommit(t testing.TB, exec func(query string) error) {
+	t.Helper()
+	for _, q := range []string{
+		`CREATE TABLE slow_commit (id int)`,
+		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow_commit DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW EXECUTE FUNCTION slow_commit()`,
+	} {
+		if err := exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
