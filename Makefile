@@ -26,9 +26,11 @@ lint: tools
 	cd cmd/idemd && $$(go env GOPATH)/bin/golangci-lint run ./...
 
 # Short fuzzing sessions of the parsers; the seed corpus also runs in `make test`.
+# -fuzz is a regular expression that must match exactly one target, hence the
+# anchors (FuzzCanonicalJSON alone also matches FuzzCanonicalJSONGolden).
 fuzz:
-	go test ./idemhttp -run '^$$' -fuzz FuzzParseKey -fuzztime 30s
-	go test ./idemhttp -run '^$$' -fuzz FuzzCanonicalJSON -fuzztime 30s
+	go test ./idemhttp -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime 30s
+	go test ./idemhttp -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime 30s
 
 tools:
 	test -x $$(go env GOPATH)/bin/golangci-lint || go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
