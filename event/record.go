@@ -306,7 +306,8 @@ type fields struct {
 // FromRecord rebuilds an envelope from a Kafka record's key, value and
 // headers, and validates it. Any failure is a *DecodeError naming the record
 // part at fault and wrapping one of the package's Err values: a missing id
-// header wraps ErrMissingHeader, an unparsable or non-v7 one ErrInvalidID.
+// header wraps ErrMissingHeader, an unparsable one, or one whose version is
+// neither 7 nor 5, ErrInvalidID.
 //
 // The record may carry the idem headers, the CloudEvents headers, or both
 // (see HeaderFormat); it is read as a CloudEvent when it has a

@@ -23,8 +23,10 @@
 // event.HeaderFormatBoth writes both sets, to migrate a topic while old
 // idem consumers still read it. The [Consumer] needs no setting: it reads
 // every format ([Envelope]) and deduplicates on ce_id as on idem-event-id;
-// a CloudEvent from another producer must have a UUIDv7 ce_id, a ce_type
-// matching event.TypePattern and a ce_time, or it is dead-lettered.
+// a CloudEvent from another producer must have a ce_id idem accepts (a
+// UUIDv7, or a version-5 UUID as a saga step's fallback ID is: see
+// event.StepID), a ce_type matching event.TypePattern and a ce_time, or it
+// is dead-lettered.
 //
 // # Consumer
 //
