@@ -71,7 +71,9 @@ type Config struct {
 
 	// Scope returns the principal (tenant, API client) a key belongs to. Keys
 	// are looked up per principal, method and route, so one client can never
-	// receive another client's stored response. An error answers 401.
+	// receive another client's stored response. An error answers 401
+	// unauthenticated, before the key is claimed, with the error's text as
+	// the problem's detail: the client reads it.
 	//
 	// Set it to the authenticated principal's stable ID (what your
 	// authentication middleware found). The default, DefaultScope, is a
