@@ -135,11 +135,12 @@
 //
 // The relay polls every RelayConfig.PollInterval. On PostgreSQL the driver's
 // OutboxInsert also calls pg_notify in the enqueuing transaction, which is
-// delivered on commit; pgdriver.Driver.ListenOutbox turns those
-// notifications into a channel. A relay whose RelayConfig.Wake is nil finds
-// it by itself (the driver is a Notifier) and listens while it runs, so new
-// events are published within milliseconds while polling stays the
-// fallback; pass your own Wake to combine other signals, or NoListen to
-// poll only. If the listener cannot start (the database restarting), the
-// relay polls and starts it again in the background.
+// delivered on commit; pgdriver.Driver.ListenOutbox (and pgsqldriver's, over
+// pgx's stdlib) turns those notifications into a channel. A relay whose
+// RelayConfig.Wake is nil finds it by itself (the driver is a Notifier) and
+// listens while it runs, so new events are published within milliseconds
+// while polling stays the fallback; pass your own Wake to combine other
+// signals, or set RelayConfig.NoListen to poll only. If the listener cannot
+// start (the database restarting), the relay polls and starts it again in
+// the background.
 package outbox

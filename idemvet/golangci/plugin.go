@@ -1,7 +1,7 @@
 // Package golangci registers the idemvet analyzers as a golangci-lint module
 // plugin named "idemvet". Build a custom golangci-lint that imports it (see
 // docs/idemvet.md) and enable the linter; the setting "disable" lists rules
-// to switch off by name, e.g. [idemfloatmoney].
+// to switch off by name (disable: ["idemfloatmoney"]).
 package golangci
 
 import (
