@@ -18,7 +18,7 @@
 // run on one database at the same time, and a service can move from one to
 // the other without migrating anything. It implements driver.TxClaimer
 // (idemhttp's ModeTx fast path) with pgdriver's key lock, and bounds waits
-// for a concurrent claim (RecordClaimParams.LockTimeout) with a
+// for a concurrent claim (driver.RecordClaimParams.LockTimeout) with a
 // transaction-local lock_timeout, as pgdriver does.
 //
 // Choose pgdriver when the application uses pgx directly: it pipelines the

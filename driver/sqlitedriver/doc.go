@@ -14,8 +14,8 @@
 // all its database work through that transaction (opening a second one from
 // the same *sql.DB waits for the first and deadlocks). idemhttp's claims
 // (BeginClaim, and RecordClaim outside a transaction) bound their wait for
-// that connection by Config.Wait (the claim's LockTimeout); other calls wait
-// as long as their context allows.
+// that connection by idemhttp.Config.Wait (the claim's LockTimeout); other
+// calls wait as long as their context allows.
 //
 // The transaction type is *sql.Tx. Times are stored as Unix microseconds.
 //
