@@ -3,7 +3,6 @@ package event
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,7 +54,34 @@ const MaxTypeLen = 255
 // or parked.
 const MaxKeyBytes = 1024
 
-var typeRE = regexp.MustCompile(TypePattern)
+// validType reports whether typ matches TypePattern. It is what
+// regexp.MustCompile(TypePattern).MatchString does, written out: this runs
+// for every event published and every record consumed, and the regexp took
+// a fifth of a record's decoding time (see BenchmarkValidType).
+func validType(typ string) bool {
+	// The version: ".v" then one or more digits, at the end. The digits
+	// [0-9]+ match are the whole run of digits the type ends with, since the
+	// byte before them must be 'v'.
+	j := len(typ)
+	for j > 0 && typ[j-1] >= '0' && typ[j-1] <= '9' {
+		j--
+	}
+	if j == len(typ) || j < 3 || typ[j-1] != 'v' || typ[j-2] != '.' {
+		return false
+	}
+	// The name: a letter, then letters, digits, '_', '.' or '-'.
+	if !isASCIILetter(typ[0]) {
+		return false
+	}
+	for i := 1; i < j-2; i++ {
+		if c := typ[i]; !isASCIILetter(c) && (c < '0' || c > '9') && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCIILetter(c byte) bool { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') }
 
 // New returns an envelope for a business operation happening now: a fresh
 // UUIDv7 ID, OccurredAt set to the current UTC time truncated to microseconds,
@@ -155,7 +181,7 @@ func (e Envelope) check() (string, error) {
 	if err := checkID(e.ID); err != nil {
 		return HeaderEventID, err
 	}
-	if len(e.Type) > MaxTypeLen || !typeRE.MatchString(e.Type) {
+	if len(e.Type) > MaxTypeLen || !validType(e.Type) {
 		return HeaderEventType, fmt.Errorf("%w: %q does not match %s (max %d bytes)",
 			ErrInvalidType, truncate(e.Type), TypePattern, MaxTypeLen)
 	}

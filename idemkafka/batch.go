@@ -38,6 +38,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		st       BatchStats
 		recs     = p.Records
 		evs      = make([]inbox.Event, len(recs))
+		envs     = make([]event.Envelope, len(recs)) // evs[i].Payload is &envs[i]
 		decErrs  = make([]error, len(recs))
 		attempts = c.cfg.Retry.Attempts
 		fail     = failure{idx: -1}
@@ -46,9 +47,11 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		tried    bool
 	)
 	for i, r := range recs {
-		e, err := Envelope(r)
+		envs[i], decErrs[i] = Envelope(r)
 		// Headers carry the producer's trace context to the inbox's spans.
-		evs[i], decErrs[i] = inbox.Event{ID: e.ID, Payload: e, Headers: e.Headers}, err
+		// A pointer into envs as the payload: an Envelope in an interface
+		// would be copied to the heap, once per record.
+		evs[i] = inbox.Event{ID: envs[i].ID, Payload: &envs[i], Headers: envs[i].Headers}
 	}
 	// transient counts a failure that is not the record's fault and
 	// reports whether to try again (after a backoff).
@@ -205,7 +208,7 @@ func (c *Consumer[TTx]) applyBulk(ctx context.Context, tx TTx, fresh []inbox.Eve
 	}()
 	envs := make([]event.Envelope, len(fresh))
 	for i, e := range fresh {
-		envs[i] = e.Payload.(event.Envelope)
+		envs[i] = *e.Payload.(*event.Envelope)
 	}
 	return c.cfg.BatchHandler(ctx, tx, envs)
 }
@@ -220,7 +223,7 @@ func (c *Consumer[TTx]) apply(ctx context.Context, tx TTx, e inbox.Event) (err e
 			err = panicError(p)
 		}
 	}()
-	return c.cfg.Handler(ctx, tx, e.Payload.(event.Envelope))
+	return c.cfg.Handler(ctx, tx, *e.Payload.(*event.Envelope))
 }
 
 // panicError is the error of a handler that panicked with p. An error value

@@ -41,9 +41,15 @@ func newRecord(topic string, e event.Envelope, hs []event.Header) *kgo.Record {
 // valid idem event returns an *event.DecodeError: retrying cannot fix it,
 // so the consumer dead-letters it at once.
 func Envelope(r *kgo.Record) (event.Envelope, error) {
-	hs := make([]event.Header, len(r.Headers))
-	for i, h := range r.Headers {
-		hs[i] = event.Header(h)
+	// FromRecord keeps nothing of hs: the usual handful of headers is
+	// converted on the stack, not in a slice allocated per record.
+	var buf [16]event.Header
+	hs := buf[:0]
+	if len(r.Headers) > len(buf) {
+		hs = make([]event.Header, 0, len(r.Headers))
+	}
+	for _, h := range r.Headers {
+		hs = append(hs, event.Header(h))
 	}
 	return event.FromRecord(r.Key, r.Value, hs)
 }

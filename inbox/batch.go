@@ -236,6 +236,16 @@ func (ib *Inbox[TTx]) record(ctx context.Context, tx TTx, events []Event) ([]int
 	if err != nil {
 		return nil, fmt.Errorf("inbox: record events: %w", err)
 	}
+	if len(inserted) == len(events) {
+		// Every id was inserted: all the events are new and their ids
+		// distinct (inserted holds each id at most once). The common case,
+		// without building the set below.
+		fresh := make([]int, len(events))
+		for i := range fresh {
+			fresh[i] = i
+		}
+		return fresh, nil
+	}
 	pending := make(map[uuid.UUID]struct{}, len(inserted))
 	for _, id := range inserted {
 		pending[id] = struct{}{}

@@ -50,10 +50,7 @@ func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams)
 		return nil, nil
 	}
 	uniq := driver.SortedUniqueIDs(ids)
-	arg := make([]pgtype.UUID, len(uniq))
-	for i, id := range uniq {
-		arg[i] = pgtype.UUID{Bytes: id, Valid: true}
-	}
+	arg := newUUIDArray(uniq)
 	if len(uniq) < inboxPlainMin {
 		return e.inboxInsertNew(ctx, consumer, arg, now, false)
 	}
@@ -71,7 +68,7 @@ func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams)
 // true, or reports false if one of them was recorded already; the batch is
 // then not recorded at all (in a transaction, the savepoint it rolled back
 // to is still to be released: see inboxInsertNew).
-func (e *executor) inboxInsertAll(ctx context.Context, consumer string, arg []pgtype.UUID, now time.Time) (bool, error) {
+func (e *executor) inboxInsertAll(ctx context.Context, consumer string, arg uuidArray, now time.Time) (bool, error) {
 	ins := e.d.expand(pgsql.InboxInsertAllSQL)
 	var err error
 	if e.inTx {
@@ -102,7 +99,7 @@ func (e *executor) inboxInsertAll(ctx context.Context, consumer string, arg []pg
 // released first (one more round trip, on this rare path only: the
 // transaction is in the failed state until then, where the INSERT could not
 // even be prepared).
-func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg []pgtype.UUID, now time.Time, rollback bool) ([]uuid.UUID, error) {
+func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg uuidArray, now time.Time, rollback bool) ([]uuid.UUID, error) {
 	if rollback {
 		if _, err := e.db.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_inbox_insert; RELEASE SAVEPOINT idem_inbox_insert`); err != nil {
 			return nil, mapErr("inbox insert", err)

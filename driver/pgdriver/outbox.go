@@ -57,9 +57,11 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	ids := make([]pgtype.UUID, len(rows))
+	vals := make([]pgtype.UUID, len(rows))
+	ids := make(uuidArray, len(rows)) // see newUUIDArray
 	for i := range rows {
-		ids[i] = pgtype.UUID{Bytes: rows[i].EventID, Valid: true}
+		vals[i] = pgtype.UUID{Bytes: rows[i].EventID, Valid: true}
+		ids[i] = &vals[i]
 	}
 	a := pgsql.NewOutboxInsertArrays(rows)
 	names, err := e.d.outboxNames(ctx, e.db)

@@ -1,0 +1,68 @@
+package pgdriver_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// The uuid[] arguments of InboxInsert and OutboxInsert are encoded in every
+// pgx query execution mode: the simple protocol and QueryExecModeExec (a
+// pool behind PgBouncer's transaction pooling) find the array's type from
+// its Go type alone, without the server's description of the statement.
+func TestUUIDArraysInEveryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 2)
+			cfg, err := pgxpool.ParseConfig(testdb.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 2
+			cfg.ConnConfig.RuntimeParams["search_path"] = schema
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+			ctx := t.Context()
+
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			ids := inboxIDs(t, 20)
+			mustInboxInsert(t, drv.UnwrapExecutor(tx), "c", ids[:10], ids[:10])                    // plain INSERT
+			mustInboxInsert(t, drv.UnwrapExecutor(tx), "c", slices.Concat(ids[5:], ids), ids[10:]) // ON CONFLICT
+			mustInboxInsert(t, drv.UnwrapExecutor(tx), "c", ids[:1], nil)                          // one id: ON CONFLICT
+
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			rows := make([]driver.OutboxRow, 3)
+			for i := range rows {
+				rows[i] = driver.OutboxRow{EventID: ids[i], EventType: "t.v1", Key: "k", OccurredAt: now, Payload: []byte(`{}`), CreatedAt: now}
+			}
+			if n, err := drv.UnwrapExecutor(tx).OutboxInsert(ctx, rows); err != nil || n != len(rows) {
+				t.Fatalf("OutboxInsert: %d, %v; want %d", n, err, len(rows))
+			}
+			if err := drv.Commit(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
