@@ -40,7 +40,8 @@
 // off, no relay, no consumer and no
 // saga, the events stay in the outbox, orders stay CREATED and the summary
 // answers 503; or the seed
-// brokers host:port,host:port of a real cluster), -kafka-topic
+// brokers host:port,host:port of a real cluster, with TLS and SASL as it
+// requires: see below), -kafka-topic
 // (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
 // TOPIC.dlq), -kafka-headers (IDEMD_KAFKA_HEADERS: idem, the default,
 // cloudevents or both: the headers the events are published with;
@@ -53,12 +54,39 @@
 // Prometheus metrics exported over OTLP/HTTP; a missing collector never
 // stops idemd from starting).
 //
+// A secured cluster (Confluent Cloud, MSK, Aiven, Strimzi): -kafka-tls
+// (IDEMD_KAFKA_TLS) turns TLS on (1.2 or later) with the system's CA
+// certificates; -kafka-tls-ca (IDEMD_KAFKA_TLS_CA), a PEM file of CA
+// certificates, trusts those instead; -kafka-tls-cert and -kafka-tls-key
+// (IDEMD_KAFKA_TLS_CERT, IDEMD_KAFKA_TLS_KEY, both or neither) present a
+// client certificate (mutual TLS); -kafka-tls-server-name
+// (IDEMD_KAFKA_TLS_SERVER_NAME) is the name the brokers' certificates must
+// carry (default each broker's host); each of these implies TLS.
+// -kafka-sasl (IDEMD_KAFKA_SASL: plain, scram-sha-256 or scram-sha-512)
+// authenticates as -kafka-sasl-user (IDEMD_KAFKA_SASL_USER) with the
+// password of the environment variable IDEMD_KAFKA_SASL_PASSWORD or of the
+// file -kafka-sasl-password-file (IDEMD_KAFKA_SASL_PASSWORD_FILE); there is
+// no password flag, whose value would show in ps. Every Kafka client of
+// idemd (the start-up check, the relay, both consumers) uses them; they are
+// refused with -kafka embedded or off. A mechanism idemd does not speak, a
+// missing user or password, an unreadable or non-PEM file, a certificate
+// without its key stop idemd at start-up (exit 2); SASL PLAIN without TLS
+// is logged as a warning (the password goes in clear). A cluster that
+// refuses the credentials, fails the TLS handshake or lacks an ACL on the
+// topic stops it too (exit 1), with a message that says which:
+//
+//	IDEMD_KAFKA=b-1.kafka.example.com:9096,b-2.kafka.example.com:9096 \
+//	IDEMD_KAFKA_TLS=true IDEMD_KAFKA_SASL=scram-sha-512 \
+//	IDEMD_KAFKA_SASL_USER=idemd IDEMD_KAFKA_SASL_PASSWORD="$(cat /run/secrets/kafka)" \
+//	IDEMD_DB=postgres://idemd@db/pay bin/idemd
+//
 // "idemd demo" drives a running idemd (found at -url, its Kafka through
 // GET /v1/kafka, or -kafka) like misbehaving
 // clients and brokers (lost responses, concurrent duplicates, payments
 // re-sent under new keys, every Kafka record produced again) and prints
 // what it sent, what ran and what idemd holds; it exits 0 when there is no
-// double effect and nothing is lost.
+// double effect and nothing is lost. It takes idemd's TLS and SASL flags
+// and environment variables for its Kafka client.
 //
 // "idemd outbox redrive -since 2h" (or -all; either with -key K1,K2 to
 // limit it to those orders) publishes again

@@ -332,8 +332,11 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 	}
 	if err := pipeline(ctx, a, drv, st); err != nil {
 		a.close()
-		var ce *ConfigError
-		if errors.As(err, &ce) {
+		var (
+			ce *ConfigError
+			ke *kafkaError // names the cluster already
+		)
+		if errors.As(err, &ce) || errors.As(err, &ke) {
 			return err
 		}
 		return fmt.Errorf("kafka %s: %s", a.cfg.Kafka, errMessage(err))

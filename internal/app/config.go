@@ -73,6 +73,9 @@ type Config struct {
 	// Kafka is the Kafka cluster of the order events. Defaults to
 	// KafkaEmbedded.
 	Kafka Kafka
+	// KafkaAuth is how idemd connects to a real cluster (KafkaBrokers):
+	// TLS and SASL. The zero value is plaintext without authentication.
+	KafkaAuth KafkaAuth
 	// KafkaTopic is the topic of the order events. Defaults to
 	// DefaultKafkaTopic.
 	KafkaTopic string
@@ -140,6 +143,14 @@ var settings = []setting{
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
 	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica per database), off (events stay in the outbox), or seed brokers host:port,host:port"},
+	{"kafka-tls", "IDEMD_KAFKA_TLS", "false", "TLS (1.2 or later) to the Kafka brokers, with the system's CA certificates"},
+	{"kafka-tls-ca", "IDEMD_KAFKA_TLS_CA", "", "PEM file of the CA certificates the brokers' certificates must chain to, instead of the system's (implies -kafka-tls)"},
+	{"kafka-tls-cert", "IDEMD_KAFKA_TLS_CERT", "", "PEM file of a client certificate, for mutual TLS (with -kafka-tls-key; implies -kafka-tls)"},
+	{"kafka-tls-key", "IDEMD_KAFKA_TLS_KEY", "", "PEM file of the client certificate's key (with -kafka-tls-cert)"},
+	{"kafka-tls-server-name", "IDEMD_KAFKA_TLS_SERVER_NAME", "", "name the brokers' certificates must carry (default: each broker's host; implies -kafka-tls)"},
+	{"kafka-sasl", "IDEMD_KAFKA_SASL", "", "SASL mechanism of the Kafka brokers: plain, scram-sha-256 or scram-sha-512 (default: none)"},
+	{"kafka-sasl-user", "IDEMD_KAFKA_SASL_USER", "", "SASL user name (with -kafka-sasl)"},
+	{"kafka-sasl-password-file", "IDEMD_KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password (one line), unless " + EnvKafkaSASLPassword + " holds it; there is no flag for the password itself"},
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
 	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
@@ -149,6 +160,56 @@ var settings = []setting{
 	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator"},
 }
 
+// boolSettings are the settings that are switches: -name alone means
+// -name=true.
+var boolSettings = map[string]bool{"kafka-tls": true}
+
+// boolString is a switch's flag.Value: it keeps the text, checked after
+// parsing like the other settings'.
+type boolString struct{ v *string }
+
+func (b boolString) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return *b.v
+}
+func (b boolString) Set(s string) error { *b.v = s; return nil }
+func (b boolString) IsBoolFlag() bool   { return true }
+
+// registerSettings defines the flags of list on fs, with their
+// environment variables as defaults, and returns their values by name.
+func registerSettings(fs *flag.FlagSet, list []setting, getenv func(string) string) map[string]*string {
+	values := make(map[string]*string, len(list))
+	for _, s := range list {
+		def := s.def
+		if v := getenv(s.env); v != "" {
+			def = v
+		}
+		if boolSettings[s.flag] {
+			v := def
+			values[s.flag] = &v
+			fs.Var(boolString{&v}, s.flag, s.usage)
+			continue
+		}
+		values[s.flag] = fs.String(s.flag, def, s.usage)
+	}
+	return values
+}
+
+// settingsNamed returns the settings of names.
+func settingsNamed(names []string) []setting {
+	var list []setting
+	for _, s := range settings {
+		for _, n := range names {
+			if s.flag == n {
+				list = append(list, s)
+			}
+		}
+	}
+	return list
+}
+
 // Usage describes the flags and environment variables.
 func Usage() string {
 	var b strings.Builder
@@ -156,6 +217,8 @@ func Usage() string {
 	for _, s := range settings {
 		fmt.Fprintf(&b, "  -%s (%s, default %q)\n    \t%s\n", s.flag, s.env, s.def, s.usage)
 	}
+	fmt.Fprintf(&b, "  %s (environment only)\n    \t%s\n", EnvKafkaSASLPassword,
+		"SASL password (or -kafka-sasl-password-file); never a flag, whose value would show in ps")
 	fmt.Fprintf(&b, "  -otel (%s, default false; on when %s or %s is set)\n    \t%s\n", EnvOTel, EnvOTLPEndpoint, EnvOTLPTracesEndpoint,
 		"export traces and metrics with OpenTelemetry over OTLP/HTTP (OTEL_* variables); never blocks start-up")
 	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
@@ -171,14 +234,7 @@ func Usage() string {
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs := flag.NewFlagSet("idemd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // Run prints one line, not the flag package's usage
-	values := make(map[string]*string, len(settings))
-	for _, s := range settings {
-		def := s.def
-		if v := getenv(s.env); v != "" {
-			def = v
-		}
-		values[s.flag] = fs.String(s.flag, def, s.usage)
-	}
+	values := registerSettings(fs, settings, getenv)
 	otelEnv, otelEnvErr := strconv.ParseBool(strings.TrimSpace(getenv(EnvOTel)))
 	otelFlag := fs.Bool("otel", otelEnv, "export traces and metrics with OpenTelemetry")
 	if err := fs.Parse(args); err != nil {
@@ -252,12 +308,24 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
 	}
+	given := func(name string) bool { return source(name) != "-"+name || isSet(fs, name) }
 	if cfg.Kafka.Mode != KafkaEmbedded {
 		for _, name := range []string{"kafka-dir", "kafka-embedded-addr"} {
-			if src := source(name); src != "-"+name || isSet(fs, name) {
-				return Config{}, configErrorf("%s is only for -kafka embedded (-kafka is %s)", src, cfg.Kafka)
+			if given(name) {
+				return Config{}, configErrorf("%s is only for -kafka embedded (-kafka is %s)", source(name), cfg.Kafka)
 			}
 		}
+	}
+	if cfg.Kafka.Mode != KafkaBrokers {
+		if src := kafkaAuthGiven(given, source, getenv); src != "" {
+			why := "the embedded broker listens in plaintext, without authentication"
+			if cfg.Kafka.Mode == KafkaOff {
+				why = "idemd does not connect to Kafka"
+			}
+			return Config{}, configErrorf("%s is only for a Kafka cluster given by its seed brokers (-kafka is %s: %s)", src, cfg.Kafka, why)
+		}
+	} else if cfg.KafkaAuth, err = parseKafkaAuth(func(name string) string { return *values[name] }, given, source, getenv); err != nil {
+		return Config{}, configErrorf("%v", err)
 	}
 	for _, d := range []struct {
 		name string

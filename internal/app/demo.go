@@ -58,6 +58,14 @@ otherwise, 2 for bad flags.
                     IDEMD_KAFKA_EMBEDDED_ADDR when its port is fixed,
                     else what idemd tells at GET /v1/kafka, its
                     embedded broker's address included)
+  -kafka-tls, -kafka-tls-ca, -kafka-tls-cert, -kafka-tls-key,
+  -kafka-tls-server-name, -kafka-sasl, -kafka-sasl-user,
+  -kafka-sasl-password-file
+                    TLS and SASL of step 3's Kafka client, as for idemd
+                    and with the same environment variables (the password
+                    from IDEMD_KAFKA_SASL_PASSWORD or the file): the
+                    environment of an idemd on a secured cluster serves
+                    its demo as it is
   -reproduce=false  skip step 3 (the table says so)
   -topic TOPIC      the order events' topic (IDEMD_KAFKA_TOPIC, default
                     ` + DefaultKafkaTopic + `)
@@ -94,9 +102,12 @@ var errLostResponse = errors.New("demo: response lost on purpose after the serve
 // demoConfig is the configuration of idemd demo.
 type demoConfig struct {
 	url, kafka, topic, token string
-	orders, concurrency      int
-	seed                     uint64
-	timeout                  time.Duration
+	// auth is how step 3 connects to Kafka: idemd's TLS and SASL
+	// settings, with the same flags and environment variables.
+	auth                KafkaAuth
+	orders, concurrency int
+	seed                uint64
+	timeout             time.Duration
 	// reproduce: step 3 runs (with -kafka, or the brokers idemd tells).
 	reproduce bool
 	// topicSet: -topic (or IDEMD_KAFKA_TOPIC) was given.
@@ -161,9 +172,25 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "")
+	authSettings := settingsNamed(kafkaAuthSettings)
+	authValues := registerSettings(fs, authSettings, getenv)
 	if err := fs.Parse(args); err != nil {
 		return demoConfig{}, err
 	}
+	authSource := func(name string) string {
+		for _, s := range authSettings {
+			if s.flag == name && !isSet(fs, name) && getenv(s.env) != "" {
+				return s.env
+			}
+		}
+		return "-" + name
+	}
+	authGiven := func(name string) bool { return isSet(fs, name) || authSource(name) != "-"+name }
+	auth, err := parseKafkaAuth(func(name string) string { return *authValues[name] }, authGiven, authSource, getenv)
+	if err != nil {
+		return demoConfig{}, err
+	}
+	cfg.auth = auth
 	cfg.topicSet = cfg.topicSet || isSet(fs, "topic")
 	switch {
 	case fs.NArg() > 0:
@@ -813,13 +840,18 @@ type demoKafka struct {
 // consumer groups committed past them.
 func (d *demo) reproduce(ctx context.Context, deadline time.Time) demoKafka {
 	var res demoKafka
-	cl, err := kgo.NewClient(
+	auth, err := d.cfg.auth.kgoOpts(kafkaDialTimeout)
+	if err != nil {
+		res.err = fmt.Errorf("kafka client: %w", err)
+		return res
+	}
+	cl, err := kgo.NewClient(append(auth,
 		kgo.SeedBrokers(strings.Split(d.cfg.kafka, ",")...),
 		kgo.ConsumeTopics(d.cfg.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	)
+	)...)
 	if err != nil {
 		res.err = fmt.Errorf("kafka client: %w", err)
 		return res

@@ -187,7 +187,8 @@ func TestDemoFlags(t *testing.T) {
 		!strings.HasPrefix(stdout.String(), "usage: idemd demo") {
 		t.Errorf("-h: exit %d, %q", code, stdout.String())
 	}
-	for _, args := range [][]string{{"-orders", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"}} {
+	for _, args := range [][]string{{"-orders", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"},
+		{"-kafka-sasl", "gssapi"}, {"-kafka-sasl", "plain", "-kafka-sasl-user", "u"}, {"-kafka-tls-cert", "c.pem"}} {
 		if code := runDemo(context.Background(), args, func(string) string { return "" }, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

@@ -118,7 +118,11 @@
 // (outbox.Redrive). One idemd per database runs the embedded broker (the
 // lease EmbeddedLock); several replicas need PostgreSQL and a real cluster
 // (-kafka host:port,...), whose topics must exist (or be created on
-// demand). KafkaOff runs no relay and no consumer (and no saga).
+// demand). Config.KafkaAuth gives every client of a real cluster (the
+// start-up check, the relay, the consumers, idemd demo's) the same TLS and
+// SASL options; the start-up check tells refused credentials, a failed TLS
+// handshake and a missing topic ACL from an unreachable cluster. KafkaOff
+// runs no relay and no consumer (and no saga).
 //
 // Serve runs the relay, the projection's consumer, the saga's consumer
 // (with its compensator) and the stuck-order watchdog (orders.Watchdog)

@@ -94,15 +94,24 @@ func CheckTopic(t string) error {
 const kafkaCheckTimeout = 10 * time.Second
 
 // checkKafka asks the cluster for its brokers and for topic and its
-// dead-letter topic, once, at start-up: a mistyped or unreachable -kafka
-// must stop idemd (exit 1), not leave it serving orders whose events no
-// broker will take (the relay retries for ever, the watchdog rejects the
-// orders). A missing topic is only a warning: a cluster may create topics
-// on first use.
+// dead-letter topic, once, at start-up: a mistyped or unreachable -kafka,
+// or a cluster that refuses idemd (its credentials, the TLS handshake, an
+// ACL), must stop idemd (exit 1), not leave it serving orders whose events
+// no broker will take (the relay retries for ever, the watchdog rejects
+// the orders). The error says which. A missing topic is only a warning: a
+// cluster may create topics on first use.
 func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, kafkaCheckTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	auth := a.cfg.KafkaAuth
+	// A TLS handshake that gets no answer (a plaintext listener) fails
+	// within the check, so that the error names it.
+	opts, err := auth.kgoOpts(kafkaCheckTimeout / 2)
+	if err != nil {
+		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
+	}
+	seen := &connFailures{}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(seeds...), kgo.WithHooks(seen))...)
 	if err != nil {
 		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
 	}
@@ -110,7 +119,7 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 	dlq := topic + idemkafka.DeadLetterSuffix
 	md, err := kadm.NewClient(cl).Metadata(ctx, topic, dlq)
 	if err != nil {
-		return fmt.Errorf("kafka %s unreachable (checked at start-up, for up to %s): %s", strings.Join(seeds, ","), kafkaCheckTimeout, errMessage(err))
+		return kafkaCheckError(strings.Join(seeds, ","), auth, topic, err, seen)
 	}
 	// The consumers wait for each dead letter's acknowledgement before
 	// moving on: without the topic, a record they cannot apply holds its

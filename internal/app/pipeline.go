@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,10 @@ const (
 func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	var (
 		seeds []string
-		extra = []kgo.Opt{ // of the consumers
+		// clientOpts are the TLS and SASL options of every client of
+		// a real cluster (none for the embedded broker).
+		clientOpts []kgo.Opt
+		extra      = []kgo.Opt{ // of the consumers
 			// A replica that dies loses its partitions to the others
 			// within the session timeout (kgo's default is 45 s).
 			kgo.SessionTimeout(ConsumerSessionTimeout),
@@ -82,11 +86,22 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		}
 	default:
 		seeds = a.cfg.Kafka.Seeds()
+		auth := a.cfg.KafkaAuth
+		var err error
+		if clientOpts, err = auth.kgoOpts(kafkaDialTimeout); err != nil {
+			return &ConfigError{msg: "kafka " + a.cfg.Kafka.String() + ": " + errMessage(err)}
+		}
+		if auth.SASL == SASLPlain && !auth.TLS {
+			a.log.Warn("kafka: SASL PLAIN without TLS sends the password in clear to the brokers; set -kafka-tls (or use scram-sha-256/512)",
+				"sasl_user", auth.SASLUser)
+		}
 		if err := checkKafka(ctx, a, seeds, a.cfg.KafkaTopic); err != nil {
 			return err
 		}
 		a.kafka = a.cfg.Kafka.String()
-		a.started = []any{"kafka", a.kafka, "topic", a.cfg.KafkaTopic}
+		a.started = append([]any{"kafka", a.kafka, "topic", a.cfg.KafkaTopic}, auth.logAttrs()...)
+		// Every client of the cluster authenticates the same way.
+		extra = slices.Concat(clientOpts, extra)
 	}
 	a.kafkaSeeds = seeds
 
@@ -96,6 +111,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		HeaderFormat: a.cfg.KafkaHeaders,
 		Source:       a.cfg.KafkaSource,
 		Logger:       a.log,
+		ExtraOpts:    clientOpts,
 	})
 	if err != nil {
 		return err

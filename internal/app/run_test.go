@@ -67,7 +67,8 @@ func TestRunStartupFailures(t *testing.T) {
 func TestRunHelp(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := run(t, []string{"-h"}, nil)
-	if code != 0 || !strings.Contains(stdout, "-addr") || !strings.Contains(stdout, "IDEMD_DB") || stderr != "" {
+	if code != 0 || !strings.Contains(stdout, "-addr") || !strings.Contains(stdout, "IDEMD_DB") || stderr != "" ||
+		!strings.Contains(stdout, "-kafka-sasl-password-file") || !strings.Contains(stdout, "IDEMD_KAFKA_SASL_PASSWORD (environment only)") {
 		t.Errorf("-h: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -1,0 +1,415 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/idemkit/idem/idemkafka"
+)
+
+// SASL mechanisms of -kafka-sasl.
+const (
+	SASLPlain       = "plain"
+	SASLScramSHA256 = "scram-sha-256"
+	SASLScramSHA512 = "scram-sha-512"
+	// EnvKafkaSASLPassword is the environment variable of the SASL
+	// password. There is no flag for it: a flag's value shows in ps.
+	EnvKafkaSASLPassword = "IDEMD_KAFKA_SASL_PASSWORD"
+)
+
+// kafkaDialTimeout bounds a connection's dial and TLS handshake (kgo's
+// default dial timeout).
+const kafkaDialTimeout = 10 * time.Second
+
+// kafkaAuthSettings are the settings of KafkaAuth, only for a real cluster.
+var kafkaAuthSettings = []string{"kafka-tls", "kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key", "kafka-tls-server-name",
+	"kafka-sasl", "kafka-sasl-user", "kafka-sasl-password-file"}
+
+// KafkaAuth is how idemd connects to a real cluster (KafkaBrokers): TLS and
+// SASL. The zero value is plaintext without authentication. Every Kafka
+// client idemd makes for the cluster (the start-up check, the relay, the
+// consumers, idemd demo's) gets the same options.
+type KafkaAuth struct {
+	// TLS turns TLS on (at least TLS 1.2), with the system's roots unless
+	// TLSCA is set; any TLS* path or name implies it.
+	TLS bool
+	// TLSCA is a PEM file of the CA certificates that the brokers'
+	// certificates must chain to, instead of the system's roots.
+	TLSCA string
+	// TLSCert and TLSKey are PEM files of a client certificate and its key,
+	// for mutual TLS: both or neither.
+	TLSCert, TLSKey string
+	// TLSServerName is the host name the brokers' certificates must name.
+	// Empty means each broker's host.
+	TLSServerName string
+	// SASL is the mechanism: "" (none), SASLPlain, SASLScramSHA256 or
+	// SASLScramSHA512.
+	SASL string
+	// SASLUser and SASLPassword are the credentials (with SASL only).
+	SASLUser     string
+	SASLPassword Secret
+}
+
+// Secret is a string that does not print: fmt shows "xxxxx" (or nothing,
+// when it is empty).
+type Secret string
+
+// String hides the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "xxxxx"
+}
+
+// GoString hides the secret from %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// authError is a mistake in one of the settings of KafkaAuth.
+type authError struct {
+	setting string // the flag's name, without the dash
+	msg     string
+}
+
+func (e *authError) Error() string { return "-" + e.setting + ": " + e.msg }
+
+// parseKafkaAuth reads the settings of KafkaAuth: value returns a
+// setting's value by flag name, given whether it was set (flag or
+// environment), source names it for messages.
+func parseKafkaAuth(value func(string) string, given func(string) bool, source func(string) string, getenv func(string) string) (KafkaAuth, error) {
+	var k KafkaAuth
+	tlsOn := false
+	if v := strings.TrimSpace(value("kafka-tls")); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return KafkaAuth{}, fmt.Errorf("%s: %q is not true or false", source("kafka-tls"), v)
+		}
+		tlsOn = b
+	}
+	k.TLSCA = strings.TrimSpace(value("kafka-tls-ca"))
+	k.TLSCert = strings.TrimSpace(value("kafka-tls-cert"))
+	k.TLSKey = strings.TrimSpace(value("kafka-tls-key"))
+	k.TLSServerName = strings.TrimSpace(value("kafka-tls-server-name"))
+	for _, name := range []string{"kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key", "kafka-tls-server-name"} {
+		if strings.TrimSpace(value(name)) == "" {
+			continue
+		}
+		if given("kafka-tls") && !tlsOn {
+			return KafkaAuth{}, fmt.Errorf("%s is false, yet %s asks for TLS", source("kafka-tls"), source(name))
+		}
+		k.TLS = true
+	}
+	k.TLS = k.TLS || tlsOn
+	switch {
+	case k.TLSCert != "" && k.TLSKey == "":
+		return KafkaAuth{}, fmt.Errorf("%s needs -kafka-tls-key too (the client certificate's key, for mutual TLS)", source("kafka-tls-cert"))
+	case k.TLSKey != "" && k.TLSCert == "":
+		return KafkaAuth{}, fmt.Errorf("%s needs -kafka-tls-cert too (the client certificate, for mutual TLS)", source("kafka-tls-key"))
+	}
+	if k.TLS {
+		if _, err := k.tlsConfig(); err != nil {
+			var ae *authError
+			if errors.As(err, &ae) {
+				return KafkaAuth{}, fmt.Errorf("%s: %s", source(ae.setting), ae.msg)
+			}
+			return KafkaAuth{}, err
+		}
+	}
+
+	k.SASL = strings.ToLower(strings.TrimSpace(value("kafka-sasl")))
+	k.SASLUser = strings.TrimSpace(value("kafka-sasl-user"))
+	pwFile := strings.TrimSpace(value("kafka-sasl-password-file"))
+	pwEnv := getenv(EnvKafkaSASLPassword)
+	switch k.SASL {
+	case "":
+		for _, name := range []string{"kafka-sasl-user", "kafka-sasl-password-file"} {
+			if given(name) {
+				return KafkaAuth{}, fmt.Errorf("%s without -kafka-sasl (the SASL mechanism: plain, scram-sha-256 or scram-sha-512)", source(name))
+			}
+		}
+		if pwEnv != "" {
+			return KafkaAuth{}, fmt.Errorf("%s without -kafka-sasl (the SASL mechanism: plain, scram-sha-256 or scram-sha-512)", EnvKafkaSASLPassword)
+		}
+		return k, nil
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+	default:
+		return KafkaAuth{}, fmt.Errorf("%s: %q is not a SASL mechanism idemd speaks: plain, scram-sha-256 or scram-sha-512", source("kafka-sasl"), value("kafka-sasl"))
+	}
+	if k.SASLUser == "" {
+		return KafkaAuth{}, fmt.Errorf("%s %s needs a user: -kafka-sasl-user (IDEMD_KAFKA_SASL_USER)", source("kafka-sasl"), k.SASL)
+	}
+	switch {
+	case pwFile != "" && pwEnv != "":
+		return KafkaAuth{}, fmt.Errorf("the SASL password is given twice: %s or %s, not both", EnvKafkaSASLPassword, source("kafka-sasl-password-file"))
+	case pwFile != "":
+		b, err := os.ReadFile(pwFile)
+		if err != nil {
+			return KafkaAuth{}, fmt.Errorf("%s: %s", source("kafka-sasl-password-file"), errMessage(err))
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return KafkaAuth{}, fmt.Errorf("%s: the file %s is empty", source("kafka-sasl-password-file"), pwFile)
+		}
+		k.SASLPassword = Secret(pw)
+	case pwEnv != "":
+		k.SASLPassword = Secret(pwEnv)
+	default:
+		return KafkaAuth{}, fmt.Errorf("%s %s needs a password: set %s or -kafka-sasl-password-file (never a flag: it would show in ps)",
+			source("kafka-sasl"), k.SASL, EnvKafkaSASLPassword)
+	}
+	return k, nil
+}
+
+// kafkaAuthGiven returns the first of the settings of KafkaAuth that was
+// set (by flag or environment, the password's variable included), or "".
+func kafkaAuthGiven(given func(string) bool, source func(string) string, getenv func(string) string) string {
+	for _, name := range kafkaAuthSettings {
+		if given(name) {
+			return source(name)
+		}
+	}
+	if getenv(EnvKafkaSASLPassword) != "" {
+		return EnvKafkaSASLPassword
+	}
+	return ""
+}
+
+// tlsConfig returns the TLS configuration of the clients, reading the
+// files; its errors are *authError.
+func (k KafkaAuth) tlsConfig() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.TLSServerName}
+	if k.TLSCA != "" {
+		b, err := os.ReadFile(k.TLSCA)
+		if err != nil {
+			return nil, &authError{"kafka-tls-ca", errMessage(err)}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, &authError{"kafka-tls-ca", fmt.Sprintf("%s holds no PEM certificate", k.TLSCA)}
+		}
+		c.RootCAs = pool
+	}
+	if k.TLSCert != "" || k.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(k.TLSCert, k.TLSKey)
+		if err != nil {
+			return nil, &authError{"kafka-tls-cert", fmt.Sprintf("%s with the key %s: %s", k.TLSCert, k.TLSKey, errMessage(err))}
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// kgoOpts returns the kgo options of the cluster's clients: TLS (its dial
+// and handshake bounded by dialTimeout) and SASL. Its errors are
+// *authError.
+func (k KafkaAuth) kgoOpts(dialTimeout time.Duration) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	if k.TLS {
+		c, err := k.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.Dialer(tlsDialer(c, dialTimeout)))
+	}
+	switch k.SASL {
+	case "":
+	case SASLPlain:
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsMechanism()))
+	case SASLScramSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsSha256Mechanism()))
+	case SASLScramSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsSha512Mechanism()))
+	default:
+		return nil, &authError{"kafka-sasl", fmt.Sprintf("%q is not a SASL mechanism idemd speaks: plain, scram-sha-256 or scram-sha-512", k.SASL)}
+	}
+	return opts, nil
+}
+
+// logAttrs describe k for the start-up log (never the password).
+func (k KafkaAuth) logAttrs() []any {
+	attrs := []any{"tls", k.TLS}
+	if k.SASL != "" {
+		attrs = append(attrs, "sasl", k.SASL, "sasl_user", k.SASLUser)
+	}
+	return attrs
+}
+
+// tlsHandshakeError is a failed TLS handshake with a broker.
+type tlsHandshakeError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsHandshakeError) Error() string {
+	return "TLS handshake with " + e.addr + " failed: " + e.err.Error()
+}
+func (e *tlsHandshakeError) Unwrap() error { return e.err }
+
+// tlsDialer dials a broker and runs the TLS handshake, within timeout, and
+// reports a failed handshake as a *tlsHandshakeError: kgo's own TLS dialer
+// does not tell it from a failed dial.
+func tlsDialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				_ = raw.Close()
+				return nil, fmt.Errorf("unable to split host:port for dialing: %w", err)
+			}
+			c.ServerName = host
+		}
+		conn := tls.Client(raw, c)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			return nil, &tlsHandshakeError{addr: addr, err: err}
+		}
+		return conn, nil
+	}
+}
+
+// connFailures is a kgo hook that keeps why connections failed, for
+// checkKafka: kgo retries them, and a request that runs out of time
+// returns the deadline, not the cause.
+type connFailures struct {
+	mu   sync.Mutex
+	last error
+	// sasl: a broker closed a connection during SASL authentication (as
+	// some brokers refuse credentials, rather than with an error code).
+	sasl bool
+}
+
+func (h *connFailures) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.mu.Lock()
+		h.last = err
+		h.mu.Unlock()
+	}
+}
+
+func (h *connFailures) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil && key == int16(kmsg.SASLAuthenticate) {
+		h.mu.Lock()
+		h.sasl = true
+		h.mu.Unlock()
+	}
+}
+
+func (h *connFailures) get() (error, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last, h.sasl
+}
+
+// kafkaError is a Kafka cluster that idemd could not use at start-up; its
+// message names the cluster.
+type kafkaError struct{ msg string }
+
+func (e *kafkaError) Error() string { return e.msg }
+
+// kafkaCheckError says why checkKafka could not read the metadata of topic
+// (and its dead-letter topic) from the cluster of seeds: the credentials,
+// the TLS handshake, TLS or SASL missing, an ACL, or else unreachable.
+func kafkaCheckError(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) error {
+	return &kafkaError{msg: kafkaCheckMessage(seeds, auth, topic, err, seen)}
+}
+
+// kafkaCheckMessage is kafkaCheckError's message.
+func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) string {
+	last, saslClosed := seen.get()
+	if last != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		err = last // the cause, not the deadline
+	}
+	var (
+		hs  *tlsHandshakeError
+		eof *kgo.ErrFirstReadEOF
+	)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		return fmt.Sprintf("kafka %s refused the credentials (SASL %s as user %s): %s", seeds, auth.SASL, auth.SASLUser, errMessage(err))
+	case auth.SASL != "" && saslClosed:
+		return fmt.Sprintf("kafka %s refused the credentials (SASL %s as user %s): the broker closed the connection during SASL authentication",
+			seeds, auth.SASL, auth.SASLUser)
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return fmt.Sprintf("kafka %s does not take SASL %s (-kafka-sasl): %s", seeds, auth.SASL, errMessage(err))
+	case errors.As(err, &hs):
+		return fmt.Sprintf("%s%s", errMessage(hs), tlsHint(auth, hs.err))
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		who := "idemd"
+		if auth.SASL != "" {
+			who = "user " + auth.SASLUser
+		}
+		return fmt.Sprintf("kafka %s: %s may not describe the topic %s or %s (TOPIC_AUTHORIZATION_FAILED: an ACL is missing); "+
+			"grant it DESCRIBE, READ and WRITE on both topics and READ on the consumer groups %s and %s",
+			seeds, who, topic, dlq, ProjectionGroup, SagaGroup)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fmt.Sprintf("kafka %s refused idemd (CLUSTER_AUTHORIZATION_FAILED: an ACL on the cluster is missing): %s", seeds, errMessage(err))
+	case errors.As(err, &eof):
+		hint := ""
+		switch {
+		case !auth.TLS && auth.SASL == "":
+			hint = " (set -kafka-tls and -kafka-sasl as the cluster requires)"
+		case !auth.TLS:
+			hint = " (if the cluster requires TLS, set -kafka-tls)"
+		case auth.SASL == "":
+			hint = " (if the cluster requires SASL, set -kafka-sasl)"
+		}
+		return fmt.Sprintf("kafka %s closed the connection: %s%s", seeds, errMessage(err), hint)
+	case isTLSAlert(err):
+		return fmt.Sprintf("TLS with %s failed: %s%s", seeds, errMessage(err), tlsHint(auth, err))
+	}
+	return fmt.Sprintf("kafka %s unreachable (checked at start-up, for up to %s): %s", seeds, kafkaCheckTimeout, errMessage(err))
+}
+
+// isTLSAlert reports whether err is a TLS alert from the broker (one that
+// refused the client's certificate, sent after the client's side of a TLS
+// 1.3 handshake is done).
+func isTLSAlert(err error) bool {
+	var alert tls.AlertError
+	return errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:")
+}
+
+// tlsHint suggests the setting that may fix a TLS failure.
+func tlsHint(auth KafkaAuth, err error) string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		header   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &unknown) && auth.TLSCA == "":
+		return " (give the CA that signed the brokers' certificates with -kafka-tls-ca)"
+	case errors.As(err, &unknown):
+		return " (is -kafka-tls-ca the CA that signed the brokers' certificates?)"
+	case errors.As(err, &hostname):
+		return " (-kafka-tls-server-name sets the name the certificates must carry)"
+	case errors.As(err, &header), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, io.EOF):
+		return " (is it a TLS listener? the broker did not answer in TLS)"
+	case isTLSAlert(err) && auth.TLSCert == "":
+		return " (does the cluster require a client certificate? -kafka-tls-cert, -kafka-tls-key)"
+	}
+	return ""
+}
