@@ -355,6 +355,10 @@ func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, se
 			seeds, auth.SASL, auth.SASLUser)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return fmt.Sprintf("kafka %s does not take SASL %s (-kafka-sasl): %s", seeds, auth.SASL, errMessage(err))
+	case errors.Is(err, kerr.IllegalSaslState) && auth.SASL != "":
+		// What a Kafka listener without SASL answers SaslHandshake.
+		return fmt.Sprintf("kafka %s does not expect SASL on this listener (is it the port of the SASL listener? if the cluster has no SASL, drop -kafka-sasl): %s",
+			seeds, errMessage(err))
 	case errors.As(err, &hs):
 		return fmt.Sprintf("%s%s", errMessage(hs), tlsHint(auth, hs.err))
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
@@ -378,6 +382,9 @@ func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, se
 			hint = " (if the cluster requires SASL, set -kafka-sasl)"
 		}
 		return fmt.Sprintf("kafka %s closed the connection: %s%s", seeds, errMessage(err), hint)
+	case !auth.TLS && isTLSAlertResponse(err):
+		return fmt.Sprintf("kafka %s answered with a TLS alert: it is a TLS listener, set -kafka-tls (and -kafka-tls-ca unless the system's CAs signed its certificate): %s",
+			seeds, errMessage(err))
 	case isTLSAlert(err):
 		return fmt.Sprintf("TLS with %s failed: %s%s", seeds, errMessage(err), tlsHint(auth, err))
 	}
@@ -390,6 +397,13 @@ func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, se
 func isTLSAlert(err error) bool {
 	var alert tls.AlertError
 	return errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:")
+}
+
+// isTLSAlertResponse reports whether err is kgo's refusal of a response
+// that starts as a TLS alert record: the answer of a TLS listener (a Java
+// broker's) to a plaintext request. kgo has no error type for it.
+func isTLSAlertResponse(err error) bool {
+	return strings.Contains(err.Error(), "appear to be a tls alert record")
 }
 
 // tlsHint suggests the setting that may fix a TLS failure.

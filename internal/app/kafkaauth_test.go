@@ -22,8 +22,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/idemkit/idem/internal/app"
@@ -318,6 +320,8 @@ func TestKafkaAuthStartupFailures(t *testing.T) {
 	if plainText.Real() {
 		t.Skip("needs kfake clusters with TLS and SASL")
 	}
+	alerting := tlsAlertListener(t)
+	noSASL := noSASLListener(t, topic)
 	scramEnv := func(user, pass string) map[string]string {
 		return map[string]string{"IDEMD_KAFKA_SASL": "scram-sha-256", "IDEMD_KAFKA_SASL_USER": user, "IDEMD_KAFKA_SASL_PASSWORD": pass}
 	}
@@ -343,6 +347,14 @@ func TestKafkaAuthStartupFailures(t *testing.T) {
 			[]string{"TOPIC_AUTHORIZATION_FAILED", "user reader", topic, "ACL"}},
 		{"TLS to a plaintext broker", strings.Join(plainText.Seeds, ","), map[string]string{"IDEMD_KAFKA_TLS_CA": pki.caFile},
 			[]string{"TLS handshake with " + plainText.Seeds[0] + " failed"}},
+		// A Java broker's TLS listener answers a plaintext request with
+		// a TLS alert (kfake's Go listener closes the connection).
+		{"no TLS to a TLS broker that answers with an alert", alerting, map[string]string{},
+			[]string{"kafka " + alerting, "TLS alert", "-kafka-tls"}},
+		// A Kafka listener without SASL answers SaslHandshake with
+		// ILLEGAL_SASL_STATE.
+		{"SASL to a listener without SASL", noSASL, scramEnv("idemd", "s3cret"),
+			[]string{"kafka " + noSASL, "ILLEGAL_SASL_STATE", "-kafka-sasl"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -444,4 +456,53 @@ func TestKafkaSASLPlainWithoutTLSWarns(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, "in clear") || strings.Contains(l, "s3cret") {
 		t.Errorf("logs: want a warning that the password goes in clear, without it:\n%s", l)
 	}
+}
+
+// tlsAlertListener is a broker's TLS listener as a Java broker is one to a
+// plaintext client: it answers the first bytes with a TLS alert record
+// (TLS 1.2, fatal, unexpected_message) and closes the connection. It
+// returns its address.
+func tlsAlertListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = conn.Close() }()
+				_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := conn.Read(make([]byte, 512)); err != nil {
+					return
+				}
+				_, _ = conn.Write([]byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a})
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// noSASLListener is a kfake cluster without SASL that answers SaslHandshake
+// as a Kafka broker's listener without SASL does (KafkaApis: the request
+// reaches it, ILLEGAL_SASL_STATE). It returns its seed brokers.
+func noSASLListener(t *testing.T, topic string) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+".dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.ControlKey(int16(kmsg.SASLHandshake), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := kreq.ResponseKind().(*kmsg.SASLHandshakeResponse)
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		return resp, nil, true
+	})
+	return strings.Join(c.ListenAddrs(), ",")
 }
