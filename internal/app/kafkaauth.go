@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -80,6 +81,12 @@ func (s Secret) String() string {
 
 // GoString hides the secret from %#v.
 func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// LogValue hides the secret from log/slog, whatever the handler.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText hides the secret from encoding/json and the other encoders.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // authError is a mistake in one of the settings of KafkaAuth.
 type authError struct {

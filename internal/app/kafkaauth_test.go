@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,10 +9,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -505,4 +508,26 @@ func noSASLListener(t *testing.T, topic string) string {
 		return resp, nil, true
 	})
 	return strings.Join(c.ListenAddrs(), ",")
+}
+
+// The password does not show whichever way a config is printed, logged or
+// encoded.
+func TestSecretHidden(t *testing.T) {
+	const pw = "hunter2-very-secret"
+	k := app.KafkaAuth{SASL: app.SASLScramSHA256, SASLUser: "idemd", SASLPassword: app.Secret(pw)}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "kafka", k, "password", k.SASLPassword)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("config", "kafka", k, "password", k.SASLPassword)
+	js, err := json.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, out := range map[string]string{
+		"%v": fmt.Sprintf("%v", k), "%+v": fmt.Sprintf("%+v", k), "%#v": fmt.Sprintf("%#v", k), "Sprint": fmt.Sprint(k.SASLPassword),
+		"slog": logs.String(), "json": string(js),
+	} {
+		if strings.Contains(out, pw) {
+			t.Errorf("%s shows the password: %s", what, out)
+		}
+	}
 }
