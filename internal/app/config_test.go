@@ -113,15 +113,7 @@ func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := app.ParseConfig(tt.args, envOf(tt.env))
-			var ce *app.ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("err %v, want a ConfigError", err)
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, tt.mention) || strings.Contains(msg, "\n") || strings.Contains(msg, "secret") {
-				t.Errorf("message %q: want one line mentioning %q, no password", msg, tt.mention)
-			}
+			mustRefuse(t, tt.args, tt.env, tt.mention)
 		})
 	}
 	if _, err := app.ParseConfig([]string{"-h"}, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
@@ -152,5 +144,20 @@ func TestParseDatabase(t *testing.T) {
 		if err != nil || got != tt.want || got.String() != tt.str {
 			t.Errorf("ParseDatabase(%q) = %+v (%s), %v; want %+v (%s)", tt.in, got, got, err, tt.want, tt.str)
 		}
+	}
+}
+
+// mustRefuse checks that ParseConfig refuses args and env with a
+// ConfigError of one line that mentions mention and shows no password.
+func mustRefuse(t *testing.T, args []string, env map[string]string, mention string) {
+	t.Helper()
+	_, err := app.ParseConfig(args, envOf(env))
+	var ce *app.ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err %v, want a ConfigError", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, mention) || strings.Contains(msg, "\n") || strings.Contains(msg, "secret") {
+		t.Errorf("message %q: want one line mentioning %q, no password", msg, mention)
 	}
 }
