@@ -845,7 +845,9 @@ func (d *demo) reproduce(ctx context.Context, deadline time.Time) demoKafka {
 		res.err = fmt.Errorf("kafka client: %w", err)
 		return res
 	}
+	conns := &connFailures{}
 	cl, err := kgo.NewClient(append(auth,
+		kgo.WithHooks(conns),
 		kgo.SeedBrokers(strings.Split(d.cfg.kafka, ",")...),
 		kgo.ConsumeTopics(d.cfg.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -860,7 +862,11 @@ func (d *demo) reproduce(ctx context.Context, deadline time.Time) demoKafka {
 	kctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if err := cl.Ping(kctx); err != nil {
-		res.err = fmt.Errorf("kafka %s unreachable: %w", d.cfg.kafka, err)
+		if msg := kafkaRefusal(d.cfg.kafka, d.cfg.auth, d.cfg.topic, err, conns); msg != "" {
+			res.err = errors.New(msg)
+		} else {
+			res.err = fmt.Errorf("kafka %s unreachable: %w", d.cfg.kafka, kafkaCause(err, conns))
+		}
 		return res
 	}
 	adm := kadm.NewClient(cl)

@@ -345,10 +345,27 @@ func kafkaCheckError(seeds string, auth KafkaAuth, topic string, err error, seen
 
 // kafkaCheckMessage is kafkaCheckError's message.
 func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) string {
-	last, saslClosed := seen.get()
-	if last != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		err = last // the cause, not the deadline
+	if msg := kafkaRefusal(seeds, auth, topic, err, seen); msg != "" {
+		return msg
 	}
+	return fmt.Sprintf("kafka %s unreachable (checked at start-up, for up to %s): %s", seeds, kafkaCheckTimeout, errMessage(kafkaCause(err, seen)))
+}
+
+// kafkaCause is the cause of err, a request to the cluster that failed:
+// the last connection failure seen, when err is only the deadline.
+func kafkaCause(err error, seen *connFailures) error {
+	if last, _ := seen.get(); last != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		return last
+	}
+	return err
+}
+
+// kafkaRefusal says why the cluster of seeds refused a client with auth
+// (the credentials, the TLS handshake, TLS or SASL missing, an ACL), or
+// returns "" when err is none of these (the cluster is unreachable).
+func kafkaRefusal(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) string {
+	_, saslClosed := seen.get()
+	err = kafkaCause(err, seen)
 	var (
 		hs  *tlsHandshakeError
 		eof *kgo.ErrFirstReadEOF
@@ -395,7 +412,7 @@ func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, se
 	case isTLSAlert(err):
 		return fmt.Sprintf("TLS with %s failed: %s%s", seeds, errMessage(err), tlsHint(auth, err))
 	}
-	return fmt.Sprintf("kafka %s unreachable (checked at start-up, for up to %s): %s", seeds, kafkaCheckTimeout, errMessage(err))
+	return ""
 }
 
 // isTLSAlert reports whether err is a TLS alert from the broker (one that

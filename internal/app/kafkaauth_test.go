@@ -522,3 +522,24 @@ func TestSecretHidden(t *testing.T) {
 		}
 	}
 }
+
+// idemd demo given credentials the cluster refuses says so, as idemd's
+// start-up check does, not "unreachable"; and it never shows the password.
+func TestDemoRefusedCredentials(t *testing.T) {
+	t.Parallel()
+	pki := newPKI(t)
+	topic := kafkatest.Name("idemd-secured")
+	seeds := strings.Join(securedCluster(t, pki, topic), ",")
+	pwFile := writeFile(t, "password", "s3cret")
+	s := serve(t, app.SQLite, "-kafka", seeds, "-kafka-topic", topic,
+		"-kafka-tls-ca", pki.caFile, "-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "idemd", "-kafka-sasl-password-file", pwFile)
+	env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": topic, "IDEMD_KAFKA_TLS_CA": pki.caFile,
+		"IDEMD_KAFKA_SASL": "scram-sha-256", "IDEMD_KAFKA_SASL_USER": "idemd", "IDEMD_KAFKA_SASL_PASSWORD": "wr0ng-pw"}
+	var stdout, stderr strings.Builder
+	code := app.Run(context.Background(), []string{"demo", "-url", s.base, "-orders", "2", "-seed", "3", "-timeout", "30s"},
+		envOf(env), &stdout, &stderr)
+	out := stdout.String() + stderr.String()
+	if code == 0 || !strings.Contains(out, "refused the credentials") || strings.Contains(out, "unreachable") || strings.Contains(out, "wr0ng-pw") {
+		t.Fatalf("demo with a wrong password: exit %d; want a failure saying the credentials were refused, without the password\n%s", code, out)
+	}
+}
