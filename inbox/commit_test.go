@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/txbegin"
 )
 
 // A COMMIT that hangs (here a deferred trigger sleeping, as a stalled
@@ -36,6 +37,48 @@ func TestHungCommitEndsAfterCancel(t *testing.T) {
 			return err
 		}
 		cancel() // the shutdown comes; the COMMIT will hang
+		cancelled = time.Now()
+		return nil
+	})
+	if waited := time.Since(cancelled); waited > 20*time.Second {
+		t.Errorf("Process returned %s after its context ended; want the COMMIT cancelled after a grace period", waited.Round(time.Second))
+	}
+	if applied || err == nil {
+		t.Fatalf("Process with a hung COMMIT = %v, %v; want an error", applied, err)
+	}
+	f.mustEffects(t, "billing", id, 0)
+	f.mustProcessed(t, "billing", id, 0)
+}
+
+// A context carrying a stop context (txbegin.WithStop, as an idemkafka
+// consumer's handler gets) may still end on its own, before the stop: a
+// handler processing another inbox with a deadline of its own, say. Its
+// COMMIT then gets the grace period from that end too, not only from the
+// stop.
+func TestHungCommitEndsAfterCancelBeforeStop(t *testing.T) {
+	t.Parallel()
+	testdb.RequirePostgres(t)
+	f := setupPostgres(t)
+	ctx := t.Context()
+	tx := begin(t, f)
+	testdb.SlowCommit(t, func(q string) error { _, err := tx.Exec(ctx, q); return err })
+	commit(t, f, tx)
+
+	ib := f.inbox(t, "billing")
+	id := newID(t)
+	stop, stopNow := context.WithCancel(ctx) // never ends before the end of the test
+	defer stopNow()
+	pctx, cancel := context.WithCancel(txbegin.WithStop(context.WithoutCancel(stop), stop))
+	defer cancel()
+	var cancelled time.Time
+	applied, err := ib.Process(pctx, id, func(ctx context.Context, tx pgx.Tx) error {
+		if err := f.effect(ctx, tx, "billing", id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO slow_commit VALUES (1)`); err != nil {
+			return err
+		}
+		cancel() // the caller's own end, the consumer still running; the COMMIT will hang
 		cancelled = time.Now()
 		return nil
 	})

@@ -44,9 +44,10 @@ const commitGrace = 5 * time.Second
 
 // commitContext returns the context of a COMMIT: not cancelled with ctx,
 // but commitGrace after ctx ended, or after the stop context ctx carries
-// ended (a consumer runs its work on a detached context marked with
-// txbegin.WithStop, so that its own end is the shutdown). stop releases it
-// once the COMMIT returned.
+// ended, whichever comes first (a consumer runs its work on a detached
+// context marked with txbegin.WithStop, so that its own end is the
+// shutdown; a context derived from it may still end before). stop releases
+// it once the COMMIT returned.
 func commitContext(ctx context.Context) (cctx context.Context, stop func()) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var (
@@ -54,15 +55,21 @@ func commitContext(ctx context.Context) (cctx context.Context, stop func()) {
 		timer *time.Timer
 		done  bool
 	)
-	unregister := context.AfterFunc(txbegin.Stop(ctx), func() {
+	ended := func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if !done {
+		if !done && timer == nil { // the first of ctx and its stop to end
 			timer = time.AfterFunc(commitGrace, cancel)
 		}
-	})
+	}
+	unregister := context.AfterFunc(ctx, ended)
+	unregisterStop := func() bool { return false }
+	if s, ok := txbegin.Stop(ctx); ok {
+		unregisterStop = context.AfterFunc(s, ended)
+	}
 	return cctx, func() {
 		unregister()
+		unregisterStop()
 		mu.Lock()
 		done = true
 		if timer != nil {

@@ -23,14 +23,13 @@ func WithStop(work, stop context.Context) context.Context {
 	return context.WithValue(work, stopKey{}, stop)
 }
 
-// Stop returns the stop context ctx carries (WithStop), or ctx itself
-// when it carries none: the context whose end means "shut down now" for
-// work that runs on a detached ctx.
-func Stop(ctx context.Context) context.Context {
-	if stop, ok := ctx.Value(stopKey{}).(context.Context); ok {
-		return stop
-	}
-	return ctx
+// Stop returns the stop context ctx carries (WithStop) and true, or nil
+// and false when it carries none: the context whose end means "shut down
+// now" for work that runs on a detached ctx. ctx may still end on its own
+// before (a deadline derived from it).
+func Stop(ctx context.Context) (context.Context, bool) {
+	stop, ok := ctx.Value(stopKey{}).(context.Context)
+	return stop, ok
 }
 
 // Begin calls begin. If ctx carries a stop context (WithStop) and it ends

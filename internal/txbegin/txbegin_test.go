@@ -70,11 +70,10 @@ func TestStop(t *testing.T) {
 	stop, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	work := txbegin.WithStop(context.WithoutCancel(stop), stop)
-	if txbegin.Stop(work) != stop {
+	if s, ok := txbegin.Stop(work); !ok || s != stop {
 		t.Fatal("Stop(work) is not the stop context WithStop marked it with")
 	}
-	plain := context.Background()
-	if txbegin.Stop(plain) != plain {
-		t.Fatal("Stop of an unmarked context is not the context itself")
+	if s, ok := txbegin.Stop(context.Background()); ok || s != nil {
+		t.Fatalf("Stop of an unmarked context = %v, %v; want nil, false", s, ok)
 	}
 }
