@@ -17,37 +17,7 @@ import (
 // the COMMIT is cancelled and Process reports the unknown outcome.
 func TestHungCommitEndsAfterCancel(t *testing.T) {
 	t.Parallel()
-	testdb.RequirePostgres(t)
-	f := setupPostgres(t)
-	ctx := t.Context()
-	tx := begin(t, f)
-	testdb.SlowCommit(t, func(q string) error { _, err := tx.Exec(ctx, q); return err })
-	commit(t, f, tx)
-
-	ib := f.inbox(t, "billing")
-	id := newID(t)
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var cancelled time.Time
-	applied, err := ib.Process(pctx, id, func(ctx context.Context, tx pgx.Tx) error {
-		if err := f.effect(ctx, tx, "billing", id); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO slow_commit VALUES (1)`); err != nil {
-			return err
-		}
-		cancel() // the shutdown comes; the COMMIT will hang
-		cancelled = time.Now()
-		return nil
-	})
-	if waited := time.Since(cancelled); waited > 20*time.Second {
-		t.Errorf("Process returned %s after its context ended; want the COMMIT cancelled after a grace period", waited.Round(time.Second))
-	}
-	if applied || err == nil {
-		t.Fatalf("Process with a hung COMMIT = %v, %v; want an error", applied, err)
-	}
-	f.mustEffects(t, "billing", id, 0)
-	f.mustProcessed(t, "billing", id, 0)
+	testHungCommit(t, func(ctx context.Context) context.Context { return ctx })
 }
 
 // A context carrying a stop context (txbegin.WithStop, as an idemkafka
@@ -57,6 +27,18 @@ func TestHungCommitEndsAfterCancel(t *testing.T) {
 // stop.
 func TestHungCommitEndsAfterCancelBeforeStop(t *testing.T) {
 	t.Parallel()
+	testHungCommit(t, func(ctx context.Context) context.Context {
+		stop, stopNow := context.WithCancel(ctx) // never ends before the end of the test
+		t.Cleanup(stopNow)
+		return txbegin.WithStop(context.WithoutCancel(stop), stop)
+	})
+}
+
+// testHungCommit runs Process on a context derived from parent(test
+// context), cancels it from inside the handler after writing a row whose
+// COMMIT hangs, and checks that Process gives up after the grace period,
+// applying nothing.
+func testHungCommit(t *testing.T, parent func(context.Context) context.Context) {
 	testdb.RequirePostgres(t)
 	f := setupPostgres(t)
 	ctx := t.Context()
@@ -66,9 +48,7 @@ func TestHungCommitEndsAfterCancelBeforeStop(t *testing.T) {
 
 	ib := f.inbox(t, "billing")
 	id := newID(t)
-	stop, stopNow := context.WithCancel(ctx) // never ends before the end of the test
-	defer stopNow()
-	pctx, cancel := context.WithCancel(txbegin.WithStop(context.WithoutCancel(stop), stop))
+	pctx, cancel := context.WithCancel(parent(ctx))
 	defer cancel()
 	var cancelled time.Time
 	applied, err := ib.Process(pctx, id, func(ctx context.Context, tx pgx.Tx) error {
@@ -78,7 +58,7 @@ func TestHungCommitEndsAfterCancelBeforeStop(t *testing.T) {
 		if _, err := tx.Exec(ctx, `INSERT INTO slow_commit VALUES (1)`); err != nil {
 			return err
 		}
-		cancel() // the caller's own end, the consumer still running; the COMMIT will hang
+		cancel() // the caller's end; the COMMIT will hang
 		cancelled = time.Now()
 		return nil
 	})
