@@ -57,12 +57,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	vals := make([]pgtype.UUID, len(rows))
-	ids := make(uuidArray, len(rows)) // see newUUIDArray
-	for i := range rows {
-		vals[i] = pgtype.UUID{Bytes: rows[i].EventID, Valid: true}
-		ids[i] = &vals[i]
-	}
+	ids := uuidArrayOf(len(rows), func(i int) uuid.UUID { return rows[i].EventID })
 	a := pgsql.NewOutboxInsertArrays(rows)
 	names, err := e.d.outboxNames(ctx, e.db)
 	if err != nil {

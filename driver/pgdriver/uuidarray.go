@@ -16,10 +16,16 @@ type uuidArray = pgtype.FlatArray[*pgtype.UUID]
 // newUUIDArray returns ids as a uuidArray: two allocations whatever their
 // number.
 func newUUIDArray(ids []uuid.UUID) uuidArray {
-	vals := make([]pgtype.UUID, len(ids))
-	a := make(uuidArray, len(ids))
-	for i, id := range ids {
-		vals[i] = pgtype.UUID{Bytes: id, Valid: true}
+	return uuidArrayOf(len(ids), func(i int) uuid.UUID { return ids[i] })
+}
+
+// uuidArrayOf returns the n ids id(0) ... id(n-1) as a uuidArray, in two
+// allocations.
+func uuidArrayOf(n int, id func(i int) uuid.UUID) uuidArray {
+	vals := make([]pgtype.UUID, n)
+	a := make(uuidArray, n)
+	for i := range n {
+		vals[i] = pgtype.UUID{Bytes: id(i), Valid: true}
 		a[i] = &vals[i]
 	}
 	return a
