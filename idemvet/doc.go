@@ -4,12 +4,12 @@
 // Analyzers returns them all; cmd/idemvet runs them alone or under go vet,
 // and package idemvet/golangci registers them as a golangci-lint plugin.
 //
-// The analyzers match idem's packages, franz-go, pgx, database/sql and
-// github.com/google/uuid by import path and type. They look at one function
-// at a time and follow values mostly through local assignments
-// (idemretrykey also through struct fields the package assigns): what a
-// helper function returns or does is not seen, so every rule has false
-// negatives.
+// The analyzers match idem's packages, franz-go, segmentio/kafka-go, pgx,
+// database/sql and github.com/google/uuid by import path and type. They
+// look at one function at a time and follow values mostly through local
+// assignments (idemretrykey also through struct fields the package
+// assigns): what a helper function returns or does is not seen, so every
+// rule has false negatives.
 // They report only the shapes below, to keep false positives rare.
 // Generated files (a "// Code generated ... DO NOT EDIT." line before the
 // package clause) are not checked, except cmd/cgo's copies of the files of
@@ -85,4 +85,21 @@
 // changes and underscores, and no unit word (seconds, ratio, rate, count,
 // ...). Untagged fields, local variables and computed arguments are not
 // reported.
+//
+// idemautocommit: a kgo.NewClient whose options include
+// kgo.ConsumerGroup(...) but neither kgo.DisableAutoCommit() nor
+// kgo.AutoCommitMarks(), options followed as idemproducer follows them.
+// franz-go's autocommit commits polled offsets every 5 seconds, whether or
+// not the database transaction that applied the records committed: a crash
+// loses them. A client with options from elsewhere (a parameter, a field,
+// what a helper returns) is not reported: they may turn autocommit off.
+// AutoCommitMarks commits only marked records and is not reported; whether
+// the marks come after the commit is not checked. Also every call of
+// ReadMessage on a segmentio/kafka-go Reader, which commits the message's
+// offset when it returns it if the reader is in a group, except on a
+// reader made by kafka.NewReader with a ReaderConfig literal (followed
+// through variables of the function or package) that has no GroupID (or an
+// empty one) and whose GroupID field the package never sets. A reader whose
+// config is not seen (a parameter, a field, a helper's result) is reported,
+// even when it reads one partition without a group.
 package idemvet

@@ -20,12 +20,14 @@ func Analyzers() []*analysis.Analyzer {
 		TxWrite,
 		Consumer,
 		FloatMoney,
+		AutoCommit,
 	}
 }
 
 // Import paths of the packages the rules know.
 const (
 	kgoPath        = "github.com/twmb/franz-go/pkg/kgo"
+	kafkagoPath    = "github.com/segmentio/kafka-go"
 	uuidPath       = "github.com/google/uuid"
 	eventPath      = "github.com/idemkit/idem/event"
 	idemclientPath = "github.com/idemkit/idem/idemclient"

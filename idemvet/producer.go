@@ -24,52 +24,21 @@ func runProducer(pass *analysis.Pass) (any, error) {
 	assigns := assignments(pass)
 	r := newReporter(pass)
 
-	// visit reports the options e holds: an option call, a slice literal
-	// of options, an append to options, or a variable assigned any of these.
-	var visit func(e ast.Expr, seen map[types.Object]bool)
-	visit = func(e ast.Expr, seen map[types.Object]bool) {
-		switch e := ast.Unparen(e).(type) {
-		case *ast.CompositeLit:
-			for _, el := range e.Elts {
-				visit(el, seen)
-			}
-		case *ast.Ident:
-			obj, ok := info.ObjectOf(e).(*types.Var)
-			if !ok || seen[obj] {
-				return
-			}
-			seen[obj] = true
-			for _, a := range assigns[obj] {
-				if a.Index == 0 {
-					visit(a.Expr, seen)
-				}
-			}
-		case *ast.CallExpr:
-			if isBuiltin(info, e, "append") {
-				for _, a := range e.Args {
-					visit(a, seen)
-				}
-				return
-			}
-			fn := callee(info, e)
-			switch {
-			case isFunc(fn, kgoPath, "DisableIdempotentWrite"):
-				r.report(e, msgNoIdempotence)
-			case isFunc(fn, kgoPath, "RequiredAcks") && len(e.Args) == 1 && lowAcks(info, assigns, e.Args[0]):
-				r.report(e, msgLowAcks)
-			}
-		}
-	}
-
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok || !isFunc(callee(info, call), kgoPath, "NewClient") {
 				return true
 			}
-			for _, a := range call.Args {
-				visit(a, make(map[types.Object]bool))
-			}
+			kgoOptions(pass, assigns, call, func(opt *ast.CallExpr) {
+				fn := callee(info, opt)
+				switch {
+				case isFunc(fn, kgoPath, "DisableIdempotentWrite"):
+					r.report(opt, msgNoIdempotence)
+				case isFunc(fn, kgoPath, "RequiredAcks") && len(opt.Args) == 1 && lowAcks(info, assigns, opt.Args[0]):
+					r.report(opt, msgLowAcks)
+				}
+			})
 			return true
 		})
 	}
@@ -95,6 +64,75 @@ func lowAcks(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr
 		}
 	}
 	return false
+}
+
+// kgoOptions calls fn for every kgo option call among the arguments of
+// the kgo.NewClient call newClient: an option call, a slice literal of
+// options, an append to options, or a variable of the package assigned any
+// of these. It reports whether every option could be followed: false when
+// an argument holds options from elsewhere (a parameter, a field, what
+// another function returns, a value spread from a call's several results),
+// which may hold any option.
+func kgoOptions(pass *analysis.Pass, assigns map[types.Object][]assignment, newClient *ast.CallExpr, fn func(opt *ast.CallExpr)) bool {
+	info := pass.TypesInfo
+	complete := true
+	var visit func(e ast.Expr, seen map[types.Object]bool)
+	visit = func(e ast.Expr, seen map[types.Object]bool) {
+		switch e := ast.Unparen(e).(type) {
+		case *ast.CompositeLit:
+			for _, el := range e.Elts {
+				visit(el, seen)
+			}
+		case *ast.KeyValueExpr:
+			visit(e.Value, seen)
+		case *ast.Ident:
+			switch obj := info.ObjectOf(e).(type) {
+			case *types.Nil:
+			case *types.Var:
+				if seen[obj] {
+					return
+				}
+				seen[obj] = true
+				if len(assigns[obj]) == 0 || isParam(obj) {
+					complete = false
+				}
+				for _, a := range assigns[obj] {
+					if a.Index == 0 {
+						visit(a.Expr, seen)
+					} else {
+						complete = false
+					}
+				}
+			default:
+				complete = false
+			}
+		case *ast.CallExpr:
+			if isBuiltin(info, e, "append") {
+				for _, a := range e.Args {
+					visit(a, seen)
+				}
+				return
+			}
+			if f := callee(info, e); f != nil && f.Pkg() != nil && f.Pkg().Path() == kgoPath &&
+				f.Type().(*types.Signature).Recv() == nil {
+				fn(e)
+				return
+			}
+			complete = false
+		default:
+			complete = false
+		}
+	}
+	for _, a := range newClient.Args {
+		visit(a, make(map[types.Object]bool))
+	}
+	return complete
+}
+
+// isParam reports whether v is a parameter, result or receiver of a
+// function: its value comes from the caller.
+func isParam(v *types.Var) bool {
+	return v.Kind() == types.ParamVar || v.Kind() == types.RecvVar || v.Kind() == types.ResultVar
 }
 
 // isBuiltin reports whether call calls the builtin function name.

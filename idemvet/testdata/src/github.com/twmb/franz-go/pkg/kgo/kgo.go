@@ -9,6 +9,8 @@ type ProducerOpt interface{ Opt }
 
 type ConsumerOpt interface{ Opt }
 
+type GroupOpt interface{ Opt }
+
 type option struct{}
 
 func (option) opt() {}
@@ -24,7 +26,9 @@ func DisableIdempotentWrite() ProducerOpt        { return option{} }
 func RequiredAcks(acks Acks) ProducerOpt         { return option{} }
 func ProducerLinger(d int) ProducerOpt           { return option{} }
 func ConsumeTopics(topics ...string) ConsumerOpt { return option{} }
-func ConsumerGroup(group string) ConsumerOpt     { return option{} }
+func ConsumerGroup(group string) GroupOpt        { return option{} }
+func DisableAutoCommit() GroupOpt                { return option{} }
+func AutoCommitMarks() GroupOpt                  { return option{} }
 
 type Record struct {
 	Key, Value []byte
@@ -44,4 +48,5 @@ func NewClient(opts ...Opt) (*Client, error) { return &Client{}, nil }
 func (*Client) PollFetches(ctx context.Context) Fetches                       { return nil }
 func (*Client) PollRecords(ctx context.Context, max int) Fetches              { return nil }
 func (*Client) ProduceSync(ctx context.Context, rs ...*Record) ProduceResults { return nil }
+func (*Client) CommitUncommittedOffsets(ctx context.Context) error            { return nil }
 func (*Client) Close()                                                        {}

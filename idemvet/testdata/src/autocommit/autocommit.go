@@ -1,0 +1,111 @@
+package autocommit
+
+import (
+	"context"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func group() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("g")) // want "commits polled offsets on a timer"
+}
+
+func groupSlice(topic string) {
+	opts := []kgo.Opt{kgo.SeedBrokers("k:9092")}
+	opts = append(opts, kgo.ConsumeTopics(topic), kgo.ConsumerGroup("g"))
+	kgo.NewClient(opts...) // want "add kgo.DisableAutoCommit"
+}
+
+var groupOpts = []kgo.Opt{kgo.ConsumerGroup("g")}
+
+func packageLevel() {
+	kgo.NewClient(append(groupOpts, kgo.SeedBrokers("k:9092"))...) // want "commits polled offsets"
+}
+
+func readMessage(ctx context.Context) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"k:9092"}, GroupID: "g", Topic: "orders"})
+	for {
+		m, err := r.ReadMessage(ctx) // want "use FetchMessage, then CommitMessages"
+		if err != nil {
+			return
+		}
+		_ = m
+	}
+}
+
+func readMessageConfigVar(ctx context.Context, group string) {
+	cfg := kafka.ReaderConfig{Brokers: []string{"k:9092"}, Topic: "orders"}
+	cfg.GroupID = group
+	r := kafka.NewReader(cfg)
+	r.ReadMessage(ctx) // want "kafka-go ReadMessage commits the offset"
+}
+
+func readMessagePointer(ctx context.Context) {
+	cfg := &kafka.ReaderConfig{GroupID: "g"}
+	kafka.NewReader(*cfg).ReadMessage(ctx) // want "ReadMessage commits"
+}
+
+// A reader whose config is not seen is reported: it may be a group's.
+func readMessageParam(ctx context.Context, r *kafka.Reader) {
+	r.ReadMessage(ctx) // want "ReadMessage commits"
+}
+
+type consumer struct{ r *kafka.Reader }
+
+func (c *consumer) next(ctx context.Context) (kafka.Message, error) {
+	return c.r.ReadMessage(ctx) // want "ReadMessage commits"
+}
+
+// Not reported.
+
+func manual(ctx context.Context) {
+	cl, _ := kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ConsumerGroup("g"), kgo.DisableAutoCommit())
+	cl.PollFetches(ctx)
+	cl.CommitUncommittedOffsets(ctx)
+}
+
+func marks() {
+	opts := []kgo.Opt{kgo.ConsumerGroup("g")}
+	opts = append(opts, kgo.AutoCommitMarks())
+	kgo.NewClient(opts...)
+}
+
+func pureProducer() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"))
+}
+
+func partitions() {
+	// No group: nothing is committed.
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ConsumeTopics("orders"))
+}
+
+// Options from the caller may hold DisableAutoCommit.
+func extra(extra []kgo.Opt) {
+	kgo.NewClient(append(extra, kgo.ConsumerGroup("g"))...)
+}
+
+func helperOpts() []kgo.Opt { return nil }
+
+func fromHelper() {
+	kgo.NewClient(append(helperOpts(), kgo.ConsumerGroup("g"))...)
+}
+
+func fetch(ctx context.Context) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"k:9092"}, GroupID: "g", Topic: "orders"})
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		return
+	}
+	r.CommitMessages(ctx, m)
+}
+
+func partitionReader(ctx context.Context) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"k:9092"}, Topic: "orders", Partition: 0})
+	r.ReadMessage(ctx)
+}
+
+func emptyGroup(ctx context.Context) {
+	cfg := &kafka.ReaderConfig{Topic: "orders", GroupID: ""}
+	kafka.NewReader(*cfg).ReadMessage(ctx)
+}
