@@ -102,4 +102,18 @@
 // empty one) and whose GroupID field the package never sets. A reader whose
 // config is not seen (a parameter, a field, a helper's result) is reported,
 // even when it reads one partition without a group.
+//
+// idemcheckinsert: in one function (its function literals included), a
+// Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or
+// database/sql handle whose constant SQL is a SELECT (or a WITH that
+// writes nothing) naming a dedup table after FROM or JOIN, subqueries
+// included, followed in the source by an Exec, Query or QueryRow (or a
+// Context form) whose constant SQL inserts into the same table without ON
+// CONFLICT or INSERT OR IGNORE: two concurrent deliveries both find no row.
+// Every such INSERT is reported. Dedup tables go by name, compared in
+// lower case without schema or quotes: processed_event(s),
+// processed_message(s), idempotency_record(s), idempotency_key(s), inbox,
+// any name ending in _inbox and any starting with dedup. Other names, SQL
+// built at run time, and a check in one function with the insert in
+// another are not seen.
 package idemvet

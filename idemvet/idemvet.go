@@ -21,6 +21,7 @@ func Analyzers() []*analysis.Analyzer {
 		Consumer,
 		FloatMoney,
 		AutoCommit,
+		CheckInsert,
 	}
 }
 
@@ -231,6 +232,34 @@ var lockStrengths = []string{"UPDATE", "NO", "SHARE", "KEY"}
 // nested as in PostgreSQL), quoted strings and names, and punctuation.
 func sqlWords(q string) []string {
 	var words []string
+	for _, t := range sqlTokens(q) {
+		if t.kind == sqlWord {
+			words = append(words, t.text)
+		}
+	}
+	return words
+}
+
+// sqlTokenKind says what a sqlToken is.
+type sqlTokenKind int
+
+const (
+	sqlWord  sqlTokenKind = iota // a keyword, name or number, in upper case
+	sqlName                      // a quoted name ("x" or `x`), without its quotes
+	sqlPunct                     // one byte of punctuation: . , ( ) ...
+)
+
+// sqlToken is one token of SQL text.
+type sqlToken struct {
+	kind sqlTokenKind
+	text string
+}
+
+// sqlTokens splits the SQL text q into words, quoted names and
+// punctuation, skipping white space, comments (-- to the end of the line,
+// and /* */, nested as in PostgreSQL) and quoted strings.
+func sqlTokens(q string) []sqlToken {
+	var toks []sqlToken
 	for i := 0; i < len(q); {
 		c := q[i]
 		switch {
@@ -256,23 +285,29 @@ func sqlWords(q string) []string {
 				}
 			}
 		case c == '\'' || c == '"' || c == '`':
-			if j := strings.IndexByte(q[i+1:], c); j >= 0 {
-				i += j + 2
-			} else {
-				i = len(q)
+			j := strings.IndexByte(q[i+1:], c)
+			if j < 0 {
+				j = len(q) - i - 1
 			}
+			if c != '\'' {
+				toks = append(toks, sqlToken{sqlName, q[i+1 : i+1+j]})
+			}
+			i += j + 2
 		case isSQLWordByte(c):
 			j := i
 			for j < len(q) && isSQLWordByte(q[j]) {
 				j++
 			}
-			words = append(words, strings.ToUpper(q[i:j]))
+			toks = append(toks, sqlToken{sqlWord, strings.ToUpper(q[i:j])})
 			i = j
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			i++
 		default:
+			toks = append(toks, sqlToken{sqlPunct, q[i : i+1]})
 			i++
 		}
 	}
-	return words
+	return toks
 }
 
 func isSQLWordByte(c byte) bool {

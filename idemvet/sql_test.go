@@ -1,6 +1,9 @@
 package idemvet
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestIsReadOnlySQL(t *testing.T) {
 	for q, want := range map[string]bool{
@@ -42,6 +45,43 @@ func TestIsReadOnlySQL(t *testing.T) {
 	} {
 		if got := isReadOnlySQL(q); got != want {
 			t.Errorf("isReadOnlySQL(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+func TestSQLTables(t *testing.T) {
+	for _, tc := range []struct {
+		q      string
+		reads  []string
+		insert string
+	}{
+		{q: "SELECT 1 FROM processed_event WHERE id = $1", reads: []string{"processed_event"}},
+		{q: `select 1 from "Public"."Processed_Events" e join ONLY idem.inbox i on true`, reads: []string{"processed_events", "inbox"}},
+		{q: "SELECT EXISTS (SELECT 1 FROM `dedup` WHERE k = ?)", reads: []string{"dedup"}},
+		{q: "/* FROM x */ SELECT now() -- FROM y", reads: nil},
+		{q: "SELECT 'FROM inbox' FROM (SELECT 1) s", reads: nil},
+		{q: "WITH s AS (SELECT id FROM inbox) SELECT * FROM s", reads: []string{"inbox", "s"}},
+		{q: "WITH s AS (DELETE FROM inbox RETURNING id) SELECT * FROM s", reads: nil},
+		{q: "DELETE FROM inbox", reads: nil},
+		{q: "INSERT INTO processed_event (id) VALUES ($1)", insert: "processed_event"},
+		{q: "INSERT OR IGNORE INTO main.\"Inbox\" VALUES (?)", insert: "inbox"},
+		{q: "insert into idem . idempotency_record select * from x", reads: nil, insert: "idempotency_record"},
+		{q: "UPDATE inbox SET n = 1", insert: ""},
+	} {
+		if got := selectTables(tc.q); !slices.Equal(got, tc.reads) {
+			t.Errorf("selectTables(%q) = %q, want %q", tc.q, got, tc.reads)
+		}
+		if got, _ := insertTable(tc.q); got != tc.insert {
+			t.Errorf("insertTable(%q) = %q, want %q", tc.q, got, tc.insert)
+		}
+	}
+	for name, want := range map[string]bool{
+		"processed_event": true, "processed_events": true, "processed_messages": true,
+		"idempotency_record": true, "idempotency_keys": true, "inbox": true, "orders_inbox": true,
+		"dedup": true, "dedup_keys": true, "orders": false, "inboxes_archive": false, "event": false,
+	} {
+		if got := isDedupTable(name); got != want {
+			t.Errorf("isDedupTable(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

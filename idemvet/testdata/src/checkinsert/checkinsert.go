@@ -1,0 +1,123 @@
+package checkinsert
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func pgxTx(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM processed_event WHERE event_id = $1", id).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil // a duplicate
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO processed_event (event_id) VALUES ($1)", id) // want "check-then-insert on processed_event races: insert with ON CONFLICT DO NOTHING"
+	return err
+}
+
+func pool(ctx context.Context, p *pgxpool.Pool, key string) error {
+	rows, err := p.Query(ctx, `SELECT 1 FROM public."Idempotency_Keys" WHERE key = $1`, key)
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	_, err = p.Exec(ctx, `INSERT INTO public."Idempotency_Keys" (key) VALUES ($1)`, key) // want "check-then-insert on idempotency_keys races"
+	return err
+}
+
+const (
+	seenSQL   = "SELECT EXISTS (SELECT 1 FROM orders_inbox WHERE id = ?)"
+	recordSQL = "INSERT INTO orders_inbox (id) VALUES (?)"
+)
+
+func databaseSQL(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var seen bool
+	if err := tx.QueryRowContext(ctx, seenSQL, id).Scan(&seen); err != nil || seen {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, recordSQL, id); err != nil { // want "check-then-insert on orders_inbox"
+		return err
+	}
+	return tx.Commit()
+}
+
+func inClosure(ctx context.Context, db *sql.DB, id string) func() error {
+	return func() error {
+		var x int
+		err := db.QueryRowContext(ctx, "-- seen?\nSELECT 1 FROM dedup_keys k JOIN dedup_keys j ON true WHERE k.id = $1", id).Scan(&x)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		_, err = db.ExecContext(ctx, "INSERT OR REPLACE INTO dedup_keys (id) VALUES ($1)", id) // want "check-then-insert on dedup_keys"
+		return err
+	}
+}
+
+// Not reported.
+
+func onConflict(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM processed_event WHERE event_id = $1", id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO processed_event (event_id) VALUES ($1) ON CONFLICT (event_id) DO NOTHING", id)
+	return err
+}
+
+func insertOrIgnore(ctx context.Context, db *sql.DB, id string) error {
+	var n int
+	db.QueryRowContext(ctx, "SELECT count(*) FROM inbox WHERE id = ?", id).Scan(&n)
+	_, err := db.ExecContext(ctx, "INSERT OR IGNORE INTO inbox (id) VALUES (?)", id)
+	return err
+}
+
+func otherTable(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM processed_event WHERE event_id = $1", id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+	return err
+}
+
+func notDedupTable(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM orders WHERE id = $1", id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+	return err
+}
+
+func selectOnly(ctx context.Context, p *pgxpool.Pool) (int, error) {
+	var n int
+	err := p.QueryRow(ctx, "SELECT count(*) FROM processed_event").Scan(&n)
+	return n, err
+}
+
+func insertOnly(ctx context.Context, tx pgx.Tx, id string) error {
+	_, err := tx.Exec(ctx, "INSERT INTO processed_event (event_id) VALUES ($1)", id)
+	return err
+}
+
+func insertFirst(ctx context.Context, tx pgx.Tx, id string) error {
+	// The INSERT decides (a duplicate fails on the key); the SELECT after
+	// it reads.
+	if _, err := tx.Exec(ctx, "INSERT INTO processed_event (event_id) VALUES ($1)", id); err != nil {
+		return err
+	}
+	var n int
+	return tx.QueryRow(ctx, "SELECT count(*) FROM processed_event").Scan(&n)
+}
+
+func columnNotTable(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM events WHERE source = 'FROM inbox'", id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO inbox (id) VALUES ($1)", id)
+	return err
+}
