@@ -85,9 +85,13 @@ type Config struct {
 	// (minute hour day-of-month month day-of-week), a descriptor such as
 	// "@daily" or "@every 6h", optionally prefixed with "CRON_TZ=Zone ".
 	// It is validated by New. Defaults to "0 3 * * *": daily at 03:00,
-	// off-peak.
+	// off-peak. It is read on the wall clock of its time zone: on the days
+	// the clocks change, a time they skip sweeps when they jump past it,
+	// and a time they repeat sweeps once, at its first occurrence (a daily
+	// schedule sweeps once every day).
 	Schedule string
-	// Location is the time zone of Schedule. Defaults to time.Local.
+	// Location is the time zone of Schedule (a CRON_TZ= prefix takes
+	// precedence). Defaults to time.Local.
 	Location *time.Location
 
 	// LockName is the lease (table idem_lock) that makes exactly one replica

@@ -49,7 +49,70 @@ func wait(ctx context.Context, d time.Duration) bool {
 
 // Next returns when Run sweeps next after t.
 func (c *Cleaner[TTx]) Next(t time.Time) time.Time {
-	return c.sched.Next(t.In(c.cfg.Location))
+	return nextOnWallClock(c.sched, t, c.cfg.Location)
+}
+
+// nextOnWallClock returns the next time of s after t, reading the schedule
+// on the wall clock of its time zone (the schedule's CRON_TZ, else loc), so
+// that a daily schedule fires once on every day, clock changes included. A
+// wall time the clocks skip (the spring-forward gap) fires when they jump
+// past it, and a wall time they repeat (the fall-back hour) fires once, at
+// its first occurrence. robfig/cron, left to itself, skips the first and
+// fires the second twice: with the default 03:00, where the clocks jump from
+// 03:00 to 04:00 (Eastern Europe), a day without a sweep every spring.
+func nextOnWallClock(s cron.Schedule, t time.Time, loc *time.Location) time.Time {
+	spec, ok := s.(*cron.SpecSchedule)
+	if !ok {
+		return s.Next(t.In(loc)) // @every: a fixed delay, no wall clock
+	}
+	if spec.Location != time.Local {
+		loc = spec.Location
+	}
+	// The wall clock of t, as a UTC time: UTC has no clock changes.
+	onWall := *spec
+	onWall.Location = time.UTC
+	wall := wallOf(t.In(loc))
+	for {
+		next := onWall.Next(wall)
+		if next.IsZero() {
+			return next
+		}
+		// In the second pass of a repeated hour, a time of that hour
+		// already had its first occurrence, before t: the next one.
+		if at := instantOfWall(next, loc); at.After(t) {
+			return at
+		}
+		wall = next
+	}
+}
+
+// instantOfWall returns the first instant in loc whose wall clock reads w
+// (given as a UTC time), or, for a wall time that loc skips, the instant
+// the clocks jump past it.
+func instantOfWall(w time.Time, loc *time.Location) time.Time {
+	c := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
+	start, end := c.ZoneBounds()
+	if !start.IsZero() {
+		// A repeated wall time: the same reading under the offset in force
+		// before c's zone period began is an earlier instant.
+		_, off := start.Add(-time.Nanosecond).Zone()
+		if e := w.Add(-time.Duration(off) * time.Second).In(loc); e.Before(start) && wallOf(e).Equal(w) {
+			return e
+		}
+	}
+	switch got := wallOf(c); {
+	case got.Equal(w):
+		return c
+	case got.After(w):
+		return start // c lies past the jump, which began its zone period
+	default:
+		return end // c lies before the jump, which ends its zone period
+	}
+}
+
+// wallOf returns the wall clock reading of t as a UTC time.
+func wallOf(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 
 // Run sweeps on Config.Schedule until ctx is done, then returns nil. Each

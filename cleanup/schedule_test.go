@@ -133,3 +133,70 @@ func TestEveryUnderASecondRefused(t *testing.T) {
 		}
 	}
 }
+
+// A daily schedule sweeps once on every calendar day of its time zone, on
+// the days the clocks change too: a time the clocks skip (the
+// spring-forward gap) sweeps when they jump past it, and a time they repeat
+// (the fall-back hour) sweeps once, at its first occurrence. In Eastern
+// Europe the clocks jump from 03:00 to 04:00 and fall back from 04:00 to
+// 03:00, so the default schedule is the case; 02:30 in New York too.
+func TestScheduleAcrossDST(t *testing.T) {
+	t.Parallel()
+	helsinki, err := time.LoadLocation("Europe/Helsinki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newYork, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	utc := func(y int, m time.Month, d, h, mi int) time.Time { return time.Date(y, m, d, h, mi, 0, 0, time.UTC) }
+	for _, tc := range []struct {
+		name     string
+		schedule string
+		loc      *time.Location
+		from     time.Time
+		want     []time.Time // the next sweeps after from, in UTC
+	}{
+		{"default schedule, Helsinki, spring forward", "", helsinki, utc(2031, 3, 28, 12, 0), []time.Time{
+			utc(2031, 3, 29, 1, 0), // 03:00 EET
+			utc(2031, 3, 30, 1, 0), // 03:00 does not exist: 04:00 EEST, when the clocks jump
+			utc(2031, 3, 31, 0, 0), // 03:00 EEST
+		}},
+		{"default schedule, Helsinki, fall back", "", helsinki, utc(2031, 10, 25, 12, 0), []time.Time{
+			utc(2031, 10, 26, 0, 0), // 03:00 EEST, the first of the two 03:00s
+			utc(2031, 10, 27, 1, 0), // 03:00 EET
+		}},
+		{"CRON_TZ, Helsinki, spring forward", "CRON_TZ=Europe/Helsinki 0 3 * * *", time.UTC, utc(2031, 3, 29, 12, 0), []time.Time{
+			utc(2031, 3, 30, 1, 0),
+			utc(2031, 3, 31, 0, 0),
+		}},
+		{"02:30, New York, spring forward", "30 2 * * *", newYork, utc(2031, 3, 8, 12, 0), []time.Time{
+			utc(2031, 3, 9, 7, 0),   // 02:30 does not exist: 03:00 EDT
+			utc(2031, 3, 10, 6, 30), // 02:30 EDT
+		}},
+		{"Helsinki, in the second pass of the repeated hour", "45 3 * * *", helsinki, utc(2031, 10, 26, 1, 30), []time.Time{
+			utc(2031, 10, 27, 1, 45), // 03:45 EEST was the first 03:45, already past
+		}},
+		{"01:30, New York, fall back", "30 1 * * *", newYork, utc(2031, 11, 1, 12, 0), []time.Time{
+			utc(2031, 11, 2, 5, 30), // 01:30 EDT, the first of the two 01:30s
+			utc(2031, 11, 3, 6, 30), // 01:30 EST
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := cleanup.New(testdb.SQLite(t), &cleanup.Config{Schedule: tc.schedule, Location: tc.loc, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := tc.from
+			for _, want := range tc.want {
+				// Run asks for the next sweep a little after the last one.
+				got := c.Next(at)
+				if !got.Equal(want) {
+					t.Fatalf("Next(%s) = %s; want %s", at.In(tc.loc), got.In(tc.loc), want.In(tc.loc))
+				}
+				at = got.Add(5 * time.Second)
+			}
+		})
+	}
+}
