@@ -106,7 +106,8 @@ func (c *Cleaner[TTx]) Owner() string { return c.owner }
 // Config.BatchSize rows until a batch deletes fewer, with Config.Pause
 // between batches. A table whose sweep fails does not stop the others; the
 // errors are joined. When ctx is done the sweep stops within one statement
-// and RunOnce returns ctx's error with what was done so far.
+// and RunOnce returns ctx's error with what was done so far (with
+// Report.Interrupted set when ctx was cancelled).
 func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	wall := time.Now()
 	rep := Report{Owner: c.owner, Started: c.cfg.Now()}
@@ -114,6 +115,7 @@ func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	err := c.runOnce(ctx, &rep)
 	rep.Duration = time.Since(wall)
 	rep.Err = err
+	rep.Interrupted = err != nil && errors.Is(ctx.Err(), context.Canceled)
 	if c.cfg.Tracer != nil {
 		span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
 			observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))
@@ -208,11 +210,14 @@ func (c *Cleaner[TTx]) logReport(rep Report, err error) {
 		attrs = append(attrs, slog.Group(t.Table, "deleted", t.Deleted, "batches", t.Batches,
 			"dropped_partitions", len(t.PartitionsDropped), "duration", t.Duration))
 	}
-	if err != nil {
+	switch {
+	case rep.Interrupted:
+		log.Info("cleanup: sweep interrupted: its context was cancelled (shutting down); the next sweep goes on", append(attrs, "err", err)...)
+	case err != nil:
 		log.Error("cleanup: sweep failed", append(attrs, "err", err)...)
-		return
+	default:
+		log.Info("cleanup: sweep done", attrs...)
 	}
-	log.Info("cleanup: sweep done", attrs...)
 }
 
 // sleep waits d (nothing for NoPause), or until ctx is done.

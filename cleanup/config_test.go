@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,4 +175,107 @@ func TestOnSweepSeesAFailedSweep(t *testing.T) {
 	if len(got) != 2 || got[0].Err != nil || !errors.Is(got[1].Err, err) {
 		t.Fatalf("OnSweep reports: %+v; want a first without Err, a second with RunOnce's error %v", got, err)
 	}
+}
+
+// A sweep cut short by its context's cancellation (Run's, at shutdown) is
+// Interrupted and logged at Info, not as a failure at Error; a sweep whose
+// rule fails, or whose context passed its deadline, is a failure.
+func TestSweepInterruptedIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		interrupted bool
+		level       string
+	}
+	tests := []struct {
+		name string
+		// del is the rule's Delete; cancel ends RunOnce's context.
+		del  func(cancel context.CancelCauseFunc) (int, error)
+		ctx  func(t *testing.T) (context.Context, context.CancelCauseFunc)
+		want want
+	}{{
+		name: "cancelled mid-sweep",
+		del: func(cancel context.CancelCauseFunc) (int, error) {
+			cancel(errors.New("shutting down"))
+			return 10, nil // a full batch: the sweep pauses, and sees ctx end
+		},
+		want: want{interrupted: true, level: "INFO"},
+	}, {
+		name: "rule fails",
+		del:  func(context.CancelCauseFunc) (int, error) { return 0, errors.New("disk full") },
+		want: want{level: "ERROR"},
+	}, {
+		name: "deadline passed mid-sweep",
+		del: func(context.CancelCauseFunc) (int, error) {
+			time.Sleep(60 * time.Millisecond)
+			return 10, nil
+		},
+		ctx: func(t *testing.T) (context.Context, context.CancelCauseFunc) {
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			return ctx, func(error) { cancel() }
+		},
+		want: want{level: "ERROR"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancelCause(t.Context())
+			if tt.ctx != nil {
+				ctx, cancel = tt.ctx(t)
+			}
+			defer cancel(nil)
+			var buf lockedBuffer
+			var got []cleanup.Report
+			c, err := cleanup.New(testdb.SQLite(t), &cleanup.Config{
+				BatchSize: 10,
+				Pause:     time.Hour,
+				Logger:    slog.New(slog.NewTextHandler(&buf, nil)),
+				OnSweep:   func(r cleanup.Report) { got = append(got, r) },
+				Rules: []cleanup.Rule{{
+					Table: "audit_log",
+					TTL:   7 * 24 * time.Hour,
+					Delete: func(context.Context, driver.Executor, time.Time, int) (int, error) {
+						return tt.del(cancel)
+					},
+				}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := c.RunOnce(ctx)
+			if err == nil {
+				t.Fatal("RunOnce: nil error; want the sweep's")
+			}
+			if rep.Interrupted != tt.want.interrupted || len(got) != 1 || got[0].Interrupted != tt.want.interrupted {
+				t.Errorf("Report.Interrupted = %v (OnSweep got %d reports); want %v", rep.Interrupted, len(got), tt.want.interrupted)
+			}
+			var line string
+			for l := range strings.Lines(buf.String()) {
+				if strings.Contains(l, "cleanup: sweep") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, "level="+tt.want.level) {
+				t.Errorf("sweep logged as %q; want level %s", line, tt.want.level)
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a logger may write from several
+// goroutines (the lease's renewal logs too).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -21,6 +21,13 @@ type Report struct {
 	// joined, and failures no table reports (the lease could not be
 	// taken or was lost, ctx ended between tables).
 	Err error
+	// Interrupted is true when the sweep stopped because RunOnce's context
+	// was cancelled (Run's context: the process is shutting down) before
+	// it was done; Err is then set too. Nothing failed: the next sweep
+	// carries on where this one stopped, so it is logged at Info, not
+	// Error. A context that passed its deadline is a failure, not an
+	// interruption: the sweep did not fit in the time it was given.
+	Interrupted bool
 }
 
 // TableReport is the sweep of one table.

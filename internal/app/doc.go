@@ -137,7 +137,8 @@
 // take turns through cleanup's lease, so one sweeps and the others skip.
 //
 // Metrics besides the HTTP ones: idemd_http_outcomes_total,
-// idemd_cleanup_sweeps_total, idemd_cleanup_deleted_rows_total,
+// idemd_cleanup_sweeps_total{result="done|skipped|interrupted|failed"},
+// idemd_cleanup_deleted_rows_total,
 // idemd_outbox_lag_seconds (age of the oldest unpublished event),
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the

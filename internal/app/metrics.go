@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 		}, []string{"outcome"}),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_cleanup_sweeps_total",
-			Help: "Retention sweeps by result: done, skipped (another replica sweeps), failed.",
+			Help: "Retention sweeps by result: done, skipped (another replica sweeps), interrupted (cut short by the shutdown), failed.",
 		}, []string{"result"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_cleanup_deleted_rows_total",
@@ -83,7 +83,7 @@ func newMetrics() *metrics {
 			m.events.WithLabelValues(c, r)
 		}
 	}
-	for _, r := range []string{"done", "skipped", "failed"} {
+	for _, r := range []string{"done", "skipped", "interrupted", "failed"} {
 		m.sweeps.WithLabelValues(r)
 	}
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
@@ -106,6 +106,8 @@ func (m *metrics) sweep(rep cleanup.Report) {
 		m.deleted.WithLabelValues(t.Table).Add(float64(t.Deleted))
 	}
 	switch {
+	case rep.Interrupted: // the shutdown: nothing to alert on
+		result = "interrupted"
 	case rep.Err != nil: // a table's failure, or the lease's
 		result = "failed"
 	case rep.Skipped:

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -33,13 +34,15 @@ func TestWatchdogMetrics(t *testing.T) {
 	}
 }
 
-// A sweep that failed before any table counts as failed.
+// A sweep that failed before any table counts as failed; one cut short by
+// the shutdown as interrupted, not failed.
 func TestSweepMetrics(t *testing.T) {
 	m := newMetrics()
 	m.sweep(cleanup.Report{Err: errors.New("acquire lease: database is closed")})
+	m.sweep(cleanup.Report{Err: context.Canceled, Interrupted: true})
 	m.sweep(cleanup.Report{Skipped: true})
 	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 5}}})
-	for result, want := range map[string]float64{"failed": 1, "skipped": 1, "done": 1} {
+	for result, want := range map[string]float64{"failed": 1, "skipped": 1, "done": 1, "interrupted": 1} {
 		if got := testutil.ToFloat64(m.sweeps.WithLabelValues(result)); got != want {
 			t.Errorf(`idemd_cleanup_sweeps_total{result=%q} = %v; want %v`, result, got, want)
 		}
