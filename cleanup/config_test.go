@@ -6,13 +6,13 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 func noDelete(context.Context, driver.Executor, time.Time, int) (int, error) { return 0, nil }
@@ -223,7 +223,7 @@ func TestSweepInterruptedIsNotAFailure(t *testing.T) {
 				ctx, cancel = tt.ctx(t)
 			}
 			defer cancel(nil)
-			var buf lockedBuffer
+			var buf testlog.Buffer
 			var got []cleanup.Report
 			c, err := cleanup.New(testdb.SQLite(t), &cleanup.Config{
 				BatchSize: 10,
@@ -259,23 +259,4 @@ func TestSweepInterruptedIsNotAFailure(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a logger may write from several
-// goroutines (the lease's renewal logs too).
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 var errBoom = errors.New("boom")
@@ -326,24 +327,6 @@ func TestPanicWithPoisonDeadLetteredAtOnce(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (kgo's logger).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // NewConsumer reads the user's partition callbacks from a probe client;
 // kgo's default revoke callback (commit every polled offset) installed on
 // that probe must not run when the consumer's partitions are revoked: the
@@ -357,7 +340,7 @@ func TestRevokeRunsNoDefaultCommit(t *testing.T) {
 	evs := newEvents(t, 6, 3)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
 	cfg.ExtraOpts = append(cfg.ExtraOpts, kgo.WithLogger(kgo.BasicLogger(&logs, kgo.LogLevelDebug, nil)))
 	inst := start(t, b, "billing", cfg)

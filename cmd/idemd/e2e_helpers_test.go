@@ -40,6 +40,7 @@ import (
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // Knobs of the end-to-end tests. IDEM_E2E_SOAK=1 turns on a longer soak
@@ -140,31 +141,13 @@ func hasFlag(t testing.TB, name string) bool {
 // ---------------------------------------------------------------------------
 // idemd processes
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one idemd process.
 type proc struct {
 	name   string
 	args   []string
 	base   string // http://127.0.0.1:PORT
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	done   chan struct{} // closed when it exited
 	err    error         // its exit, once done is closed
 	// stopping is set before the test signals it: an exit without it is
@@ -217,7 +200,7 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 		name:   fmt.Sprintf("%s#%d", name, c.n[name]),
 		args:   args,
 		cmd:    exec.Command(bin, args...),
-		stderr: &syncBuffer{},
+		stderr: &testlog.Buffer{},
 		done:   make(chan struct{}),
 	}
 	c.mu.Unlock()

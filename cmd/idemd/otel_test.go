@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -250,7 +251,7 @@ func TestOTelWithoutCollector(t *testing.T) {
 	cmd := exec.Command(idemdBinary(t), append(commonArgs(freeAddr(t), "sqlite:"+filepath.Join(dir, "idemd.db")), "-kafka-dir", filepath.Join(dir, "kafka"))...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+closed, "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_METRIC_EXPORT_INTERVAL=100")
-	stderr := &syncBuffer{}
+	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // start runs an app on dbArg with the embedded broker's log in dir until
@@ -80,7 +81,7 @@ func TestEmbeddedNewLogRepublishes(t *testing.T) {
 			events := count("outbox")
 			applied := count(consumerEvents(app.ProjectionInbox))
 
-			logs := &syncBuffer{}
+			logs := &testlog.Buffer{}
 			s, _ = start(t, dbArg, t.TempDir(), count, logs)
 			republished := func() bool {
 				return strings.Contains(logs.String(), "new log, every event still in the outbox is published again") &&
@@ -320,7 +321,7 @@ func TestKafkaRetentionChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs testlog.Buffer
 		a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
@@ -354,7 +355,7 @@ func TestKafkaDeadLetterTopicChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs testlog.Buffer
 		a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
 		if err != nil {
 			t.Fatalf("app.New: %v", err)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // env is the app on a fresh database behind an httptest server.
@@ -24,7 +24,7 @@ type env struct {
 	t     *testing.T
 	app   *app.App
 	srv   *httptest.Server
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	count func() int // rows in the payment table
 }
 
@@ -97,7 +97,7 @@ func newEnv(t *testing.T, kind string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	a, err := app.New(context.Background(), cfg, newTestLogger(logs))
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -176,24 +176,6 @@ func (e *env) post(key, body string, header ...string) response {
 
 func paymentBody(ext string) string {
 	return `{"provider":"sber","external_payment_id":"` + ext + `","amount":"100.50","customer_id":42}`
-}
-
-// syncBuffer is a log destination safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }

@@ -33,6 +33,7 @@ import (
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // testPKI is a CA of a test, its certificates and their PEM files.
@@ -441,7 +442,7 @@ func TestKafkaSASLPlainWithoutTLSWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	a, err := app.New(context.Background(), cfg, newTestLogger(&logs))
 	if err != nil {
 		t.Fatalf("app.New: %v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // No log line, at any level, carries a request body, a payment amount or an
@@ -18,7 +19,7 @@ import (
 // validation or are refused are logged by route, status and outcome only.
 func TestLogsCarryNoSecretsOrAmounts(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg, err := app.ParseConfig([]string{"-db", testdb.SQLitePath(t), "-kafka-dir", t.TempDir()}, func(string) string { return "" })
 	if err != nil {

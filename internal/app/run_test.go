@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // run calls app.Run and returns its exit code and output.
@@ -82,7 +83,7 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 	path := testdb.SQLitePath(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	exited := make(chan int, 1)
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + path}, envOf(nil), stdout, stderr)
@@ -179,7 +180,7 @@ func TestRunSweepsExpiredRecords(t *testing.T) {
 	path := testdb.SQLitePath(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	exited := make(chan int, 1)
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", path, "-cleanup", "@every 1s"}, envOf(nil), stdout, stderr)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 func TestOTelSetting(t *testing.T) {
@@ -62,7 +63,7 @@ func TestOTelWithoutExporter(t *testing.T) {
 // that never answers, idemd exits within the bound, not 5 s after it.
 func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	flushed := make(chan time.Duration, 1)
 	opts := app.Options{Telemetry: func(context.Context, app.TelemetrySetup) (*app.Telemetry, error) {

@@ -1,7 +1,6 @@
 package orders_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +21,9 @@ import (
 	"github.com/idemkit/idem/internal/payments"
 	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/saga"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A saga that can never be compensated (its charge completed, and idemd
 // has no refunds) is Failed for an operator: the compensator logs it when
@@ -55,7 +37,7 @@ func TestRecoverLeavesUncompensableFailedSaga(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.NewTextHandler(logs, nil)))
 	inTx := txRunner(t, drv)
 	var o orders.Order
