@@ -8,6 +8,7 @@
 //	go run ./bench/kafkabench -rounds 5 -n 100000 -workers 4
 //	go run ./bench/kafkabench -scenarios relay -relay-batch 100,500,2000 -relays 2
 //	go run ./bench/kafkabench -scenarios latency     # relay latency at 1000 events/s; about 25 s
+//	go run ./bench/kafkabench -scenarios restart     # relay and consumer SIGKILLed mid-load; about 15 s
 //	go run ./bench/kafkabench -h                     # every flag
 //
 // It creates a private schema (dropped at exit) with idem's tables
@@ -95,6 +96,47 @@
 // and the relay's batches per second. Check: every event published once and
 // consumed once, per key in order, and at least 95% of -latency-rate
 // reached.
+//
+// The restart scenario (not in the default -scenarios) kills a relay and
+// then a consumer mid-load, as a crash would (SIGKILL: no rollback, no
+// offset commit, no LeaveGroup), and starts a new one at once. Each runs
+// in a child process: this program re-executed with hidden -child flags
+// (the role, the bench's schema, the kfake broker's TCP address, the
+// topic), which reports "ready", its first batch through and, for the
+// consumer, every batch's stats on its stdout. The relay: -restart-n
+// (50,000) events over -relay-keys keys enqueued as in the relay scenario
+// (a backlog filled before the relay starts, untimed: a crash then costs
+// drain throughput, which concurrent writers at a fixed rate would hide),
+// drained by a relay child with RelayConfig's defaults into a kfake topic
+// that a kgo reader in the bench follows. Timed from the child's "ready"
+// to the reader's seeing the last event (not to its marking, as relay
+// does), once uninterrupted and once with the child SIGKILLed when the
+// reader has seen half of the events and a new one started: it prints both
+// throughputs and their ratio, the time from the kill to the new child's
+// "ready" and to the broker's first acknowledgement of its publishing,
+// and the events published twice (the relay is at-least-once across a
+// crash: batches acknowledged but not yet marked when it died). Check,
+// both runs: every event in the topic, none missing, per key the first
+// copies in sequence order, no outbox row left pending. The consumer: an
+// idemkafka.Consumer child (the inbox, a Handler writing one ledger row
+// per event in the inbox's transaction) reads the uninterrupted run's
+// topic, timed from "ready" until the group's committed offsets reach the
+// end of every partition, once uninterrupted and once SIGKILLed when half
+// of the records are committed plus a random part of one batch's time (the
+// uninterrupted run's mean), a new member of the same group started at
+// once. A killed member never leaves its group: the new one gets the
+// partitions once the group session timeout (-restart-session, 6s, the
+// least a stock Kafka broker accepts; kfake is started to accept less)
+// expired, which is most of the gap printed (kill -> the new consumer's
+// first batch committed). It prints the records the new consumer got again
+// and skipped as duplicates (BatchStats.Duplicates); a batch's offsets
+// are committed right after its transaction, so only a kill between the
+// two leaves some, while the transaction a kill interrupts rolls back and
+// its records are applied again. Check, both runs: one effect row and one
+// processed_event row per event, 0 missing, 0 doubled. A failed check
+// prints FAILED and the program exits with status 1; a run that stops
+// making progress (10s without a new event in the topic, or the session
+// timeout and 10s without an offset committed) is cut short and checked.
 //
 // Absolute numbers depend on the machine and on what else runs on it: the
 // bench, PostgreSQL and kfake share the same CPUs.

@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,10 @@ type options struct {
 	latencyDuration time.Duration
 	latencyWarmup   time.Duration
 	latencyWriters  int
+
+	restartN       int
+	restartSession time.Duration
+	child          childOpts // the hidden flags of a child process (restart)
 }
 
 func main() {
@@ -62,7 +67,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; every scenario runs once per round, in a random order; figures are medians over rounds")
 	flag.Float64Var(&o.dupFrac, "dup", 0.10, "after each timed run, redeliver this fraction of its events (the duplicate round; 0 skips it)")
 	flag.IntVar(&o.accounts, "accounts", 1000, "distinct account keys the consumed events carry")
-	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets; latency is not in the default)")
+	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets; latency and restart are not in the default)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the bench's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 
@@ -81,6 +86,18 @@ func main() {
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 20*time.Second, "latency: measured window, after the warm-up")
 	flag.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "latency: load before the window, not counted")
 	flag.IntVar(&o.latencyWriters, "latency-writers", 8, "latency: writer goroutines (connections) sharing -latency-rate, each pacing on a ticker")
+
+	flag.IntVar(&o.restartN, "restart-n", 50_000, "restart: events relayed, then consumed, in each run (also uses -relay-keys, -partitions, -relay-concurrency)")
+	flag.DurationVar(&o.restartSession, "restart-session", 6*time.Second, "restart: the consumer group's session timeout (6s is the least a Kafka broker accepts by default)")
+
+	// The hidden flags of a child process of the restart scenario (this
+	// program re-executed): not shown by -h.
+	flag.StringVar(&o.child.role, "child", "", "")
+	flag.StringVar(&o.child.schema, "child-schema", "", "")
+	flag.StringVar(&o.child.seeds, "child-seeds", "", "")
+	flag.StringVar(&o.child.topic, "child-topic", "", "")
+	flag.StringVar(&o.child.name, "child-name", "", "")
+	flag.Usage = usage
 	flag.Parse()
 
 	for s := range strings.SplitSeq(relayBatches, ",") {
@@ -100,6 +117,22 @@ func main() {
 	if o.latencyRate <= 0 || o.latencyDuration <= 0 || o.latencyWarmup < 0 || o.latencyWriters < 1 {
 		fmt.Fprintln(os.Stderr, "kafkabench: -latency-rate, -latency-duration and -latency-writers must be positive, -latency-warmup not negative")
 		os.Exit(2)
+	}
+	if o.restartN < 2 || o.restartSession <= 0 {
+		fmt.Fprintln(os.Stderr, "kafkabench: -restart-n must be at least 2 and -restart-session positive")
+		os.Exit(2)
+	}
+
+	if o.child.role != "" {
+		// A child process of the restart scenario: SIGTERM stops it
+		// gracefully, SIGKILL is the crash.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := runChild(ctx, o); err != nil {
+			fmt.Fprintf(os.Stderr, "kafkabench: child %s: %v\n", o.child.role, err)
+			os.Exit(1)
+		}
+		return
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -177,8 +210,29 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
+	if want["restart"] {
+		fmt.Println()
+		if err := env.runRestart(ctx); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("\nload average at end %s (GOMAXPROCS=%d)\n", loadAvg(), runtime.GOMAXPROCS(0))
 	return nil
+}
+
+// usage prints the flags but the hidden ones of a child process.
+func usage() {
+	out := flag.CommandLine.Output()
+	_, _ = fmt.Fprintf(out, "Usage of %s:\n", os.Args[0])
+	shown := flag.NewFlagSet(os.Args[0], flag.ContinueOnError)
+	shown.SetOutput(out)
+	flag.VisitAll(func(f *flag.Flag) {
+		if f.Name != "child" && !strings.HasPrefix(f.Name, "child-") {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
 }
 
 func randHex(n int) string {

@@ -24,7 +24,7 @@ type bench struct {
 
 // effectTables are the business tables of the consumer scenarios, one per
 // scenario so that they do not contend nor grow each other's indexes.
-var effectTables = []string{"effect_a", "effect_b", "effect_c", "effect_b2", "effect_c2"}
+var effectTables = []string{"effect_a", "effect_b", "effect_c", "effect_b2", "effect_c2", restartTable}
 
 // createSchema creates the bench's schema and its business tables; idem's
 // tables are created by pgdriver's Migrate.

@@ -54,7 +54,7 @@ func (b *bench) runRelay(ctx context.Context, bs int) error {
 
 	// Fill the outbox (untimed for the relay, but reported).
 	fillStart := time.Now()
-	if err := b.fillOutbox(ctx); err != nil {
+	if err := b.fillOutbox(ctx, o.relayN); err != nil {
 		return err
 	}
 	fill := time.Since(fillStart)
@@ -200,15 +200,15 @@ func okStr(ok bool) string {
 	return "FAILED"
 }
 
-// fillOutbox enqueues the relay's events. Each writer owns the keys k with
-// k % writers == its index and enqueues their events in sequence order, so
-// the outbox order of a key is its sequence order.
-func (b *bench) fillOutbox(ctx context.Context) error {
+// fillOutbox enqueues n events over -relay-keys keys. Each writer owns the
+// keys k with k % writers == its index and enqueues their events in
+// sequence order, so the outbox order of a key is its sequence order.
+func (b *bench) fillOutbox(ctx context.Context, n int) error {
 	o := b.o
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	seq := make([]int, o.relayKeys)
 	per := make([][]relayPayload, o.enqueueWriter)
-	for range o.relayN {
+	for range n {
 		k := rng.IntN(o.relayKeys)
 		seq[k]++
 		w := k % o.enqueueWriter
