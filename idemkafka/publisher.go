@@ -44,7 +44,11 @@ type PublisherConfig struct {
 
 	// Client, if set, is used instead of a client of the publisher's own
 	// (Seeds and ExtraOpts must then be empty). It is checked like
-	// ExtraOpts, and Close does not close it.
+	// ExtraOpts, and Close does not close it. Records produced through it
+	// elsewhere share record batches with the publisher's: when the broker
+	// refuses such a batch as a whole, the publisher cannot tell their
+	// fault from its events', and may park an event for a record of yours
+	// (see Publisher.Publish).
 	Client *kgo.Client
 
 	// Logger receives errors the caller cannot see in Publish's result
@@ -78,6 +82,9 @@ type Publisher struct {
 	maxBytes func(topic string) int32
 	log      *slog.Logger
 	headers  event.HeaderOptions
+	// gate keeps the records of other Publish calls out of the client
+	// while produceAlone finds which events of a refused batch are poison.
+	gate gate
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -174,6 +181,14 @@ func (p *Publisher) Close() {
 // key whose earlier event failed before being sent wraps outbox.ErrSkipped
 // and is not sent.
 //
+// When the broker refuses a record batch as a whole (MESSAGE_TOO_LARGE on
+// a topic whose max.message.bytes is below the client's batch size,
+// INVALID_RECORD, CORRUPT_MESSAGE), kgo fails every record of it, which may
+// hold the records of several events, and of concurrent Publish calls.
+// Those events are then produced again one record at a time, while the
+// publisher's other Publish calls wait, and only an event the broker
+// refuses alone is poison.
+//
 // Order: the events of one key go to one partition of their topic (the key
 // is hashed as Java clients do) in the order given, and the idempotent
 // producer keeps that order through its retries. When Topic sends a key's
@@ -238,10 +253,21 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	}
 	var alone []int // events whose batch the broker refused as a whole
 	if len(rs) > 0 {
-		for _, res := range p.cl.ProduceSync(ctx, rs...) {
+		results := make(kgo.ProduceResults, 0, len(rs))
+		if err := p.gate.enter(ctx, false); err != nil {
+			for _, r := range rs {
+				results = append(results, kgo.ProduceResult{Record: r, Err: err})
+			}
+		} else {
+			results = p.cl.ProduceSync(ctx, rs...)
+			p.gate.leave(false)
+		}
+		for _, res := range results {
 			i := index[res.Record]
 			if res.Err != nil {
-				if len(rs) > 1 && batchLevel(res.Err) {
+				// Even a batch of one: another Publish call's records
+				// may have shared its record batch.
+				if batchLevel(res.Err) {
 					alone = append(alone, i)
 					continue
 				}
@@ -271,10 +297,19 @@ func batchLevel(err error) bool {
 // produceAlone produces the events idx (in order) one record at a time,
 // after their batch was refused as a whole: only an event refused alone is
 // poison, and a key's later events wait behind its failed one (skipped).
+// Meanwhile the other Publish calls wait (p.gate): kgo would put their
+// records into the same record batch, and fail them with it.
 func (p *Publisher) produceAlone(ctx context.Context, events []event.Envelope, idx []int, errs []error) {
 	slices.Sort(idx)
 	p.log.Warn("idemkafka: the broker refused a batch as a whole; producing its events one at a time",
 		"events", len(idx), "first_event_id", events[idx[0]].ID)
+	if err := p.gate.enter(ctx, true); err != nil {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("idemkafka: the broker refused the batch of event %s as a whole; not produced alone: %w", events[i].ID, err)
+		}
+		return
+	}
+	defer p.gate.leave(true)
 	var failed map[string]int
 	for _, i := range idx {
 		e := events[i]
