@@ -109,7 +109,10 @@
 // franz-go's idempotent producer and acks=all; options that would turn
 // either off are refused at construction ([ErrNotIdempotent]). A broker
 // retry of an appended batch (a replica timeout) is then deduplicated by
-// the broker's sequence numbers, and records of one key stay in order.
+// the broker's sequence numbers, and records of one key stay in order. A
+// client whose producer ID kgo failed for good (an InitProducerID the
+// broker refused) is replaced by a new one, so publishing resumes once the
+// cause is fixed.
 // Idempotence does not span producer sessions or separate Publish calls: a
 // relay that crashes after publishing and before marking the rows
 // published publishes them again, with the same event IDs, and the

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -76,12 +79,17 @@ type PublisherConfig struct {
 // and acks=all. It implements outbox.Publisher. It is safe for concurrent
 // use.
 type Publisher struct {
-	cl       *kgo.Client
-	owned    bool
-	topic    func(event.Envelope) string
-	maxBytes func(topic string) int32
-	log      *slog.Logger
-	headers  event.HeaderOptions
+	cl    atomic.Pointer[kgo.Client]
+	owned bool
+	// newClient makes a client like the first one (nil when the client is
+	// the caller's): kgo never retries a producer ID it failed for good.
+	newClient func() (*kgo.Client, error)
+	clMu      sync.Mutex // Close against a renewal of the client
+	closed    bool
+	topic     func(event.Envelope) string
+	maxBytes  func(topic string) int32
+	log       *slog.Logger
+	headers   event.HeaderOptions
 	// gate keeps the records of other Publish calls out of the client
 	// while produceAlone finds which events of a refused batch are poison.
 	gate gate
@@ -126,7 +134,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: HeaderFormat and Source: %w", err)
 	}
 	if cfg.Client != nil {
-		p.cl = cfg.Client
+		p.cl.Store(cfg.Client)
 	} else {
 		opts := append([]kgo.Opt{
 			kgo.SeedBrokers(cfg.Seeds...),
@@ -136,13 +144,15 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		if err != nil {
 			return nil, optionsError("publisher client", err)
 		}
-		p.cl, p.owned = cl, true
+		p.cl.Store(cl)
+		p.owned = true
+		p.newClient = func() (*kgo.Client, error) { return kgo.NewClient(opts...) }
 	}
-	if err := checkProducer(p.cl); err != nil {
+	if err := checkProducer(p.cl.Load()); err != nil {
 		p.Close()
 		return nil, err
 	}
-	p.maxBytes, _ = p.cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
+	p.maxBytes, _ = p.cl.Load().OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
 	if p.topic == nil {
 		p.topic = func(event.Envelope) string { return cfg.DefaultTopic }
 	} else if cfg.DefaultTopic != "" {
@@ -157,15 +167,20 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Client returns the publisher's client.
-func (p *Publisher) Client() *kgo.Client { return p.cl }
+// Client returns the publisher's client. A client of the publisher's own
+// is replaced, and closed, when kgo fails its producer ID for good (see
+// Publish): call Client again rather than keep the result.
+func (p *Publisher) Client() *kgo.Client { return p.cl.Load() }
 
 // Close closes the client, unless it was given in PublisherConfig.Client. A
 // Publish blocked on a record whose outcome the broker has not told yet
 // (see Publish) returns then.
 func (p *Publisher) Close() {
+	p.clMu.Lock()
+	p.closed = true
+	p.clMu.Unlock()
 	if p.owned {
-		p.cl.Close()
+		p.cl.Load().Close()
 	}
 }
 
@@ -200,6 +215,15 @@ func (p *Publisher) Close() {
 // broker appended the batch, a leader change) is deduplicated by the
 // broker with the producer's sequence numbers, so it never writes a record
 // twice.
+//
+// kgo fails its client's producer ID for good when the broker refuses
+// InitProducerID with an error it does not retry (CLUSTER_AUTHORIZATION_FAILED
+// while an ACL is missing, UNKNOWN_SERVER_ERROR), or on a lost sequence with
+// kgo.StopProducerOnDataLossDetected: every later record fails at once. After
+// a Publish that failed so, a publisher with a client of its own replaces
+// it with a new one (a new producer ID), so that publishing resumes once
+// the broker accepts the producer; with PublisherConfig.Client it logs an
+// error instead, as it cannot replace the caller's client.
 //
 // ctx bounds the wait only while no record has reached a broker. Once one
 // has, and the broker's answer is unknown (a timeout), the producer keeps
@@ -251,7 +275,10 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		rs = append(rs, r)
 		index[r] = i
 	}
-	var alone []int // events whose batch the broker refused as a whole
+	var (
+		alone []int // events whose batch the broker refused as a whole
+		cl    *kgo.Client
+	)
 	if len(rs) > 0 {
 		results := make(kgo.ProduceResults, 0, len(rs))
 		if err := p.gate.enter(ctx, false); err != nil {
@@ -259,7 +286,8 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 				results = append(results, kgo.ProduceResult{Record: r, Err: err})
 			}
 		} else {
-			results = p.cl.ProduceSync(ctx, rs...)
+			cl = p.cl.Load()
+			results = cl.ProduceSync(ctx, rs...)
 			p.gate.leave(false)
 		}
 		for _, res := range results {
@@ -282,7 +310,59 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	if len(alone) > 0 {
 		p.produceAlone(ctx, events, alone, errs)
 	}
-	return p.outcome(events, errs)
+	err := p.outcome(events, errs)
+	if err != nil && cl != nil {
+		p.renewIfFailed(ctx, cl)
+	}
+	return err
+}
+
+// renewCheckTimeout bounds renewIfFailed's look at the producer ID.
+const renewCheckTimeout = 5 * time.Second
+
+// renewIfFailed replaces cl, the client a failed Publish produced with, if
+// kgo failed its producer ID for good: an InitProducerID the broker refused
+// with an error kgo does not retry (CLUSTER_AUTHORIZATION_FAILED while an
+// ACL is missing, UNKNOWN_SERVER_ERROR), or a loss of the producer's
+// sequence with kgo.StopProducerOnDataLossDetected. kgo then fails every
+// record at once, for the client's lifetime, and the relay never published
+// again, even after the cause was fixed. The new client (new producer ID)
+// starts from the events the relay hands over again, in order. A client
+// given in PublisherConfig.Client cannot be replaced: it is logged.
+func (p *Publisher) renewIfFailed(ctx context.Context, cl *kgo.Client) {
+	// Instant for a loaded or failed ID; an ID being reloaded (after a lost
+	// sequence) is waited for a little, as the next Publish would.
+	idCtx, cancel := context.WithTimeout(ctx, renewCheckTimeout)
+	_, _, err := cl.ProducerID(idCtx)
+	expired := idCtx.Err() != nil
+	cancel()
+	var ke *kerr.Error
+	if err == nil || expired || !errors.As(err, &ke) || ke.Retriable {
+		return // a producer ID, or a failure kgo retries
+	}
+	if p.newClient == nil {
+		p.log.Error("idemkafka: the publisher's client failed its producer ID for good and fails every record; kgo never retries it: give the publisher a new client (restart)",
+			"err", err)
+		return
+	}
+	if p.gate.enter(ctx, true) != nil {
+		return // the next failed Publish tries again
+	}
+	defer p.gate.leave(true)
+	p.clMu.Lock()
+	defer p.clMu.Unlock()
+	if p.closed || p.cl.Load() != cl {
+		return // closed, or renewed by another Publish
+	}
+	ncl, nerr := p.newClient()
+	if nerr != nil {
+		p.log.Error("idemkafka: the publisher's client failed its producer ID for good; no new client", "err", err, "new_client_err", nerr)
+		return
+	}
+	p.cl.Store(ncl)
+	cl.Close()
+	p.log.Warn("idemkafka: the publisher's client failed its producer ID for good; publishing with a new client",
+		"err", err)
 }
 
 // batchLevel reports whether a broker's error may concern a whole record
@@ -319,7 +399,7 @@ func (p *Publisher) produceAlone(ctx context.Context, events []event.Envelope, i
 		}
 		r, err := p.record(e)
 		if err == nil {
-			if err = p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			if err = p.cl.Load().ProduceSync(ctx, r).FirstErr(); err != nil {
 				err = classify(r.Topic, err)
 			}
 		}

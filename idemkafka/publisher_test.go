@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -461,5 +462,54 @@ func TestPublishIllegalTopicPoison(t *testing.T) {
 		if d := time.Since(start); d > 500*time.Millisecond {
 			t.Errorf("topic %.20q: Publish took %s; an illegal topic needs no broker to be refused", bad, d)
 		}
+	}
+}
+
+// kgo fails a producer ID for good when the broker refuses InitProducerID
+// with an error it does not retry (CLUSTER_AUTHORIZATION_FAILED while an
+// ACL is missing): every later record of the client failed at once, and
+// the relay never published again, even once the ACL was granted. The
+// publisher replaces a client of its own; a client of the caller's is
+// logged, as it cannot be replaced.
+func TestPublishProducerIDFailedForGood(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 2)
+
+	logs := &syncBuffer{}
+	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	first := p.Client()
+	fault := fake.Fault(kfakeFault(kmsg.InitProducerID, "", kerr.ClusterAuthorizationFailed, 1))
+	evs := newEvents(t, 4, 2)
+	if err := p.Publish(t.Context(), evs); !errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, outbox.ErrPoison) {
+		t.Fatalf("Publish with InitProducerID refused = %v; want CLUSTER_AUTHORIZATION_FAILED, not poison", err)
+	}
+	if fault.Hits() != 1 {
+		t.Fatalf("%d faults; want 1", fault.Hits())
+	}
+	if err := p.Publish(t.Context(), evs); err != nil {
+		t.Fatalf("Publish once the broker grants a producer ID = %v", err)
+	}
+	if p.Client() == first {
+		t.Error("the client whose producer ID failed is still in use")
+	}
+	mustPublished(t, kc.Records(t, topic), evs)
+	if !strings.Contains(logs.String(), "publishing with a new client") {
+		t.Errorf("the renewal was not logged: %s", logs.String())
+	}
+
+	// A client of the caller's.
+	logs = &syncBuffer{}
+	cl := kc.Client(t)
+	theirs := newPublisher(t, idemkafka.PublisherConfig{Client: cl, DefaultTopic: topic, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	fake.Fault(kfakeFault(kmsg.InitProducerID, "", kerr.ClusterAuthorizationFailed, 1))
+	for range 2 {
+		if err := theirs.Publish(t.Context(), newEvents(t, 2, 2)); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			t.Fatalf("Publish through the caller's failed client = %v; want CLUSTER_AUTHORIZATION_FAILED", err)
+		}
+	}
+	if theirs.Client() != cl || !strings.Contains(logs.String(), "give the publisher a new client") {
+		t.Errorf("the caller's failed client: replaced %v, logs %s", theirs.Client() != cl, logs.String())
 	}
 }

@@ -1,0 +1,441 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/outbox"
+)
+
+// relayRig is an outbox on SQLite with a relay publishing it to a Kafka
+// topic through an idemkafka Publisher: what a producing service runs.
+type relayRig struct {
+	drv   *sqlitedriver.Driver
+	pub   *idemkafka.Publisher
+	relay *outbox.Relay[*sql.Tx]
+	logs  *syncBuffer
+	stop  func()
+}
+
+func newRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *relayRig {
+	t.Helper()
+	b := setupSQLite(t)
+	r := &relayRig{drv: b.open(t).(*sqlitedriver.Driver), logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(r.logs, nil))
+	r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: log, ExtraOpts: append([]kgo.Opt{fastRetry}, opts...)})
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
+	}
+	cfg.Logger = log
+	relay, err := outbox.NewRelay(r.drv, r.pub, &cfg)
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	r.relay = relay
+	return r
+}
+
+func (r *relayRig) enqueue(t *testing.T, evs ...event.Envelope) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := r.drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, r.drv, tx, evs...); err != nil {
+		t.Fatalf("EnqueueTx: %v", err)
+	}
+	if err := r.drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run starts the relay's Run; stop ends it and waits.
+func (r *relayRig) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := r.relay.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	r.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(r.stop)
+}
+
+// outboxRow is the delivery state of one event.
+type outboxRow struct {
+	EventID   string
+	Attempts  int
+	Published bool
+	Parked    bool
+	LastError string
+}
+
+func (r *relayRig) rows(t *testing.T) []outboxRow {
+	t.Helper()
+	rows, err := r.drv.DB().QueryContext(t.Context(),
+		`SELECT event_id, attempts, published_at IS NOT NULL, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var o outboxRow
+		if err := rows.Scan(&o.EventID, &o.Attempts, &o.Published, &o.Parked, &o.LastError); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// count returns how many rows are published, parked, and have failed at
+// least once.
+func (r *relayRig) count(t *testing.T) (published, parked, failed int) {
+	t.Helper()
+	for _, o := range r.rows(t) {
+		switch {
+		case o.Published:
+			published++
+		case o.Parked:
+			parked++
+		}
+		if o.Attempts > 0 {
+			failed++
+		}
+	}
+	return published, parked, failed
+}
+
+// A topic that does not exist, on a cluster that does not create topics:
+// the events are retried with backoff, logged, neither parked nor lost,
+// and published in order once an operator creates the topic.
+func TestRelayUnknownTopicWaitsForIt(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kafkatest.Name("orders")
+	// kgo gives up on a topic it does not find after UnknownTopicRetries
+	// metadata loads, spaced by MetadataMinAge (5s by default).
+	r := newRelayRig(t, kc, topic, outbox.RelayConfig{}, kgo.MetadataMinAge(50*time.Millisecond))
+	evs := newEvents(t, 12, 3)
+	r.enqueue(t, evs...)
+	r.run(t)
+	waitFor(t, 30*time.Second, "every key's head failed twice", func() bool {
+		n := 0
+		for _, o := range r.rows(t) {
+			if o.Attempts >= 2 {
+				n++
+			}
+		}
+		return n == 3
+	})
+	published, parked, _ := r.count(t)
+	if published != 0 || parked != 0 {
+		t.Fatalf("with the topic missing: %d published, %d parked; want none", published, parked)
+	}
+	for _, o := range r.rows(t) {
+		if o.Attempts > 0 && !strings.Contains(o.LastError, "UNKNOWN_TOPIC_OR_PARTITION") {
+			t.Errorf("event %s: last_error %q; want it to name UNKNOWN_TOPIC_OR_PARTITION", o.EventID, o.LastError)
+		}
+	}
+	if !strings.Contains(r.logs.String(), "publish failed") {
+		t.Errorf("no warning logged for the failures; logs:\n%s", r.logs.String())
+	}
+
+	if err := fake.CreateTopic(topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all published", func() bool { p, _, _ := r.count(t); return p == len(evs) })
+	r.stop()
+	mustPublished(t, kc.Records(t, topic), evs)
+}
+
+// A topic the relay may not write to (TOPIC_AUTHORIZATION_FAILED, on
+// produce or on the metadata request) is retried with backoff, never
+// parked, logged once per round rather than once per event, and every
+// event is published in order once the ACL is granted.
+func TestRelayTopicDeniedRetried(t *testing.T) {
+	t.Parallel()
+	for _, key := range []kmsg.Key{kmsg.Produce, kmsg.Metadata} {
+		t.Run(key.Name(), func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			topic := kc.Topic(t, "orders", 2)
+			fault := fake.Fault(kfakeFault(key, topic, kerr.TopicAuthorizationFailed, -1))
+			r := newRelayRig(t, kc, topic, outbox.RelayConfig{}, kgo.MetadataMinAge(50*time.Millisecond))
+			evs := newEvents(t, 40, 10)
+			r.enqueue(t, evs...)
+			r.run(t)
+			waitFor(t, 30*time.Second, "every key's head failed 3 times", func() bool {
+				n := 0
+				for _, o := range r.rows(t) {
+					if o.Attempts >= 3 {
+						n++
+					}
+				}
+				return n == 10
+			})
+			published, parked, failed := r.count(t)
+			if published != 0 || parked != 0 || failed != 10 {
+				t.Fatalf("with the topic denied: %d published, %d parked, %d failed; want 0, 0 and one per key (10)", published, parked, failed)
+			}
+			for _, o := range r.rows(t) {
+				if o.Attempts > 0 && !strings.Contains(o.LastError, "TOPIC_AUTHORIZATION_FAILED") {
+					t.Errorf("event %s: last_error %q; want it to name TOPIC_AUTHORIZATION_FAILED", o.EventID, o.LastError)
+				}
+			}
+			warns := strings.Count(r.logs.String(), "publish failed")
+			attempts := 0
+			for _, o := range r.rows(t) {
+				attempts += o.Attempts
+			}
+			if warns == 0 || warns >= attempts {
+				t.Errorf("%d warnings for %d failed attempts; want one per round", warns, attempts)
+			}
+			fault.Remove()
+			waitFor(t, 30*time.Second, "all published", func() bool { p, _, _ := r.count(t); return p == len(evs) })
+			r.stop()
+			mustPublished(t, kc.Records(t, topic), evs)
+			t.Logf("%d warnings for %d failed attempts", warns, attempts)
+		})
+	}
+}
+
+// The broker loses or rejects the idempotent producer's state
+// (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH
+// after a broker-side problem, PRODUCER_FENCED) or refuses to give it one
+// (InitProducerID failing): the relay recovers, publishes every event once
+// and keeps each key's order.
+func TestRelayProducerStateLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key kmsg.Key
+		err *kerr.Error
+	}{
+		{kmsg.Produce, kerr.OutOfOrderSequenceNumber},
+		{kmsg.Produce, kerr.UnknownProducerID},
+		{kmsg.Produce, kerr.InvalidProducerEpoch},
+		{kmsg.Produce, kerr.ProducerFenced},
+		{kmsg.InitProducerID, kerr.ClusterAuthorizationFailed},
+		{kmsg.InitProducerID, kerr.CoordinatorNotAvailable},
+	} {
+		t.Run(tc.key.Name()+"/"+tc.err.Message, func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			topic := kc.Topic(t, "orders", 3)
+			// kgo refreshes the metadata before retrying a batch whose
+			// producer ID it reset: MetadataMinAge (5s) per fault.
+			r := newRelayRig(t, kc, topic, outbox.RelayConfig{BatchSize: 10}, kgo.MetadataMinAge(50*time.Millisecond))
+			evs := newEvents(t, 90, 6)
+			f := kfakeFault(tc.key, topic, tc.err, 3)
+			if tc.key == kmsg.InitProducerID {
+				f.Topic = ""
+			}
+			fault := fake.Fault(f)
+			r.enqueue(t, evs...)
+			r.run(t)
+			deadline := time.Now().Add(10 * time.Second)
+			for p, _, _ := r.count(t); p < len(evs); p, _, _ = r.count(t) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d events published after 10s (%d faults); rows %+v; logs:\n%s", p, len(evs), fault.Hits(), r.rows(t)[:3], r.logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			r.stop()
+			if fault.Hits() == 0 {
+				t.Fatal("the fault never hit")
+			}
+			_, parked, failed := r.count(t)
+			mustPublished(t, kc.Records(t, topic), evs)
+			t.Logf("%d faults, %d events failed once or more, %d parked", fault.Hits(), failed, parked)
+			if parked != 0 {
+				t.Errorf("%d events parked", parked)
+			}
+		})
+	}
+}
+
+// The cluster is unreachable (every request's connection is closed) for
+// longer than the client's RecordDeliveryTimeout, RecordRetries and the
+// relay's PublishTimeout: the events stay in the outbox, nothing is parked,
+// and once the cluster is back every event is published once, each key in
+// order.
+func TestRelayClusterDownLongerThanDeliveryTimeout(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 3)
+	r := newRelayRig(t, kc, topic, outbox.RelayConfig{BatchSize: 10, PublishTimeout: 1500 * time.Millisecond},
+		kgo.RecordDeliveryTimeout(time.Second), kgo.RecordRetries(2), kgo.MetadataMinAge(50*time.Millisecond))
+	first := newEvents(t, 12, 4)
+	r.enqueue(t, first...)
+	r.run(t)
+	waitFor(t, 30*time.Second, "the first events published", func() bool { p, _, _ := r.count(t); return p == len(first) })
+
+	var down atomic.Bool
+	down.Store(true)
+	fake.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		if down.Load() {
+			return nil, errors.New("cluster down"), true
+		}
+		return nil, nil, false
+	})
+	evs := newEvents(t, 60, 6)
+	r.enqueue(t, evs...)
+	time.Sleep(4 * time.Second) // the outage: longer than RecordDeliveryTimeout and PublishTimeout
+	published, parked, failed := r.count(t)
+	if published != len(first) || parked != 0 {
+		t.Fatalf("with the cluster down: %d published, %d parked; want only the %d before the outage, none parked", published, parked, len(first))
+	}
+	down.Store(false)
+	waitFor(t, 30*time.Second, "all published", func() bool { p, _, _ := r.count(t); return p == len(first)+len(evs) })
+	r.stop()
+	mustPublished(t, kc.Records(t, topic), append(first, evs...))
+	if _, parked, _ := r.count(t); parked != 0 {
+		t.Errorf("%d events parked", parked)
+	}
+	t.Logf("%d events failed once or more during the outage", failed)
+}
+
+// The broker refuses the records of one partition (a failure to retry,
+// such as POLICY_VIOLATION) and takes the others': the relay marks exactly
+// the published events, retries the refused ones, and no event of a key is
+// published before an earlier refused one of that key.
+func TestRelayPartialBatchFailure(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 3)
+	var (
+		mu    sync.Mutex
+		order []string // event IDs in the order Publish reported them published
+	)
+	r := newRelayRig(t, kc, topic, outbox.RelayConfig{BatchSize: 30, OnPublished: func(evs []event.Envelope) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			order = append(order, e.ID.String())
+		}
+	}})
+	f := kfakeFault(kmsg.Produce, topic, kerr.PolicyViolation, 4)
+	f.Partitions = []int32{0}
+	fault := fake.Fault(f)
+	evs := newEvents(t, 90, 9)
+	r.enqueue(t, evs...)
+	r.run(t)
+	waitFor(t, 30*time.Second, "all published", func() bool { p, _, _ := r.count(t); return p == len(evs) })
+	r.stop()
+	if fault.Hits() == 0 {
+		t.Fatal("the fault never hit")
+	}
+	_, parked, failed := r.count(t)
+	if parked != 0 || failed == 0 || failed == len(evs) {
+		t.Errorf("%d parked, %d failed once or more; want none parked, the refused partition's heads failed, not all", parked, failed)
+	}
+	mustPublished(t, kc.Records(t, topic), evs)
+	// Marked in each key's order too.
+	pos := map[string]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	last := map[string]int{}
+	for _, e := range evs {
+		p, ok := pos[e.ID.String()]
+		if !ok {
+			t.Fatalf("event %s never reported published", e.ID)
+		}
+		if l, ok := last[e.Key]; ok && p < l {
+			t.Fatalf("key %s: event %s reported published before an earlier event of its key", e.Key, e.ID)
+		}
+		last[e.Key] = p
+	}
+	if len(order) != len(evs) {
+		t.Errorf("%d events reported published; want %d, once each", len(order), len(evs))
+	}
+}
+
+// An event larger than the topic's max.message.bytes (though within the
+// client's batch size, so the broker is the one to refuse it) is parked,
+// alone: the earlier events of its key and the other keys' events are
+// published, its key's later events wait behind it, and the relay does not
+// keep producing once it is parked.
+func TestRelayTooLargeForTopicParked(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kafkatest.Name("orders")
+	if err := fake.CreateTopic(topic, 2, map[string]string{"max.message.bytes": "65536"}); err != nil {
+		t.Fatal(err)
+	}
+	var parkedIDs []string
+	var mu sync.Mutex
+	r := newRelayRig(t, kc, topic, outbox.RelayConfig{OnPark: func(e event.Envelope, _ int, _ error) {
+		mu.Lock()
+		defer mu.Unlock()
+		parkedIDs = append(parkedIDs, e.ID.String())
+	}})
+	evs := newEvents(t, 30, 5) // key order-2: events 2, 7, 12, ...
+	big, err := event.New("OrderCreated.v1", evs[12].Key, map[string]string{"pad": hex.EncodeToString(randomBytes(100 << 10))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs[12] = big
+	r.enqueue(t, evs...)
+	r.run(t)
+	want := 0
+	var published []event.Envelope
+	for i, e := range evs {
+		if e.Key != big.Key || i < 12 {
+			want++
+			published = append(published, e)
+		}
+	}
+	waitFor(t, 30*time.Second, "the others published and the big one parked", func() bool {
+		p, parked, _ := r.count(t)
+		return p == want && parked == 1
+	})
+	produces := fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Observe: true, Count: -1})
+	time.Sleep(500 * time.Millisecond)
+	r.stop()
+	if n := produces.Hits(); n > 0 {
+		t.Errorf("%d produce requests in 500ms after the event was parked; want none", n)
+	}
+	for _, o := range r.rows(t) {
+		if o.Parked && (o.EventID != big.ID.String() || !strings.Contains(o.LastError, "MESSAGE_TOO_LARGE")) {
+			t.Errorf("parked event %s: %q; want only the big event, for MESSAGE_TOO_LARGE", o.EventID, o.LastError)
+		}
+	}
+	mu.Lock()
+	if len(parkedIDs) != 1 || parkedIDs[0] != big.ID.String() {
+		t.Errorf("OnPark got %v; want the big event once", parkedIDs)
+	}
+	mu.Unlock()
+	mustPublished(t, kc.Records(t, topic), published)
+}
