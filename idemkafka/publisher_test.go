@@ -499,6 +499,20 @@ func TestPublishProducerIDFailedForGood(t *testing.T) {
 		t.Errorf("the renewal was not logged: %s", logs.String())
 	}
 
+	// A sequence lost with StopProducerOnDataLossDetected: kgo fails the
+	// producer ID for good too; the events are still in the outbox, so
+	// the publisher goes on with a new client.
+	stop := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), ExtraOpts: []kgo.Opt{kgo.StopProducerOnDataLossDetected()}})
+	fake.Fault(kfakeFault(kmsg.Produce, topic, kerr.OutOfOrderSequenceNumber, 1))
+	lost := newEvents(t, 2, 1)
+	if err := stop.Publish(t.Context(), lost); !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+		t.Fatalf("Publish with a lost sequence and StopProducerOnDataLossDetected = %v; want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
+	}
+	if err := stop.Publish(t.Context(), lost); err != nil {
+		t.Fatalf("Publish after the lost sequence = %v", err)
+	}
+	mustPublished(t, kc.Records(t, topic), append(evs, lost...))
+
 	// A client of the caller's.
 	logs = &syncBuffer{}
 	cl := kc.Client(t)

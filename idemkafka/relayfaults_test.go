@@ -242,6 +242,7 @@ func TestRelayProducerStateLost(t *testing.T) {
 		{kmsg.Produce, kerr.InvalidProducerEpoch},
 		{kmsg.Produce, kerr.ProducerFenced},
 		{kmsg.InitProducerID, kerr.ClusterAuthorizationFailed},
+		{kmsg.InitProducerID, kerr.UnknownServerError},
 		{kmsg.InitProducerID, kerr.CoordinatorNotAvailable},
 	} {
 		t.Run(tc.key.Name()+"/"+tc.err.Message, func(t *testing.T) {
