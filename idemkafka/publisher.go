@@ -223,7 +223,11 @@ func (p *Publisher) Close() {
 // a Publish that failed so, a publisher with a client of its own replaces
 // it with a new one (a new producer ID), so that publishing resumes once
 // the broker accepts the producer; with PublisherConfig.Client it logs an
-// error instead, as it cannot replace the caller's client.
+// error instead, as it cannot replace the caller's client. Likewise, kgo
+// keeps the ID of a topic that was deleted and fails its records with
+// UNKNOWN_TOPIC_ID even once it is created again: after such a failure the
+// publisher purges the topic from the client, and the next Publish looks it
+// up afresh.
 //
 // ctx bounds the wait only while no record has reached a broker. Once one
 // has, and the broker's answer is unknown (a timeout), the producer keeps
@@ -278,6 +282,7 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	var (
 		alone []int // events whose batch the broker refused as a whole
 		cl    *kgo.Client
+		gone  []string // topics the broker no longer knows by their ID
 	)
 	if len(rs) > 0 {
 		results := make(kgo.ProduceResults, 0, len(rs))
@@ -292,6 +297,9 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		}
 		for _, res := range results {
 			i := index[res.Record]
+			if errors.Is(res.Err, kerr.UnknownTopicID) && !slices.Contains(gone, res.Record.Topic) {
+				gone = append(gone, res.Record.Topic)
+			}
 			if res.Err != nil {
 				// Even a batch of one: another Publish call's records
 				// may have shared its record batch.
@@ -311,10 +319,28 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		p.produceAlone(ctx, events, alone, errs)
 	}
 	err := p.outcome(events, errs)
-	if err != nil && cl != nil {
-		p.renewIfFailed(ctx, cl)
+	if err != nil && cl != nil && !p.renewIfFailed(ctx, cl) && len(gone) > 0 {
+		p.forgetTopics(ctx, cl, gone)
 	}
 	return err
+}
+
+// forgetTopics makes cl forget what it knows of topics, which the broker
+// no longer knows by the ID cl has for them (UNKNOWN_TOPIC_ID: deleted, and
+// maybe created again). kgo produces by topic ID (produce v13 and later)
+// and keeps a deleted topic's ID until the topic is purged from the
+// client: every later record to it failed, also once an operator had
+// created the topic again. The next Publish loads the topic afresh. The
+// other Publish calls wait meanwhile (p.gate): a purge fails the records
+// of the topic that are in the client.
+func (p *Publisher) forgetTopics(ctx context.Context, cl *kgo.Client, topics []string) {
+	if p.gate.enter(ctx, true) != nil {
+		return // the next failed Publish tries again
+	}
+	defer p.gate.leave(true)
+	cl.PurgeTopicsFromProducing(topics...)
+	p.log.Warn("idemkafka: the broker no longer knows the topic by its ID (deleted, maybe created again); the next publish looks it up again",
+		"topics", topics)
 }
 
 // renewCheckTimeout bounds renewIfFailed's look at the producer ID.
@@ -328,8 +354,9 @@ const renewCheckTimeout = 5 * time.Second
 // record at once, for the client's lifetime, and the relay never published
 // again, even after the cause was fixed. The new client (new producer ID)
 // starts from the events the relay hands over again, in order. A client
-// given in PublisherConfig.Client cannot be replaced: it is logged.
-func (p *Publisher) renewIfFailed(ctx context.Context, cl *kgo.Client) {
+// given in PublisherConfig.Client cannot be replaced: it is logged. It
+// reports whether the producer ID had failed for good.
+func (p *Publisher) renewIfFailed(ctx context.Context, cl *kgo.Client) bool {
 	// Instant for a loaded or failed ID; an ID being reloaded (after a lost
 	// sequence) is waited for a little, as the next Publish would.
 	idCtx, cancel := context.WithTimeout(ctx, renewCheckTimeout)
@@ -338,31 +365,32 @@ func (p *Publisher) renewIfFailed(ctx context.Context, cl *kgo.Client) {
 	cancel()
 	var ke *kerr.Error
 	if err == nil || expired || !errors.As(err, &ke) || ke.Retriable {
-		return // a producer ID, or a failure kgo retries
+		return false // a producer ID, or a failure kgo retries
 	}
 	if p.newClient == nil {
 		p.log.Error("idemkafka: the publisher's client failed its producer ID for good and fails every record; kgo never retries it: give the publisher a new client (restart)",
 			"err", err)
-		return
+		return true
 	}
 	if p.gate.enter(ctx, true) != nil {
-		return // the next failed Publish tries again
+		return true // the next failed Publish tries again
 	}
 	defer p.gate.leave(true)
 	p.clMu.Lock()
 	defer p.clMu.Unlock()
 	if p.closed || p.cl.Load() != cl {
-		return // closed, or renewed by another Publish
+		return true // closed, or renewed by another Publish
 	}
 	ncl, nerr := p.newClient()
 	if nerr != nil {
 		p.log.Error("idemkafka: the publisher's client failed its producer ID for good; no new client", "err", err, "new_client_err", nerr)
-		return
+		return true
 	}
 	p.cl.Store(ncl)
 	cl.Close()
 	p.log.Warn("idemkafka: the publisher's client failed its producer ID for good; publishing with a new client",
 		"err", err)
+	return true
 }
 
 // batchLevel reports whether a broker's error may concern a whole record

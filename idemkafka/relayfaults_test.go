@@ -440,3 +440,44 @@ func TestRelayTooLargeForTopicParked(t *testing.T) {
 	mu.Unlock()
 	mustPublished(t, kc.Records(t, topic), published)
 }
+
+// The topic is deleted (and, later, created again: an operator fixing its
+// configuration or its partitions): the events wait in the outbox and are
+// published, in order, to the new topic. kgo produces by topic ID (produce
+// v13) and kept the deleted topic's ID: every later record failed with
+// UNKNOWN_TOPIC_ID, for the client's lifetime.
+func TestRelayTopicRecreated(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kafkatest.Name("orders")
+	if err := fake.CreateTopic(topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := newRelayRig(t, kc, topic, outbox.RelayConfig{}, kgo.MetadataMinAge(50*time.Millisecond))
+	first := newEvents(t, 6, 2)
+	r.enqueue(t, first...)
+	r.run(t)
+	waitFor(t, 30*time.Second, "the first events published", func() bool { p, _, _ := r.count(t); return p == len(first) })
+	if err := fake.DeleteTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	evs := newEvents(t, 12, 3)
+	r.enqueue(t, evs...)
+	waitFor(t, 30*time.Second, "every key's head failed with the topic deleted", func() bool { _, _, failed := r.count(t); return failed == 3 })
+	if err := fake.CreateTopic(topic, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p, _, _ := r.count(t); p < len(first)+len(evs); p, _, _ = r.count(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events published 30s after the topic was created again; the first unpublished: %+v", p-len(first), len(evs), r.rows(t)[len(first)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.stop()
+	if _, parked, _ := r.count(t); parked != 0 {
+		t.Errorf("%d events parked", parked)
+	}
+	mustPublished(t, kc.Records(t, topic), evs)
+}
