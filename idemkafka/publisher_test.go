@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -477,7 +478,7 @@ func TestPublishProducerIDFailedForGood(t *testing.T) {
 	fake := kc.Fake(t)
 	topic := kc.Topic(t, "orders", 2)
 
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	first := p.Client()
 	fault := fake.Fault(kfakeFault(kmsg.InitProducerID, "", kerr.ClusterAuthorizationFailed, 1))
@@ -514,7 +515,7 @@ func TestPublishProducerIDFailedForGood(t *testing.T) {
 	mustPublished(t, kc.Records(t, topic), append(evs, lost...))
 
 	// A client of the caller's.
-	logs = &syncBuffer{}
+	logs = &testlog.Buffer{}
 	cl := kc.Client(t)
 	theirs := newPublisher(t, idemkafka.PublisherConfig{Client: cl, DefaultTopic: topic, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	fake.Fault(kfakeFault(kmsg.InitProducerID, "", kerr.ClusterAuthorizationFailed, 1))

@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -30,14 +31,14 @@ type relayRig struct {
 	drv   *sqlitedriver.Driver
 	pub   *idemkafka.Publisher
 	relay *outbox.Relay[*sql.Tx]
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	stop  func()
 }
 
 func newRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *relayRig {
 	t.Helper()
 	b := setupSQLite(t)
-	r := &relayRig{drv: b.open(t).(*sqlitedriver.Driver), logs: &syncBuffer{}}
+	r := &relayRig{drv: b.open(t).(*sqlitedriver.Driver), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
 	r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: log, ExtraOpts: append([]kgo.Opt{fastRetry}, opts...)})
 	if cfg.Backoff == nil {
