@@ -2,11 +2,15 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
@@ -265,5 +269,87 @@ func TestRelayStoresUnprintableErrors(t *testing.T) {
 	}
 	if n := published[good.ID.String()]; n != 1 {
 		t.Errorf("the good event was published %d times in 3 rounds; want once", n)
+	}
+}
+
+// rollbackOrderDriver records, at each Rollback, whether the context its
+// transaction was begun on had ended already, and fails every mark: the
+// round publishes, cannot record it, and rolls back.
+type rollbackOrderDriver struct {
+	driver.Driver[*sql.Tx]
+	mu        sync.Mutex
+	beginCtx  map[*sql.Tx]context.Context
+	endedAtRB []bool
+}
+
+func (d *rollbackOrderDriver) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.Driver.Begin(ctx)
+	if err == nil {
+		d.mu.Lock()
+		d.beginCtx[tx] = ctx
+		d.mu.Unlock()
+	}
+	return tx, err
+}
+
+func (d *rollbackOrderDriver) Rollback(ctx context.Context, tx *sql.Tx) error {
+	d.mu.Lock()
+	if bctx, ok := d.beginCtx[tx]; ok {
+		d.endedAtRB = append(d.endedAtRB, bctx.Err() != nil)
+	}
+	d.mu.Unlock()
+	return d.Driver.Rollback(ctx, tx)
+}
+
+func (d *rollbackOrderDriver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor {
+	return failMarks{d.Driver.OutboxTx(tx)}
+}
+
+type failMarks struct{ driver.OutboxExecutor }
+
+func (failMarks) OutboxMarkPublished(context.Context, *driver.OutboxMarkPublishedParams) error {
+	return errors.New("connection lost before the marks")
+}
+
+// On database/sql, a round that fails after its claim rolls its
+// transaction back before RunOnce returns: the context the transaction was
+// begun on is still live at the Rollback. It used to be cancelled first,
+// so database/sql rolled back asynchronously, the explicit Rollback
+// returned at once, and the rows could still be locked when the relay (or
+// another one) claimed again: their next round skipped them.
+func TestRoundRollsBackBeforeItsContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	base, _ := testdb.PostgresSQLSchema(t)
+	drv := &rollbackOrderDriver{Driver: base, beginCtx: map[*sql.Tx]context.Context{}}
+	tx, err := base.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, base, tx, mustEvent(t, "k1"), mustEvent(t, "k2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
+	relay, err := outbox.NewRelay[*sql.Tx](drv, pub, &outbox.RelayConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		if n, err := relay.RunOnce(ctx); err == nil || n != 0 {
+			t.Fatalf("round %d: RunOnce with failing marks = %d, %v; want 0 and the mark error", round, n, err)
+		}
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if len(drv.endedAtRB) != 3 {
+		t.Fatalf("%d rollbacks of a begun transaction; want 3", len(drv.endedAtRB))
+	}
+	for i, ended := range drv.endedAtRB {
+		if ended {
+			t.Errorf("round %d: the transaction's context had ended at its Rollback (rolled back asynchronously, locks held after RunOnce)", i)
+		}
 	}
 }

@@ -44,12 +44,19 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		ex = r.drv.OutboxTx(tx)
 		return nil
 	}
+	// cancelTx ends the context a locking-mode transaction was begun on.
+	// It runs after the deferred rollback, not before: database/sql rolls
+	// a transaction back asynchronously when that context ends, and the
+	// explicit Rollback then returned at once (sql.ErrTxDone) with the
+	// rows' locks still held, so a relay's next round skipped them.
+	cancelTx := context.CancelFunc(func() {})
 	defer func() {
 		if inTx { // also on panic (a crashed publisher): the claim is released
 			rctx, cancel := context.WithTimeout(detached, finishTimeout)
 			_ = r.drv.Rollback(rctx, tx)
 			cancel()
 		}
+		cancelTx()
 	}()
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -63,8 +70,8 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		// the marks must outlive a shutdown; but a Begin waiting for a
 		// connection (an exhausted pool, an unreachable server) must end
 		// with ctx, or a shutdown waits for it.
-		txCtx, cancelTx := context.WithCancel(detached)
-		defer cancelTx()
+		var txCtx context.Context
+		txCtx, cancelTx = context.WithCancel(detached)
 		claimed = context.AfterFunc(ctx, cancelTx)
 		defer claimed() // unregistered on every return, failures included
 		if err := begin(txCtx); err != nil {
