@@ -44,11 +44,12 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		ex = r.drv.OutboxTx(tx)
 		return nil
 	}
-	// cancelTx ends the context a locking-mode transaction was begun on.
-	// It runs after the deferred rollback, not before: database/sql rolls
-	// a transaction back asynchronously when that context ends, and the
-	// explicit Rollback then returned at once (sql.ErrTxDone) with the
-	// rows' locks still held, so a relay's next round skipped them.
+	// cancelTx ends the context the transaction was begun on (in locking
+	// mode the claim's, otherwise the marks'). It runs after the deferred
+	// rollback, not before: database/sql rolls a transaction back
+	// asynchronously when that context ends, and the explicit Rollback
+	// then returned at once (sql.ErrTxDone) with the locks still held: the
+	// rows', so a relay's next round skipped them, or SQLite's write lock.
 	cancelTx := context.CancelFunc(func() {})
 	defer func() {
 		if inTx { // also on panic (a crashed publisher): the claim is released
@@ -121,8 +122,14 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 
 	// Mark what happened, even if ctx ended while publishing.
 	fctx, cancel := context.WithTimeout(detached, finishTimeout)
-	defer cancel()
-	if !inTx {
+	if inTx {
+		defer cancel()
+	} else {
+		// Outside locking mode the marks' transaction is begun on fctx:
+		// it ends after the deferred rollback, as cancelTx does in
+		// locking mode (a failed mark left SQLite's write lock held
+		// after RunOnce returned).
+		cancelTx = cancel
 		if err := begin(fctx); err != nil {
 			return res, err
 		}
