@@ -25,14 +25,7 @@ func TestSmallEventsOfARefusedBatchNotPoison(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.New(t)
 	topic := kafkatest.Name("orders")
-	lim := "65536"
-	resp, err := kc.Admin().CreateTopic(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &lim}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc.CreateTopicConfig(t, topic, 1, map[string]string{"max.message.bytes": "65536"})
 	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, ExtraOpts: []kgo.Opt{kgo.ProducerLinger(50 * time.Millisecond)}})
 	evs := make([]event.Envelope, 40)
 	for i := range evs {
@@ -42,7 +35,7 @@ func TestSmallEventsOfARefusedBatchNotPoison(t *testing.T) {
 		}
 		evs[i] = e
 	}
-	err = p.Publish(context.Background(), evs)
+	err := p.Publish(context.Background(), evs)
 	var pe *outbox.PublishError
 	if errors.As(err, &pe) {
 		poison := 0

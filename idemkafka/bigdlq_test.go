@@ -23,15 +23,8 @@ func TestLargePoisonDeadLetteredWithoutValue(t *testing.T) {
 	kc := kafkatest.New(t)
 	topic := kafkatest.Name("big")
 	dlq := topic + ".dlq"
-	five := "5242880"
 	for _, name := range []string{topic, dlq} {
-		resp, err := kc.Admin().CreateTopic(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &five}, name)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		kc.CreateTopicConfig(t, name, 1, map[string]string{"max.message.bytes": "5242880"})
 	}
 	group := kafkatest.Name("g")
 	evs := newEvents(t, 2, 1)

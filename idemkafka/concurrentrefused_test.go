@@ -1,7 +1,6 @@
 package idemkafka_test
 
 import (
-	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,14 +29,7 @@ func TestConcurrentPublishRefusedBatchNotPoison(t *testing.T) {
 	t.Parallel()
 	kc := kafkatest.New(t)
 	topic := kafkatest.Name("orders")
-	lim := "65536"
-	resp, err := kc.Admin().CreateTopic(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &lim}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc.CreateTopicConfig(t, topic, 1, map[string]string{"max.message.bytes": "65536"})
 	p := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), ExtraOpts: []kgo.Opt{kgo.ProducerLinger(100 * time.Millisecond)}})
 	small := func(key string) event.Envelope {
 		e, err := event.New("OrderCreated.v1", key, map[string]string{"pad": hex.EncodeToString(randomBytes(2000))})

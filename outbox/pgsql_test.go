@@ -319,8 +319,16 @@ func (failMarks) OutboxMarkPublished(context.Context, *driver.OutboxMarkPublishe
 // another one) claimed again: their next round skipped them.
 func TestRoundRollsBackBeforeItsContextEnds(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	base, _ := testdb.PostgresSQLSchema(t)
+	checkRollbackBeforeContextEnds(t, base, 3)
+}
+
+// checkRollbackBeforeContextEnds enqueues two events on base, runs rounds
+// relay rounds whose marks fail, and checks that each rolled back while
+// the context its transaction was begun on was still live.
+func checkRollbackBeforeContextEnds(t *testing.T, base driver.Driver[*sql.Tx], rounds int) {
+	t.Helper()
+	ctx := t.Context()
 	drv := &rollbackOrderDriver{Driver: base, beginCtx: map[*sql.Tx]context.Context{}}
 	tx, err := base.Begin(ctx)
 	if err != nil {
@@ -337,15 +345,15 @@ func TestRoundRollsBackBeforeItsContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for round := range 3 {
+	for round := range rounds {
 		if n, err := relay.RunOnce(ctx); err == nil || n != 0 {
 			t.Fatalf("round %d: RunOnce with failing marks = %d, %v; want 0 and the mark error", round, n, err)
 		}
 	}
 	drv.mu.Lock()
 	defer drv.mu.Unlock()
-	if len(drv.endedAtRB) != 3 {
-		t.Fatalf("%d rollbacks of a begun transaction; want 3", len(drv.endedAtRB))
+	if len(drv.endedAtRB) != rounds {
+		t.Fatalf("%d rollbacks of a begun transaction; want %d", len(drv.endedAtRB), rounds)
 	}
 	for i, ended := range drv.endedAtRB {
 		if ended {

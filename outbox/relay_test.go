@@ -392,33 +392,5 @@ func TestRunWaitsAtLeastTheFloor(t *testing.T) {
 // next round) waited for it, or failed with SQLITE_BUSY.
 func TestMarksRollBackBeforeTheirContextEndsSQLite(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	base := testdb.SQLite(t)
-	drv := &rollbackOrderDriver{Driver: base, beginCtx: map[*sql.Tx]context.Context{}}
-	tx, err := base.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, base, tx, mustEvent(t, "k1"), mustEvent(t, "k2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := base.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
-	relay, err := outbox.NewRelay[*sql.Tx](drv, pub, &outbox.RelayConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := relay.RunOnce(ctx); err == nil || n != 0 {
-		t.Fatalf("RunOnce with failing marks = %d, %v; want 0 and the mark error", n, err)
-	}
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if len(drv.endedAtRB) != 1 {
-		t.Fatalf("%d rollbacks of a begun transaction; want 1", len(drv.endedAtRB))
-	}
-	if drv.endedAtRB[0] {
-		t.Error("the marks' transaction's context had ended at its Rollback (rolled back asynchronously, the write lock held after RunOnce)")
-	}
+	checkRollbackBeforeContextEnds(t, testdb.SQLite(t), 1)
 }

@@ -112,9 +112,23 @@ func (c *Cluster) Topic(t testing.TB, prefix string, partitions int32) string {
 // default) and deletes it when the test ends.
 func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
+	c.CreateTopicConfig(t, name, partitions, nil)
+}
+
+// CreateTopicConfig is CreateTopic with topic configs (such as
+// max.message.bytes).
+func (c *Cluster) CreateTopicConfig(t testing.TB, name string, partitions int32, configs map[string]string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := c.admin.CreateTopic(ctx, partitions, -1, nil, name)
+	var cfg map[string]*string
+	for k, v := range configs {
+		if cfg == nil {
+			cfg = map[string]*string{}
+		}
+		cfg[k] = &v
+	}
+	resp, err := c.admin.CreateTopic(ctx, partitions, -1, cfg, name)
 	if err == nil {
 		err = resp.Err
 	}
