@@ -95,7 +95,11 @@ type RelayConfig struct {
 	Tracer observe.Tracer
 
 	// Logger receives warnings (failed attempts) and errors (parked
-	// events, storage failures). Defaults to slog.Default().
+	// events, storage failures). A publish failure that repeats (same
+	// error text, digits aside) is logged when first seen, then at most
+	// every 30s with the number of rounds not logged, and at INFO when an
+	// event that failed with it is published again (see the package doc).
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time

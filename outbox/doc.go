@@ -107,6 +107,23 @@
 // tight loop; a round that published some events is not a failed round, so
 // a key that keeps failing does not slow the relay down for the others.
 //
+// Such a key (a topic whose writes are denied, or that does not exist) fails
+// round after round while the other keys flow, so its failure is not logged
+// each round. Failures are grouped by their error text (as stored in
+// last_error) with every run of digits taken as equal: the text names the
+// destination and the cause, while addresses, ports and counts change from
+// one attempt to the next. A failure is logged at WARN when first seen ("publish
+// failed", with the error and the first failed event); its repeats are
+// counted and logged at most every 30 seconds ("publish still failing",
+// with suppressed, the rounds not logged since the last line, and
+// failed_rounds); and when an event that failed with it is published, an
+// INFO line ("published again after failed rounds", with failed_rounds and
+// over, the time since the first) marks the end of the incident. A failure
+// not seen for 5 minutes is forgotten, with an INFO line (its events were
+// published by another relay, failed with another error, were parked or
+// removed). Parked events are still logged one by one; the errors RunOnce
+// returns and the callbacks (OnPublished, OnLag, OnPark) are not limited.
+//
 // An event is parked as poison when the publisher marks its error with
 // [ErrPoison] (a record that can never be published: too large, or
 // invalid; a denied write, such as Kafka's TOPIC_AUTHORIZATION_FAILED, is

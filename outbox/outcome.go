@@ -26,6 +26,9 @@ type sorted struct {
 	// their key failed (a publisher bug).
 	disordered int
 	firstErr   error
+	// recovered holds the last_error of the published events that had
+	// failed before (see failureLog.ended).
+	recovered []string
 }
 
 // sortOutcomes decides, per event, what the round records. Published events
@@ -47,6 +50,9 @@ func (r *Relay[TTx]) sortOutcomes(rows []driver.OutboxRow, events []event.Envelo
 			}
 			s.published = append(s.published, row.ID)
 			s.events = append(s.events, events[i])
+			if row.Attempts > 0 && row.LastError != "" {
+				s.recovered = append(s.recovered, row.LastError)
+			}
 			continue
 		}
 		if s.firstErr == nil && !errors.Is(err, ErrSkipped) {
@@ -72,8 +78,12 @@ func (r *Relay[TTx]) sortOutcomes(rows []driver.OutboxRow, events []event.Envelo
 	return s
 }
 
-// logFailures logs one warning for the events backed off by a round and one
-// error per parked event, and calls OnPark.
+// logFailures logs one error per parked event and calls OnPark, and logs
+// the events backed off by a round through r.failures: a warning when a
+// failure (grouped by error text, see failureLog) is first seen, a summary
+// of its repeats at most every failureLogInterval, and a line when an event
+// that failed with it is published (or it has not been seen for
+// failureQuietAfter).
 func (r *Relay[TTx]) logFailures(s sorted) {
 	var retried []failedRow
 	for _, f := range s.failed {
@@ -89,11 +99,53 @@ func (r *Relay[TTx]) logFailures(s sorted) {
 			r.cfg.OnPark(e, f.row.Attempts, f.err)
 		}
 	}
-	if len(retried) > 0 {
-		f := retried[0]
-		r.cfg.Logger.Warn("outbox: publish failed; the failed events and the later events of their keys wait for a retry",
-			"failed", len(retried), "skipped", s.skipped, "published", len(s.published),
-			"first_event_id", f.row.EventID, "first_key", f.row.Key, "first_attempt", f.row.Attempts,
-			"first_retry_in", f.retryIn, "err", f.err)
+	now := r.cfg.Now()
+	r.logQuiet(now) // before this round's failures: one not seen for long is new
+	var (
+		failedNow map[string]bool
+		order     []string
+		byClass   map[string][]failedRow
+	)
+	for _, f := range retried {
+		if failedNow == nil {
+			failedNow, byClass = map[string]bool{}, map[string][]failedRow{}
+		}
+		key := failureClass(storedError(f.err))
+		if !failedNow[key] {
+			failedNow[key] = true
+			order = append(order, key)
+		}
+		byClass[key] = append(byClass[key], f)
+	}
+	for _, key := range order {
+		fs := byClass[key]
+		f := fs[0]
+		log, g := r.failures.failed(storedError(f.err), now)
+		switch {
+		case !log:
+		case g.rounds == 1:
+			r.cfg.Logger.Warn("outbox: publish failed; the failed events and the later events of their keys wait for a retry",
+				"failed", len(fs), "skipped", s.skipped, "published", len(s.published),
+				"first_event_id", f.row.EventID, "first_key", f.row.Key, "first_attempt", f.row.Attempts,
+				"first_retry_in", f.retryIn, "err", f.err)
+		default:
+			r.cfg.Logger.Warn("outbox: publish still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
+				"suppressed", g.suppressed, "failed_rounds", g.rounds, "since", g.first,
+				"failed", len(fs), "first_event_id", f.row.EventID, "first_key", f.row.Key, "first_attempt", f.row.Attempts,
+				"first_retry_in", f.retryIn, "err", f.err)
+		}
+	}
+	for _, g := range r.failures.published(s.recovered, failedNow) {
+		r.cfg.Logger.Info("outbox: published again after failed rounds",
+			"failed_rounds", g.rounds, "over", now.Sub(g.first), "since", g.first, "err", g.err)
+	}
+}
+
+// logQuiet logs the publish failures forgotten at now (see
+// failureLog.quiet).
+func (r *Relay[TTx]) logQuiet(now time.Time) {
+	for _, g := range r.failures.quiet(now) {
+		r.cfg.Logger.Info("outbox: publish failure no longer seen; its events were published by another relay, failed otherwise, were parked or removed",
+			"failed_rounds", g.rounds, "over", g.last.Sub(g.first), "since", g.first, "last_failed_at", g.last, "err", g.err)
 	}
 }

@@ -53,6 +53,8 @@ type Relay[TTx any] struct {
 	mu      sync.Mutex // one round at a time, without locking (SQLite)
 	running atomic.Bool
 	lagAt   atomic.Int64 // unix nanoseconds of the last lag report
+	// failures limits the warnings of publish failures that repeat.
+	failures failureLog
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.

@@ -97,6 +97,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	}
 	res.claimed = len(rows)
 	if len(rows) == 0 {
+		r.logQuiet(r.cfg.Now())
 		return res, nil
 	}
 	rows, events, bad := decode(rows)

@@ -1,0 +1,143 @@
+package outbox
+
+import (
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// failureLogInterval is how often a publish failure that keeps repeating is
+// logged again: its first round is logged at once, the rounds that repeat
+// it within the interval are only counted, and the count is logged with the
+// next repeat after the interval (a destination that keeps failing while
+// other keys flow fails round after round, many times a second).
+const failureLogInterval = 30 * time.Second
+
+// failureQuietAfter is how long a publish failure may go unseen before the
+// relay forgets it (and logs so): longer than DefaultBackoff's longest wait,
+// so a failure whose events are still backing off is not forgotten. Its
+// events were published by another relay, failed with another error, were
+// parked, or were removed by hand.
+const failureQuietAfter = 5 * time.Minute
+
+// maxFailureGroups bounds the publish failures tracked at once; when more
+// are, the one that failed least recently is forgotten (and logged again
+// at its next failure).
+const maxFailureGroups = 32
+
+// failureLog limits the log lines of publish failures that repeat. A
+// failure is grouped by its error text, as stored with the events
+// (last_error), with every run of digits made equal: the text names the
+// destination and the cause (idemkafka: "produce to TOPIC:
+// TOPIC_AUTHORIZATION_FAILED ..."), so two topics failing are two
+// failures, while addresses, ports and counts that change from one attempt
+// to the next (a dial's local port) do not make a new one. It is safe for
+// concurrent rounds.
+type failureLog struct {
+	mu     sync.Mutex
+	groups map[string]*failureGroup
+}
+
+// failureGroup is one publish failure that repeats.
+type failureGroup struct {
+	err         string    // the stored error text of its first round
+	first, last time.Time // its first and last failed rounds
+	logged      time.Time // its last line
+	rounds      int       // failed rounds since first
+	suppressed  int       // failed rounds not logged since logged
+}
+
+// failureClass is the key that groups a stored error text: the text with
+// every run of digits replaced by "0".
+func failureClass(stored string) string {
+	var b strings.Builder
+	digits := false
+	for _, c := range stored {
+		if unicode.IsDigit(c) {
+			if !digits {
+				b.WriteByte('0')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// failed records a failed round of the failure of stored error text
+// stored, at now. It returns whether to log it and, if so, the group as it
+// was logged (rounds == 1 for a first failure, else a summary of
+// suppressed repeats).
+func (l *failureLog) failed(stored string, now time.Time) (bool, failureGroup) {
+	key := failureClass(stored)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.groups[key]
+	if g == nil {
+		if l.groups == nil {
+			l.groups = map[string]*failureGroup{}
+		}
+		if len(l.groups) >= maxFailureGroups {
+			oldest := ""
+			for k, o := range l.groups {
+				if oldest == "" || o.last.Before(l.groups[oldest].last) {
+					oldest = k
+				}
+			}
+			delete(l.groups, oldest)
+		}
+		g = &failureGroup{err: stored, first: now, last: now, logged: now, rounds: 1}
+		l.groups[key] = g
+		return true, *g
+	}
+	g.rounds++
+	if now.After(g.last) {
+		g.last = now
+	}
+	if now.Sub(g.logged) < failureLogInterval {
+		g.suppressed++
+		return false, failureGroup{}
+	}
+	out := *g
+	g.logged, g.suppressed = now, 0
+	return true, out
+}
+
+// published returns the failures of which an event was published (stored:
+// the last_error of the events published after a failed attempt), unless
+// the round failed with them again (failedNow, keys of failureClass), and
+// forgets them.
+func (l *failureLog) published(stored []string, failedNow map[string]bool) []failureGroup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ended []failureGroup
+	for _, s := range stored {
+		if len(l.groups) == 0 {
+			break
+		}
+		key := failureClass(s)
+		if g := l.groups[key]; g != nil && !failedNow[key] {
+			ended = append(ended, *g)
+			delete(l.groups, key)
+		}
+	}
+	return ended
+}
+
+// quiet returns the failures not seen for failureQuietAfter at now, and
+// forgets them.
+func (l *failureLog) quiet(now time.Time) []failureGroup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ended []failureGroup
+	for key, g := range l.groups {
+		if now.Sub(g.last) >= failureQuietAfter {
+			ended = append(ended, *g)
+			delete(l.groups, key)
+		}
+	}
+	return ended
+}

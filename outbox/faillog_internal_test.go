@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Concurrent rounds failing the same way at once: one is logged, every
+// round is counted, and the failure ends once.
+func TestFailureLogConcurrentRounds(t *testing.T) {
+	t.Parallel()
+	var (
+		l   failureLog
+		at  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		hit int
+	)
+	const workers, rounds = 8, 200
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				if log, _ := l.failed(fmt.Sprintf("dial tcp 10.0.0.5:%d: connection refused", 40000+w*rounds+i), at); log {
+					mu.Lock()
+					hit++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if hit != 1 {
+		t.Errorf("%d rounds logged within the interval; want 1", hit)
+	}
+	ended := l.published([]string{"dial tcp 10.0.0.5:1: connection refused"}, nil)
+	if len(ended) != 1 || ended[0].rounds != workers*rounds {
+		t.Errorf("ended %+v; want one failure of %d rounds", ended, workers*rounds)
+	}
+	if again := l.published([]string{"dial tcp 10.0.0.5:1: connection refused"}, nil); len(again) != 0 {
+		t.Errorf("ended again: %+v", again)
+	}
+}
+
+// No more failures than maxFailureGroups are tracked: the one that failed
+// least recently is forgotten.
+func TestFailureLogBounded(t *testing.T) {
+	t.Parallel()
+	var l failureLog
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range maxFailureGroups + 1 {
+		if log, _ := l.failed(fmt.Sprintf("event %c failed", 'A'+i), at.Add(time.Duration(i)*time.Second)); !log {
+			t.Fatalf("failure %d not logged", i)
+		}
+	}
+	if len(l.groups) != maxFailureGroups {
+		t.Errorf("%d failures tracked; want %d", len(l.groups), maxFailureGroups)
+	}
+	if log, _ := l.failed("event A failed", at.Add(time.Hour)); !log {
+		t.Error("the failure forgotten first was not logged again")
+	}
+}
