@@ -59,21 +59,6 @@ func logLines(t *testing.T, buf *testlog.Buffer) []logLine {
 	return lines
 }
 
-func enqueueTx[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], events ...event.Envelope) {
-	t.Helper()
-	ctx := t.Context()
-	tx, err := drv.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, drv, tx, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A destination that keeps failing while other keys flow, one round a
 // second for 70 s: the failure is logged once at once, then summarised
 // every 30 s with the number of rounds not logged, and its end is logged

@@ -330,16 +330,7 @@ func checkRollbackBeforeContextEnds(t *testing.T, base driver.Driver[*sql.Tx], r
 	t.Helper()
 	ctx := t.Context()
 	drv := &rollbackOrderDriver{Driver: base, beginCtx: map[*sql.Tx]context.Context{}}
-	tx, err := base.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, base, tx, mustEvent(t, "k1"), mustEvent(t, "k2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := base.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	enqueueTx[*sql.Tx](t, base, mustEvent(t, "k1"), mustEvent(t, "k2"))
 	pub := outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil })
 	relay, err := outbox.NewRelay[*sql.Tx](drv, pub, &outbox.RelayConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -19,7 +19,14 @@ import (
 
 var errDown = errors.New("broker down")
 
+// enqueue commits events on a SQLite driver (see enqueueTx).
 func enqueue(t *testing.T, drv *sqlitedriver.Driver, events ...event.Envelope) {
+	t.Helper()
+	enqueueTx[*sql.Tx](t, drv, events...)
+}
+
+// enqueueTx commits events in a transaction of drv.
+func enqueueTx[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], events ...event.Envelope) {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := drv.Begin(ctx)
