@@ -98,7 +98,9 @@ type RelayConfig struct {
 	// events, storage failures). A publish failure that repeats (same
 	// error text, digits aside) is logged when first seen, then at most
 	// every 30s with the number of rounds not logged, and at INFO when an
-	// event that failed with it is published again (see the package doc).
+	// event that failed with it is published again; so are the rounds of
+	// Run that fail in the database and the lag queries that fail, with an
+	// INFO line when the database answers again (see the package doc).
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.

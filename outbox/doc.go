@@ -124,6 +124,24 @@
 // removed). Parked events are still logged one by one; the errors RunOnce
 // returns and the callbacks (OnPublished, OnLag, OnPark) are not limited.
 //
+// A database outage fails every round of Run (each worker retries at least
+// every StorageBackoffCeiling) and every lag query, so their lines are
+// limited the same way. A round that failed in the database is logged at
+// ERROR when its failure is first seen ("relay round failed", with err,
+// consecutive_failures and retry_in), grouped by error text as above and
+// shared by the workers: a failure with another text during the outage
+// (connections refused, then "the database system is starting up") is new
+// and logged at once. Its repeats are counted and logged at most every 30
+// seconds ("relay rounds still failing", with the latest error,
+// suppressed and failed_rounds), and the first round that goes through the
+// database again logs one INFO line ("relay rounds succeed again after
+// failed rounds", with failed_rounds and over, for all the texts
+// together). A failed lag query logs "lag unknown" at WARN once, whatever
+// the error, then at most every 30 seconds ("lag still unknown", with
+// suppressed and failed_queries), and one INFO line ("lag known again
+// after failed queries") when a query succeeds again. Metrics, the
+// callbacks, the backoff and the errors returned are unchanged.
+//
 // An event is parked as poison when the publisher marks its error with
 // [ErrPoison] (a record that can never be published: too large, or
 // invalid; a denied write, such as Kafka's TOPIC_AUTHORIZATION_FAILED, is

@@ -34,7 +34,15 @@ const maxFailureGroups = 32
 // failures, while addresses, ports and counts that change from one attempt
 // to the next (a dial's local port) do not make a new one. It is safe for
 // concurrent rounds.
+//
+// The relay also limits with it the lines of its storage failures: the
+// rounds of Run that fail in the database, grouped the same way, and the
+// lag queries that fail, with anyText set.
 type failureLog struct {
+	// anyText makes every failure one, whatever its text (the first
+	// text is the group's).
+	anyText bool
+
 	mu     sync.Mutex
 	groups map[string]*failureGroup
 }
@@ -72,7 +80,10 @@ func failureClass(stored string) string {
 // was logged (rounds == 1 for a first failure, else a summary of
 // suppressed repeats).
 func (l *failureLog) failed(stored string, now time.Time) (bool, failureGroup) {
-	key := failureClass(stored)
+	key := ""
+	if !l.anyText {
+		key = failureClass(stored)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	g := l.groups[key]
@@ -140,4 +151,25 @@ func (l *failureLog) quiet(now time.Time) []failureGroup {
 		}
 	}
 	return ended
+}
+
+// ended returns the failures as one, and forgets them: the rounds of all,
+// from the first one's first round, with the error text of the one that
+// failed last. It is for failures that end together (the database is
+// back); ok is false if there was none.
+func (l *failureLog) ended() (g failureGroup, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, f := range l.groups {
+		if !ok || f.last.After(g.last) {
+			g.err, g.last = f.err, f.last
+		}
+		if !ok || f.first.Before(g.first) {
+			g.first = f.first
+		}
+		g.rounds += f.rounds
+		ok = true
+		delete(l.groups, key)
+	}
+	return g, ok
 }

@@ -61,3 +61,36 @@ func TestFailureLogBounded(t *testing.T) {
 		t.Error("the failure forgotten first was not logged again")
 	}
 }
+
+// With anyText, failures of other texts are repeats of the first (the lag
+// query failing while the database is down); ended returns the failures
+// as one and forgets them.
+func TestFailureLogAnyTextAndEnded(t *testing.T) {
+	t.Parallel()
+	l := failureLog{anyText: true}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if log, _ := l.failed("connection refused", at); !log {
+		t.Fatal("first failure not logged")
+	}
+	if log, _ := l.failed("the database system is starting up", at.Add(time.Second)); log {
+		t.Error("a failure of another text logged within the interval")
+	}
+	g, ok := l.ended()
+	if !ok || g.rounds != 2 || g.err != "connection refused" || !g.first.Equal(at) || !g.last.Equal(at.Add(time.Second)) {
+		t.Errorf("ended = %+v, %v; want 2 rounds from the first failure", g, ok)
+	}
+	if _, ok := l.ended(); ok {
+		t.Error("ended again")
+	}
+
+	// Grouped by text: ended merges the groups, with the text of the one
+	// that failed last.
+	var m failureLog
+	m.failed("connection refused", at)
+	m.failed("the database system is starting up", at.Add(2*time.Second))
+	m.failed("connection refused", at.Add(time.Second))
+	g, ok = m.ended()
+	if !ok || g.rounds != 3 || g.err != "the database system is starting up" || !g.first.Equal(at) || !g.last.Equal(at.Add(2*time.Second)) {
+		t.Errorf("ended = %+v, %v; want 3 rounds, from the first failure, with the last text", g, ok)
+	}
+}

@@ -44,6 +44,10 @@ type logLine struct {
 	Suppressed   int     `json:"suppressed"`
 	FailedRounds int     `json:"failed_rounds"`
 	Over         float64 `json:"over"` // nanoseconds
+	// Storage failures (see storagelog_test.go).
+	ConsecutiveFailures int     `json:"consecutive_failures"`
+	RetryIn             float64 `json:"retry_in"` // nanoseconds
+	FailedQueries       int     `json:"failed_queries"`
 }
 
 func logLines(t *testing.T, buf *testlog.Buffer) []logLine {

@@ -55,6 +55,10 @@ type Relay[TTx any] struct {
 	lagAt   atomic.Int64 // unix nanoseconds of the last lag report
 	// failures limits the warnings of publish failures that repeat.
 	failures failureLog
+	// storage limits the errors of Run's rounds that fail in the database
+	// (grouped by error text, shared by the workers), lag the warnings of
+	// the lag queries that fail (one failure whatever the text).
+	storage, lag failureLog
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
@@ -78,6 +82,7 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 		pub:     pub,
 		cfg:     c.withDefaults(drv.Caps().ConcurrentWriters),
 		locking: drv.Caps().ConcurrentWriters,
+		lag:     failureLog{anyText: true},
 	}, nil
 }
 
@@ -100,7 +105,8 @@ const StorageBackoffCeiling = 2 * time.Second
 
 // Run publishes events until ctx is done, then returns nil (or ErrRunning if
 // the relay is already running). It never gives up: a failed round is logged
-// and retried after RelayConfig.Backoff of the number of consecutive failed
+// (a failure that repeats, at most every 30s: see the package doc) and
+// retried after RelayConfig.Backoff of the number of consecutive failed
 // rounds (at most StorageBackoffCeiling when the database failed, and
 // earlier on a RelayConfig.Wake signal). A round that published some of its events and failed others does
 // not count as failed (the broker is up; the failed events wait for their
@@ -112,6 +118,10 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	// A run's first failed round (and lag query) is logged, even if the
+	// last run ended during an outage.
+	r.storage.ended()
+	r.lag.ended()
 
 	wakeUp := r.cfg.Wake
 	if n, ok := any(r.drv).(Notifier); ok && wakeUp == nil && !r.cfg.NoListen {
@@ -268,6 +278,10 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			nextRetry = res.retryAt
 		}
 
+		if err == nil || res.publishFailed {
+			// The database answered (publish failures are marked).
+			r.logStorageRecovered()
+		}
 		// A round that published events despite a publish failure shows
 		// the broker up: its failed events wait for their own retry
 		// (nextRetry), and backing off the whole relay would hold up the
@@ -282,7 +296,7 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 				// says a transaction committed (it is back).
 				wait = min(wait, StorageBackoffCeiling)
 				wake = wakeUp
-				r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
+				r.logStorageFailure(err, failures, wait)
 			}
 			if !backoff.Sleep(ctx, max(backoff.Jitter(wait), minBackoff), wake) {
 				return
@@ -306,6 +320,34 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 	}
 }
 
+// logStorageFailure logs a round of Run that failed in the database (the
+// failures-th in a row of its worker, retried in wait) through r.storage:
+// at once when its failure (grouped by error text, digits aside) is first
+// seen, then at most every failureLogInterval with the rounds not logged.
+// A database outage fails every round, one per StorageBackoffCeiling at
+// most, of every worker.
+func (r *Relay[TTx]) logStorageFailure(err error, failures int, wait time.Duration) {
+	log, g := r.storage.failed(err.Error(), r.cfg.Now())
+	switch {
+	case !log:
+	case g.rounds == 1:
+		r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
+	default:
+		r.cfg.Logger.Error("outbox: relay rounds still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
+			"err", err, "suppressed", g.suppressed, "failed_rounds", g.rounds, "since", g.first,
+			"consecutive_failures", failures, "retry_in", wait)
+	}
+}
+
+// logStorageRecovered logs the end of the storage failures of Run's rounds,
+// if any: a round went through the database.
+func (r *Relay[TTx]) logStorageRecovered() {
+	if g, ok := r.storage.ended(); ok {
+		r.cfg.Logger.Info("outbox: relay rounds succeed again after failed rounds",
+			"failed_rounds", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
+	}
+}
+
 // RunOnce claims one batch, publishes it and marks it, and returns how many
 // events it published. A non-nil error is either a publish failure (the
 // events reported published are marked, each key's first failed event is
@@ -321,7 +363,9 @@ func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
 const lagEvery = 250 * time.Millisecond
 
 // reportLag calls OnLag with the age of the oldest unpublished event; at
-// most every lagEvery unless always.
+// most every lagEvery unless always. A failed query is logged through
+// r.lag: when the queries start failing, then at most every
+// failureLogInterval, and once when one succeeds again.
 func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 	if r.cfg.OnLag == nil || ctx.Err() != nil {
 		return
@@ -334,8 +378,20 @@ func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 	r.lagAt.Store(now)
 	oldest, ok, err := r.drv.Outbox().OutboxOldestUnpublished(ctx)
 	if err != nil {
-		r.cfg.Logger.Warn("outbox: lag unknown", "err", err)
+		log, g := r.lag.failed(err.Error(), r.cfg.Now())
+		switch {
+		case !log:
+		case g.rounds == 1:
+			r.cfg.Logger.Warn("outbox: lag unknown", "err", err)
+		default:
+			r.cfg.Logger.Warn("outbox: lag still unknown; repeats are logged at most every "+failureLogInterval.String(),
+				"err", err, "suppressed", g.suppressed, "failed_queries", g.rounds, "since", g.first)
+		}
 		return
+	}
+	if g, ok := r.lag.ended(); ok {
+		r.cfg.Logger.Info("outbox: lag known again after failed queries",
+			"failed_queries", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
 	}
 	var lag time.Duration
 	if ok {

@@ -1,0 +1,230 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/outbox"
+)
+
+// outageDriver is a database that is down for a number of rounds: the
+// first call of a round (Begin on PostgreSQL, where the claim runs in the
+// round's transaction; the claim on SQLite) fails while it is down, and so
+// does the lag query. Each failed round moves the clock on by a second.
+type outageDriver[TTx any] struct {
+	driver.OutboxDriver[TTx]
+	clock *fakeClock
+	// left is the number of rounds left to fail (negative: the rounds
+	// since the database came back).
+	left atomic.Int64
+	// changeAt is the number of rounds left when the error changes (the
+	// server starting up after refusing connections); 0 for never.
+	changeAt int64
+}
+
+func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
+
+// round starts a round: it fails while the database is down, with a local
+// port that changes from one round to the next (the same failure).
+func (d *outageDriver[TTx]) round() error {
+	n := d.left.Add(-1)
+	if n < 0 {
+		return nil
+	}
+	d.clock.Add(time.Second)
+	if n < d.changeAt {
+		return fmt.Errorf("FATAL: the database system is starting up (SQLSTATE 57P03) [conn %d]", n)
+	}
+	return fmt.Errorf("dial tcp 10.0.0.5:%d->10.0.0.9:5432: connect: connection refused", 40000+n)
+}
+
+func (d *outageDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
+	if err := d.round(); err != nil {
+		var zero TTx
+		return zero, err
+	}
+	return d.OutboxDriver.Begin(ctx)
+}
+
+func (d *outageDriver[TTx]) Outbox() driver.OutboxExecutor {
+	return outageExecutor[TTx]{d.OutboxDriver.Outbox(), d}
+}
+
+type outageExecutor[TTx any] struct {
+	driver.OutboxExecutor
+	d *outageDriver[TTx]
+}
+
+func (e outageExecutor[TTx]) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	if err := e.d.round(); err != nil {
+		return nil, err
+	}
+	return e.OutboxExecutor.OutboxClaimBatch(ctx, p)
+}
+
+func (e outageExecutor[TTx]) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
+	if e.d.down() {
+		return time.Time{}, false, fmt.Errorf("dial tcp 10.0.0.5:%d->10.0.0.9:5432: connect: connection refused", 40000+e.d.left.Load())
+	}
+	return e.OutboxExecutor.OutboxOldestUnpublished(ctx)
+}
+
+// A database outage of 100 rounds, one a second, in Run (two workers on
+// PostgreSQL): the first failed round is logged at once, as is the first
+// round that fails otherwise (the server starting up, 10 rounds before the
+// end); their repeats are summarised at most every 30 s, with the number
+// of rounds not logged; and one INFO line says the rounds succeed again,
+// after how many failed rounds and how long. It logged an ERROR per round.
+func TestRelayLogsADatabaseOutageOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) { testOutageLog(t, testdb.SQLite(t)) })
+	t.Run("PostgreSQL", func(t *testing.T) { testOutageLog(t, testdb.Postgres(t)) })
+}
+
+func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
+	t.Parallel()
+	const failedRounds = 100
+	var (
+		logs  testlog.Buffer
+		clock = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		drv   = &outageDriver[TTx]{OutboxDriver: db, clock: clock, changeAt: 10}
+	)
+	drv.left.Store(failedRounds)
+	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
+		Backoff:      func(int) time.Duration { return 0 }, // retried after 10 ms
+		PollInterval: 10 * time.Millisecond,
+		Now:          clock.Now,
+		Logger:       slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	// Three rounds begun after the outage: a worker finished a successful
+	// round (on PostgreSQL, two workers).
+	deadline := time.Now().Add(10 * time.Second)
+	for drv.left.Load() > -3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if drv.left.Load() > -3 {
+		t.Fatalf("%d rounds left to fail after 10 s", drv.left.Load())
+	}
+
+	var firsts, summaries, recoveries []logLine
+	for _, l := range logLines(t, &logs) {
+		switch {
+		case l.Level == "ERROR" && l.Msg == "outbox: relay round failed":
+			firsts = append(firsts, l)
+		case l.Level == "ERROR" && strings.HasPrefix(l.Msg, "outbox: relay rounds still failing"):
+			summaries = append(summaries, l)
+		case l.Level == "INFO" && strings.HasPrefix(l.Msg, "outbox: relay rounds succeed again"):
+			recoveries = append(recoveries, l)
+		default:
+			t.Errorf("unexpected log line %+v", l)
+		}
+	}
+	if len(firsts) != 2 || !strings.Contains(firsts[0].Err, "connection refused") || firsts[0].ConsecutiveFailures != 1 ||
+		!strings.Contains(firsts[1].Err, "starting up") {
+		t.Fatalf("%d ERROR lines for a first failed round (%+v); want 2: connection refused, then starting up", len(firsts), firsts)
+	}
+	// Connections refused at 1..90 s: logged at 1 s, summarised at about
+	// 31 and 61 s (a second more or less: two workers fail at once on
+	// PostgreSQL) with the rounds in between.
+	if len(summaries) != 2 {
+		t.Fatalf("%d summaries (%+v); want 2, at about 31 and 61 s", len(summaries), summaries)
+	}
+	for i, s := range summaries {
+		if s.Suppressed < 28 || s.Suppressed > 30 || s.FailedRounds < 30*(i+1) || s.FailedRounds > 30*(i+1)+2 ||
+			!strings.Contains(s.Err, "connection refused") || s.RetryIn == 0 {
+			t.Errorf("summary %d: %+v; want about 29 suppressed, %d failed rounds, the error and retry_in", i, s, 30*(i+1)+1)
+		}
+	}
+	if len(recoveries) != 1 {
+		t.Fatalf("%d recovery lines (%+v); want 1", len(recoveries), recoveries)
+	}
+	if r := recoveries[0]; r.FailedRounds != failedRounds || time.Duration(r.Over) < (failedRounds-2)*time.Second {
+		t.Errorf("recovery: %+v; want %d failed rounds over about %s", r, failedRounds, (failedRounds-1)*time.Second)
+	}
+}
+
+// While the lag query fails (the database down, 70 rounds of RunOnce, one
+// a second), "lag unknown" is logged once, then summarised at most every
+// 30 s; once it succeeds, an INFO line, and OnLag is called again. It
+// logged a WARN per query.
+func TestRelayLogsUnknownLagOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) { testUnknownLagLog(t, testdb.SQLite(t)) })
+	t.Run("PostgreSQL", func(t *testing.T) { testUnknownLagLog(t, testdb.Postgres(t)) })
+}
+
+func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
+	t.Parallel()
+	const failedRounds = 70
+	var (
+		logs    testlog.Buffer
+		clock   = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		drv     = &outageDriver[TTx]{OutboxDriver: db, clock: clock}
+		reports atomic.Int32
+	)
+	drv.left.Store(failedRounds)
+	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
+		OnLag:  func(time.Duration) { reports.Add(1) },
+		Now:    clock.Now,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range failedRounds + 1 {
+		_, err := relay.RunOnce(t.Context())
+		if (err != nil) != (i < failedRounds) {
+			t.Fatalf("round %d: RunOnce = %v", i, err)
+		}
+	}
+	if n := reports.Load(); n != 1 {
+		t.Errorf("OnLag called %d times; want once, after the outage", n)
+	}
+
+	var warns, summaries, recoveries []logLine
+	for _, l := range logLines(t, &logs) {
+		switch {
+		case l.Level == "WARN" && l.Msg == "outbox: lag unknown":
+			warns = append(warns, l)
+		case l.Level == "WARN" && strings.HasPrefix(l.Msg, "outbox: lag still unknown"):
+			summaries = append(summaries, l)
+		case l.Level == "INFO" && strings.HasPrefix(l.Msg, "outbox: lag known again"):
+			recoveries = append(recoveries, l)
+		default:
+			t.Errorf("unexpected log line %+v", l)
+		}
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0].Err, "connection refused") {
+		t.Fatalf("%d WARN lines for the first failed lag query (%+v); want 1, with the error", len(warns), warns)
+	}
+	if len(summaries) != 2 {
+		t.Fatalf("%d summaries (%+v); want 2, at 31 and 61 s", len(summaries), summaries)
+	}
+	for i, s := range summaries {
+		if s.Suppressed != 29 || s.FailedQueries != 30*(i+1)+1 || !strings.Contains(s.Err, "connection refused") {
+			t.Errorf("summary %d: %+v; want 29 suppressed, %d failed queries and the error", i, s, 30*(i+1)+1)
+		}
+	}
+	if len(recoveries) != 1 || recoveries[0].FailedQueries != failedRounds || time.Duration(recoveries[0].Over) != failedRounds*time.Second-time.Second {
+		t.Errorf("recovery lines %+v; want 1, after %d failed queries over %s", recoveries, failedRounds, failedRounds*time.Second-time.Second)
+	}
+}
