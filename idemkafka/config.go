@@ -102,6 +102,32 @@ type ConsumerConfig[TTx any] struct {
 	// ("orders.dlq").
 	DeadLetterTopic string
 
+	// InstanceID turns on static group membership: it is this instance's
+	// identity in the group, the same across its restarts and different
+	// for every instance that runs at the same time (a StatefulSet pod's
+	// name, a host name). The default, empty, is dynamic membership.
+	//
+	// A static member that restarts (a crash, a rolling deploy) gets its
+	// partitions back as soon as it rejoins, with no rebalance and without
+	// waiting for its old session to expire; the other members keep
+	// consuming throughout. In exchange, a static member that stops does
+	// not leave the group: its partitions are not consumed until it comes
+	// back or its session times out (kgo.SessionTimeout in ExtraOpts,
+	// which should outlast a restart), and only then move to the others.
+	// Use it where instances come back under the same name.
+	//
+	// Two instances must never share an ID. If one joins with the ID of
+	// another that is running, the broker hands the partitions to the new
+	// one and fences the old one: its Run returns an error wrapping
+	// ErrFenced instead of joining again and taking them back (which the
+	// other would do in turn, for ever). Nothing is applied twice either
+	// way: the inbox drops redeliveries.
+	//
+	// The ID must be 1 to 249 characters among ASCII letters, digits, '.',
+	// '_' and '-' (Kafka's rule for group.instance.id). kgo.InstanceID in
+	// ExtraOpts does the same; setting both to different IDs is an error.
+	InstanceID string
+
 	// ExtraOpts are more kgo options for the consumer's client (TLS, SASL,
 	// a logger, session timeouts, ...). The consumer reads committed
 	// records only (FetchIsolationLevel(ReadCommitted()): events of a
@@ -246,6 +272,11 @@ func (c ConsumerConfig[TTx]) validate() error {
 	if c.Retry.Attempts < 0 {
 		errs = append(errs, fmt.Errorf("Retry.Attempts %d must not be negative", c.Retry.Attempts))
 	}
+	if c.InstanceID != "" {
+		if err := checkName(c.InstanceID); err != nil {
+			errs = append(errs, fmt.Errorf("InstanceID %w", err))
+		}
+	}
 	if strings.TrimSpace(c.DeadLetterTopic) != c.DeadLetterTopic {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic %q has leading or trailing spaces", c.DeadLetterTopic))
 	}
@@ -260,13 +291,31 @@ func (c ConsumerConfig[TTx]) validate() error {
 // or "..". A broker refuses other names for good, so NewConsumer and
 // NewPublisher check their topics with it at start-up.
 func CheckTopic(t string) error {
+	if err := checkName(t); err != nil {
+		return fmt.Errorf("topic %w", err)
+	}
+	return nil
+}
+
+// CheckInstanceID returns an error unless id is a group instance ID Kafka
+// accepts (ConsumerConfig.InstanceID): the rule of topic names.
+func CheckInstanceID(id string) error {
+	if err := checkName(id); err != nil {
+		return fmt.Errorf("instance ID %w", err)
+	}
+	return nil
+}
+
+// checkName checks a topic name or a group instance ID (Kafka validates
+// both with the same rule).
+func checkName(t string) error {
 	switch {
 	case t == "" || t == "." || t == "..":
-		return fmt.Errorf("topic %q: it must not be empty, \".\" or \"..\"", t)
+		return fmt.Errorf("%q: it must not be empty, \".\" or \"..\"", t)
 	case len(t) > 249:
-		return fmt.Errorf("topic %q: %d characters, at most 249", t, len(t))
+		return fmt.Errorf("%q: %d characters, at most 249", t, len(t))
 	case strings.ContainsFunc(t, notTopicChar):
-		return fmt.Errorf("topic %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+		return fmt.Errorf("%q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
 	}
 	return nil
 }

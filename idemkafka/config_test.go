@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
@@ -54,12 +56,37 @@ func TestConsumerConfigValidated(t *testing.T) {
 		"consumes its dead letters": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
 			c.Topics = []string{"orders", "orders.dlq"}
 		}, `"orders.dlq" of "orders" is also consumed`},
-		"dead letters to itself": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.DeadLetterTopic = "orders" }, "also consumed"},
+		"dead letters to itself":   {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.DeadLetterTopic = "orders" }, "also consumed"},
+		"instance ID with a space": {func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.InstanceID = "pod 0" }, "InstanceID \"pod 0\": only ASCII letters"},
+		"instance ID too long": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.InstanceID = strings.Repeat("i", 250)
+		}, "at most 249"},
+		"kgo.InstanceID with a slash": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.ExtraOpts = []kgo.Opt{kgo.InstanceID("pods/0")}
+		}, "kgo.InstanceID \"pods/0\": only ASCII letters"},
+		"two instance IDs": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.InstanceID = "pod-0"
+			c.ExtraOpts = []kgo.Opt{kgo.InstanceID("pod-1")}
+		}, "differ"},
 	} {
 		cfg := valid()
 		tc.edit(&cfg)
 		if _, err := idemkafka.NewConsumer(in, &cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewConsumer = %v; want an error mentioning %q", name, err, tc.want)
+		}
+	}
+	for name, edit := range map[string]func(*idemkafka.ConsumerConfig[*sqlTx]){
+		"InstanceID":     func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.InstanceID = "idemd-0.orders_v1" },
+		"kgo.InstanceID": func(c *idemkafka.ConsumerConfig[*sqlTx]) { c.ExtraOpts = []kgo.Opt{kgo.InstanceID("idemd-0")} },
+		"the same ID twice": func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.InstanceID = "idemd-0"
+			c.ExtraOpts = []kgo.Opt{kgo.InstanceID("idemd-0")}
+		},
+	} {
+		cfg := valid()
+		edit(&cfg)
+		if _, err := idemkafka.NewConsumer(in, &cfg); err != nil {
+			t.Errorf("NewConsumer with %s: %v", name, err)
 		}
 	}
 	if _, err := idemkafka.NewConsumer(in, nil); err == nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
@@ -17,6 +18,11 @@ import (
 
 // ErrRunning is returned by Run when the consumer is already running.
 var ErrRunning = errors.New("idemkafka: consumer is already running")
+
+// ErrFenced is returned (wrapped) by Run when another consumer joined the
+// group with this consumer's InstanceID: two instances were given one ID.
+// The consumer has stopped; running it again would fence the other one.
+var ErrFenced = errors.New("idemkafka: fenced: another consumer joined the group with this instance ID")
 
 // commitTimeout bounds one offset commit. A commit that fails is harmless:
 // the records are redelivered and the inbox drops them. It is retried at
@@ -44,6 +50,10 @@ type Consumer[TTx any] struct {
 
 	running atomic.Bool
 	hooks   hooks
+
+	// instanceID is the static member ID (InstanceID, or kgo.InstanceID
+	// in ExtraOpts), empty for a dynamic member.
+	instanceID string
 
 	// pending holds, per owned partition, the last applied record whose
 	// offset commit failed, until a commit of it or a later record of the
@@ -106,6 +116,20 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	if ps, _ := probe.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
 		return nil, fmt.Errorf("%w: ConsumePartitions", ErrUnsupportedOption)
 	}
+	c.instanceID = cfgv.InstanceID
+	if vs := probe.OptValues(kgo.InstanceID); len(vs) == 2 {
+		if id, _ := vs[0].(string); vs[1] == true {
+			switch {
+			case c.instanceID != "" && id != c.instanceID:
+				return nil, fmt.Errorf("idemkafka: invalid ConsumerConfig: InstanceID %q and kgo.InstanceID(%q) in ExtraOpts differ", c.instanceID, id)
+			case c.instanceID == "":
+				if err := checkName(id); err != nil {
+					return nil, fmt.Errorf("idemkafka: invalid ExtraOpts: kgo.InstanceID %w", err)
+				}
+				c.instanceID = id
+			}
+		}
+	}
 	c.userAssigned, _ = probe.OptValue(kgo.OnPartitionsAssigned).(partitionsCallback)
 	c.userRevoked, _ = probe.OptValue(kgo.OnPartitionsRevoked).(partitionsCallback)
 	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
@@ -115,6 +139,9 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	// committed ones only (kgo's default reads them all). ExtraOpts may
 	// say otherwise.
 	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, cfgv.ExtraOpts...)
+	if c.instanceID != "" {
+		c.opts = append(c.opts, kgo.InstanceID(c.instanceID))
+	}
 	c.opts = append(c.opts,
 		kgo.SeedBrokers(cfgv.Seeds...),
 		kgo.ConsumerGroup(cfgv.Group),
@@ -131,13 +158,15 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 
 // Run joins the group and applies events until ctx is done, then finishes
 // the database transaction in flight, commits the offsets of what
-// committed, leaves the group and returns nil. A transaction still waiting
-// to begin (for a connection of an exhausted pool, or a server that does
-// not answer) is abandoned at once. Records polled but not
-// applied by then are left to the partition's next owner. Run returns an
-// error only if the client cannot be created or is closed under it, and
-// ErrRunning if the consumer is already running. A Consumer may be run again
-// after Run returned.
+// committed, leaves the group (a static member, with an InstanceID, does not
+// leave: its partitions wait for it to come back) and returns nil. A
+// transaction still waiting to begin (for a connection of an exhausted
+// pool, or a server that does not answer) is abandoned at once. Records
+// polled but not applied by then are left to the partition's next owner.
+// Run returns an error only if the client cannot be created or is closed
+// under it, one wrapping ErrFenced if another consumer joined with its
+// InstanceID, and ErrRunning if the consumer is already running. A Consumer
+// may be run again after Run returned.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -185,13 +214,29 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			continue
 		}
 		fetchErr := false
+		var fenced error
 		fs.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			if errors.Is(err, kerr.FencedInstanceID) {
+				fenced = err
 				return
 			}
 			fetchErr = true
 			c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
+		if fenced != nil {
+			// Another instance has this one's ID and its partitions. kgo
+			// would join again and fence it in turn: stop instead, and
+			// leave this poll's records to it (their offsets cannot be
+			// committed by a fenced member; the inbox drops any that were
+			// applied).
+			cl.AllowRebalance()
+			c.cfg.Logger.Error("idemkafka: consumer stopped: another consumer joined the group with this instance ID; give every instance its own InstanceID",
+				"group", c.cfg.Group, "instance_id", c.instanceID, "consumer", c.in.Consumer(), "err", fenced)
+			return fmt.Errorf("%w (group %q, instance ID %q): %w", ErrFenced, c.cfg.Group, c.instanceID, fenced)
+		}
 		c.cycle(ctx, cl, fs)
 		cl.AllowRebalance()
 		if ctx.Err() != nil {

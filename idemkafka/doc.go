@@ -79,6 +79,14 @@
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
 //
+// With ConsumerConfig.InstanceID the consumer is a static member of its
+// group (KIP-345): restarted under the same ID, it takes its partitions
+// back at once instead of after its old session expired, and the other
+// members are not rebalanced; stopped, it does not leave the group, and its
+// partitions wait for it until its session times out. A consumer fenced by
+// another that joined with its ID stops: Run returns an error wrapping
+// [ErrFenced]. Static or not, the inbox makes every redelivery harmless.
+//
 // # Batch handler
 //
 // With [ConsumerConfig].Handler the handler runs once per new event, so

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
 )
 
 // Defaults of Config.
@@ -86,6 +87,13 @@ type Config struct {
 	// KafkaEmbeddedAddr is the embedded broker's listen address.
 	// Defaults to DefaultKafkaEmbeddedAddr (a free port).
 	KafkaEmbeddedAddr string
+	// KafkaInstanceID turns on static group membership for idemd's
+	// consumers (idemkafka.ConsumerConfig.InstanceID): this replica's
+	// stable ID, different for every replica (a StatefulSet pod's name).
+	// A restarted replica takes its partitions back at once; a stopped
+	// one keeps them, unconsumed, until it returns or its session
+	// (ConsumerSessionTimeout) expires. Empty: dynamic membership.
+	KafkaInstanceID string
 	// KafkaHeaders is how event records carry the envelope: idem's own
 	// headers (the default), the CloudEvents Kafka binding's ce_* headers,
 	// or both. Consumers read all three.
@@ -154,6 +162,7 @@ var settings = []setting{
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
 	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
+	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to " + ConsumerSessionTimeout.String() + " (default: dynamic membership)"},
 	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both"},
 	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference"},
 	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again"},
@@ -300,6 +309,14 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg.KafkaEmbeddedAddr = strings.TrimSpace(*values["kafka-embedded-addr"])
 	if err := checkAddr(cfg.KafkaEmbeddedAddr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-embedded-addr"), err)
+	}
+	if cfg.KafkaInstanceID = strings.TrimSpace(*values["kafka-instance-id"]); cfg.KafkaInstanceID != "" {
+		if cfg.Kafka.Mode == KafkaOff {
+			return Config{}, configErrorf("%s is for idemd's Kafka consumers (-kafka is off: there are none)", source("kafka-instance-id"))
+		}
+		if err := idemkafka.CheckInstanceID(cfg.KafkaInstanceID); err != nil {
+			return Config{}, configErrorf("%s: bad Kafka %v", source("kafka-instance-id"), err)
+		}
 	}
 	if cfg.KafkaHeaders, err = event.ParseHeaderFormat(strings.TrimSpace(*values["kafka-headers"])); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-headers"), err)

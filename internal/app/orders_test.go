@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // served is the app serving on a real listener (so the relay and the
@@ -297,4 +298,59 @@ func TestOrdersReplicas(t *testing.T) {
 	replicas[0].waitCount(consumerEvents(app.SagaInbox), 3*n)
 	replicas[0].waitCount("customer_order WHERE status = 'CONFIRMED'", n)
 	replicas[0].waitCount("payment", n)
+}
+
+// Static membership (-kafka-instance-id). Two replicas given one instance
+// ID by mistake: the second to start takes the partitions, and the first
+// stops with an error naming the mistake instead of taking them back (which
+// would go on for ever, both replicas in turn). The replica left keeps
+// projecting orders.
+func TestKafkaInstanceIDShared(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-static")
+	cluster.CreateTopic(t, topic, 3)
+	cluster.CreateTopic(t, topic+".dlq", 1)
+	dbArg, count := dbCounter(t, app.Postgres)
+	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","),
+		"-kafka-topic", topic, "-kafka-instance-id", "idemd-0"}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testlog.Buffer
+	first, err := app.New(t.Context(), cfg, newTestLogger(&logs))
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	t.Cleanup(first.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- first.Serve(ctx, ln) }()
+	one := &served{t: t, base: "http://" + ln.Addr().String(), count: count}
+	if r := one.do(http.MethodPost, "/v1/orders", "k-1", orderBody(7, "1")); r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	one.waitSummary(7, "orders=1 pending=0 confirmed=1 rejected=0 total_amount=1.0000")
+	if !strings.Contains(logs.String(), `"instance_id":"idemd-0"`) {
+		t.Errorf("the consumers' start-up lines do not name the instance ID; logs:\n%s", logs.String())
+	}
+
+	two := serveOn(t, dbArg, count, "-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic, "-kafka-instance-id", "idemd-0")
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "instance ID") {
+			t.Fatalf("the fenced replica's Serve = %v; want an error about its instance ID", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first replica still runs after a second one joined with its instance ID")
+	}
+	if r := two.do(http.MethodPost, "/v1/orders", "k-2", orderBody(7, "2")); r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	two.waitSummary(7, "orders=2 pending=0 confirmed=2 rejected=0 total_amount=3.0000")
 }

@@ -182,6 +182,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		// transactions never deadlock. (BatchHandler replaces Handler:
 		// a failing batch is retried one event at a time.)
 		BatchHandler: orders.ProjectionBatch(st.orders),
+		InstanceID:   a.cfg.KafkaInstanceID,
 		Logger:       a.log,
 		OnBatch:      func(_ context.Context, s idemkafka.BatchStats) { a.metrics.batch(ProjectionInbox, s) },
 		ExtraOpts:    extra,
@@ -209,11 +210,12 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 	}
 	wake := make(chan struct{}, 1)
 	consumer, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[TTx]{
-		Seeds:   seeds,
-		Group:   SagaGroup,
-		Topics:  []string{a.cfg.KafkaTopic},
-		Handler: ps.Handle,
-		Logger:  a.log,
+		Seeds:      seeds,
+		Group:      SagaGroup,
+		Topics:     []string{a.cfg.KafkaTopic},
+		Handler:    ps.Handle,
+		InstanceID: a.cfg.KafkaInstanceID,
+		Logger:     a.log,
 		// After the batch's transaction committed: the relay publishes
 		// the events its steps emitted, and the compensator compensates
 		// the sagas it aborted.

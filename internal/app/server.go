@@ -51,8 +51,12 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// request in flight may still enqueue an event).
 	relay := a.startWorkers(ctx, worker{"outbox relay", a.relay,
 		append(a.started, "headers", a.cfg.KafkaHeaders.String())})
-	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, []any{"topic", a.cfg.KafkaTopic}},
-		worker{"order saga consumer", a.saga, []any{"topic", a.cfg.KafkaTopic}},
+	consumerAttrs := []any{"topic", a.cfg.KafkaTopic}
+	if a.cfg.KafkaInstanceID != "" {
+		consumerAttrs = append(consumerAttrs, "instance_id", a.cfg.KafkaInstanceID)
+	}
+	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, consumerAttrs},
+		worker{"order saga consumer", a.saga, consumerAttrs},
 		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}})
 	// deadline bounds the whole shutdown once it started.
 	var deadline time.Time
