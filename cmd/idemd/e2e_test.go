@@ -26,8 +26,8 @@ const (
 
 // TestE2E runs the real idemd binary under load and breaks it: restarts
 // (SIGTERM, SIGKILL) on PostgreSQL with the embedded broker and on SQLite,
-// the kill of one of two replicas sharing PostgreSQL and a Kafka cluster,
-// and PostgreSQL unreachable for 10 s. After each, once the load is
+// the kill of one of two replicas sharing PostgreSQL and a Kafka cluster
+// (dynamic members, and static ones restarted at once), and PostgreSQL unreachable for 10 s. After each, once the load is
 // answered, it waits for the invariants: every order answered 201 with one
 // id per key, as many orders as operations, each CONFIRMED (amount <=
 // 10000) or REJECTED, one payment per CONFIRMED order and none otherwise,
@@ -45,7 +45,8 @@ func TestE2E(t *testing.T) {
 		{"postgres/SIGKILL", func(t *testing.T) { restartScenario(t, "postgres", syscall.SIGKILL, e2eOrders(300)) }},
 		{"sqlite/SIGTERM", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGTERM, e2eOrders(150)) }},
 		{"sqlite/SIGKILL", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGKILL, e2eOrders(150)) }},
-		{"postgres/replicas/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300)) }},
+		{"postgres/replicas/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300), false) }},
+		{"postgres/replicas-static/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300), true) }},
 		{"postgres/unreachable", func(t *testing.T) { outageScenario(t, e2eOrders(300)) }},
 	}
 	// The scenarios run at once, but not through t.Parallel: -parallel
@@ -146,7 +147,11 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 // measures the failover: from the kill until every order answered before
 // it is CONFIRMED or REJECTED. A killed replica is restarted (once its
 // failover is measured) only when more kills follow.
-func replicaScenario(t *testing.T, n int) {
+//
+// With static, each replica has its own -kafka-instance-id and a killed one
+// is restarted at once, as a StatefulSet would: it takes its partitions
+// back when it rejoins, before its session (6 s) expires.
+func replicaScenario(t *testing.T, n int, static bool) {
 	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
 	c := newCluster(t)
 	kc := kafkatest.New(t)
@@ -154,10 +159,14 @@ func replicaScenario(t *testing.T, n int) {
 	kc.CreateTopic(t, topic, 3)
 	kc.CreateTopic(t, topic+".dlq", 1)
 	addrs := []string{freeAddr(t), freeAddr(t)}
-	argsOf := func(i int) []string {
-		return append(commonArgs(addrs[i], db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic)
-	}
 	names := []string{"replica-a", "replica-b"}
+	argsOf := func(i int) []string {
+		args := append(commonArgs(addrs[i], db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic)
+		if static {
+			args = append(args, "-kafka-instance-id", names[i])
+		}
+		return args
+	}
 	var replicas [2]atomic.Pointer[proc]
 	for i := range replicas { // one after the other: the first migrates
 		replicas[i].Store(c.mustStart(t, names[i], argsOf(i)...))
@@ -197,29 +206,39 @@ func replicaScenario(t *testing.T, n int) {
 			if err := replicas[victim].Load().stop(syscall.SIGKILL, 10*time.Second); err != nil {
 				t.Errorf("kill: %v", err)
 			}
+			restart := func() bool {
+				p, err := c.start(names[victim], argsOf(victim)...)
+				if err != nil {
+					t.Errorf("restart: %v", err)
+					cancel()
+					return false
+				}
+				replicas[victim].Store(p)
+				return true
+			}
+			if static && !restart() {
+				return false
+			}
 			before := answeredBy(orders, killed)
 			d, left := settle(db, before, killed, 45*time.Second)
 			if left > 0 {
 				t.Errorf("failover: > %.0f s: %d of the %d orders answered before the SIGKILL of %s are still CREATED",
 					d.Seconds(), left, len(before), names[victim])
 			} else {
-				t.Logf("failover: %.1f s (SIGKILL of %s at %d of %d orders answered; %d orders to settle)",
-					d.Seconds(), names[victim], plan.last(), n, len(before))
+				how := "its partitions moved to the other replica"
+				if static {
+					how = "restarted at once, a static member"
+				}
+				t.Logf("failover: %.1f s (SIGKILL of %s at %d of %d orders answered; %d orders to settle; %s)",
+					d.Seconds(), names[victim], plan.last(), n, len(before), how)
 				if d > failoverLimit {
 					t.Errorf("failover took %.1f s, more than %v (target 10 s)", d.Seconds(), failoverLimit)
 				}
 			}
-			if k == len(plan.points)-1 {
+			if static || k == len(plan.points)-1 {
 				return true
 			}
-			p, err := c.start(names[victim], argsOf(victim)...)
-			if err != nil {
-				t.Errorf("restart: %v", err)
-				cancel()
-				return false
-			}
-			replicas[victim].Store(p)
-			return true
+			return restart()
 		})
 	})
 	loadStart := time.Now()
