@@ -8,7 +8,7 @@
 //	go run ./bench/kafkabench -rounds 5 -n 100000 -workers 4
 //	go run ./bench/kafkabench -scenarios relay -relay-batch 100,500,2000 -relays 2
 //	go run ./bench/kafkabench -scenarios latency     # relay latency at 1000 events/s; about 25 s
-//	go run ./bench/kafkabench -scenarios restart     # relay and consumer SIGKILLed mid-load; about 15 s
+//	go run ./bench/kafkabench -scenarios restart     # relay and consumer SIGKILLed mid-load; about 20 s
 //	go run ./bench/kafkabench -h                     # every flag
 //
 // It creates a private schema (dropped at exit) with idem's tables
@@ -132,8 +132,15 @@
 // and skipped as duplicates (BatchStats.Duplicates); a batch's offsets
 // are committed right after its transaction, so only a kill between the
 // two leaves some, while the transaction a kill interrupts rolls back and
-// its records are applied again. Check, both runs: one effect row and one
-// processed_event row per event, 0 missing, 0 doubled. A failed check
+// its records are applied again. A third consumer run repeats the killed
+// one as a static group member: in a group and inbox of its own, the
+// killed child and its replacement both join with the InstanceID
+// "kafkabench-consumer-0" (hidden flag -child-instance), so the new one
+// gets the partitions back as soon as it joins, without waiting for the
+// session to expire; it prints the same figures (static:, gap (static):,
+// redelivered after the static restart). Check, each run: one effect row
+// and one processed_event row per event, 0 missing, 0 doubled (the static
+// run's on a line of its own). A failed check
 // prints FAILED and the program exits with status 1; a run that stops
 // making progress (10s without a new event in the topic, or the session
 // timeout and 10s without an offset committed) is cut short and checked.

@@ -97,6 +97,7 @@ func main() {
 	flag.StringVar(&o.child.seeds, "child-seeds", "", "")
 	flag.StringVar(&o.child.topic, "child-topic", "", "")
 	flag.StringVar(&o.child.name, "child-name", "", "")
+	flag.StringVar(&o.child.instance, "child-instance", "", "")
 	flag.Usage = usage
 	flag.Parse()
 

@@ -54,6 +54,10 @@ const (
 	restartStall = 10 * time.Second
 	// childStopTimeout bounds a graceful stop (SIGTERM) before SIGKILL.
 	childStopTimeout = 15 * time.Second
+	// restartInstance is the InstanceID (static group membership) that
+	// the killed consumer child and its replacement share in the static
+	// run.
+	restartInstance = "kafkabench-consumer-0"
 )
 
 // childOpts are the hidden flags of a child process.
@@ -63,6 +67,9 @@ type childOpts struct {
 	seeds  string // comma-separated
 	topic  string
 	name   string // the consumer's inbox name and group
+	// instance is the consumer's InstanceID (static membership); ""
+	// for a dynamic member.
+	instance string
 }
 
 // runChild is a child process of the restart scenario: a relay or a
@@ -145,6 +152,9 @@ func runChild(ctx context.Context, o options) error {
 				report("batch %d %d %d", s.Records, s.Applied, s.Duplicates)
 			},
 			Logger: logger,
+			// A static member (the static run) takes its partitions back
+			// at once when it rejoins under the same ID.
+			InstanceID: o.child.instance,
 			// A SIGKILLed member never leaves the group: its partitions
 			// move to the new member once its session has expired.
 			ExtraOpts: []kgo.Opt{kgo.SessionTimeout(o.restartSession), kgo.HeartbeatInterval(o.restartSession / 3)},
@@ -171,8 +181,9 @@ type child struct {
 	batches, records, applied, dups int // its "batch" lines: their count and sums
 }
 
-// startChild starts a child process of role on topic.
-func (b *bench) startChild(ctx context.Context, role, seeds, topic, name string) (*child, error) {
+// startChild starts a child process of role on topic; a consumer with
+// instance as its InstanceID unless it is empty.
+func (b *bench) startChild(ctx context.Context, role, seeds, topic, name, instance string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
@@ -181,6 +192,9 @@ func (b *bench) startChild(ctx context.Context, role, seeds, topic, name string)
 		"-dsn", b.o.dsn, "-relay-concurrency", strconv.Itoa(b.o.relayConc), "-restart-session", b.o.restartSession.String()}
 	if b.o.syncCommit != "" {
 		args = append(args, "-synchronous-commit", b.o.syncCommit)
+	}
+	if instance != "" {
+		args = append(args, "-child-instance", instance)
 	}
 	cmd := osexec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
@@ -289,8 +303,9 @@ type restartResult struct {
 	relayChk, relayKillChk logCheck
 	unpublished            [2]int
 	cons, consKill         restartRun
-	effects, distinct      [2]int
-	processed              [2]int
+	consStatic             restartRun // killed and restarted, a static member
+	effects, distinct      [3]int     // uninterrupted, killed, static
+	processed              [3]int
 }
 
 // runRestart runs the restart scenario and prints its figures and checks.
@@ -339,13 +354,18 @@ func (b *bench) runRestart(ctx context.Context) error {
 	// expected among the skipped records), so what the new consumer skips
 	// is redeliveries.
 	fmt.Println()
-	if r.cons, r.effects[0], r.distinct[0], r.processed[0], err = b.consumerRestart(ctx, seeds, topic, "kafkabench-restart", false, 0); err != nil {
+	if r.cons, r.effects[0], r.distinct[0], r.processed[0], err = b.consumerRestart(ctx, seeds, topic, "kafkabench-restart", "", false, 0); err != nil {
 		return err
 	}
 	// The kill falls at random within one batch's time (the uninterrupted
 	// run's mean) after half of the records are committed.
 	jitter := r.cons.elapsed / time.Duration(max(r.cons.batches, 1))
-	if r.consKill, r.effects[1], r.distinct[1], r.processed[1], err = b.consumerRestart(ctx, seeds, topic, "kafkabench-restart-kill", true, jitter); err != nil {
+	if r.consKill, r.effects[1], r.distinct[1], r.processed[1], err = b.consumerRestart(ctx, seeds, topic, "kafkabench-restart-kill", "", true, jitter); err != nil {
+		return err
+	}
+	// The same crash, the killed child and its replacement static members
+	// under one InstanceID, in a group and inbox of their own.
+	if r.consStatic, r.effects[2], r.distinct[2], r.processed[2], err = b.consumerRestart(ctx, seeds, topic, "kafkabench-restart-static", restartInstance, true, jitter); err != nil {
 		return err
 	}
 	okCons := true
@@ -361,15 +381,27 @@ func (b *bench) runRestart(ctx context.Context) error {
 		r.consKill.dups, r.consKill.records, r.consKill.applied)
 	fmt.Printf("          (a batch's offsets are committed right after its transaction: only a kill between the two leaves applied records to redeliver;\n")
 	fmt.Printf("          the transaction a kill interrupts rolls back, and its records are applied again, not skipped)\n")
-	for i, run := range []restartRun{r.cons, r.consKill} {
+	fmt.Printf("          static member: the same kill and restart, both children joining with InstanceID %q (a group and inbox of its own, same session timeout);\n", restartInstance)
+	fmt.Printf("          the new member takes the killed one's partitions back at once instead of waiting for its session to expire\n")
+	fmt.Printf("          static:        %s; %.2fx the uninterrupted\n", r.consStatic.describe(n), r.consStatic.eps/r.cons.eps)
+	fmt.Printf("          gap (static): kill -> new consumer ready %s, kill -> its first batch committed %s\n",
+		r.consStatic.toReady.Round(time.Millisecond), gapString(r.consStatic.gap))
+	fmt.Printf("          redelivered after the static restart: %d records already applied, skipped by the inbox as duplicates; the new consumer polled %d records, applied %d\n",
+		r.consStatic.dups, r.consStatic.records, r.consStatic.applied)
+	// consOK prints run i's effects line and says whether its check holds.
+	consOK := func(i int, run restartRun) bool {
 		missing, doubled := n-r.distinct[i], r.effects[i]-r.distinct[i]
-		ok := missing == 0 && doubled == 0 && r.effects[i] == n && r.processed[i] == n && (run.killed || run.dups == r.relayChk.dups)
-		okCons = okCons && ok
 		fmt.Printf("          effects (%s): %d rows for %d events: %d missing, %d doubled; processed_event rows %d; skipped %d\n",
-			[]string{"uninterrupted", "killed"}[i], r.effects[i], n, missing, doubled, r.processed[i], run.dups)
+			[]string{"uninterrupted", "killed", "static"}[i], r.effects[i], n, missing, doubled, r.processed[i], run.dups)
+		return missing == 0 && doubled == 0 && r.effects[i] == n && r.processed[i] == n && (run.killed || run.dups == r.relayChk.dups)
 	}
+	for i, run := range []restartRun{r.cons, r.consKill} {
+		okCons = consOK(i, run) && okCons
+	}
+	okStatic := consOK(2, r.consStatic)
 	fmt.Printf("check consumer restart: exactly one effect per event: %s\n", okStr(okCons))
-	if !okRelay || !okCons {
+	fmt.Printf("check consumer restart, static member: exactly one effect per event: %s\n", okStr(okStatic))
+	if !okRelay || !okCons || !okStatic {
 		return errors.New("restart: a check failed (see above)")
 	}
 	return nil
@@ -430,7 +462,7 @@ func (b *bench) relayRestart(ctx context.Context, seeds []string, topic string, 
 	defer w.close()
 
 	seedList := strings.Join(seeds, ",")
-	c, err := b.startChild(ctx, childRelay, seedList, topic, "")
+	c, err := b.startChild(ctx, childRelay, seedList, topic, "", "")
 	if err != nil {
 		return run, chk, 0, err
 	}
@@ -449,7 +481,7 @@ func (b *bench) relayRestart(ctx context.Context, seeds []string, topic string, 
 			return run, chk, 0, errors.New("restart: relay: half of the events never reached the topic")
 		}
 		if c, run.atKill, err = replaceChild(c, &run, func() (*child, error) {
-			return b.startChild(ctx, childRelay, seedList, topic, "")
+			return b.startChild(ctx, childRelay, seedList, topic, "", "")
 		}, func() int { return int(w.distinct.Load()) }); err != nil {
 			return run, chk, 0, err
 		}
@@ -607,9 +639,10 @@ func (w *topicWatch) close() {
 // SIGKILLed a random time within jitter after half of the records are
 // committed (the bench sees a commit soon after it happened: without the
 // jitter the kill would always fall at the start of a batch), and a new
-// member of the group started at once. It returns the effect rows, their
+// member of the group started at once; with instance, both children are
+// static members under that InstanceID. It returns the effect rows, their
 // distinct event IDs and the inbox's rows.
-func (b *bench) consumerRestart(ctx context.Context, seeds []string, topic, name string, crash bool, jitter time.Duration) (run restartRun, effects, distinct, processed int, err error) {
+func (b *bench) consumerRestart(ctx context.Context, seeds []string, topic, name, instance string, crash bool, jitter time.Duration) (run restartRun, effects, distinct, processed int, err error) {
 	o := b.o
 	_, err = b.admin.Exec(ctx, "TRUNCATE "+pgx.Identifier{b.schema, "processed_event"}.Sanitize()+", "+pgx.Identifier{b.schema, restartTable}.Sanitize())
 	if err != nil {
@@ -655,7 +688,7 @@ func (b *bench) consumerRestart(ctx context.Context, seeds []string, topic, name
 	}
 
 	seedList := strings.Join(seeds, ",")
-	c, err := b.startChild(ctx, childConsumer, seedList, topic, name)
+	c, err := b.startChild(ctx, childConsumer, seedList, topic, name, instance)
 	if err != nil {
 		return run, 0, 0, 0, err
 	}
@@ -688,7 +721,7 @@ func (b *bench) consumerRestart(ctx context.Context, seeds []string, topic, name
 		}
 		if crash && !run.killed && !killAt.IsZero() && !time.Now().Before(killAt) {
 			if c, run.atKill, err = replaceChild(c, &run, func() (*child, error) {
-				return b.startChild(ctx, childConsumer, seedList, topic, name)
+				return b.startChild(ctx, childConsumer, seedList, topic, name, instance)
 			}, func() int { return int(sum) }); err != nil {
 				return run, 0, 0, 0, err
 			}
