@@ -116,4 +116,19 @@
 // any name ending in _inbox and any starting with dedup. Other names, SQL
 // built at run time, and a check in one function with the insert in
 // another are not seen.
+//
+// idemstaticid: a consumer group instance ID (static membership) that is a
+// non-empty constant string (a literal, a named constant of any package, a
+// constant concatenation): the argument of kgo.InstanceID, the InstanceID
+// field of an idemkafka.ConsumerConfig literal (keyed or not, any type
+// argument), or an assignment to that field (also promoted through a
+// struct that embeds the config). Every replica that runs the code would
+// join with the same ID, and the broker fences all but the last to join:
+// idemkafka.Consumer stops with ErrFenced, a plain kgo client takes the
+// partitions back and is fenced in turn, for ever. An ID from a variable,
+// a parameter, a field or a call (os.Getenv, os.Hostname, fmt.Sprintf,
+// even with constant arguments) is not reported, nor is "". Test files
+// are skipped: a test runs one consumer, or shares an ID on purpose to
+// check the fencing. A constant ID in a program that only ever runs once
+// at a time is reported by mistake.
 package idemvet

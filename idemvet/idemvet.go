@@ -22,6 +22,7 @@ func Analyzers() []*analysis.Analyzer {
 		FloatMoney,
 		AutoCommit,
 		CheckInsert,
+		StaticID,
 	}
 }
 

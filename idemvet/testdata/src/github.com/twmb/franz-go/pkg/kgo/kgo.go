@@ -29,6 +29,7 @@ func ConsumeTopics(topics ...string) ConsumerOpt { return option{} }
 func ConsumerGroup(group string) GroupOpt        { return option{} }
 func DisableAutoCommit() GroupOpt                { return option{} }
 func AutoCommitMarks() GroupOpt                  { return option{} }
+func InstanceID(id string) GroupOpt              { return option{} }
 
 type Record struct {
 	Key, Value []byte
