@@ -111,10 +111,12 @@ type ConsumerConfig[TTx any] struct {
 	// partitions back as soon as it rejoins, with no rebalance and without
 	// waiting for its old session to expire; the other members keep
 	// consuming throughout. In exchange, a static member that stops does
-	// not leave the group: its partitions are not consumed until it comes
-	// back or its session times out (kgo.SessionTimeout in ExtraOpts,
-	// which should outlast a restart), and only then move to the others.
-	// Use it where instances come back under the same name.
+	// not leave the group (kgo's one exception: it closes between revoking
+	// partitions in a cooperative rebalance and joining again): its
+	// partitions are not consumed until it comes back or its session times
+	// out (kgo.SessionTimeout in ExtraOpts, which should outlast a
+	// restart), and only then move to the others. Use it where instances
+	// come back under the same name.
 	//
 	// Two instances must never share an ID. If one joins with the ID of
 	// another that is running, the broker hands the partitions to the new
@@ -126,6 +128,10 @@ type ConsumerConfig[TTx any] struct {
 	// The ID must be 1 to 249 characters among ASCII letters, digits, '.',
 	// '_' and '-' (Kafka's rule for group.instance.id). kgo.InstanceID in
 	// ExtraOpts does the same; setting both to different IDs is an error.
+	// All of this is the classic group protocol's (kgo's default): an
+	// InstanceID with kgo.ServerSideBalancer (KIP-848, whose broker
+	// refuses the newcomer instead, and keeps a crashed member's ID until
+	// its session ends) is refused with ErrUnsupportedOption.
 	InstanceID string
 
 	// ExtraOpts are more kgo options for the consumer's client (TLS, SASL,
@@ -363,7 +369,8 @@ var (
 	ErrNotIdempotent = errors.New("idemkafka: the producer must be idempotent with acks=all")
 	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
 	// the client (ConsumeRegex, ConsumePartitions, TransactionalID,
-	// DefaultProduceTopicAlways, ManualFlushing).
+	// DefaultProduceTopicAlways, ManualFlushing, ServerSideBalancer with
+	// an InstanceID).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
 )
 

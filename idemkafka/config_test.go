@@ -64,6 +64,10 @@ func TestConsumerConfigValidated(t *testing.T) {
 		"kgo.InstanceID with a slash": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
 			c.ExtraOpts = []kgo.Opt{kgo.InstanceID("pods/0")}
 		}, "kgo.InstanceID \"pods/0\": only ASCII letters"},
+		"instance ID with KIP-848": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
+			c.InstanceID = "pod-0"
+			c.ExtraOpts = []kgo.Opt{kgo.ServerSideBalancer()}
+		}, "KIP-848 static membership is not supported"},
 		"two instance IDs": {func(c *idemkafka.ConsumerConfig[*sqlTx]) {
 			c.InstanceID = "pod-0"
 			c.ExtraOpts = []kgo.Opt{kgo.InstanceID("pod-1")}

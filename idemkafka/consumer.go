@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/txbegin"
 )
 
@@ -130,6 +131,13 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 			}
 		}
 	}
+	if on, _ := probe.OptValue(kgo.ServerSideBalancer).(bool); on && c.instanceID != "" {
+		// KIP-848 refuses a second member with the ID (the newcomer, which
+		// would retry for ever) instead of fencing the first, and holds a
+		// crashed member's ID until its session ends: the guarantees of
+		// InstanceID are the classic protocol's.
+		return nil, fmt.Errorf("%w: an InstanceID with ServerSideBalancer (KIP-848 static membership is not supported)", ErrUnsupportedOption)
+	}
 	c.userAssigned, _ = probe.OptValue(kgo.OnPartitionsAssigned).(partitionsCallback)
 	c.userRevoked, _ = probe.OptValue(kgo.OnPartitionsRevoked).(partitionsCallback)
 	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
@@ -178,7 +186,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	clear(c.pending)
 	c.pendingMu.Unlock()
 
-	cl, err := kgo.NewClient(c.opts...)
+	// fencedCh wakes a backoff between failed polls when another member
+	// takes this one's instance ID: kgo joins again after its own retry
+	// backoff, which would fence the other member in turn, unless Run has
+	// returned (and closed the client) by then.
+	fencedCh := make(chan struct{}, 1)
+	cl, err := kgo.NewClient(append(slices.Clone(c.opts), kgo.WithHooks(fenceHook(fencedCh)))...)
 	if err != nil {
 		return fmt.Errorf("idemkafka: consumer client: %w", err)
 	}
@@ -247,9 +260,23 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		// poll: do not spin on it.
 		if fetchErr && fs.NumRecords() == 0 {
 			failedPolls++
-			sleep(ctx, c.cfg.Retry.Backoff(failedPolls))
+			backoff.Sleep(ctx, backoff.Jitter(c.cfg.Retry.Backoff(failedPolls)), fencedCh)
 		} else {
 			failedPolls = 0
+		}
+	}
+}
+
+// fenceHook signals ch when the group session ends because another member
+// joined with this member's instance ID.
+type fenceHook chan<- struct{}
+
+// OnGroupManageError implements kgo.HookGroupManageError.
+func (h fenceHook) OnGroupManageError(err error) {
+	if errors.Is(err, kerr.FencedInstanceID) {
+		select {
+		case h <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -85,7 +85,11 @@
 // members are not rebalanced; stopped, it does not leave the group, and its
 // partitions wait for it until its session times out. A consumer fenced by
 // another that joined with its ID stops: Run returns an error wrapping
-// [ErrFenced]. Static or not, the inbox makes every redelivery harmless.
+// [ErrFenced], at once even while it backs off between failed polls (kgo
+// would otherwise join again and fence the other). This is the classic
+// group protocol's behaviour; an InstanceID with KIP-848's
+// ServerSideBalancer is refused. Static or not, the inbox makes every
+// redelivery harmless.
 //
 // # Batch handler
 //

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 )
 
@@ -233,6 +234,13 @@ func replicaScenario(t *testing.T, n int, static bool) {
 					d.Seconds(), names[victim], plan.last(), n, len(before), how)
 				if d > failoverLimit {
 					t.Errorf("failover took %.1f s, more than %v (target 10 s)", d.Seconds(), failoverLimit)
+				}
+				// A dynamic member's partitions move only once its
+				// session (6 s) expired: a static member restarted at
+				// once must have taken them back before.
+				if static && d >= app.ConsumerSessionTimeout {
+					t.Errorf("failover of a static member restarted at once took %.1f s, not under the %v session timeout: it did not take its partitions back",
+						d.Seconds(), app.ConsumerSessionTimeout)
 				}
 			}
 			if static || k == len(plan.points)-1 {
