@@ -173,7 +173,8 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 // polled but not applied by then are left to the partition's next owner.
 // Run returns an error only if the client cannot be created or is closed
 // under it, one wrapping ErrFenced if another consumer joined with its
-// InstanceID, and ErrRunning if the consumer is already running. A Consumer
+// InstanceID, one wrapping kerr.InvalidSessionTimeout if the brokers refuse
+// its session timeout, and ErrRunning if the consumer is already running. A Consumer
 // may be run again after Run returned.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
@@ -227,7 +228,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			continue
 		}
 		fetchErr := false
-		var fenced error
+		var fenced, refused error
 		fs.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
@@ -236,9 +237,21 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 				fenced = err
 				return
 			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				refused = err
+				return
+			}
 			fetchErr = true
 			c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
+		if refused != nil {
+			// The group will never take this member: a configuration
+			// mistake, not a passing failure.
+			cl.AllowRebalance()
+			timeout, _ := cl.OptValue(kgo.SessionTimeout).(time.Duration)
+			return fmt.Errorf("idemkafka: group %q refuses the session timeout %v (kgo.SessionTimeout): "+
+				"it must lie within the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms: %w", c.cfg.Group, timeout, refused)
+		}
 		if fenced != nil {
 			// Another instance has this one's ID and its partitions. kgo
 			// would join again and fence it in turn: stop instead, and

@@ -3,6 +3,7 @@ package idemkafka_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,4 +220,26 @@ func TestStaticMemberFencedWhileBackingOff(t *testing.T) {
 	waitFor(t, 30*time.Second, "the newcomer to apply the events", func() bool { return allCommitted(t, kc, group, topic) })
 	mustStop(t, second)
 	mustOnce(t, b, "billing", evs)
+}
+
+// A session timeout the brokers refuse (outside their
+// group.min/max.session.timeout.ms) can never join: Run says so and returns,
+// instead of logging a failed join at every poll for ever.
+func TestSessionTimeoutRefused(t *testing.T) {
+	t.Parallel()
+	b := setupPostgres(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	cfg := consumerConfig(kc, b, "billing", kafkatest.Name("g"), nil, topic)
+	cfg.ExtraOpts = append(cfg.ExtraOpts, kgo.SessionTimeout(time.Hour)) // Kafka's maximum is 30 minutes
+	inst := start(t, b, "billing", cfg)
+	select {
+	case err := <-inst.done:
+		inst.done <- err
+		if !errors.Is(err, kerr.InvalidSessionTimeout) || !strings.Contains(err.Error(), "1h0m0s") {
+			t.Fatalf("Run = %v; want an error naming the refused session timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the consumer still runs with a session timeout the brokers refuse")
+	}
 }

@@ -108,7 +108,8 @@
 // order's events share a partition, keyed by the order ID); a dead
 // replica's partitions move to the others within about 7 s. Replicas with
 // stable names can be static members of the groups (-kafka-instance-id, one
-// ID per replica): a restarted one takes its partitions back at once. A second idemd
+// ID per replica, with a -kafka-session-timeout that outlasts a restart): a
+// restarted one takes its partitions back at once. A second idemd
 // with the embedded broker on one database refuses to start.
 //
 // The retention sweep (package cleanup) deletes expired idempotency records,

@@ -101,6 +101,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	if cfg.KafkaTopic == "" {
 		cfg.KafkaTopic = DefaultKafkaTopic
 	}
+	if cfg.KafkaSessionTimeout <= 0 {
+		cfg.KafkaSessionTimeout = ConsumerSessionTimeout
+	}
 	a := &App{cfg: cfg, log: log, metrics: newMetrics(), enqueued: make(chan struct{}, 1), fatal: make(chan error, 1)}
 	for _, o := range opts {
 		o(a)

@@ -92,8 +92,13 @@ type Config struct {
 	// stable ID, different for every replica (a StatefulSet pod's name).
 	// A restarted replica takes its partitions back at once; a stopped
 	// one keeps them, unconsumed, until it returns or its session
-	// (ConsumerSessionTimeout) expires. Empty: dynamic membership.
+	// (KafkaSessionTimeout) expires. Empty: dynamic membership.
 	KafkaInstanceID string
+	// KafkaSessionTimeout is the consumers' group session timeout: how
+	// long a replica that died (or, a static member, stopped) keeps its
+	// partitions. Defaults to ConsumerSessionTimeout; 1s to 30m, and
+	// within the brokers' group.min/max.session.timeout.ms.
+	KafkaSessionTimeout time.Duration
 	// KafkaHeaders is how event records carry the envelope: idem's own
 	// headers (the default), the CloudEvents Kafka binding's ce_* headers,
 	// or both. Consumers read all three.
@@ -162,7 +167,8 @@ var settings = []setting{
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
 	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
-	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to " + ConsumerSessionTimeout.String() + " (default: dynamic membership)"},
+	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to -kafka-session-timeout (default: dynamic membership)"},
+	{"kafka-session-timeout", "IDEMD_KAFKA_SESSION_TIMEOUT", ConsumerSessionTimeout.String(), "consumer group session timeout: how long a replica that died (or, with -kafka-instance-id, stopped) keeps its partitions; 1s to 30m, within the brokers' group.min/max.session.timeout.ms (Kafka: 6s to 30m by default)"},
 	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both"},
 	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference"},
 	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again"},
@@ -267,6 +273,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return "-" + name
 	}
 
+	given := func(name string) bool { return source(name) != "-"+name || isSet(fs, name) }
 	cfg := Config{Addr: *values["addr"], LogFormat: *values["log-format"], Cleanup: strings.TrimSpace(*values["cleanup"])}
 	switch {
 	case isSet(fs, "otel"):
@@ -318,6 +325,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			return Config{}, configErrorf("%s: bad Kafka %v", source("kafka-instance-id"), err)
 		}
 	}
+	if cfg.KafkaSessionTimeout, err = time.ParseDuration(strings.TrimSpace(*values["kafka-session-timeout"])); err != nil ||
+		cfg.KafkaSessionTimeout < MinSessionTimeout || cfg.KafkaSessionTimeout > MaxSessionTimeout {
+		return Config{}, configErrorf("%s: %q is not a duration from %v to %v", source("kafka-session-timeout"), *values["kafka-session-timeout"], MinSessionTimeout, MaxSessionTimeout)
+	}
+	if cfg.Kafka.Mode == KafkaOff && given("kafka-session-timeout") {
+		return Config{}, configErrorf("%s is for idemd's Kafka consumers (-kafka is off: there are none)", source("kafka-session-timeout"))
+	}
 	if cfg.KafkaHeaders, err = event.ParseHeaderFormat(strings.TrimSpace(*values["kafka-headers"])); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-headers"), err)
 	}
@@ -325,7 +339,6 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
 	}
-	given := func(name string) bool { return source(name) != "-"+name || isSet(fs, name) }
 	if cfg.Kafka.Mode != KafkaEmbedded {
 		for _, name := range []string{"kafka-dir", "kafka-embedded-addr"} {
 			if given(name) {

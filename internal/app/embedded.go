@@ -96,6 +96,9 @@ func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx],
 	}
 	cluster, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
+		// Any -kafka-session-timeout idemd accepts.
+		kfake.GroupMinSessionTimeout(MinSessionTimeout),
+		kfake.GroupMaxSessionTimeout(MaxSessionTimeout),
 		kfake.SeedTopics(EmbeddedPartitions, a.cfg.KafkaTopic),
 		kfake.SeedTopics(1, a.cfg.KafkaTopic+idemkafka.DeadLetterSuffix),
 		// The log survives a stop and a crash: a produce is acknowledged

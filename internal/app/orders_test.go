@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
@@ -353,4 +354,50 @@ func TestKafkaInstanceIDShared(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
 	two.waitSummary(7, "orders=2 pending=0 confirmed=2 rejected=0 total_amount=3.0000")
+}
+
+// -kafka-session-timeout reaches the consumers: the embedded broker takes
+// any value idemd accepts, and a cluster whose group.max.session.timeout.ms
+// is lower refuses it, which stops idemd with an error naming it, instead
+// of consumers that never join.
+func TestKafkaSessionTimeout(t *testing.T) {
+	t.Parallel()
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		s := serve(t, app.SQLite, "-kafka-session-timeout", "20m")
+		if r := s.do(http.MethodPost, "/v1/orders", "k-1", orderBody(3, "1")); r.status != http.StatusCreated {
+			t.Fatalf("POST: %d %s", r.status, r.body)
+		}
+		s.waitSummary(3, "orders=1 pending=0 confirmed=1 rejected=0 total_amount=1.0000")
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		cluster := kafkatest.New(t, kfake.GroupMaxSessionTimeout(time.Minute))
+		if cluster.Real() {
+			t.Skip("the refusal needs a broker whose group.max.session.timeout.ms is 1 minute")
+		}
+		topic := kafkatest.Name("idemd-session")
+		cluster.CreateTopic(t, topic, 1)
+		cluster.CreateTopic(t, topic+".dlq", 1)
+		dbArg, _ := dbCounter(t, app.SQLite)
+		cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","),
+			"-kafka-topic", topic, "-kafka-session-timeout", "2m"}, envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := app.New(t.Context(), cfg, newTestLogger(io.Discard))
+		if err != nil {
+			t.Fatalf("app.New: %v", err)
+		}
+		t.Cleanup(a.Close)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := a.Serve(ctx, ln); err == nil || !strings.Contains(err.Error(), "refuses the session timeout 2m0s") {
+			t.Fatalf("Serve = %v; want an error naming the refused session timeout", err)
+		}
+	})
 }

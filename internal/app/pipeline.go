@@ -32,9 +32,19 @@ const (
 	// EmbeddedPartitions is the partition count of the topic the embedded
 	// broker creates.
 	EmbeddedPartitions = 3
-	// ConsumerSessionTimeout is the consumers' group session timeout: the
-	// partitions of a replica that died move to the others after it.
+	// ConsumerSessionTimeout is the default of the consumers' group
+	// session timeout (-kafka-session-timeout): the partitions of a
+	// replica that died move to the others after it.
 	ConsumerSessionTimeout = 6 * time.Second
+	// MinSessionTimeout and MaxSessionTimeout bound
+	// -kafka-session-timeout: Kafka's default group.max.session.timeout.ms
+	// is 30 minutes (its minimum, 6 s, is the brokers' to enforce).
+	MinSessionTimeout = time.Second
+	MaxSessionTimeout = 30 * time.Minute
+	// maxHeartbeat bounds the consumers' heartbeat interval: a member
+	// learns of a rebalance at its next heartbeat, and the rebalance
+	// waits for it (ConsumerRebalanceTimeout).
+	maxHeartbeat = time.Second
 	// ConsumerRebalanceTimeout bounds how long a rebalance waits for its
 	// members to rejoin (a dead one included).
 	ConsumerRebalanceTimeout = 10 * time.Second
@@ -53,8 +63,8 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		extra      = []kgo.Opt{ // of the consumers
 			// A replica that dies loses its partitions to the others
 			// within the session timeout (kgo's default is 45 s).
-			kgo.SessionTimeout(ConsumerSessionTimeout),
-			kgo.HeartbeatInterval(ConsumerSessionTimeout / 6),
+			kgo.SessionTimeout(a.cfg.KafkaSessionTimeout),
+			kgo.HeartbeatInterval(min(a.cfg.KafkaSessionTimeout/6, maxHeartbeat)),
 			// A member that dies during a rebalance is waited for up to
 			// the rebalance timeout (kgo's default is 60 s, during which
 			// the whole group stops): batches are short, so 10 s.
