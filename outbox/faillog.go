@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // failureLogInterval is how often a publish failure that keeps repeating is
@@ -57,11 +58,22 @@ type failureGroup struct {
 }
 
 // failureClass is the key that groups a stored error text: the text with
-// every run of digits replaced by "0".
+// every UUID (an event ID, in "mark event ID failed") and every run of
+// digits replaced by "0".
 func failureClass(stored string) string {
 	var b strings.Builder
 	digits := false
-	for _, c := range stored {
+	for i := 0; i < len(stored); {
+		if i+36 <= len(stored) && isUUID(stored[i:i+36]) {
+			if !digits {
+				b.WriteByte('0')
+			}
+			digits = true
+			i += 36
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(stored[i:])
+		i += size
 		if unicode.IsDigit(c) {
 			if !digits {
 				b.WriteByte('0')
@@ -73,6 +85,22 @@ func failureClass(stored string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// isUUID reports whether s is a UUID in its canonical text form.
+func isUUID(s string) bool {
+	for i := range 36 {
+		switch c := s[i]; {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // failed records a failed round of the failure of stored error text

@@ -94,3 +94,36 @@ func TestFailureLogAnyTextAndEnded(t *testing.T) {
 		t.Errorf("ended = %+v, %v; want 3 rounds, from the first failure, with the last text", g, ok)
 	}
 }
+
+// Storage errors that name an event ("mark event ID failed") are one failure
+// whatever the event, as are texts that differ in their digits only; other
+// texts are other failures.
+func TestFailureClass(t *testing.T) {
+	t.Parallel()
+	same := [][2]string{
+		{"outbox: mark event 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b failed: conn closed",
+			"outbox: mark event 0190A1B2-FFFF-7E5F-8A9B-ABCDEFABCDEF failed: conn closed"},
+		{"outbox: park event 01900000-0000-7000-8000-000000000001: dial tcp 10.0.0.5:41234: connection refused",
+			"outbox: park event feedbeef-0000-7000-8000-00000000000a: dial tcp 10.0.0.5:5: connection refused"},
+		{"produce to orders: NOT_LEADER 3", "produce to orders: NOT_LEADER 12"},
+	}
+	for _, p := range same {
+		if a, b := failureClass(p[0]), failureClass(p[1]); a != b {
+			t.Errorf("failureClass(%q) = %q, failureClass(%q) = %q; want equal", p[0], a, p[1], b)
+		}
+	}
+	other := [][2]string{
+		{"produce to orders: TOPIC_AUTHORIZATION_FAILED", "produce to payments: TOPIC_AUTHORIZATION_FAILED"},
+		{"outbox: mark event 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b failed: conn closed",
+			"outbox: park event 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b: conn closed"},
+		{"key deadbeef-cafe failed", "key feedface-cafe failed"}, // not a UUID: letters kept
+	}
+	for _, p := range other {
+		if a, b := failureClass(p[0]), failureClass(p[1]); a == b {
+			t.Errorf("failureClass(%q) = failureClass(%q) = %q; want different", p[0], p[1], a)
+		}
+	}
+	if got := failureClass("héllo 12 wörld"); got != "héllo 0 wörld" {
+		t.Errorf("failureClass of non-ASCII text = %q", got)
+	}
+}
