@@ -59,6 +59,11 @@ type Relay[TTx any] struct {
 	// (grouped by error text, shared by the workers), lag the warnings of
 	// the lag queries that fail (one failure whatever the text).
 	storage, lag failureLog
+	// storageBackAt is when (cfg.Now, unix nanoseconds) a round of Run
+	// last logged that the database answers again: a round that began
+	// before it and failed was in flight through the recovery, not a new
+	// failure.
+	storageBackAt atomic.Int64
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
@@ -296,7 +301,9 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 				// says a transaction committed (it is back).
 				wait = min(wait, StorageBackoffCeiling)
 				wake = wakeUp
-				r.logStorageFailure(err, failures, wait)
+				if start.UnixNano() >= r.storageBackAt.Load() {
+					r.logStorageFailure(err, failures, wait)
+				}
 			}
 			if !backoff.Sleep(ctx, max(backoff.Jitter(wait), minBackoff), wake) {
 				return
@@ -343,6 +350,7 @@ func (r *Relay[TTx]) logStorageFailure(err error, failures int, wait time.Durati
 // if any: a round went through the database.
 func (r *Relay[TTx]) logStorageRecovered() {
 	if g, ok := r.storage.ended(); ok {
+		r.storageBackAt.Store(r.cfg.Now().UnixNano())
 		r.cfg.Logger.Info("outbox: relay rounds succeed again after failed rounds",
 			"failed_rounds", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
 	}

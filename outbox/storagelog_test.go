@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
@@ -29,6 +31,10 @@ type outageDriver[TTx any] struct {
 	// changeAt is the number of rounds left when the error changes (the
 	// server starting up after refusing connections); 0 for never.
 	changeAt int64
+	// straggler, if set, makes the first round after the outage one that
+	// was in flight through the recovery: it fails once straggler is
+	// closed.
+	straggler chan struct{}
 }
 
 func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
@@ -37,7 +43,14 @@ func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
 // port that changes from one round to the next (the same failure).
 func (d *outageDriver[TTx]) round() error {
 	n := d.left.Add(-1)
+	if n == -1 && d.straggler != nil {
+		<-d.straggler
+		return fmt.Errorf("dial tcp 10.0.0.5:39999->10.0.0.9:5432: connect: connection refused")
+	}
 	if n < 0 {
+		if d.straggler != nil {
+			d.clock.Add(time.Millisecond) // after the straggler's start
+		}
 		return nil
 	}
 	d.clock.Add(time.Second)
@@ -159,6 +172,56 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	}
 	if r := recoveries[0]; r.FailedRounds != failedRounds || time.Duration(r.Over) < (failedRounds-2)*time.Second {
 		t.Errorf("recovery: %+v; want %d failed rounds over about %s", r, failedRounds, (failedRounds-1)*time.Second)
+	}
+}
+
+// With two workers (PostgreSQL), a round begun before the database came
+// back that fails after the other worker's round logged the recovery was in
+// flight through it: it is not logged as a new failure (followed by a
+// second recovery line).
+func TestRelayRoundInFlightThroughRecovery(t *testing.T) {
+	t.Parallel()
+	var (
+		logs  testlog.Buffer
+		clock = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		drv   = &outageDriver[pgx.Tx]{OutboxDriver: testdb.Postgres(t), clock: clock, straggler: make(chan struct{})}
+	)
+	drv.left.Store(5)
+	relay, err := outbox.NewRelay[pgx.Tx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
+		Backoff:      func(int) time.Duration { return 0 },
+		PollInterval: 10 * time.Millisecond,
+		Now:          clock.Now,
+		Logger:       slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "succeed again") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(drv.straggler)
+	for drv.left.Load() > -5 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var failed, recovered int
+	for _, l := range logLines(t, &logs) {
+		switch {
+		case l.Msg == "outbox: relay round failed":
+			failed++
+		case strings.HasPrefix(l.Msg, "outbox: relay rounds succeed again"):
+			recovered++
+		}
+	}
+	if failed != 1 || recovered != 1 {
+		t.Fatalf("%d failure and %d recovery lines; want 1 and 1 (the straggler is part of the outage); logs:\n%s", failed, recovered, logs.String())
 	}
 }
 
