@@ -22,6 +22,9 @@ const (
 	e2eCustomers = 10
 	// failoverLimit fails the replica scenario; the target is 10 s.
 	failoverLimit = 20 * time.Second
+	// staticSession is the session timeout of the replicas that are
+	// static members: longer than a restart under load takes.
+	staticSession = 30 * time.Second
 	outage        = 10 * time.Second
 )
 
@@ -149,9 +152,9 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 // it is CONFIRMED or REJECTED. A killed replica is restarted (once its
 // failover is measured) only when more kills follow.
 //
-// With static, each replica has its own -kafka-instance-id and a killed one
-// is restarted at once, as a StatefulSet would: it takes its partitions
-// back when it rejoins, before its session (6 s) expires.
+// With static, each replica has its own -kafka-instance-id (and a 30 s
+// session) and a killed one is restarted at once, as a StatefulSet would:
+// it takes its partitions back when it rejoins, before its session expires.
 func replicaScenario(t *testing.T, n int, static bool) {
 	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
 	c := newCluster(t)
@@ -164,7 +167,7 @@ func replicaScenario(t *testing.T, n int, static bool) {
 	argsOf := func(i int) []string {
 		args := append(commonArgs(addrs[i], db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic)
 		if static {
-			args = append(args, "-kafka-instance-id", names[i])
+			args = append(args, "-kafka-instance-id", names[i], "-kafka-session-timeout", staticSession.String())
 		}
 		return args
 	}
@@ -235,12 +238,16 @@ func replicaScenario(t *testing.T, n int, static bool) {
 				if d > failoverLimit {
 					t.Errorf("failover took %.1f s, more than %v (target 10 s)", d.Seconds(), failoverLimit)
 				}
-				// A dynamic member's partitions move only once its
-				// session (6 s) expired: a static member restarted at
-				// once must have taken them back before.
-				if static && d >= app.ConsumerSessionTimeout {
-					t.Errorf("failover of a static member restarted at once took %.1f s, not under the %v session timeout: it did not take its partitions back",
-						d.Seconds(), app.ConsumerSessionTimeout)
+				// A dynamic member restarted at once joins as a new
+				// member: the rebalance waits for the dead one until the
+				// rebalance timeout (10 s; measured 10.8 s with the
+				// instance IDs left out). A static member takes its
+				// partitions back as soon as it rejoins (1.0-2.0 s). Not
+				// checked in the soak, where the backlog to settle after
+				// a kill is larger.
+				if static && !e2eSoak() && d >= app.ConsumerRebalanceTimeout {
+					t.Errorf("failover of a static member restarted at once took %.1f s, not under the %v rebalance timeout: it did not take its partitions back",
+						d.Seconds(), app.ConsumerRebalanceTimeout)
 				}
 			}
 			if static || k == len(plan.points)-1 {
