@@ -190,15 +190,21 @@ func (p *Problem) UnmarshalJSON(b []byte) error {
 }
 
 // Write sends p as the response: it sets Content-Type to
-// application/problem+json and Cache-Control to no-store, then writes the
-// status code and the JSON body.
+// application/problem+json, Cache-Control to no-store and
+// X-Content-Type-Options to nosniff, then writes the status code and the
+// JSON body.
 //
 // Empty fields get defaults first: Type "about:blank", Title
 // http.StatusText(Status). A Status outside 400..599 is not an error status
 // and becomes 500, so that the status line and the body always agree. If an
 // extension cannot be encoded the extensions are dropped rather than
 // sending no body at all. Headers such as Retry-After are the caller's to
-// set before calling Write.
+// set before calling Write. Write deletes the headers that would describe
+// another body than the problem document, which a handler that failed
+// midway may have set (a gzip Content-Encoding on the plain JSON body breaks
+// the client): Content-Encoding, Content-Length, Content-Range,
+// Content-Language, Content-Location, Content-Disposition, Content-MD5,
+// Content-Digest, Repr-Digest, Digest, ETag and Last-Modified.
 func Write(w http.ResponseWriter, p Problem) {
 	if p.Status < 400 || p.Status > 599 {
 		p.Status = http.StatusInternalServerError
@@ -215,11 +221,22 @@ func Write(w http.ResponseWriter, p Problem) {
 		body, _ = p.MarshalJSON() // cannot fail without extensions
 	}
 	h := w.Header()
+	for _, name := range staleHeaders {
+		h.Del(name)
+	}
 	h.Set("Content-Type", MediaType)
 	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Length")
+	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// staleHeaders describe a representation: set for the body a handler meant
+// to send, they would lie about the problem document Write sends instead.
+var staleHeaders = []string{
+	"Content-Encoding", "Content-Length", "Content-Range", "Content-Language",
+	"Content-Location", "Content-Disposition", "Content-MD5", "Content-Digest",
+	"Repr-Digest", "Digest", "ETag", "Last-Modified",
 }
 
 // WriteError is Write for a problem without instance or extensions.

@@ -298,3 +298,42 @@ func TestDocsCoverEveryType(t *testing.T) {
 		t.Errorf("docs/problems.md section %q has no constant", h)
 	}
 }
+
+// Headers a failing handler set before it gave up describe a body that is
+// not the one sent: a Content-Encoding: gzip on the plain JSON problem makes
+// clients fail to decode it. Write drops them, as http.Error does, and keeps
+// the caller's others (Retry-After).
+func TestWriteDropsRepresentationHeaders(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	h := rec.Header()
+	h.Set("Content-Encoding", "gzip")
+	h.Set("Content-Length", "3")
+	h.Set("Content-Range", "bytes 0-2/10")
+	h.Set("ETag", `"v1"`)
+	h.Set("Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT")
+	h.Set("Content-Language", "fr")
+	h.Set("Content-Location", "/payments/7.gz")
+	h.Set("Content-Disposition", "attachment")
+	h.Set("Digest", "sha-256=abc")
+	h.Set("Content-Digest", "sha-256=:abc:")
+	h.Set("Retry-After", "3")
+	Write(rec, Problem{Status: 503})
+	res := rec.Result()
+	for _, name := range []string{"Content-Encoding", "Content-Length", "Content-Range", "ETag", "Last-Modified",
+		"Content-Language", "Content-Location", "Content-Disposition", "Digest", "Content-Digest"} {
+		if v := res.Header.Get(name); v != "" {
+			t.Errorf("%s: %q kept on the problem body", name, v)
+		}
+	}
+	if got := res.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options = %q, want nosniff", got)
+	}
+	if got := res.Header.Get("Retry-After"); got != "3" {
+		t.Errorf("Retry-After = %q, the caller's header lost", got)
+	}
+	var p Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != 503 {
+		t.Errorf("body %q: %v", rec.Body.String(), err)
+	}
+}
