@@ -442,12 +442,21 @@ func classify(resp *http.Response) (verdict, string) {
 	switch resp.StatusCode {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
 		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return retry, problemType(resp)
+		return retry, peekProblem(resp).typ
 	case http.StatusInternalServerError:
-		switch t := problemType(resp); t {
-		case problem.TypeResponseTooLarge:
+		info := peekProblem(resp)
+		switch t := info.typ; {
+		case info.unknown:
+			// A problem document whose type could not be read may be
+			// transaction-ended: retrying could execute the command twice.
+			return final, t
+		case t == problem.TypeResponseTooLarge && info.notStored:
+			// The handler's own failure, too large to pass on: nothing
+			// was stored and the key is free.
+			return retry, t
+		case t == problem.TypeResponseTooLarge:
 			return final, t // deterministic until the operator raises the limit
-		case problem.TypeTransactionEnded:
+		case t == problem.TypeTransactionEnded:
 			// The handler's effect may have been applied and no outcome
 			// was stored: a retry executes the command again.
 			return final, t
@@ -455,7 +464,7 @@ func classify(resp *http.Response) (verdict, string) {
 			return retry, t
 		}
 	case http.StatusConflict, http.StatusUnprocessableEntity:
-		t := problemType(resp)
+		t := peekProblem(resp).typ
 		switch {
 		case t == problem.TypeKeyReused:
 			return reused, t
@@ -467,26 +476,89 @@ func classify(resp *http.Response) (verdict, string) {
 	return final, ""
 }
 
-// problemType returns the type of a problem+json response, leaving its body
-// readable from the start.
-func problemType(resp *http.Response) string {
-	return peek(resp).Type
+// problemInfo is what classify needs of a response's problem document.
+type problemInfo struct {
+	// typ is the document's type member, "" when it has none (or the
+	// response is not problem+json).
+	typ string
+	// unknown is true when the response is problem+json but its type could
+	// not be read: the body failed or was cut off before the type member
+	// (or past peekLimit), or is not a JSON object.
+	unknown bool
+	// notStored is true when the document has "stored": false (idemhttp's
+	// failure too large to pass on).
+	notStored bool
+}
+
+// peekProblem reads the type (and "stored" member) of a problem+json
+// response, leaving its body readable from the start. It reads the
+// top-level members one by one, so a type member that comes early is read
+// even when a later member is cut off at peekLimit.
+func peekProblem(resp *http.Response) problemInfo {
+	b, ok, err := peekBody(resp)
+	if !ok {
+		return problemInfo{}
+	}
+	if err == nil && len(bytes.TrimSpace(b)) == 0 {
+		return problemInfo{} // no document at all: it claims nothing
+	}
+	info := problemInfo{unknown: true}
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return info
+	}
+	typeSeen := false
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return info
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			return info
+		}
+		switch t {
+		case "type":
+			if !typeSeen {
+				typeSeen, info.unknown = true, false
+				_ = json.Unmarshal(v, &info.typ) // not a string: ignored (RFC 9457)
+			}
+		case "stored":
+			info.notStored = string(v) == "false"
+		}
+	}
+	if _, err := d.Token(); err == nil {
+		info.unknown = false // the whole object was read: no type member is none
+	}
+	return info
 }
 
 // peek decodes the problem details of resp, if it has them, and restores the
 // body so that it still reads from the start.
 func peek(resp *http.Response) problem.Problem {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mt != problem.MediaType || resp.Body == nil {
+	b, ok, _ := peekBody(resp)
+	if !ok {
 		return problem.Problem{}
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
-	resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), errReader{err}, resp.Body), resp.Body}
 	var p problem.Problem
 	if json.Unmarshal(b, &p) != nil {
 		return problem.Problem{}
 	}
 	return p
+}
+
+// peekBody reads up to peekLimit bytes of a problem+json response's body,
+// and the error that stopped it, and restores the body so that it still
+// reads from the start (the error included). ok is false for another media
+// type or no body.
+func peekBody(resp *http.Response) (b []byte, ok bool, err error) {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != problem.MediaType || resp.Body == nil {
+		return nil, false, nil
+	}
+	b, err = io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), errReader{err}, resp.Body), resp.Body}
+	return b, true, err
 }
 
 type readCloser struct {

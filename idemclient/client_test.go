@@ -487,6 +487,141 @@ func TestFinalStatusesNotRetried(t *testing.T) {
 	}
 }
 
+// A 500 response-too-large saying "stored": false is the handler's own
+// failure, too large to pass on: nothing was stored and the key is free, so
+// it is retried like any 500. Without that member (the outcome stored, or a
+// server that does not say) it stays final.
+func TestResponseTooLargeNotStoredRetried(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		ext      map[string]any
+		attempts int
+	}{
+		{"stored false", map[string]any{"stored": false}, 2},
+		{"stored true", map[string]any{"stored": true}, 1},
+		{"stored string", map[string]any{"stored": "false"}, 1},
+		{"no stored member", nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					problem.Write(w, problem.Problem{Status: 500, Type: problem.TypeResponseTooLarge, Extensions: tt.ext})
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			c, _ := newClient(t, nil)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBody(t, resp)
+			if n := len(rec.seen()); n != tt.attempts {
+				t.Errorf("%d attempts, want %d (last: %d %s)", n, tt.attempts, resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// A 500 transaction-ended is final even when its document is larger than
+// what the client peeks at (64 KiB): the type member comes first and is read
+// on its own. A problem+json 500 whose type cannot be read (cut off before
+// it, invalid, unreadable) is final too: it may be transaction-ended, and a
+// retry would execute the command again.
+func TestLarge500ProblemNotRetried(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 70<<10)
+	tests := []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+	}{
+		{"transaction-ended with a large member after the type", func(w http.ResponseWriter) {
+			problem.Write(w, problem.Problem{Status: 500, Type: problem.TypeTransactionEnded,
+				Extensions: map[string]any{"trace": big}})
+		}},
+		{"type after a large member", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", problem.MediaType)
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"trace":"`+big+`","type":"`+problem.TypeTransactionEnded+`"}`)
+		}},
+		{"invalid JSON", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", problem.MediaType+"; charset=utf-8")
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"type": transaction-ended}`)
+		}},
+		{"body cut before the type", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", problem.MediaType)
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"title":"Internal`)
+			// The handler returns: the body ends 82 bytes short.
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { tt.answer(w) })
+			c, _ := newClient(t, &idemclient.Config{MaxAttempts: 3})
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if n := len(rec.seen()); n != 1 || resp.StatusCode != 500 {
+				t.Errorf("%d attempts, status %d; want the 500 after 1 attempt", n, resp.StatusCode)
+			}
+		})
+	}
+}
+
+// A 500 that is not a problem document, or a problem document whose type
+// is read (even past 64 KiB of members after it), is retried as before.
+func TestLarge500Retried(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+	}{
+		{"plain text", func(w http.ResponseWriter) {
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, strings.Repeat("x", 70<<10))
+		}},
+		{"transaction-aborted with a large member", func(w http.ResponseWriter) {
+			problem.Write(w, problem.Problem{Status: 500, Type: problem.TypeTransactionAborted,
+				Extensions: map[string]any{"trace": strings.Repeat("x", 70<<10)}})
+		}},
+		{"problem without type", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", problem.MediaType)
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"title":"Internal Server Error","status":500}`)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					tt.answer(w)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			c, _ := newClient(t, nil)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if n := len(rec.seen()); n != 2 || resp.StatusCode != http.StatusCreated {
+				t.Errorf("%d attempts, status %d; want 201 after 2", n, resp.StatusCode)
+			}
+		})
+	}
+}
+
 func TestMaxAttempts(t *testing.T) {
 	t.Parallel()
 	srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {

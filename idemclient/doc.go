@@ -66,9 +66,15 @@
 //	  host in the URL, invalid header or trailer,
 //	  RequestURI set)
 //	408, 425, 429, 502, 503, 504                      retry (503 store-unavailable and outcome-unknown included)
-//	500                                               retry, except problem types response-too-large and
-//	                                                    transaction-ended (the effect may have been applied
-//	                                                    and nothing stored: a retry executes it again)
+//	500                                               retry, except:
+//	  500 transaction-ended                             done (the effect may have been applied and nothing
+//	                                                    stored: a retry executes it again)
+//	  500 response-too-large                            done, unless the document has "stored": false (the
+//	                                                    handler's own 500, too large to pass on, not stored):
+//	                                                    then retried
+//	  500 problem+json whose type cannot be read        done (it may be transaction-ended): the body failed
+//	                                                    or was cut off before the type member (or after
+//	                                                    64 KiB), or is not a JSON object
 //	409 request-in-progress                           retry after Retry-After: the first attempt is still running
 //	409 or 422 key-reused                             done: returns (nil, *KeyReusedError); never retried
 //	any other 4xx or 5xx (400, 401, 404, 409, 413,    done: returns the response
@@ -115,8 +121,10 @@
 //     first attempt gives an *Error with Attempts 0: nothing was sent
 //     either.)
 //
-// The bodies of responses that are retried are drained (up to 64 KiB) and
-// closed. Like http.Client.Do, Do closes the request body.
+// To find the problem type of a 408, 409, 422, 425, 429 or 5xx
+// application/problem+json response, Do reads up to 64 KiB of its body,
+// member by member, and leaves the body readable from the start. The bodies
+// of responses that are retried are drained (up to 64 KiB) and closed. Like http.Client.Do, Do closes the request body.
 //
 // # Bodies
 //

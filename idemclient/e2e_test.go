@@ -237,3 +237,36 @@ func TestEndToEndTransactionEnded(t *testing.T) {
 		t.Errorf("%d transfers, want 1: a retry after transaction-ended executed the command again", n)
 	}
 }
+
+// TestEndToEndHandler500TooLarge: the handler's own 500 is too large to pass
+// on, so idemhttp answers it with a response-too-large problem saying
+// nothing was stored ("stored": false). The key is free and the failure may
+// be transient: the client retries, and the second execution succeeds.
+func TestEndToEndHandler500TooLarge(t *testing.T) {
+	t.Parallel()
+	mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{MaxResponseBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = idemhttp.TxFromContext[*sql.Tx](r.Context())
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(strings.Repeat("x", 4096)))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, _ := newClient(t, nil)
+	resp, err := c.Do(post(t, srv.URL, `{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusCreated || calls.Load() != 2 {
+		t.Errorf("status %d after %d handler calls, body %s; want 201 after 2", resp.StatusCode, calls.Load(), body)
+	}
+}

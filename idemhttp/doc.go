@@ -80,7 +80,8 @@
 // Config.MaxResponseBytes is never silently left unstored: ModeTx rolls back
 // and answers 500; ModeLease stores that 500, since the effect cannot be
 // undone. A larger failure (not stored anyway) is passed on with its status
-// and a response-too-large body.
+// and a response-too-large body with the member "stored": false, which
+// tells a client (idemclient) that it may retry with the same key.
 //
 // # Replay cache
 //

@@ -198,6 +198,11 @@ func TestFailureTooLargeNotStored(t *testing.T) {
 			for i := range 2 {
 				rr := send(h, "POST", "/charge", "k", `{}`)
 				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeResponseTooLarge)
+				// "stored": false tells a client this one may be retried,
+				// unlike a stored 500 response-too-large.
+				if v, ok := storedMember(t, rr); !ok || v != false {
+					t.Fatalf("attempt %d: stored member %v (present %v), want false", i, v, ok)
+				}
 				if rr.Header().Get("Retry-After") != "7" || rr.Header().Get(idemhttp.ReplayedHeader) != "" {
 					t.Fatalf("attempt %d: Retry-After %q, replayed %q", i, rr.Header().Get("Retry-After"), rr.Header().Get(idemhttp.ReplayedHeader))
 				}
@@ -207,6 +212,17 @@ func TestFailureTooLargeNotStored(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storedMember returns the "stored" member of rr's problem document.
+func storedMember(t *testing.T, rr *httptest.ResponseRecorder) (any, bool) {
+	t.Helper()
+	var p problem.Problem
+	if err := p.UnmarshalJSON(rr.Body.Bytes()); err != nil {
+		t.Fatalf("body %q: %v", rr.Body.String(), err)
+	}
+	v, ok := p.Extensions["stored"]
+	return v, ok
 }
 
 // renewFaultDriver is a SQLite driver whose lease renewals go through

@@ -318,7 +318,7 @@ func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 // passNotStored sends the handler's response that is not stored (a
 // failure: the key stays free for a retry). One that overflowed
 // MaxResponseBytes was not kept whole: its status (and Retry-After) go out
-// with a problem body instead.
+// with a problem body instead, saying "stored": false.
 func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 	if !rec.overflow {
 		rec.flush(cmd.w)
@@ -329,8 +329,12 @@ func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 	if ra := rec.header.Get("Retry-After"); ra != "" {
 		cmd.w.Header().Set("Retry-After", ra)
 	}
-	problem.WriteError(cmd.w, rec.statusCode(), problem.TypeResponseTooLarge, "Response too large",
-		"The command failed and its response was too large to pass on; nothing was stored: retry with the same key.")
+	// "stored": false tells this answer from the stored (or
+	// configuration) 500 response-too-large: a client may retry it.
+	problem.Write(cmd.w, problem.Problem{Type: problem.TypeResponseTooLarge, Title: "Response too large",
+		Status:     rec.statusCode(),
+		Detail:     "The command failed and its response was too large to pass on; nothing was stored: retry with the same key.",
+		Extensions: map[string]any{"stored": false}})
 }
 
 func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, detail string) {

@@ -270,7 +270,11 @@ func TestResponseTooLarge(t *testing.T) {
 		forEach(t, func(t *testing.T, e *env) {
 			var calls atomic.Int64
 			h := e.wrap(t, &idemhttp.Config{MaxResponseBytes: 10}, effectHandler(t, e, 201, &calls))
-			checkProblem(t, send(h, "POST", "/pay?label=big", "k", `{}`), 500, problem.TypeResponseTooLarge)
+			rr := send(h, "POST", "/pay?label=big", "k", `{}`)
+			checkProblem(t, rr, 500, problem.TypeResponseTooLarge)
+			if v, ok := storedMember(t, rr); ok {
+				t.Fatalf("stored member %v: the request fails again until the limit is raised", v)
+			}
 			if n := e.effects(t, "big"); n != 0 {
 				t.Fatalf("effects = %d: a response that cannot be stored must roll back", n)
 			}
@@ -286,6 +290,9 @@ func TestResponseTooLarge(t *testing.T) {
 			// retries get the same 500 instead of executing again.
 			again := send(h, "POST", "/pay?label=big", "k", `{}`)
 			checkProblem(t, again, 500, problem.TypeResponseTooLarge)
+			if v, ok := storedMember(t, again); ok {
+				t.Fatalf("stored member %v on a stored outcome: a client would retry it", v)
+			}
 			if calls.Load() != 1 || e.effects(t, "big") != 1 {
 				t.Fatalf("calls = %d, effects = %d, want 1", calls.Load(), e.effects(t, "big"))
 			}
