@@ -428,6 +428,48 @@ func TestKeyReusedNotRetried(t *testing.T) {
 	}
 }
 
+func TestRetriedStatuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		typ    string
+	}{
+		{http.StatusRequestTimeout, ""},
+		{http.StatusTooEarly, ""},
+		{http.StatusTooManyRequests, ""},
+		{http.StatusInternalServerError, ""},
+		{http.StatusInternalServerError, problem.TypeTransactionAborted},
+		{http.StatusBadGateway, ""},
+		{http.StatusServiceUnavailable, problem.TypeStoreUnavailable},
+		{http.StatusGatewayTimeout, ""},
+		{http.StatusConflict, problem.TypeRequestInProgress},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.status)+" "+strings.TrimPrefix(tt.typ, problem.TypeBase), func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				switch {
+				case n > 1:
+					w.WriteHeader(http.StatusCreated)
+				case tt.typ != "":
+					writeProblem(w, tt.status, tt.typ, "")
+				default:
+					w.WriteHeader(tt.status)
+				}
+			})
+			c, _ := newClient(t, nil)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if n := len(rec.seen()); resp.StatusCode != http.StatusCreated || n != 2 {
+				t.Errorf("status %d after %d attempts, want 201 after 2", resp.StatusCode, n)
+			}
+		})
+	}
+}
+
 func TestFinalStatusesNotRetried(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
