@@ -81,14 +81,19 @@ func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
 // transport error) or the request's context ended. Re-issue the operation
 // later with the same Key: the server may have executed it.
 type Error struct {
-	// Method and URL of the request.
+	// Method and URL of the request. The URL has no user info, query or
+	// fragment: they may hold secrets, and error messages end up in logs.
 	Method, URL string
 	// Key is the Idempotency-Key of every attempt, "" if none.
 	Key string
-	// Attempts is the number of attempts sent.
+	// Attempts is the number of attempts made: each passed the request to
+	// Config.HTTPClient. One that net/http refused before sending anything
+	// (the context already ended, a request it cannot send) counts, so the
+	// server may have seen fewer.
 	Attempts int
 	// Err is the cause: the last transport error, or the context's error
-	// wrapped together with the last outcome.
+	// wrapped together with the last outcome. A *url.Error in it names the
+	// URL without user info, query or fragment too.
 	Err error
 }
 
@@ -124,8 +129,31 @@ func WithKey(req *http.Request, key string) (*http.Request, error) {
 	if r.Header == nil { // a hand-built request: http.Client accepts it
 		r.Header = http.Header{}
 	}
-	r.Header.Set(HeaderKey, key)
+	setKey(r.Header, key)
 	return r, nil
+}
+
+// setKey sets key as h's only Idempotency-Key, removing any under another
+// spelling of the name (a Header map written directly).
+func setKey(h http.Header, key string) {
+	for name := range h {
+		if strings.EqualFold(name, HeaderKey) {
+			delete(h, name)
+		}
+	}
+	h.Set(HeaderKey, key)
+}
+
+// keyValues returns the Idempotency-Key values of h under any spelling of
+// the name: net/http sends each of them.
+func keyValues(h http.Header) []string {
+	var vs []string
+	for name, v := range h {
+		if strings.EqualFold(name, HeaderKey) {
+			vs = append(vs, v...)
+		}
+	}
+	return vs
 }
 
 // Replayed reports whether resp was replayed by the server from an earlier
@@ -198,7 +226,7 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	if key == "" && !slices.Contains(idempotent, req.Method) {
+	if key == "" && !slices.Contains(idempotent, method(req)) {
 		// A keyless non-idempotent request: exactly one attempt.
 		return c.cfg.HTTPClient.Do(req)
 	}
@@ -212,7 +240,7 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 // key returns the request's key, or a new one when its method needs one,
 // or "".
 func (c *Client) key(req *http.Request) (string, error) {
-	switch vs := req.Header.Values(HeaderKey); {
+	switch vs := keyValues(req.Header); {
 	case len(vs) > 1:
 		return "", fmt.Errorf("idemclient: %d Idempotency-Key headers; send exactly one", len(vs))
 	case len(vs) == 1:
@@ -225,10 +253,18 @@ func (c *Client) key(req *http.Request) (string, error) {
 		}
 		return key, nil
 	}
-	if !slices.Contains(c.cfg.Methods, req.Method) {
+	if !slices.Contains(c.cfg.Methods, method(req)) {
 		return "", nil
 	}
 	return c.NewKey()
+}
+
+// method is req's method; "" is GET, as net/http sends it.
+func method(req *http.Request) string {
+	if req.Method == "" {
+		return http.MethodGet
+	}
+	return req.Method
 }
 
 // bodySource returns a function giving the body of each attempt, the same
@@ -252,6 +288,10 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 	if int64(len(b)) > c.cfg.MaxBodyBytes {
 		return nil, fmt.Errorf("%w (%d bytes; set GetBody or raise the limit)", ErrBodyTooLarge, c.cfg.MaxBodyBytes)
 	}
+	if req.ContentLength > 0 && req.ContentLength != int64(len(b)) {
+		// net/http would refuse every attempt.
+		return nil, fmt.Errorf("idemclient: request ContentLength %d, but its body has %d bytes", req.ContentLength, len(b))
+	}
 	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
 }
 
@@ -260,7 +300,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 	ctx := req.Context()
 	start := time.Now()
 	fail := func(attempts int, err error) error {
-		return &Error{Method: req.Method, URL: redactedURL(req), Key: key, Attempts: attempts, Err: err}
+		return &Error{Method: method(req), URL: logURL(req), Key: key, Attempts: attempts, Err: err}
 	}
 	var (
 		lastResp *http.Response
@@ -272,6 +312,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 			return nil, fail(attempt-1, err)
 		}
 		resp, err := c.cfg.HTTPClient.Do(r)
+		err = redactErr(err)
 		if err != nil && resp != nil {
 			// CheckRedirect failed (a redirect loop, a policy): the
 			// response's body is already closed, and the next attempt
@@ -313,7 +354,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		}
 		if c.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 			c.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idemclient: retrying",
-				slog.String("method", req.Method), slog.String("url", logURL(req)),
+				slog.String("method", method(req)), slog.String("url", logURL(req)),
 				slog.Int("attempt", attempt), slog.Int("status", info.StatusCode),
 				slog.String("problem", info.ProblemType), slog.Any("err", logErr(err)), slog.Duration("wait", d))
 		}
@@ -342,7 +383,7 @@ func (c *Client) attempt(req *http.Request, key string, getBody func() (io.ReadC
 		r.Header = http.Header{}
 	}
 	if key != "" {
-		r.Header.Set(HeaderKey, key)
+		setKey(r.Header, key)
 	}
 	if getBody != nil {
 		b, err := getBody()
@@ -590,6 +631,9 @@ func permanent(err error) bool {
 		errors.As(err, &cie) || errors.As(err, &rhe) {
 		return true
 	}
+	if errors.Is(err, http.ErrSchemeMismatch) { // plain HTTP behind an https:// URL
+		return true
+	}
 	// The request itself cannot be sent (net/http refuses it before
 	// dialling; its errors have no type of their own).
 	var ue *url.Error
@@ -614,6 +658,7 @@ var unsendable = []string{
 	"net/http: invalid header ", // field name or value
 	"net/http: invalid trailer ",
 	"net/http: invalid method ",
+	"http: ContentLength=", // "... with Body length N": GetBody's body is not that long
 }
 
 // outcomeError describes the last outcome for an error message.
@@ -653,12 +698,29 @@ func logURL(req *http.Request) string {
 	return u.String()
 }
 
-// redactedURL is the request URL without its password.
-func redactedURL(req *http.Request) string {
-	if req.URL == nil {
-		return ""
+// redactErr returns err, a *url.Error from http.Client.Do, as a copy naming
+// its URL without user info, query and fragment, like the logs (the
+// original may be shared: it is not modified).
+func redactErr(err error) error {
+	ue, ok := err.(*url.Error) //nolint:errorlint // http.Client.Do returns one unwrapped; it is replaced
+	if !ok {
+		return err
 	}
-	return req.URL.Redacted()
+	c := *ue
+	c.URL = stripURL(ue.URL)
+	return &c
+}
+
+// stripURL is the URL s without user info, query and fragment.
+func stripURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil { // net/http names a URL it parsed, without its password
+		s, _, _ = strings.Cut(s, "?")
+		s, _, _ = strings.Cut(s, "#")
+		return s
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }
 
 // logErr is err without the URL a transport error (*url.Error) names: its

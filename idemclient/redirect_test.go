@@ -155,3 +155,53 @@ func TestInvalidRequestNotRetried(t *testing.T) {
 		t.Errorf("%d requests reached the server", n)
 	}
 }
+
+// Plain HTTP behind an https:// URL (http.ErrSchemeMismatch) answers every
+// attempt the same way: the first error is returned at once.
+func TestSchemeMismatchNotRetried(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, s := newClient(t, nil)
+	_, err := c.Do(post(t, strings.Replace(srv.URL, "http://", "https://", 1), "{}"))
+	var e *idemclient.Error
+	if !errors.As(err, &e) || !errors.Is(err, http.ErrSchemeMismatch) {
+		t.Fatalf("err %v, want an *idemclient.Error wrapping http.ErrSchemeMismatch", err)
+	}
+	if e.Attempts != 1 || len(s.delays()) != 0 {
+		t.Errorf("%d attempts, waits %v; want 1 attempt, no wait", e.Attempts, s.delays())
+	}
+}
+
+// A ContentLength that is not the body's length is refused before anything
+// is sent when Do buffers the body, and not retried when net/http refuses it
+// (a body from GetBody).
+func TestContentLengthMismatchNotRetried(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, s := newClient(t, nil)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(strings.NewReader("abc")))
+	req.ContentLength = 10
+	resp, err := c.Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("a buffered body of 3 bytes sent with ContentLength 10")
+	}
+	var e *idemclient.Error
+	if errors.As(err, &e) {
+		t.Errorf("buffered body: err %v after %d attempts, want an error before sending", err, e.Attempts)
+	}
+
+	req, _ = http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("abc")) // with GetBody
+	req.ContentLength = 10
+	resp, err = c.Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("a body of 3 bytes from GetBody sent with ContentLength 10")
+	}
+	if !errors.As(err, &e) || e.Attempts != 1 || len(s.delays()) != 0 {
+		t.Errorf("GetBody: err %v, waits %v; want one attempt, no wait", err, s.delays())
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Errorf("%d requests reached the server", n)
+	}
+}
