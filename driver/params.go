@@ -143,6 +143,25 @@ type SagaStepRecordParams struct {
 	Kind   string
 	Result []byte
 	Now    time.Time
+	// Savepoint records the step inside a new savepoint of the
+	// transaction (in a transaction only). When the step is inserted, the
+	// savepoint stays open for the step's function, and the caller ends it
+	// with SagaStepEnd; when it is not (recorded before, or refused), no
+	// savepoint is left open. After an error the transaction must be
+	// rolled back.
+	Savepoint bool
+}
+
+// SagaStepEndParams are the inputs of SagaExecutor.SagaStepEnd.
+type SagaStepEndParams struct {
+	SagaID string
+	Step   string
+	// Result, when not nil, replaces the step's result (as
+	// SagaStepSetResult) before the savepoint is released.
+	Result []byte
+	// Failed rolls back to the savepoint instead: the step's function
+	// failed.
+	Failed bool
 }
 
 // SagaStepSetResultParams are the inputs of SagaExecutor.SagaStepSetResult.

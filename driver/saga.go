@@ -138,6 +138,18 @@ type SagaExecutor interface {
 	// transaction). ErrNotFound if the step is not recorded.
 	SagaStepSetResult(ctx context.Context, p *SagaStepSetResultParams) error
 
+	// SagaStepEnd ends the savepoint that SagaStepRecord opened (with
+	// p.Savepoint) for the newly inserted step p.Step. When p.Failed, it
+	// rolls back to the savepoint and releases it: the step's row and
+	// whatever was written since are undone, and the transaction is
+	// usable again even if a statement since then failed (PostgreSQL's
+	// aborted state). Otherwise it stores p.Result when not nil (as
+	// SagaStepSetResult; ErrNotFound if the step is not recorded) and
+	// releases the savepoint: the step and the writes since stay in the
+	// transaction. Its statements go in one round trip where the backend
+	// allows it.
+	SagaStepEnd(ctx context.Context, p *SagaStepEndParams) error
+
 	// SagaSteps returns the recorded steps of saga p.SagaID, forward and
 	// compensation, ordered by Seq. A saga without steps, or no saga,
 	// gives an empty result.

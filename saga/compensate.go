@@ -39,6 +39,10 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 // failing, Compensate marks the saga Failed and returns a
 // *CompensationError, and the next call resumes with it.
 //
+// A compensation that panics is not retried: its transaction rolls back,
+// the panic goes on, and the saga stays Compensating with the compensations
+// done so far recorded; the next Compensate (or Resume) resumes with it.
+//
 // Compensating a Compensated saga is a no-op. A Completed saga gives a
 // *StateError; a completed forward step missing from comps gives
 // ErrNoCompensation (the saga is then marked Failed).
@@ -128,7 +132,7 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = c.inTx(ctx, func(tx TTx) error {
-			_, _, err := c.step(ctx, tx, sagaID, name, driver.StepCompensation, run)
+			_, _, err := c.step(ctx, tx, sagaID, name, driver.StepCompensation, run, false)
 			return err
 		})
 		if err == nil {

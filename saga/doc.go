@@ -52,8 +52,11 @@
 //     together or not at all. A step retried or redelivered after its
 //     commit is skipped and returns the result recorded the first time; a
 //     step whose transaction rolled back, or whose process died before
-//     COMMIT, left nothing and runs again. There is no SELECT before the
-//     INSERT (no TOCTOU window).
+//     COMMIT, left nothing and runs again if its event is redelivered while
+//     the saga is still Running. A step whose function failed leaves
+//     nothing either, even in a transaction that goes on: StepTx runs the
+//     record and the function in a savepoint and rolls back to it. There
+//     is no SELECT before the INSERT (no TOCTOU window).
 //   - Concurrent duplicates run once. A second transaction recording the
 //     same step waits for the first (PostgreSQL on the primary key, SQLite
 //     for its single write lock) and then skips it, or runs it if the
@@ -95,8 +98,11 @@
 // (saga, step), so a step triggered by two different events (a retry
 // published with a new ID, a second consumer) still runs once.
 //
-// The last step calls CompleteTx in its transaction. A permanent failure calls
-// AbortTx in its transaction and Compensate after the commit; a recovery loop
+// The last step calls CompleteTx in its transaction. A step whose function
+// failed for good (a *StepError: it left nothing in the transaction) may
+// call AbortTx in the same transaction and commit; otherwise the consumer of
+// the failure event (PaymentFailed) calls AbortTx in its transaction, or a
+// new one. Compensate runs after the commit; a recovery loop
 // (at start-up, then periodically) calls Compensate for every saga List
 // returns in state Compensating or Failed, so a compensation interrupted by
 // a crash between the commit and Compensate is finished.
@@ -104,11 +110,18 @@
 // # What the caller must do
 //
 //   - Write a step's effect through the transaction Step passes to its
-//     function, and only through it. After Step returned an error, roll the
-//     transaction back.
+//     function, and only through it. After StepTx returned an error other
+//     than a *StepError, roll the transaction back.
 //   - Make effects outside the database idempotent (a payment provider's
 //     idempotency key, for example EventID(sagaID, stepName, "charge")): a
 //     step or compensation whose transaction rolled back runs again.
+//   - Reconcile effects outside the database with their provider. A step
+//     whose transaction rolled back (a failed commit, a crash after an HTTP
+//     capture) runs again only if its event is redelivered while the saga
+//     is still Running; if the saga is aborted first, the step has no
+//     record, its compensation never runs, and the outside effect of the
+//     rolled-back attempt stays: only the provider's side (a capture without
+//     an order, found by its idempotency key) can find it.
 //   - Keep step names stable: a renamed step is a new step and runs again.
 //   - Keep finished sagas at least as long as their events can be
 //     redelivered. The cleaner of package cleanup deletes a saga that

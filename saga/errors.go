@@ -62,8 +62,12 @@ func (e *StateError) Error() string {
 func (e *StateError) Is(target error) bool { return target == ErrState }
 
 // StepError is the error of a step's (or a compensation's) function. The
-// step was not recorded: the caller rolls the transaction back, and a retry
-// runs the function again.
+// step was not recorded: StepTx rolled back to a savepoint taken before the
+// step (its record and the function's writes are gone, the caller's
+// transaction is usable, and the caller may roll it back or abort the saga
+// in it and commit); Step and Compensate rolled their own transaction
+// back. A retry runs the function again, and the step is never
+// compensated.
 type StepError struct {
 	SagaID string
 	Step   string

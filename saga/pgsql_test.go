@@ -25,6 +25,7 @@ func setupPostgresSQL(t *testing.T) *fixture[*sql.Tx] {
 			_, err := tx.ExecContext(ctx, `INSERT INTO effect (saga_id, step) VALUES ($1, $2)`, sagaID, step)
 			return err
 		},
+		bad: sqlBad,
 		log: func(t *testing.T, sagaID string) []string {
 			return testdb.Strings(t, db, `SELECT step FROM effect WHERE saga_id = $1 ORDER BY id`, sagaID)
 		},

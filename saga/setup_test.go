@@ -28,6 +28,8 @@ type fixture[TTx any] struct {
 	drv driver.Driver[TTx]
 	// effect writes one effect of (sagaID, step) through tx.
 	effect func(ctx context.Context, tx TTx, sagaID, step string) error
+	// bad runs a statement that fails (on PostgreSQL it aborts tx).
+	bad func(ctx context.Context, tx TTx) error
 	// log returns the committed effects of sagaID, step names in the order
 	// they were written.
 	log func(t *testing.T, sagaID string) []string
@@ -172,7 +174,7 @@ func stepNames(s *saga.Saga) []string {
 	return out
 }
 
-func newSagaID(t *testing.T) string {
+func newSagaID(t testing.TB) string {
 	t.Helper()
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -187,6 +189,14 @@ const (
 	pgTables     = `CREATE TABLE effect (id bigserial PRIMARY KEY, saga_id text NOT NULL, step text NOT NULL)`
 	sqliteTables = `CREATE TABLE effect (id INTEGER PRIMARY KEY AUTOINCREMENT, saga_id TEXT NOT NULL, step TEXT NOT NULL)`
 )
+
+// badStatement fails: its table does not exist.
+const badStatement = `INSERT INTO no_such_table VALUES (1)`
+
+func sqlBad(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, badStatement)
+	return err
+}
 
 func pgEffect(ctx context.Context, tx pgx.Tx, sagaID, step string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO effect (saga_id, step) VALUES ($1, $2)`, sagaID, step)
@@ -221,6 +231,10 @@ func setupPostgres(t *testing.T) *fixture[pgx.Tx] {
 	return &fixture[pgx.Tx]{
 		drv:    drv,
 		effect: pgEffect,
+		bad: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, badStatement)
+			return err
+		},
 		log: func(t *testing.T, sagaID string) []string {
 			t.Helper()
 			rows, err := pool.Query(t.Context(), `SELECT step FROM effect WHERE saga_id = $1 ORDER BY id`, sagaID)
@@ -291,6 +305,7 @@ func setupSQLite(t *testing.T) *fixture[*sql.Tx] {
 	return &fixture[*sql.Tx]{
 		drv:    drv,
 		effect: sqliteEffect,
+		bad:    sqlBad,
 		log: func(t *testing.T, sagaID string) []string {
 			return query(t, `SELECT step FROM effect WHERE saga_id = ? ORDER BY id`, sagaID)
 		},
@@ -319,6 +334,10 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Step/ConcurrentRedelivery", fn: testStepConcurrent[TTx]},
 		{name: "Step/ConcurrentRedeliveryFirstFails", fn: testStepConcurrentFirstFails[TTx]},
 		{name: "Step/PanicLeavesNothing", fn: testStepPanic[TTx]},
+		{name: "StepTx/FailureLeavesNothing", fn: testStepTxFailureLeavesNothing[TTx]},
+		{name: "StepTx/RetryInSameTx", fn: testStepTxRetryInSameTx[TTx]},
+		{name: "StepTx/PanicLeavesNothing", fn: testStepTxPanicLeavesNothing[TTx]},
+		{name: "StepTx/FailedStatementLeavesTxUsable", fn: testStepTxFailedStatement[TTx]},
 		{name: "Step/SagaNotStarted", fn: testStepNotStarted[TTx]},
 		{name: "Step/InvalidNames", fn: testStepInvalidNames[TTx]},
 		{name: "Step/RefusedOnceAborted", fn: testStepRefusedOnceAborted[TTx]},

@@ -69,7 +69,8 @@ type StepRecord struct {
 	Seq int64
 	// Result is what the step's function returned.
 	Result []byte
-	// CompletedAt is when the step was recorded (Config.Now).
+	// CompletedAt is when the step was recorded (Config.Now), taken before
+	// its function ran: the step's start, not its end.
 	CompletedAt time.Time
 }
 

@@ -26,9 +26,24 @@ type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err err
 //
 // A step of a saga that is not Running gives a *StateError (unless the step
 // had completed: then its result is returned as above); a saga that was not
-// started gives ErrNotFound. If fn fails, StepTx returns a *StepError wrapping
-// its error. After any error the caller must roll tx back: tx may hold the
-// record of a step whose effect did not happen.
+// started gives ErrNotFound.
+//
+// The record and fn run in a savepoint of tx. If fn fails, or panics,
+// StepTx rolls back to that savepoint: neither the step's record nor
+// anything fn wrote through tx stays in tx, which stays usable (on
+// PostgreSQL even when a statement of fn failed and aborted it). It then
+// returns a *StepError wrapping fn's error (a panic goes on). The caller may
+// roll tx back, or abort the saga in it (AbortTx) and commit; the failed
+// step is not compensated, and a retry, in tx or later, runs fn again.
+// After any other error the caller must roll tx back.
+//
+// The savepoint is one subtransaction of tx per step (PostgreSQL tracks up
+// to 64 per transaction cheaply). With pgdriver, SAVEPOINT travels with
+// the record's INSERT and RELEASE with the UPDATE of fn's result (a step
+// without a result adds one round trip); with pgsqldriver each is a round
+// trip of its own; on SQLite they are local. Step and the compensations of
+// Compensate run in a transaction of their own, rolled back whole, and need
+// none.
 //
 // A concurrent StepTx of the same step waits for this one's transaction
 // (PostgreSQL on the primary key, SQLite for the write lock) and then skips,
@@ -42,7 +57,7 @@ func (c *Coordinator[TTx]) StepTx(ctx context.Context, tx TTx, sagaID, stepName 
 	if fn == nil {
 		return nil, false, fmt.Errorf("saga %q: step %q: nil function", sagaID, stepName)
 	}
-	return c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn)
+	return c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn, true)
 }
 
 // Step is StepTx in a transaction of its own: it begins one, runs StepTx and
@@ -60,7 +75,7 @@ func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn
 	}
 	err = c.inTx(ctx, func(tx TTx) error {
 		var err error
-		result, ran, err = c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn)
+		result, ran, err = c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn, false)
 		return err
 	})
 	if err != nil {
@@ -73,7 +88,12 @@ func (c *Coordinator[TTx]) Step(ctx context.Context, sagaID, stepName string, fn
 // if the claim is new, runs fn in the same transaction. Claiming before
 // running is what makes concurrent duplicates wait instead of both running
 // fn.
-func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+//
+// With savepoint (the caller's transaction, StepTx), the claim and fn run
+// in a savepoint, rolled back to when fn fails or panics: the failed step
+// leaves nothing in tx. In a transaction of its own (Step, a compensation)
+// the whole transaction is rolled back instead, and no savepoint is needed.
+func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind string, fn StepFunc[TTx], savepoint bool) (result []byte, ran bool, err error) {
 	if c.cfg.Tracer != nil {
 		var span observe.Span
 		ctx, span = c.cfg.Tracer.Start(ctx, "idem.saga.step", observe.String("idem.saga.step", name), observe.String("idem.saga.step_kind", kind))
@@ -83,12 +103,15 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 		}()
 	}
 	ex := c.drv.SagasTx(tx)
-	inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: sagaID, Step: name, Kind: kind, Result: nil, Now: c.cfg.Now()})
+	inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: sagaID, Step: name, Kind: kind, Result: nil, Now: c.cfg.Now(), Savepoint: savepoint})
 	if err != nil {
 		return nil, false, wrapErr(sagaID, "step "+name, err)
 	}
 	if !inserted {
 		return existing, false, nil
+	}
+	if savepoint {
+		return c.stepInSavepoint(ctx, tx, ex, sagaID, name, fn)
 	}
 	result, err = fn(withEmits(ctx, sagaID, name), tx)
 	if err != nil {
@@ -98,6 +121,37 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 		if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: sagaID, Step: name, Result: result}); err != nil {
 			return nil, false, wrapErr(sagaID, "step "+name, err)
 		}
+	}
+	return result, true, nil
+}
+
+// stepInSavepoint runs fn for the step that SagaStepRecord just recorded in
+// a savepoint, and ends the savepoint: released with fn's result, or rolled
+// back to when fn fails or panics (the panic goes on).
+func (c *Coordinator[TTx]) stepInSavepoint(ctx context.Context, tx TTx, ex driver.SagaExecutor, sagaID, name string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
+	// The rollback must run even when ctx has ended: the caller decides
+	// what happens to tx, and the step must not stay recorded in it.
+	rollback := func() error {
+		return ex.SagaStepEnd(context.WithoutCancel(ctx), &driver.SagaStepEndParams{SagaID: sagaID, Step: name, Failed: true})
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = rollback() // fn panicked
+		}
+	}()
+	result, err = fn(withEmits(ctx, sagaID, name), tx)
+	done = true
+	if err != nil {
+		if rbErr := rollback(); rbErr != nil {
+			// The step may still be recorded in tx: not a StepError, which
+			// says it is not; the caller must roll tx back.
+			return nil, false, fmt.Errorf("saga %q: step %q failed: %w; and undoing its record failed (roll the transaction back): %w", sagaID, name, err, rbErr)
+		}
+		return nil, false, &StepError{SagaID: sagaID, Step: name, Err: err}
+	}
+	if err := ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: sagaID, Step: name, Result: result}); err != nil {
+		return nil, false, wrapErr(sagaID, "step "+name, err)
 	}
 	return result, true, nil
 }

@@ -440,3 +440,164 @@ func testComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	f.mustLog(t, id, "step-1", "step-2")
 }
+
+// A step whose function fails leaves nothing in the caller's transaction:
+// neither its record nor what the function wrote before failing. The
+// consumer of the failure may then abort the saga in that same transaction
+// and commit, and the step that never took effect is not compensated; a
+// retry in the same transaction runs the function.
+func testStepTxFailureLeavesNothing[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	run(t, c, id, "reserve", f.apply(id, "reserve"), true)
+	tx := f.begin(t)
+	_, ran, err := c.StepTx(ctx, tx, id, "charge", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if err := f.effect(ctx, tx, id, "charge"); err != nil { // written, then the step fails
+			return nil, err
+		}
+		return nil, errors.New("card declined")
+	})
+	var se *saga.StepError
+	if !errors.As(err, &se) || ran {
+		t.Fatalf("StepTx = ran %v, %v; want a *StepError", ran, err)
+	}
+	s, err := c.GetTx(ctx, tx, id)
+	if err != nil {
+		t.Fatalf("GetTx: %v", err)
+	}
+	if s.Done("charge") {
+		t.Errorf("inside the transaction after the failed step: Done(charge) = true; want false")
+	}
+	called := false
+	_, _, err = c.StepTx(ctx, tx, id, "charge", func(context.Context, TTx) ([]byte, error) {
+		called = true
+		return nil, errors.New("card declined again")
+	})
+	if !errors.As(err, &se) || !called {
+		t.Errorf("retry of the failed step in the same transaction = called %v, %v; want its function to run and fail again", called, err)
+	}
+	if err := c.AbortTx(ctx, tx, id); err != nil {
+		t.Fatalf("AbortTx in the transaction of the failed step: %v", err)
+	}
+	f.commit(t, tx)
+	undone := map[string]int{}
+	if err := c.Compensate(ctx, id, saga.Compensations[TTx]{
+		"reserve": func(context.Context, TTx, saga.StepRecord) ([]byte, error) { undone["reserve"]++; return nil, nil },
+		"charge":  func(context.Context, TTx, saga.StepRecord) ([]byte, error) { undone["charge"]++; return nil, nil },
+	}); err != nil {
+		t.Fatalf("Compensate: %v", err)
+	}
+	f.mustEffects(t, id, "charge", 0)
+	if undone["charge"] != 0 || undone["reserve"] != 1 {
+		t.Errorf("compensations ran %v; want reserve once and never charge (its function failed: it never took effect)", undone)
+	}
+	if s := mustGet(t, c, id); s.State != saga.Compensated || s.Done("charge") {
+		t.Errorf("saga %s, steps %v; want compensated without charge", s.State, stepNames(s))
+	}
+}
+
+// The reviewer's scenario: a retry of a failed step in the same transaction
+// runs the function, and abort and commit in that transaction compensate
+// nothing of it.
+func testStepTxRetryInSameTx[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	tx := f.begin(t)
+	_, _, err := c.StepTx(ctx, tx, id, "charge", func(context.Context, TTx) ([]byte, error) {
+		return nil, errors.New("card declined") // no effect written
+	})
+	var se *saga.StepError
+	if !errors.As(err, &se) {
+		t.Fatalf("StepTx: %v, want a *StepError", err)
+	}
+	res, ran, err := c.StepTx(ctx, tx, id, "charge", f.apply(id, "charge"))
+	if err != nil || !ran || !bytes.Equal(res, resultOf("charge")) {
+		t.Errorf("retry in the same tx = %q, ran %v, %v; want the function to run", res, ran, err)
+	}
+	f.rollback(t, tx)
+	f.mustEffects(t, id, "charge", 0)
+	// The abort-in-the-same-transaction pattern, with nothing recorded.
+	tx = f.begin(t)
+	if _, _, err := c.StepTx(ctx, tx, id, "charge", func(context.Context, TTx) ([]byte, error) {
+		return nil, errors.New("card declined")
+	}); !errors.As(err, &se) {
+		t.Fatalf("StepTx: %v, want a *StepError", err)
+	}
+	if err := c.AbortTx(ctx, tx, id); err != nil {
+		t.Fatal(err)
+	}
+	f.commit(t, tx)
+	refunds := 0
+	if err := c.Compensate(ctx, id, saga.Compensations[TTx]{
+		"charge": func(context.Context, TTx, saga.StepRecord) ([]byte, error) { refunds++; return nil, nil },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.mustEffects(t, id, "charge", 0)
+	if refunds != 0 {
+		t.Errorf("the compensation of a step whose function failed (never took effect) ran %d times; want 0", refunds)
+	}
+}
+
+// A step function that panics inside StepTx leaves nothing in the caller's
+// transaction either: the panic goes on, and the transaction can still
+// record the step and commit.
+func testStepTxPanicLeavesNothing[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	tx := f.begin(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v; want the step's panic", r)
+			}
+		}()
+		_, _, _ = c.StepTx(ctx, tx, id, "step-1", func(ctx context.Context, tx TTx) ([]byte, error) {
+			if err := f.effect(ctx, tx, id, "step-1"); err != nil {
+				return nil, err
+			}
+			panic("boom")
+		})
+	}()
+	if _, ran, err := c.StepTx(ctx, tx, id, "step-1", f.apply(id, "step-1")); err != nil || !ran {
+		t.Fatalf("StepTx after the panic in the same transaction = ran %v, %v; want it to run", ran, err)
+	}
+	f.commit(t, tx)
+	f.mustEffects(t, id, "step-1", 1)
+	run(t, c, id, "step-1", f.apply(id, "step-1"), false)
+}
+
+// A step function whose statement fails leaves the caller's transaction
+// usable (on PostgreSQL the failed statement aborted it; StepTx rolls back
+// to before the step): the consumer can abort the saga in it and commit.
+func testStepTxFailedStatement[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	tx := f.begin(t)
+	_, _, err := c.StepTx(ctx, tx, id, "charge", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if err := f.effect(ctx, tx, id, "charge"); err != nil {
+			return nil, err
+		}
+		return nil, f.bad(ctx, tx)
+	})
+	var se *saga.StepError
+	if !errors.As(err, &se) {
+		t.Fatalf("StepTx: %v, want a *StepError", err)
+	}
+	if err := c.AbortTx(ctx, tx, id); err != nil {
+		t.Fatalf("AbortTx after a step whose statement failed: %v", err)
+	}
+	f.commit(t, tx)
+	f.mustEffects(t, id, "charge", 0)
+	if s := mustGet(t, c, id); s.State != saga.Compensating || s.Done("charge") {
+		t.Errorf("saga %s, steps %v; want compensating without charge", s.State, stepNames(s))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
@@ -109,6 +110,9 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 // primary key; afterwards the step is skipped (that transaction committed)
 // or inserted here (it rolled back). Only when nothing was inserted does a
 // second statement read why: the existing step, or the saga's state.
+//
+// With p.Savepoint, SAVEPOINT travels with the INSERT in one round trip,
+// and, when nothing was inserted, RELEASE with the read.
 func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
 	sagaID, step, kind, result, now := p.SagaID, p.Step, p.Kind, p.Result, p.Now
 	want, ok := driver.SagaStepState(kind)
@@ -116,7 +120,15 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
 	}
 	var inserted bool
-	err := e.db.QueryRow(ctx, e.d.expand(pgsql.SagaStepInsertSQL), sagaID, step, kind, result, now, want).Scan(&inserted)
+	insert := e.d.expand(pgsql.SagaStepInsertSQL)
+	var err error
+	if p.Savepoint {
+		err = e.batch(ctx, pgsql.SagaSavepointSQL, func(b *pgx.Batch) {
+			b.Queue(insert, sagaID, step, kind, result, now, want).QueryRow(func(row pgx.Row) error { return row.Scan(&inserted) })
+		})
+	} else {
+		err = e.db.QueryRow(ctx, insert, sagaID, step, kind, result, now, want).Scan(&inserted)
+	}
 	if err == nil {
 		return true, nil, nil
 	}
@@ -128,7 +140,14 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		recorded bool
 		existing []byte
 	)
-	err = e.db.QueryRow(ctx, e.d.expand(pgsql.SagaStepReadSQL), sagaID, step).Scan(&state, &recorded, &existing)
+	read := e.d.expand(pgsql.SagaStepReadSQL)
+	if p.Savepoint {
+		err = e.batch(ctx, pgsql.SagaReleaseSQL, func(b *pgx.Batch) {
+			b.Queue(read, sagaID, step).QueryRow(func(row pgx.Row) error { return row.Scan(&state, &recorded, &existing) })
+		})
+	} else {
+		err = e.db.QueryRow(ctx, read, sagaID, step).Scan(&state, &recorded, &existing)
+	}
 	if err != nil {
 		return false, nil, mapErr("saga step record", err)
 	}
@@ -149,6 +168,49 @@ func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetR
 		return fmt.Errorf("pgdriver: saga step set result %q/%q: %w", sagaID, step, driver.ErrNotFound)
 	}
 	return nil
+}
+
+// SagaStepEnd implements driver.SagaExecutor: ROLLBACK TO and RELEASE, or
+// the result's UPDATE and RELEASE, in one round trip.
+func (e *executor) SagaStepEnd(ctx context.Context, p *driver.SagaStepEndParams) error {
+	if p.Failed {
+		if _, err := e.db.Exec(ctx, pgsql.SagaRollbackSavepointSQL+"; "+pgsql.SagaReleaseSQL); err != nil {
+			return mapErr("saga step rollback", err)
+		}
+		return nil
+	}
+	if p.Result == nil {
+		if _, err := e.db.Exec(ctx, pgsql.SagaReleaseSQL); err != nil {
+			return mapErr("saga step release", err)
+		}
+		return nil
+	}
+	var tag pgconn.CommandTag
+	err := e.batch(ctx, "", func(b *pgx.Batch) {
+		b.Queue(e.d.expand(pgsql.SagaStepSetResultSQL), p.SagaID, p.Step, p.Result).Exec(func(ct pgconn.CommandTag) error {
+			tag = ct
+			return nil
+		})
+		b.Queue(pgsql.SagaReleaseSQL)
+	})
+	if err != nil {
+		return mapErr("saga step set result", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgdriver: saga step set result %q/%q: %w", p.SagaID, p.Step, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// batch sends first (unless empty) and the statements queue adds in one
+// round trip, and returns the first error.
+func (e *executor) batch(ctx context.Context, first string, queue func(b *pgx.Batch)) error {
+	b := &pgx.Batch{}
+	if first != "" {
+		b.Queue(first)
+	}
+	queue(b)
+	return e.db.SendBatch(ctx, b).Close()
 }
 
 // SagaSteps implements driver.SagaExecutor.

@@ -94,6 +94,11 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 	if !ok {
 		return false, nil, fmt.Errorf("pgsqldriver: saga step record: unknown kind %q", p.Kind)
 	}
+	if p.Savepoint {
+		if _, err := e.db.ExecContext(ctx, pgsql.SagaSavepointSQL); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
 	var inserted bool
 	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.SagaStepInsertSQL),
 		p.SagaID, p.Step, p.Kind, p.Result, p.Now, want).Scan(&inserted)
@@ -102,6 +107,11 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return false, nil, mapErr("saga step record", err)
+	}
+	if p.Savepoint {
+		if _, err := e.db.ExecContext(ctx, pgsql.SagaReleaseSQL); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
 	}
 	var (
 		state    string
@@ -127,6 +137,28 @@ func (e *executor) SagaStepSetResult(ctx context.Context, p *driver.SagaStepSetR
 	}
 	if n == 0 {
 		return fmt.Errorf("pgsqldriver: saga step set result %q/%q: %w", p.SagaID, p.Step, driver.ErrNotFound)
+	}
+	return nil
+}
+
+// SagaStepEnd implements driver.SagaExecutor, one statement at a time
+// (database/sql has no pipeline).
+func (e *executor) SagaStepEnd(ctx context.Context, p *driver.SagaStepEndParams) error {
+	if p.Failed {
+		for _, q := range []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL} {
+			if _, err := e.db.ExecContext(ctx, q); err != nil {
+				return mapErr("saga step rollback", err)
+			}
+		}
+		return nil
+	}
+	if p.Result != nil {
+		if err := e.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: p.SagaID, Step: p.Step, Result: p.Result}); err != nil {
+			return err
+		}
+	}
+	if _, err := e.db.ExecContext(ctx, pgsql.SagaReleaseSQL); err != nil {
+		return mapErr("saga step release", err)
 	}
 	return nil
 }

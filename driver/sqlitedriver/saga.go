@@ -119,6 +119,11 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 	if !ok {
 		return false, nil, fmt.Errorf("sqlitedriver: saga step record: unknown kind %q", kind)
 	}
+	if p.Savepoint {
+		if _, err := e.db.ExecContext(ctx, sagaSavepointSQL); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
 	var inserted int
 	err := e.db.QueryRowContext(ctx, e.d.expand(`INSERT INTO {{table}}saga_step (saga_id, step_name, kind, seq, result, completed_at)
 		SELECT s.saga_id, ?2, ?3,
@@ -132,6 +137,11 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return false, nil, mapErr("saga step record", err)
+	}
+	if p.Savepoint {
+		if _, err := e.db.ExecContext(ctx, sagaReleaseSQL); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
 	}
 	var (
 		state    string
@@ -149,6 +159,34 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		return false, existing, nil
 	}
 	return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
+}
+
+// The savepoint of a step recorded by StepTx (SagaStepRecordParams.Savepoint).
+const (
+	sagaSavepointSQL         = `SAVEPOINT idem_saga_step`
+	sagaReleaseSQL           = `RELEASE SAVEPOINT idem_saga_step`
+	sagaRollbackSavepointSQL = `ROLLBACK TO SAVEPOINT idem_saga_step`
+)
+
+// SagaStepEnd implements driver.SagaExecutor.
+func (e *executor) SagaStepEnd(ctx context.Context, p *driver.SagaStepEndParams) error {
+	if p.Failed {
+		for _, q := range []string{sagaRollbackSavepointSQL, sagaReleaseSQL} {
+			if _, err := e.db.ExecContext(ctx, q); err != nil {
+				return mapErr("saga step rollback", err)
+			}
+		}
+		return nil
+	}
+	if p.Result != nil {
+		if err := e.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: p.SagaID, Step: p.Step, Result: p.Result}); err != nil {
+			return err
+		}
+	}
+	if _, err := e.db.ExecContext(ctx, sagaReleaseSQL); err != nil {
+		return mapErr("saga step release", err)
+	}
+	return nil
 }
 
 // SagaStepSetResult implements driver.SagaExecutor.

@@ -297,7 +297,11 @@ const (
 		FROM {{table}}saga s
 		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = $2
 		WHERE s.saga_id = $1`
-	SagaStepSetResultSQL = `UPDATE {{table}}saga_step SET result = $3
+	// The savepoint of a step recorded by StepTx (SagaStepRecordParams.Savepoint).
+	SagaSavepointSQL         = `SAVEPOINT idem_saga_step`
+	SagaReleaseSQL           = `RELEASE SAVEPOINT idem_saga_step`
+	SagaRollbackSavepointSQL = `ROLLBACK TO SAVEPOINT idem_saga_step`
+	SagaStepSetResultSQL     = `UPDATE {{table}}saga_step SET result = $3
 		WHERE saga_id = $1 AND step_name = $2`
 	SagaStepsSQL = `SELECT saga_id, step_name, kind, seq, result, completed_at
 		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`
