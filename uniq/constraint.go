@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -15,7 +16,9 @@ type Constraint struct {
 	// error, so it is what Is compares there; name the constraint
 	// explicitly in the DDL (CONSTRAINT name UNIQUE (...)) instead of
 	// relying on a generated name (an unquoted name may be given as
-	// written: PostgreSQL reports it in lower case). On a partitioned
+	// written: PostgreSQL reports it in lower case; a name longer than 63
+	// bytes may be given in full: PostgreSQL keeps and reports its first
+	// 63 bytes, which Is compares). On a partitioned
 	// table PostgreSQL reports the partition's index, not the parent's
 	// constraint, which Is then does not match: check each partition's
 	// index name (one Constraint per partition). On
@@ -46,7 +49,8 @@ const sqliteUniquePrefix = "UNIQUE constraint failed: "
 //   - PostgreSQL (pgx, and database/sql through the pgx stdlib driver): a
 //     *pgconn.PgError with SQLSTATE 23505 and ConstraintName equal to
 //     c.Name (or to c.Name in lower case, as PostgreSQL stores an
-//     unquoted name).
+//     unquoted name), truncated to 63 bytes at a UTF-8 character boundary
+//     as PostgreSQL truncates a longer identifier.
 //   - PostgreSQL through another driver (lib/pq's *pq.Error): an error
 //     with a SQLState() string method returning 23505, whose constraint
 //     name (a ConstraintName() string method, else a string field
@@ -89,15 +93,21 @@ func Is(err error, c Constraint) bool {
 	return false
 }
 
+// pgMaxIdentifierLen is the longest identifier PostgreSQL keeps, in bytes
+// (NAMEDATALEN-1): a longer one is truncated, with a NOTICE, when the
+// constraint is created, and reported truncated.
+const pgMaxIdentifierLen = 63
+
 // pgNameIs reports whether PostgreSQL's reported constraint name is name:
 // the same, or name folded to lower case as PostgreSQL folds an unquoted
 // identifier (CONSTRAINT Payment_Key UNIQUE ... is reported as
-// payment_key).
+// payment_key), either truncated as PostgreSQL truncates an identifier
+// longer than 63 bytes.
 func pgNameIs(reported, name string) bool {
 	if name == "" {
 		return false
 	}
-	if reported == name {
+	if reported == name || reported == pgTruncate(name) {
 		return true
 	}
 	lower := []byte(name)
@@ -106,7 +116,21 @@ func pgNameIs(reported, name string) bool {
 			lower[i] = b + ('a' - 'A')
 		}
 	}
-	return reported == string(lower)
+	return reported == pgTruncate(string(lower))
+}
+
+// pgTruncate cuts name to the 63 bytes PostgreSQL keeps of an identifier,
+// at a UTF-8 character boundary (pg_mbcliplen, with the UTF8 server
+// encoding): a character that does not fit whole is dropped.
+func pgTruncate(name string) string {
+	if len(name) <= pgMaxIdentifierLen {
+		return name
+	}
+	n := pgMaxIdentifierLen
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
 }
 
 // sqliteMatches reports whether the SQLite message msg of an error with the

@@ -40,4 +40,12 @@
 // fails) and on SQLite (writers are serialised). Under REPEATABLE READ or
 // SERIALIZABLE the winner's row is invisible to the loser's snapshot: get
 // finds nothing and CreateOrGet returns its error.
+//
+// The constraint must be checked when the INSERT runs. A PostgreSQL
+// constraint declared DEFERRABLE INITIALLY DEFERRED (or deferred with SET
+// CONSTRAINTS) is checked at COMMIT: the duplicate INSERT succeeds,
+// CreateOrGet reports created=true, and the violation fails the caller's
+// COMMIT, outside CreateOrGet, rolling back the whole transaction. Declare
+// it NOT DEFERRABLE (the default), or SET CONSTRAINTS name IMMEDIATE in
+// the transaction before CreateOrGet.
 package uniq

@@ -3,6 +3,7 @@ package uniq_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,5 +77,53 @@ func TestIsDatabaseSQLPgx(t *testing.T) {
 	}
 	if !uniq.Is(err, pairKey) || uniq.Is(err, tokenKey) {
 		t.Errorf("Is(%v): pair %v, token %v; want true, false", err, uniq.Is(err, pairKey), uniq.Is(err, tokenKey))
+	}
+}
+
+// PostgreSQL truncates an identifier longer than 63 bytes (NAMEDATALEN-1)
+// and reports the truncated name; Is matches it against the full Name.
+func TestIsLongConstraintName(t *testing.T) {
+	t.Parallel()
+	pool, _ := testdb.Schema(t, 2)
+	ctx := t.Context()
+	const name = "payment_payment_provider_external_payment_id_unique_constraint_key" // 66 bytes
+	if _, err := pool.Exec(ctx, `CREATE TABLE payment (id bigserial PRIMARY KEY, payment_provider text, external_payment_id text,
+		CONSTRAINT `+name+` UNIQUE (payment_provider, external_payment_id))`); err != nil {
+		t.Fatal(err)
+	}
+	c := uniq.Constraint{Name: name, Table: "payment", Columns: []string{"payment_provider", "external_payment_id"}}
+	ins := `INSERT INTO payment (payment_provider, external_payment_id) VALUES ('sber', 'ext-1')`
+	if _, err := pool.Exec(ctx, ins); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pool.Exec(ctx, ins)
+	if !uniq.Is(err, c) {
+		t.Errorf("Is(%v, %q) = false; want true", err, name)
+	}
+	other := uniq.Constraint{Name: name[:63] + "_other", Table: "payment"}
+	if uniq.Is(err, uniq.Constraint{Name: name[:62], Table: "payment"}) || !uniq.Is(err, other) {
+		// other shares the 63 bytes PostgreSQL keeps: the same constraint
+		// to the server.
+		t.Errorf("Is of a 62-byte prefix = true, or of a name with the same 63 bytes = false; want false, true")
+	}
+}
+
+// The truncation keeps whole UTF-8 characters, as PostgreSQL's
+// pg_mbcliplen does.
+func TestIsLongConstraintNameMultibyte(t *testing.T) {
+	t.Parallel()
+	name := strings.Repeat("k", 62) + "é_key" // é is 2 bytes at 62..63: cut before it
+	for _, tc := range []struct {
+		reported string
+		want     bool
+	}{
+		{strings.Repeat("k", 62), true},
+		{strings.Repeat("k", 62) + "\xc3", false},
+		{name, true},
+	} {
+		err := &pqError{Code: "23505", Constraint: tc.reported}
+		if got := uniq.Is(err, uniq.Constraint{Name: name}); got != tc.want {
+			t.Errorf("Is(reported %q, %q) = %v; want %v", tc.reported, name, got, tc.want)
+		}
 	}
 }
