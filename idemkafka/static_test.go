@@ -150,15 +150,7 @@ func TestStaticMemberFencedStops(t *testing.T) {
 	waitFor(t, 30*time.Second, "the first events committed", func() bool { return allCommitted(t, kc, group, topic) })
 
 	second := start(t, b, "billing", config("second"))
-	select {
-	case err := <-first.done:
-		first.done <- err // for the cleanup's stop
-		if !errors.Is(err, idemkafka.ErrFenced) {
-			t.Fatalf("the fenced consumer's Run = %v; want ErrFenced", err)
-		}
-	case <-time.After(staticSession / 2):
-		t.Fatal("the first consumer is still running after another joined with its instance ID")
-	}
+	mustBeFenced(t, first, staticSession/2)
 
 	// The newcomer keeps the partitions: the fenced one did not come back.
 	kc.Produce(t, topic, recordsOf(topic, evs[10:]...)...)
@@ -200,16 +192,8 @@ func TestStaticMemberFencedWhileBackingOff(t *testing.T) {
 	time.Sleep(time.Second) // its polls fail: it backs off for 30 s to a minute
 
 	second := start(t, b, "billing", config("second", 10*time.Millisecond))
-	select {
-	case err := <-first.done:
-		first.done <- err
-		if !errors.Is(err, idemkafka.ErrFenced) {
-			t.Fatalf("the fenced consumer's Run = %v; want ErrFenced", err)
-		}
-	case <-time.After(staticSession / 3):
-		t.Fatal("the fenced consumer did not stop during its backoff")
-	}
-	time.Sleep(2 * time.Second) // what kgo's rejoin would have taken
+	mustBeFenced(t, first, staticSession/3) // not its backoff of 30 s or more
+	time.Sleep(2 * time.Second)             // what kgo's rejoin would have taken
 	select {
 	case err := <-second.done:
 		t.Fatalf("the newcomer stopped (%v): the fenced consumer joined again and fenced it", err)
@@ -241,5 +225,19 @@ func TestSessionTimeoutRefused(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the consumer still runs with a session timeout the brokers refuse")
+	}
+}
+
+// mustBeFenced waits up to within for in's Run to return ErrFenced.
+func mustBeFenced(t *testing.T, in *instance, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-in.done:
+		in.done <- err // for the cleanup's stop
+		if !errors.Is(err, idemkafka.ErrFenced) {
+			t.Fatalf("the fenced consumer's Run = %v; want ErrFenced", err)
+		}
+	case <-time.After(within):
+		t.Fatalf("the consumer still runs %v after another joined with its instance ID", within)
 	}
 }

@@ -112,28 +112,14 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 		drv   = &outageDriver[TTx]{OutboxDriver: db, clock: clock, changeAt: 10}
 	)
 	drv.left.Store(failedRounds)
-	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
-		Backoff:      func(int) time.Duration { return 0 }, // retried after 10 ms
-		PollInterval: 10 * time.Millisecond,
-		Now:          clock.Now,
-		Logger:       slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
+	stop := runOutage(t, drv, &logs)
 	// Three rounds begun after the outage: a worker finished a successful
 	// round (on PostgreSQL, two workers).
 	deadline := time.Now().Add(10 * time.Second)
 	for drv.left.Load() > -3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if drv.left.Load() > -3 {
 		t.Fatalf("%d rounds left to fail after 10 s", drv.left.Load())
 	}
@@ -187,18 +173,7 @@ func TestRelayRoundInFlightThroughRecovery(t *testing.T) {
 		drv   = &outageDriver[pgx.Tx]{OutboxDriver: testdb.Postgres(t), clock: clock, straggler: make(chan struct{})}
 	)
 	drv.left.Store(5)
-	relay, err := outbox.NewRelay[pgx.Tx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
-		Backoff:      func(int) time.Duration { return 0 },
-		PollInterval: 10 * time.Millisecond,
-		Now:          clock.Now,
-		Logger:       slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
+	stop := runOutage(t, drv, &logs)
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), "succeed again") && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -207,10 +182,7 @@ func TestRelayRoundInFlightThroughRecovery(t *testing.T) {
 	for drv.left.Load() > -5 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	var failed, recovered int
 	for _, l := range logLines(t, &logs) {
 		switch {
@@ -289,5 +261,31 @@ func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	}
 	if len(recoveries) != 1 || recoveries[0].FailedQueries != failedRounds || time.Duration(recoveries[0].Over) != failedRounds*time.Second-time.Second {
 		t.Errorf("recovery lines %+v; want 1, after %d failed queries over %s", recoveries, failedRounds, failedRounds*time.Second-time.Second)
+	}
+}
+
+// runOutage runs a relay of drv (publishing to nowhere, retrying at once,
+// on drv's clock, logging to logs) until the returned stop is called; stop
+// waits for Run and fails the test on its error.
+func runOutage[TTx any](t *testing.T, drv *outageDriver[TTx], logs *testlog.Buffer) (stop func()) {
+	t.Helper()
+	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
+		Backoff:      func(int) time.Duration { return 0 }, // retried after 10 ms
+		PollInterval: 10 * time.Millisecond,
+		Now:          drv.clock.Now,
+		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

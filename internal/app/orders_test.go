@@ -313,26 +313,9 @@ func TestKafkaInstanceIDShared(t *testing.T) {
 	cluster.CreateTopic(t, topic, 3)
 	cluster.CreateTopic(t, topic+".dlq", 1)
 	dbArg, count := dbCounter(t, app.Postgres)
-	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","),
-		"-kafka-topic", topic, "-kafka-instance-id", "idemd-0"}, envOf(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs testlog.Buffer
-	first, err := app.New(t.Context(), cfg, newTestLogger(&logs))
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	t.Cleanup(first.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() { done <- first.Serve(ctx, ln) }()
-	one := &served{t: t, base: "http://" + ln.Addr().String(), count: count}
+	one, done := startServing(t, dbArg, count, &logs, "-kafka", strings.Join(cluster.Seeds, ","),
+		"-kafka-topic", topic, "-kafka-instance-id", "idemd-0")
 	if r := one.do(http.MethodPost, "/v1/orders", "k-1", orderBody(7, "1")); r.status != http.StatusCreated {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
@@ -379,25 +362,41 @@ func TestKafkaSessionTimeout(t *testing.T) {
 		topic := kafkatest.Name("idemd-session")
 		cluster.CreateTopic(t, topic, 1)
 		cluster.CreateTopic(t, topic+".dlq", 1)
-		dbArg, _ := dbCounter(t, app.SQLite)
-		cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","),
-			"-kafka-topic", topic, "-kafka-session-timeout", "2m"}, envOf(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := app.New(t.Context(), cfg, newTestLogger(io.Discard))
-		if err != nil {
-			t.Fatalf("app.New: %v", err)
-		}
-		t.Cleanup(a.Close)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := a.Serve(ctx, ln); err == nil || !strings.Contains(err.Error(), "refuses the session timeout 2m0s") {
-			t.Fatalf("Serve = %v; want an error naming the refused session timeout", err)
+		dbArg, count := dbCounter(t, app.SQLite)
+		_, done := startServing(t, dbArg, count, io.Discard, "-kafka", strings.Join(cluster.Seeds, ","),
+			"-kafka-topic", topic, "-kafka-session-timeout", "2m")
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "refuses the session timeout 2m0s") {
+				t.Fatalf("Serve = %v; want an error naming the refused session timeout", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("idemd still serves with a session timeout the brokers refuse")
 		}
 	})
+}
+
+// startServing runs idemd on the database of dbArg with args (after -db and
+// -cleanup off), logging to logs, until the test ends; done receives
+// Serve's result.
+func startServing(t *testing.T, dbArg string, count func(string) int, logs io.Writer, args ...string) (s *served, done <-chan error) {
+	t.Helper()
+	cfg, err := app.ParseConfig(append([]string{"-db", dbArg, "-cleanup", "off"}, args...), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(t.Context(), cfg, newTestLogger(logs))
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	t.Cleanup(a.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- a.Serve(ctx, ln) }()
+	t.Cleanup(cancel)
+	return &served{t: t, base: "http://" + ln.Addr().String(), count: count}, result
 }
