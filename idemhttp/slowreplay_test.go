@@ -63,7 +63,10 @@ func slowReplay[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
 	})))
 	t.Cleanup(srv.Close)
 	post := func(path, key string) (int, string, error) {
-		c := &http.Client{Timeout: 15 * time.Second}
+		// Generous: 32 MiB under the race detector on a loaded 2-core
+		// machine took over 15 s. A replay that still held the key would
+		// answer 409 after Wait (10 s), not time out.
+		c := &http.Client{Timeout: time.Minute}
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Content-Type", "application/json")

@@ -129,6 +129,9 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 			"(create it, unless the cluster creates topics on first use)",
 			"topic", dlq, "reason", reason, "brokers", len(md.Brokers))
 	}
+	if err := checkSessionTimeout(ctx, a, kadm.NewClient(cl), md); err != nil {
+		return err
+	}
 	if reason := topicMissing(md, topic); reason != "" {
 		a.log.Warn("kafka: the topic is not usable yet; idemd goes on (a cluster may create it on first use)",
 			"topic", topic, "reason", reason, "brokers", len(md.Brokers))
@@ -199,4 +202,52 @@ func checkRetention(ctx context.Context, a *App, adm *kadm.Client, topic string)
 		"(its offsets expired, or were reset to the earliest) applies it twice; set retention.ms + segment.ms on the topic "+
 		"at most the inbox TTL (for example 60h and 1h), or make sure the groups' offsets never expire",
 		"topic", topic, "kept_up_to", kept, "retention_ms", values["retention.ms"], "segment_ms", segment, "inbox_ttl", cleanup.DefaultInboxTTL.String())
+}
+
+// checkSessionTimeout refuses, at start-up, a consumer session timeout
+// (-kafka-session-timeout) outside the range a broker says it accepts
+// (group.min.session.timeout.ms to group.max.session.timeout.ms): the
+// group coordinator would refuse every join, and idemd would stop at the
+// consumers' first join instead, after it began serving. A broker that
+// does not say (no DescribeConfigs right on the cluster, a value it does
+// not report) is not checked here: the first join still refuses it.
+func checkSessionTimeout(ctx context.Context, a *App, adm *kadm.Client, md kadm.Metadata) error {
+	want := a.cfg.KafkaSessionTimeout
+	rcs, err := adm.DescribeBrokerConfigs(ctx, md.Brokers.NodeIDs()...)
+	if err != nil {
+		a.log.Info("kafka: could not read the brokers' session timeout range; the consumers' first join checks it",
+			"session_timeout", want.String(), "err", err)
+		return nil
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			a.log.Info("kafka: could not read a broker's session timeout range; the consumers' first join checks it",
+				"broker", rc.Name, "session_timeout", want.String(), "err", rc.Err)
+			continue
+		}
+		lo, loOK := configMillis(rc.Configs, "group.min.session.timeout.ms")
+		hi, hiOK := configMillis(rc.Configs, "group.max.session.timeout.ms")
+		if !loOK || !hiOK || (want >= lo && want <= hi) {
+			continue
+		}
+		return configErrorf("kafka: broker %s accepts consumer group session timeouts from %v to %v "+
+			"(group.min.session.timeout.ms, group.max.session.timeout.ms); -kafka-session-timeout %v is outside: "+
+			"set it within that range, or change the brokers' settings", rc.Name, lo, hi, want)
+	}
+	return nil
+}
+
+// configMillis returns the value of the config key in milliseconds.
+func configMillis(configs []kadm.Config, key string) (time.Duration, bool) {
+	for _, c := range configs {
+		if c.Key != key || c.Value == nil {
+			continue
+		}
+		ms, err := strconv.ParseInt(*c.Value, 10, 64)
+		if err != nil || ms < 0 || ms > int64(math.MaxInt64/time.Millisecond) {
+			return 0, false
+		}
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	return 0, false
 }

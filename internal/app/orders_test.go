@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -374,6 +375,50 @@ func TestKafkaSessionTimeout(t *testing.T) {
 			t.Fatal("idemd still serves with a session timeout the brokers refuse")
 		}
 	})
+	// Brokers that say their range (DescribeConfigs) refuse a session
+	// timeout outside it at start-up, before idemd serves anything, with
+	// the range in the message.
+	for _, tc := range []struct {
+		name, timeout string
+		brokerCfg     map[string]string
+		want          []string
+	}{
+		{"above the maximum", "2m", map[string]string{"group.max.session.timeout.ms": "60000"},
+			[]string{"-kafka-session-timeout 2m0s", "from 6s to 1m0s", "group.max.session.timeout.ms"}},
+		{"below the minimum", "2s", nil,
+			[]string{"-kafka-session-timeout 2s", "from 6s to 5m0s", "group.min.session.timeout.ms"}},
+	} {
+		t.Run("refused at start-up/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			cluster := kafkatest.New(t, kfake.BrokerConfigs(tc.brokerCfg))
+			if cluster.Real() {
+				t.Skip("needs a broker with known group.min/max.session.timeout.ms")
+			}
+			topic := kafkatest.Name("idemd-session")
+			cluster.CreateTopic(t, topic, 1)
+			cluster.CreateTopic(t, topic+".dlq", 1)
+			dbArg, _ := dbCounter(t, app.SQLite)
+			cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","),
+				"-kafka-topic", topic, "-kafka-session-timeout", tc.timeout}, envOf(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := app.New(t.Context(), cfg, newTestLogger(io.Discard))
+			if err == nil {
+				a.Close()
+				t.Fatalf("app.New with -kafka-session-timeout %s succeeded; want it refused", tc.timeout)
+			}
+			var ce *app.ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error %v (%T); want a *app.ConfigError (exit 1 at start-up)", err, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q; want it to contain %q", err, w)
+				}
+			}
+		})
+	}
 }
 
 // startServing runs idemd on the database of dbArg with args (after -db and
