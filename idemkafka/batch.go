@@ -126,18 +126,19 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			be *inbox.BulkError
 			i  = -1 // the record the handler failed on
 		)
+		// oneAtATime: one of several records is at fault, but which one
+		// is not known; nothing of [pos, end) is applied. The next rounds
+		// apply them one at a time, so the one at fault fails alone.
+		oneAtATime := func(msg string) {
+			st.Failures++
+			st.Err = err
+			dbFails = 0
+			single = end
+			c.cfg.Logger.Warn(msg, "topic", p.Topic, "partition", p.Partition, "offset", recs[pos].Offset, "records", end-pos, "err", err)
+		}
 		if c.cfg.BatchHandler != nil && errors.As(err, &be) {
 			if end-pos > 1 && (errors.Is(err, ErrPoison) || !transientDB(err)) {
-				// The batch handler failed on one of several records:
-				// nothing of [pos, end) is applied. The next rounds
-				// apply them one at a time, so the one at fault fails
-				// alone.
-				st.Failures++
-				st.Err = err
-				dbFails = 0
-				single = end
-				c.cfg.Logger.Warn("idemkafka: batch handler failed; applying its records one at a time",
-					"topic", p.Topic, "partition", p.Partition, "offset", recs[pos].Offset, "records", end-pos, "err", err)
+				oneAtATime("idemkafka: batch handler failed; applying its records one at a time")
 				continue
 			}
 			// One record, or the database's passing failure (a deadlock,
@@ -146,6 +147,15 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			i = pos
 		} else if errors.As(err, &ee) {
 			i = pos + ee.Index
+		} else if refusedAtCommit(err) {
+			// The COMMIT refused what the handler wrote (a deferred
+			// constraint): the records' fault, not the database's, so
+			// retrying the batch would fail for ever.
+			if end-pos > 1 {
+				oneAtATime("idemkafka: commit refused (a deferred constraint); applying the batch's records one at a time")
+				continue
+			}
+			i = pos
 		}
 		if i >= 0 && !errors.Is(err, ErrPoison) && transientDB(err) {
 			// The handler's database failed, not the record: a
@@ -240,6 +250,22 @@ func panicError(p any) error {
 // retry together) or until ctx ends, and reports whether ctx is still live.
 func sleep(ctx context.Context, d time.Duration) bool {
 	return backoff.Sleep(ctx, backoff.Jitter(d), nil)
+}
+
+// refusedAtCommit reports whether err, an inbox error that names no
+// event, is a constraint violation (PostgreSQL's SQLSTATE class 23,
+// SQLite's SQLITE_CONSTRAINT): the handlers' statements all succeeded, so
+// it comes from the COMMIT, which checks deferred constraints (a foreign
+// key or a constraint trigger declared DEFERRABLE INITIALLY DEFERRED).
+// The database answered: nothing of the transaction is committed, and
+// committing the same effects again fails the same way.
+func refusedAtCommit(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return strings.HasPrefix(st.SQLState(), "23")
+	}
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 19 // SQLITE_CONSTRAINT
 }
 
 // transientDB reports whether err, returned by a handler, is a database's

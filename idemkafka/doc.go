@@ -73,6 +73,12 @@
 //     SQLSTATE or code): that is the database's fault, not the record's,
 //     so it is never dead-lettered. Any other handler error, an HTTP
 //     client's included, is the record's.
+//   - A COMMIT refused by a constraint violation (a foreign key or a
+//     constraint trigger declared DEFERRABLE INITIALLY DEFERRED, checked at
+//     COMMIT) is the records' fault too, though it names none: the batch's
+//     records are applied one at a time, so the one at fault is refused
+//     alone, retried and dead-lettered like a failing record, and the
+//     others are applied.
 //   - A dead-letter copy too large for the dead-letter topic (or the
 //     client) is sent without its value, with HeaderDLQTruncated, pointing
 //     at the original in its topic.
