@@ -9,9 +9,11 @@
 // the existing payment (200) instead of creating a second one (201). A
 // request under another key whose provider and external payment id are
 // taken by a payment with another amount or customer is not the same
-// payment: 409 (problem type conflict), nothing created. Providers starting
-// with ReservedProviderPrefix are idemd's own (the order saga's charges)
-// and refused (422).
+// payment: 409 (problem type conflict), nothing created. A provider is
+// written in lower case ("sber"; "Sber" is refused, 422), so that two
+// systems sending one payment cannot spell its provider two ways and
+// create it twice. Providers starting with ReservedProviderPrefix are
+// idemd's own (the order saga's charges) and refused (422).
 //
 // The handler is generic over the transaction type of the database library
 // (pgx.Tx, *sql.Tx) and does its writes in the middleware's transaction

@@ -67,8 +67,17 @@ func DecodeCreate(r io.Reader) (NewPayment, error) {
 		}
 	}
 	check(fieldProvider, func(v json.RawMessage) (msg string) {
-		if p.Provider, msg = parseText(v); msg == "" && strings.HasPrefix(strings.ToLower(p.Provider), ReservedProviderPrefix) {
+		p.Provider, msg = parseText(v)
+		switch {
+		case msg != "":
+		case strings.HasPrefix(strings.ToLower(p.Provider), ReservedProviderPrefix):
 			msg = "must not start with " + strconv.Quote(ReservedProviderPrefix) + ": reserved for idemd's own payments"
+		case strings.ToLower(p.Provider) != p.Provider:
+			// "Sber" and "sber" would be two identities under the
+			// UNIQUE (provider, external ID): two systems spelling one
+			// provider differently would create a second payment for
+			// one charge. A provider has one spelling, in lower case.
+			msg = `must be in lower case, like "sber"`
 		}
 		return
 	})
