@@ -178,6 +178,8 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 					return st, ctx.Err()
 				}
 				w.log.WarnContext(ctx, "order watchdog: give up failed", "order", o.ID, "err", err)
+			case outcome == giveUpMoved:
+				// It moved since the listing: nothing to do.
 			case outcome == giveUpCharged:
 				st.Operator++
 				charged++
@@ -226,8 +228,9 @@ type giveUpOutcome int
 
 const (
 	giveUpAborted giveUpOutcome = iota // nothing charged: aborted
-	giveUpCharged                      // a payment was captured (or the saga moved on)
+	giveUpCharged                      // a payment was captured, the order is not confirmed yet
 	giveUpFailed                       // the saga failed: its compensation kept failing
+	giveUpMoved                        // the saga finished since the listing: the order is no longer CREATED
 )
 
 // giveUp aborts the saga of order id unless it charged a payment, in one
@@ -235,8 +238,9 @@ const (
 // place-order step, and claims its charge-payment step as declined, so
 // that a late OrderCreated.v1 finds the step taken and charges nothing;
 // then RunCompensator REJECTs the order. Nothing is changed when the charge
-// step had charged a payment (or the saga moved on: giveUpCharged) or the
-// saga failed (giveUpFailed).
+// step had charged a payment (giveUpCharged), the saga failed
+// (giveUpFailed), or it finished since the round listed the order, which is
+// then CONFIRMED or REJECTED (giveUpMoved).
 func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOutcome, err error) {
 	tx, err := w.drv.Begin(ctx)
 	if err != nil {
@@ -257,8 +261,13 @@ func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOut
 	case saga.Running:
 	case saga.Failed:
 		return giveUpFailed, nil
-	case saga.Compensating, saga.Compensated:
+	case saga.Compensating:
 		return giveUpAborted, nil
+	case saga.Completed, saga.Compensated:
+		// Finished between the listing and now (the order was
+		// confirmed, or rejected, in the saga's last transaction):
+		// not stuck.
+		return giveUpMoved, nil
 	default:
 		return giveUpCharged, nil
 	}

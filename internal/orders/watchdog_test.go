@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
+	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
 )
@@ -153,5 +156,69 @@ func TestWatchdogReadsEveryPage(t *testing.T) {
 		if s := f.status(id); s != string(saga.Compensating) {
 			t.Errorf("order %d: saga %s, want %s", id, s, saga.Compensating)
 		}
+	}
+}
+
+// listerFunc is an orders.StaleLister.
+type listerFunc func(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error)
+
+func (f listerFunc) ListCreatedBefore(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error) {
+	return f(ctx, before, afterID, limit)
+}
+
+// An order that was still CREATED when a round listed it, and whose saga
+// completed (the order CONFIRMED) before the watchdog looked at the saga,
+// moved on: it is neither reported to an operator as stuck with a
+// captured payment nor published again.
+func TestWatchdogSkipsOrderThatMovedOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newWatchdogFixture(t, 0)
+	o := f.order()
+	f.publishAll()
+	sagas, err := saga.New(f.drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay := paysqlite.New(f.drv.DB())
+	ps := orders.NewPaymentSaga(sagas, f.ord, pay, slog.New(slog.DiscardHandler))
+	inTx := txRunner(t, f.drv)
+	created, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumer catches up right after the listing.
+	lister := listerFunc(func(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error) {
+		stale, err := f.ord.ListCreatedBefore(ctx, before, afterID, limit)
+		if err != nil || len(stale) == 0 {
+			return stale, err
+		}
+		inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, created) })
+		var captured event.Envelope
+		if err := f.drv.DB().QueryRowContext(ctx, `SELECT payload FROM outbox WHERE event_type = ?`, orders.EventPaymentCaptured).Scan(&captured.Payload); err != nil {
+			t.Fatal(err)
+		}
+		captured.Type = orders.EventPaymentCaptured
+		inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, captured) })
+		return stale, nil
+	})
+	logs := &testlog.Buffer{}
+	wd, err := orders.NewWatchdog(f.drv, ps, lister, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := wd.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.ord.Get(ctx, o.ID); err != nil || got.Status != orders.StatusConfirmed {
+		t.Fatalf("order %+v, %v; want CONFIRMED", got, err)
+	}
+	if st != (orders.WatchdogStats{}) {
+		t.Errorf("round: %+v; want nothing done (the order moved on)", st)
+	}
+	if strings.Contains(logs.String(), "level=ERROR") || strings.Contains(logs.String(), "operator") {
+		t.Errorf("the confirmed order was reported:\n%s", logs)
 	}
 }
