@@ -38,6 +38,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"ProjectionCommutes":    testProjectionCommutes[TTx],
 		"ConcurrentApplies":     testConcurrentApplies[TTx],
 		"SetStatusAndPayment":   testSetStatusAndPayment[TTx],
+		"ListCreatedBefore":     testListCreatedBefore[TTx],
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -443,4 +444,79 @@ func testSetStatusAndPayment[TTx any](t *testing.T, h Harness[TTx]) {
 // retry.
 func retryable(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
+}
+
+// testListCreatedBefore checks the watchdog's listing (orders.StaleLister,
+// which every store implements): only CREATED orders created strictly
+// before the time, after the ID, in ID order, a page at a time, with the
+// creation time Get returns.
+func testListCreatedBefore[TTx any](t *testing.T, h Harness[TTx]) {
+	ctx := context.Background()
+	list, ok := h.Store.(orders.StaleLister)
+	if !ok {
+		t.Fatalf("%T does not implement orders.StaleLister", h.Store)
+	}
+	var all []orders.Order
+	for i := range 5 {
+		all = append(all, create(t, h, int64(i+1), "1"))
+		time.Sleep(2 * time.Millisecond) // distinct creation times
+	}
+	for i, status := range map[int]string{1: orders.StatusConfirmed, 3: orders.StatusRejected} {
+		if err := inTx(ctx, h, func(tx TTx) error { return h.Store.SetStatus(ctx, tx, all[i].ID, status) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(st []orders.Stale) []int64 {
+		out := make([]int64, len(st))
+		for i, s := range st {
+			out[i] = s.ID
+		}
+		return out
+	}
+	get := func(before time.Time, after int64, limit int) []orders.Stale {
+		t.Helper()
+		st, err := list.ListCreatedBefore(ctx, before, after, limit)
+		if err != nil {
+			t.Fatalf("ListCreatedBefore(%s, %d, %d): %v", before, after, limit, err)
+		}
+		return st
+	}
+	future := time.Now().Add(time.Hour)
+	st := get(future, 0, 100)
+	if want := []int64{all[0].ID, all[2].ID, all[4].ID}; !slices.Equal(ids(st), want) {
+		t.Fatalf("all CREATED orders: %v, want %v", ids(st), want)
+	}
+	for i, s := range st {
+		o := all[2*i]
+		if !s.CreatedAt.Equal(o.CreatedAt) {
+			t.Errorf("order %d: CreatedAt %s, want %s (as Create returned it)", s.ID, s.CreatedAt, o.CreatedAt)
+		}
+	}
+	// Strictly before: the order created at that very time is not listed.
+	if got, want := ids(get(all[2].CreatedAt, 0, 100)), []int64{all[0].ID}; !slices.Equal(got, want) {
+		t.Errorf("before order %d's creation: %v, want %v", all[2].ID, got, want)
+	}
+	// In another time zone, the same instant.
+	if got, want := ids(get(all[2].CreatedAt.In(time.FixedZone("UTC+3", 3*3600)), 0, 100)), []int64{all[0].ID}; !slices.Equal(got, want) {
+		t.Errorf("before order %d's creation, UTC+3: %v, want %v", all[2].ID, got, want)
+	}
+	if got := get(all[0].CreatedAt, 0, 100); len(got) != 0 {
+		t.Errorf("before the first order: %v, want none", ids(got))
+	}
+	// Pages of one.
+	var paged []int64
+	for after := int64(0); ; {
+		page := get(future, after, 1)
+		if len(page) == 0 {
+			break
+		}
+		if len(page) > 1 {
+			t.Fatalf("page of %d, limit 1", len(page))
+		}
+		paged = append(paged, page[0].ID)
+		after = page[0].ID
+	}
+	if want := []int64{all[0].ID, all[2].ID, all[4].ID}; !slices.Equal(paged, want) {
+		t.Errorf("paged: %v, want %v", paged, want)
+	}
 }

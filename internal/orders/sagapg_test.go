@@ -1,0 +1,161 @@
+package orders_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shopspring/decimal"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/orders"
+	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
+	paypg "github.com/idemkit/idem/internal/payments/pgstore"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/saga"
+)
+
+// On PostgreSQL, the watchdog giving up on old orders while the saga
+// consumer handles their OrderCreated.v1 at the same moment: each order
+// ends CONFIRMED with one payment, or REJECTED with none; never REJECTED
+// after a charge, never charged twice. (The saga's other tests run on
+// SQLite, whose transactions never overlap.)
+func TestSagaRacesWatchdogPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv := testdb.Postgres(t)
+	pay, ord := paypg.New(drv.Pool()), ordpg.New(drv.Pool())
+	if err := pay.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ord.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: 7}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []event.Envelope
+	const n = 40
+	for i := range n {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		amount := "5"
+		if i%5 == 0 {
+			amount = "20000"
+		}
+		o, err := ord.Create(ctx, tx, orders.NewOrder{CustomerID: int64(i + 1), Amount: decimal.RequireFromString(amount), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE customer_order SET created_at = now() - interval '1 hour' WHERE id = $1`, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	handle := func(e event.Envelope) error {
+		for {
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			err = ps.Handle(ctx, tx, e)
+			if err == nil {
+				err = drv.Commit(ctx, tx)
+			} else {
+				_ = drv.Rollback(ctx, tx)
+			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+				continue
+			}
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, e := range evs {
+			if err := handle(e); err != nil {
+				t.Errorf("handle %s: %v", e.Key, err)
+			}
+		}
+	}()
+	for range 3 {
+		if _, err := wd.RunOnce(ctx); err != nil {
+			t.Errorf("watchdog: %v", err)
+		}
+	}
+	wg.Wait()
+	// The consumer then gets the PaymentCaptured.v1 of the charged orders,
+	// and the compensator rejects the orders the watchdog gave up on.
+	rows, err := drv.Pool().Query(ctx, `SELECT event_id, payload FROM outbox WHERE event_type = $1`, orders.EventPaymentCaptured)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		id      string
+		payload []byte
+	}
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rec, error) {
+		var x rec
+		err := r.Scan(&x.id, &x.payload)
+		return x, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		e := event.Envelope{Type: orders.EventPaymentCaptured, Payload: r.payload}
+		if err := handle(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := ps.Recover(ctx, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range evs {
+		var oc orders.OrderCreated
+		if err := json.Unmarshal(e.Payload, &oc); err != nil {
+			t.Fatal(err)
+		}
+		o, err := ord.Get(ctx, oc.OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var payments int
+		if err := drv.Pool().QueryRow(ctx, `SELECT count(*) FROM payment WHERE external_payment_id = $1`, orders.SagaID(o.ID)).Scan(&payments); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case o.Status == orders.StatusConfirmed && payments == 1 && o.PaymentID != 0:
+		case o.Status == orders.StatusRejected && payments == 0:
+		default:
+			s, _ := sagas.Get(ctx, orders.SagaID(o.ID))
+			t.Errorf("order %d (%s): %s with %d payments; saga %+v", o.ID, o.Amount, o.Status, payments, s)
+		}
+	}
+}
