@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/driver/internal/stores"
@@ -43,6 +44,9 @@ type Driver struct {
 	owned       bool
 	prefix      string
 	stmts       *stmtCache
+	// immediate: Validate saw a transaction of db hold the write lock
+	// from its BEGIN (see checkImmediate).
+	immediate atomic.Bool
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.
@@ -64,8 +68,13 @@ func DSN(path string, busyTimeout time.Duration) string {
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
 	q.Set(txGuardParam, "1") // see txguard.go
+	return fileURI(path) + "?" + q.Encode()
+}
+
+// fileURI returns the file: URI of path, without parameters.
+func fileURI(path string) string {
 	// Escape what a file: URI would otherwise cut or decode.
-	return "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path) + "?" + q.Encode()
+	return "file:" + strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
 }
 
 // Open opens (creating if needed) the SQLite database file at path with the
@@ -99,14 +108,17 @@ func Open(path string, cfg *Config) (*Driver, error) {
 		return nil, err
 	}
 	d.owned = true
+	d.immediate.Store(true) // DSN sets _txlock=immediate
 	return d, nil
 }
 
 // New returns a driver on an existing *sql.DB opened with the "sqlite"
 // driver. The caller is responsible for the settings Open would apply (see
 // DSN and the package documentation): Validate refuses a database without
-// the two that matter most (one connection, a busy timeout); open it with
-// DSN (which also sets _txlock=immediate, WAL and synchronous=FULL). cfg
+// the three that matter most (one connection, a busy timeout, transactions
+// begun IMMEDIATE: with DEFERRED ones BeginClaim locks nothing, and two
+// processes both run one key's command); open it with DSN (which also sets
+// WAL and synchronous=FULL). cfg
 // may be nil. The transaction guard of the package documentation is on only
 // if db was opened with DSN.
 func New(db *sql.DB, cfg *Config) (*Driver, error) {

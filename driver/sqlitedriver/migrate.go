@@ -137,8 +137,10 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // readiness probes. It also checks the settings of a database given to New
 // (Open applies them): one connection (SetMaxOpenConns(1): concurrent
 // claims of one process would otherwise fail with SQLITE_BUSY, some at
-// COMMIT, where the outcome is reported unknown) and a busy timeout (else
-// another process's write fails a claim at once).
+// COMMIT, where the outcome is reported unknown), a busy timeout (else
+// another process's write fails a claim at once) and transactions that
+// begin IMMEDIATE (_txlock=immediate: else BeginClaim takes no lock, and
+// two processes both run the command of one key).
 func (d *Driver) Validate(ctx context.Context) error {
 	if n := d.db.Stats().MaxOpenConnections; n != 1 {
 		return fmt.Errorf("sqlitedriver: the *sql.DB allows %d open connections (0: unlimited), want 1: call SetMaxOpenConns(1), or use Open", n)
@@ -149,6 +151,9 @@ func (d *Driver) Validate(ctx context.Context) error {
 	}
 	if busy <= 0 {
 		return errors.New("sqlitedriver: busy_timeout is 0: another process's write would fail claims at once; open the database with sqlitedriver.DSN (or Open)")
+	}
+	if err := d.checkImmediate(ctx); err != nil {
+		return err
 	}
 	s, err := d.MigrationStatus(ctx)
 	return migrate.Validate("sqlitedriver", s, err)
@@ -179,4 +184,56 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) (
 		done = append(done, m)
 	}
 	return done, nil
+}
+
+// checkImmediate returns an error when the transactions of d.db begin
+// DEFERRED (a *sql.DB opened without _txlock=immediate): such a BEGIN takes
+// no lock, so BeginClaim's transaction is not the key's lock, and
+// BeginClaim in two processes both find the key free and both run its
+// command (the second fails only at CommitComplete, after its effects).
+// It begins a transaction on d.db and, while it is open, tries BEGIN
+// IMMEDIATE on a connection of its own without waiting: that succeeds only
+// when the first transaction does not hold the write lock. Once seen
+// holding it, the check is not repeated. An in-memory database (no other
+// connection can open it) passes.
+func (d *Driver) checkImmediate(ctx context.Context) error {
+	if d.immediate.Load() {
+		return nil
+	}
+	var (
+		seq        int
+		name, file string
+	)
+	if err := d.db.QueryRowContext(ctx, `PRAGMA database_list`).Scan(&seq, &name, &file); err != nil {
+		return fmt.Errorf("sqlitedriver: read the database file: %w", err)
+	}
+	if file == "" {
+		return nil
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if isBusy(err) {
+		// A DEFERRED BEGIN takes no lock, so it cannot be busy.
+		d.immediate.Store(true)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitedriver: check BEGIN IMMEDIATE: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	probe, err := sql.Open("sqlite", fileURI(file)+"?mode=rw&_txlock=immediate&_pragma=busy_timeout(0)")
+	if err != nil {
+		return fmt.Errorf("sqlitedriver: check BEGIN IMMEDIATE: %w", err)
+	}
+	defer func() { _ = probe.Close() }()
+	ptx, err := probe.BeginTx(ctx, nil)
+	switch {
+	case err == nil:
+		_ = ptx.Rollback()
+		return errors.New("sqlitedriver: the *sql.DB begins transactions DEFERRED: BeginClaim would take no lock, and two processes would both run the command of one key; open it with _txlock=immediate (sqlitedriver.DSN, or Open)")
+	case isBusy(err):
+		d.immediate.Store(true)
+		return nil
+	default:
+		return fmt.Errorf("sqlitedriver: check BEGIN IMMEDIATE: %w", err)
+	}
 }

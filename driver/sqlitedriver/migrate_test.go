@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -183,8 +185,75 @@ func TestValidateChecksSettings(t *testing.T) {
 	if _, err := plain.ExecContext(ctx, `PRAGMA busy_timeout = 5000`); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Validate(ctx); err != nil {
-		t.Errorf("Validate with one connection and a busy timeout = %v", err)
+	if err := drv.Validate(ctx); err == nil || !strings.Contains(err.Error(), "_txlock=immediate") {
+		t.Errorf("Validate with deferred transactions = %v", err)
+	}
+	immediate := openWithDSN(t, "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err := immediate.Validate(ctx); err != nil {
+		t.Errorf("Validate with one connection, a busy timeout and BEGIN IMMEDIATE = %v", err)
+	}
+}
+
+// openWithDSN returns a driver (New) on a *sql.DB of the caller's, opened
+// with dsn and limited to one connection.
+func openWithDSN(t *testing.T, dsn string) *sqlitedriver.Driver {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	drv, err := sqlitedriver.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
+// A *sql.DB whose transactions begin DEFERRED (sql.Open without
+// _txlock=immediate) takes no lock at Begin: BeginClaim in two processes
+// both "lock" the same key and both run the command, and the second one
+// only fails when it stores its response. Validate, which passed such a
+// database (one connection, a busy timeout), must refuse it.
+func TestValidateRefusesDeferredTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "deferred.db")
+	migrate(t, open(t, path, nil))
+	deferred := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+	a, b := openWithDSN(t, deferred), openWithDSN(t, deferred)
+
+	// What Validate guards against: both processes get the key's lock.
+	claim := &driver.TxClaimParams{Scope: "s", Key: "k", Wait: 200 * time.Millisecond}
+	txA, resA, err := a.BeginClaim(ctx, claim)
+	if err != nil || !resA.Locked {
+		t.Fatalf("BeginClaim A: %+v, %v", resA, err)
+	}
+	txB, resB, err := b.BeginClaim(ctx, claim)
+	if err != nil {
+		t.Fatalf("BeginClaim B: %v", err)
+	}
+	if resB.Locked {
+		_ = txB.Rollback()
+	}
+	_ = txA.Rollback()
+	if !resB.Locked {
+		t.Fatal("BeginClaim B waited for A: the deferred database locks after all; the test no longer shows the hazard")
+	}
+
+	for name, d := range map[string]*sqlitedriver.Driver{"A": a, "B": b} {
+		err := d.Validate(ctx)
+		if err == nil || !strings.Contains(err.Error(), "_txlock=immediate") {
+			t.Errorf("Validate of %s (deferred transactions) = %v; want an error naming _txlock=immediate", name, err)
+		}
+	}
+	good := openWithDSN(t, "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err := good.Validate(ctx); err != nil {
+		t.Errorf("Validate with _txlock=immediate = %v", err)
+	}
+	if err := open(t, path, nil).Validate(ctx); err != nil {
+		t.Errorf("Validate of Open's database = %v", err)
 	}
 }
 
@@ -232,7 +301,9 @@ func TestConcurrentMigrateProcesses(t *testing.T) {
 					t.Errorf("process %d: Migrate: %v", i, err)
 				}
 			}
-			if err := drvs[0].Validate(t.Context()); err != nil {
+			// New's databases begin DEFERRED, which Validate refuses:
+			// check the schema through Open's.
+			if err := open(t, path, nil).Validate(t.Context()); err != nil {
 				t.Errorf("Validate: %v", err)
 			}
 		})
