@@ -103,5 +103,8 @@
 // within the TTL (events consumed long after they were created) are moved to
 // the default partition first, so partition mode keeps every row the DELETE
 // mode would keep; it keeps some rows longer, up to the end of their id's
-// day.
+// day. That copy runs under the exclusive lock of the detach, so a day with
+// more than pgdriver.PartitionRescueMax (1000) such rows (a consumer that
+// caught up on a long backlog) is kept whole instead, and dropped by a later
+// sweep once they are older than the TTL.
 package cleanup

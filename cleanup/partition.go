@@ -20,8 +20,9 @@ type InboxPartitioner interface {
 	EnsureInboxPartitions(ctx context.Context, now time.Time, ahead int) (created []string, err error)
 	// DropInboxPartitionsBefore drops every daily partition whose whole
 	// range is older than before, after moving its rows processed at or
-	// after before to the default partition. It returns the dropped
-	// partitions and how many rows were moved.
+	// after before to the default partition; a partition with too many
+	// such rows to move under a brief lock is kept for a later call. It
+	// returns the dropped partitions and how many rows were moved.
 	DropInboxPartitionsBefore(ctx context.Context, before time.Time) (dropped []string, rescued int, err error)
 	// DeleteInboxDefaultBefore deletes at most limit rows of the default
 	// partition processed before before, and returns how many.

@@ -416,3 +416,87 @@ func TestInboxDeleteBeforeOnPartitionedTable(t *testing.T) {
 		t.Errorf("%d of %d young rows survived", got, len(young))
 	}
 }
+
+// A day whose rows were mostly processed late (a consumer that caught up on a
+// long backlog, a new consumer group reading the topic from the start) is
+// not copied to the default partition while processed_event is locked
+// exclusively: every consumer's insert waited for the whole copy. The day is
+// kept until its rows are older than the retention; none of them is lost.
+func TestPartitionDropDoesNotCopyALateDayUnderLock(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	ctx := t.Context()
+	const late = 100000
+	lo := pgdriver.InboxPartitionBound(day(-4))
+	// UUIDv7-like ids of day -4 (its first millisecond, random bits after),
+	// processed an hour ago.
+	if _, err := p.drv.Pool().Exec(ctx, `INSERT INTO processed_event (consumer_name, event_id, processed_at)
+		SELECT 'c', encode(overlay(uuid_send(gen_random_uuid()) PLACING substring(uuid_send($1::uuid) FROM 1 FOR 6) FROM 1 FOR 6), 'hex')::uuid, $2
+		FROM generate_series(1, $3)`, lo, pnow.Add(-time.Hour), late); err != nil {
+		t.Fatal(err)
+	}
+	old := v7s(day(-4).Add(time.Hour), 5)
+	p.insert(old, day(-4).Add(2*time.Hour))
+	if rel := p.where(old[0]); rel != pname(-4) {
+		t.Fatalf("a UUIDv7 of day -4 is in %s", rel)
+	}
+
+	stop := make(chan struct{})
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			at := pnow.Add(time.Duration(i) * time.Millisecond)
+			start := time.Now()
+			if _, err := p.drv.Executor().InboxInsert(ctx, &driver.InboxInsertParams{Consumer: "c", IDs: v7s(at, 1), Now: at}); err != nil {
+				t.Errorf("insert during the sweep: %v", err)
+				return
+			}
+			if d := time.Since(start); d > time.Duration(worst.Load()) {
+				worst.Store(int64(d))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	time.Sleep(20 * time.Millisecond)
+	rep, err := partitionCleaner(t, p.drv, true).RunOnce(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if d := time.Duration(worst.Load()); d > time.Second {
+		t.Errorf("an inbox insert waited %s during the sweep (dropped %v, rescued %d rows)", d.Round(time.Millisecond), rep.Tables[1].PartitionsDropped, rep.Tables[1].Rescued)
+	}
+	var n int
+	if err := p.drv.Pool().QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE processed_at >= $1`, pnow.Add(-2*time.Hour)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n < late {
+		t.Errorf("%d of the %d late rows left; want all kept", n, late)
+	}
+
+	// Once the late rows are older than the retention, the day goes whole.
+	c, err := cleanup.New(p.drv, &cleanup.Config{
+		PartitionedInbox: true, Now: func() time.Time { return pnow.Add(72 * time.Hour) },
+		Pause: cleanup.NoPause, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = c.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("RunOnce 72h later: %v", err)
+	}
+	if !slices.Contains(rep.Tables[1].PartitionsDropped, pname(-4)) {
+		t.Errorf("72h later, dropped %v; want %s among them", rep.Tables[1].PartitionsDropped, pname(-4))
+	}
+	if got := p.present(old); got != 0 {
+		t.Errorf("%d old rows of day -4 left", got)
+	}
+}

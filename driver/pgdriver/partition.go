@@ -3,6 +3,7 @@ package pgdriver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -43,6 +44,15 @@ import (
 // the inserts queued behind it, so it gives up instead and the next sweep
 // tries again.
 const PartitionLockTimeout = 2 * time.Second
+
+// PartitionRescueMax is the most rows processed within the retention that
+// DropInboxPartitionsBefore copies out of an expired day before dropping it.
+// The copy runs while processed_event is locked exclusively (DETACH
+// PARTITION), so every consumer's insert waits for it; a day holding more
+// such rows (a consumer that caught up on a long backlog, a new consumer
+// group reading the topic from its start) is kept whole instead, and
+// dropped by a later sweep once its rows are older than the retention.
+const PartitionRescueMax = 1000
 
 // PartitionOptions configure EnableInboxPartitioning. The zero value gives
 // the defaults.
@@ -462,7 +472,10 @@ func (d *Driver) createPartition(ctx context.Context, tx pgx.Tx, day time.Time) 
 // first, each in its own short transaction: DETACH PARTITION (a brief
 // exclusive lock on processed_event, bounded by PartitionLockTimeout), then
 // the rows of the detached day processed at or after before are inserted
-// again (they now go to the default partition), then DROP TABLE.
+// again (they now go to the default partition), then DROP TABLE. A day with
+// more than PartitionRescueMax such rows is kept whole (the copy would hold
+// the exclusive lock, and stall every consumer, for as long as it takes);
+// a later call drops it once they are older than before.
 //
 // The re-insert keeps the guarantee of DELETE mode: no row processed less
 // than the retention ago is removed. It matters for events processed long
@@ -488,6 +501,9 @@ func (d *Driver) DropInboxPartitionsBefore(ctx context.Context, before time.Time
 			n, gone, err = d.dropPartition(ctx, tx, p.Name, before)
 			return err
 		})
+		if errors.Is(err, errKeepPartition) {
+			continue
+		}
 		if err != nil {
 			return dropped, rescued, fmt.Errorf("pgdriver: drop inbox partition %s: %w", p.Name, err)
 		}
@@ -498,6 +514,10 @@ func (d *Driver) DropInboxPartitionsBefore(ctx context.Context, before time.Time
 	}
 	return dropped, rescued, nil
 }
+
+// errKeepPartition is dropPartition's answer for a day kept whole: it holds
+// more than PartitionRescueMax rows processed at or after before.
+var errKeepPartition = errors.New("pgdriver: inbox partition kept: too many rows within the retention")
 
 // dropPartition drops the partition name and returns how many rows it
 // moved, or reports gone when it is no longer a partition of processed_event
@@ -511,6 +531,16 @@ func (d *Driver) dropPartition(ctx context.Context, tx pgx.Tx, name string, befo
 	}
 	if !attached {
 		return 0, true, nil
+	}
+	// Counted before the exclusive lock, through the processed_at index: a
+	// day with many young rows is kept rather than copied under the lock.
+	var young int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+part+` WHERE processed_at >= $1 LIMIT $2) y`,
+		before, PartitionRescueMax+1).Scan(&young); err != nil {
+		return 0, false, mapErr("count young rows of inbox partition", err)
+	}
+	if young > PartitionRescueMax {
+		return 0, false, errKeepPartition
 	}
 	if _, err := tx.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+part); err != nil {
 		return 0, false, mapErr("detach inbox partition", err)
