@@ -115,7 +115,7 @@ func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	err := c.runOnce(ctx, &rep)
 	rep.Duration = time.Since(wall)
 	rep.Err = err
-	rep.Interrupted = err != nil && errors.Is(ctx.Err(), context.Canceled)
+	rep.Interrupted = err != nil && errors.Is(ctx.Err(), context.Canceled) && !tableFailed(ctx, rep.Tables)
 	if c.cfg.Tracer != nil {
 		span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
 			observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))
@@ -126,6 +126,17 @@ func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
 		c.cfg.OnSweep(rep)
 	}
 	return rep, err
+}
+
+// tableFailed reports whether a table's sweep failed for another reason
+// than ctx's cancellation: that sweep is a failure, not an interruption.
+func tableFailed(ctx context.Context, tables []TableReport) bool {
+	for _, t := range tables {
+		if t.Err != nil && !errors.Is(t.Err, context.Canceled) && !errors.Is(t.Err, context.Cause(ctx)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Cleaner[TTx]) runOnce(ctx context.Context, rep *Report) error {

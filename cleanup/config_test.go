@@ -260,3 +260,43 @@ func TestSweepInterruptedIsNotAFailure(t *testing.T) {
 		})
 	}
 }
+
+// A sweep in which a table failed is a failure, also when the shutdown then
+// cancels it: the table's error is not hidden as an interruption (logged
+// at Info, counted as interrupted by idemd).
+func TestFailedTableThenCancelledIsAFailure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	var buf testlog.Buffer
+	c, err := cleanup.New(testdb.SQLite(t), &cleanup.Config{
+		BatchSize: 10,
+		Pause:     time.Hour,
+		Logger:    slog.New(slog.NewTextHandler(&buf, nil)),
+		Rules: []cleanup.Rule{{
+			Table: "audit_log",
+			Delete: func(context.Context, driver.Executor, time.Time, int) (int, error) {
+				return 0, errors.New("permission denied for table audit_log")
+			},
+		}, {
+			Table: "sessions",
+			Delete: func(context.Context, driver.Executor, time.Time, int) (int, error) {
+				cancel(errors.New("shutting down"))
+				return 10, nil
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.RunOnce(ctx)
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("RunOnce = %v; want audit_log's error", err)
+	}
+	if rep.Interrupted {
+		t.Error("Report.Interrupted = true; want false: audit_log failed before the shutdown")
+	}
+	if !strings.Contains(buf.String(), "level=ERROR msg=\"cleanup: sweep failed\"") {
+		t.Errorf("sweep logged as %q; want cleanup: sweep failed at ERROR", buf.String())
+	}
+}

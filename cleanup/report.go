@@ -26,7 +26,8 @@ type Report struct {
 	// it was done; Err is then set too. Nothing failed: the next sweep
 	// carries on where this one stopped, so it is logged at Info, not
 	// Error. A context that passed its deadline is a failure, not an
-	// interruption: the sweep did not fit in the time it was given.
+	// interruption: the sweep did not fit in the time it was given; so is
+	// a sweep in which a table had failed before the cancellation.
 	Interrupted bool
 }
 
