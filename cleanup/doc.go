@@ -91,7 +91,9 @@
 // DEFAULT partition while it scans it (twice: to move the day's rows, then
 // to attach), so inserts that land there wait for as long as the scan
 // takes: keep the DEFAULT partition small (UUIDv7 event ids keep it
-// nearly empty).
+// nearly empty as long as sweeps succeed: when none has for more than
+// PartitionsAhead days, every new event lands in it, and the next sweep
+// moves the whole day under that lock; alert on failed sweeps).
 //
 // To enable it, call the driver's EnableInboxPartitioning once after
 // Migrate (it converts the table in one transaction, copying its rows), then
