@@ -49,6 +49,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 	}
 	sched, _ := parseSchedule(c.Schedule, c.Location) // validated above
 	probe, _ := any(drv).(InboxPartitioner)
+	check, _ := any(drv).(partitionProbe)
 	if c.PartitionedInbox && probe == nil {
 		return nil, fmt.Errorf("cleanup: invalid config: PartitionedInbox: the %s driver has no inbox partition mode (it does not implement cleanup.InboxPartitioner)", drv.Name())
 	}
@@ -56,7 +57,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 		drv:   drv,
 		cfg:   c,
 		sched: sched,
-		rules: c.builtinRules(probe),
+		rules: c.builtinRules(probe, check),
 		owner: newOwner(),
 	}
 	cl.logConfig()

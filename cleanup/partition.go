@@ -61,10 +61,17 @@ func partitionedInboxRule(p InboxPartitioner, ttl time.Duration, ahead int) swee
 	}
 }
 
+// partitionProbe tells whether processed_event is partitioned: drivers with
+// partition mode (pgdriver), and PostgreSQL drivers without it
+// (pgsqldriver), whose table another driver may have converted.
+type partitionProbe interface {
+	InboxPartitioned(ctx context.Context) (bool, error)
+}
+
 // unpartitionedCheck refuses to sweep a partitioned processed_event with
 // row DELETEs when partition mode is off: that table is maintained by
 // dropping partitions, and its partitions would never be created ahead.
-func unpartitionedCheck(p InboxPartitioner) func(context.Context, time.Time, time.Time, *TableReport) error {
+func unpartitionedCheck(p partitionProbe) func(context.Context, time.Time, time.Time, *TableReport) error {
 	if p == nil {
 		return nil
 	}

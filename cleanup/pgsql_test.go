@@ -2,11 +2,14 @@ package cleanup_test
 
 import (
 	"database/sql"
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -71,5 +74,27 @@ func testOutboxSweepPastOrphanLogRows[TTx any](t *testing.T, drv driver.Driver[T
 	}
 	if d := rep.Deleted(cleanup.TableOutbox); d != 20 {
 		t.Errorf("report: %d outbox rows deleted; want 20 (10 orphan log rows, 10 events)", d)
+	}
+}
+
+// A processed_event converted to partition mode (by pgdriver) and swept by a
+// pgsqldriver cleaner without partition mode is ErrInboxPartitioning, as on
+// pgdriver: its partitions would never be created ahead nor dropped.
+func TestPartitionModeMismatchPgsqldriver(t *testing.T) {
+	t.Parallel()
+	drv, schema := testdb.PostgresSQLSchema(t)
+	pg, err := pgdriver.New(testdb.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.EnableInboxPartitioning(t.Context(), nil); err != nil {
+		t.Fatalf("EnableInboxPartitioning: %v", err)
+	}
+	c, err := cleanup.New(drv, &cleanup.Config{Logger: slog.New(slog.DiscardHandler), Pause: cleanup.NoPause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(t.Context()); !errors.Is(err, cleanup.ErrInboxPartitioning) {
+		t.Errorf("DELETE mode on a partitioned table through pgsqldriver: err = %v; want ErrInboxPartitioning", err)
 	}
 }

@@ -77,8 +77,9 @@ func olderThan(ttl time.Duration) func(time.Time) time.Time {
 }
 
 // builtinRules returns the sweep rules of c, in sweep order.
-// probe is the driver's partition mode, nil when it has none.
-func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
+// partitioner is the driver's partition mode, nil when it has none; probe
+// tells whether the table is partitioned, nil when the driver cannot.
+func (c *Config) builtinRules(partitioner InboxPartitioner, probe partitionProbe) []sweepRule {
 	var rules []sweepRule
 	if !c.Records.Disabled {
 		rules = append(rules, sweepRule{
@@ -91,7 +92,7 @@ func (c *Config) builtinRules(probe InboxPartitioner) []sweepRule {
 	}
 	if !c.Inbox.Disabled {
 		if c.PartitionedInbox {
-			rules = append(rules, partitionedInboxRule(probe, c.Inbox.TTL, c.PartitionsAhead))
+			rules = append(rules, partitionedInboxRule(partitioner, c.Inbox.TTL, c.PartitionsAhead))
 		} else {
 			rules = append(rules, sweepRule{
 				table:  TableInbox,

@@ -99,6 +99,19 @@ func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteB
 	return int(n), err
 }
 
+// InboxPartitioned reports whether processed_event is partitioned (by
+// pgdriver's EnableInboxPartitioning: pgsqldriver has no partition mode).
+// The cleaner of package cleanup refuses to sweep such a table with row
+// DELETEs, as it does with pgdriver without Config.PartitionedInbox.
+func (d *Driver) InboxPartitioned(ctx context.Context) (bool, error) {
+	var ok bool
+	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
+		d.expand("{{table}}processed_event")).Scan(&ok); err != nil {
+		return false, mapErr("inbox partitioned", err)
+	}
+	return ok, nil
+}
+
 // InboxOldest implements driver.InboxExecutor.
 func (e *executor) InboxOldest(ctx context.Context) (time.Time, bool, error) {
 	var oldest sql.NullTime
