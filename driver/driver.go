@@ -133,9 +133,12 @@ var (
 	// key took longer than the allowed wait.
 	ErrLockTimeout = errors.New("idem/driver: lock wait timed out")
 	// ErrTxAborted: the transaction could not commit because a statement
-	// in it failed (PostgreSQL aborts the transaction: SQLSTATE 25P02), or
-	// a deferred constraint failed at COMMIT. Nothing of it was committed,
-	// and running the same statements again fails the same way.
+	// in it failed (PostgreSQL aborts the transaction: SQLSTATE 25P02, and
+	// Backend.Commit of pgdriver and pgsqldriver returns it, wrapping pgx's
+	// ErrTxCommitRollback, when PostgreSQL answered the COMMIT with
+	// ROLLBACK), or a deferred constraint failed at COMMIT. Nothing of it
+	// was committed, and running the same statements again fails the same
+	// way.
 	ErrTxAborted = errors.New("idem/driver: transaction aborted by a failed statement")
 	// ErrTxDone: the transaction had already been committed or rolled back
 	// (by the code that ran in it) when the driver was to complete it. The

@@ -149,10 +149,12 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			i = pos + ee.Index
 		} else if refusedAtCommit(err) {
 			// The COMMIT refused what the handler wrote (a deferred
-			// constraint): the records' fault, not the database's, so
-			// retrying the batch would fail for ever.
+			// constraint, or PostgreSQL's transaction aborted by a
+			// statement whose error a handler ignored): the records'
+			// fault, not the database's, so retrying the batch would
+			// fail for ever.
 			if end-pos > 1 {
-				oneAtATime("idemkafka: commit refused (a deferred constraint); applying the batch's records one at a time")
+				oneAtATime("idemkafka: commit refused (a deferred constraint, or a handler ignored a failed statement); applying the batch's records one at a time")
 				continue
 			}
 			i = pos
@@ -259,13 +261,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // key or a constraint trigger declared DEFERRABLE INITIALLY DEFERRED).
 // The database answered: nothing of the transaction is committed, and
 // committing the same effects again fails the same way.
+//
+// It is also a COMMIT that PostgreSQL answered with ROLLBACK: a handler
+// ran a statement that failed, ignored the error and returned nil, which
+// aborted the transaction (pgdriver and pgsqldriver report it wrapping
+// driver.ErrTxAborted). Not SQLite's transaction rolled back by SQLite
+// itself (sqlitedriver's driver.ErrTxAborted with SQLite's error code): a
+// full disk, an I/O error, a database's failure.
 func refusedAtCommit(err error) bool {
 	var st interface{ SQLState() string }
 	if errors.As(err, &st) {
 		return strings.HasPrefix(st.SQLState(), "23")
 	}
 	var coded interface{ Code() int }
-	return errors.As(err, &coded) && coded.Code()&0xff == 19 // SQLITE_CONSTRAINT
+	if errors.As(err, &coded) {
+		return coded.Code()&0xff == 19 // SQLITE_CONSTRAINT
+	}
+	return errors.Is(err, driver.ErrTxAborted)
 }
 
 // transientDB reports whether err, returned by a handler, is a database's

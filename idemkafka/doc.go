@@ -79,6 +79,15 @@
 //     records are applied one at a time, so the one at fault is refused
 //     alone, retried and dead-lettered like a failing record, and the
 //     others are applied.
+//   - So is a COMMIT that PostgreSQL answered with ROLLBACK (pgdriver and
+//     pgsqldriver report it wrapping driver.ErrTxAborted): a handler ran a
+//     statement that failed, ignored its error and returned nil, which
+//     aborted the transaction. Nothing was committed, and the same effects
+//     fail the same way: the records are applied one at a time and the one
+//     at fault is dead-lettered. A connection lost during COMMIT stays a
+//     database failure (the outcome is unknown: retried, never
+//     dead-lettered), and so does SQLite's transaction rolled back by
+//     SQLite itself (a full disk, an I/O error).
 //   - A dead-letter copy too large for the dead-letter topic (or the
 //     client) is sent without its value, with HeaderDLQTruncated, pointing
 //     at the original in its topic.

@@ -115,13 +115,19 @@ func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
 	return tx, nil
 }
 
-// Commit implements driver.Driver.
+// Commit implements driver.Driver. A COMMIT that PostgreSQL answered with
+// ROLLBACK (a statement of the transaction failed and its error was
+// ignored: pgx.ErrTxCommitRollback) returns an error wrapping both
+// driver.ErrTxAborted and pgx.ErrTxCommitRollback: nothing was committed.
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 	commit := tx.Commit
 	if ct, ok := tx.(*claimTx); ok { // BeginClaim's refuses its own Commit
 		commit = ct.commit
 	}
 	if err := commit(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) {
+			return fmt.Errorf("pgdriver: commit: %w: %w", driver.ErrTxAborted, err)
+		}
 		return fmt.Errorf("pgdriver: commit: %w", err)
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/driver/internal/stores"
 
 	"github.com/idemkit/idem/driver"
@@ -97,9 +99,16 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 	return tx, nil
 }
 
-// Commit implements driver.Driver.
+// Commit implements driver.Driver. A COMMIT that PostgreSQL answered with
+// ROLLBACK (a statement of the transaction failed and its error was
+// ignored; the pgx stdlib driver returns pgx.ErrTxCommitRollback) returns
+// an error wrapping both driver.ErrTxAborted and the driver's error:
+// nothing was committed.
 func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) {
+			return fmt.Errorf("pgsqldriver: commit: %w: %w", driver.ErrTxAborted, err)
+		}
 		return fmt.Errorf("pgsqldriver: commit: %w", err)
 	}
 	return nil
