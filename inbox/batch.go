@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -179,6 +180,10 @@ func (ib *Inbox[TTx]) inTx(ctx context.Context, events []Event, run func(ctx con
 	stop()
 	if err != nil {
 		ib.rollback(ctx, tx)
+		if errors.Is(err, driver.ErrTxAborted) {
+			// The database answered: the transaction rolled back.
+			return BatchResult{}, fmt.Errorf("inbox: commit refused, nothing applied: %w", err)
+		}
 		return BatchResult{}, fmt.Errorf("inbox: commit (outcome unknown, redelivery is safe): %w", err)
 	}
 	return res, nil

@@ -2,11 +2,14 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/txbegin"
 )
@@ -67,6 +70,33 @@ func testHungCommit(t *testing.T, parent func(context.Context) context.Context) 
 	}
 	if applied || err == nil {
 		t.Fatalf("Process with a hung COMMIT = %v, %v; want an error", applied, err)
+	}
+	f.mustEffects(t, "billing", id, 0)
+	f.mustProcessed(t, "billing", id, 0)
+}
+
+// A handler that ignores the error of a failed statement and returns nil
+// leaves PostgreSQL's transaction aborted: its COMMIT is a ROLLBACK. The
+// error must say that nothing was applied (driver.ErrTxAborted), not that
+// the outcome is unknown.
+func TestCommitRolledBackSaysNothingApplied(t *testing.T) {
+	t.Parallel()
+	testdb.RequirePostgres(t)
+	f := setupPostgres(t)
+	ib := f.inbox(t, "billing")
+	id := newID(t)
+	applied, err := ib.Process(t.Context(), id, func(ctx context.Context, tx pgx.Tx) error {
+		if err := f.effect(ctx, tx, "billing", id); err != nil {
+			return err
+		}
+		_, _ = tx.Exec(ctx, `SELECT 1/0`) // the mistake: the error is dropped
+		return nil
+	})
+	if applied || !errors.Is(err, driver.ErrTxAborted) {
+		t.Fatalf("Process = %v, %v; want not applied, driver.ErrTxAborted", applied, err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "outcome unknown") || !strings.Contains(msg, "nothing applied") {
+		t.Errorf("error %q; want it to say nothing was applied, not that the outcome is unknown", msg)
 	}
 	f.mustEffects(t, "billing", id, 0)
 	f.mustProcessed(t, "billing", id, 0)
