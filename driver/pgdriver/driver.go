@@ -119,13 +119,18 @@ func (d *Driver) Begin(ctx context.Context) (pgx.Tx, error) {
 // ROLLBACK (a statement of the transaction failed and its error was
 // ignored: pgx.ErrTxCommitRollback) returns an error wrapping both
 // driver.ErrTxAborted and pgx.ErrTxCommitRollback: nothing was committed.
+// So does a deferred constraint that failed at COMMIT (SQLSTATE class 23),
+// wrapping the constraint's *pgconn.PgError.
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 	commit := tx.Commit
 	if ct, ok := tx.(*claimTx); ok { // BeginClaim's refuses its own Commit
 		commit = ct.commit
 	}
 	if err := commit(ctx); err != nil {
-		if errors.Is(err, pgx.ErrTxCommitRollback) {
+		// ROLLBACK for COMMIT (a failed statement aborted the
+		// transaction), or a deferred constraint that failed at COMMIT:
+		// the database refused it, nothing was committed.
+		if errors.Is(err, pgx.ErrTxCommitRollback) || pgsql.IsConstraintClass(err) {
 			return fmt.Errorf("pgdriver: commit: %w: %w", driver.ErrTxAborted, err)
 		}
 		return fmt.Errorf("pgdriver: commit: %w", err)

@@ -103,10 +103,14 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 // ROLLBACK (a statement of the transaction failed and its error was
 // ignored; the pgx stdlib driver returns pgx.ErrTxCommitRollback) returns
 // an error wrapping both driver.ErrTxAborted and the driver's error:
-// nothing was committed.
+// nothing was committed. So does a deferred constraint that failed at
+// COMMIT (SQLSTATE class 23), wrapping the driver's error.
 func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
-		if errors.Is(err, pgx.ErrTxCommitRollback) {
+		// ROLLBACK for COMMIT (a failed statement aborted the
+		// transaction), or a deferred constraint that failed at COMMIT:
+		// the database refused it, nothing was committed.
+		if errors.Is(err, pgx.ErrTxCommitRollback) || pgsql.IsConstraintClass(err) {
 			return fmt.Errorf("pgsqldriver: commit: %w: %w", driver.ErrTxAborted, err)
 		}
 		return fmt.Errorf("pgsqldriver: commit: %w", err)
