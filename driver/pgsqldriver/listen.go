@@ -51,7 +51,8 @@ func (l listener) Close() {
 }
 
 // listenConn opens a connection with the settings of the pool's (read
-// from one it borrows and gives back at once) and LISTENs on it.
+// from one it borrows and gives back at once, which also finds the
+// outbox's schema when Config.Schema is "") and LISTENs on it.
 func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -66,23 +67,25 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 		cfg = sc.Conn().Config().Copy()
 		return nil
 	})
-	_ = conn.Close() // back to the pool
 	if errors.Is(err, errNotPgx) {
+		_ = conn.Close()
 		return nil, err
 	}
 	if err != nil {
+		_ = conn.Close()
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
+	}
+	// The schema is found through the pool's connection, not the
+	// listener's: the pool's may have a search_path of their own (set by
+	// an AfterConnect hook of stdlib.OpenDB, which the listener's does not
+	// run), and the enqueuers notify the channel named after it.
+	names, err := d.outboxNames(ctx, conn)
+	_ = conn.Close() // back to the pool
+	if err != nil {
+		return nil, err
 	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
-	}
-	names, err := d.names.Outbox(ctx, func(ctx context.Context) (string, error) {
-		var s string
-		return s, pc.QueryRow(ctx, pgsql.OutboxSchemaSQL, d.names.OutboxTableName()).Scan(&s)
-	})
-	if err != nil {
-		listener{pc}.Close()
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
 	}
 	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{names.OutboxChannel()}.Sanitize()); err != nil {

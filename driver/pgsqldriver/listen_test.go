@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem/driver"
@@ -143,5 +144,54 @@ func TestListenOutboxLeavesThePool(t *testing.T) {
 	defer qcancel()
 	if err := drv.DB().QueryRowContext(qctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("a query on the pool while the listener runs: %d, %v", n, err)
+	}
+}
+
+// The listener finds the outbox's schema as the pool's connections do,
+// also when their search_path is set by the pool's own AfterConnect hook
+// (stdlib.OptionAfterConnect), which a connection opened for the listener
+// from the pool's pgx.ConnConfig does not run: without Config.Schema, a
+// relay that listened first must still listen on the channel the
+// enqueuers notify (and take their lane locks), or it is never woken.
+func TestListenOutboxSearchPathFromAfterConnect(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 1)
+	cfg, err := pgx.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize())
+		return err
+	}))
+	t.Cleanup(func() { _ = db.Close() })
+	enqueuer, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueuer.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := pgsqldriver.New(db, nil) // a relay process: it listens first
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, err := relay.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // the signal of the first connection
+	case <-wake:
+	default:
+	}
+	if got, want := relay.OutboxChannel(), enqueuer.OutboxChannel(); got != want {
+		t.Errorf("OutboxChannel of a driver whose pool sets search_path = %q, want %q (the schema its tables are in)", got, want)
+	}
+	enqueueOne(t, enqueuer)
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Error("the listener was not woken by an enqueue into the schema its pool's search_path names")
 	}
 }
