@@ -374,7 +374,10 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 //
 // The listener holds a dedicated connection, opened with the pool's
 // connection config but outside the pool, so it takes no pool slot and a
-// busy pool never delays it. ListenOutbox returns once LISTEN is in effect:
+// busy pool never delays it (except, without Config.Schema, for the one
+// read of the outbox's schema through the pool, if no enqueue or claim of
+// the driver did it before: the pool's connections, not the listener's,
+// say which schema search_path finds). ListenOutbox returns once LISTEN is in effect:
 // every enqueue committed after it returns is signalled. After a connection
 // error it reconnects with backoff (up to 5s), reports the error to onError
 // (if not nil) and sends one signal per reconnection, because notifications
@@ -410,7 +413,11 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
 	}
-	names, err := d.outboxNames(ctx, conn)
+	// The schema is found through the pool, not this connection: the
+	// pool's connections may have a search_path of their own (set by
+	// pgxpool.Config.AfterConnect, which this one does not run), and the
+	// enqueuers notify the channel named after it.
+	names, err := d.outboxNames(ctx, d.pool)
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("pgdriver: outbox listen: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
@@ -999,5 +1000,57 @@ func drain(t *testing.T, relay *outbox.Relay[pgx.Tx]) {
 		if n == 0 {
 			return
 		}
+	}
+}
+
+// Without Config.Schema, the listener finds the outbox's schema as the
+// pool's connections do, also when their search_path is set by the pool's
+// AfterConnect hook, which the listener's own connection (opened from the
+// pool's ConnConfig) does not run: a relay that listened first must still
+// listen on the channel the enqueuers notify (and take their lane locks).
+func TestListenOutboxSearchPathFromAfterConnect(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 1)
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize())
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	enqueuer, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueuer.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := pgdriver.New(pool, nil) // a relay process: it listens first
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, err := relay.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // the signal of the first connection, if any
+	case <-wake:
+	default:
+	}
+	if got, want := relay.OutboxChannel(), enqueuer.OutboxChannel(); got != want {
+		t.Errorf("OutboxChannel of a driver whose pool sets search_path = %q, want %q (the schema its tables are in)", got, want)
+	}
+	enqueue(t, enqueuer, newEvent(t, "k", 1))
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Error("the listener was not woken by an enqueue into the schema its pool's search_path names")
 	}
 }
