@@ -83,8 +83,9 @@ type OutboxExecutor interface {
 	// never publish the same row at the same time and never interleave
 	// within a key. p.HoldTimeout, if positive, bounds how long that
 	// transaction may then stay idle before the server ends it (and frees
-	// its locks). On SQLite there are no locks: only one relay may run
-	// per database, and the batch is the lowest IDs.
+	// its locks). On SQLite there are no locks: only one relay may claim
+	// at a time per database (outbox.Relay holds a lease of idem_lock
+	// while it does), and the batch is the lowest IDs.
 	OutboxClaimBatch(ctx context.Context, p *OutboxClaimBatchParams) ([]OutboxRow, error)
 
 	// OutboxMarkPublished records p.At as the publication time of the

@@ -75,6 +75,14 @@ type RelayConfig struct {
 	// consumers' inboxes drop the copies). Defaults to 30s.
 	PublishTimeout time.Duration
 
+	// Lease is, on a backend without concurrent writers (SQLite), how long
+	// the lease that lets one relay of a database publish (RelayLockName,
+	// table idem_lock) lives without renewal. Run renews it every Lease/3;
+	// a relay that died without releasing it is taken over by a standby
+	// relay within Lease (plus one poll). Defaults to DefaultRelayLease.
+	// Ignored on PostgreSQL, whose relays share the lanes instead.
+	Lease time.Duration
+
 	// OnPublished, if set, is called after each batch whose marks
 	// committed, with the events published (for metrics). It must not
 	// block.
@@ -136,6 +144,9 @@ func (c RelayConfig) withDefaults(concurrentWriters bool) RelayConfig {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = 30 * time.Second
 	}
+	if c.Lease == 0 {
+		c.Lease = DefaultRelayLease
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -161,6 +172,9 @@ func (c RelayConfig) validate() error {
 	}
 	if c.PublishTimeout < 0 {
 		errs = append(errs, fmt.Errorf("PublishTimeout %s must not be negative", c.PublishTimeout))
+	}
+	if c.Lease < 0 {
+		errs = append(errs, fmt.Errorf("negative Lease %s", c.Lease))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outbox: invalid RelayConfig: %w", err)

@@ -75,14 +75,33 @@
 // after which the server ends the session and frees its lanes, and other
 // relays publish its events again (same IDs, same order).
 //
-// SQLite has no concurrent writers: run one relay per SQLite database (it
-// keeps one batch in flight). There the batch is the lowest pending IDs,
-// read outside a transaction and marked in a short one, so the relay does
-// not hold SQLite's single write lock while it publishes. Nothing enforces
-// this: two relays on one SQLite database publish the same events concurrently (duplicates, and
-// marks failing with driver.ErrNotFound that make a round's batch be
-// published again), though each key's events still first reach the broker
-// in order.
+// SQLite has no concurrent writers: there the batch is the lowest pending
+// IDs, read outside a transaction and marked in a short one, so the relay
+// does not hold SQLite's single write lock while it publishes, and one
+// batch is in flight at a time. Two relays reading that way would publish
+// the same events, so on SQLite only one relay of a database publishes at a
+// time, whatever the number of processes or Relay values: Run first takes
+// the lease RelayLockName (table idem_lock, under the driver's table
+// prefix) and publishes only while it holds it. The other relays stand by
+// (an INFO line says so) and try to take it every PollInterval (at most
+// Lease/3). The active relay renews it every RelayConfig.Lease/3 (default
+// DefaultRelayLease, 15s) and releases it when Run returns, after its
+// round in flight has been marked, so a standby takes over within a poll;
+// a relay that died without releasing it (a killed process) is taken over
+// when the lease expires, within Lease. A relay whose renewals fail (or
+// whose lease another relay took) stops publishing Lease/4 before the
+// lease's expiry: the context of its Publish ends, its marks are bounded
+// by the expiry, and it stands by again. Lease times are read on the wall
+// clock (not RelayConfig.Now); the relays of one SQLite file share a host,
+// so a step of the clock forward by less than Lease/4 is harmless. A publisher that outlives
+// its context, or marks that cannot commit before the expiry, may still
+// leave a batch to be published again by the next relay (same IDs, in
+// order), as a crash does. RunOnce takes the lease for its round too (and
+// releases it, unless its relay's Run holds it), and returns ErrStandby,
+// publishing nothing, while another relay holds it. A driver that is not a
+// driver.LockStore (a wrapper that hides sqlitedriver's Locks) gets no
+// lease: Run logs a warning, and running two relays there publishes the
+// same events concurrently.
 //
 // # Delivery guarantee: at least once, with stable IDs
 //

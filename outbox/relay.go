@@ -37,8 +37,9 @@ func (r *Relay[TTx]) holdTimeout() time.Duration {
 // Run one Relay per process. On PostgreSQL its Run keeps
 // RelayConfig.Concurrency batches in flight at once (each claims its own
 // lanes, see driver.OutboxExecutor), and relays in several processes share
-// the work safely; on SQLite one batch is in flight at a time, and only one
-// relay may run per database.
+// the work safely; on SQLite one batch is in flight at a time, and only the
+// relay that holds the database's lease (RelayLockName) publishes, the
+// others standing by (see the package doc).
 type Relay[TTx any] struct {
 	drv driver.OutboxDriver[TTx]
 	pub Publisher
@@ -64,6 +65,13 @@ type Relay[TTx any] struct {
 	// before it and failed was in flight through the recovery, not a new
 	// failure.
 	storageBackAt atomic.Int64
+
+	// lease, on a backend without concurrent writers, is the lease that
+	// lets one relay of the database publish at a time (nil on PostgreSQL,
+	// and on a driver without a lock table); leaseUntil is when it expires
+	// unless renewed (wall clock, unix nanoseconds).
+	lease      *relayLease
+	leaseUntil atomic.Int64
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
@@ -82,13 +90,21 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay[TTx]{
+	r := &Relay[TTx]{
 		drv:     drv,
 		pub:     pub,
 		cfg:     c.withDefaults(drv.Caps().ConcurrentWriters),
 		locking: drv.Caps().ConcurrentWriters,
 		lag:     failureLog{anyText: true},
-	}, nil
+	}
+	if !r.locking {
+		// Claims read outside a transaction: two relays would read the
+		// same events. One publishes at a time, under a lease.
+		if ls, ok := any(drv).(driver.LockStore); ok {
+			r.lease = &relayLease{ex: ls.Locks(), owner: newLeaseOwner()}
+		}
+	}
+	return r, nil
 }
 
 // Notifier is implemented by drivers that signal committed outbox inserts
@@ -118,6 +134,9 @@ const StorageBackoffCeiling = 2 * time.Second
 // own retry, and the other keys go on). After a round that claimed events it
 // goes on at once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
 // for the earliest retry of an event it backed off, whichever comes first.
+// On SQLite it publishes only while it holds the relay lease
+// (RelayLockName), stands by while another relay holds it, and releases it
+// when it returns.
 func (r *Relay[TTx]) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -152,6 +171,13 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			defer cancel()
 			lwg.Go(func() { r.listenLater(lctx, n, ch) })
 		}
+	}
+	if r.lease != nil {
+		r.runLeased(ctx, wakeUp)
+		return nil
+	}
+	if !r.locking {
+		r.cfg.Logger.Warn("outbox: the driver has no lock table (driver.LockStore): nothing keeps a second relay of this database from publishing the same events; run one relay per database")
 	}
 	workers := r.cfg.Concurrency
 	if !r.locking {
@@ -361,8 +387,18 @@ func (r *Relay[TTx]) logStorageRecovered() {
 // events reported published are marked, each key's first failed event is
 // backed off or parked, the rest will be claimed again) or a storage failure
 // (nothing is marked: the whole batch will be claimed, and published, again).
+// On SQLite it takes the relay lease (RelayLockName) for the round and
+// returns 0 and ErrStandby while another relay holds it.
 func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
-	res, err := r.round(ctx)
+	var (
+		res roundResult
+		err error
+	)
+	if r.lease != nil {
+		res, err = r.runOnceLeased(ctx)
+	} else {
+		res, err = r.round(ctx)
+	}
 	r.reportLag(ctx, true)
 	return res.published, err
 }

@@ -123,6 +123,15 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 
 	// Mark what happened, even if ctx ended while publishing.
 	fctx, cancel := context.WithTimeout(detached, finishTimeout)
+	if r.lease != nil {
+		// Marks that commit after the lease expired could land after
+		// another relay read the same events: they fail instead, and
+		// the events are published again (same IDs), as after a crash.
+		var c2 context.CancelFunc
+		fctx, c2 = context.WithDeadline(fctx, time.Unix(0, r.leaseUntil.Load()))
+		c1 := cancel
+		cancel = func() { c2(); c1() }
+	}
 	if inTx {
 		defer cancel()
 	} else {

@@ -72,6 +72,13 @@ func (d *outageDriver[TTx]) Outbox() driver.OutboxExecutor {
 	return outageExecutor[TTx]{d.OutboxDriver.Outbox(), d}
 }
 
+// Locks passes the relay lease through (as a wrapper of a SQLite driver
+// must, or nothing keeps a second relay off its outbox): the outage is in
+// the outbox's statements.
+func (d *outageDriver[TTx]) Locks() driver.LockExecutor {
+	return d.OutboxDriver.(driver.LockStore).Locks()
+}
+
 type outageExecutor[TTx any] struct {
 	driver.OutboxExecutor
 	d *outageDriver[TTx]

@@ -75,8 +75,9 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 // order through outbox_pending_idx, skipping the keys that are blocked (an
 // earlier unpublished row of the key is parked or backing off: one probe of
 // outbox_blocked_idx, almost always empty). There are no lanes and no locks,
-// which SQLite does not need with one writer: only one relay may run per
-// database. It is a single SELECT, so it runs in a transaction
+// which SQLite does not need with one writer: only one relay may claim per
+// database (outbox.Relay enforces it with the lease outbox.RelayLockName of
+// idem_lock). It is a single SELECT, so it runs in a transaction
 // or outside one alike; the relay runs it outside, so that it does not hold
 // SQLite's single write lock while it publishes.
 func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {

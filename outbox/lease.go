@@ -1,0 +1,231 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/backoff"
+)
+
+// RelayLockName is the lease (table idem_lock, under the driver's table
+// prefix) that lets one relay at a time publish the outbox of a database
+// without concurrent writers (SQLite).
+const RelayLockName = "idem-outbox-relay"
+
+// DefaultRelayLease is the default RelayConfig.Lease.
+const DefaultRelayLease = 15 * time.Second
+
+// ErrStandby is returned by RunOnce on SQLite when another relay holds the
+// database's relay lease (RelayLockName): it publishes the outbox, this one
+// published nothing.
+var ErrStandby = errors.New("outbox: another relay publishes this database's outbox (relay lease held)")
+
+// relayLease is the lease of a relay on a backend without concurrent
+// writers: the claims of two relays there would read the same events.
+type relayLease struct {
+	ex    driver.LockExecutor
+	owner string
+}
+
+// newLeaseOwner returns a lease owner id unique to one Relay, readable in
+// the idem_lock table: host, pid and random bits.
+func newLeaseOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// The lease's times are the wall clock (time.Now), not RelayConfig.Now: a
+// lease is shared with other processes, and the relays of one SQLite file
+// run on one host, so they read the same clock.
+
+// acquireLease takes (or extends) the relay lease. It returns whether this
+// relay holds it, and until when (counted from a clock reading taken
+// before the statement, so never later than the expiry other relays see).
+func (r *Relay[TTx]) acquireLease(ctx context.Context) (bool, time.Time, error) {
+	now := time.Now()
+	until := now.Add(r.cfg.Lease)
+	ok, err := r.lease.ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: RelayLockName, Owner: r.lease.owner, Now: now, Until: until})
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("outbox: acquire relay lease %q: %w", RelayLockName, err)
+	}
+	return ok, until, nil
+}
+
+// releaseLease deletes the lease so that a standby relay takes over at once.
+func (r *Relay[TTx]) releaseLease(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := r.lease.ex.LockRelease(ctx, &driver.LockReleaseParams{Name: RelayLockName, Owner: r.lease.owner})
+	if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+		r.cfg.Logger.Warn("outbox: could not release the relay lease; a standby relay takes over when it expires",
+			"lock", RelayLockName, "lease", r.cfg.Lease, "err", err)
+	}
+}
+
+// leaseGuard is how long before the lease's expiry a relay stops
+// publishing when renewals failed: the round in flight gets that long to
+// see its context end and mark what it published before another relay may
+// take the lease over.
+func (r *Relay[TTx]) leaseGuard() time.Duration { return r.cfg.Lease / 4 }
+
+// keepLease renews the relay lease every Lease/3 until stop is called, as
+// cleanup's lease does. The returned context is cancelled with an error
+// wrapping driver.ErrLeaseLost when another relay took the lease over, or
+// when renewals failed until Lease/4 before its expiry (also while a
+// renewal hangs): the relay stops publishing while it still holds the
+// lease, so the round in flight ends before a standby may take over. Each
+// renewal is bounded by Lease/3.
+//
+// validUntil is the expiry the lease was acquired with.
+func (r *Relay[TTx]) keepLease(parent context.Context, validUntil time.Time) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	r.leaseUntil.Store(validUntil.UnixNano())
+	guard := r.leaseGuard()
+	expiry := time.AfterFunc(time.Until(validUntil)-guard, func() {
+		cancel(fmt.Errorf("outbox: relay lease %q about to expire, not renewed in time: %w", RelayLockName, driver.ErrLeaseLost))
+	})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(r.cfg.Lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			until := time.Now().Add(r.cfg.Lease)
+			rctx, rcancel := context.WithTimeout(ctx, r.cfg.Lease/3)
+			err := r.lease.ex.LockRenew(rctx, &driver.LockRenewParams{Name: RelayLockName, Owner: r.lease.owner, Until: until})
+			rcancel()
+			switch {
+			case err == nil:
+				validUntil = until
+				if ctx.Err() == nil {
+					r.leaseUntil.Store(validUntil.UnixNano())
+					expiry.Reset(time.Until(validUntil) - guard)
+				}
+			case errors.Is(err, driver.ErrLeaseLost):
+				cancel(fmt.Errorf("outbox: relay lease %q taken over by another relay: %w", RelayLockName, driver.ErrLeaseLost))
+				return
+			case ctx.Err() != nil:
+				return
+			case time.Until(validUntil) <= guard:
+				cancel(fmt.Errorf("outbox: relay lease %q about to expire, renewals failed: %w: %w", RelayLockName, driver.ErrLeaseLost, err))
+				return
+			default:
+				r.cfg.Logger.Warn("outbox: relay lease renewal failed; retrying", "lock", RelayLockName, "err", err)
+			}
+		}
+	})
+	return ctx, func() {
+		expiry.Stop()
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// standbyInterval is how often a standby relay tries to take the lease:
+// at once after a release, within Lease after the active relay died.
+func (r *Relay[TTx]) standbyInterval() time.Duration {
+	return max(min(r.cfg.PollInterval, r.cfg.Lease/3), minBackoff)
+}
+
+// runLeased is Run on a backend without concurrent writers: the relay
+// publishes only while it holds the lease, and stands by otherwise.
+func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
+	standby := false
+	failures := 0
+	for {
+		ok, until, err := r.acquireLease(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			if failures == 1 || failures%100 == 0 {
+				r.cfg.Logger.Error("outbox: relay lease unavailable; not publishing", "err", err, "consecutive_failures", failures)
+			}
+		} else {
+			failures = 0
+		}
+		if !ok {
+			if err == nil && !standby {
+				standby = true
+				r.cfg.Logger.Info("outbox: another relay publishes this database's outbox; standing by", "lock", RelayLockName, "lease", r.cfg.Lease)
+			}
+			if !backoff.Sleep(ctx, r.standbyInterval(), nil) {
+				return
+			}
+			continue
+		}
+		if standby {
+			r.cfg.Logger.Info("outbox: relay lease taken over; publishing", "lock", RelayLockName)
+			standby = false
+		}
+		if lost := r.publishLeased(ctx, until, wakeUp); lost == nil {
+			return
+		} else {
+			r.cfg.Logger.Warn("outbox: relay lease lost; standing by", "err", lost)
+		}
+	}
+}
+
+// publishLeased runs the loop while the lease acquired until until is held.
+// It returns nil when ctx ended, or why the lease was lost. Either way (and
+// on a panic, a crashed publisher) the round in flight has ended, its marks
+// committed or not, when it releases the lease: a standby takes over at
+// once.
+func (r *Relay[TTx]) publishLeased(ctx context.Context, until time.Time, wakeUp <-chan struct{}) error {
+	lctx, stop := r.keepLease(ctx, until)
+	defer func() {
+		stop()
+		r.releaseLease(ctx)
+	}()
+	r.loop(lctx, wakeUp)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return context.Cause(lctx)
+}
+
+// runOnceLeased is RunOnce on a backend without concurrent writers: one
+// round under the lease, ErrStandby when another relay holds it. The lease
+// is released after the round, unless this relay's Run holds it.
+func (r *Relay[TTx]) runOnceLeased(ctx context.Context) (roundResult, error) {
+	ok, until, err := r.acquireLease(ctx)
+	if err != nil {
+		return roundResult{}, err
+	}
+	if !ok {
+		return roundResult{}, ErrStandby
+	}
+	lctx, stop := r.keepLease(ctx, until)
+	defer func() {
+		stop()
+		if !r.running.Load() {
+			r.releaseLease(ctx)
+		}
+	}()
+	res, err := r.round(lctx)
+	if err != nil && ctx.Err() == nil && lctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, context.Cause(lctx))
+	}
+	return res, err
+}
