@@ -80,7 +80,8 @@ type RelayConfig struct {
 	// table idem_lock) lives without renewal. Run renews it every Lease/3;
 	// a relay that died without releasing it is taken over by a standby
 	// relay within Lease (plus one poll). Defaults to DefaultRelayLease.
-	// Ignored on PostgreSQL, whose relays share the lanes instead.
+	// At least 100ms. Ignored on PostgreSQL, whose relays share the lanes
+	// instead.
 	Lease time.Duration
 
 	// OnPublished, if set, is called after each batch whose marks
@@ -173,8 +174,8 @@ func (c RelayConfig) validate() error {
 	if c.PublishTimeout < 0 {
 		errs = append(errs, fmt.Errorf("PublishTimeout %s must not be negative", c.PublishTimeout))
 	}
-	if c.Lease < 0 {
-		errs = append(errs, fmt.Errorf("negative Lease %s", c.Lease))
+	if c.Lease != 0 && c.Lease < minLease {
+		errs = append(errs, fmt.Errorf("a Lease of %s is under the minimum of %s", c.Lease, minLease))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outbox: invalid RelayConfig: %w", err)

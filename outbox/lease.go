@@ -22,6 +22,9 @@ const RelayLockName = "idem-outbox-relay"
 // DefaultRelayLease is the default RelayConfig.Lease.
 const DefaultRelayLease = 15 * time.Second
 
+// minLease is the shortest RelayConfig.Lease: renewals go every Lease/3.
+const minLease = 100 * time.Millisecond
+
 // ErrStandby is returned by RunOnce on SQLite when another relay holds the
 // database's relay lease (RelayLockName): it publishes the outbox, this one
 // published nothing.
@@ -196,6 +199,9 @@ func (r *Relay[TTx]) publishLeased(ctx context.Context, until time.Time, wakeUp 
 	lctx, stop := r.keepLease(ctx, until)
 	defer func() {
 		stop()
+		// After a RunOnce of this relay in flight under the same lease.
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		r.releaseLease(ctx)
 	}()
 	r.loop(lctx, wakeUp)

@@ -63,6 +63,9 @@ func TestNewRelayRejects(t *testing.T) {
 	if _, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{BatchSize: -1}); err == nil {
 		t.Error("NewRelay with a negative BatchSize succeeded")
 	}
+	if _, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{Lease: time.Millisecond}); err == nil {
+		t.Error("NewRelay with a Lease of 1ms succeeded")
+	}
 }
 
 // With the broker down, Run backs off round after round instead of trying
