@@ -235,7 +235,7 @@ func TestSQLiteStandbyTakesOverFromARelayThatStoppedRenewing(t *testing.T) {
 	t.Parallel()
 	a, b := sharedSQLite(t)
 	rc := newRecorder(time.Millisecond)
-	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond, Lease: 300 * time.Millisecond}
+	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond, Lease: time.Second}
 	first := backlog(t, a, 2, 2)
 	runRelay(t, a, rc.publisher("a"), cfg)
 	waitFor(t, 5*time.Second, "relay a publishes", func() bool { return rc.published() == len(first) })
@@ -343,7 +343,7 @@ func TestSQLiteRelayStopsPublishingBeforeItsLeaseExpires(t *testing.T) {
 		}
 		return ctx.Err()
 	})
-	cfg := outbox.RelayConfig{BatchSize: 100, PollInterval: 10 * time.Millisecond, Lease: 400 * time.Millisecond, PublishTimeout: time.Minute}
+	cfg := outbox.RelayConfig{BatchSize: 100, PollInterval: 10 * time.Millisecond, Lease: time.Second, PublishTimeout: time.Minute}
 	runRelay(t, cutOffDriver{Driver: a, locks: failingLocks{LockExecutor: a.Locks(), fail: &fail}}, pubA, cfg)
 	var s stopped
 	select {
