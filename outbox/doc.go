@@ -88,12 +88,13 @@
 // DefaultRelayLease, 15s) and releases it when Run returns, after its
 // round in flight has been marked, so a standby takes over within a poll;
 // a relay that died without releasing it (a killed process) is taken over
-// when the lease expires, within Lease. A relay whose renewals fail (or
-// whose lease another relay took) stops publishing Lease/4 before the
-// lease's expiry: the context of its Publish ends, its marks are bounded
-// by the expiry, and it stands by again. Lease times are read on the wall
-// clock (not RelayConfig.Now); the relays of one SQLite file share a host,
-// so a step of the clock forward by less than Lease/4 is harmless. A publisher that outlives
+// when the lease expires, within Lease. A relay whose renewals fail stops
+// publishing Lease/4 before the lease's expiry (one that finds its lease
+// taken over, at once): the context of its Publish ends, its marks are
+// bounded by the expiry, and it stands by again. Lease times are read on
+// the wall clock (not RelayConfig.Now); the relays of one SQLite file
+// share a host, so a step of the clock forward by less than Lease/4 is
+// harmless. A publisher that outlives
 // its context, or marks that cannot commit before the expiry, may still
 // leave a batch to be published again by the next relay (same IDs, in
 // order), as a crash does. RunOnce takes the lease for its round too (and
