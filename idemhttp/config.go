@@ -73,7 +73,9 @@ type Config struct {
 	// are looked up per principal, method and route, so one client can never
 	// receive another client's stored response. An error answers 401
 	// unauthenticated, before the key is claimed, with the error's text as
-	// the problem's detail: the client reads it.
+	// the problem's detail: the client reads it. An empty principal
+	// returned without an error is refused the same way (401): it would
+	// put every request without one in a single shared key space.
 	//
 	// Set it to the authenticated principal's stable ID (what your
 	// authentication middleware found). The default, DefaultScope, is a

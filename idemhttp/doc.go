@@ -20,7 +20,7 @@
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
 //	body larger than Config.MaxBodyBytes           413 body-too-large, whatever its size; the key is not claimed
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
-//	Scope hook error                               401 unauthenticated
+//	Scope hook error, or an empty principal        401 unauthenticated
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key

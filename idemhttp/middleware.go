@@ -156,6 +156,15 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 	if err != nil {
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
 	}
+	if principal == "" {
+		// No principal is not a principal: every such request would share
+		// one key space, and a client reusing another's key would get the
+		// other's stored response. Fail closed, as for a hook error.
+		m.cfg.Logger.Error("idemhttp: Config.Scope returned an empty principal without an error; answering 401",
+			"path", r.URL.Path)
+		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated",
+			"The request's principal could not be identified.")
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
