@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 )
@@ -39,6 +40,11 @@ func (rec *recorder) Header() http.Header {
 }
 
 func (rec *recorder) WriteHeader(status int) {
+	if status < 100 || status > 999 {
+		// As net/http does: a code it cannot send is a handler bug, not a
+		// 200 to store and replay (the panic rolls back or releases).
+		panic(fmt.Sprintf("invalid WriteHeader code %v", status))
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if !rec.sealed && rec.status == 0 && status >= 200 {
