@@ -110,8 +110,9 @@ type Config struct {
 	MaxResponseBytes int
 
 	// ReplayHeaders are response headers stored and replayed in addition to
-	// Content-Type, Content-Encoding, Content-Language, Location and
-	// Cache-Control.
+	// Content-Type, Content-Encoding, Content-Language, Location,
+	// Cache-Control and X-Content-Type-Options (which every problem
+	// document carries).
 	// Set-Cookie is only replayed when listed here. Content-Length,
 	// Transfer-Encoding and Idempotent-Replayed, which the replay sets
 	// itself, are refused. Defaults to none.
@@ -288,7 +289,7 @@ func (c Config) validate() error {
 
 // replayHeaders returns the canonical names of the headers stored for replay.
 func (c Config) replayHeaders() []string {
-	hs := []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Cache-Control"}
+	hs := []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Cache-Control", "X-Content-Type-Options"}
 	for _, h := range c.ReplayHeaders {
 		h = http.CanonicalHeaderKey(h)
 		if !slices.Contains(hs, h) {
