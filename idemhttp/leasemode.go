@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -146,7 +147,11 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {
 		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		_ = pause(bg, time.Duration(n)*completeRetryDelay)
-		err = m.completeBounded(bg, ex, cmd, token, rec)
+		if err = m.completeBounded(bg, ex, cmd, token, rec); errors.Is(err, driver.ErrLeaseLost) && m.storedEarlier(bg, ex, cmd) {
+			// The failed attempt had committed (its answer was lost):
+			// the record holds this very outcome.
+			err = nil
+		}
 	}
 	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
@@ -165,6 +170,21 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 		return
 	}
 	m.reportCmd(cmd, OutcomeExecuted)
+}
+
+// storedEarlier reports whether the record of cmd is completed with the
+// outcome complete stored for it (cmd.completed): a retried store that
+// finds the lease gone because its failed predecessor committed.
+func (m *Middleware[TTx]) storedEarlier(ctx context.Context, ex driver.RecordExecutor, cmd *command) bool {
+	p := cmd.completed
+	if p == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	defer cancel()
+	r, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: cmd.scope, Key: cmd.key})
+	return err == nil && r.State == driver.StateCompleted && bytes.Equal(r.Fingerprint, cmd.fingerprint) &&
+		r.Status == p.Status && bytes.Equal(r.Headers, p.Headers) && bytes.Equal(r.Body, p.Body)
 }
 
 // heartbeat renews the lease, written to end at until, every Lease/3 until
