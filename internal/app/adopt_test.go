@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -87,6 +88,37 @@ func TestHolderOnThisHost(t *testing.T) {
 		if local != tc.local || dead != tc.dead {
 			t.Errorf("holderOnThisHost(%q) = local %v, dead %v; want %v, %v", tc.owner, local, dead, tc.local, tc.dead)
 		}
+	}
+}
+
+// A killed idemd whose parent has not reaped it yet (a zombie: a shell
+// script, or a container's PID 1 that never calls wait) is gone: its
+// lease is taken over at once, not refused as held by a running idemd.
+func TestHolderOnThisHostZombieIsDead(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	stat := "/proc/" + strconv.Itoa(pid) + "/stat"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i:]), ") Z") {
+			break // exited, not reaped: a zombie
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d did not become a zombie: %s", pid, b)
+		}
+	}
+	host, _ := os.Hostname()
+	owner := host + "/" + strconv.Itoa(pid) + "/cafe0001/" + pidNamespace()
+	if local, dead := holderOnThisHost(owner, host); !local || !dead {
+		t.Errorf("holderOnThisHost(zombie %d) = local %v, dead %v; want local and dead", pid, local, dead)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/outbox"
 )
 
 // The embedded broker's guard rails.
@@ -75,6 +76,10 @@ type embeddedBroker struct {
 func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identify func(context.Context) (dbIdentity, error)) (*embeddedBroker, error) {
 	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
 	if err != nil {
+		return nil, err
+	}
+	if err := expireRelayLease(ctx, a, drv.Executor()); err != nil {
+		ls.release()
 		return nil, err
 	}
 	dir := a.cfg.EmbeddedKafkaDir()
@@ -333,9 +338,30 @@ func (l *lease) release() {
 	_ = l.ex.LockRelease(ctx, &driver.LockReleaseParams{Name: l.name, Owner: l.owner})
 }
 
+// expireRelayLease expires the relay lease (outbox.RelayLockName, taken on
+// a database without concurrent writers: SQLite) that an idemd killed
+// without releasing it left behind. It is called with the embedded
+// broker's lease held, so no other idemd runs on this database: without
+// it, this idemd's relay would stand by, publishing nothing, until the
+// dead one's lease expired.
+func expireRelayLease(ctx context.Context, a *App, ex driver.LockExecutor) error {
+	holder, _, err := ex.LockGet(ctx, &driver.LockGetParams{Name: outbox.RelayLockName})
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = ex.LockRenew(ctx, &driver.LockRenewParams{Name: outbox.RelayLockName, Owner: holder, Until: time.Now().Add(-time.Second)})
+	}
+	if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+		return fmt.Errorf("lease %s: %w", outbox.RelayLockName, err)
+	}
+	a.log.Info("outbox: expired the relay lease a stopped idemd left", "lease", outbox.RelayLockName, "holder", holder)
+	return nil
+}
+
 // holderOnThisHost reports whether owner ("host/pid/random/pidns") names
 // a process this one can see (same host name and PID namespace), and
-// whether that process is gone, or is this very process's PID (which
+// whether that process is gone (or a zombie), or is this very process's PID (which
 // cannot hold the lease yet: a restart reused it). Two containers may share
 // a host name (host networking, a fixed hostname) and each run as PID 1;
 // without a PID namespace to compare (not Linux), a holder is never taken
@@ -357,8 +383,27 @@ func holderOnThisHost(owner, host string) (local, dead bool) {
 	if err != nil {
 		return true, true
 	}
-	err = p.Signal(syscall.Signal(0))
-	return true, err != nil && !errors.Is(err, syscall.EPERM)
+	if err = p.Signal(syscall.Signal(0)); err != nil {
+		return true, !errors.Is(err, syscall.EPERM)
+	}
+	return true, zombie(pid)
+}
+
+// zombie reports whether the process pid has exited but was not reaped by
+// its parent yet (Linux: state Z or X in /proc/PID/stat). Signal 0 still
+// reaches such a process, and a parent that never calls wait (a shell
+// script, a container's PID 1 without an init) keeps it for good.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// "PID (comm) S ...": comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // pidNamespace names this process's PID namespace on this boot of this

@@ -19,10 +19,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/outbox"
 )
 
 // start runs an app on dbArg with the embedded broker's log in dir until
@@ -369,4 +372,33 @@ func TestKafkaDeadLetterTopicChecked(t *testing.T) {
 			t.Errorf("the events' topic exists, yet idemd warned about it; logs:\n%s", logs.String())
 		}
 	}
+}
+
+// An idemd killed with SIGKILL leaves its SQLite relay lease behind. The
+// next idemd on the database holds the embedded broker's lease, so no
+// other idemd runs there: it must publish at once, not stand by until the
+// dead relay's lease expires (here an hour away).
+func TestEmbeddedTakesOverADeadRelayLease(t *testing.T) {
+	t.Parallel()
+	dbArg, count := dbCounter(t, app.SQLite)
+	path := strings.TrimPrefix(dbArg, "sqlite:")
+	drv, err := sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ok, err := drv.Executor().LockAcquire(t.Context(), &driver.LockAcquireParams{
+		Name: outbox.RelayLockName, Owner: "elsewhere/4242/dead", Now: now, Until: now.Add(time.Hour)})
+	if err != nil || !ok {
+		t.Fatalf("LockAcquire = %v, %v", ok, err)
+	}
+	_ = drv.Close()
+	s := serveOn(t, dbArg, count)
+	if r := s.do(http.MethodPost, "/v1/orders", "k-1", orderBody(3, "1")); r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	s.waitSummary(3, "orders=1 pending=0 confirmed=1 rejected=0 total_amount=1.0000")
 }
