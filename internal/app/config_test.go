@@ -91,6 +91,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"libpq keyword DSN", []string{"-db", "host=127.0.0.1 user=postgres password=secret dbname=test"}, nil, "postgres://"},
 		{"libpq keyword DSN from environment", nil, map[string]string{"IDEMD_DB": "dbname=pay sslmode=disable"}, "IDEMD_DB"},
 		{"bad postgres URL", []string{"-db", "postgres://u:secret@db:notaport/pay"}, nil, "PostgreSQL URL"},
+		{"bad postgres URL with a slash in the password", []string{"-db", "postgres://u:secret/1@db/pay"}, nil, "PostgreSQL URL"},
+		{"bad postgres URL with an sslpassword", []string{"-db", "postgres://u@db/pay?sslkey=/k.pem&sslpassword=secret"}, nil, "PostgreSQL URL"},
+		{"misspelt scheme with a slash in the password", nil, map[string]string{"IDEMD_DB": "postgress://u:secret/1@db/pay"}, `"postgress"`},
 		{"zero timeout", []string{"-shutdown-timeout", "0s"}, nil, "-shutdown-timeout"},
 		{"bad timeout", []string{"-shutdown-timeout", "soon"}, nil, "-shutdown-timeout"},
 		{"database with a trailing space", []string{"-db", "./idemd.db "}, nil, "trailing spaces"},
@@ -149,6 +152,16 @@ func TestParseDatabase(t *testing.T) {
 			"postgresql://u:xxxxx@db/pay?sslmode=disable"},
 		{"postgres://u@db/pay?password=secret", app.Database{Kind: app.Postgres, URL: "postgres://u@db/pay?password=secret"},
 			"postgres://u@db/pay?password=xxxxx"},
+	}
+	// Printed on the listen line and logged: no password of any kind.
+	for _, url := range []string{
+		"postgres://u@db/pay?sslmode=verify-full&sslcert=/c.pem&sslkey=/k.pem&sslpassword=secret",
+		"postgres://u:secret@db-1:5432,db-2:5432/pay?target_session_attrs=read-write",
+		"postgres://u@db-1:5432,db-2:5432/pay?password=secret",
+	} {
+		if s := (app.Database{Kind: app.Postgres, URL: url}).String(); strings.Contains(s, "secret") || !strings.HasPrefix(s, "postgres://u") {
+			t.Errorf("Database{%s}.String() = %s: want the URL, its password hidden", url, s)
+		}
 	}
 	for _, tt := range tests {
 		got, err := app.ParseDatabase(tt.in)

@@ -3,10 +3,10 @@ package app
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,8 +28,6 @@ type Database struct {
 
 var (
 	schemeRe = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
-	// userInfoPasswordRe finds the password of a URL url.Parse rejects.
-	userInfoPasswordRe = regexp.MustCompile(`(://[^:/@]*):[^@/]*@`)
 	// keywordDSNRe finds a libpq keyword/value connection string
 	// ("host=db user=app password=..."), which pgx accepts but -db does
 	// not: it would be taken for a SQLite file name.
@@ -58,7 +56,8 @@ func ParseDatabase(s string) (Database, error) {
 	switch strings.ToLower(m[1]) {
 	case "postgres", "postgresql":
 		if _, err := pgxpool.ParseConfig(s); err != nil {
-			return Database{}, fmt.Errorf("bad PostgreSQL URL %s: %v", redactURL(s), errMessage(err))
+			// pgx's message quotes the URL, its passwords hidden.
+			return Database{}, fmt.Errorf("bad PostgreSQL URL: %v", errMessage(err))
 		}
 		return Database{Kind: Postgres, URL: s}, nil
 	case "sqlite", "sqlite3":
@@ -97,18 +96,20 @@ func (d Database) String() string {
 	return "sqlite:" + d.Path
 }
 
-// redactURL hides the password of a URL, in its user info or in a
-// password query parameter.
+// redactURL hides the passwords of a URL or connection string: the one of
+// its user info and the password and sslpassword parameters, with pgx's own
+// redaction (that of its parse errors), which also masks what looks like a
+// password in a malformed URL (an unencoded '/' in it, say). A string it
+// cannot handle is not shown at all.
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return userInfoPasswordRe.ReplaceAllString(s, "$1:xxxxx@")
+	const prefix, suffix = "cannot parse `", "`: "
+	msg := pgconn.NewParseConfigError(s, "", nil).Error()
+	if r, ok := strings.CutPrefix(msg, prefix); ok {
+		if r, ok := strings.CutSuffix(r, suffix); ok {
+			return r
+		}
 	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
+	return "(redacted)"
 }
 
 // errMessage keeps an error on one line.
