@@ -124,7 +124,8 @@
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per
-// request. SIGINT or SIGTERM stops accepting connections, waits for the
+// request (its method, path, route, status, duration and Idempotency-Key,
+// never its body). SIGINT or SIGTERM stops accepting connections, waits for the
 // requests in flight (two thirds of -shutdown-timeout at most: a request
 // still running is then cut off, and idemd exits 1), stops the relay and
 // publishes what is left in the outbox, stops the consumers (which commit

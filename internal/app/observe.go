@@ -37,8 +37,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// observe writes one access log line and updates the request metrics for
-// every request, and turns a handler panic into a logged 500 problem.
+// observe writes one access log line (with the request's Idempotency-Key,
+// if any) and updates the request metrics for every request, and turns a handler panic into a logged 500 problem.
 func (a *App) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -65,7 +65,7 @@ func (a *App) observe(next http.Handler) http.Handler {
 			elapsed := time.Since(start)
 			a.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			a.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
-			a.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			attrs := []slog.Attr{
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.String("route", route),
@@ -73,7 +73,17 @@ func (a *App) observe(next http.Handler) http.Handler {
 				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 				slog.Bool("replayed", sw.Header().Get(idemhttp.ReplayedHeader) == "true"),
 				slog.Int("bytes", sw.bytes),
-			)
+			}
+			if key := r.Header.Get(idemhttp.KeyHeader); key != "" {
+				// What the request is looked up by (its idempotency
+				// record, the middleware's own lines); a key too long
+				// to be valid is cut.
+				if len(key) > idemhttp.MaxKeyLen {
+					key = key[:idemhttp.MaxKeyLen]
+				}
+				attrs = append(attrs, slog.String("idempotency_key", key))
+			}
+			a.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		}()
 		next.ServeHTTP(sw, r)
 	})

@@ -94,6 +94,9 @@ func TestAccessLog(t *testing.T) {
 			Status     int
 			Replayed   bool
 			DurationMS *float64 `json:"duration_ms"`
+			// The request's Idempotency-Key: what an operator looks
+			// up the idempotency record and the other lines by.
+			Key string `json:"idempotency_key"`
 		}
 		var lines []line
 		deadline := time.Now().Add(5 * time.Second)
@@ -117,8 +120,8 @@ func TestAccessLog(t *testing.T) {
 			t.Fatalf("%d access log lines, want 3:\n%s", len(lines), e.logs.String())
 		}
 		want := []line{
-			{Method: "POST", Path: "/v1/payments", Route: "POST /v1/payments", Status: 201, Replayed: false},
-			{Method: "POST", Path: "/v1/payments", Route: "POST /v1/payments", Status: 201, Replayed: true},
+			{Method: "POST", Path: "/v1/payments", Route: "POST /v1/payments", Status: 201, Replayed: false, Key: "key-1"},
+			{Method: "POST", Path: "/v1/payments", Route: "POST /v1/payments", Status: 201, Replayed: true, Key: "key-1"},
 			{Method: "GET", Path: "/nope", Route: "unmatched", Status: 404},
 		}
 		for i, w := range want {
