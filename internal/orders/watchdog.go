@@ -60,7 +60,8 @@ type WatchdogStats struct {
 	// Stuck orders whose events were published again, and how many
 	// events that was.
 	Stuck, Redriven int
-	// Aborted sagas (nothing charged: their orders become REJECTED).
+	// Aborted sagas (nothing charged: their orders become REJECTED),
+	// each counted by the round that aborted it.
 	Aborted int
 	// Operator: orders whose payment was captured, or whose saga failed
 	// (its compensation kept failing), but which did not move for
@@ -178,8 +179,10 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 					return st, ctx.Err()
 				}
 				w.log.WarnContext(ctx, "order watchdog: give up failed", "order", o.ID, "err", err)
-			case outcome == giveUpMoved:
-				// It moved since the listing: nothing to do.
+			case outcome == giveUpMoved, outcome == giveUpAborting:
+				// It moved since the listing, or its abort (counted
+				// when it was made) waits for the compensator:
+				// nothing to do.
 			case outcome == giveUpCharged:
 				st.Operator++
 				charged++
@@ -227,10 +230,11 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 type giveUpOutcome int
 
 const (
-	giveUpAborted giveUpOutcome = iota // nothing charged: aborted
-	giveUpCharged                      // a payment was captured, the order is not confirmed yet
-	giveUpFailed                       // the saga failed: its compensation kept failing
-	giveUpMoved                        // the saga finished since the listing: the order is no longer CREATED
+	giveUpAborted  giveUpOutcome = iota // nothing charged: aborted
+	giveUpCharged                       // a payment was captured, the order is not confirmed yet
+	giveUpFailed                        // the saga failed: its compensation kept failing
+	giveUpMoved                         // the saga finished since the listing: the order is no longer CREATED
+	giveUpAborting                      // aborted before (counted then), not compensated yet: the order is still CREATED
 )
 
 // giveUp aborts the saga of order id unless it charged a payment, in one
@@ -239,8 +243,9 @@ const (
 // that a late OrderCreated.v1 finds the step taken and charges nothing;
 // then RunCompensator REJECTs the order. Nothing is changed when the charge
 // step had charged a payment (giveUpCharged), the saga failed
-// (giveUpFailed), or it finished since the round listed the order, which is
-// then CONFIRMED or REJECTED (giveUpMoved).
+// (giveUpFailed), it finished since the round listed the order, which is
+// then CONFIRMED or REJECTED (giveUpMoved), or it was aborted already and
+// waits for the compensator (giveUpAborting).
 func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOutcome, err error) {
 	tx, err := w.drv.Begin(ctx)
 	if err != nil {
@@ -262,7 +267,9 @@ func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOut
 	case saga.Failed:
 		return giveUpFailed, nil
 	case saga.Compensating:
-		return giveUpAborted, nil
+		// Aborted already (by an earlier round, another replica's
+		// watchdog or the saga itself): the compensator REJECTs it.
+		return giveUpAborting, nil
 	case saga.Completed, saga.Compensated:
 		// Finished between the listing and now (the order was
 		// confirmed, or rejected, in the saga's last transaction):

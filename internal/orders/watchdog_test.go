@@ -135,6 +135,33 @@ func TestWatchdogWaitsForUnpublishedEvents(t *testing.T) {
 	}
 }
 
+// An order whose saga was aborted is counted once: until the compensator
+// REJECTs it, the order is still CREATED, and a later round (or another
+// replica's watchdog) that finds its saga compensating already neither
+// counts it as aborted again (idemd's
+// idemd_order_watchdog_orders_total{action="aborted"}) nor logs it again.
+func TestWatchdogCountsAnAbortOnce(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixture(t, 0)
+	o := f.order()
+	f.publishAll()
+	st, err := f.wd.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 1 || f.status(o.ID) != string(saga.Compensating) {
+		t.Fatalf("first round: %+v, saga %s; want 1 aborted", st, f.status(o.ID))
+	}
+	for round := 2; round <= 3; round++ {
+		if st, err = f.wd.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st != (orders.WatchdogStats{}) {
+			t.Errorf("round %d, the saga compensating already: %+v; want nothing counted", round, st)
+		}
+	}
+}
+
 // A round reads every page of stale orders: orders the watchdog cannot
 // change (their payment was captured) do not starve the ones behind them.
 func TestWatchdogReadsEveryPage(t *testing.T) {
