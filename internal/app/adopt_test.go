@@ -419,3 +419,44 @@ func TestEmbeddedLogWithoutTheTopic(t *testing.T) {
 	}
 	a.Close()
 }
+
+// The lease taken while idemd is already shutting down (its renewals
+// failed during a database outage, and another idemd took it) stops the
+// publishing too: the shutdown's flushes do not publish into a log that is
+// no longer the database's, and idemd exits 1.
+func TestLeaseTakenDuringShutdownStopsPublishing(t *testing.T) {
+	t.Parallel()
+	var flushes atomic.Int32
+	started := make(chan struct{})
+	a := &App{
+		cfg:   Config{ShutdownTimeout: 5 * time.Second},
+		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		fatal: make(chan error, 1),
+		relay: func(ctx context.Context) error { <-ctx.Done(); return nil },
+		flush: func(context.Context) (int, error) { flushes.Add(1); return 0, nil },
+	}
+	a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		time.Sleep(300 * time.Millisecond) // the shutdown starts meanwhile
+		a.fail(fmt.Errorf("embedded broker: %w", errLeaseTaken))
+	})
+	addr, cancel, done := serveInTest(t, a)
+	go func() {
+		if res, err := http.Get("http://" + addr + "/x"); err == nil {
+			_ = res.Body.Close()
+		}
+	}()
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errLeaseTaken) {
+			t.Errorf("Serve = %v; want the lease's failure", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if n := flushes.Load(); n != 0 {
+		t.Errorf("%d flushes after the lease was taken; want none", n)
+	}
+}

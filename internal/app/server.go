@@ -28,7 +28,10 @@ import (
 // It also runs the retention sweep on Config.Cleanup's schedule. It does
 // not close the database or the embedded broker: Close does, afterwards.
 // An event left unpublished by a timeout is not lost: it stays in the
-// outbox for the next start.
+// outbox for the next start. A fatal failure (a worker that stopped with
+// an error, the embedded broker's lease taken) starts the same shutdown;
+// one reported while the shutdown runs is returned too, and a lease taken
+// then stops the flushes at once.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.handler,
@@ -93,9 +96,15 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	start := time.Now()
 	deadline = start.Add(a.cfg.ShutdownTimeout)
-	if fatal != nil {
-		a.log.Error("shutting down: this process cannot go on", "err", fatal)
-		if errors.Is(fatal, errLeaseTaken) {
+	// failed handles a fatal failure, the first one or one reported
+	// during the shutdown (checked before each step that publishes):
+	// Serve returns the first.
+	failed := func(err error) {
+		if fatal == nil {
+			fatal = err
+		}
+		a.log.Error("shutting down: this process cannot go on", "err", err)
+		if errors.Is(err, errLeaseTaken) {
 			// Not one more event into a log that is no longer the
 			// database's: the relay stops now and nothing is flushed.
 			a.flush = nil
@@ -103,6 +112,18 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 			relay.stopWithin(rctx)
 			cancel()
 		}
+	}
+	lateFailure := func() {
+		select {
+		case err := <-a.fatal:
+			failed(err)
+		default:
+		}
+	}
+	if fatal != nil {
+		err := fatal
+		fatal = nil
+		failed(err)
 	}
 	// Requests in flight get two thirds of the bound; the last third is
 	// kept for the relay, the consumers and the outbox flush.
@@ -128,13 +149,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 			fatal = err
 		}
 	}
+	lateFailure()
 	if !relay.stopWithin(sctx) {
 		// Nothing is lost: a batch published but not marked is
 		// published again at the next start (same event IDs).
 		a.log.Warn("shutdown: the relay did not stop within the shutdown timeout; its batch in flight is published again at the next start", "elapsed", since(start))
 	}
 	a.log.Info("shutdown: 2/4 requests done, relay stopped; publishing what is left in the outbox", "elapsed", since(start))
-	a.flushOutbox(sctx)
+	a.flushOutbox(sctx, lateFailure)
 	a.log.Info("shutdown: 3/4 stopping the consumers (each commits its batch in flight)", "elapsed", since(start))
 	if !consumers.stopWithin(sctx) {
 		// Nothing is lost: offsets not committed are delivered again,
@@ -142,7 +164,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		a.log.Warn("shutdown: the consumers did not stop within the shutdown timeout; their batches in flight are delivered again", "elapsed", since(start))
 	}
 	a.log.Info("shutdown: 4/4 consumers stopped; publishing the events of their last batches", "elapsed", since(start))
-	a.flushOutbox(sctx)
+	a.flushOutbox(sctx, lateFailure)
+	lateFailure()
 	a.log.Info("stopped", "elapsed", since(start))
 	return fatal
 }
@@ -151,12 +174,21 @@ func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).St
 
 // flushOutbox publishes the outbox until it is empty (for this relay: rows
 // another replica's relay holds are its own), ctx ends, or a batch fails.
-func (a *App) flushOutbox(ctx context.Context) {
+// check runs before each batch: a fatal failure it handles may end the
+// flushing (a.flush set to nil).
+func (a *App) flushOutbox(ctx context.Context, check func()) {
 	if a.flush == nil {
 		return
 	}
 	total := 0
 	for ctx.Err() == nil {
+		check()
+		if a.flush == nil {
+			if total > 0 {
+				a.log.Warn("shutdown: outbox flush stopped by a failure; the rest is published at the next start", "published", total)
+			}
+			return
+		}
 		n, err := a.flush(ctx)
 		total += n
 		if err != nil {
