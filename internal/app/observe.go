@@ -38,7 +38,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // observe writes one access log line (with the request's Idempotency-Key,
-// if any) and updates the request metrics for every request, and turns a handler panic into a logged 500 problem.
+// if any) and updates the request metrics for every request, and turns a
+// handler panic into a logged 500 problem (or, once the response started,
+// a cut connection).
 func (a *App) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -48,11 +50,18 @@ func (a *App) observe(next http.Handler) http.Handler {
 			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 				panic(p)
 			}
+			// A panic after the response started: the client must not
+			// take what it got for the whole response; the connection
+			// is cut, once the request is logged and counted.
+			cut := p != nil && sw.status != 0
 			if p != nil {
 				a.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
 				if sw.status == 0 {
 					problem.WriteError(sw, http.StatusInternalServerError, "", "Internal error", "")
 				}
+			}
+			if cut {
+				defer panic(http.ErrAbortHandler)
 			}
 			status := sw.status
 			if status == 0 {
