@@ -362,6 +362,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Crash/ProcessExitsBeforeCommit", fn: testCrashStep[TTx]},
 		{name: "Crash/ProcessExitsDuringCompensation", fn: testCrashCompensation[TTx]},
 		{name: "Crash/ConnectionKilledBeforeCommit", fn: testCrashConnectionKilled[TTx]},
+		{name: "Trace/PanickingStepSpan", fn: testStepPanicSpan[TTx]},
 		{name: "DeleteFinished", fn: testDeleteFinished[TTx], isolated: true},
 		{name: "Cleanup/FinishedSagasSwept", fn: testCleanupFinished[TTx], isolated: true},
 	}

@@ -99,6 +99,11 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 		ctx, span = c.cfg.Tracer.Start(ctx, "idem.saga.step", observe.String("idem.saga.step", name), observe.String("idem.saga.step_kind", kind))
 		defer func() {
 			span.SetAttributes(observe.Bool("idem.saga.ran", ran))
+			// A panicking step ends its span failed, and panics on.
+			if p := recover(); p != nil {
+				observe.End(span, fmt.Errorf("panic: %v", p))
+				panic(p)
+			}
 			observe.End(span, err)
 		}()
 	}
