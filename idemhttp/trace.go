@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"reflect"
 
@@ -39,7 +40,7 @@ func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, ne
 				observe.Bool("idem.replayed", rt.outcome == OutcomeReplayed))
 		}
 		span.SetAttributes(attrs...)
-		span.End()
+		endPanicking(span, recover())
 	}()
 	m.serve(w, r, next)
 }
@@ -84,12 +85,28 @@ func (m *Middleware[TTx]) enter(cmd *command, name string) (observe.Span, *http.
 	return s, orig
 }
 
-// leave ends the span of enter and restores cmd.r.
+// leave ends the span of enter and restores cmd.r. Deferred, it ends the
+// span of a handler that panicked with the panic as its error, and lets
+// the panic go on.
 func leave(cmd *command, s observe.Span, orig *http.Request) {
 	if orig != nil {
 		cmd.r = orig
 	}
-	s.End()
+	if s == observe.NoopSpan {
+		return // untraced: a panic goes on untouched
+	}
+	endPanicking(s, recover())
+}
+
+// endPanicking ends s; when p, a recovered panic, is not nil, it records p
+// as the error of s first and panics on with it.
+func endPanicking(s observe.Span, p any) {
+	if p == nil {
+		s.End()
+		return
+	}
+	observe.End(s, fmt.Errorf("panic: %v", p))
+	panic(p)
 }
 
 // endClaim ends a claim span with whether the key was claimed.

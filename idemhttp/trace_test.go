@@ -110,3 +110,40 @@ func TestTracingRouteWithoutPattern(t *testing.T) {
 		}
 	}
 }
+
+// A handler that panics: the panic goes on, and the request span and its
+// idem.http.execute child are ended with the panic as their error, not as
+// a request that went well.
+func TestTracingHandlerPanic(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			rec := &observetest.Recorder{}
+			mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Mode: mode, Tracer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+			req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(`{}`))
+			req.Header.Set("Idempotency-Key", "k1")
+			func() {
+				defer func() {
+					if r := recover(); r != "boom" {
+						t.Errorf("recovered %v; want the handler's panic", r)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), req)
+			}()
+			for _, name := range []string{"idem.http.request", "idem.http.execute"} {
+				spans := rec.Named(name)
+				if len(spans) != 1 {
+					t.Fatalf("%d %s spans; want 1", len(spans), name)
+				}
+				if s := spans[0]; !s.Ended() || s.Err() == nil || !strings.Contains(s.Err().Error(), "boom") {
+					t.Errorf("%s: ended %v, error %v; want ended with the panic", name, s.Ended(), s.Err())
+				}
+			}
+		})
+	}
+}
