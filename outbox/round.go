@@ -109,6 +109,11 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 			observe.Int("idem.events", res.claimed))
 		defer func() {
 			span.SetAttributes(observe.Int("idem.published", res.published), observe.Int("idem.failed", res.claimed-res.published))
+			// A panicking publisher ends the span failed, and panics on.
+			if p := recover(); p != nil {
+				observe.End(span, fmt.Errorf("panic: %v", p))
+				panic(p)
+			}
 			observe.End(span, err)
 		}()
 	}

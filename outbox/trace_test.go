@@ -110,3 +110,31 @@ func TestEnqueueWithoutPropagatorAddsNothing(t *testing.T) {
 		t.Errorf("published %v; want one event without headers", got)
 	}
 }
+
+// A publisher that panics: the panic goes on, and the relay's batch span is
+// ended with the panic as its error, not as a round that went well.
+func TestRelayBatchSpanOnPublisherPanic(t *testing.T) {
+	drv := testdb.SQLite(t)
+	enqueue(t, drv, mustEvent(t, "k1"))
+	rec := &observetest.Recorder{}
+	relay, err := outbox.NewRelay(drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { panic("boom") }),
+		&outbox.RelayConfig{Tracer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v; want the publisher's panic", r)
+			}
+		}()
+		_, _ = relay.RunOnce(t.Context())
+	}()
+	batches := rec.Named("idem.outbox.relay.batch")
+	if len(batches) != 1 {
+		t.Fatalf("%d relay batch spans; want 1", len(batches))
+	}
+	if b := batches[0]; !b.Ended() || b.Err() == nil {
+		t.Errorf("relay batch span: ended %v, error %v; want ended with the panic", b.Ended(), b.Err())
+	}
+}
