@@ -178,3 +178,46 @@ func TestRecordErrorNil(t *testing.T) {
 		t.Errorf("span after RecordError(nil): %+v", spans)
 	}
 }
+
+// The service name follows OpenTelemetry's precedence: OTEL_SERVICE_NAME,
+// then service.name in OTEL_RESOURCE_ATTRIBUTES, then Config.ServiceName.
+// A deployment that names its service in OTEL_RESOURCE_ATTRIBUTES must not
+// see its spans exported under the program's built-in name.
+func TestSetupServiceName(t *testing.T) {
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "idemd"},
+		{map[string]string{idemotel.EnvServiceName: "payments"}, "payments"},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod, service.name = orders%2Dapi "}, "orders-api"},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=orders", idemotel.EnvServiceName: "payments"}, "payments"},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=shop"}, "idemd"},
+	} {
+		env := map[string]string{idemotel.EnvEndpoint: "http://127.0.0.1:1"}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		tel, err := idemotel.Setup(context.Background(), idemotel.Config{ServiceName: "idemd", Getenv: func(k string) string { return env[k] }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr := tracetest.NewSpanRecorder()
+		tel.TracerProvider.RegisterSpanProcessor(sr)
+		_, s := tel.Tracer.Start(context.Background(), "x")
+		s.End()
+		var got string
+		for _, kv := range sr.Ended()[0].Resource().Attributes() {
+			if kv.Key == "service.name" {
+				got = kv.Value.AsString()
+			}
+		}
+		if got != tc.want {
+			t.Errorf("env %v: service.name %q, want %q", tc.env, got, tc.want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = tel.Shutdown(ctx)
+		cancel()
+	}
+}

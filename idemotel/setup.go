@@ -31,6 +31,9 @@ const (
 	EnvTracesEndpoint  = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 	EnvMetricsEndpoint = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 	EnvServiceName     = "OTEL_SERVICE_NAME"
+	// EnvResourceAttributes may name the service too (service.name=...),
+	// below OTEL_SERVICE_NAME and above Config.ServiceName.
+	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
 )
 
 // Enabled reports whether telemetry is on: flag (idemd's -otel) or a set
@@ -42,7 +45,8 @@ func Enabled(flag bool, getenv func(string) string) bool {
 // Config configures Setup.
 type Config struct {
 	// ServiceName is the service.name resource attribute, unless
-	// OTEL_SERVICE_NAME is set. Defaults to "idem".
+	// OTEL_SERVICE_NAME is set, or OTEL_RESOURCE_ATTRIBUTES holds a
+	// service.name (OpenTelemetry's precedence). Defaults to "idem".
 	ServiceName string
 	// Getenv reads the environment. Defaults to no variable set.
 	Getenv func(string) string
@@ -100,10 +104,13 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if name == "" {
 		name = "idem"
 	}
-	attrs := []attribute.KeyValue{attribute.String("service.name", name)}
-	if s := getenv(EnvServiceName); s != "" {
-		attrs[0] = attribute.String("service.name", s)
+	if s := resourceServiceName(getenv(EnvResourceAttributes)); s != "" {
+		name = s
 	}
+	if s := getenv(EnvServiceName); s != "" {
+		name = s
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", name)}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: resource: %w", err)
@@ -194,4 +201,24 @@ func checkEndpoint(name, v string) error {
 		return fmt.Errorf("idemotel: %s=%q: want an http:// or https:// URL with a host, such as http://collector:4318", name, u.Redacted())
 	}
 	return nil
+}
+
+// resourceServiceName returns the service.name of an
+// OTEL_RESOURCE_ATTRIBUTES value (comma-separated key=value pairs, values
+// percent-encoded), read as the OpenTelemetry SDK reads it; "" when it
+// names none.
+func resourceServiceName(attrs string) string {
+	name := ""
+	for p := range strings.SplitSeq(attrs, ",") {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || strings.TrimSpace(k) != "service.name" {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if u, err := url.PathUnescape(v); err == nil {
+			v = u
+		}
+		name = v // the last one wins, as in the SDK's resource
+	}
+	return name
 }
