@@ -221,3 +221,34 @@ func TestSetupServiceName(t *testing.T) {
 		cancel()
 	}
 }
+
+// A batch whose first traceparent TraceID accepts but the propagator
+// refuses (version 00 with flag bits OpenTelemetry rejects) still continues
+// the trace of the events the propagator reads: the refused one is no
+// trace context, not a reason to start a new trace.
+func TestStartBatchSkipsTraceContextThePropagatorRefuses(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tr := idemotel.NewTracer(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	refused := "00-" + trace + "-00f067aa0ba902b7-ff"
+	good := "00-" + trace + "-00f067aa0ba902b8-01"
+	if observe.TraceID(refused) == "" {
+		t.Fatalf("TraceID(%q) is empty; the test needs one TraceID accepts", refused)
+	}
+	hs := []string{refused, good}
+	_, s := observe.StartBatch(context.Background(), tr, idemotel.Propagator(nil), "batch", len(hs),
+		func(i int, k string) string {
+			if k == observe.TraceParent {
+				return hs[i]
+			}
+			return ""
+		})
+	s.End()
+	b := rec.Ended()[0]
+	if got := b.SpanContext().TraceID().String(); got != trace || b.Parent().SpanID().String() != "00f067aa0ba902b8" {
+		t.Errorf("batch span in trace %s, parent %s; want a child of 00f067aa0ba902b8 in %s", got, b.Parent().SpanID(), trace)
+	}
+	if len(b.Links()) != 1 {
+		t.Errorf("batch links %v; want the readable event's alone", b.Links())
+	}
+}

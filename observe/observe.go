@@ -165,12 +165,13 @@ func isHex(s string, n int) bool {
 
 // StartBatch starts the span name for a batch of n messages whose trace
 // context is read, for message i, through header(i, key) (nil when the
-// messages carry none). When every message that has a traceparent belongs
-// to one trace, the span continues it as a child of the first message's
-// producer span; otherwise it is a child of ctx. Either way, it links to
-// the producer span of every message that has one (once per distinct
-// traceparent). With a nil t it
-// returns ctx and NoopSpan; with a nil p it reads no trace context.
+// messages carry none). A traceparent that p does not extract (Extract
+// returns ctx unchanged) counts as none. When every message that has a
+// traceparent belongs to one trace, the span continues it as a child of
+// the first message's producer span; otherwise it is a child of ctx.
+// Either way, it links to the producer span of every message that has one
+// (once per distinct traceparent). With a nil t it returns ctx and
+// NoopSpan; with a nil p it reads no trace context.
 func StartBatch(ctx context.Context, t Tracer, p Propagator, name string, n int, header func(i int, key string) string, attrs ...Attr) (context.Context, Span) {
 	if t == nil {
 		return ctx, NoopSpan
@@ -194,13 +195,19 @@ func StartBatch(ctx context.Context, t Tracer, p Propagator, name string, n int,
 			seen = map[string]bool{}
 		}
 		seen[tp] = true
+		ectx := p.Extract(ctx, func(k string) string { return header(i, k) })
+		if ectx == ctx {
+			// The propagator found no trace context it accepts (OpenTelemetry
+			// refuses some values TraceID lets through): none, as if absent.
+			continue
+		}
 		switch {
 		case traceID == "":
 			traceID = id
 		case id != traceID:
 			mixed = true
 		}
-		links = append(links, p.Extract(ctx, func(k string) string { return header(i, k) }))
+		links = append(links, ectx)
 	}
 	parent := ctx
 	if len(links) > 0 && !mixed {
