@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/leaseowner"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -58,7 +59,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 		cfg:   c,
 		sched: sched,
 		rules: c.builtinRules(probe, check),
-		owner: newOwner(),
+		owner: leaseowner.New(),
 	}
 	cl.logConfig()
 	return cl, nil

@@ -2,28 +2,13 @@ package cleanup
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 )
-
-// newOwner returns a lease owner id unique to one Cleaner, readable in the
-// idem_lock table: host, pid and random bits.
-func newOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
-}
 
 // acquire takes (or extends) the sweep lease at now.
 func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error) {

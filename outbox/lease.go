@@ -2,11 +2,8 @@ package outbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -35,18 +32,6 @@ var ErrStandby = errors.New("outbox: another relay publishes this database's out
 type relayLease struct {
 	ex    driver.LockExecutor
 	owner string
-}
-
-// newLeaseOwner returns a lease owner id unique to one Relay, readable in
-// the idem_lock table: host, pid and random bits.
-func newLeaseOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
 // The lease's times are the wall clock (time.Now), not RelayConfig.Now: a

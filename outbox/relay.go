@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/leaseowner"
 )
 
 // ErrRunning is returned by Run when the relay is already running.
@@ -101,7 +102,7 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 		// Claims read outside a transaction: two relays would read the
 		// same events. One publishes at a time, under a lease.
 		if ls, ok := any(drv).(driver.LockStore); ok {
-			r.lease = &relayLease{ex: ls.Locks(), owner: newLeaseOwner()}
+			r.lease = &relayLease{ex: ls.Locks(), owner: leaseowner.New()}
 		}
 	}
 	return r, nil
