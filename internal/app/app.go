@@ -384,6 +384,7 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(o.Get)))
 	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /livez", a.livez)
 	mux.HandleFunc("GET /v1/kafka", a.kafkaInfo)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return a.continueTrace(a.observe(problemRouting(mux))), nil

@@ -20,7 +20,8 @@
 //	                                 total_amount (confirmed orders only), last_order_id
 //	                                 (404 before the first event arrives, 503 with -kafka off)
 //	GET  /v1/kafka                   the Kafka in use: mode, seeds, topic
-//	GET  /healthz                    {"status":"ok"} after pinging the database, else 503
+//	GET  /healthz                    {"status":"ok"} after pinging the database, else 503 (readiness)
+//	GET  /livez                      {"status":"ok"} while the process serves, database or not (liveness)
 //	GET  /metrics                    Prometheus metrics
 //
 // The POST endpoints answer, before the idempotency middleware claims the

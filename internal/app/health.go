@@ -25,6 +25,16 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
+// livez answers {"status":"ok"} while the process serves HTTP, without
+// looking at the database: a liveness probe. /healthz is the readiness
+// probe: a database outage takes every replica out of the load balancer,
+// and restarting them all (a liveness probe on /healthz) would not help.
+func (a *App) livez(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
 // kafkaInfo answers where the order events are, for clients such as idemd
 // demo: {"mode":"embedded"|"brokers"|"off","seeds":["host:port",...],
 // "topic":"..."}. The seeds of the embedded broker are its listen address.

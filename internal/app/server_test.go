@@ -48,6 +48,12 @@ func TestHealthz(t *testing.T) {
 			t.Errorf("healthz without database: %d %s, want 503", r.status, r.body)
 		}
 		r.problemType(t)
+		// A liveness probe must not restart a replica for its database's
+		// outage (every replica would restart at once, and again).
+		r = e.do(http.MethodGet, "/livez", nil, "")
+		if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ok"}` {
+			t.Errorf("livez without database: %d %s, want 200 ok", r.status, r.body)
+		}
 	})
 }
 
