@@ -40,7 +40,8 @@
 // dereference), every UUID made in the loop counts, as the loop sets a key. A
 // retry loop is a for loop over a count or a condition, or an endless one;
 // loops over a slice, map, channel or iterator, loops whose condition is a
-// call or a len, and loops that receive or poll the next unit of work
+// call or uses a len (also through a variable, n := len(s); i < n), range
+// over a len (for i := range len(s)), and loops that receive or poll the next unit of work
 // (v := <-ch, Recv, PollFetches, Accept, ..., or a tick of a time.Ticker
 // or time.Tick: a periodic job) are item loops and are not checked;
 // time.After and a time.Timer are a backoff between attempts. A loop that

@@ -331,7 +331,7 @@ func fieldAssignments(pass *analysis.Pass) map[types.Object][]assignment {
 // isRetryLoop reports whether loop may repeat one operation: a loop over
 // a count or a condition, or an endless one. Loops over the items of a
 // slice, map, channel or iterator, loops whose condition is a call (rows.Next())
-// or a len, and loops that receive or fetch the next unit of work (a
+// or uses a len (also through a variable), a range over a len, and loops that receive or fetch the next unit of work (a
 // receive from a time.Ticker's channel or time.Tick included: a periodic
 // job) handle a new operation per iteration. A receive from time.After or
 // a Timer is a backoff between attempts.
@@ -347,20 +347,16 @@ func isRetryLoop(info *types.Info, assigns map[types.Object][]assignment, loop a
 		if !ok || t.Info()&types.IsInteger == 0 {
 			return false
 		}
+		if usesLen(info, assigns, l.X, 0) {
+			return false // for i := range len(items)
+		}
 		body = l.Body
 	case *ast.ForStmt:
 		if l.Cond != nil {
 			if _, ok := ast.Unparen(l.Cond).(*ast.CallExpr); ok {
 				return false
 			}
-			usesLen := false
-			ast.Inspect(l.Cond, func(n ast.Node) bool {
-				if call, ok := n.(*ast.CallExpr); ok && (isBuiltin(info, call, "len") || isBuiltin(info, call, "cap")) {
-					usesLen = true
-				}
-				return !usesLen
-			})
-			if usesLen {
+			if usesLen(info, assigns, l.Cond, 0) {
 				return false
 			}
 		}
@@ -393,6 +389,39 @@ func isRetryLoop(info *types.Info, assigns map[types.Object][]assignment, loop a
 		return !work
 	})
 	return !work
+}
+
+// usesLen reports whether e calls len or cap, directly or through a
+// variable every assignment of which does (n := len(items); i < n): a
+// bound that counts items. depth bounds the search through variables.
+func usesLen(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, depth int) bool {
+	if depth > 2 {
+		return false
+	}
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if isBuiltin(info, n, "len") || isBuiltin(info, n, "cap") {
+				found = true
+			}
+		case *ast.Ident:
+			v, ok := info.Uses[n].(*types.Var)
+			if !ok || len(assigns[v]) == 0 {
+				return true
+			}
+			all := true
+			for _, a := range assigns[v] {
+				if a.Index != 0 || !usesLen(info, assigns, a.Expr, depth+1) {
+					all = false
+					break
+				}
+			}
+			found = all
+		}
+		return !found
+	})
+	return found
 }
 
 // isTickerChan reports whether e is the channel of a time.Ticker or one

@@ -224,6 +224,24 @@ func perItemIndex(c *idemclient.Client, reqs []*http.Request) {
 	}
 }
 
+// Range over len (Go 1.22), and a bound computed from len: one operation
+// per item, as for i < len(reqs).
+func perItemRangeLen(c *idemclient.Client, reqs []*http.Request) {
+	for i := range len(reqs) {
+		key, _ := idemclient.NewKey()
+		r, _ := idemclient.WithKey(reqs[i], key)
+		c.Do(r)
+	}
+}
+
+func perItemLenVariable(ctx context.Context, cl *kgo.Client, keys [][]byte) {
+	n := len(keys)
+	for i := 0; i < n; i++ {
+		id, _ := event.NewID()
+		cl.ProduceSync(ctx, &kgo.Record{Key: keys[i], Value: id[:]})
+	}
+}
+
 func worker(c *idemclient.Client, jobs <-chan *http.Request) {
 	for {
 		req := <-jobs
