@@ -23,6 +23,7 @@ var queryNames = []string{"Query", "QueryContext", "QueryRow", "QueryRowContext"
 
 func runCheckInsert(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
+	assigns := assignments(pass)
 	r := newReporter(pass)
 	funcBodies(pass, func(body *ast.BlockStmt) {
 		checked := make(map[string]bool) // dedup tables a query read
@@ -35,7 +36,7 @@ func runCheckInsert(pass *analysis.Pass) (any, error) {
 			if fn == nil || dbHandle(fn) == notDB || !contains(sqlNames, fn.Name()) {
 				return true
 			}
-			q, ok := sqlArg(info, call)
+			q, ok := sqlArg(info, assigns, call)
 			if !ok {
 				return true
 			}

@@ -66,7 +66,10 @@
 // KEY UPDATE, FOR SHARE, FOR KEY SHARE: the lock would end with the pool's
 // statement), a WITH without one and without INSERT, UPDATE, DELETE or
 // MERGE, or an EXPLAIN without ANALYZE (which runs the statement), after
-// any leading comments.
+// any leading comments. The constant SQL of a call is its query argument
+// (a Stmt's calls have none): a constant, or a variable assigned one
+// constant once (query := "SELECT ..."; a q += " FOR UPDATE" makes it
+// unknown, and the call is reported).
 // Handlers that take the transaction in a helper, or pass the pool to one,
 // are not seen.
 //
@@ -114,8 +117,8 @@
 // Every such INSERT is reported. Dedup tables go by name, compared in
 // lower case without schema or quotes: processed_event(s),
 // processed_message(s), idempotency_record(s), idempotency_key(s), inbox,
-// any name ending in _inbox and any starting with dedup. Other names, SQL
-// built at run time, and a check in one function with the insert in
+// any name ending in _inbox and any starting with dedup. Constant SQL is
+// read as idemtxwrite reads it. Other names, SQL built at run time, and a check in one function with the insert in
 // another are not seen.
 //
 // idemstaticid: a consumer group instance ID (static membership) that is a

@@ -177,12 +177,36 @@ func constString(info *types.Info, e ast.Expr) (string, bool) {
 }
 
 // sqlArg returns the constant SQL text of a database call, if any: the
-// first constant string argument.
-func sqlArg(info *types.Info, call *ast.CallExpr) (string, bool) {
-	for _, a := range call.Args {
+// argument of the method's first string parameter (the query; a Stmt's
+// methods have none), a constant or a variable assigned one constant
+// once (query := "SELECT ..."). A variable assigned more than once (q +=
+// " FOR UPDATE") has no constant text.
+func sqlArg(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) (string, bool) {
+	sig, ok := info.TypeOf(call.Fun).(*types.Signature)
+	if !ok {
+		return "", false
+	}
+	for i := range sig.Params().Len() {
+		if i == sig.Params().Len()-1 && sig.Variadic() {
+			break
+		}
+		b, ok := sig.Params().At(i).Type().(*types.Basic)
+		if !ok || b.Kind() != types.String {
+			continue
+		}
+		if i >= len(call.Args) {
+			return "", false
+		}
+		a := ast.Unparen(call.Args[i])
 		if s, ok := constString(info, a); ok {
 			return s, true
 		}
+		if id, ok := a.(*ast.Ident); ok {
+			if v, ok := info.Uses[id].(*types.Var); ok && len(assigns[v]) == 1 && assigns[v][0].Index == 0 {
+				return constString(info, assigns[v][0].Expr)
+			}
+		}
+		return "", false
 	}
 	return "", false
 }

@@ -26,6 +26,7 @@ var poolMethods = []string{"Exec", "ExecContext", "Query", "QueryContext", "Quer
 
 func runTxWrite(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
+	assigns := assignments(pass)
 	r := newReporter(pass)
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -46,7 +47,7 @@ func runTxWrite(pass *analysis.Pass) (any, error) {
 				return true
 			}
 			if body != nil && sig != nil && isHandler(sig) {
-				checkHandler(info, r, body)
+				checkHandler(info, assigns, r, body)
 			}
 			return true
 		})
@@ -70,7 +71,7 @@ func isHandler(sig *types.Signature) bool {
 
 // checkHandler reports in a handler body that takes the transaction with
 // idemhttp.TxFromContext.
-func checkHandler(info *types.Info, r *reporter, body *ast.BlockStmt) {
+func checkHandler(info *types.Info, assigns map[types.Object][]assignment, r *reporter, body *ast.BlockStmt) {
 	txs := make(map[types.Object]bool)
 	found := false
 	ast.Inspect(body, func(n ast.Node) bool {
@@ -143,7 +144,7 @@ func checkHandler(info *types.Info, r *reporter, body *ast.BlockStmt) {
 		if fn == nil || dbHandle(fn) != dbPool || !contains(poolMethods, fn.Name()) {
 			return true
 		}
-		if q, ok := sqlArg(info, call); ok && isReadOnlySQL(q) && fn.Name() != "Exec" && fn.Name() != "ExecContext" {
+		if q, ok := sqlArg(info, assigns, call); ok && isReadOnlySQL(q) && fn.Name() != "Exec" && fn.Name() != "ExecContext" {
 			return true // a read beside the transaction
 		}
 		r.report(call, msgTxPool)

@@ -64,6 +64,18 @@ func inClosure(ctx context.Context, db *sql.DB, id string) func() error {
 	}
 }
 
+// The SQL in local variables.
+func variables(ctx context.Context, tx pgx.Tx, id string) error {
+	check := "SELECT count(*) FROM processed_event WHERE event_id = $1"
+	var insert = "INSERT INTO processed_event (event_id) VALUES ($1)"
+	var n int
+	if err := tx.QueryRow(ctx, check, id).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := tx.Exec(ctx, insert, id) // want "check-then-insert on processed_event races"
+	return err
+}
+
 // Not reported.
 
 func onConflict(ctx context.Context, tx pgx.Tx, id string) error {

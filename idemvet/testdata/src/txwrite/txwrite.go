@@ -92,6 +92,20 @@ func (s *Server) MethodValue(w http.ResponseWriter, r *http.Request) {
 
 func finish(ctx context.Context, end func(context.Context) error) { end(ctx) }
 
+// LockFromVariable's SQL is a variable that may gain a locking clause;
+// and a constant argument is not the SQL.
+func (s *Server) LockFromVariable(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	idemhttp.TxFromContext[pgx.Tx](ctx)
+	lock, q := r.URL.Query().Has("lock"), r.FormValue("q")
+	query := "SELECT n FROM stock WHERE id = $1"
+	if lock {
+		query += " FOR UPDATE"
+	}
+	s.pool.QueryRow(ctx, query, 1) // want "write through the pool bypasses"
+	s.pool.Query(ctx, q, "SELECT") // want "write through the pool bypasses"
+}
+
 // Not reported.
 
 // Reads reads beside the transaction: a CTE, and queries that start with a
@@ -103,6 +117,19 @@ func (s *Server) Reads(w http.ResponseWriter, r *http.Request) {
 	s.pool.QueryRow(ctx, "-- current stock\nSELECT n FROM stock WHERE id = $1", 1)
 	s.db.QueryContext(ctx, "/* report */ SELECT count(*) FROM orders")
 	s.pool.Query(ctx, "EXPLAIN DELETE FROM carts WHERE id = $1", 1)
+	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
+}
+
+// ReadFromVariable holds its read's SQL in a local variable, as many
+// handlers do: still a read beside the transaction.
+func (s *Server) ReadFromVariable(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	query := `SELECT name FROM products WHERE id = $1`
+	var name string
+	s.pool.QueryRow(ctx, query, 1).Scan(&name)
+	var count = "SELECT count(*) FROM orders WHERE status = $1"
+	s.db.QueryRowContext(ctx, count, "paid")
 	tx.Exec(ctx, "INSERT INTO orders VALUES (1)")
 }
 
