@@ -26,12 +26,16 @@
 // idemretrykey: a key or event ID made inside a retry loop that also sends
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
 // event.NewID and event.New, which count with any send (http.Client.Do,
-// http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync),
+// http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync,
+// or a call of a function or method of the package that sends, directly
+// or through others of the package),
 // and the github.com/google/uuid constructors (New, NewString, NewRandom,
 // NewUUID, NewV6, NewV7, their FromReader forms, NewDCE...: every function
 // that makes a new UUID per call), which count only when their
 // value is the key the loop sends: the value of Header.Set/Add of an
-// Idempotency-Key header or the key of idemclient.WithKey, directly or
+// Idempotency-Key header or the key of idemclient.WithKey (also the
+// argument of a function of the package that sets its parameter as the
+// key, as charge(ctx, key, body) does), directly or
 // computed from it (id.String(), a concatenation, a call's argument, an
 // index or slice such as id[:] or id.String()[:8]) through local variables
 // and struct fields the package assigns, since a UUID may be a per-attempt

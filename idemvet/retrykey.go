@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
@@ -27,6 +28,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	assigns := assignments(pass)
 	var fields map[types.Object][]assignment // built on first use
+	helpers := newSendHelpers(pass)
 	r := newReporter(pass)
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -58,6 +60,17 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				if v := keyHeaderValue(info, call); v != nil {
 					sends = true
 					keyValues = append(keyValues, v)
+				}
+				// A function of the package that sends, or sets one of
+				// its parameters as the key.
+				if h := helpers.of(callee(info, call), 0); h != nil {
+					sends = sends || h.sends
+					for _, i := range h.keyParams {
+						if i < len(call.Args) {
+							sends = true
+							keyValues = append(keyValues, call.Args[i])
+						}
+					}
 				}
 				if newKey(info, call) != notKey && !inNestedLoop(body, call) {
 					keys = append(keys, call)
@@ -95,6 +108,91 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 		})
 	}
 	return nil, nil
+}
+
+// sendHelper is what a function of the package does with a request: sends
+// it (directly or through another function of the package), and which of
+// its parameters it sets as the Idempotency-Key.
+type sendHelper struct {
+	sends     bool
+	keyParams []int
+}
+
+// sendHelpers finds the functions of the package that send.
+type sendHelpers struct {
+	info  *types.Info
+	decls map[*types.Func]*ast.FuncDecl
+	done  map[*types.Func]*sendHelper // nil while in progress
+}
+
+func newSendHelpers(pass *analysis.Pass) *sendHelpers {
+	h := &sendHelpers{info: pass.TypesInfo, decls: make(map[*types.Func]*ast.FuncDecl), done: make(map[*types.Func]*sendHelper)}
+	for _, f := range pass.Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if fn, ok := pass.TypesInfo.Defs[fd.Name].(*types.Func); ok {
+					h.decls[fn] = fd
+				}
+			}
+		}
+	}
+	return h
+}
+
+// of returns what fn, a function of the package, does with a request, or
+// nil when fn is not one or neither sends nor sets a key. depth bounds the
+// search through functions that call others.
+func (h *sendHelpers) of(fn *types.Func, depth int) *sendHelper {
+	decl := h.decls[fn]
+	if decl == nil || depth > 4 {
+		return nil
+	}
+	if s, ok := h.done[fn]; ok {
+		return s // nil while in progress: a recursive call adds nothing
+	}
+	h.done[fn] = nil
+	params := make(map[types.Object]int)
+	if sig, ok := fn.Type().(*types.Signature); ok {
+		for i := range sig.Params().Len() {
+			params[sig.Params().At(i)] = i
+		}
+	}
+	s := &sendHelper{}
+	addParam := func(e ast.Expr) {
+		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
+			if i, ok := params[h.info.Uses[id]]; ok && !slices.Contains(s.keyParams, i) {
+				s.keyParams = append(s.keyParams, i)
+			}
+		}
+	}
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if isSend(h.info, call) {
+			s.sends = true
+		}
+		if v := keyHeaderValue(h.info, call); v != nil {
+			s.sends = true
+			addParam(v)
+		}
+		if g := h.of(callee(h.info, call), depth+1); g != nil {
+			s.sends = s.sends || g.sends
+			for _, i := range g.keyParams {
+				if i < len(call.Args) {
+					s.sends = true
+					addParam(call.Args[i])
+				}
+			}
+		}
+		return true
+	})
+	if !s.sends {
+		s = nil
+	}
+	h.done[fn] = s
+	return s
 }
 
 // keyKind classifies a call that makes a fresh identifier.

@@ -402,3 +402,77 @@ func mapKey(c *http.Client, req *http.Request) {
 		}
 	}
 }
+
+type payments struct {
+	c  *http.Client
+	cl *kgo.Client
+}
+
+// charge builds the request and sends it: the loops below send through it.
+func (p *payments) charge(ctx context.Context, key string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://psp/charges", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	return p.do(req)
+}
+
+func (p *payments) do(req *http.Request) error {
+	resp, err := p.c.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+func publish(ctx context.Context, cl *kgo.Client, id []byte) error {
+	return cl.ProduceSync(ctx, &kgo.Record{Key: id}).FirstErr()
+}
+
+func helperSends(ctx context.Context, p *payments, body []byte) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		key, _ := idemclient.NewKey() // want "idempotency key created inside a retry loop"
+		if err := p.charge(ctx, key, body); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+func helperSendsUUID(ctx context.Context, p *payments, body []byte) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		if err := p.charge(ctx, uuid.NewString(), body); err == nil { // want "idempotency key created inside a retry loop"
+			return nil
+		}
+	}
+	return nil
+}
+
+func helperPublishes(ctx context.Context, cl *kgo.Client) {
+	for ctx.Err() == nil {
+		id, _ := event.NewID() // want "idempotency key created inside a retry loop"
+		if publish(ctx, cl, id[:]) == nil {
+			return
+		}
+	}
+}
+
+// Not reported: the key is made once; the per-attempt UUID is a request
+// ID the helper does not send as the key.
+func helperStableKey(ctx context.Context, p *payments, body []byte) error {
+	key, err := idemclient.NewKey()
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		trace := uuid.NewString()
+		if err := p.charge(context.WithValue(ctx, traceKey{}, trace), key, body); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+type traceKey struct{}

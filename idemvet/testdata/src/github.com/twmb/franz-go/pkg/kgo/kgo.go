@@ -42,6 +42,8 @@ func (Fetches) Records() []*Record          { return nil }
 
 type ProduceResults []struct{}
 
+func (ProduceResults) FirstErr() error { return nil }
+
 type Client struct{}
 
 func NewClient(opts ...Opt) (*Client, error) { return &Client{}, nil }
