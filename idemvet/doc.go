@@ -8,8 +8,9 @@
 // database/sql and github.com/google/uuid by import path and type. They
 // look at one function at a time and follow values mostly through local
 // assignments (idemretrykey also through struct fields the package
-// assigns): what a helper function returns or does is not seen, so every
-// rule has false negatives.
+// assigns and sends in its functions, idemproducer and idemautocommit
+// through the options its functions return): most of what a helper
+// function returns or does is not seen, so every rule has false negatives.
 // They report only the shapes below, to keep false positives rare.
 // Generated files (a "// Code generated ... DO NOT EDIT." line before the
 // package clause) are not checked, except cmd/cgo's copies of the files of
@@ -19,8 +20,9 @@
 // idemproducer: a kgo.NewClient whose options include
 // kgo.DisableIdempotentWrite() or kgo.RequiredAcks(kgo.LeaderAck()) /
 // RequiredAcks(kgo.NoAck()), written in the call or in a slice of options
-// built in the package (literal, append, variable). It does not see
-// options returned by another function, nor tell a client that only
+// built in the package (literal, append, variable), or returned by a
+// function of the package. It does not see options from another package
+// nor a function's parameters, nor tell a client that only
 // consumes from one that produces.
 //
 // idemretrykey: a key or event ID made inside a retry loop that also sends
@@ -100,7 +102,7 @@
 // franz-go's autocommit commits polled offsets every 5 seconds, whether or
 // not the database transaction that applied the records committed: a crash
 // loses them. A client with options from elsewhere (a parameter, a field,
-// what a helper returns) is not reported: they may turn autocommit off.
+// what another package's function returns) is not reported: they may turn autocommit off.
 // AutoCommitMarks commits only marked records and is not reported; whether
 // the marks come after the commit is not checked. Also every call of
 // ReadMessage on a segmentio/kafka-go Reader, which commits the message's

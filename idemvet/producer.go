@@ -68,15 +68,44 @@ func lowAcks(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr
 
 // kgoOptions calls fn for every kgo option call among the arguments of
 // the kgo.NewClient call newClient: an option call, a slice literal of
-// options, an append to options, or a variable of the package assigned any
-// of these. It reports whether every option could be followed: false when
-// an argument holds options from elsewhere (a parameter, a field, what
-// another function returns, a value spread from a call's several results),
-// which may hold any option.
+// options, an append to options, a variable of the package assigned any
+// of these, or what a function of the package returns (its first result).
+// It reports whether every option could be followed: false when an
+// argument holds options from elsewhere (a parameter, a field, what a
+// function of another package returns), which may hold any option.
 func kgoOptions(pass *analysis.Pass, assigns map[types.Object][]assignment, newClient *ast.CallExpr, fn func(opt *ast.CallExpr)) bool {
 	info := pass.TypesInfo
 	complete := true
 	var visit func(e ast.Expr, seen map[types.Object]bool)
+	// visitResults visits the first result of every return of the
+	// function of the package f, reporting whether f is one.
+	visitResults := func(f *types.Func, seen map[types.Object]bool) bool {
+		decl := funcDecl(pass, f)
+		if decl == nil {
+			return false
+		}
+		if seen[f] {
+			return true
+		}
+		seen[f] = true
+		ast.Inspect(decl.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // its returns are its own
+			case *ast.ReturnStmt:
+				switch {
+				case len(n.Results) == 0:
+					complete = false // named results: not followed
+				case len(n.Results) == 1 && f.Type().(*types.Signature).Results().Len() > 1:
+					complete = false // return g(), spread
+				default:
+					visit(n.Results[0], seen)
+				}
+			}
+			return true
+		})
+		return true
+	}
 	visit = func(e ast.Expr, seen map[types.Object]bool) {
 		switch e := ast.Unparen(e).(type) {
 		case *ast.CompositeLit:
@@ -113,9 +142,13 @@ func kgoOptions(pass *analysis.Pass, assigns map[types.Object][]assignment, newC
 				}
 				return
 			}
-			if f := callee(info, e); f != nil && f.Pkg() != nil && f.Pkg().Path() == kgoPath &&
+			f := callee(info, e)
+			if f != nil && f.Pkg() != nil && f.Pkg().Path() == kgoPath &&
 				f.Type().(*types.Signature).Recv() == nil {
 				fn(e)
+				return
+			}
+			if f != nil && visitResults(f, seen) {
 				return
 			}
 			complete = false
@@ -127,6 +160,24 @@ func kgoOptions(pass *analysis.Pass, assigns map[types.Object][]assignment, newC
 		visit(a, make(map[types.Object]bool))
 	}
 	return complete
+}
+
+// funcDecl returns the declaration of f among the files of the package,
+// or nil.
+func funcDecl(pass *analysis.Pass, f *types.Func) *ast.FuncDecl {
+	if f == nil || f.Pkg() != pass.Pkg {
+		return nil
+	}
+	for _, file := range pass.Files {
+		if file.FileStart <= f.Pos() && f.Pos() < file.FileEnd {
+			for _, d := range file.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil && pass.TypesInfo.Defs[fd.Name] == f {
+					return fd
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // isParam reports whether v is a parameter, result or receiver of a

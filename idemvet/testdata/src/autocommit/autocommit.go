@@ -85,7 +85,10 @@ func extra(extra []kgo.Opt) {
 	kgo.NewClient(append(extra, kgo.ConsumerGroup("g"))...)
 }
 
-func helperOpts() []kgo.Opt { return nil }
+// settings are loaded at run time: what helperOpts returns is not known.
+var settings struct{ Opts []kgo.Opt }
+
+func helperOpts() []kgo.Opt { return settings.Opts }
 
 func fromHelper() {
 	kgo.NewClient(append(helperOpts(), kgo.ConsumerGroup("g"))...)
@@ -108,4 +111,27 @@ func partitionReader(ctx context.Context) {
 func emptyGroup(ctx context.Context) {
 	cfg := &kafka.ReaderConfig{Topic: "orders", GroupID: ""}
 	kafka.NewReader(*cfg).ReadMessage(ctx)
+}
+
+// Options from a function of the package are followed.
+func groupOptions(group string) ([]kgo.Opt, error) {
+	return []kgo.Opt{kgo.SeedBrokers("k:9092"), kgo.ConsumerGroup(group)}, nil
+}
+
+func fromOptionsHelper() {
+	opts, _ := groupOptions("g")
+	kgo.NewClient(opts...) // want "commits polled offsets"
+}
+
+// Not reported: the helper's options include its caller's.
+func groupWith(extra ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{kgo.ConsumerGroup("g")}, extra...)
+}
+
+func fromHelperWithExtra(extra []kgo.Opt) {
+	kgo.NewClient(groupWith(extra...)...)
+}
+
+func fromHelperManual() {
+	kgo.NewClient(groupWith(kgo.DisableAutoCommit())...)
 }

@@ -65,3 +65,21 @@ func unused() {
 func consumer() {
 	kgo.NewClient(kgo.SeedBrokers("k:9092"), kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("g"), kgo.DisableAutoCommit())
 }
+
+// Options from a function of the package are followed.
+func unsafeOpts(brokers ...string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.DisableIdempotentWrite(), // want "idempotent writes disabled"
+	}
+}
+
+func fromHelper() {
+	kgo.NewClient(unsafeOpts("k:9092")...)
+}
+
+func fastAcks() kgo.Opt { return kgo.RequiredAcks(kgo.LeaderAck()) } // want "acks below all"
+
+func fromOptionHelper() {
+	kgo.NewClient(kgo.SeedBrokers("k:9092"), fastAcks())
+}
