@@ -55,12 +55,14 @@
 // mistake. A key made in a helper the loop calls is not seen.
 //
 // idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
-// through uuid.Must, .String() or a local variable) stored in
+// through uuid.Must, .String(), a local variable, or a function of the
+// package that returns one) stored in
 // event.Envelope.ID (also through a struct that embeds event.Envelope) or
 // in a field named EventID of type uuid.UUID or string, by a composite
 // literal (keyed or not) or an assignment. Test files are skipped: they build fixtures
-// and check that v4 IDs are rejected. Other field names and values that
-// pass through other functions are not seen.
+// and check that v4 IDs are rejected. Other field names, values that pass
+// through another package's functions or a function's parameters, and
+// struct fields other than the event ID are not followed.
 //
 // idemtxwrite: in a func(http.ResponseWriter, *http.Request) that calls
 // idemhttp.TxFromContext, a Commit or Rollback on the variable it returned

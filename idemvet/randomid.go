@@ -22,7 +22,7 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 	assigns := assignments(pass)
 	r := newReporter(pass)
 	check := func(field *types.Var, value ast.Expr) {
-		if field != nil && isEventIDField(field) && isRandomUUID(info, assigns, value, 0, 0) {
+		if field != nil && isEventIDField(field) && isRandomUUID(pass, assigns, value, 0, 0) {
 			r.report(value, msgRandomID)
 		}
 	}
@@ -110,18 +110,23 @@ func isEventIDField(field *types.Var) bool {
 
 // isRandomUUID reports whether e is a random UUID: a call of uuid.New,
 // NewRandom or NewString, possibly wrapped in uuid.Must or followed by
-// .String(), or a variable assigned one. index is the result of e wanted
-// when e is a call; depth bounds the search through variables.
-func isRandomUUID(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, index, depth int) bool {
+// .String(), a variable assigned one, or a call of a function of the
+// package that returns one. index is the result of e wanted when e is a
+// call; depth bounds the search through variables and functions.
+func isRandomUUID(pass *analysis.Pass, assigns map[types.Object][]assignment, e ast.Expr, index, depth int) bool {
 	if depth > 8 {
 		return false
 	}
+	info := pass.TypesInfo
 	switch e := ast.Unparen(e).(type) {
 	case *ast.CallExpr:
+		fn := callee(info, e)
+		if decl := funcDecl(pass, fn); decl != nil {
+			return returnsRandomUUID(pass, assigns, decl, index, depth+1)
+		}
 		if index != 0 {
 			return false
 		}
-		fn := callee(info, e)
 		switch {
 		case isFunc(fn, uuidPath, "New", "NewRandom", "NewString", "NewRandomFromReader"):
 			return true
@@ -133,7 +138,7 @@ func isRandomUUID(info *types.Info, assigns map[types.Object][]assignment, e ast
 			} else if sel, ok := ast.Unparen(e.Fun).(*ast.SelectorExpr); ok {
 				inner = sel.X
 			}
-			return inner != nil && isRandomUUID(info, assigns, inner, 0, depth+1)
+			return inner != nil && isRandomUUID(pass, assigns, inner, 0, depth+1)
 		}
 	case *ast.Ident:
 		obj, ok := info.ObjectOf(e).(*types.Var)
@@ -141,10 +146,32 @@ func isRandomUUID(info *types.Info, assigns map[types.Object][]assignment, e ast
 			return false
 		}
 		for _, a := range assigns[obj] {
-			if isRandomUUID(info, assigns, a.Expr, a.Index, depth+1) {
+			if isRandomUUID(pass, assigns, a.Expr, a.Index, depth+1) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// returnsRandomUUID reports whether the function decl returns a random
+// UUID as its result index from one of its return statements.
+func returnsRandomUUID(pass *analysis.Pass, assigns map[types.Object][]assignment, decl *ast.FuncDecl, index, depth int) bool {
+	found := false
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false // its returns are its own
+		case *ast.ReturnStmt:
+			switch {
+			case len(n.Results) == 1 && index > 0:
+				// return f(), spread over the results
+				found = found || isRandomUUID(pass, assigns, n.Results[0], index, depth)
+			case index < len(n.Results):
+				found = found || isRandomUUID(pass, assigns, n.Results[index], 0, depth)
+			}
+		}
+		return !found
+	})
+	return found
 }

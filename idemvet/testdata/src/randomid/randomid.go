@@ -124,3 +124,33 @@ func otherField() Message {
 func orderID() OrderPlaced {
 	return OrderPlaced{OrderID: uuid.NewString()}
 }
+
+// IDs from a function of the package are followed.
+func newEventID() uuid.UUID { return uuid.New() }
+
+func newEventIDErr() (uuid.UUID, error) { return uuid.NewRandom() }
+
+type idGen struct{}
+
+func (*idGen) next() string {
+	id := uuid.NewString()
+	return id
+}
+
+func fromHelper(g *idGen) (event.Envelope, OrderPlaced) {
+	e := event.Envelope{ID: newEventID()} // want "event ID from a random UUIDv4"
+	var err error
+	e.ID, err = newEventIDErr() // want "event ID from a random UUIDv4"
+	_ = err
+	return e, OrderPlaced{EventID: g.next()} // want "event ID from a random UUIDv4"
+}
+
+// Not reported: the helper makes a UUIDv7.
+func newV7() uuid.UUID {
+	id, _ := event.NewID()
+	return id
+}
+
+func fromV7Helper() event.Envelope {
+	return event.Envelope{ID: newV7()}
+}
