@@ -75,8 +75,8 @@
 // statement), a WITH without one and without INSERT, UPDATE, DELETE or
 // MERGE, or an EXPLAIN without ANALYZE (which runs the statement), after
 // any leading comments. The constant SQL of a call is its query argument
-// (a Stmt's calls have none): a constant, or a variable assigned one
-// constant once (query := "SELECT ..."; a q += " FOR UPDATE" makes it
+// (a Stmt's calls have none): a constant, or a variable (not a parameter)
+// assigned one constant once (query := "SELECT ..."; a q += " FOR UPDATE" makes it
 // unknown, and the call is reported).
 // Handlers that take the transaction in a helper, or pass the pool to one,
 // are not seen.

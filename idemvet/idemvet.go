@@ -178,8 +178,8 @@ func constString(info *types.Info, e ast.Expr) (string, bool) {
 
 // sqlArg returns the constant SQL text of a database call, if any: the
 // argument of the method's first string parameter (the query; a Stmt's
-// methods have none), a constant or a variable assigned one constant
-// once (query := "SELECT ..."). A variable assigned more than once (q +=
+// methods have none), a constant or a variable (not a parameter, whose
+// value may be the caller's) assigned one constant once (query := "SELECT ..."). A variable assigned more than once (q +=
 // " FOR UPDATE") has no constant text.
 func sqlArg(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) (string, bool) {
 	sig, ok := info.TypeOf(call.Fun).(*types.Signature)
@@ -202,7 +202,7 @@ func sqlArg(info *types.Info, assigns map[types.Object][]assignment, call *ast.C
 			return s, true
 		}
 		if id, ok := a.(*ast.Ident); ok {
-			if v, ok := info.Uses[id].(*types.Var); ok && len(assigns[v]) == 1 && assigns[v][0].Index == 0 {
+			if v, ok := info.Uses[id].(*types.Var); ok && !isParam(v) && len(assigns[v]) == 1 && assigns[v][0].Index == 0 {
 				return constString(info, assigns[v][0].Expr)
 			}
 		}

@@ -78,6 +78,18 @@ func variables(ctx context.Context, tx pgx.Tx, id string) error {
 
 // Not reported.
 
+// The SELECT may be the caller's query: a parameter assigned a constant
+// is not a constant.
+func paramQuery(ctx context.Context, tx pgx.Tx, id, check string) error {
+	if check == "" {
+		check = "SELECT count(*) FROM processed_event WHERE event_id = $1"
+	}
+	var n int
+	tx.QueryRow(ctx, check, id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO processed_event (event_id) VALUES ($1)", id)
+	return err
+}
+
 func onConflict(ctx context.Context, tx pgx.Tx, id string) error {
 	var n int
 	tx.QueryRow(ctx, "SELECT count(*) FROM processed_event WHERE event_id = $1", id).Scan(&n)
