@@ -41,9 +41,15 @@
 // computed from it (id.String(), a concatenation, a call's argument, an
 // index or slice such as id[:] or id.String()[:8]) through local variables
 // and struct fields the package assigns, since a UUID may be a per-attempt
-// request ID. When that value cannot be followed (an element of a map or
-// slice, a field nothing in the package sets, a setter's parameter, a
-// dereference), every UUID made in the loop counts, as the loop sets a key. A
+// request ID. A key read from a parameter, from a field nothing in the
+// package assigns (filled by rows.Scan, a decoder, another package) or
+// from a field set from a parameter of a function the loop does not call
+// is a stored key, made before the loop: only a UUID that is the key
+// counts there. When the value cannot be followed (an element of a map or
+// slice, a parameter of a setter the loop calls or of a function literal,
+// a dereference), every UUID made in the loop counts, as the loop sets a
+// key; a key put in a field through a pointer or by another package's
+// function the loop calls is not seen. A
 // retry loop is a for loop over a count or a condition, or an endless one;
 // loops over a slice, map, channel or iterator, loops whose condition is a
 // call or uses a len (also through a variable, n := len(s); i < n), range

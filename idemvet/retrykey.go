@@ -93,7 +93,8 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 						if fields == nil {
 							fields = fieldAssignments(pass)
 						}
-						trace = &uuidTracer{info: info, loop: n.Pos(), assigns: assigns, fields: fields,
+						trace = &uuidTracer{info: info, loop: n.Pos(), body: body, decls: helpers.decls,
+							assigns: assigns, fields: fields,
 							seen: make(map[types.Object]bool), out: make(map[*ast.CallExpr]bool)}
 						for _, v := range keyValues {
 							trace.uuidSources(v, 0, 0)
@@ -259,15 +260,22 @@ func keyHeaderValue(info *types.Info, call *ast.CallExpr) ast.Expr {
 type uuidTracer struct {
 	info    *types.Info
 	loop    token.Pos                     // the retry loop
+	body    *ast.BlockStmt                // the retry loop's body
+	decls   map[*types.Func]*ast.FuncDecl // the functions of the package
 	assigns map[types.Object][]assignment // to variables
 	fields  map[types.Object][]assignment // to struct fields and qualified variables
 	seen    map[types.Object]bool
 	out     map[*ast.CallExpr]bool // the constructors found
-	// opaque is set when part of a value cannot be followed: a field or
-	// qualified variable nothing in the package assigns, an element of a
-	// map or slice, a dereference, a composite literal, a function literal,
-	// a parameter of another function, a chain of variables too long.
+	// opaque is set when part of a value cannot be followed and may come
+	// from the loop: an element of a map or slice, a dereference, a
+	// composite literal, a function literal, a parameter of a function
+	// literal or of a function of the package the loop calls (a setter),
+	// a chain of variables too long. A field nothing in the package
+	// assigns (filled by rows.Scan, a decoder, another package) and a
+	// parameter of a function the loop does not call hold a value made
+	// before the loop: a stored key.
 	opaque bool
+	called map[*types.Scope]bool // the scopes of the functions the loop calls; built on first use
 }
 
 // uuidSources adds to t.out the constructor calls whose value e is or is
@@ -322,9 +330,12 @@ func (t *uuidTracer) uuidSources(e ast.Expr, index, depth int) {
 		switch obj.Kind() {
 		case types.ParamVar, types.RecvVar, types.ResultVar:
 			// A parameter of the function holding the loop comes from
-			// before the loop; one of another function (a setter that
-			// stores it in a field) from its callers, not followed.
-			if obj.Parent() == nil || !obj.Parent().Contains(t.loop) {
+			// before the loop, as does one of a function of the package
+			// the loop does not call (a constructor run before it). One
+			// of a function the loop calls (a setter that stores it in a
+			// field) or of a function literal comes from callers not
+			// followed.
+			if obj.Parent() == nil || !obj.Parent().Contains(t.loop) && t.fromLoop(obj.Parent()) {
 				t.opaque = true
 			}
 		}
@@ -344,16 +355,57 @@ func (t *uuidTracer) uuidSources(e ast.Expr, index, depth int) {
 			return
 		}
 		t.seen[obj] = true
-		if len(t.fields[obj]) == 0 {
-			t.opaque = true // set elsewhere: a helper, a decoder, another package
-			return
-		}
+		// A field nothing in the package assigns is loaded: by rows.Scan,
+		// a decoder, another package. It holds a stored key, not one made
+		// by the loop.
 		for _, a := range t.fields[obj] {
 			t.uuidSources(a.Expr, a.Index, depth+1)
 		}
 	default:
 		t.opaque = true
 	}
+}
+
+// fromLoop reports whether the parameters of scope, a function's, may be
+// set by the loop: scope is not that of a function declared in the package
+// (a function literal's), or the loop calls the function, directly or
+// through others of the package.
+func (t *uuidTracer) fromLoop(scope *types.Scope) bool {
+	if t.called == nil {
+		t.called = make(map[*types.Scope]bool)
+		var visit func(n ast.Node, depth int)
+		visit = func(n ast.Node, depth int) {
+			ast.Inspect(n, func(m ast.Node) bool {
+				call, ok := m.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				d := t.decls[callee(t.info, call)]
+				if d == nil {
+					return true
+				}
+				s := t.info.Scopes[d.Type]
+				if s == nil || t.called[s] {
+					return true
+				}
+				t.called[s] = true
+				if depth < 4 {
+					visit(d.Body, depth+1)
+				}
+				return true
+			})
+		}
+		visit(t.body, 0)
+	}
+	if t.called[scope] {
+		return true
+	}
+	for _, d := range t.decls {
+		if t.info.Scopes[d.Type] == scope {
+			return false
+		}
+	}
+	return true
 }
 
 // element follows the operand x of an index or slice expression. Stores
