@@ -87,8 +87,8 @@
 //   - Keep processed_event rows at least as long as an event can be
 //     redelivered (broker retention, the longest consumer lag, a replay
 //     window). Once the cleanup deleted an event's row, a redelivery of it
-//     is applied again. InboxOldest on the driver tells how far back the
-//     table reaches.
+//     is applied again. The driver's executor tells how far back the table
+//     reaches: drv.Executor().InboxOldest(ctx).
 //
 // Effects outside the database (an HTTP call, a produced message) are not
 // covered: they may happen again when a transaction rolls back. Produce

@@ -102,7 +102,7 @@ func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteB
 // InboxPartitioned reports whether processed_event is partitioned (by
 // pgdriver's EnableInboxPartitioning: pgsqldriver has no partition mode).
 // The cleaner of package cleanup refuses to sweep such a table with row
-// DELETEs, as it does with pgdriver without Config.PartitionedInbox.
+// DELETEs, as it does with pgdriver without cleanup.Config.PartitionedInbox.
 func (d *Driver) InboxPartitioned(ctx context.Context) (bool, error) {
 	var ok bool
 	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
