@@ -370,7 +370,8 @@ var (
 	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
 	// the client (ConsumeRegex, ConsumePartitions, TransactionalID,
 	// DefaultProduceTopicAlways, ManualFlushing, ServerSideBalancer with
-	// an InstanceID).
+	// an InstanceID; for a publisher, a RecordPartitioner that does not
+	// keep a key in one partition).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
 )
 

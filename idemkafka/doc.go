@@ -134,7 +134,8 @@
 //
 // [Publisher] implements outbox.Publisher. Its client produces with
 // franz-go's idempotent producer and acks=all; options that would turn
-// either off are refused at construction ([ErrNotIdempotent]). A broker
+// either off are refused at construction ([ErrNotIdempotent]), and so is a
+// partitioner that spreads a key over partitions ([ErrUnsupportedOption]). A broker
 // retry of an appended batch (a replica timeout) is then deduplicated by
 // the broker's sequence numbers, and records of one key stay in order. A
 // client whose producer ID kgo failed for good (an InitProducerID the

@@ -42,7 +42,10 @@ type PublisherConfig struct {
 	// ErrNotIdempotent, and TransactionalID, DefaultProduceTopicAlways
 	// (every event would go to one topic, whatever Topic picks) and
 	// ManualFlushing (a Publish would wait for a Flush that never comes)
-	// with ErrUnsupportedOption.
+	// and a RecordPartitioner that does not keep a key in one partition
+	// (RoundRobinPartitioner, StickyPartitioner, LeastBackupPartitioner,
+	// UniformBytesPartitioner without keys: a key's events would overtake
+	// each other) with ErrUnsupportedOption.
 	ExtraOpts []kgo.Opt
 
 	// Client, if set, is used instead of a client of the publisher's own
@@ -149,6 +152,10 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		p.newClient = func() (*kgo.Client, error) { return kgo.NewClient(opts...) }
 	}
 	if err := checkProducer(p.cl.Load()); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := checkKeyed(p.cl.Load()); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -323,6 +330,22 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		p.forgetTopics(ctx, cl, gone)
 	}
 	return err
+}
+
+// checkKeyed reports whether cl's partitioner sends the records of a key
+// to one partition: a partitioner that spreads them (RoundRobinPartitioner,
+// StickyPartitioner, LeastBackupPartitioner, UniformBytesPartitioner
+// without keys) would let a key's later event overtake an earlier one in
+// another partition.
+func checkKeyed(cl *kgo.Client) error {
+	part, ok := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+	if !ok || part == nil {
+		return nil // kgo's default hashes the key
+	}
+	if !part.ForTopic("idem").RequiresConsistency(&kgo.Record{Topic: "idem", Key: []byte("idem")}) {
+		return fmt.Errorf("%w: RecordPartitioner does not keep a key in one partition (the order of a key's events would break)", ErrUnsupportedOption)
+	}
+	return nil
 }
 
 // forgetTopics makes cl forget what it knows of topics, which the broker
