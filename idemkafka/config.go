@@ -371,7 +371,8 @@ var (
 	// the client (ConsumeRegex, ConsumePartitions, TransactionalID,
 	// DefaultProduceTopicAlways, ManualFlushing, ServerSideBalancer with
 	// an InstanceID; for a publisher, a RecordPartitioner that does not
-	// keep a key in one partition).
+	// keep a key in one partition, and ConsumeTopics or ConsumePartitions
+	// in ExtraOpts).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
 )
 

@@ -45,12 +45,15 @@ type PublisherConfig struct {
 	// and a RecordPartitioner that does not keep a key in one partition
 	// (RoundRobinPartitioner, StickyPartitioner, LeastBackupPartitioner,
 	// UniformBytesPartitioner without keys: a key's events would overtake
-	// each other) with ErrUnsupportedOption.
+	// each other) and consumer options (ConsumeTopics, ConsumePartitions:
+	// with a ConsumerGroup, the client would join the consumers' group and
+	// hold partitions it never polls) with ErrUnsupportedOption.
 	ExtraOpts []kgo.Opt
 
 	// Client, if set, is used instead of a client of the publisher's own
 	// (Seeds and ExtraOpts must then be empty). It is checked like
-	// ExtraOpts, and Close does not close it. Records produced through it
+	// ExtraOpts (except that it may consume: polling it is yours), and
+	// Close does not close it. Records produced through it
 	// elsewhere share record batches with the publisher's: when the broker
 	// refuses such a batch as a whole, the publisher cannot tell their
 	// fault from its events', and may park an event for a record of yours
@@ -150,6 +153,10 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		p.cl.Store(cl)
 		p.owned = true
 		p.newClient = func() (*kgo.Client, error) { return kgo.NewClient(opts...) }
+		if err := checkNotConsuming(cl); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
 	if err := checkProducer(p.cl.Load()); err != nil {
 		p.Close()
@@ -330,6 +337,27 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		p.forgetTopics(ctx, cl, gone)
 	}
 	return err
+}
+
+// checkNotConsuming reports whether cl, the publisher's own client,
+// consumes: consumer options shared with a consumer's ExtraOpts would make
+// it join the consumers' group (kgo joins when the client is created) and
+// take partitions it never polls, or fetch records for nothing.
+func checkNotConsuming(cl *kgo.Client) error {
+	if ts, _ := cl.OptValue(kgo.ConsumeTopics).([]string); len(ts) > 0 {
+		return fmt.Errorf("%w: ConsumeTopics (the publisher's client would consume%s)", ErrUnsupportedOption, groupNote(cl))
+	}
+	if ps, _ := cl.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
+		return fmt.Errorf("%w: ConsumePartitions (the publisher's client would consume)", ErrUnsupportedOption)
+	}
+	return nil
+}
+
+func groupNote(cl *kgo.Client) string {
+	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g != "" {
+		return fmt.Sprintf(", as a member of group %q, partitions it never polls", g)
+	}
+	return ""
 }
 
 // checkKeyed reports whether cl's partitioner sends the records of a key
