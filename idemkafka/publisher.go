@@ -94,8 +94,10 @@ type Publisher struct {
 	closed    bool
 	topic     func(event.Envelope) string
 	maxBytes  func(topic string) int32
-	log       *slog.Logger
-	headers   event.HeaderOptions
+	// maxBuffered is the client's MaxBufferedBytes (0: none).
+	maxBuffered int64
+	log         *slog.Logger
+	headers     event.HeaderOptions
 	// gate keeps the records of other Publish calls out of the client
 	// while produceAlone finds which events of a refused batch are poison.
 	gate gate
@@ -104,8 +106,12 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // recordOverhead is the room left in a record batch for the batch header
-// and the record's own framing when checking an event's size up front.
-const recordOverhead = 1024
+// and the record's own framing when checking an event's size up front, and
+// headerOverhead the framing of each header (two varint lengths).
+const (
+	recordOverhead = 1024
+	headerOverhead = 10
+)
 
 // NewPublisher returns a publisher. It creates its client (or checks
 // cfg.Client) but does not connect until the first Publish. cfg is
@@ -167,6 +173,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	p.maxBytes, _ = p.cl.Load().OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
+	p.maxBuffered, _ = p.cl.Load().OptValue(kgo.MaxBufferedBytes).(int64)
 	if p.topic == nil {
 		p.topic = func(event.Envelope) string { return cfg.DefaultTopic }
 	} else if cfg.DefaultTopic != "" {
@@ -511,14 +518,21 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", outbox.ErrPoison, err)
 	}
+	// kgo fails a record over its own limits at once and alone, and goes
+	// on with the key's later records: caught here, before any is sent.
+	size := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if p.maxBuffered > 0 && int64(size) > p.maxBuffered {
+		return nil, fmt.Errorf("%w: %w: event %s is %d bytes; the client buffers up to %d bytes (MaxBufferedBytes)",
+			outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, p.maxBuffered)
+	}
 	if p.maxBytes != nil {
-		size := len(r.Key) + len(r.Value)
-		for _, h := range r.Headers {
-			size += len(h.Key) + len(h.Value)
-		}
-		if limit := int(p.maxBytes(topic)); size+recordOverhead > limit {
-			return nil, fmt.Errorf("%w: %w: event %s is %d bytes; records up to %d bytes fit a batch (ProducerBatchMaxBytes %d)",
-				outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, limit-recordOverhead, limit)
+		overhead := recordOverhead + headerOverhead*len(r.Headers)
+		if limit := int(p.maxBytes(topic)); size+overhead > limit {
+			return nil, fmt.Errorf("%w: %w: event %s is %d bytes with %d headers; it does not fit a batch of %d bytes (ProducerBatchMaxBytes)",
+				outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, len(r.Headers), limit)
 		}
 	}
 	return r, nil
