@@ -106,8 +106,9 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // recordOverhead is the room left in a record batch for the batch header
-// and the record's own framing when checking an event's size up front, and
-// headerOverhead the framing of each header (two varint lengths).
+// and the record's own framing when checking an event's size up front;
+// with many headers, 128 bytes (the batch header and the record's fields)
+// plus headerOverhead for each header (two varint lengths) if more.
 const (
 	recordOverhead = 1024
 	headerOverhead = 10
@@ -529,7 +530,7 @@ func (p *Publisher) record(e event.Envelope) (*kgo.Record, error) {
 			outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, p.maxBuffered)
 	}
 	if p.maxBytes != nil {
-		overhead := recordOverhead + headerOverhead*len(r.Headers)
+		overhead := max(recordOverhead, 128+headerOverhead*len(r.Headers))
 		if limit := int(p.maxBytes(topic)); size+overhead > limit {
 			return nil, fmt.Errorf("%w: %w: event %s is %d bytes with %d headers; it does not fit a batch of %d bytes (ProducerBatchMaxBytes)",
 				outbox.ErrPoison, kerr.MessageTooLarge, e.ID, size, len(r.Headers), limit)
