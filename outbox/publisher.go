@@ -28,10 +28,13 @@ import (
 // not, so that the relay marks exactly those and retries only the rest; any
 // other error means that no event is known to be published. Wrap ErrPoison
 // into the error of an event that can never be published (a record too
-// large, an invalid record, a denied topic) to park it at once: in that
+// large, an invalid record, an invalid topic name) to park it at once: in that
 // event's entry of a PublishError when the batch has several events (a plain
 // error wrapping ErrPoison then parks nothing, as it does not say which event
-// is poison; for a batch of one it parks that event). The error text is
+// is poison; for a batch of one it parks that event). Do not wrap it into
+// a failure an operator can end (a topic denied by an ACL, or not created
+// yet): parking it would stop the event's key until someone redrives it,
+// while a retry publishes it once the cause is gone. The error text is
 // stored with the event (made valid UTF-8 without NUL bytes, cut to 4 KiB).
 type Publisher interface {
 	Publish(ctx context.Context, events []event.Envelope) error
