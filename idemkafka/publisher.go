@@ -53,9 +53,7 @@ type PublisherConfig struct {
 	// Client, if set, is used instead of a client of the publisher's own
 	// (Seeds and ExtraOpts must then be empty). It is checked like
 	// ExtraOpts (except that it may consume: polling it is yours), and
-	// Close does not close it. Give it kgo.ProducerLinger(0): every
-	// Publish waits for its records, so a linger delays each one by that
-	// much (the publisher's own client lingers 0). Records produced through it
+	// Close does not close it. Records produced through it
 	// elsewhere share record batches with the publisher's: when the broker
 	// refuses such a batch as a whole, the publisher cannot tell their
 	// fault from its events', and may park an event for a record of yours
@@ -154,9 +152,6 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		opts := append([]kgo.Opt{
 			kgo.SeedBrokers(cfg.Seeds...),
 			kgo.RequiredAcks(kgo.AllISRAcks()),
-			// A Publish is a batch already, and it waits for its records
-			// (see produceUntilDone): a linger would only delay it.
-			kgo.ProducerLinger(0),
 		}, cfg.ExtraOpts...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
