@@ -251,10 +251,7 @@ func (p *Publisher) Close() {
 // publisher purges the topic from the client, and the next Publish looks it
 // up afresh.
 //
-// Once ctx is done, no further record of the call is produced: the rest
-// fail with ctx's error (kgo would still send a later record of a key
-// whose earlier record it failed for ctx). ctx bounds the wait only while
-// no record has reached a broker. Once one
+// ctx bounds the wait only while no record has reached a broker. Once one
 // has, and the broker's answer is unknown (a timeout), the producer keeps
 // retrying until it learns the outcome, whatever ctx says, because giving
 // up could duplicate the record on a later publish. Close ends such a wait.
@@ -317,7 +314,7 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			}
 		} else {
 			cl = p.cl.Load()
-			results = produceUntilDone(ctx, cl, rs)
+			results = cl.ProduceSync(ctx, rs...)
 			p.gate.leave(false)
 		}
 		for _, res := range results {
@@ -385,33 +382,6 @@ func checkKeyed(cl *kgo.Client) error {
 		return fmt.Errorf("%w: RecordPartitioner does not keep a key in one partition (the order of a key's events would break)", ErrUnsupportedOption)
 	}
 	return nil
-}
-
-// produceUntilDone produces rs, in order, and waits for the outcome of
-// each, like ProduceSync, except that it produces no record once ctx is
-// done. kgo fails a record that waits for room in a full buffer when ctx
-// ends, but still buffers, and sends, a later record that fits: a key's
-// later event was published while its earlier one failed, to be retried
-// after it. A record failed by ctx was failed after ctx ended, so every
-// record after it is failed here, unproduced.
-func produceUntilDone(ctx context.Context, cl *kgo.Client, rs []*kgo.Record) kgo.ProduceResults {
-	results := make(kgo.ProduceResults, len(rs))
-	var wg sync.WaitGroup
-	for i, r := range rs {
-		if err := ctx.Err(); err != nil {
-			for j := i; j < len(rs); j++ {
-				results[j] = kgo.ProduceResult{Record: rs[j], Err: err}
-			}
-			break
-		}
-		wg.Add(1)
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			results[i] = kgo.ProduceResult{Record: r, Err: err}
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	return results
 }
 
 // forgetTopics makes cl forget what it knows of topics, which the broker
