@@ -255,6 +255,13 @@ func (p *Publisher) Close() {
 // has, and the broker's answer is unknown (a timeout), the producer keeps
 // retrying until it learns the outcome, whatever ctx says, because giving
 // up could duplicate the record on a later publish. Close ends such a wait.
+//
+// Known limit: if ctx ends while kgo waits for room in a full produce
+// buffer (kgo.MaxBufferedRecords, kgo.MaxBufferedBytes), kgo fails that
+// record but may still send a later record of its key, which then reaches
+// the topic first. Keep the buffers well above what the relays keep in
+// flight (RelayConfig.Concurrency x BatchSize events; kgo's default of
+// 10,000 records is far above the relay's defaults).
 func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
 	if len(events) == 0 {
 		return nil
