@@ -268,7 +268,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 		if local && dead {
 			// Expire it; the next LockAcquire takes it (or loses to a
 			// concurrent starter, who then holds it).
-			if err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: name, Owner: holder, Until: now.Add(-time.Second)}); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+			if err := expireLease(ctx, ex, name, holder); err != nil {
 				return nil, fmt.Errorf("lease %s: %w", name, err)
 			}
 			a.log.Info("embedded broker: taking over the lease of a stopped idemd on this host", "lease", name, "holder", holder)
@@ -350,13 +350,24 @@ func expireRelayLease(ctx context.Context, a *App, ex driver.LockExecutor) error
 		return nil
 	}
 	if err == nil {
-		err = ex.LockRenew(ctx, &driver.LockRenewParams{Name: outbox.RelayLockName, Owner: holder, Until: time.Now().Add(-time.Second)})
+		err = expireLease(ctx, ex, outbox.RelayLockName, holder)
 	}
-	if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+	if err != nil {
 		return fmt.Errorf("lease %s: %w", outbox.RelayLockName, err)
 	}
 	a.log.Info("outbox: expired the relay lease a stopped idemd left", "lease", outbox.RelayLockName, "holder", holder)
 	return nil
+}
+
+// expireLease makes holder's lease name expired, so that the next
+// LockAcquire takes it. A lease that holder no longer has (released,
+// expired and taken) is fine.
+func expireLease(ctx context.Context, ex driver.LockExecutor, name, holder string) error {
+	err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: name, Owner: holder, Until: time.Now().Add(-time.Second)})
+	if errors.Is(err, driver.ErrLeaseLost) {
+		return nil
+	}
+	return err
 }
 
 // holderOnThisHost reports whether owner ("host/pid/random/pidns") names
