@@ -66,26 +66,41 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration) (*sql.Tx, 
 	}()
 	timer := time.NewTimer(max(wait, minConnWait))
 	defer timer.Stop()
+	var b begun
 	select {
-	case b := <-ch:
-		if b.err != nil {
-			cancel()
-			return nil, b.err
-		}
-		// bctx ends with ctx, as Begin's transaction would.
-		context.AfterFunc(ctx, cancel)
-		return b.tx, nil
+	case b = <-ch:
 	case <-timer.C:
-		cancel()
-		if b := <-ch; b.tx != nil {
-			_ = b.tx.Rollback()
+		if testHookWaitRanOut != nil {
+			testHookWaitRanOut(func() bool { return len(ch) > 0 })
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, mapErr("begin", err)
+		// A Begin that finished meanwhile is kept: on a loaded machine
+		// this goroutine may wake well after the timer fired, with the
+		// transaction already begun.
+		select {
+		case b = <-ch:
+		default:
+			cancel()
+			if b := <-ch; b.tx != nil {
+				_ = b.tx.Rollback()
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, mapErr("begin", err)
+			}
+			return nil, errConnWait
 		}
-		return nil, errConnWait
 	}
+	if b.err != nil {
+		cancel()
+		return nil, b.err
+	}
+	// bctx ends with ctx, as Begin's transaction would.
+	context.AfterFunc(ctx, cancel)
+	return b.tx, nil
 }
+
+// testHookWaitRanOut, set by tests only, runs when beginWithin's wait ran
+// out, before it looks whether the Begin finished (begun reports that).
+var testHookWaitRanOut func(begun func() bool)
 
 // CommitComplete implements driver.TxClaimer: one INSERT of the completed
 // record (or, with p.Replace, the upsert that replaces the expired or
