@@ -68,11 +68,11 @@ func newMetrics() *metrics {
 		}, []string{"action"}),
 		operator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_needing_operator",
-			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, at the watchdog's last complete round.",
+			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
 		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_waiting_for_events",
-			Help: "Orders past -saga-give-up-after not given up because the outbox holds unpublished events older than them (the relay or Kafka is down or behind, or an event is parked), at the watchdog's last complete round.",
+			Help: "Orders past -saga-give-up-after not given up because the outbox holds unpublished events older than them (the relay or Kafka is down or behind, or an event is parked), at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
 		}),
 	}
 	for _, r := range []string{"redriven", "aborted"} {
