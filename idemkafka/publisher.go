@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/observe"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -48,6 +49,14 @@ type PublisherConfig struct {
 	// each other) and consumer options (ConsumeTopics, ConsumePartitions:
 	// with a ConsumerGroup, the client would join the consumers' group and
 	// hold partitions it never polls) with ErrUnsupportedOption.
+	//
+	// Produce hooks (kgo.WithHooks) are welcome, franz-go's kotel tracer
+	// among them: when the client has one, each record's Context has the
+	// trace context stored with its event (the span that enqueued it, read
+	// with observe's default Propagator, see idemotel.Install) as its
+	// remote parent, so kotel's publish span, and the traceparent it
+	// writes over the record's, continue the request's trace, not the
+	// relay's. The same holds for a Client with such hooks.
 	ExtraOpts []kgo.Opt
 
 	// Client, if set, is used instead of a client of the publisher's own
@@ -101,6 +110,9 @@ type Publisher struct {
 	// gate keeps the records of other Publish calls out of the client
 	// while produceAlone finds which events of a refused batch are poison.
 	gate gate
+	// produceHooks: the client has a produce hook (kgo.WithHooks), which
+	// may trace the record from its Context (see traceRecord).
+	produceHooks bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -173,6 +185,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		p.Close()
 		return nil, err
 	}
+	p.produceHooks = hasProduceHook(p.cl.Load())
 	p.maxBytes, _ = p.cl.Load().OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
 	p.maxBuffered, _ = p.cl.Load().OptValue(kgo.MaxBufferedBytes).(int64)
 	if p.topic == nil {
@@ -305,6 +318,7 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			continue
 		}
 		topics[e.Key] = r.Topic
+		p.traceRecord(ctx, r, e)
 		rs = append(rs, r)
 		index[r] = i
 	}
@@ -389,6 +403,39 @@ func checkKeyed(cl *kgo.Client) error {
 		return fmt.Errorf("%w: RecordPartitioner does not keep a key in one partition (the order of a key's events would break)", ErrUnsupportedOption)
 	}
 	return nil
+}
+
+// hasProduceHook reports whether cl has a hook that sees the records it
+// buffers, such as the tracer of franz-go's kotel plugin.
+func hasProduceHook(cl *kgo.Client) bool {
+	hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
+	for _, h := range hooks {
+		if _, ok := h.(kgo.HookProduceRecordBuffered); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// traceRecord makes the trace context stored with e (the span that
+// enqueued it, see outbox.EnqueueTx) the remote parent in r's Context, read
+// with observe's default Propagator, when the client has a produce hook. A
+// tracing hook (kotel's) starts its publish span from the record's Context
+// and injects that span into the record's traceparent header, over the one
+// taken from the outbox row: from ctx alone, the relay's, the consumer
+// would continue the relay's batch (a trace of its own when the batch
+// mixes traces, or a new trace when the relay traces nothing) instead of
+// the request that enqueued the event. r.Context is derived from ctx, so
+// ctx still bounds the record as in ProduceSync.
+func (p *Publisher) traceRecord(ctx context.Context, r *kgo.Record, e event.Envelope) {
+	if !p.produceHooks || e.Headers[observe.TraceParent] == "" {
+		return
+	}
+	prop := observe.DefaultPropagator()
+	if prop == nil {
+		return
+	}
+	r.Context = prop.Extract(ctx, func(k string) string { return e.Headers[k] })
 }
 
 // forgetTopics makes cl forget what it knows of topics, which the broker
@@ -493,6 +540,7 @@ func (p *Publisher) produceAlone(ctx context.Context, events []event.Envelope, i
 		}
 		r, err := p.record(e)
 		if err == nil {
+			p.traceRecord(ctx, r, e)
 			if err = p.cl.Load().ProduceSync(ctx, r).FirstErr(); err != nil {
 				err = classify(r.Topic, err)
 			}

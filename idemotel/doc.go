@@ -16,6 +16,13 @@
 //	tracer := idemotel.Install(tp, nil) // the W3C trace context
 //	mw, err := idemhttp.New(drv, &idemhttp.Config{Tracer: tracer})
 //
+// franz-go's kotel plugin may trace the idemkafka.Publisher's client
+// (kgo.WithHooks in PublisherConfig.ExtraOpts): its publish span
+// continues the trace stored with each event, as a child of the
+// idem.outbox.enqueue span, and the traceparent it writes into the record
+// is that span's, so a consumer continues the request's trace (this needs
+// Install, for observe's default Propagator).
+//
 // Setup is what idemd uses: it builds the OTLP/HTTP trace and metric
 // exporters from the standard OTEL_* environment variables when
 // telemetry is enabled, and exports the metrics of a Prometheus gatherer

@@ -46,4 +46,8 @@
 // ProcessBatch handler span (idem.inbox.handle) is a child of its event's
 // producer span, so one order is one trace from its HTTP request to the
 // consumers, and the events that those consumers enqueue continue it.
+// When the idemkafka.Publisher's client has a produce hook (franz-go's
+// kotel tracer), each record's Context carries its event's trace context,
+// read with the default Propagator, so that the hook's publish span and
+// the traceparent it writes continue that trace too.
 package observe
