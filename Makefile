@@ -21,6 +21,9 @@ fmt:
 lint: tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet $(MODULES)
+	go mod tidy -diff
+	cd idemotel && go mod tidy -diff
+	cd cmd/idemd && go mod tidy -diff
 	$$(go env GOPATH)/bin/golangci-lint run ./...
 	cd idemotel && $$(go env GOPATH)/bin/golangci-lint run ./...
 	cd cmd/idemd && $$(go env GOPATH)/bin/golangci-lint run ./...
