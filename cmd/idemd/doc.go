@@ -52,7 +52,11 @@
 // charged, else an operator is alerted) and -otel (IDEMD_OTEL, off by
 // default, on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: traces and the
 // Prometheus metrics exported over OTLP/HTTP; a missing collector never
-// stops idemd from starting).
+// stops idemd from starting). An IDEMD_ variable idemd does not read (in
+// any case, even empty: IDEMD_DATABSE_URL) stops idemd and each of its
+// subcommands before they do anything (exit 2), naming it and the
+// variable it probably stands for ("did you mean IDEMD_DB?"); -h still
+// answers.
 //
 // A secured cluster (Confluent Cloud, MSK, Aiven, Strimzi): -kafka-tls
 // (IDEMD_KAFKA_TLS) turns TLS on (1.2 or later) with the system's CA

@@ -16,7 +16,7 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal terminates at once
 	}()
-	os.Exit(app.RunWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, app.Options{Telemetry: telemetry}))
+	os.Exit(app.RunWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, app.Options{Telemetry: telemetry, Environ: os.Environ}))
 }
 
 // telemetry is app.Options.Telemetry: OpenTelemetry over OTLP/HTTP

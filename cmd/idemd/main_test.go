@@ -3,9 +3,11 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -159,4 +161,101 @@ func do(t *testing.T, req *http.Request) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return res, string(b)
+}
+
+// TestUnknownEnvironmentVariable: an IDEMD_ variable idemd does not read (a
+// typo) stops idemd and each of its subcommands before they do anything,
+// with exit code 2 and one line naming it (never its value); -h still
+// answers, and every variable -h lists is accepted.
+func TestUnknownEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	bin := idemdBinary(t)
+	// run runs idemd with the test's environment minus its IDEMD_
+	// variables, plus env.
+	run := func(t *testing.T, args []string, env ...string) (code int, stdout, stderr string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(strings.ToUpper(kv), "IDEMD_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		if ctx.Err() != nil {
+			t.Fatalf("idemd %v with %v still running after 30s: it ignored the variable; stdout %s", args, env, out.String())
+		}
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+	}
+	db := "sqlite:" + filepath.Join(t.TempDir(), "pay.db")
+	commands := []struct {
+		prefix string
+		args   []string
+	}{
+		{"idemd", []string{"-addr", "127.0.0.1:0", "-db", db, "-kafka", "off", "-cleanup", "off"}},
+		{"idemd demo", []string{"demo", "-url", "http://127.0.0.1:1", "-reproduce=false", "-timeout", "5s"}},
+		{"idemd migrate status", []string{"migrate", "status", "-db", db}},
+		{"idemd migrate up", []string{"migrate", "up", "-db", db}},
+		{"idemd outbox redrive", []string{"outbox", "redrive", "-all", "-db", db}},
+	}
+	for _, c := range commands {
+		for _, tt := range []struct {
+			env  []string
+			want string
+		}{
+			{[]string{"IDEMD_DATABSE_URL=postgres://idemd:s3cret@db/pay"}, "unknown environment variable IDEMD_DATABSE_URL (did you mean IDEMD_DB?)"},
+			{[]string{"IDEMD_KAFKA_SASL_PASWORD=s3cret"}, "unknown environment variable IDEMD_KAFKA_SASL_PASWORD (did you mean IDEMD_KAFKA_SASL_PASSWORD?)"},
+			{[]string{"idemd_db=" + db}, "unknown environment variable idemd_db (did you mean IDEMD_DB?)"},
+			{[]string{"IDEMD_DB=" + db, "IDEMD_WORKERS=4", "IDEMD_TOPIC=orders"},
+				"unknown environment variables IDEMD_TOPIC (did you mean IDEMD_KAFKA_TOPIC?), IDEMD_WORKERS (idemd -h lists the variables idemd reads)"},
+		} {
+			t.Run(strings.Join(c.args[:min(2, len(c.args))], " ")+" "+tt.env[len(tt.env)-1], func(t *testing.T) {
+				t.Parallel()
+				code, stdout, stderr := run(t, c.args, tt.env...)
+				if want := c.prefix + ": " + tt.want + "\n"; code != 2 || stderr != want {
+					t.Errorf("exit %d, stderr %q; want exit 2, stderr %q", code, stderr, want)
+				}
+				if stdout != "" {
+					t.Errorf("stdout %q, want nothing", stdout)
+				}
+			})
+		}
+	}
+
+	t.Run("-h answers", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{{"-h"}, {"demo", "-h"}, {"migrate", "-h"}, {"migrate", "up", "-h"}, {"outbox", "redrive", "-h"}} {
+			code, stdout, stderr := run(t, args, "IDEMD_DATABSE_URL=postgres://db/pay")
+			if code != 0 || !strings.HasPrefix(stdout, "usage: idemd") || stderr != "" {
+				t.Errorf("idemd %v: exit %d, stdout %q, stderr %q; want exit 0 and the usage", args, code, stdout, stderr)
+			}
+		}
+	})
+
+	t.Run("every variable -h lists is known", func(t *testing.T) {
+		t.Parallel()
+		_, help, _ := run(t, []string{"-h"})
+		names := regexp.MustCompile(`IDEMD_[A-Z_]+`).FindAllString(help, -1)
+		if len(names) < 20 {
+			t.Fatalf("idemd -h lists %d IDEMD_ variables: %s", len(names), help)
+		}
+		env := []string{"IDEMD_DB=" + db}
+		for _, n := range names {
+			if n != "IDEMD_DB" {
+				env = append(env, n+"=x")
+			}
+		}
+		code, stdout, stderr := run(t, []string{"migrate", "sql"}, env...)
+		if code != 0 || !strings.Contains(stdout, "CREATE TABLE") {
+			t.Errorf("idemd migrate sql with %v: exit %d, stderr %q", env, code, stderr)
+		}
+	})
 }

@@ -228,7 +228,8 @@ func settingsNamed(names []string) []setting {
 // Usage describes the flags and environment variables.
 func Usage() string {
 	var b strings.Builder
-	b.WriteString("usage: idemd [flags]\n\nFlags override the environment variable named after each one.\n\n")
+	b.WriteString("usage: idemd [flags]\n\nFlags override the environment variable named after each one. Another IDEMD_\n" +
+		"variable in the environment stops idemd and its subcommands (exit 2).\n\n")
 	for _, s := range settings {
 		fmt.Fprintf(&b, "  -%s (%s, default %q)\n    \t%s\n", s.flag, s.env, s.def, s.usage)
 	}

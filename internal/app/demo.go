@@ -115,11 +115,15 @@ type demoConfig struct {
 }
 
 // runDemo is "idemd demo".
-func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func runDemo(ctx context.Context, args []string, getenv func(string) string, envErr error, stdout, stderr io.Writer) int {
 	cfg, err := parseDemo(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = fmt.Fprint(stdout, demoUsage)
 		return 0
+	}
+	if envErr != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd demo: %s\n", envErr)
+		return 2
 	}
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd demo: %s (run idemd demo -h for help)\n", errMessage(err))

@@ -140,7 +140,7 @@ func TestDemo(t *testing.T) {
 	}
 
 	stdout.Reset()
-	code = runDemo(context.Background(), []string{"-url", url, "-orders", "3", "-reproduce=false"}, func(string) string { return "" }, &stdout, &stderr)
+	code = runDemo(context.Background(), []string{"-url", url, "-orders", "3", "-reproduce=false"}, func(string) string { return "" }, nil, &stdout, &stderr)
 	if out := stdout.String(); code != 0 || !strings.Contains(out, "kafka events     skipped: -reproduce=false") {
 		t.Fatalf("second run with -reproduce=false: exit %d\n%s", code, out)
 	}
@@ -168,7 +168,7 @@ func TestDemoForgetfulServer(t *testing.T) {
 	t.Cleanup(forgetful.Close)
 	var stdout, stderr bytes.Buffer
 	code := runDemo(context.Background(), []string{"-url", forgetful.URL, "-orders", "4", "-seed", "1"},
-		func(string) string { return "" }, &stdout, &stderr)
+		func(string) string { return "" }, nil, &stdout, &stderr)
 	out := stdout.String()
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, stderr.String())
@@ -183,13 +183,13 @@ func TestDemoForgetfulServer(t *testing.T) {
 func TestDemoFlags(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	if code := runDemo(context.Background(), []string{"-h"}, func(string) string { return "" }, &stdout, &stderr); code != 0 ||
+	if code := runDemo(context.Background(), []string{"-h"}, func(string) string { return "" }, nil, &stdout, &stderr); code != 0 ||
 		!strings.HasPrefix(stdout.String(), "usage: idemd demo") {
 		t.Errorf("-h: exit %d, %q", code, stdout.String())
 	}
 	for _, args := range [][]string{{"-orders", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"},
 		{"-kafka-sasl", "gssapi"}, {"-kafka-sasl", "plain", "-kafka-sasl-user", "u"}, {"-kafka-tls-cert", "c.pem"}} {
-		if code := runDemo(context.Background(), args, func(string) string { return "" }, &stdout, &stderr); code != 2 {
+		if code := runDemo(context.Background(), args, func(string) string { return "" }, nil, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}

@@ -21,7 +21,7 @@ func TestIdentityWithoutCreatePrivilege(t *testing.T) {
 		sep = "&"
 	}
 	var out, errOut strings.Builder
-	if code := runMigrate(ctx, []string{"up", "-db", dsn + sep + "search_path=" + schema}, func(string) string { return "" }, &out, &errOut); code != 0 {
+	if code := runMigrate(ctx, []string{"up", "-db", dsn + sep + "search_path=" + schema}, func(string) string { return "" }, nil, &out, &errOut); code != 0 {
 		t.Fatalf("migrate up: %d %s %s", code, out.String(), errOut.String())
 	}
 	var want string

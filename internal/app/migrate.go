@@ -46,7 +46,7 @@ type migrator interface {
 }
 
 // runMigrate is "idemd migrate ...".
-func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, envErr error, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		_, _ = fmt.Fprint(stdout, migrateUsage)
 		return 0
@@ -64,11 +64,16 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		dbDef = v
 	}
 	db := fs.String("db", dbDef, "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, _ = fmt.Fprint(stdout, migrateUsage)
-			return 0
-		}
+	err := fs.Parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = fmt.Fprint(stdout, migrateUsage)
+		return 0
+	}
+	if envErr != nil {
+		_, _ = fmt.Fprintf(stderr, "%s: %s\n", name, envErr)
+		return 2
+	}
+	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "%s: %v (run idemd migrate -h for help)\n", name, err)
 		return 2
 	}

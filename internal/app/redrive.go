@@ -33,7 +33,7 @@ retention sweep cannot be redriven.
 `
 
 // runOutbox is "idemd outbox ...": the operator's outbox commands.
-func runOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func runOutbox(ctx context.Context, args []string, getenv func(string) string, envErr error, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "redrive" {
 		_, _ = fmt.Fprint(stderr, "idemd: unknown outbox command (want: idemd outbox redrive -since 2h)\n")
 		return 2
@@ -48,11 +48,16 @@ func runOutbox(ctx context.Context, args []string, getenv func(string) string, s
 	sinceS := fs.String("since", "", "")
 	all := fs.Bool("all", false, "")
 	keys := fs.String("key", "", "")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, _ = fmt.Fprint(stdout, redriveUsage)
-			return 0
-		}
+	err := fs.Parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = fmt.Fprint(stdout, redriveUsage)
+		return 0
+	}
+	if envErr != nil {
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: %s\n", envErr)
+		return 2
+	}
+	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: %v (run idemd outbox redrive -h for help)\n", err)
 		return 2
 	}

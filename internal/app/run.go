@@ -25,19 +25,28 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // RunWith is Run with what the program plugs in (opts): cmd/idemd passes
 // the OpenTelemetry exporter there.
 func RunWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts Options) int {
+	// envErr is reported by every command once it is not asked for -h,
+	// before its other configuration mistakes (which a typo may cause).
+	var envErr error
+	if opts.Environ != nil {
+		envErr = checkEnv(opts.Environ())
+	}
 	if len(args) > 0 && args[0] == "outbox" {
-		return runOutbox(ctx, args[1:], getenv, stdout, stderr)
+		return runOutbox(ctx, args[1:], getenv, envErr, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return runMigrate(ctx, args[1:], getenv, stdout, stderr)
+		return runMigrate(ctx, args[1:], getenv, envErr, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "demo" {
-		return runDemo(ctx, args[1:], getenv, stdout, stderr)
+		return runDemo(ctx, args[1:], getenv, envErr, stdout, stderr)
 	}
 	cfg, err := ParseConfig(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = fmt.Fprint(stdout, Usage())
 		return 0
+	}
+	if envErr != nil {
+		err = envErr
 	}
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))

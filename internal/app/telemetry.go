@@ -21,6 +21,11 @@ type Options struct {
 	// must not block on a collector: exporters connect lazily. An error
 	// is logged and idemd runs without telemetry.
 	Telemetry func(ctx context.Context, s TelemetrySetup) (*Telemetry, error)
+	// Environ, if set, returns the environment as os.Environ does (the
+	// one getenv reads): idemd and its subcommands then refuse to start
+	// (exit 2) when it holds an IDEMD_ variable they do not read, a typo
+	// that would leave a setting at its default. -h still answers.
+	Environ func() []string
 }
 
 // TelemetrySetup is what Options.Telemetry gets.
