@@ -20,7 +20,7 @@
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
 //	body larger than Config.MaxBodyBytes           413 body-too-large, whatever its size; the key is not claimed
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
-//	Scope hook error, or an empty principal        401 unauthenticated
+//	Scope hook error, or an empty principal        401 unauthenticated; 413 / 400 as above when the hook read such a body
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key
@@ -34,7 +34,10 @@
 // A key is looked up within a scope: the principal returned by
 // Config.Scope (by default a hash of the Authorization header), the method
 // and the route (Config.Route, by default the ServeMux pattern). One client
-// can never receive another client's stored response. The fingerprint is a
+// can never receive another client's stored response. Scope may read the
+// request body (an HMAC signature check): the middleware has read it
+// already and hands the hook a copy, so the fingerprint and the handler see
+// the whole body whatever the hook does with r.Body. The fingerprint is a
 // SHA-256 of the method, the request target (path and query) and the body;
 // JSON bodies are canonicalised first (CanonicalJSON), so key order and
 // whitespace do not cause false conflicts.

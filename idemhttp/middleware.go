@@ -132,7 +132,7 @@ type command struct {
 	reported bool
 }
 
-// parse validates the key, resolves the scope, reads the body and computes
+// parse validates the key, reads the body, resolves the scope and computes
 // the fingerprint. It answers the client itself when it returns false.
 func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*command, bool) {
 	reject := func(status int, typ, title, detail string) (*command, bool) {
@@ -152,7 +152,20 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		return reject(http.StatusBadRequest, problem.TypeKeyMalformed, "Malformed Idempotency-Key",
 			"An Idempotency-Key is 1 to 255 visible ASCII characters (a UUID is a good choice).")
 	}
+	// The body is read before Scope, which may read it too (an HMAC
+	// signature check): the hook gets a reader of its own over the bytes,
+	// so whatever it leaves in r.Body, the fingerprint and the handler
+	// cover the client's whole body.
+	body, bodyErr := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	scopeBody := &bodyReader{err: bodyErr}
+	scopeBody.r.Reset(body)
+	r.Body = scopeBody
 	principal, err := m.cfg.Scope(r)
+	if bodyErr != nil && scopeBody.read {
+		// The hook read the body that could not be read whole: its
+		// answer may stem from that, the body's answer cannot.
+		return m.rejectBody(w, r, key, bodyErr)
+	}
 	if err != nil {
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
 	}
@@ -165,20 +178,14 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated",
 			"The request's principal could not be identified.")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return reject(http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
-				fmt.Sprintf("The body exceeds %d bytes.", m.cfg.MaxBodyBytes))
-		}
-		// The error names the connection's addresses: the log has it, the
-		// client does not.
-		m.cfg.Logger.Info("idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)
-		return reject(http.StatusBadRequest, problem.TypeValidation, "Unreadable request body",
-			"The request body could not be read.")
+	if bodyErr != nil {
+		return m.rejectBody(w, r, key, bodyErr)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	if r.Body == scopeBody {
+		scopeBody.rewind(body)
+	} else {
+		r.Body = newBodyReader(body)
+	}
 	route := m.cfg.Route(r)
 	// The scope is per route pattern; the fingerprint covers the concrete
 	// target, so one key sent to /accounts/1 and then /accounts/2 is a
@@ -193,13 +200,76 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 	}, true
 }
 
+// rejectBody answers a body that could not be read whole (err).
+func (m *Middleware[TTx]) rejectBody(w http.ResponseWriter, r *http.Request, key string, err error) (*command, bool) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		problem.WriteError(w, http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
+			fmt.Sprintf("The body exceeds %d bytes.", m.cfg.MaxBodyBytes))
+	} else {
+		// The error names the connection's addresses: the log has it, the
+		// client does not.
+		m.cfg.Logger.Info("idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)
+		problem.WriteError(w, http.StatusBadRequest, problem.TypeValidation, "Unreadable request body",
+			"The request body could not be read.")
+	}
+	m.report(r, OutcomeRejected)
+	return nil, false
+}
+
 // request returns cmd's request for one run of the handler, on ctx, with
 // the body from its start.
 func (cmd *command) request(ctx context.Context) *http.Request {
 	r := cmd.r.WithContext(ctx)
-	r.Body = io.NopCloser(bytes.NewReader(cmd.body))
+	r.Body = newBodyReader(cmd.body)
 	return r
 }
+
+// bodyReader is a request body the middleware has read: Config.Scope and
+// each run of the handler get one of their own over the same bytes. One
+// allocation, where io.NopCloser(bytes.NewReader(b)) costs two.
+type bodyReader struct {
+	r bytes.Reader
+	// err, when the middleware's read of the body failed, follows the
+	// bytes read instead of io.EOF.
+	err error
+	// read: Read or WriteTo was called.
+	read bool
+}
+
+func newBodyReader(b []byte) *bodyReader {
+	br := &bodyReader{}
+	br.r.Reset(b)
+	return br
+}
+
+// rewind makes br read b from its start again.
+func (br *bodyReader) rewind(b []byte) {
+	br.r.Reset(b)
+	br.read = false
+}
+
+func (br *bodyReader) Read(p []byte) (int, error) {
+	br.read = true
+	n, err := br.r.Read(p)
+	if errors.Is(err, io.EOF) && br.err != nil {
+		err = br.err
+	}
+	return n, err
+}
+
+// WriteTo keeps io.Copy's fast path of the *bytes.Reader body it replaces.
+func (br *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	br.read = true
+	n, err := br.r.WriteTo(w)
+	if err == nil && br.err != nil {
+		err = br.err
+	}
+	return n, err
+}
+
+// Close does nothing: the bytes stay for the next reader.
+func (br *bodyReader) Close() error { return nil }
 
 // claimParams builds the claim of cmd with a fresh lease token.
 func (m *Middleware[TTx]) claimParams(cmd *command, lockTimeout time.Duration) *driver.RecordClaimParams {
