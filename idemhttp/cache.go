@@ -82,7 +82,7 @@ func (m *Middleware[TTx]) answerCached(cmd *command) bool {
 	span := m.span(cmd, "idem.http.replay")
 	defer span.End()
 	h := cmd.w.Header()
-	if len(e.rec.Body) > 0 {
+	if len(e.rec.Body) > 0 && !e.trailers { // trailers follow a chunked body
 		h.Set("Content-Length", strconv.Itoa(len(e.rec.Body)))
 	}
 	e.addHeaders(h)
@@ -139,7 +139,8 @@ type cacheEntry struct {
 	// rec is the record without its Headers: they are in hdr, decoded.
 	rec        *driver.Record
 	hdr        []cachedHeader
-	nvals      int // values in hdr
+	nvals      int  // values in hdr
+	trailers   bool // hdr has trailers (isTrailerKey)
 	size       int64
 	prev, next *cacheEntry
 }
@@ -260,6 +261,7 @@ func (c *replayCache) put(scope, key string, rec *driver.Record, now time.Time) 
 	for name, vs := range h {
 		e.hdr = append(e.hdr, cachedHeader{name, vs})
 		e.nvals += len(vs)
+		e.trailers = e.trailers || isTrailerKey(name)
 	}
 	e.size = entrySize(scope, key, rec, e.hdr)
 	if e.size > c.maxEntry || e.size > c.shardMax {

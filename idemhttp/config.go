@@ -126,6 +126,11 @@ type Config struct {
 	// Set-Cookie is only replayed when listed here. Content-Length,
 	// Transfer-Encoding and Idempotent-Replayed, which the replay sets
 	// itself, are refused. Defaults to none.
+	//
+	// The trailers of the listed names are stored and replayed as
+	// trailers: those declared in a Trailer header and those set with
+	// http.TrailerPrefix, as net/http sends them. List Trailer too to
+	// replay the declaration itself.
 	ReplayHeaders []string
 
 	// Store decides which outcomes are stored and replayed. Defaults to

@@ -14,7 +14,7 @@
 //
 //	request                                        answer
 //	new key                                        the handler runs; its response is stored and sent
-//	same key, same request, completed              stored status, headers, body byte for byte + Idempotent-Replayed: true
+//	same key, same request, completed              stored status, headers, body, trailers byte for byte + Idempotent-Replayed: true
 //	same key, other method/target/body             409 key-reused (422 with Config.MismatchStatus)
 //	same key while the first is still running     waits up to Config.Wait for its outcome, else 409 request-in-progress + Retry-After
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
@@ -28,6 +28,13 @@
 //
 // Every error is RFC 9457 application/problem+json with Cache-Control:
 // no-store; the type URIs are documented in docs/problems.md.
+//
+// The stored headers are those of an allow-list (Config.ReplayHeaders).
+// Trailers whose names it lists are stored and replayed too, as trailers,
+// whichever way the handler set them: declared in a Trailer header before
+// WriteHeader, or with http.TrailerPrefix in the header map. The Trailer
+// header itself is only replayed when listed (a client reads undeclared
+// trailers after the body all the same).
 //
 // # Keys, scopes and fingerprints
 //

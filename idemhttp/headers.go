@@ -10,8 +10,12 @@ import (
 
 // encodeHeaders stores the allow-listed headers of h as JSON: the bytes
 // json.Marshal gives for a map[string][]string of the allowed names that h
-// has, written without reflection. Stored records keep this format.
+// has, written without reflection. Stored records keep this format. A
+// response with trailers is stored by encodeWithTrailers.
 func encodeHeaders(h http.Header, allow []string) ([]byte, error) {
+	if hasTrailers(h) {
+		return encodeWithTrailers(h, allow)
+	}
 	var buf [16]string
 	kept := buf[:0]
 	size := 2

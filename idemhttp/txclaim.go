@@ -113,10 +113,11 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 
 // answerCompleted answers a replay or a mismatch from rec and flushes it.
 func (m *Middleware[TTx]) answerCompleted(cmd *command, rec *driver.Record) {
-	if rec.State == driver.StateCompleted && bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+	if rec.State == driver.StateCompleted && bytes.Equal(rec.Fingerprint, cmd.fingerprint) && !storedTrailers(rec.Headers) {
 		// Flushed before the handler returns, the body would otherwise go
 		// out chunked, an empty one too (the original had Content-Length:
-		// 0; net/http drops it for a status without a body).
+		// 0; net/http drops it for a status without a body). Trailers
+		// follow a chunked body, as the first time.
 		cmd.w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
 	}
 	m.answerExisting(cmd, rec)
