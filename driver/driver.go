@@ -143,6 +143,8 @@ var (
 	// ErrTxDone: the transaction had already been committed or rolled back
 	// (by the code that ran in it) when the driver was to complete it. The
 	// record was not stored; what the transaction did before it ended may
-	// have been committed.
+	// have been committed, unless the error is also ErrTxAborted: then
+	// nothing of it was (sqlitedriver turns a COMMIT of BeginClaim's
+	// transaction without the record into a rollback).
 	ErrTxDone = errors.New("idem/driver: transaction already committed or rolled back")
 )

@@ -131,7 +131,8 @@ type TxClaimer[TTx any] interface {
 	// was stored by someone else (nothing of tx was committed); ErrTxAborted
 	// that a statement run in tx failed (or a deferred constraint at
 	// COMMIT), so nothing was committed; ErrTxDone that tx had been ended
-	// by the code run in it.
+	// by the code run in it (and, if the error is also ErrTxAborted, that
+	// nothing of it was committed).
 	CommitComplete(ctx context.Context, tx TTx, p *TxCompleteParams) error
 }
 

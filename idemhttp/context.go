@@ -11,11 +11,16 @@ type keyKey struct{}
 // commits it together with the stored response. The handler must not commit
 // or roll it back itself: answering with a status that is not stored (5xx by
 // default) rolls it back. With pgdriver the transaction's Commit and
-// Rollback return an error and do nothing (its savepoints, tx.Begin, work);
-// with a *sql.Tx a handler that ended it gets 500 transaction-ended, its
-// outcome not stored. A statement that may fail belongs in a savepoint
-// (uniq.SavepointTx): on PostgreSQL a failed statement aborts the whole
-// transaction, and the request answers 500 transaction-aborted.
+// Rollback return an error and do nothing (its savepoints, tx.Begin, work).
+// With a *sql.Tx a handler that ended it gets 500 transaction-ended, its
+// outcome not stored. With sqlitedriver (a database of Open or DSN) its
+// Commit fails and rolls the transaction back: nothing was committed, and
+// a retry executes once. With pgsqldriver (and the generic path of other
+// drivers) its Commit commits the handler's writes without the record: a
+// retry executes the command again, a double effect. A statement that may
+// fail belongs in a savepoint (uniq.SavepointTx): on PostgreSQL a failed
+// statement aborts the whole transaction, and the request answers 500
+// transaction-aborted.
 func TxFromContext[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := ctx.Value(txKey{}).(TTx)
 	return tx, ok

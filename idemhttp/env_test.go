@@ -177,6 +177,9 @@ func sqlEnvWith(t *testing.T, drv driver.Driver[*sql.Tx], db *sql.DB, hideTxClai
 	if drv.Name() == "postgres" {
 		name, ph = "postgres-sql", "$1"
 	}
+	if hideTxClaimer {
+		name += "-generic"
+	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS effect (label TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

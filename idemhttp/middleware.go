@@ -370,10 +370,18 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 // broke the middleware's transaction: a statement of it failed and
 // PostgreSQL aborted the transaction (or a deferred constraint failed at
 // COMMIT), so nothing was committed; or the handler committed or rolled it
-// back itself, so the record was not stored. Either way the store is fine
-// and a retry fails the same way: not 503.
+// back itself, so the record was not stored (and, when err is also
+// driver.ErrTxAborted, nothing was committed: sqlitedriver turns the
+// handler's COMMIT into a rollback). Either way the store is fine and a
+// retry fails the same way: not 503.
 func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 	switch {
+	case errors.Is(err, driver.ErrTxDone) && errors.Is(err, driver.ErrTxAborted):
+		m.cfg.Logger.Error("idemhttp: the handler committed or rolled back the middleware's transaction itself; the store rolled it back: nothing was committed, and a retry executes again",
+			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionEnded,
+			"Transaction ended by the handler", "The command ended the idempotency middleware's transaction itself; "+
+				"nothing was committed. Retrying with the same key executes it again.")
 	case errors.Is(err, driver.ErrTxAborted):
 		m.cfg.Logger.Error("idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx); nothing was committed",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)

@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -60,7 +62,9 @@ func TestHandlerStatementFailureAbortsTx(t *testing.T) {
 // client retry and apply a committed effect again and again: with pgx
 // (pgdriver's TxClaimer) the Commit is refused and the outcome is stored
 // with the effect; with *sql.Tx (and pgx's own transactions on the generic
-// path) idem answers 500 transaction-ended.
+// path) idem answers 500 transaction-ended. sqlitedriver's TxClaimer turns
+// the handler's Commit into a rollback: nothing is committed, and the
+// answer says so.
 func TestHandlerEndsTx(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		name := "rollback"
@@ -80,10 +84,11 @@ func TestHandlerEndsTx(t *testing.T) {
 					w.WriteHeader(201)
 				}))
 				rr := send(h, "POST", "/pay", "k", `{}`)
-				if e.name == "postgres" && !refused.Load() {
-					t.Fatal("pgdriver's TxClaimer let the handler end idem's transaction")
-				}
-				if refused.Load() {
+				switch e.name {
+				case "postgres":
+					if !refused.Load() {
+						t.Fatal("pgdriver's TxClaimer let the handler end idem's transaction")
+					}
 					// The transaction stayed idem's: stored and replayed.
 					if rr.Code != 201 {
 						t.Fatalf("%d %s, want 201", rr.Code, rr.Body)
@@ -95,6 +100,17 @@ func TestHandlerEndsTx(t *testing.T) {
 						t.Fatalf("calls = %d, effects = %d; want 1 and 1", calls.Load(), e.effects(t, "end"))
 					}
 					return
+				case "sqlite":
+					if commit && !refused.Load() {
+						t.Fatal("sqlitedriver's TxClaimer let the handler commit idem's transaction")
+					}
+					// Ended, and nothing of it committed.
+					if n := e.effects(t, "end"); n != 0 {
+						t.Fatalf("%d effects committed; want none", n)
+					}
+					if !strings.Contains(rr.Body.String(), "nothing was committed") {
+						t.Errorf("answer %s: want it to say that nothing was committed", rr.Body)
+					}
 				}
 				checkProblem(t, rr, http.StatusInternalServerError, problem.TypeTransactionEnded)
 			})
@@ -171,4 +187,86 @@ func TestRequestEndsBeforeCommit(t *testing.T) {
 			t.Fatalf("retry: %d %s with %d effects; want 201 and 1", rr2.Code, rr2.Body, e.effects(t, "gone"))
 		}
 	})
+}
+
+// TestHandlerCommitsTxThenRetry: a handler that commits idem's transaction
+// itself (a bug it has on its first execution only), then a retry of the
+// same request. With a TxClaimer nothing of the first execution may be
+// committed without its record: pgdriver refuses the handler's Commit (the
+// outcome is stored with the effect, the retry replays), sqlitedriver turns
+// it into a rollback (idem answers 500 transaction-ended saying nothing was
+// committed, the retry executes). Either way one effect in the end, never
+// two.
+func TestHandlerCommitsTxThenRetry(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		mk   func(t *testing.T) *env
+	}{{"postgres", pgEnv}, {"sqlite", sqliteEnv}} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := b.mk(t)
+			var (
+				calls     atomic.Int64
+				commitErr atomic.Pointer[error]
+				logs      testlog.Buffer
+				outcomes  = make(chan idemhttp.Outcome, 4)
+			)
+			cfg := &idemhttp.Config{
+				Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
+				OnOutcome: func(_ *http.Request, o idemhttp.Outcome) { outcomes <- o },
+			}
+			h := e.wrap(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := e.effect(r, "self"); err != nil {
+					t.Errorf("effect: %v", err)
+				}
+				if calls.Add(1) == 1 {
+					err := e.endTx(r, true)
+					commitErr.Store(&err)
+				}
+				w.WriteHeader(http.StatusCreated)
+			}))
+
+			first := send(h, "POST", "/pay", "k", `{}`)
+			firstOutcome := <-outcomes
+			if err := *commitErr.Load(); err == nil {
+				t.Errorf("the handler's own Commit succeeded: it committed its effect without the record")
+			} else {
+				t.Logf("the handler's Commit: %v", err)
+			}
+			switch e.name {
+			case "postgres":
+				// Refused: the transaction stayed idem's.
+				if first.Code != http.StatusCreated || firstOutcome != idemhttp.OutcomeExecuted {
+					t.Fatalf("first: %d %s (%v), want 201 executed", first.Code, first.Body, firstOutcome)
+				}
+			default:
+				checkProblem(t, first, http.StatusInternalServerError, problem.TypeTransactionEnded)
+				if firstOutcome != idemhttp.OutcomeNotStored {
+					t.Errorf("first outcome %v, want not_stored", firstOutcome)
+				}
+				if !strings.Contains(first.Body.String(), "nothing was committed") {
+					t.Errorf("first answer %s: want it to say that nothing was committed", first.Body)
+				}
+				if l := logs.String(); !strings.Contains(l, "nothing was committed") || strings.Contains(l, "may have been") {
+					t.Errorf("log %q: want it to say that nothing was committed", l)
+				}
+				if n := e.effects(t, "self"); n != 0 {
+					t.Errorf("after the first answer: %d effects committed without a record; want 0", n)
+				}
+			}
+
+			retry := send(h, "POST", "/pay", "k", `{}`)
+			<-outcomes
+			if retry.Code != http.StatusCreated {
+				t.Fatalf("retry: %d %s, want 201", retry.Code, retry.Body)
+			}
+			if n := e.effects(t, "self"); n != 1 {
+				t.Fatalf("%d effects after the retry (handler ran %d times); want exactly 1", n, calls.Load())
+			}
+			if rr := send(h, "POST", "/pay", "k", `{}`); rr.Header().Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("third attempt: %d, not replayed", rr.Code)
+			}
+			<-outcomes
+		})
+	}
 }

@@ -56,7 +56,8 @@ const (
 	TypeTransactionAborted = TypeBase + "transaction-aborted"
 	// TypeTransactionEnded (500): the handler committed or rolled back
 	// the idempotency middleware's transaction itself: no outcome was
-	// stored, and the effect may have been applied.
+	// stored, and the effect may have been applied (the detail says when
+	// nothing was committed: sqlitedriver rolls such a COMMIT back).
 	TypeTransactionEnded = TypeBase + "transaction-ended"
 	// TypeUnauthenticated (401): the scope hook could not identify the
 	// principal the key belongs to.

@@ -21,6 +21,18 @@
 // for a concurrent claim (driver.RecordClaimParams.LockTimeout) with a
 // transaction-local lock_timeout, as pgdriver does.
 //
+// The *sql.Tx of BeginClaim (idemhttp's ModeTx) is a plain one: unlike
+// pgdriver's, whose Commit and Rollback the handler cannot call, and
+// sqlitedriver's, whose COMMIT without the record is turned into a
+// rollback, it commits when the handler calls its Commit. The handler must
+// not: its writes are then committed without the idempotency record,
+// idemhttp answers 500 transaction-ended (the effect may have been
+// applied), and a retry with the same key executes the command again, a
+// double effect. (database/sql gives the driver no say in a Commit, and
+// PostgreSQL no hook at COMMIT short of a deferred constraint trigger on a
+// row written at the claim: an extra write and migration on every request,
+// so there is no guard here.)
+//
 // Choose pgdriver when the application uses pgx directly: it pipelines the
 // statements of a claim, of BeginClaim/CommitComplete and of the outbox
 // claim into one round trip each, where this driver sends them one by one

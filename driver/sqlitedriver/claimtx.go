@@ -21,7 +21,7 @@ var _ driver.TxClaimer[*sql.Tx] = (*Driver)(nil)
 // milliseconds); when it runs out, the result is not locked. A busy timeout
 // shorter than p.Wait that runs out is driver.ErrLockTimeout.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.Tx, *driver.TxClaimResult, error) {
-	tx, err := d.beginWithin(ctx, p.Wait)
+	tx, err := d.beginWithin(ctx, p.Wait, true)
 	if errors.Is(err, errConnWait) {
 		return nil, &driver.TxClaimResult{}, nil
 	}
@@ -33,7 +33,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 	case errors.Is(err, driver.ErrNotFound):
 		rec = nil
 	case err != nil:
-		_ = tx.Rollback()
+		_ = d.Rollback(ctx, tx)
 		return nil, nil, err
 	}
 	return tx, &driver.TxClaimResult{Locked: true, Record: rec}, nil
@@ -46,14 +46,15 @@ const minConnWait = 25 * time.Millisecond
 // errConnWait: the wait for the database's connection ran out.
 var errConnWait = errors.New("sqlitedriver: the connection is held by another transaction")
 
-// beginWithin begins a transaction like Begin, waiting at most wait (at
-// least minConnWait) for the connection; errConnWait when that ran out
-// while ctx lives. database/sql rolls back a transaction whose BeginTx
+// beginWithin begins a transaction like Begin (with claim, BeginClaim's,
+// with a claim mark: see begin), waiting at most wait (at least
+// minConnWait) for the connection; errConnWait when that ran out while ctx
+// lives. database/sql rolls back a transaction whose BeginTx
 // context ends, so the wait is not a context with a deadline: BeginTx runs
 // on a context that ends with ctx, or when the wait runs out (leaving
 // database/sql's queue; a transaction begun at that very moment is rolled
 // back).
-func (d *Driver) beginWithin(ctx context.Context, wait time.Duration) (*sql.Tx, error) {
+func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool) (*sql.Tx, error) {
 	bctx, cancel := context.WithCancel(ctx)
 	type begun struct {
 		tx  *sql.Tx
@@ -61,7 +62,7 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration) (*sql.Tx, 
 	}
 	ch := make(chan begun, 1)
 	go func() {
-		tx, err := d.Begin(bctx)
+		tx, err := d.begin(bctx, claim)
 		ch <- begun{tx, err}
 	}()
 	timer := time.NewTimer(max(wait, minConnWait))
@@ -81,7 +82,7 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration) (*sql.Tx, 
 		default:
 			cancel()
 			if b := <-ch; b.tx != nil {
-				_ = b.tx.Rollback()
+				_ = d.Rollback(ctx, b.tx)
 			}
 			if err := ctx.Err(); err != nil {
 				return nil, mapErr("begin", err)
@@ -105,8 +106,12 @@ var testHookWaitRanOut func(begun func() bool)
 // CommitComplete implements driver.TxClaimer: one INSERT of the completed
 // record (or, with p.Replace, the upsert that replaces the expired or
 // abandoned one, or stores it again if the sweep deleted it meanwhile),
-// then COMMIT.
+// then COMMIT. On the connections of Open (and DSN) the transaction
+// commits only here (see txguard.go): if the code run in it had ended it,
+// nothing of it is committed, and the error wraps both driver.ErrTxDone
+// and driver.ErrTxAborted.
 func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCompleteParams) error {
+	mark := takeClaim(tx)
 	var (
 		res sql.Result
 		err error
@@ -135,7 +140,13 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 	}
 	if err != nil {
 		_ = tx.Rollback()
+		if mark != nil && mark.guarded.Load() && errors.Is(err, sql.ErrTxDone) {
+			return errClaimEnded(mark, err)
+		}
 		return mapErr("commit complete", err)
+	}
+	if mark != nil {
+		mark.complete.Store(true) // the record is written: COMMIT may proceed
 	}
 	if err := d.Commit(ctx, tx); err != nil {
 		if isConstraint(err) {

@@ -39,6 +39,20 @@
 // on DB() directly is not guarded: begin it with Begin, or run its
 // statements with the transaction's context.
 //
+// On the same connections a transaction of BeginClaim (idemhttp's ModeTx)
+// commits only with its completed record (CommitComplete): code run in it
+// that commits it itself (a handler calling its Commit) gets an error
+// ("constraint failed (531)") and the transaction is rolled back, so its
+// writes are not committed without the record; CommitComplete then
+// returns an error that is both driver.ErrTxDone and driver.ErrTxAborted
+// (idemhttp answers 500 transaction-ended saying that nothing was
+// committed; a retry executes once). Commit of such a transaction fails
+// the same way. This costs no statement: BeginClaim arms the guard with
+// the claim in place of Begin's arming statement, and CommitComplete sets
+// an in-process flag. It needs transactions begun IMMEDIATE (DSN's
+// _txlock=immediate); on other connections, and on a *sql.DB not opened
+// with DSN, the handler's Commit commits.
+//
 // SQLite compiles a statement every time it runs from its text, which on a
 // small statement costs about as much as running it. The driver therefore
 // keeps its statements prepared (all but those whose text it builds per

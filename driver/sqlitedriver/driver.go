@@ -169,24 +169,40 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 // Begin implements driver.Driver. It arms the transaction guard of the
 // package documentation on the transaction's connection.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
+	return d.begin(ctx, false)
+}
+
+// begin begins a transaction and arms the transaction guard (see
+// txguard.go; a no-op on a connection not opened with DSN), with a claim
+// mark for a transaction of BeginClaim: the arming statement is one either
+// way.
+func (d *Driver) begin(ctx context.Context, claim bool) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, mapErr("begin", err)
 	}
-	// Arm the transaction guard (see txguard.go); a no-op on a connection
-	// not opened with DSN.
-	if _, err := tx.ExecContext(ctx, txGuardArm); err != nil {
-		_ = tx.Rollback()
+	arm := txGuardArm
+	if claim {
+		arm = markClaim(tx)
+	}
+	if _, err := tx.ExecContext(ctx, arm); err != nil {
+		_ = d.Rollback(ctx, tx)
 		return nil, mapErr("begin", err)
 	}
 	return tx, nil
 }
 
-// Commit implements driver.Driver.
+// Commit implements driver.Driver. A transaction of BeginClaim commits
+// only with CommitComplete on the connections of Open (and DSN): Commit
+// rolls it back and returns an error wrapping driver.ErrTxAborted.
 func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		if noTxActive(err) {
 			return fmt.Errorf("sqlitedriver: commit: %w: %w", errTxRolledBack, err)
+		}
+		if isTxRolledBack(err) {
+			takeClaim(tx)
+			return fmt.Errorf("sqlitedriver: commit: %w: %w", errClaimCommit, err)
 		}
 		return fmt.Errorf("sqlitedriver: commit: %w", err)
 	}
@@ -195,6 +211,7 @@ func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 
 // Rollback implements driver.Driver.
 func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+	takeClaim(tx) // BeginClaim's
 	// "No transaction is active": SQLite had rolled it back already.
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) && !noTxActive(err) {
 		return fmt.Errorf("sqlitedriver: rollback: %w", err)

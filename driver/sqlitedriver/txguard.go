@@ -1,11 +1,15 @@
 package sqlitedriver
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"modernc.org/sqlite"
 
@@ -22,6 +26,19 @@ import (
 // connection fails (the commit hook turns its commit into a rollback) until
 // database/sql ends the transaction (COMMIT, which then fails, or
 // ROLLBACK).
+//
+// The guard also keeps a transaction of BeginClaim from committing without
+// its completed record: code run in it (idemhttp's handler) that commits it
+// itself would commit its effect with no record, and a retry would execute
+// it again. BeginClaim arms the guard with a claim mark (txGuardClaim); its
+// COMMIT is turned into a rollback unless CommitComplete, having written
+// the record, marked the claim complete. The mark is an in-process flag
+// shared by the driver and the connection's guard; it costs no statement.
+// It is honoured on connections whose transactions begin IMMEDIATE only
+// (DSN's _txlock=immediate): there every COMMIT of the transaction reaches
+// the commit hook, which forgets the mark. (SQLite calls no hook at the
+// COMMIT of a transaction that never wrote, which a DEFERRED one may be;
+// the mark would outlive it.)
 //
 // The guard is installed by a connection hook, only on the connections
 // whose DSN carries txGuardParam (DSN adds it): it is registered on the
@@ -42,23 +59,79 @@ const (
 	txGuardArm    = "PRAGMA " + txGuardPragma
 )
 
+// txGuardClaimPragma arms the guard for a transaction of BeginClaim, in
+// place of txGuardArm (the same single statement): its value names the
+// transaction's claim mark in claimMarks.
+const txGuardClaimPragma = "idem_txguard_claim"
+
+// claimMark is the guard's flag for one transaction of BeginClaim.
+type claimMark struct {
+	// guarded: the connection's guard took the mark; the transaction
+	// commits only once complete is set.
+	guarded atomic.Bool
+	// complete: CommitComplete wrote the completed record; the COMMIT
+	// may proceed.
+	complete atomic.Bool
+	// refused: the guard turned a COMMIT without the record into a
+	// rollback.
+	refused atomic.Bool
+}
+
+// claimMarks holds the claim marks of the open transactions of BeginClaim,
+// by claimKey of their *sql.Tx: BeginClaim stores one, the guard finds it
+// by the key in txGuardClaim's value, and CommitComplete or Rollback
+// removes it. A mark left behind (a transaction of BeginClaim ended with
+// (*sql.Tx).Rollback directly) is replaced by the next transaction at that
+// address.
+var claimMarks sync.Map
+
+// claimKey identifies tx among the open transactions.
+func claimKey(tx *sql.Tx) uintptr { return reflect.ValueOf(tx).Pointer() }
+
+// txGuardClaim is the statement that arms the guard for the transaction
+// whose key is key.
+func txGuardClaim(key uintptr) string {
+	return "PRAGMA " + txGuardClaimPragma + " = " + strconv.FormatUint(uint64(key), 10)
+}
+
+// markClaim stores a claim mark for tx and returns the statement that arms
+// the guard with it.
+func markClaim(tx *sql.Tx) string {
+	key := claimKey(tx)
+	claimMarks.Store(key, &claimMark{})
+	return txGuardClaim(key)
+}
+
+// takeClaim removes tx's claim mark and returns it, or nil.
+func takeClaim(tx *sql.Tx) *claimMark {
+	if m, ok := claimMarks.LoadAndDelete(claimKey(tx)); ok {
+		return m.(*claimMark)
+	}
+	return nil
+}
+
 func init() {
 	sqlite.RegisterConnectionHook(func(c sqlite.ExecQuerierContext, dsn string) error {
-		if !hasTxGuardParam(dsn) {
+		guard, immediate := txGuardParams(dsn)
+		if !guard {
 			return nil
 		}
-		return installTxGuard(c)
+		return installTxGuard(c, immediate)
 	})
 }
 
-// hasTxGuardParam reports whether dsn asks for the transaction guard.
-func hasTxGuardParam(dsn string) bool {
+// txGuardParams reports whether dsn asks for the transaction guard, and
+// whether its transactions begin IMMEDIATE.
+func txGuardParams(dsn string) (guard, immediate bool) {
 	_, query, ok := strings.Cut(dsn, "?")
 	if !ok {
-		return false
+		return false, false
 	}
 	q, err := url.ParseQuery(query)
-	return err == nil && q.Get(txGuardParam) == "1"
+	if err != nil {
+		return false, false
+	}
+	return q.Get(txGuardParam) == "1", strings.EqualFold(q.Get("_txlock"), "immediate")
 }
 
 // errTxRolledBack explains the errors of statements the guard refused.
@@ -75,15 +148,21 @@ type txGuard struct {
 	// broken: SQLite rolled the armed transaction back by itself; writes
 	// fail until database/sql ends it.
 	broken bool
+	// immediate: the connection's transactions begin IMMEDIATE; claim
+	// marks are honoured.
+	immediate bool
+	// claim: the open transaction is BeginClaim's; it commits only once
+	// the mark is complete.
+	claim *claimMark
 }
 
-func installTxGuard(c any) error {
+func installTxGuard(c any, immediate bool) error {
 	hooks, ok := c.(sqlite.HookRegisterer)
 	auth, ok2 := c.(sqlite.AuthorizerRegisterer)
 	if !ok || !ok2 {
 		return fmt.Errorf("sqlitedriver: the sqlite connection %T has no commit, rollback or authorizer hooks", c)
 	}
-	g := &txGuard{}
+	g := &txGuard{immediate: immediate}
 	if err := auth.RegisterAuthorizer(g.authorize); err != nil {
 		return fmt.Errorf("sqlitedriver: install the transaction guard: %w", err)
 	}
@@ -94,16 +173,32 @@ func installTxGuard(c any) error {
 
 // authorize sees every statement as it is prepared. BEGIN, COMMIT and
 // ROLLBACK (not ROLLBACK TO, a savepoint's) reset the guard: database/sql
-// starts or ends a transaction. txGuardArm arms it. Nothing is refused.
-func (g *txGuard) authorize(action sqlite.AuthorizerActionCode, arg1, _, _, _ string) sqlite.AuthorizerReturnCode {
+// starts or ends a transaction; a claim mark stays for the commit hook to
+// see at COMMIT. txGuardArm arms it, txGuardClaim arms it with a claim
+// mark. Nothing is refused.
+func (g *txGuard) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
 	switch {
 	case action == sqlite.AuthTransaction:
 		g.mu.Lock()
 		g.armed, g.broken = false, false
+		if !strings.EqualFold(arg1, "COMMIT") {
+			g.claim = nil
+		}
 		g.mu.Unlock()
 	case action == sqlite.AuthPragma && strings.EqualFold(arg1, txGuardPragma):
 		g.mu.Lock()
-		g.armed, g.broken = true, false
+		g.armed, g.broken, g.claim = true, false, nil
+		g.mu.Unlock()
+	case action == sqlite.AuthPragma && strings.EqualFold(arg1, txGuardClaimPragma):
+		var m *claimMark
+		if key, err := strconv.ParseUint(arg2, 10, 64); err == nil && g.immediate {
+			if v, ok := claimMarks.Load(uintptr(key)); ok {
+				m = v.(*claimMark)
+				m.guarded.Store(true)
+			}
+		}
+		g.mu.Lock()
+		g.armed, g.broken, g.claim = true, false, m
 		g.mu.Unlock()
 	}
 	return sqlite.AuthorizerOK
@@ -117,20 +212,54 @@ func (g *txGuard) rollback() {
 	if g.armed {
 		g.armed, g.broken = false, true
 	}
+	g.claim = nil
 	g.mu.Unlock()
 }
 
 // commit runs when a write transaction commits: non-zero turns the commit
 // into a rollback, and the statement fails with
-// SQLITE_CONSTRAINT_COMMITHOOK.
+// SQLITE_CONSTRAINT_COMMITHOOK. A transaction of BeginClaim commits only
+// with its completed record.
 func (g *txGuard) commit() int32 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.broken {
 		return 1
 	}
+	if m := g.claim; m != nil {
+		g.claim = nil
+		if !m.complete.Load() {
+			m.refused.Store(true)
+			return 1
+		}
+	}
 	return 0
 }
+
+// errClaimCommit explains the error of a COMMIT of a transaction of
+// BeginClaim that the guard refused: nothing of the transaction commits.
+var errClaimCommit = nothingCommitted{errors.New("a transaction of BeginClaim commits only with its completed record (CommitComplete); this COMMIT was turned into a rollback, nothing of it is committed")}
+
+// errClaimEnded explains CommitComplete finding its transaction ended by
+// the code run in it on a guarded connection: the guard had refused its
+// COMMIT (or it was rolled back), so nothing of it is committed. It wraps
+// driver.ErrTxDone and, as nothing was committed, driver.ErrTxAborted.
+func errClaimEnded(m *claimMark, err error) error {
+	how := "rolled it back"
+	if m.refused.Load() {
+		how = "committed it, and the transaction guard turned that COMMIT into a rollback"
+	}
+	return fmt.Errorf("sqlitedriver: commit complete: %w: %w", driver.ErrTxDone,
+		nothingCommitted{fmt.Errorf("the code run in the transaction %s; nothing of it is committed: %w", how, err)})
+}
+
+// nothingCommitted is an error that is driver.ErrTxAborted (nothing of the
+// transaction is committed) without that error's text, which speaks of a
+// failed statement.
+type nothingCommitted struct{ error }
+
+func (e nothingCommitted) Is(target error) bool { return target == driver.ErrTxAborted }
+func (e nothingCommitted) Unwrap() error        { return e.error }
 
 // Extended result codes mapErr and Commit recognise.
 const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,5 +253,138 @@ func TestTxGuardAfterFailedBegin(t *testing.T) {
 	}
 	if n := count(t, other.DB(), "acct"); n != 2 {
 		t.Errorf("%d acct rows; want 2", n)
+	}
+}
+
+// A transaction of BeginClaim commits only with its completed record:
+// code run in it that commits it itself (idemhttp's handler, a bug) or
+// Commit commit nothing, and CommitComplete then says that nothing of it
+// is committed. The guard forgets the claim when the transaction ends:
+// later statements and transactions on the connection commit as usual.
+func TestTxGuardClaimCommitsOnlyWithTheRecord(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := testdb.SQLite(t)
+	db := drv.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE acct (id INTEGER PRIMARY KEY, v INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	complete := func(key string) *driver.TxCompleteParams {
+		return &driver.TxCompleteParams{Scope: "s", Key: key, Fingerprint: []byte("fp"), Status: 201,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	}
+	claim := func(key string, id int) *sql.Tx {
+		t.Helper()
+		tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		if err != nil || !res.Locked {
+			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO acct VALUES (?, 1)`, id); err != nil {
+			t.Fatalf("insert %d: %v", id, err)
+		}
+		return tx
+	}
+
+	// The code run in the transaction commits it.
+	tx := claim("a", 1)
+	if err := tx.Commit(); err == nil {
+		t.Error("(*sql.Tx).Commit of BeginClaim's transaction succeeded")
+	}
+	err := drv.CommitComplete(ctx, tx, complete("a"))
+	if !errors.Is(err, driver.ErrTxDone) || !errors.Is(err, driver.ErrTxAborted) {
+		t.Errorf("CommitComplete after the transaction's own Commit: %v; want ErrTxDone and ErrTxAborted (nothing committed)", err)
+	}
+	// Rolled back instead.
+	tx = claim("b", 2)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	err = drv.CommitComplete(ctx, tx, complete("b"))
+	if !errors.Is(err, driver.ErrTxDone) || !errors.Is(err, driver.ErrTxAborted) {
+		t.Errorf("CommitComplete after the transaction's own Rollback: %v; want ErrTxDone and ErrTxAborted", err)
+	}
+	// Driver.Commit is no way around it.
+	tx = claim("c", 3)
+	if err := drv.Commit(ctx, tx); !errors.Is(err, driver.ErrTxAborted) {
+		t.Errorf("Commit of BeginClaim's transaction: %v; want ErrTxAborted", err)
+	}
+	if n := count(t, db, "acct"); n != 0 {
+		t.Fatalf("%d acct rows committed without their record; want none", n)
+	}
+	if n := count(t, db, "idempotency_record"); n != 0 {
+		t.Fatalf("%d records; want none", n)
+	}
+
+	// Afterwards: statements outside a transaction, a transaction of
+	// Begin, and one of BeginClaim completed, all commit.
+	if _, err := db.ExecContext(ctx, `INSERT INTO acct VALUES (4, 1)`); err != nil {
+		t.Fatalf("autocommit insert: %v", err)
+	}
+	tx, err = drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO acct VALUES (5, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatalf("Commit of Begin's transaction: %v", err)
+	}
+	tx = claim("d", 6)
+	if err := drv.CommitComplete(ctx, tx, complete("d")); err != nil {
+		t.Fatalf("CommitComplete: %v", err)
+	}
+	// A claim read, then rolled back (a replay), leaves nothing behind.
+	tx, _, err = drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO acct VALUES (7, 1)`); err != nil {
+		t.Fatalf("autocommit insert after a rolled back claim: %v", err)
+	}
+	if n := count(t, db, "acct"); n != 4 {
+		t.Errorf("%d acct rows; want 4 (4, 5, 6, 7)", n)
+	}
+	if n := count(t, db, "idempotency_record"); n != 1 {
+		t.Errorf("%d records; want 1", n)
+	}
+}
+
+// On a guarded connection whose transactions begin DEFERRED (a *sql.DB of
+// the application's, which Validate refuses), SQLite calls no hook at the
+// COMMIT of a transaction that never wrote: the claim is not enforced
+// there, and a claim committed without a write must not leave the guard
+// refusing the connection's later writes.
+func TestTxGuardClaimDeferred(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := strings.Replace(sqlitedriver.DSN(testdb.SQLitePath(t), 0), "_txlock=immediate", "_txlock=deferred", 1)
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	drv, err := sqlitedriver.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrate(t, drv)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE acct (id INTEGER PRIMARY KEY, v INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "a"})
+	if err != nil || !res.Locked {
+		t.Fatalf("BeginClaim = %+v, %v", res, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("Commit of a claim that read only: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO acct VALUES (1, 1)`); err != nil {
+		t.Fatalf("autocommit insert afterwards: %v", err)
 	}
 }
