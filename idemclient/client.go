@@ -227,8 +227,15 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if key == "" && !slices.Contains(idempotent, method(req)) {
-		// A keyless non-idempotent request: exactly one attempt.
-		return c.cfg.HTTPClient.Do(req)
+		// A keyless non-idempotent request: exactly one attempt. Its
+		// transport error is an *Error too, without the URL's query.
+		resp, err := c.cfg.HTTPClient.Do(req)
+		if err != nil {
+			// resp is not nil only when CheckRedirect failed, and then
+			// its body is already closed.
+			return nil, &Error{Method: method(req), URL: logURL(req), Attempts: 1, Err: redactErr(err)}
+		}
+		return resp, nil
 	}
 	getBody, err := c.bodySource(req)
 	if err != nil {

@@ -54,7 +54,8 @@
 // HEAD, PUT, DELETE, OPTIONS, TRACE; an empty Method is GET, as net/http
 // sends it). Any other request, for example a keyless POST when POST is not
 // in Config.Methods, is sent exactly once: its body is not buffered and its
-// outcome, whatever it is, is returned.
+// outcome, whatever it is, is returned (a failure without a response as an
+// *Error, like a retried request's; see Results).
 //
 // For a retryable request every attempt carries the same key and the same
 // body bytes, and the outcome of an attempt decides what happens next:

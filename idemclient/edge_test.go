@@ -186,3 +186,33 @@ func TestErrorWithoutQuery(t *testing.T) {
 		t.Errorf("the request's URL was modified: %v", req.URL)
 	}
 }
+
+// A keyless request sent once (a POST when POST is not in Config.Methods)
+// that fails without a response gives an *Error whose message and
+// *url.Error leave out the URL's query, like a retried one's.
+func TestKeylessErrorWithoutQuery(t *testing.T) {
+	t.Parallel()
+	c, _ := newClient(t, &idemclient.Config{Methods: []string{}})
+	req := post(t, "http://127.0.0.1:1/pay?api_key=SECRET", "{}")
+	resp, err := c.Do(req)
+	if resp != nil {
+		t.Fatalf("response %v with err %v, want none", resp.Status, err)
+	}
+	var e *idemclient.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err %v, want an *idemclient.Error", err)
+	}
+	if e.Attempts != 1 || e.Key != "" || e.Method != http.MethodPost {
+		t.Errorf("Error %+v, want 1 keyless POST attempt", e)
+	}
+	if strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("message carries the query: %v", err)
+	}
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		t.Fatalf("err %v wraps no *url.Error", err)
+	}
+	if strings.Contains(ue.URL, "SECRET") {
+		t.Errorf("url.Error URL %q carries the query", ue.URL)
+	}
+}
