@@ -85,7 +85,10 @@
 //	409 or 422 key-reused                             done: returns (nil, *KeyReusedError); never retried
 //	any other 4xx or 5xx (400, 401, 404, 409, 413,    done: returns the response
 //	  422 without key-reused, 501, ...)
-//	the request's context ends                        done: returns an *Error wrapping ctx.Err() and the last outcome
+//	the request's context ends during an attempt      done: returns an *Error wrapping ctx.Err() and the last outcome
+//	  or a wait (a retryable response whose next
+//	  wait would end past the deadline, or that came
+//	  after it, is returned as given up: see Delays)
 //
 // key-reused means the server has already seen this key with a different
 // request: a programming error (one key used for two operations, or a
