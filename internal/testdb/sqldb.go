@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem/driver/pgsqldriver"
@@ -25,7 +24,7 @@ func SQLDB(t testing.TB, maxConns int) (*sql.DB, string) {
 // before the schema is dropped (cleanups run last first).
 func SQLPool(t testing.TB, schema string, maxConns int) *sql.DB {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(DSN())
+	cfg, err := connConfig()
 	if err != nil {
 		t.Fatalf("parse dsn: %v", err)
 	}

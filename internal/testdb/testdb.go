@@ -49,7 +49,7 @@ func RequirePostgres(t testing.TB) {
 	reachOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, DSN())
+		conn, err := connect(ctx)
 		if err != nil {
 			reachErr = err
 			return
@@ -73,7 +73,7 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	RequirePostgres(t)
 	ctx := context.Background()
 	schema := "t_" + randHex(6)
-	admin, err := pgx.Connect(ctx, DSN())
+	admin, err := connect(ctx)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -85,7 +85,7 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	pool := Pool(t, schema, maxConns)
 	t.Cleanup(func() {
 		pool.Close()
-		c, err := pgx.Connect(context.Background(), DSN())
+		c, err := connect(context.Background())
 		if err != nil {
 			return
 		}
@@ -107,6 +107,7 @@ func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.DialFunc = dial
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
@@ -189,6 +190,7 @@ func DMLPool(t testing.TB, owner *pgxpool.Pool, schema string) *pgxpool.Pool {
 	}
 	cfg.ConnConfig.User = role
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.DialFunc = dial
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
