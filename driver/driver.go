@@ -23,6 +23,25 @@ type Backend[TTx any] interface {
 	Rollback(ctx context.Context, tx TTx) error
 }
 
+// EndedRollbacker is implemented by backends that can tell, as they roll a
+// transaction back, that it had already ended: the code run in it
+// committed or rolled it back itself (idemhttp's handler, which must not).
+// Backend.Rollback cannot say so, since rolling back an ended transaction
+// is not an error there. idemhttp uses it when it rolls back a transaction
+// whose handler answered a failure, so that it does not pass that answer on
+// (a client would retry it and execute again an effect the handler
+// committed).
+type EndedRollbacker[TTx any] interface {
+	// RollbackEnded rolls tx back as Backend.Rollback does, with no
+	// statement more, and returns an error wrapping ErrTxDone when tx had
+	// already been committed or rolled back; also ErrTxAborted when
+	// nothing of it was committed (sqlitedriver: a transaction of
+	// BeginClaim). database/sql also ends a transaction when the context
+	// it was begun with ends: the caller tells that apart by the context.
+	// Any other error is Rollback's.
+	RollbackEnded(ctx context.Context, tx TTx) error
+}
+
 // The stores give the executor of one group of tables, outside any
 // transaction (each statement commits on its own) or in the caller's
 // transaction (the ...Tx methods, which never commit it).

@@ -13,7 +13,9 @@ type keyKey struct{}
 // default) rolls it back. With pgdriver the transaction's Commit and
 // Rollback return an error and do nothing (its savepoints, tx.Begin, work).
 // With a *sql.Tx a handler that ended it gets 500 transaction-ended, its
-// outcome not stored. With sqlitedriver (a database of Open or DSN) its
+// outcome not stored, also when it answered a failure that is not stored
+// (a 5xx, a response too large): passed on, a retryable failure would be
+// retried. With sqlitedriver (a database of Open or DSN) its
 // Commit fails and rolls the transaction back: nothing was committed, and
 // a retry executes once. With pgsqldriver (and the generic path of other
 // drivers) its Commit commits the handler's writes without the record: a

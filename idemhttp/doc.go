@@ -86,7 +86,11 @@
 // Config.Store decides what is stored: by default every status below 500
 // except 408, 425 and 429. Other outcomes, a panic and (ModeTx) a request
 // cancelled by the client roll the transaction back or release the key, so
-// a retry executes again. A response to store that is larger than
+// a retry executes again. In ModeTx a handler that ended the transaction
+// itself gets 500 transaction-ended whatever it answered (with a driver
+// that implements driver.EndedRollbacker, as the three of idem do): its
+// failure passed on would be retried, and the retry would execute again
+// what its COMMIT committed (see TxFromContext). A response to store that is larger than
 // Config.MaxResponseBytes is never silently left unstored: ModeTx rolls back
 // and answers 500; ModeLease stores that 500, since the effect cannot be
 // undone. A larger failure (not stored anyway) is passed on with its status

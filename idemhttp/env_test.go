@@ -65,8 +65,13 @@ var backendList = []struct {
 
 // generic is a backend with nothing but what idemhttp needs (transactions and
 // the record store): no TxClaimer, no inbox, outbox, saga or lock methods,
-// as a third-party backend for the middleware alone would be.
+// as a third-party backend for the middleware alone would be. It keeps the
+// backend's driver.EndedRollbacker (every backend here has one).
 type generic[TTx any] struct{ driver.RecordDriver[TTx] }
+
+func (g generic[TTx]) RollbackEnded(ctx context.Context, tx TTx) error {
+	return g.RecordDriver.(driver.EndedRollbacker[TTx]).RollbackEnded(ctx, tx)
+}
 
 // withoutTxClaimer returns drv, or drv reduced to a driver.RecordDriver.
 func withoutTxClaimer[TTx any](drv driver.Driver[TTx], hide bool) driver.RecordDriver[TTx] {

@@ -270,3 +270,112 @@ func TestHandlerCommitsTxThenRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestHandlerEndsTxThenFails: a handler that commits idem's transaction
+// itself (or rolls it back) and then answers a status that is not stored
+// (500 "commit failed"), or a storable response too large to store. Passed
+// on, that answer would have the client retry with the same key, and where
+// the handler's COMMIT committed (pgsqldriver, the generic path) the retry
+// would execute the command a second time. idem answers 500
+// transaction-ended instead, as when the handler answers a stored status
+// (idemclient does not retry it), and says that nothing was committed only
+// where the driver guarantees it (sqlitedriver). pgdriver refuses the
+// handler's Commit and Rollback: its answer goes out as it would have.
+func TestHandlerEndsTxThenFails(t *testing.T) {
+	answers := []struct {
+		name  string
+		max   int // Config.MaxResponseBytes
+		write func(w http.ResponseWriter)
+	}{
+		{"500", 0, func(w http.ResponseWriter) { http.Error(w, "commit failed", http.StatusInternalServerError) }},
+		{"too-large", 64, func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(strings.Repeat("x", 1024)))
+		}},
+	}
+	for _, commit := range []bool{true, false} {
+		end := "rollback"
+		if commit {
+			end = "commit"
+		}
+		for _, ans := range answers {
+			t.Run(end+"-"+ans.name, func(t *testing.T) {
+				forEach(t, func(t *testing.T, e *env) {
+					var (
+						calls    atomic.Int64
+						refused  atomic.Bool
+						logs     testlog.Buffer
+						outcomes = make(chan idemhttp.Outcome, 4)
+					)
+					cfg := &idemhttp.Config{
+						Logger:           slog.New(slog.NewTextHandler(&logs, nil)),
+						OnOutcome:        func(_ *http.Request, o idemhttp.Outcome) { outcomes <- o },
+						MaxResponseBytes: ans.max,
+					}
+					h := e.wrap(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if err := e.effect(r, "endfail"); err != nil {
+							t.Errorf("effect: %v", err)
+						}
+						if calls.Add(1) == 1 { // the bug, on the first execution only
+							refused.Store(e.endTx(r, commit) != nil)
+							ans.write(w)
+							return
+						}
+						w.WriteHeader(http.StatusCreated)
+					}))
+
+					first := send(h, "POST", "/pay", "k", `{}`)
+					if o := <-outcomes; o != idemhttp.OutcomeNotStored {
+						t.Errorf("first outcome %v, want not_stored", o)
+					}
+					committed := e.effects(t, "endfail")
+					switch e.name {
+					case "postgres":
+						if !refused.Load() {
+							t.Fatal("pgdriver's TxClaimer let the handler end idem's transaction")
+						}
+						// The transaction stayed idem's and was rolled back.
+						if ans.max == 0 {
+							if first.Code != http.StatusInternalServerError || !strings.Contains(first.Body.String(), "commit failed") {
+								t.Fatalf("first: %d %s, want the handler's 500", first.Code, first.Body)
+							}
+						} else {
+							checkProblem(t, first, http.StatusInternalServerError, problem.TypeResponseTooLarge)
+						}
+						if committed != 0 {
+							t.Fatalf("%d effects committed; want none", committed)
+						}
+					default:
+						checkProblem(t, first, http.StatusInternalServerError, problem.TypeTransactionEnded)
+						if l := logs.String(); !strings.Contains(l, "level=ERROR") ||
+							!strings.Contains(l, "committed or rolled back the middleware's transaction itself") {
+							t.Errorf("log %q: want an ERROR about the handler ending the transaction", l)
+						}
+						want, says := 0, "may have been applied"
+						switch {
+						case e.name == "sqlite":
+							says = "nothing was committed"
+						case commit:
+							want = 1 // database/sql's or pgx's COMMIT committed the effect
+						}
+						if !strings.Contains(first.Body.String(), says) {
+							t.Errorf("first answer %s: want it to say %q", first.Body, says)
+						}
+						if committed != want {
+							t.Fatalf("%d effects committed by the handler; want %d", committed, want)
+						}
+					}
+					if committed != 0 {
+						return // a retry would apply it again: the answer says so, and idemclient does not retry it
+					}
+					// Nothing was committed: a retry executes once.
+					retry := send(h, "POST", "/pay", "k", `{}`)
+					<-outcomes
+					if retry.Code != http.StatusCreated || e.effects(t, "endfail") != 1 {
+						t.Fatalf("retry: %d %s with %d effects; want 201 and 1", retry.Code, retry.Body, e.effects(t, "endfail"))
+					}
+				})
+			})
+		}
+	}
+}

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -94,7 +95,10 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 // runInTx runs the handler with tx in its context and returns its recorded
 // response when it is to be stored. Otherwise (a panic, a client gone, a
 // response too large or not storable) it rolls tx back, answers and
-// reports, and returns nil; a panic goes on after the rollback.
+// reports, and returns nil; a panic goes on after the rollback. A handler
+// that had ended tx itself gets 500 transaction-ended, as when its response
+// is to be stored: its failure, passed on, would be retried, and the retry
+// would execute again what its COMMIT may have committed.
 func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *recorder {
 	ctx := cmd.r.Context()
 	rec := newRecorder(m.cfg.MaxResponseBytes)
@@ -110,26 +114,28 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	returned = true
 	rec.seal()
 
+	if ctx.Err() == nil && m.cfg.Store(rec.statusCode()) && !rec.overflow {
+		return rec
+	}
+	// Not stored: undo. The transaction found ended while the request's
+	// context is live was ended by the handler (database/sql also ends it
+	// when that context ends: then it cannot be told apart).
+	if err := m.rollbackEnded(ctx, tx); err != nil && ctx.Err() == nil {
+		m.handlerTxFailed(cmd, fmt.Errorf("idemhttp: the handler answered %d: %w", rec.statusCode(), err))
+		return nil
+	}
 	switch {
 	case ctx.Err() != nil: // the client is gone, or its deadline passed: nothing happened
-		m.rollback(ctx, tx)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			m.deadlinePassed(cmd) // the writer is still there: not an empty 200
 		}
-		m.reportCmd(cmd, OutcomeNotStored)
-		return nil
 	case !m.cfg.Store(rec.statusCode()):
-		m.rollback(ctx, tx)
 		m.passNotStored(cmd, rec)
-		m.reportCmd(cmd, OutcomeNotStored)
-		return nil
-	case rec.overflow:
-		m.rollback(ctx, tx)
+	default: // too large to store
 		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
-		m.reportCmd(cmd, OutcomeNotStored)
-		return nil
 	}
-	return rec
+	m.reportCmd(cmd, OutcomeNotStored)
+	return nil
 }
 
 func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {
@@ -138,4 +144,25 @@ func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {
 	if err := m.drv.Rollback(ctx, tx); err != nil {
 		m.cfg.Logger.Warn("idemhttp: rollback failed", "err", err)
 	}
+}
+
+// rollbackEnded rolls tx back as rollback does. When the driver is a
+// driver.EndedRollbacker that found tx already ended, it returns that
+// error (driver.ErrTxDone); otherwise nil.
+func (m *Middleware[TTx]) rollbackEnded(ctx context.Context, tx TTx) error {
+	er, ok := any(m.drv).(driver.EndedRollbacker[TTx])
+	if !ok {
+		m.rollback(ctx, tx)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := er.RollbackEnded(ctx, tx)
+	if errors.Is(err, driver.ErrTxDone) {
+		return err
+	}
+	if err != nil {
+		m.cfg.Logger.Warn("idemhttp: rollback failed", "err", err)
+	}
+	return nil
 }

@@ -10,11 +10,11 @@
 //	}
 //
 // is green under the race detector. Only the backend's Caps (concurrent
-// writers) and the optional interfaces it implements (driver.TxClaimer)
-// make subtests skip. A backend whose driver serialises its own callers (a
-// single connection, as SQLite's) also sets Backend.Reopen, so that the
-// concurrency subtests race several drivers on one database, as several
-// processes would.
+// writers) and the optional interfaces it does not implement
+// (driver.TxClaimer, driver.EndedRollbacker) make subtests skip. A backend
+// whose driver serialises its own callers (a single connection, as
+// SQLite's) also sets Backend.Reopen, so that the concurrency subtests race
+// several drivers on one database, as several processes would.
 //
 // Run checks the record semantics idem's HTTP middleware relies on (claim,
 // replay of the stored response byte for byte, fingerprint mismatch, lease

@@ -34,8 +34,8 @@ type Backend[TTx any] struct {
 // relay, leases, sagas and migrations. (The cleaner's tests, which run
 // package cleanup on both idem backends, live in package cleanup.) What a backend's Caps say
 // it cannot do (concurrent writers) and the optional interfaces it does not
-// implement (driver.TxClaimer) decide which subtests are skipped; nothing
-// else is optional.
+// implement (driver.TxClaimer, driver.EndedRollbacker) decide which
+// subtests are skipped; nothing else is optional.
 func Run[TTx any](t *testing.T, b Backend[TTx]) {
 	t.Helper()
 	if b.New == nil || b.NewUnmigrated == nil {
@@ -78,6 +78,7 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"RollbackOfClaimLeavesNoRecord", testRollbackOfClaim[TTx]},
 		{"RollbackOfCompleteKeepsClaim", testRollbackOfComplete[TTx]},
 		{"RollbackAfterCommitIsNotAnError", testRollbackAfterCommit[TTx]},
+		{"RollbackEnded", testRollbackEnded[TTx]},
 		{"CancelledStatementLeavesTxAllOrNothing", testCancelledStatement[TTx]},
 		{"MigrateTwiceIsNoOp", testMigrateTwice[TTx]},
 		{"ConcurrentClaimsOneWinner", withPeers(testConcurrentClaims[TTx], reopen)},

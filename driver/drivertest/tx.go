@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -92,6 +93,37 @@ func testRollbackAfterCommit[TTx any](t *testing.T, newDriver func(t *testing.T)
 	rollback(t, drv, tx)
 	if err := drv.Rollback(t.Context(), tx); err != nil {
 		t.Errorf("second Rollback: %v; want nil", err)
+	}
+	mustGet(t, drv.Executor(), testScope, "key-1", inProgress(p))
+}
+
+// driver.EndedRollbacker, for backends that implement it: RollbackEnded
+// rolls an open transaction back (nil), and reports one already committed
+// or rolled back with driver.ErrTxDone (not driver.ErrTxAborted: Begin's
+// transaction committed).
+func testRollbackEnded[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	er, ok := drv.(driver.EndedRollbacker[TTx])
+	if !ok {
+		t.Skipf("%s does not implement driver.EndedRollbacker (optional)", drv.Name())
+	}
+	tx := begin(t, drv)
+	p := claimAt("key-1", fpA, newToken(), t0)
+	mustClaim(t, drv.UnwrapExecutor(tx), p)
+	if err := er.RollbackEnded(t.Context(), tx); err != nil {
+		t.Fatalf("RollbackEnded of an open transaction: %v; want nil", err)
+	}
+	mustNotFind(t, drv.Executor(), testScope, "key-1")
+	if err := er.RollbackEnded(t.Context(), tx); !errors.Is(err, driver.ErrTxDone) {
+		t.Errorf("RollbackEnded after RollbackEnded: %v; want driver.ErrTxDone", err)
+	}
+
+	tx = begin(t, drv)
+	mustClaim(t, drv.UnwrapExecutor(tx), p)
+	commit(t, drv, tx)
+	err := er.RollbackEnded(t.Context(), tx)
+	if !errors.Is(err, driver.ErrTxDone) || errors.Is(err, driver.ErrTxAborted) {
+		t.Errorf("RollbackEnded after Commit: %v; want driver.ErrTxDone, not driver.ErrTxAborted", err)
 	}
 	mustGet(t, drv.Executor(), testScope, "key-1", inProgress(p))
 }

@@ -150,6 +150,26 @@ func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+var _ driver.EndedRollbacker[pgx.Tx] = (*Driver)(nil)
+
+// RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
+// wrapping driver.ErrTxDone when tx had already been committed or rolled
+// back (pgx.ErrTxClosed). A transaction of BeginClaim never is: it refuses
+// the Commit and Rollback of the code run in it.
+func (d *Driver) RollbackEnded(ctx context.Context, tx pgx.Tx) error {
+	rollback := tx.Rollback
+	if ct, ok := tx.(*claimTx); ok {
+		rollback = ct.rollback
+	}
+	if err := rollback(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxClosed) {
+			return fmt.Errorf("pgdriver: rollback: %w: %w", driver.ErrTxDone, err)
+		}
+		return fmt.Errorf("pgdriver: rollback: %w", err)
+	}
+	return nil
+}
+
 // Table returns the qualified name of one of idem's tables, for example
 // Table("idempotency_record") -> "idem".idempotency_record.
 func (d *Driver) Table(name string) string { return d.table + name }

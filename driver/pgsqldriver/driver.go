@@ -126,6 +126,21 @@ func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
 	return nil
 }
 
+var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
+
+// RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
+// wrapping driver.ErrTxDone when tx had already been committed or rolled
+// back (a COMMIT of the code run in it committed: there is no guard here).
+func (d *Driver) RollbackEnded(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) {
+			return fmt.Errorf("pgsqldriver: rollback: %w: %w", driver.ErrTxDone, err)
+		}
+		return fmt.Errorf("pgsqldriver: rollback: %w", err)
+	}
+	return nil
+}
+
 // Table returns the qualified name of one of idem's tables, for example
 // Table("idempotency_record") -> "idem".idempotency_record.
 func (d *Driver) Table(name string) string { return d.names.Table + name }

@@ -141,7 +141,7 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 	if err != nil {
 		_ = tx.Rollback()
 		if mark != nil && mark.guarded.Load() && errors.Is(err, sql.ErrTxDone) {
-			return errClaimEnded(mark, err)
+			return errClaimEnded("commit complete", mark, err)
 		}
 		return mapErr("commit complete", err)
 	}

@@ -219,6 +219,28 @@ func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
 	return nil
 }
 
+var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
+
+// RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
+// wrapping driver.ErrTxDone when tx had already been committed or rolled
+// back. For a transaction of BeginClaim on the connections of Open (and
+// DSN) it also wraps driver.ErrTxAborted: the transaction guard let
+// nothing of it commit without its record.
+func (d *Driver) RollbackEnded(_ context.Context, tx *sql.Tx) error {
+	mark := takeClaim(tx)
+	err := tx.Rollback()
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		if mark != nil && mark.guarded.Load() {
+			return errClaimEnded("rollback", mark, err)
+		}
+		return fmt.Errorf("sqlitedriver: rollback: %w: %w", driver.ErrTxDone, err)
+	case err != nil && !noTxActive(err):
+		return fmt.Errorf("sqlitedriver: rollback: %w", err)
+	}
+	return nil
+}
+
 // Table returns the name of one of idem's tables with the prefix applied.
 func (d *Driver) Table(name string) string { return d.prefix + name }
 

@@ -240,16 +240,17 @@ func (g *txGuard) commit() int32 {
 // BeginClaim that the guard refused: nothing of the transaction commits.
 var errClaimCommit = nothingCommitted{errors.New("a transaction of BeginClaim commits only with its completed record (CommitComplete); this COMMIT was turned into a rollback, nothing of it is committed")}
 
-// errClaimEnded explains CommitComplete finding its transaction ended by
-// the code run in it on a guarded connection: the guard had refused its
-// COMMIT (or it was rolled back), so nothing of it is committed. It wraps
-// driver.ErrTxDone and, as nothing was committed, driver.ErrTxAborted.
-func errClaimEnded(m *claimMark, err error) error {
+// errClaimEnded explains CommitComplete (or RollbackEnded: op) finding its
+// transaction ended by the code run in it on a guarded connection: the
+// guard had refused its COMMIT (or it was rolled back), so nothing of it is
+// committed. It wraps driver.ErrTxDone and, as nothing was committed,
+// driver.ErrTxAborted.
+func errClaimEnded(op string, m *claimMark, err error) error {
 	how := "rolled it back"
 	if m.refused.Load() {
 		how = "committed it, and the transaction guard turned that COMMIT into a rollback"
 	}
-	return fmt.Errorf("sqlitedriver: commit complete: %w: %w", driver.ErrTxDone,
+	return fmt.Errorf("sqlitedriver: %s: %w: %w", op, driver.ErrTxDone,
 		nothingCommitted{fmt.Errorf("the code run in the transaction %s; nothing of it is committed: %w", how, err)})
 }
 
