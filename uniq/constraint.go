@@ -13,7 +13,9 @@ import (
 // Constraint names a UNIQUE constraint (or unique index) of a table.
 type Constraint struct {
 	// Name is the constraint or index name. PostgreSQL reports it in the
-	// error, so it is what Is compares there; name the constraint
+	// error, so it is what Is compares there, and it is required there: a
+	// Constraint without Name matches no PostgreSQL violation (CreateOrGet
+	// returns an error saying so). Name the constraint
 	// explicitly in the DDL (CONSTRAINT name UNIQUE (...)) instead of
 	// relying on a generated name (an unquoted name may be given as
 	// written: PostgreSQL reports it in lower case; a name longer than 63
@@ -63,7 +65,7 @@ const sqliteUniquePrefix = "UNIQUE constraint failed: "
 //     a unique index on expressions, the index c.Name.
 //
 // Any other error, including a violation of another unique constraint of the
-// same table, gives false.
+// same table, gives false; so does any PostgreSQL error when c.Name is empty.
 func Is(err error, c Constraint) bool {
 	if err == nil {
 		return false
@@ -91,6 +93,20 @@ func Is(err error, c Constraint) bool {
 		return sqliteMatches(coded.Error(), code, c)
 	}
 	return false
+}
+
+// isPGUniqueViolation reports whether err, or an error it wraps, is a
+// PostgreSQL unique violation of any constraint (SQLSTATE 23505).
+func isPGUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == pgUniqueViolation
+	}
+	var stated interface {
+		error
+		SQLState() string
+	}
+	return errors.As(err, &stated) && stated.SQLState() == pgUniqueViolation
 }
 
 // pgMaxIdentifierLen is the longest identifier PostgreSQL keeps, in bytes

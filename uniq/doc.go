@@ -18,7 +18,10 @@
 // creating a second one. Is recognises the violation on PostgreSQL (pgx:
 // SQLSTATE 23505 and the constraint's Name) and on SQLite (modernc.org/sqlite:
 // extended code SQLITE_CONSTRAINT_UNIQUE or SQLITE_CONSTRAINT_PRIMARYKEY and
-// exactly the Table and Columns of the constraint, in index order).
+// exactly the Table and Columns of the constraint, in index order). Name is
+// required on PostgreSQL: CreateOrGet with a Constraint without Name returns
+// an error saying so at the first PostgreSQL unique violation, instead of
+// never recognising a duplicate.
 //
 // # Transactions
 //

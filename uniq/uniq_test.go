@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -342,6 +343,49 @@ func TestCreateOrGetConcurrent(t *testing.T) {
 		}
 		if got := b.count(ctx); got != 1 {
 			t.Errorf("%d rows, want exactly 1", got)
+		}
+	})
+}
+
+// A Constraint declared without Name (Table and Columns are all SQLite
+// needs) cannot match on PostgreSQL, which reports only the constraint
+// name: CreateOrGet says so at the first duplicate instead of passing every
+// duplicate on as an ordinary error. On SQLite it works as before.
+func TestCreateOrGetWithoutName(t *testing.T) {
+	t.Parallel()
+	noName := uniq.Constraint{Table: pairKey.Table, Columns: pairKey.Columns}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		first, err := b.insert(ctx, 0, "sber", "ext-1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		getCalled := false
+		id, created, err := uniq.CreateOrGet(ctx, noName,
+			func(ctx context.Context) (int64, error) { return b.insert(ctx, 0, "sber", "ext-1", "") },
+			func(context.Context) (int64, error) { getCalled = true; return first, nil })
+		if b.name == "sqlite" {
+			if err != nil || created || id != first {
+				t.Errorf("SQLite without Name: id %d, created %v, err %v; want the existing id %d", id, created, err, first)
+			}
+			return
+		}
+		if err == nil || created || getCalled {
+			t.Fatalf("PostgreSQL without Name: id %d, created %v, get called %v, err %v; want an error", id, created, getCalled, err)
+		}
+		if !strings.Contains(err.Error(), "Constraint.Name is required on PostgreSQL") {
+			t.Errorf("PostgreSQL without Name: err %q; want it to say Constraint.Name is required", err)
+		}
+		if !uniq.Is(err, pairKey) {
+			t.Errorf("PostgreSQL without Name: err %v does not wrap the violation", err)
+		}
+
+		// Another error of create is passed on as it is.
+		boom := errors.New("boom")
+		if _, _, err := uniq.CreateOrGet(ctx, noName,
+			func(context.Context) (int64, error) { return 0, boom },
+			func(context.Context) (int64, error) { return 0, nil }); !errors.Is(err, boom) || err.Error() != "boom" {
+			t.Errorf("plain error without Name: err %v; want boom as it is", err)
 		}
 	})
 }
