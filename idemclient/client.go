@@ -407,9 +407,11 @@ func (c *Client) attempt(req *http.Request, key string, getBody func() (io.ReadC
 }
 
 // delay is the wait before retry n after resp (nil after a transport error).
+// A Retry-After of zero or in the past gives no wait to honour: the normal
+// backoff applies, so a loaded server is not retried back to back.
 func (c *Client) delay(n int, resp *http.Response) time.Duration {
 	var d time.Duration
-	if ra, ok := retryAfter(resp, time.Now()); ok {
+	if ra, ok := retryAfter(resp, time.Now()); ok && ra > 0 {
 		d = ra
 	} else if c.cfg.Backoff != nil {
 		d = c.cfg.Backoff(n)

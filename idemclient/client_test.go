@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,7 +321,6 @@ func TestRetryAfterSeconds(t *testing.T) {
 		want   time.Duration
 	}{
 		{"3", 3 * time.Second},
-		{"0", 0},
 		{"60", 10 * time.Second}, // capped at MaxDelay
 		{"99999999999999999999", 10 * time.Second},
 	}
@@ -343,6 +343,69 @@ func TestRetryAfterSeconds(t *testing.T) {
 			resp.Body.Close()
 			if ds := s.delays(); len(ds) != 1 || ds[0] != tt.want {
 				t.Errorf("delays %v, want [%s]", ds, tt.want)
+			}
+		})
+	}
+}
+
+// A Retry-After of zero, or an HTTP-date already past, gives no wait: the
+// client backs off as without the header, instead of retrying a server
+// under load back to back; a positive one is still honoured.
+func TestRetryAfterZeroBacksOff(t *testing.T) {
+	t.Parallel()
+	past := time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)
+	backoff := func(n int) time.Duration { return time.Duration(n) * 300 * time.Millisecond }
+	for _, tt := range []struct {
+		name    string
+		headers []string // Retry-After of the 503s, one per attempt
+		cfg     idemclient.Config
+		want    []time.Duration
+	}{
+		{"zero, Backoff", []string{"0", "0", "0"}, idemclient.Config{Backoff: backoff},
+			[]time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond}},
+		{"past date, Backoff", []string{past, past}, idemclient.Config{Backoff: backoff},
+			[]time.Duration{300 * time.Millisecond, 600 * time.Millisecond}},
+		{"zero then positive, Backoff", []string{"0", "2"}, idemclient.Config{Backoff: backoff},
+			[]time.Duration{300 * time.Millisecond, 2 * time.Second}},
+		{"zero, Backoff capped at MaxDelay", []string{"0"}, idemclient.Config{Backoff: func(int) time.Duration { return time.Hour }},
+			[]time.Duration{10 * time.Second}},
+		{"zero, jittered backoff", []string{"0", "0", "0", "0"}, idemclient.Config{BaseDelay: time.Second, MaxDelay: 10 * time.Second}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n <= len(tt.headers) {
+					w.Header().Set("Retry-After", tt.headers[n-1])
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			cfg := tt.cfg
+			c, s := newClient(t, &cfg)
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			resp.Body.Close()
+			ds := s.delays()
+			if tt.want != nil {
+				if !slices.Equal(ds, tt.want) {
+					t.Errorf("delays %v, want %v", ds, tt.want)
+				}
+				return
+			}
+			// Full jitter: each wait in [0, min(MaxDelay, 1s*2^(n-1))], and
+			// four waits of zero are next to impossible.
+			var total time.Duration
+			for i, d := range ds {
+				if ceil := time.Second << i; d < 0 || d > ceil {
+					t.Errorf("delay %d: %v, want within [0, %v]", i+1, d, ceil)
+				}
+				total += d
+			}
+			if len(ds) != len(tt.headers) || total == 0 {
+				t.Errorf("delays %v; want %d jittered backoffs, not back-to-back retries", ds, len(tt.headers))
 			}
 		})
 	}

@@ -65,7 +65,8 @@ type Config struct {
 
 	// Backoff, if set, replaces the default full-jitter backoff: it returns
 	// the wait before retry n (1 for the second attempt) when the response
-	// has no Retry-After. The result is capped at MaxDelay.
+	// has no positive Retry-After (none, zero, or an HTTP-date already
+	// past). The result is capped at MaxDelay.
 	Backoff func(n int) time.Duration
 
 	// Sleep, if set, replaces the wait between attempts (a test hook, or a

@@ -100,9 +100,11 @@
 //
 // Before retry n (n = 1 for the second attempt) Do waits:
 //
-//   - the server's Retry-After, when the response has one, either
+//   - the server's Retry-After, when the response has a positive one, either
 //     delta-seconds or an HTTP-date;
-//   - otherwise Config.Backoff(n) if set, else exponential backoff with
+//   - otherwise (no Retry-After, or one of zero or an HTTP-date already
+//     past, which would retry a loaded server back to back)
+//     Config.Backoff(n) if set, else exponential backoff with
 //     full jitter: a uniform random delay in [0, min(MaxDelay, BaseDelay*2^(n-1))].
 //
 // Every delay is capped at Config.MaxDelay. If the wait would end after the

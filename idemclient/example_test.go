@@ -42,7 +42,7 @@ func Example() {
 	calls := 0
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls++; calls == 1 {
-			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Retry-After", "1")
 			http.Error(w, "downstream busy", http.StatusServiceUnavailable) // not stored
 			return
 		}
@@ -90,7 +90,7 @@ func Example() {
 	_ = drv.DB().QueryRowContext(ctx, `SELECT count(*) FROM payment`).Scan(&n)
 	fmt.Println("payments:", n, "handler calls:", calls)
 	// Output:
-	// attempt 1: 503, retrying in 0s with the same key
+	// attempt 1: 503, retrying in 1s with the same key
 	// 201 {"payment":1} replayed: false
 	// 201 {"payment":1} replayed: true
 	// payments: 1 handler calls: 2

@@ -23,7 +23,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"1.5", 0, false},
 		{"soon", 0, false},
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},        // in the past: at once
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},        // in the past: nothing to wait for (delay backs off)
 		{"Wednesday, 02-Dec-26 10:00:30 GMT", 30 * time.Second, true}, // RFC 850
 		{"Wed Dec  2 10:00:45 2026", 45 * time.Second, true},          // asctime
 	}
