@@ -15,15 +15,30 @@ import (
 
 // before003 is the migrations up to 002: the schema before the summary
 // counted outcomes.
-func before003(t *testing.T) fs.FS {
+func before003(t *testing.T) fs.FS { return migrationsBefore(t, 3) }
+
+// migrationsBefore is the embedded migrations older than version: the
+// schema an older idemd left.
+func migrationsBefore(t *testing.T, version int) fs.FS {
 	t.Helper()
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
 	old := fstest.MapFS{}
-	for _, name := range []string{"001_customer_order.sql", "002_order_payment.sql"} {
-		b, err := fs.ReadFile(migrationFS, "migrations/"+name)
+	for _, e := range entries {
+		var v int
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		if v >= version {
+			continue
+		}
+		b, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
-		old["migrations/"+name] = &fstest.MapFile{Data: b}
+		old["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
 	}
 	return old
 }
@@ -103,5 +118,59 @@ func TestMigrate003RecomputesSummaries(t *testing.T) {
 		if _, err := db.ExecContext(ctx, q); err == nil || !strings.Contains(strings.ToLower(err.Error()), "constraint") {
 			t.Errorf("%s: %v, want a constraint violation", q, err)
 		}
+	}
+}
+
+// Migration 005 makes a database migrated by an older idemd refuse
+// non-positive order amounts like PostgreSQL's CHECK (amount > 0), on
+// INSERT and on UPDATE, keeping the orders it holds.
+func TestMigrate005RefusesNonPositiveAmounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.SQLite(t).DB()
+	if err := appmigrate.SQLite(ctx, db, migrationsBefore(t, 5), "migrations", "order_migration"); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(amount string) (id int64, err error) {
+		err = db.QueryRowContext(ctx, `INSERT INTO customer_order (customer_id, amount, status, items, created_at)
+			VALUES (1, ?, 'CREATED', '[]', '2025-01-01T00:00:00.000000Z') RETURNING id`, amount).Scan(&id)
+		return id, err
+	}
+	id, err := insert("12.3400")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := New(db)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate to 005: %v", err)
+	}
+	var versions int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM order_migration`).Scan(&versions); err != nil || versions != 5 {
+		t.Fatalf("%d versions recorded (%v), want 5", versions, err)
+	}
+	o, err := s.Get(ctx, id)
+	if err != nil || o.Amount.StringFixed(4) != "12.3400" {
+		t.Fatalf("existing order after the migration: %+v, %v", o, err)
+	}
+
+	// The triggers run before 001's format CHECK: they refuse a sign too.
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "order amount must be positive") {
+			t.Errorf("%s: %v, want %q", what, err, "order amount must be positive")
+		}
+	}
+	for _, amount := range []string{"0.0000", "000.0000", "-1.0000", "-0.0001"} {
+		_, err := insert(amount)
+		refused("insert "+amount, err)
+		_, err = db.ExecContext(ctx, `UPDATE customer_order SET amount = ? WHERE id = ?`, amount, id)
+		refused("update to "+amount, err)
+	}
+	if _, err := insert("0.0001"); err != nil {
+		t.Errorf("insert 0.0001: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE customer_order SET amount = '0.0010', status = 'CONFIRMED' WHERE id = ?`, id); err != nil {
+		t.Errorf("update to a positive amount: %v", err)
 	}
 }

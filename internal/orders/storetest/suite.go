@@ -39,6 +39,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"ConcurrentApplies":     testConcurrentApplies[TTx],
 		"SetStatusAndPayment":   testSetStatusAndPayment[TTx],
 		"ListCreatedBefore":     testListCreatedBefore[TTx],
+		"NonPositiveAmount":     testNonPositiveAmount[TTx],
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -518,5 +519,33 @@ func testListCreatedBefore[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	if want := []int64{all[0].ID, all[2].ID, all[4].ID}; !slices.Equal(paged, want) {
 		t.Errorf("paged: %v, want %v", paged, want)
+	}
+}
+
+// The database refuses an order whose stored amount is not positive,
+// whatever the caller skipped validating: zero, negative, or rounded to
+// zero at the stored scale. The smallest positive amount is kept.
+func testNonPositiveAmount[TTx any](t *testing.T, h Harness[TTx]) {
+	ctx := context.Background()
+	insert := func(amount string) (o orders.Order, err error) {
+		err = inTx(ctx, h, func(tx TTx) (err error) {
+			o, err = h.Store.Create(ctx, tx, orders.NewOrder{
+				CustomerID: 1,
+				Amount:     decimal.RequireFromString(amount),
+				Items:      []orders.Item{{SKU: "A-1", Quantity: 1}},
+			})
+			return err
+		})
+		return o, err
+	}
+	for _, amount := range []string{"0", "0.00", "-1", "-0.0001", "0.00004"} {
+		if o, err := insert(amount); err == nil {
+			t.Errorf("amount %s: order %d stored with %s, want an error", amount, o.ID, o.Amount.StringFixed(4))
+		}
+	}
+	for _, amount := range []string{"0.0001", "0.001", "0.00005"} {
+		if _, err := insert(amount); err != nil {
+			t.Errorf("amount %s: %v", amount, err)
+		}
 	}
 }

@@ -35,6 +35,7 @@ func Run[TTx any](t *testing.T, open func(t *testing.T) Harness[TTx]) {
 		"DuplicateKeepsTxUsable": testDuplicateKeepsTxUsable[TTx],
 		"Concurrent":             testConcurrent[TTx],
 		"GivenStatus":            testGivenStatus[TTx],
+		"NonPositiveAmount":      testNonPositiveAmount[TTx],
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -247,5 +248,25 @@ func testGivenStatus[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	if p3, _, err := createOrGet(ctx, h, newPayment("ext-default", "1")); err != nil || p3.Status != payments.StatusPending {
 		t.Errorf("no status: %+v, %v; want PENDING", p3, err)
+	}
+}
+
+// The database refuses a payment whose stored amount is not positive,
+// whatever the caller skipped validating: zero, negative, or rounded to
+// zero at the stored scale. The smallest positive amount is kept.
+func testNonPositiveAmount[TTx any](t *testing.T, h Harness[TTx]) {
+	ctx := context.Background()
+	for i, amount := range []string{"0", "0.00", "-1", "-0.0001", "0.00004"} {
+		if p, _, err := createOrGet(ctx, h, newPayment(fmt.Sprint("ext-bad-", i), amount)); err == nil {
+			t.Errorf("amount %s: stored as %s, want an error", amount, p.Amount.StringFixed(4))
+		}
+	}
+	if n := count(t, h); n != 0 {
+		t.Errorf("%d rows after the refused amounts, want 0", n)
+	}
+	for i, amount := range []string{"0.0001", "0.001", "0.00005"} {
+		if _, _, err := createOrGet(ctx, h, newPayment(fmt.Sprint("ext-good-", i), amount)); err != nil {
+			t.Errorf("amount %s: %v", amount, err)
+		}
 	}
 }
