@@ -86,14 +86,16 @@ type Config struct {
 	// when Scope is not set.
 	//
 	// Scope may read r.Body (an authenticator checking an HMAC signature
-	// over it) and leave it read, closed or replaced: the middleware reads
-	// the body first, up to MaxBodyBytes, and gives Scope a reader of its
-	// own over those bytes, so the fingerprint and the handler always see
-	// the client's whole body. A body over MaxBodyBytes reads as its first
-	// MaxBodyBytes bytes and then an *http.MaxBytesError. When the body
-	// could not be read whole, a hook that read it gets the body's answer
-	// (413, or 400 for a connection broken mid-body) instead of its own; a
-	// hook that did not read it answers first (401 on an error).
+	// over it) and leave it read, closed or replaced: its first read has
+	// the middleware read the whole body, up to MaxBodyBytes, and Scope
+	// gets a reader of its own over those bytes, so the fingerprint and the
+	// handler always see the client's whole body. A body over MaxBodyBytes
+	// reads as its first MaxBodyBytes bytes and then an
+	// *http.MaxBytesError. When the body could not be read whole, a hook
+	// that read it gets the body's answer (413, or 400 for a connection
+	// broken mid-body) instead of its own. A hook that does not read it
+	// answers before the body is read (401 on an error): a rejected
+	// client's body is neither uploaded nor buffered.
 	//
 	// A scope (principal, method and route together) longer than 2 KiB, not
 	// valid UTF-8 or containing a NUL byte is stored as "h:" and its hex

@@ -42,12 +42,13 @@
 // Config.Scope (by default a hash of the Authorization header), the method
 // and the route (Config.Route, by default the ServeMux pattern). One client
 // can never receive another client's stored response. Scope may read the
-// request body (an HMAC signature check): the middleware has read it
-// already and hands the hook a copy, so the fingerprint and the handler see
-// the whole body whatever the hook does with r.Body. The fingerprint is a
-// SHA-256 of the method, the request target (path and query) and the body;
-// JSON bodies are canonicalised first (CanonicalJSON), so key order and
-// whitespace do not cause false conflicts.
+// request body (an HMAC signature check): its first read has the middleware
+// read the whole body and hands the hook a copy, so the fingerprint and the
+// handler see the whole body whatever the hook does with r.Body; a hook
+// that does not read it rejects a request before its body is read. The
+// fingerprint is a SHA-256 of the method, the request target (path and
+// query) and the body; JSON bodies are canonicalised first (CanonicalJSON),
+// so key order and whitespace do not cause false conflicts.
 //
 // # Modes
 //

@@ -132,7 +132,8 @@ type command struct {
 	reported bool
 }
 
-// parse validates the key, reads the body, resolves the scope and computes
+// parse validates the key, resolves the scope, reads the body (on Scope's
+// first read of it, or after Scope) and computes
 // the fingerprint. It answers the client itself when it returns false.
 func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*command, bool) {
 	reject := func(status int, typ, title, detail string) (*command, bool) {
@@ -152,19 +153,20 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		return reject(http.StatusBadRequest, problem.TypeKeyMalformed, "Malformed Idempotency-Key",
 			"An Idempotency-Key is 1 to 255 visible ASCII characters (a UUID is a good choice).")
 	}
-	// The body is read before Scope, which may read it too (an HMAC
-	// signature check): the hook gets a reader of its own over the bytes,
-	// so whatever it leaves in r.Body, the fingerprint and the handler
-	// cover the client's whole body.
-	body, bodyErr := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
-	scopeBody := &bodyReader{err: bodyErr}
-	scopeBody.r.Reset(body)
+	// Scope may read the body (an HMAC signature check): its first read
+	// reads the whole body, up to MaxBodyBytes, and the hook gets a reader
+	// of its own over the bytes, so whatever it leaves in r.Body, the
+	// fingerprint and the handler cover the client's whole body. A hook
+	// that does not read it answers before the body is read, as a
+	// rejected client's body is not uploaded (no 100 Continue) or
+	// buffered.
+	scopeBody := &bodyReader{src: http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes)}
 	r.Body = scopeBody
 	principal, err := m.cfg.Scope(r)
-	if bodyErr != nil && scopeBody.read {
+	if scopeBody.read && scopeBody.err != nil {
 		// The hook read the body that could not be read whole: its
 		// answer may stem from that, the body's answer cannot.
-		return m.rejectBody(w, r, key, bodyErr)
+		return m.rejectBody(w, r, key, scopeBody.err)
 	}
 	if err != nil {
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
@@ -178,8 +180,10 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated",
 			"The request's principal could not be identified.")
 	}
-	if bodyErr != nil {
-		return m.rejectBody(w, r, key, bodyErr)
+	scopeBody.load()
+	body := scopeBody.body
+	if scopeBody.err != nil {
+		return m.rejectBody(w, r, key, scopeBody.err)
 	}
 	if r.Body == scopeBody {
 		scopeBody.rewind(body)
@@ -230,11 +234,25 @@ func (cmd *command) request(ctx context.Context) *http.Request {
 // allocation, where io.NopCloser(bytes.NewReader(b)) costs two.
 type bodyReader struct {
 	r bytes.Reader
+	// src, until load reads it, is the client's body (Scope's reader).
+	src io.Reader
+	// body is what load read of src.
+	body []byte
 	// err, when the middleware's read of the body failed, follows the
 	// bytes read instead of io.EOF.
 	err error
 	// read: Read or WriteTo was called.
 	read bool
+}
+
+// load reads src, once, into br's bytes.
+func (br *bodyReader) load() {
+	if br.src == nil {
+		return
+	}
+	br.body, br.err = io.ReadAll(br.src)
+	br.src = nil
+	br.r.Reset(br.body)
 }
 
 func newBodyReader(b []byte) *bodyReader {
@@ -251,6 +269,7 @@ func (br *bodyReader) rewind(b []byte) {
 
 func (br *bodyReader) Read(p []byte) (int, error) {
 	br.read = true
+	br.load()
 	n, err := br.r.Read(p)
 	if errors.Is(err, io.EOF) && br.err != nil {
 		err = br.err
@@ -261,6 +280,7 @@ func (br *bodyReader) Read(p []byte) (int, error) {
 // WriteTo keeps io.Copy's fast path of the *bytes.Reader body it replaces.
 func (br *bodyReader) WriteTo(w io.Writer) (int64, error) {
 	br.read = true
+	br.load()
 	n, err := br.r.WriteTo(w)
 	if err == nil && br.err != nil {
 		err = br.err

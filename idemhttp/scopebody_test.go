@@ -167,3 +167,58 @@ func TestScopeAndBadBody(t *testing.T) {
 		}
 	})
 }
+
+// readCounter is a request body that counts the bytes read from it.
+type readCounter struct {
+	io.Reader
+	n *atomic.Int64
+}
+
+func (c readCounter) Read(p []byte) (int, error) {
+	n, err := c.Reader.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestScopeRejectsBeforeBody: a Scope hook that answers from the headers
+// alone (a bearer token) rejects a request without its body being read, as
+// before the middleware let hooks read the body: an unauthenticated client
+// is not sent 100 Continue, does not upload its body, and the server does
+// not buffer up to MaxBodyBytes for it. A hook that reads the body still
+// gets it whole, and an accepted request's body is read as usual.
+func TestScopeRejectsBeforeBody(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, e *env) {
+		var calls atomic.Int64
+		h := e.wrap(t, &idemhttp.Config{Scope: func(r *http.Request) (string, error) {
+			if p := r.Header.Get("X-Principal"); p != "" {
+				return p, nil
+			}
+			return "", errUnauthenticated
+		}}, effectHandler(t, e, 201, &calls))
+		for _, principal := range []string{"", "alice"} {
+			var read atomic.Int64
+			req := httptest.NewRequest("POST", "/pay", readCounter{strings.NewReader(`{"amount":"10.00"}`), &read})
+			req.Header.Set("Idempotency-Key", "k-"+principal)
+			req.Header.Set("Content-Type", "application/json")
+			if principal != "" {
+				req.Header.Set("X-Principal", principal)
+			}
+			rr := httptest.NewRecorder()
+			h.ServeHTTP(rr, req)
+			if principal == "" {
+				checkProblem(t, rr, 401, problem.TypeUnauthenticated)
+				if n := read.Load(); n != 0 {
+					t.Fatalf("a request the Scope hook rejected from its headers had %d body bytes read, want none", n)
+				}
+				continue
+			}
+			if rr.Code != 201 || read.Load() != int64(len(`{"amount":"10.00"}`)) {
+				t.Fatalf("accepted request: %d %s, %d body bytes read", rr.Code, rr.Body, read.Load())
+			}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+	})
+}
