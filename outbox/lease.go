@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/leaseowner"
 )
 
 // RelayLockName is the lease (table idem_lock, under the driver's table
@@ -69,64 +69,28 @@ func (r *Relay[TTx]) releaseLease(ctx context.Context) {
 func (r *Relay[TTx]) leaseGuard() time.Duration { return r.cfg.Lease / 4 }
 
 // keepLease renews the relay lease every Lease/3 until stop is called, as
-// cleanup's lease does. The returned context is cancelled with an error
-// wrapping driver.ErrLeaseLost when another relay took the lease over, or
-// when renewals failed until Lease/4 before its expiry (also while a
-// renewal hangs): the relay stops publishing while it still holds the
-// lease, so the round in flight ends before a standby may take over. Each
-// renewal is bounded by Lease/3.
+// cleanup's lease does (leaseowner.Keep). The returned context is cancelled
+// with an error wrapping driver.ErrLeaseLost when another relay took the
+// lease over, or when renewals failed until Lease/4 before its expiry (also
+// while a renewal hangs): the relay stops publishing while it still holds
+// the lease, so the round in flight ends before a standby may take over.
 //
 // validUntil is the expiry the lease was acquired with.
 func (r *Relay[TTx]) keepLease(parent context.Context, validUntil time.Time) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(parent)
 	r.leaseUntil.Store(validUntil.UnixNano())
-	guard := r.leaseGuard()
-	expiry := time.AfterFunc(time.Until(validUntil)-guard, func() {
-		cancel(fmt.Errorf("outbox: relay lease %q about to expire, not renewed in time: %w", RelayLockName, driver.ErrLeaseLost))
-	})
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(r.cfg.Lease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			until := time.Now().Add(r.cfg.Lease)
-			rctx, rcancel := context.WithTimeout(ctx, r.cfg.Lease/3)
-			err := r.lease.ex.LockRenew(rctx, &driver.LockRenewParams{Name: RelayLockName, Owner: r.lease.owner, Until: until})
-			rcancel()
-			switch {
-			case err == nil:
-				validUntil = until
-				if ctx.Err() == nil {
-					r.leaseUntil.Store(validUntil.UnixNano())
-					expiry.Reset(time.Until(validUntil) - guard)
-				}
-			case errors.Is(err, driver.ErrLeaseLost):
-				cancel(fmt.Errorf("outbox: relay lease %q taken over by another relay: %w", RelayLockName, driver.ErrLeaseLost))
-				return
-			case ctx.Err() != nil:
-				return
-			case time.Until(validUntil) <= guard:
-				cancel(fmt.Errorf("outbox: relay lease %q about to expire, renewals failed: %w: %w", RelayLockName, driver.ErrLeaseLost, err))
-				return
-			default:
-				r.cfg.Logger.Warn("outbox: relay lease renewal failed; retrying", "lock", RelayLockName, "err", err)
-			}
-		}
-	})
-	return ctx, func() {
-		expiry.Stop()
-		close(done)
-		wg.Wait()
-		cancel(nil)
-	}
+	return leaseowner.Keep(parent, leaseowner.Keeper{
+		Lease: r.cfg.Lease,
+		Guard: r.leaseGuard(),
+		Now:   time.Now,
+		Renew: func(ctx context.Context, until time.Time) error {
+			return r.lease.ex.LockRenew(ctx, &driver.LockRenewParams{Name: RelayLockName, Owner: r.lease.owner, Until: until})
+		},
+		Renewed: func(until time.Time) { r.leaseUntil.Store(until.UnixNano()) },
+		What:    "outbox: relay lease",
+		Name:    RelayLockName,
+		Other:   "another relay",
+		Logger:  r.cfg.Logger,
+	}, validUntil)
 }
 
 // standbyInterval is how often a standby relay tries to take the lease:

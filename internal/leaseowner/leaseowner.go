@@ -1,4 +1,5 @@
-// Package leaseowner names the owners of idem's leases (table idem_lock).
+// Package leaseowner names the owners of idem's leases (table idem_lock)
+// and keeps a held lease renewed (Keep).
 package leaseowner
 
 import (
