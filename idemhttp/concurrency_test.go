@@ -138,9 +138,14 @@ func TestTwoPoolsOnePostgres(t *testing.T) {
 	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			a := testdb.Postgres(t)
-			schema := schemaOf(t, a)
-			b, err := pgdriver.New(testdb.Pool(t, schema, 20), &pgdriver.Config{Schema: schema})
+			schema := schemaOf(t, testdb.Postgres(t))
+			// Two pools of 8: the two modes run at once, beside another
+			// package's tests, on a server of 100 connections.
+			a, err := pgdriver.New(testdb.Pool(t, schema, 8), &pgdriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := pgdriver.New(testdb.Pool(t, schema, 8), &pgdriver.Config{Schema: schema})
 			if err != nil {
 				t.Fatal(err)
 			}

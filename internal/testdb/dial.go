@@ -12,8 +12,11 @@ import (
 // maxConns bounds the PostgreSQL connections the tests' own pools and
 // connections hold at once, across every test process of the machine: a
 // stock server allows 100, and what the tests start themselves (idemd
-// processes, in-process apps with their own pools) needs the rest.
-const maxConns = 64
+// processes, in-process apps with their own pools) needs the rest. A test
+// whose requests hold connections while they wait for one that must finish
+// (lease-mode duplicates) needs its pools' connections for real: keep the
+// tests' pools small enough that two packages' fit.
+const maxConns = 80
 
 // slotWait bounds the wait for a connection slot.
 const slotWait = 2 * time.Minute
