@@ -170,9 +170,9 @@ type Retry struct {
 	// Attempts is how many times a record whose handler fails is tried
 	// before it is dead-lettered, the first try included; and how many
 	// times a batch is tried when the database fails before the consumer
-	// gives up for this poll, rewinds the partition and polls again (so a
-	// database outage never skips a record: it only slows the partition
-	// down). Defaults to 5.
+	// gives up for this poll, rewinds the partition and, after one more
+	// backoff (Backoff(Attempts)), polls again (so a database outage never
+	// skips a record: it only slows the partition down). Defaults to 5.
 	Attempts int
 	// Backoff returns the pause before retry n (n >= 1 is the number of
 	// failed tries so far). Defaults to DefaultBackoff. The consumer waits

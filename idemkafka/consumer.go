@@ -263,7 +263,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 				"group", c.cfg.Group, "instance_id", c.instanceID, "consumer", c.in.Consumer(), "err", fenced)
 			return fmt.Errorf("%w (group %q, instance ID %q): %w", ErrFenced, c.cfg.Group, c.instanceID, fenced)
 		}
-		c.cycle(ctx, cl, fs)
+		gaveUp := c.cycle(ctx, cl, fs)
 		cl.AllowRebalance()
 		if ctx.Err() != nil {
 			c.cfg.Logger.Info("idemkafka: consumer stopping", "group", c.cfg.Group, "consumer", c.in.Consumer())
@@ -276,6 +276,14 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			backoff.Sleep(ctx, backoff.Jitter(c.cfg.Retry.Backoff(failedPolls)), fencedCh)
 		} else {
 			failedPolls = 0
+		}
+		if gaveUp {
+			// A partition was rewound after its last failed try (the
+			// database or the dead-letter topic is down): pause as
+			// after any failed try, with the rebalance allowed, before
+			// the next poll tries it again at once. Without it, a
+			// Retry.Attempts of 1 retried in a tight loop.
+			backoff.Sleep(ctx, backoff.Jitter(c.cfg.Retry.Backoff(c.cfg.Retry.Attempts)), fencedCh)
 		}
 	}
 }
@@ -297,11 +305,13 @@ func (h fenceHook) OnGroupManageError(err error) {
 // cycle applies one poll, partition by partition, commits the offsets of
 // what committed in the database, and rewinds every partition to its first
 // record that was not handled. It runs with the rebalance blocked, so the
-// partitions it commits are still owned.
-func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetches) {
+// partitions it commits are still owned. It reports whether a partition
+// was rewound while ctx was live: the database or the dead-letter topic
+// kept failing.
+func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetches) (gaveUp bool) {
 	parts := partitions(fs)
 	if len(parts) == 0 && !c.hasPending() {
-		return
+		return false
 	}
 	// A transaction started is finished even if ctx ends meanwhile; a
 	// Begin still waiting (an exhausted pool, a server that does not
@@ -325,6 +335,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 			commits = append(commits, p.Records[done-1])
 		}
 		if done < len(p.Records) {
+			gaveUp = gaveUp || ctx.Err() == nil
 			r := p.Records[done]
 			stats[i].Rewound = len(p.Records) - done
 			if rewinds[r.Topic] == nil {
@@ -360,7 +371,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		}
 	}
 	if c.cfg.OnBatch == nil {
-		return
+		return gaveUp
 	}
 	for i := range stats {
 		s := &stats[i]
@@ -371,6 +382,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		s.Duration += commitTime
 		c.cfg.OnBatch(ctx, *s)
 	}
+	return gaveUp
 }
 
 // withPending adds to commits the pending record of every partition that

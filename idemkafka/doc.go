@@ -65,8 +65,9 @@
 //     poison record never stalls its partition, and is never lost.
 //   - A database error (not the handler's) retries the whole batch with
 //     backoff, then rewinds the partition to the first record not applied
-//     (kgo's SetOffsets) and polls it again: an outage slows a partition
-//     down but never skips a record. The same holds when the dead-letter
+//     (kgo's SetOffsets) and, after one more backoff (with the rebalance
+//     allowed), polls it again: an outage slows a partition down but never
+//     skips a record. The same holds when the dead-letter
 //     topic cannot be written, and when the handler returns a database's
 //     passing failure (a serialization failure, a deadlock, a lock or
 //     statement timeout, a lost database connection, SQLite busy, by

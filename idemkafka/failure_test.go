@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,6 +205,66 @@ func TestDatabaseDownRewinds(t *testing.T) {
 	}
 	if n := kc.EndOffsets(t, topic+idemkafka.DeadLetterSuffix)[0]; n != 0 {
 		t.Errorf("dead-letter topic holds %d records; want 0", n)
+	}
+}
+
+// beginClock fails every Begin, as a database that is down, and records
+// when each was called.
+type beginClock[TTx any] struct {
+	driver.Driver[TTx]
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func (d *beginClock[TTx]) Begin(context.Context) (TTx, error) {
+	d.mu.Lock()
+	d.calls = append(d.calls, time.Now())
+	d.mu.Unlock()
+	var zero TTx
+	return zero, errDBDown
+}
+
+func (d *beginClock[TTx]) times() []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.calls)
+}
+
+// With Retry.Attempts 1 every failure of the database gives up on the poll
+// at once: the partition is rewound and polled again. The next try still
+// waits for the backoff, as after any failed try, instead of hammering the
+// database (and the broker, and the log) in a tight loop for the length of
+// the outage.
+func TestDatabaseDownOneAttemptBacksOff(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	kc.Produce(t, topic, recordsOf(topic, newEvents(t, 5, 2)...)...)
+
+	drv := &beginClock[*sqlTx]{Driver: b.open(t)}
+	in, err := inbox.New[*sqlTx](drv, &inbox.Config{Consumer: "billing", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pause = 200 * time.Millisecond
+	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfg.Retry = idemkafka.Retry{Attempts: 1, Backoff: func(int) time.Duration { return pause }}
+	inst := startWith(t, drv, in, cfg)
+	waitFor(t, 30*time.Second, "six tries", func() bool { return len(drv.times()) >= 6 })
+	mustStop(t, inst)
+
+	calls := drv.times()[:6]
+	for i := 1; i < len(calls); i++ {
+		// The backoff is jittered within [pause/2, pause].
+		if gap := calls[i].Sub(calls[i-1]); gap < pause/2 {
+			t.Errorf("try %d came %v after the one before; want at least %v (Retry.Backoff, jittered)", i+1, gap, pause/2)
+		}
+	}
+	if s := inst.stats.get(); s.applied != 0 || s.dead != 0 || s.rewound == 0 {
+		t.Errorf("stats: %d applied, %d dead-lettered, %d rewound; want 0, 0 and rewinds", s.applied, s.dead, s.rewound)
 	}
 }
 
