@@ -145,9 +145,10 @@ type ConsumerConfig[TTx any] struct {
 	// consumer's own callbacks; do not commit offsets in them. Options
 	// that would break the consumer's guarantees are rejected by
 	// NewConsumer: ConsumeRegex, ConsumePartitions, TransactionalID,
-	// DefaultProduceTopicAlways (every dead letter would go to one topic,
-	// maybe the consumed one), ManualFlushing (dead letters would never be
-	// sent), and anything weakening the producer that writes dead letters
+	// KeepControlRecords (every transaction marker would be polled as a
+	// record and dead-lettered), DefaultProduceTopicAlways (every dead
+	// letter would go to one topic, maybe the consumed one), ManualFlushing
+	// (dead letters would never be sent), and anything weakening the producer that writes dead letters
 	// (DisableIdempotentWrite, RequiredAcks other than AllISRAcks,
 	// AllowIdempotentProduceCancellation). The consumer group protocol
 	// tested is the classic one (kgo's default); KIP-848's
@@ -368,9 +369,9 @@ var (
 	// duplicate records on a broker retry (rule R-DIST-IDEM-X2).
 	ErrNotIdempotent = errors.New("idemkafka: the producer must be idempotent with acks=all")
 	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
-	// the client (ConsumeRegex, ConsumePartitions, TransactionalID,
-	// DefaultProduceTopicAlways, ManualFlushing, ServerSideBalancer with
-	// an InstanceID; for a publisher, a RecordPartitioner that does not
+	// the client (ConsumeRegex, ConsumePartitions, KeepControlRecords,
+	// TransactionalID, DefaultProduceTopicAlways, ManualFlushing,
+	// ServerSideBalancer with an InstanceID; for a publisher, a RecordPartitioner that does not
 	// keep a key in one partition, and ConsumeTopics or ConsumePartitions
 	// in ExtraOpts).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")

@@ -117,6 +117,11 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	if ps, _ := probe.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
 		return nil, fmt.Errorf("%w: ConsumePartitions", ErrUnsupportedOption)
 	}
+	if on, _ := probe.OptValue(kgo.KeepControlRecords).(bool); on {
+		// Every transaction marker would be polled as a record, found not
+		// to be an idem event, and dead-lettered.
+		return nil, fmt.Errorf("%w: KeepControlRecords (transaction markers would be dead-lettered as records)", ErrUnsupportedOption)
+	}
 	c.instanceID = cfgv.InstanceID
 	if vs := probe.OptValues(kgo.InstanceID); len(vs) == 2 {
 		if id, _ := vs[0].(string); vs[1] == true {
