@@ -86,6 +86,13 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 				n = 0
 			}
 			if err := c.sendDeadLetter(ctx, work, cl, recs[pos], n, cause); err != nil {
+				if ctx.Err() != nil {
+					// Stopping (the wait for the acknowledgement ends
+					// then): not a failure of the dead-letter topic,
+					// and not retried; the record is left for the next
+					// owner, as after a database failure.
+					break
+				}
 				if !transient(err) {
 					break
 				}

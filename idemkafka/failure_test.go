@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -459,6 +460,47 @@ func TestDeadLetterNeverAcknowledged(t *testing.T) {
 	}
 	if allCommitted(t, kc, group, topic) {
 		t.Fatal("the record's offset was committed without its dead-letter copy")
+	}
+}
+
+// Stopping the consumer while a dead letter waits for its acknowledgement
+// is a stop, not a failure of the dead-letter topic: the record is left for
+// the next owner as a database failure is then, with no "retrying" warning
+// (nothing is retried) and no failure in the batch's stats.
+func TestStopWhileDeadLetterWaitsNotAFailure(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	if kc.Real() {
+		t.Skip("needs the in-process broker's fault injection")
+	}
+	topic := kc.Topic(t, "orders", 1)
+	dlq := topic + idemkafka.DeadLetterSuffix
+	kc.CreateTopic(t, dlq, 1)
+	group := kafkatest.Name("g")
+	fault := kc.Fake(t).Fault(kfakeFault(kmsg.Produce, dlq, kerr.NotEnoughReplicas, 1<<30))
+	kc.Produce(t, topic, recordsOf(topic, newEvents(t, 1, 1)...)...)
+
+	var logs testlog.Buffer
+	hook := func(event.Envelope) error { return fmt.Errorf("bad order: %w", idemkafka.ErrPoison) }
+	cfg := consumerConfig(kc, b, "billing", group, hook, topic)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	var last atomic.Pointer[idemkafka.BatchStats]
+	cfg.OnBatch = func(_ context.Context, s idemkafka.BatchStats) { last.Store(&s) }
+	inst := start(t, b, "billing", cfg)
+	waitFor(t, 30*time.Second, "the dead letter's produce refused", func() bool { return fault.Hits() > 0 })
+	mustStop(t, inst)
+
+	if strings.Contains(logs.String(), "batch failed; retrying") {
+		t.Errorf("a stop was logged as a failure retried:\n%s", logs.String())
+	}
+	s := last.Load()
+	if s == nil {
+		t.Fatal("no batch reported")
+	}
+	if s.Failures != 1 || s.Rewound != 1 || s.DeadLettered != 0 || !errors.Is(s.Err, idemkafka.ErrPoison) {
+		t.Errorf("stats: %d failures, %d rewound, %d dead-lettered, err %v; want the handler's 1 failure (ErrPoison), 1 rewound, none dead-lettered",
+			s.Failures, s.Rewound, s.DeadLettered, s.Err)
 	}
 }
 
