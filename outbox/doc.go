@@ -98,7 +98,8 @@
 // its context, or marks that cannot commit before the expiry, may still
 // leave a batch to be published again by the next relay (same IDs, in
 // order), as a crash does. RunOnce takes the lease for its round too (and
-// releases it, unless its relay's Run holds it), and returns ErrStandby,
+// releases it, unless its relay's Run or another of its RunOnce calls still
+// holds it), and returns ErrStandby,
 // publishing nothing, while another relay holds it. A driver that is not a
 // driver.LockStore (a wrapper that hides sqlitedriver's Locks) gets no
 // lease: Run logs a warning, and running two relays there publishes the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -32,6 +33,38 @@ var ErrStandby = errors.New("outbox: another relay publishes this database's out
 type relayLease struct {
 	ex    driver.LockExecutor
 	owner string
+
+	// mu serialises taking and releasing the lease. holders counts the
+	// calls of this relay (its Run, its RunOnce calls) that hold it: they
+	// share one owner, so the last one to end releases it, not the first
+	// (which freed it while another's round still published, and a
+	// standby relay published the same events at once).
+	mu      sync.Mutex
+	holders int
+}
+
+// holdLease takes (or extends) the relay lease for a caller of this relay
+// (see acquireLease); when it returns true the caller holds it until it
+// calls dropLease.
+func (r *Relay[TTx]) holdLease(ctx context.Context) (bool, time.Time, error) {
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	ok, until, err := r.acquireLease(ctx)
+	if ok {
+		r.lease.holders++
+	}
+	return ok, until, err
+}
+
+// dropLease ends a hold of holdLease, and releases the lease when no other
+// caller of this relay holds it.
+func (r *Relay[TTx]) dropLease(ctx context.Context) {
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	r.lease.holders--
+	if r.lease.holders == 0 {
+		r.releaseLease(ctx)
+	}
 }
 
 // The lease's times are the wall clock (time.Now), not RelayConfig.Now: a
@@ -105,8 +138,11 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 	standby := false
 	failures := 0
 	for {
-		ok, until, err := r.acquireLease(ctx)
+		ok, until, err := r.holdLease(ctx)
 		if ctx.Err() != nil {
+			if ok {
+				r.dropLease(ctx)
+			}
 			return
 		}
 		if err != nil {
@@ -139,19 +175,17 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 	}
 }
 
-// publishLeased runs the loop while the lease acquired until until is held.
-// It returns nil when ctx ended, or why the lease was lost. Either way (and
-// on a panic, a crashed publisher) the round in flight has ended, its marks
-// committed or not, when it releases the lease: a standby takes over at
-// once.
+// publishLeased runs the loop while the lease acquired (holdLease) until
+// until is held. It returns nil when ctx ended, or why the lease was lost.
+// Either way (and on a panic, a crashed publisher) the round in flight has
+// ended, its marks committed or not, when it releases the lease (unless a
+// RunOnce of this relay holds it too, which then releases it): a standby
+// takes over at once.
 func (r *Relay[TTx]) publishLeased(ctx context.Context, until time.Time, wakeUp <-chan struct{}) error {
 	lctx, stop := r.keepLease(ctx, until)
 	defer func() {
 		stop()
-		// After a RunOnce of this relay in flight under the same lease.
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.releaseLease(ctx)
+		r.dropLease(ctx)
 	}()
 	r.loop(lctx, wakeUp)
 	if ctx.Err() != nil {
@@ -162,9 +196,10 @@ func (r *Relay[TTx]) publishLeased(ctx context.Context, until time.Time, wakeUp 
 
 // runOnceLeased is RunOnce on a backend without concurrent writers: one
 // round under the lease, ErrStandby when another relay holds it. The lease
-// is released after the round, unless this relay's Run holds it.
+// is released after the round, unless this relay's Run or another of its
+// RunOnce calls holds it.
 func (r *Relay[TTx]) runOnceLeased(ctx context.Context) (roundResult, error) {
-	ok, until, err := r.acquireLease(ctx)
+	ok, until, err := r.holdLease(ctx)
 	if err != nil {
 		return roundResult{}, err
 	}
@@ -174,9 +209,7 @@ func (r *Relay[TTx]) runOnceLeased(ctx context.Context) (roundResult, error) {
 	lctx, stop := r.keepLease(ctx, until)
 	defer func() {
 		stop()
-		if !r.running.Load() {
-			r.releaseLease(ctx)
-		}
+		r.dropLease(ctx)
 	}()
 	res, err := r.round(lctx)
 	if err != nil && ctx.Err() == nil && lctx.Err() != nil {
