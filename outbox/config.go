@@ -39,7 +39,8 @@ type RelayConfig struct {
 	// driver is a Notifier (pgdriver is), Run listens itself for as long
 	// as it runs; otherwise it polls. After a database failure a wake-up
 	// ends the backoff early (the database is back); after a publish
-	// failure it does not.
+	// failure it does not. Closing Wake ends its wake-ups: Run logs a
+	// warning and polls.
 	Wake <-chan struct{}
 	// NoListen keeps Run from listening on the driver's Notifier when Wake
 	// is nil: polling only.

@@ -173,6 +173,18 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 			lwg.Go(func() { r.listenLater(lctx, n, ch) })
 		}
 	}
+	if r.cfg.Wake != nil {
+		// A closed Wake receives at once for ever: forwarded, it is taken
+		// as the end of the wake-ups, not as one each time (a tight loop
+		// of claims).
+		fctx, cancel := context.WithCancel(ctx)
+		var fwg sync.WaitGroup
+		defer fwg.Wait() // after cancel (deferred later, run earlier)
+		defer cancel()
+		ch := make(chan struct{}, 1)
+		wakeUp = ch
+		fwg.Go(func() { r.forwardWake(fctx, r.cfg.Wake, ch) })
+	}
 	if r.lease != nil {
 		r.runLeased(ctx, wakeUp)
 		return nil
@@ -246,6 +258,26 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 
 func (r *Relay[TTx]) listenError(err error) {
 	r.cfg.Logger.Warn("outbox: wake-up listener", "err", err)
+}
+
+// forwardWake forwards the values of RelayConfig.Wake w to wake until ctx
+// ends or w is closed.
+func (r *Relay[TTx]) forwardWake(ctx context.Context, w <-chan struct{}, wake chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w:
+			if !ok {
+				r.cfg.Logger.Warn("outbox: RelayConfig.Wake was closed; polling only", "poll_interval", r.cfg.PollInterval)
+				return
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // listenRetryMax bounds the wait between two attempts of listenLater.
