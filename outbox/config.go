@@ -91,7 +91,8 @@ type RelayConfig struct {
 	OnPublished func(events []event.Envelope)
 	// OnLag, if set, is called after each round with the age of the oldest
 	// unpublished event (0 when there is none), parked ones included (for a
-	// lag gauge and its alert).
+	// lag gauge and its alert); at most every 250ms by Run. On SQLite a
+	// relay standing by reports it too, each time it tries the lease.
 	OnLag func(lag time.Duration)
 	// OnPark, if set, is called when an event is parked as poison after
 	// attempts failed attempts, the last one with err.

@@ -84,7 +84,7 @@
 // the lease RelayLockName (table idem_lock, under the driver's table
 // prefix) and publishes only while it holds it. The other relays stand by
 // (an INFO line says so) and try to take it every PollInterval (at most
-// Lease/3). The active relay renews it every RelayConfig.Lease/3 (default
+// Lease/3), reporting the lag to RelayConfig.OnLag as they do. The active relay renews it every RelayConfig.Lease/3 (default
 // DefaultRelayLease, 15s) and releases it when Run returns, after its
 // round in flight has been marked, so a standby takes over within a poll;
 // a relay that died without releasing it (a killed process) is taken over

@@ -158,6 +158,11 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 				standby = true
 				r.cfg.Logger.Info("outbox: another relay publishes this database's outbox; standing by", "lock", RelayLockName, "lease", r.cfg.Lease)
 			}
+			if err == nil {
+				// The lag is the database's: a standby's gauge must
+				// not keep what it reported when it last published.
+				r.reportLag(ctx, false)
+			}
 			if !backoff.Sleep(ctx, r.standbyInterval(), nil) {
 				return
 			}
