@@ -93,3 +93,68 @@ func TestSQLiteConcurrentRunOnceKeepTheLease(t *testing.T) {
 		t.Errorf("the standby relay published %d events that relay a was publishing", rb.published())
 	}
 }
+
+// A RunOnce of a relay whose Run stops meanwhile keeps the lease for its
+// round, and the lease is released once both have ended.
+func TestSQLiteRunOnceOutlivesRun(t *testing.T) {
+	t.Parallel()
+	a, b := sharedSQLite(t)
+	backlog(t, a, 1, 3)
+	ctx := t.Context()
+	cfg := outbox.RelayConfig{BatchSize: 1, PollInterval: 10 * time.Millisecond}
+	var (
+		started  = make(chan struct{})
+		runDone  = make(chan struct{})
+		calls    int
+		owner    string
+		ownerErr error
+	)
+	pub := outbox.PublisherFunc(func(pctx context.Context, _ []event.Envelope) error {
+		calls++
+		switch calls {
+		case 1: // Run's round, until Run stops
+			close(started)
+			<-pctx.Done()
+			return pctx.Err()
+		default: // RunOnce's round, once Run has returned
+			<-runDone
+			owner, _, ownerErr = b.Locks().LockGet(ctx, &driver.LockGetParams{Name: outbox.RelayLockName})
+		}
+		return nil
+	})
+	relay, err := outbox.NewRelay(a, pub, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	go func() {
+		defer close(runDone)
+		if err := relay.Run(runCtx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	<-started
+	_, until0, err := a.Locks().LockGet(ctx, &driver.LockGetParams{Name: outbox.RelayLockName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := make(chan error, 1)
+	go func() {
+		_, err := relay.RunOnce(ctx)
+		once <- err
+	}()
+	waitFor(t, 5*time.Second, "RunOnce takes the lease", func() bool {
+		_, until, err := a.Locks().LockGet(ctx, &driver.LockGetParams{Name: outbox.RelayLockName})
+		return err == nil && until.After(until0)
+	})
+	stopRun()
+	if err := <-once; err != nil {
+		t.Errorf("RunOnce: %v", err)
+	}
+	if ownerErr != nil || owner == "" {
+		t.Errorf("while RunOnce published after Run returned, the relay lease was %q (%v); want it held", owner, ownerErr)
+	}
+	if _, _, err := a.Locks().LockGet(ctx, &driver.LockGetParams{Name: outbox.RelayLockName}); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("relay lease after Run and RunOnce ended: %v; want it released (ErrNotFound)", err)
+	}
+}
