@@ -84,8 +84,13 @@
 // the lease RelayLockName (table idem_lock, under the driver's table
 // prefix) and publishes only while it holds it. The other relays stand by
 // (an INFO line says so) and try to take it every PollInterval (at most
-// Lease/3), reporting the lag to RelayConfig.OnLag as they do. The active relay renews it every RelayConfig.Lease/3 (default
-// DefaultRelayLease, 15s) and releases it when Run returns, after its
+// Lease/3), reporting the lag to RelayConfig.OnLag as they do. A relay
+// that cannot reach the lease logs it at ERROR ("relay lease unavailable;
+// not publishing", then every 100th failed attempt) and at INFO when it
+// reaches it again ("relay lease available again" or "reachable again",
+// with consecutive_failures). The active relay renews it every
+// RelayConfig.Lease/3 (default DefaultRelayLease, 15s) and releases it when
+// Run returns, after its
 // round in flight has been marked, so a standby takes over within a poll;
 // a relay that died without releasing it (a killed process) is taken over
 // when the lease expires, within Lease. A relay whose renewals fail stops

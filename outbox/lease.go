@@ -151,6 +151,16 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 				r.cfg.Logger.Error("outbox: relay lease unavailable; not publishing", "err", err, "consecutive_failures", failures)
 			}
 		} else {
+			if failures > 0 {
+				// The error above must not be the last word.
+				if ok {
+					standby = false
+					r.cfg.Logger.Info("outbox: relay lease available again; publishing", "lock", RelayLockName, "consecutive_failures", failures)
+				} else {
+					standby = true
+					r.cfg.Logger.Info("outbox: relay lease reachable again; another relay publishes this database's outbox, standing by", "lock", RelayLockName, "consecutive_failures", failures)
+				}
+			}
 			failures = 0
 		}
 		if !ok {
