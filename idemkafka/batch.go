@@ -200,9 +200,17 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		}
 		fail.err = err
 		fail.poison = errors.Is(err, ErrPoison) || errors.Is(err, inbox.ErrNilEventID)
-		c.cfg.Logger.Warn("idemkafka: handler failed",
-			"topic", p.Topic, "partition", p.Partition, "offset", recs[i].Offset,
-			"event_id", evs[i].ID, "try", fail.count, "of", attempts, "err", err)
+		if fail.poison {
+			// Dead-lettered next, without the remaining tries: no
+			// try count, which would announce a retry.
+			c.cfg.Logger.Warn("idemkafka: handler failed; poison, dead-lettering (not retried)",
+				"topic", p.Topic, "partition", p.Partition, "offset", recs[i].Offset,
+				"event_id", evs[i].ID, "err", err)
+		} else {
+			c.cfg.Logger.Warn("idemkafka: handler failed",
+				"topic", p.Topic, "partition", p.Partition, "offset", recs[i].Offset,
+				"event_id", evs[i].ID, "try", fail.count, "of", attempts, "err", err)
+		}
 	}
 	return pos, st
 }

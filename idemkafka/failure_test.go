@@ -504,6 +504,65 @@ func TestStopWhileDeadLetterWaitsNotAFailure(t *testing.T) {
 	}
 }
 
+// The warning for a poison record (its handler returned ErrPoison) says it
+// is dead-lettered, with no try count: it was logged as "try 1 of 3", as
+// if it were to be retried. A record that keeps failing still counts its
+// tries.
+func TestPoisonRecordLoggedAsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 3, 1)
+	failing, poison := evs[0], evs[1]
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	var logs testlog.Buffer
+	hook := func(e event.Envelope) error {
+		switch e.ID {
+		case failing.ID:
+			return errBoom
+		case poison.ID:
+			return fmt.Errorf("bad order: %w", idemkafka.ErrPoison)
+		}
+		return nil
+	}
+	cfg := consumerConfig(kc, b, "billing", group, hook, topic)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	inst := start(t, b, "billing", cfg)
+	waitFor(t, 30*time.Second, "the partition committed to its end", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+
+	var poisonLines, failingTries []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(l, "idemkafka: handler failed") {
+			continue
+		}
+		switch {
+		case strings.Contains(l, "event_id="+poison.ID.String()):
+			poisonLines = append(poisonLines, l)
+		case strings.Contains(l, "event_id="+failing.ID.String()):
+			failingTries = append(failingTries, l)
+		}
+	}
+	if len(poisonLines) != 1 {
+		t.Fatalf("%d handler warnings for the poison record; want 1:\n%s", len(poisonLines), logs.String())
+	}
+	if l := poisonLines[0]; strings.Contains(l, " try=") || strings.Contains(l, " of=") || !strings.Contains(l, "dead-lettering") {
+		t.Errorf("the poison record's warning: %s\nwant it dead-lettered, with no try count", l)
+	}
+	if len(failingTries) != 3 {
+		t.Fatalf("%d handler warnings for the failing record; want 3:\n%s", len(failingTries), logs.String())
+	}
+	for i, l := range failingTries {
+		if want := fmt.Sprintf(" try=%d of=3 ", i+1); !strings.Contains(l, want) {
+			t.Errorf("the failing record's warning %d: %s\nwant%s", i+1, l, want)
+		}
+	}
+}
+
 // Events a transactional producer wrote and then aborted never happened:
 // the consumer applies the committed ones only.
 func TestAbortedTransactionNotApplied(t *testing.T) {
