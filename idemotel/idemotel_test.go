@@ -159,6 +159,30 @@ func TestSetupRejectsMalformedEndpoint(t *testing.T) {
 	_ = tel.Shutdown(ctx)
 }
 
+// An endpoint with credentials in its userinfo that does not parse (a
+// port mistyped) fails Setup with an error that names the variable but not
+// the password: idemd logs that error.
+func TestSetupMalformedEndpointErrorHidesPassword(t *testing.T) {
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+	for _, v := range []string{
+		"http://otel:s3cret@collector:port",
+		"http://otel:s3cret@collector:4318/%zz",
+		"http://otel:s3cret@[::1:4318",
+	} {
+		tel, err := idemotel.Setup(context.Background(), idemotel.Config{Getenv: func(k string) string {
+			return map[string]string{idemotel.EnvEndpoint: v}[k]
+		}})
+		if err == nil {
+			_ = tel.Shutdown(context.Background())
+			t.Errorf("Setup(%s=%q): no error", idemotel.EnvEndpoint, v)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), idemotel.EnvEndpoint) {
+			t.Errorf("Setup(%s=%q) = %q; want the variable named and the password not shown", idemotel.EnvEndpoint, v, err)
+		}
+	}
+}
+
 // observe.Span.RecordError with a nil error, as OpenTelemetry's own
 // RecordError allows, records nothing and does not panic.
 func TestRecordErrorNil(t *testing.T) {

@@ -191,11 +191,16 @@ func endpoint(getenv func(string) string, signalVar, path string) (string, error
 }
 
 // checkEndpoint reports whether v, the value of the variable name, is an
-// http or https URL with a host.
+// http or https URL with a host. The error never shows a password of v:
+// url.Parse's error quotes the whole value, so only its cause is kept.
 func checkEndpoint(name, v string) error {
 	u, err := url.Parse(v)
 	if err != nil {
-		return fmt.Errorf("idemotel: %s: %w", name, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("idemotel: %s: not a URL: %w", name, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("idemotel: %s=%q: want an http:// or https:// URL with a host, such as http://collector:4318", name, u.Redacted())
