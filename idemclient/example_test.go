@@ -34,7 +34,9 @@ func Example() {
 	if err := drv.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	_, _ = drv.DB().ExecContext(ctx, `CREATE TABLE payment (id INTEGER PRIMARY KEY, body TEXT NOT NULL)`)
+	if _, err := drv.DB().ExecContext(ctx, `CREATE TABLE payment (id INTEGER PRIMARY KEY, body TEXT NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
 	mw, err := idemhttp.New(drv, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -47,8 +49,16 @@ func Example() {
 			return
 		}
 		tx, _ := idemhttp.TxFromContext[*sql.Tx](r.Context())
-		body, _ := io.ReadAll(r.Body)
-		res, _ := tx.ExecContext(r.Context(), `INSERT INTO payment (body) VALUES (?)`, string(body))
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "cannot read the body", http.StatusBadRequest)
+			return
+		}
+		res, err := tx.ExecContext(r.Context(), `INSERT INTO payment (body) VALUES (?)`, string(body))
+		if err != nil {
+			http.Error(w, "storage error", http.StatusInternalServerError) // rolls back, not stored
+			return
+		}
 		id, _ := res.LastInsertId()
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":%d}`, id)

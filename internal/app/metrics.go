@@ -116,7 +116,7 @@ func (m *metrics) sweep(rep cleanup.Report) {
 	m.sweeps.WithLabelValues(result).Inc()
 }
 
-// lag is outbox's RelayConfig.OnLag.
+// watchdog is the orders watchdog's report of one round.
 func (m *metrics) watchdog(s orders.WatchdogStats) {
 	m.stuck.WithLabelValues("redriven").Add(float64(s.Stuck))
 	m.stuck.WithLabelValues("aborted").Add(float64(s.Aborted))
@@ -124,6 +124,7 @@ func (m *metrics) watchdog(s orders.WatchdogStats) {
 	m.waiting.Set(float64(s.Waiting))
 }
 
+// lag is outbox's RelayConfig.OnLag.
 func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
 
 // batch counts what a consumer's batch did; consumer is its inbox name.
