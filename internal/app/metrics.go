@@ -116,10 +116,16 @@ func (m *metrics) sweep(rep cleanup.Report) {
 	m.sweeps.WithLabelValues(result).Inc()
 }
 
-// watchdog is the orders watchdog's report of one round.
+// watchdog is the watchdog's OnRound: the counters count what every round
+// did, a failed one's included (its aborts are committed, and no later
+// round counts them); the gauges are set from complete rounds only (a
+// partial count would clear an operator alert).
 func (m *metrics) watchdog(s orders.WatchdogStats) {
 	m.stuck.WithLabelValues("redriven").Add(float64(s.Stuck))
 	m.stuck.WithLabelValues("aborted").Add(float64(s.Aborted))
+	if s.Partial {
+		return
+	}
 	m.operator.Set(float64(s.Operator))
 	m.waiting.Set(float64(s.Waiting))
 }

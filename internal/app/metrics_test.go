@@ -51,3 +51,17 @@ func TestSweepMetrics(t *testing.T) {
 		t.Errorf("deleted rows of the inbox = %v; want 5", got)
 	}
 }
+
+// A watchdog round that failed reports what it did: its actions count, its
+// partial gauges do not replace those of the last complete round.
+func TestWatchdogMetricsOfAFailedRound(t *testing.T) {
+	m := newMetrics()
+	m.watchdog(orders.WatchdogStats{Operator: 2, Waiting: 3})
+	m.watchdog(orders.WatchdogStats{Aborted: 1, Partial: true})
+	if got := testutil.ToFloat64(m.stuck.WithLabelValues("aborted")); got != 1 {
+		t.Errorf(`idemd_order_watchdog_orders_total{action="aborted"} = %v; want the failed round's abort`, got)
+	}
+	if op, w := testutil.ToFloat64(m.operator), testutil.ToFloat64(m.waiting); op != 2 || w != 3 {
+		t.Errorf("gauges after a failed round = %v, %v; want the complete round's 2, 3", op, w)
+	}
+}

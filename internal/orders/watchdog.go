@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +50,9 @@ type WatchdogConfig struct {
 	// Limit is the page size of the listing of stale orders; 0 means
 	// 500. A round reads every page.
 	Limit int
-	// OnRound, if set, is called after each round.
+	// OnRound, if set, is called after each round, a round that failed
+	// or was cut short included (WatchdogStats.Partial): its counts of
+	// actions are what it did, its gauges are not the database's.
 	OnRound func(WatchdogStats)
 }
 
@@ -72,6 +73,12 @@ type WatchdogStats struct {
 	// relay or Kafka is down or behind, or an event is parked): their
 	// events are late, not lost.
 	Waiting int
+	// Partial is set when the round stopped early (an error, or the
+	// context ended): Stuck, Redriven and Aborted count what it did
+	// before (its aborts are committed, and the next round does not
+	// count them again), while Operator and Waiting are partial counts
+	// of the orders, not to be taken for the database's.
+	Partial bool
 }
 
 // Watchdog drives the orders whose saga stopped moving: an event lost
@@ -114,12 +121,13 @@ func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		st, err := w.RunOnce(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			// Not reported: a round cut short would set the gauges
-			// from partial counts (an operator alert would clear).
+		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "order watchdog: round failed", "err", err)
-		case err == nil && w.cfg.OnRound != nil:
+		}
+		if w.cfg.OnRound != nil {
+			// A round cut short is reported too (Partial): the sagas
+			// it aborted are committed, and no later round counts
+			// them.
 			w.cfg.OnRound(st)
 		}
 	}
@@ -132,19 +140,22 @@ const redriveKeys = 500
 // stored an order and the one that enqueued an event.
 const unpublishedSlack = time.Minute
 
-// RunOnce looks at the orders CREATED more than StuckAfter ago once.
-func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
+// RunOnce looks at the orders CREATED more than StuckAfter ago once. On an
+// error it returns what it did so far, marked Partial.
+func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err error) {
+	defer func() { st.Partial = err != nil }()
 	var (
-		st      WatchdogStats
-		keys    []string
-		waiting []int64
-		now     = time.Now()
-		after   int64
+		// keys are the stuck orders whose events are redriven, and
+		// chargedKeys those reported to an operator that are redriven
+		// too (still worth a try).
+		keys, chargedKeys []string
+		waiting           []int64
+		now               = time.Now()
+		after             int64
 		// oldest unpublished event, read once per round when needed.
 		oldest     time.Time
 		anyPending bool
 		readOldest bool
-		charged    int
 	)
 	for {
 		stale, err := w.list.ListCreatedBefore(ctx, now.Add(-w.cfg.StuckAfter), after, w.cfg.Limit)
@@ -185,10 +196,9 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 				// nothing to do.
 			case outcome == giveUpCharged:
 				st.Operator++
-				charged++
 				w.log.ErrorContext(ctx, "order watchdog: order stuck with a captured payment, needs an operator",
 					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
-				keys = append(keys, strconv.FormatInt(o.ID, 10)) // still worth a try
+				chargedKeys = append(chargedKeys, strconv.FormatInt(o.ID, 10)) // still worth a try
 			case outcome == giveUpFailed:
 				st.Operator++
 				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; the compensator tries it again every round, an operator should look)",
@@ -207,16 +217,21 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (WatchdogStats, error) {
 		w.log.WarnContext(ctx, "order watchdog: not giving up on orders whose events are not published yet (relay or Kafka down or behind, or an event parked)",
 			"orders", len(waiting), "first", waiting[0], "oldest_unpublished", FormatTime(oldest), "give_up_after", w.cfg.GiveUpAfter.String())
 	}
+	stuck := len(keys)
+	keys = append(keys, chargedKeys...)
 	if len(keys) == 0 {
 		return st, nil
 	}
-	st.Stuck = len(keys) - charged
-	for chunk := range slices.Chunk(keys, redriveKeys) {
+	for i := 0; i < len(keys); i += redriveKeys {
+		chunk := keys[i:min(i+redriveKeys, len(keys))]
 		n, err := outbox.Redrive(ctx, w.drv, outbox.RedriveOptions{Keys: chunk})
 		st.Redriven += n
 		if err != nil {
 			return st, err
 		}
+		// The stuck orders (not the charged ones, at the end) of the
+		// chunk: their events were published again.
+		st.Stuck += max(0, min(i+len(chunk), stuck)-i)
 	}
 	n := st.Redriven
 	if n > 0 {

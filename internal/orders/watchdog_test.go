@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -247,5 +248,61 @@ func TestWatchdogSkipsOrderThatMovedOn(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "level=ERROR") || strings.Contains(logs.String(), "operator") {
 		t.Errorf("the confirmed order was reported:\n%s", logs)
+	}
+}
+
+// A round that fails after it aborted sagas (a later page of the listing,
+// or the redrive, fails: a database hiccup) still reports the aborts it
+// committed, marked Partial: the next round finds those sagas compensating
+// and does not count them again, so a round that reported nothing would
+// lose them from idemd_order_watchdog_orders_total{action="aborted"} for
+// good. Its gauges (Operator, Waiting) are partial counts, for OnRound to
+// ignore.
+func TestWatchdogReportsTheAbortsOfAFailedRound(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixture(t, 1)
+	first, second := f.order(), f.order()
+	f.publishAll()
+	sagas, err := saga.New(f.drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, f.ord, paysqlite.New(f.drv.DB()), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	lister := listerFunc(func(ctx context.Context, before time.Time, afterID int64, limit int) ([]orders.Stale, error) {
+		calls++
+		switch calls {
+		case 1: // round 1, page 1: the first order
+			return f.ord.ListCreatedBefore(ctx, before, afterID, limit)
+		case 2: // round 1, page 2
+			return nil, errors.New("connection reset")
+		}
+		cancel() // round 2: stop
+		return nil, context.Canceled
+	})
+	var reports []orders.WatchdogStats
+	wd, err := orders.NewWatchdog(f.drv, ps, lister, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
+		Limit: 1, Interval: time.Millisecond, OnRound: func(s orders.WatchdogStats) { reports = append(reports, s) }},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wd.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.status(first.ID) != string(saga.Compensating) || f.status(second.ID) != "none" {
+		t.Fatalf("sagas %s, %s; want the first aborted by round 1, the second untouched", f.status(first.ID), f.status(second.ID))
+	}
+	var aborted int
+	for _, r := range reports {
+		aborted += r.Aborted
+		if !r.Partial {
+			t.Errorf("report %+v of a failed round; want it Partial", r)
+		}
+	}
+	if aborted != 1 {
+		t.Errorf("reports %+v; want the failed round's abort reported once", reports)
 	}
 }
