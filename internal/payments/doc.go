@@ -12,7 +12,10 @@
 // payment: 409 (problem type conflict), nothing created. A provider is
 // written in lower case ("sber"; "Sber" is refused, 422), so that two
 // systems sending one payment cannot spell its provider two ways and
-// create it twice. Providers starting with ReservedProviderPrefix are
+// create it twice; for the same reason the provider and the external
+// payment id must be in Unicode normalization form C and hold no
+// invisible format character (U+200B, U+FEFF, ...): 422 otherwise.
+// Providers starting with ReservedProviderPrefix are
 // idemd's own (the order saga's charges) and refused (422).
 //
 // The handler is generic over the transaction type of the database library

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/idemkit/idem/internal/apijson"
 )
@@ -113,7 +114,13 @@ func members(body []byte) (map[string]json.RawMessage, *RequestError) {
 	return out, nil
 }
 
-// parseText validates provider and external_payment_id.
+// isFormat reports whether r is an invisible format character (Unicode
+// category Cf).
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
+
+// parseText validates provider and external_payment_id: each has one
+// spelling, so that the UNIQUE (provider, external ID) sees the same
+// identity whatever system sent it.
 func parseText(v json.RawMessage) (string, string) {
 	var s string
 	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
@@ -130,6 +137,15 @@ func parseText(v json.RawMessage) (string, string) {
 		return "", fmt.Sprintf("must be at most %d characters", MaxTextLen)
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		return "", "must not contain control characters"
+	case strings.IndexFunc(s, isFormat) >= 0:
+		// Invisible (a zero-width space, a byte order mark, a soft
+		// hyphen): "sber\u200b" and "sber" look the same and would be
+		// two identities, a second payment for one charge.
+		return "", "must not contain invisible format characters (like U+200B, U+FEFF)"
+	case !norm.NFC.IsNormalString(s):
+		// "e\u0301" and "\u00e9" are one text in two spellings: only
+		// the composed one (NFC) is accepted, for the same reason.
+		return "", "must be in Unicode normalization form C (NFC, composed characters)"
 	}
 	return s, ""
 }

@@ -50,6 +50,15 @@ func TestDecodeCreate(t *testing.T) {
 		{"provider with a trailing space", `{"provider":"sber ","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
 		{"external id with a leading space", `{"provider":"p","external_payment_id":" e1","amount":"1","customer_id":1}`, 422, "external_payment_id", ""},
 		{"control character", `{"provider":"p\n","external_payment_id":"e","amount":"1","customer_id":1}`, 422, "provider", ""},
+		// Invisible characters and another Unicode spelling: "sber\u200b"
+		// and "sber", or "e\u0301" (decomposed) and "\u00e9", look the
+		// same but are two identities under the UNIQUE (provider,
+		// external ID), and would be a second payment for one charge.
+		{"provider with a trailing zero-width space", "{\"provider\":\"sber\u200b\",\"external_payment_id\":\"e\",\"amount\":\"1\",\"customer_id\":1}", 422, "provider", ""},
+		{"external id with a byte order mark", "{\"provider\":\"p\",\"external_payment_id\":\"\ufeffe1\",\"amount\":\"1\",\"customer_id\":1}", 422, "external_payment_id", ""},
+		{"external id with a soft hyphen, escaped", `{"provider":"p","external_payment_id":"ext\u00ad1","amount":"1","customer_id":1}`, 422, "external_payment_id", ""},
+		{"external id decomposed (NFD)", "{\"provider\":\"p\",\"external_payment_id\":\"caf\u0065\u0301\",\"amount\":\"1\",\"customer_id\":1}", 422, "external_payment_id", ""},
+		{"valid, external id composed (NFC)", "{\"provider\":\"p\",\"external_payment_id\":\"caf\u00e9\",\"amount\":\"1\",\"customer_id\":1}", 0, "", "1.0000"},
 		{"external id too long", `{"provider":"p","external_payment_id":"` + long + `x","amount":"1","customer_id":1}`, 422, "external_payment_id", ""},
 		{"amount JSON number", `{"provider":"p","external_payment_id":"e","amount":100.5,"customer_id":1}`, 422, "amount", ""},
 		{"amount JSON integer", `{"provider":"p","external_payment_id":"e","amount":100,"customer_id":1}`, 422, "amount", ""},
