@@ -72,7 +72,7 @@ func newMetrics() *metrics {
 		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_waiting_for_events",
-			Help: "Orders past -saga-give-up-after not given up because the outbox holds unpublished events older than them (the relay or Kafka is down or behind, or an event is parked), at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
+			Help: "Orders past -saga-give-up-after not given up because the outbox holds unpublished events older than them (the relay or Kafka is down or behind, or an event is parked), or held them less than -saga-give-up-after ago (or idemd started less than that ago), at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
 		}),
 	}
 	for _, r := range []string{"redriven", "aborted"} {

@@ -42,7 +42,8 @@ func TestSagaRacesWatchdogPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
-	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: 7}, slog.New(slog.DiscardHandler))
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: 7,
+		Now: startedAgo(31 * time.Minute)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -42,7 +43,11 @@ type WatchdogConfig struct {
 	// charge step recorded as declined, so a late event cannot charge;
 	// the compensator then REJECTs the order); a saga that charged is
 	// reported to an operator (log and metric) every round. Must exceed
-	// StuckAfter.
+	// StuckAfter. It counts from the order's creation, or from the last
+	// round that found the order's events waiting to be published, or
+	// from the watchdog's start, whichever is latest: a backlog published
+	// at the end of an outage (or before the first round) is late, and
+	// the consumers get GiveUpAfter to work through it.
 	GiveUpAfter time.Duration
 	// Interval is the time between rounds; 0 means StuckAfter/2, at
 	// least a second and at most 30 s.
@@ -50,6 +55,9 @@ type WatchdogConfig struct {
 	// Limit is the page size of the listing of stale orders; 0 means
 	// 500. A round reads every page.
 	Limit int
+	// Now is the watchdog's clock; nil means time.Now. Its start is Now()
+	// at NewWatchdog.
+	Now func() time.Time
 	// OnRound, if set, is called after each round, a round that failed
 	// or was cut short included (WatchdogStats.Partial): its counts of
 	// actions are what it did, its gauges are not the database's.
@@ -70,8 +78,9 @@ type WatchdogStats struct {
 	Operator int
 	// Waiting: orders past GiveUpAfter not given up because the outbox
 	// holds events older than them that are not published yet (the
-	// relay or Kafka is down or behind, or an event is parked): their
-	// events are late, not lost.
+	// relay or Kafka is down or behind, or an event is parked), or held
+	// them less than GiveUpAfter ago (or the watchdog started less than
+	// GiveUpAfter ago): their events are late, not lost.
 	Waiting int
 	// Partial is set when the round stopped early (an error, or the
 	// context ended): Stuck, Redriven and Aborted count what it did
@@ -91,6 +100,13 @@ type Watchdog[TTx any] struct {
 	list StaleLister
 	cfg  WatchdogConfig
 	log  *slog.Logger
+
+	mu sync.Mutex
+	// late is when a round last found events waiting to be published
+	// that are older than an order past GiveUpAfter (initially the
+	// watchdog's start): an order created before it is given up only
+	// GiveUpAfter after it.
+	late time.Time
 }
 
 // NewWatchdog returns a watchdog of the sagas of ps over drv's outbox.
@@ -107,7 +123,10 @@ func NewWatchdog[TTx any](drv driver.Driver[TTx], ps *PaymentSaga[TTx], list Sta
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Watchdog[TTx]{drv: drv, ps: ps, list: list, cfg: cfg, log: log}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Watchdog[TTx]{drv: drv, ps: ps, list: list, cfg: cfg, log: log, late: cfg.Now()}, nil
 }
 
 // Run runs a round every Interval until ctx ends; it returns nil then.
@@ -150,8 +169,11 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 		// too (still worth a try).
 		keys, chargedKeys []string
 		waiting           []int64
-		now               = time.Now()
-		after             int64
+		// published: orders past GiveUpAfter whose events may have
+		// been published less than GiveUpAfter ago.
+		published []int64
+		now       = w.cfg.Now()
+		after     int64
 		// oldest unpublished event, read once per round when needed.
 		oldest     time.Time
 		anyPending bool
@@ -181,15 +203,35 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 				// customer for an outage.
 				st.Waiting++
 				waiting = append(waiting, o.ID)
+				w.mu.Lock()
+				w.late = now
+				w.mu.Unlock()
 				continue
 			}
-			outcome, err := w.giveUp(ctx, o.ID)
+			w.mu.Lock()
+			late := w.late
+			w.mu.Unlock()
+			// Its events may have been published only since late (the
+			// end of an outage, or before this watchdog's first round):
+			// the consumers may still be working through the backlog.
+			// Nothing is aborted then (late, not lost), but an order
+			// that needs an operator is still reported.
+			grace := o.CreatedAt.Before(late) && now.Sub(late) < w.cfg.GiveUpAfter
+			var outcome giveUpOutcome
+			if grace {
+				outcome, err = w.peek(ctx, o.ID)
+			} else {
+				outcome, err = w.giveUp(ctx, o.ID)
+			}
 			switch {
 			case err != nil:
 				if ctx.Err() != nil {
 					return st, ctx.Err()
 				}
 				w.log.WarnContext(ctx, "order watchdog: give up failed", "order", o.ID, "err", err)
+			case outcome == giveUpWouldAbort:
+				st.Waiting++
+				published = append(published, o.ID)
 			case outcome == giveUpMoved, outcome == giveUpAborting:
 				// It moved since the listing, or its abort (counted
 				// when it was made) waits for the compensator:
@@ -216,6 +258,13 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 	if len(waiting) > 0 {
 		w.log.WarnContext(ctx, "order watchdog: not giving up on orders whose events are not published yet (relay or Kafka down or behind, or an event parked)",
 			"orders", len(waiting), "first", waiting[0], "oldest_unpublished", FormatTime(oldest), "give_up_after", w.cfg.GiveUpAfter.String())
+	}
+	if len(published) > 0 {
+		w.mu.Lock()
+		late := w.late
+		w.mu.Unlock()
+		w.log.InfoContext(ctx, "order watchdog: not giving up yet on orders whose events were waiting to be published lately (an outage ended, or idemd started): the consumers get -saga-give-up-after from then",
+			"orders", len(published), "first", published[0], "since", FormatTime(late), "give_up_after", w.cfg.GiveUpAfter.String())
 	}
 	stuck := len(keys)
 	keys = append(keys, chargedKeys...)
@@ -245,12 +294,42 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 type giveUpOutcome int
 
 const (
-	giveUpAborted  giveUpOutcome = iota // nothing charged: aborted
-	giveUpCharged                       // a payment was captured, the order is not confirmed yet
-	giveUpFailed                        // the saga failed: its compensation kept failing
-	giveUpMoved                         // the saga finished since the listing: the order is no longer CREATED
-	giveUpAborting                      // aborted before (counted then), not compensated yet: the order is still CREATED
+	giveUpAborted    giveUpOutcome = iota // nothing charged: aborted
+	giveUpCharged                         // a payment was captured, the order is not confirmed yet
+	giveUpFailed                          // the saga failed: its compensation kept failing
+	giveUpMoved                           // the saga finished since the listing: the order is no longer CREATED
+	giveUpAborting                        // aborted before (counted then), not compensated yet: the order is still CREATED
+	giveUpWouldAbort                      // peek: nothing charged, giveUp would abort it
 )
+
+// peek is what giveUp would do with order id, without changing anything:
+// giveUpWouldAbort where giveUp would abort.
+func (w *Watchdog[TTx]) peek(ctx context.Context, id int64) (giveUpOutcome, error) {
+	s, err := w.ps.sagas.Get(ctx, SagaID(id))
+	switch {
+	case errors.Is(err, saga.ErrNotFound):
+		return giveUpWouldAbort, nil // no event ever started it
+	case err != nil:
+		return giveUpWouldAbort, err
+	}
+	switch s.State {
+	case saga.Running:
+	case saga.Failed:
+		return giveUpFailed, nil
+	case saga.Compensating:
+		return giveUpAborting, nil
+	case saga.Completed, saga.Compensated:
+		return giveUpMoved, nil
+	default:
+		return giveUpCharged, nil
+	}
+	for _, st := range s.Steps {
+		if st.Name == StepCharge && !st.Compensation && !declined(st.Result) {
+			return giveUpCharged, nil
+		}
+	}
+	return giveUpWouldAbort, nil
+}
 
 // giveUp aborts the saga of order id unless it charged a payment, in one
 // transaction: it starts the saga if no event ever did, records its

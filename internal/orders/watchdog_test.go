@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,9 +29,34 @@ type watchdogFixture struct {
 	drv *sqlitedriver.Driver
 	ord *ordsqlite.Store
 	wd  *orders.Watchdog[*sql.Tx]
+	// offset is added to the watchdog's clock (shift).
+	offset atomic.Int64
 }
 
+// shift sets the watchdog's clock to d after the real time.
+func (f *watchdogFixture) shift(d time.Duration) { f.offset.Store(int64(d)) }
+
 func newWatchdogFixture(t *testing.T, limit int) *watchdogFixture {
+	t.Helper()
+	return newWatchdogFixtureStarted(t, limit, 31*time.Minute)
+}
+
+// startedAgo is a watchdog clock (WatchdogConfig.Now) for a watchdog that
+// started d ago: its first reading, NewWatchdog's, is d in the past.
+func startedAgo(d time.Duration) func() time.Time {
+	var read atomic.Bool
+	return func() time.Time {
+		if !read.Swap(true) {
+			return time.Now().Add(-d)
+		}
+		return time.Now()
+	}
+}
+
+// newWatchdogFixtureStarted is newWatchdogFixture with a watchdog that
+// started ago (more than GiveUpAfter, 30 minutes: it may give up on
+// orders at once; 0: it just started).
+func newWatchdogFixtureStarted(t *testing.T, limit int, ago time.Duration) *watchdogFixture {
 	t.Helper()
 	drv, pay, ord := sqliteStores(t)
 	sagas, err := saga.New(drv, nil)
@@ -38,12 +64,17 @@ func newWatchdogFixture(t *testing.T, limit int) *watchdogFixture {
 		t.Fatal(err)
 	}
 	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
-	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: limit},
+	f := &watchdogFixture{t: t, drv: drv, ord: ord}
+	f.shift(-ago) // NewWatchdog reads its start
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Limit: limit,
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.offset.Load())) }},
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &watchdogFixture{t: t, drv: drv, ord: ord, wd: wd}
+	f.shift(0)
+	f.wd = wd
+	return f
 }
 
 // order stores an order created an hour ago with its OrderCreated.v1 in
@@ -128,6 +159,7 @@ func TestWatchdogWaitsForUnpublishedEvents(t *testing.T) {
 		t.Fatalf("round with the order's event unpublished: %+v, saga %s; want 1 waiting, nothing aborted", st, f.status(o.ID))
 	}
 	f.publishAll()
+	f.shift(30*time.Minute + time.Second) // GiveUpAfter later (see TestWatchdogGivesTheConsumersTimeAfterAnOutage)
 	if st, err = f.wd.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +263,8 @@ func TestWatchdogSkipsOrderThatMovedOn(t *testing.T) {
 		return stale, nil
 	})
 	logs := &testlog.Buffer{}
-	wd, err := orders.NewWatchdog(f.drv, ps, lister, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute},
-		slog.New(slog.NewTextHandler(logs, nil)))
+	wd, err := orders.NewWatchdog(f.drv, ps, lister, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
+		Now: startedAgo(31 * time.Minute)}, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +316,7 @@ func TestWatchdogReportsTheAbortsOfAFailedRound(t *testing.T) {
 	})
 	var reports []orders.WatchdogStats
 	wd, err := orders.NewWatchdog(f.drv, ps, lister, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
-		Limit: 1, Interval: time.Millisecond, OnRound: func(s orders.WatchdogStats) { reports = append(reports, s) }},
+		Limit: 1, Interval: time.Millisecond, Now: startedAgo(31 * time.Minute), OnRound: func(s orders.WatchdogStats) { reports = append(reports, s) }},
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -304,5 +336,93 @@ func TestWatchdogReportsTheAbortsOfAFailedRound(t *testing.T) {
 	}
 	if aborted != 1 {
 		t.Errorf("reports %+v; want the failed round's abort reported once", reports)
+	}
+}
+
+// The end of an outage (the relay or Kafka down for longer than
+// GiveUpAfter, or idemd run with -kafka off for a while) publishes the
+// backlog at once, orders older than GiveUpAfter included. Their events
+// are late, not lost: the consumers need time to work through the backlog,
+// and an order whose event they have not reached yet must not be REJECTED
+// at the next round. The watchdog gives up on such an order only
+// GiveUpAfter after it last saw its events waiting (or after it started:
+// a backlog may be published before its first round).
+func TestWatchdogGivesTheConsumersTimeAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixture(t, 0)
+	o := f.order()
+	st, err := f.wd.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Waiting != 1 || f.status(o.ID) != "none" {
+		t.Fatalf("round during the outage: %+v, saga %s; want 1 waiting", st, f.status(o.ID))
+	}
+	f.publishAll() // the outage ends: the consumers have not read the event yet
+	f.shift(30 * time.Second)
+	if st, err = f.wd.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 0 || st.Waiting != 1 || f.status(o.ID) != "none" {
+		t.Fatalf("round 30s after the backlog was published: %+v, saga %s; want the order waited for, not aborted", st, f.status(o.ID))
+	}
+	f.shift(30*time.Minute + time.Second) // GiveUpAfter after the outage, still nothing moved: lost
+	if st, err = f.wd.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 1 || f.status(o.ID) != string(saga.Compensating) {
+		t.Errorf("round GiveUpAfter after the outage: %+v, saga %s; want 1 aborted", st, f.status(o.ID))
+	}
+}
+
+// A watchdog that just started does not give up on an order at once: the
+// backlog of an outage may have been published before its first round
+// (idemd restarted after it, or started with Kafka after running without).
+func TestWatchdogGivesTheConsumersTimeAfterItStarts(t *testing.T) {
+	t.Parallel()
+	f := newWatchdogFixtureStarted(t, 0, 0)
+	o := f.order()
+	f.publishAll()
+	st, err := f.wd.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 0 || st.Waiting != 1 || f.status(o.ID) != "none" {
+		t.Fatalf("first round right after the start: %+v, saga %s; want the order waited for", st, f.status(o.ID))
+	}
+	f.shift(30*time.Minute + time.Second)
+	if st, err = f.wd.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.Aborted != 1 {
+		t.Errorf("round GiveUpAfter after the start: %+v; want 1 aborted", st)
+	}
+}
+
+// While the watchdog gives the consumers time (after its start, or an
+// outage), an order whose payment was captured is still reported to an
+// operator: idemd_orders_needing_operator must not clear at every restart.
+func TestWatchdogReportsChargedOrdersDuringItsGrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newWatchdogFixtureStarted(t, 0, 0)
+	o := f.order()
+	f.publishAll()
+	sagas, err := saga.New(f.drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, f.ord, paysqlite.New(f.drv.DB()), slog.New(slog.DiscardHandler))
+	created, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txRunner(t, f.drv)(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, created) }) // charged; its PaymentCaptured.v1 lost
+	st, err := f.wd.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Operator != 1 || st.Waiting != 0 || st.Aborted != 0 {
+		t.Errorf("round right after the start, the order charged: %+v; want it reported to an operator", st)
 	}
 }
