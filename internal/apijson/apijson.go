@@ -170,16 +170,42 @@ func WriteUnsupportedMediaType(w http.ResponseWriter, what string) {
 		http.StatusText(http.StatusUnsupportedMediaType), "Send the "+what+" as application/json.")
 }
 
+// Encoded reports whether h gives the body a content coding other than
+// identity (Content-Encoding: gzip, say), which the handlers do not decode.
+func Encoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WriteUnsupportedEncoding answers 415 with Accept-Encoding: identity (RFC
+// 9110, 15.5.16) to a request whose body has a content coding; what names
+// the resource sent ("payment").
+func WriteUnsupportedEncoding(w http.ResponseWriter, what string) {
+	w.Header().Set("Accept-Encoding", "identity")
+	problem.WriteError(w, http.StatusUnsupportedMediaType, "",
+		http.StatusText(http.StatusUnsupportedMediaType), "Send the "+what+" without Content-Encoding: the body is read uncompressed.")
+}
+
 // RequireJSON answers 415 (WriteUnsupportedMediaType) to a request whose
-// Content-Type is missing or not JSON, and passes the others to next. Put
-// it in front of the idempotency middleware: the 415 then claims no key and
+// Content-Type is missing or not JSON, or (WriteUnsupportedEncoding) whose
+// body has a Content-Encoding, and passes the others to next. Put it in
+// front of the idempotency middleware: the 415 then claims no key and
 // stores nothing, so the corrected request may reuse the key.
 func RequireJSON(what string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !IsJSON(r.Header.Get("Content-Type")) {
+		switch {
+		case !IsJSON(r.Header.Get("Content-Type")):
 			WriteUnsupportedMediaType(w, what)
-			return
+		case Encoded(r.Header):
+			WriteUnsupportedEncoding(w, what)
+		default:
+			next.ServeHTTP(w, r)
 		}
-		next.ServeHTTP(w, r)
 	})
 }

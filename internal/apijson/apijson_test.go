@@ -148,3 +148,32 @@ func TestRequireJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestRequireJSONRefusesContentEncoding(t *testing.T) {
+	t.Parallel()
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := RequireJSON("thing", next)
+	for ce, want := range map[string]int{
+		"":               204,
+		"identity":       204,
+		"Identity, ":     204,
+		"gzip":           415,
+		"identity, gzip": 415,
+		"br":             415,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		if ce != "" {
+			req.Header.Set("Content-Encoding", ce)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Content-Encoding %q: %d %s, want %d", ce, rec.Code, rec.Body, want)
+			continue
+		}
+		if want == 415 && (rec.Header().Get("Accept-Encoding") != "identity" || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/problem+json")) {
+			t.Errorf("Content-Encoding %q: headers %v, want a problem with Accept-Encoding: identity", ce, rec.Header())
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"log/slog"
@@ -202,6 +204,39 @@ func TestBrokenBodyLeaksNothing(t *testing.T) {
 			if r := e.send(ep.path, headers("Content-Type", "application/json", "Idempotency-Key", "broken-app"), ep.valid(20)); r.status != http.StatusCreated {
 				t.Errorf("%s after a broken body: %d %s, want 201", ep.path, r.status, r.body)
 			}
+		}
+	})
+}
+
+// A body with a content coding idemd does not decode (a client library
+// that gzips its requests) is answered 415 with Accept-Encoding (RFC 9110
+// 15.5.16), before the key is claimed: the same request sent uncompressed
+// with the same key executes. (It was read as JSON: 400 "not valid UTF-8",
+// stored under the key, so the corrected request got 409 key-reused.)
+func TestContentEncodingRefused(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, e *env) {
+		for _, ep := range endpoints() {
+			t.Run(ep.path, func(t *testing.T) {
+				var gz bytes.Buffer
+				zw := gzip.NewWriter(&gz)
+				_, _ = zw.Write([]byte(ep.valid(30)))
+				_ = zw.Close()
+				h := headers("Idempotency-Key", "gzipped", "Content-Type", "application/json", "Content-Encoding", "gzip")
+				r := e.send(ep.path, h, gz.String())
+				if r.status != http.StatusUnsupportedMediaType || r.header.Get("Content-Type") != problem.MediaType ||
+					r.header.Get("Accept-Encoding") != "identity" {
+					t.Errorf("gzipped body: %d %v %s; want a 415 problem with Accept-Encoding: identity", r.status, r.header, r.body)
+				}
+				h.Del("Content-Encoding")
+				if r := e.send(ep.path, h, ep.valid(30)); r.status != http.StatusCreated {
+					t.Errorf("the same, uncompressed, with the same key: %d %s; want 201", r.status, r.body)
+				}
+				h = headers("Idempotency-Key", "identity", "Content-Type", "application/json", "Content-Encoding", "identity")
+				if r := e.send(ep.path, h, ep.valid(31)); r.status != http.StatusCreated {
+					t.Errorf("Content-Encoding: identity: %d %s; want 201", r.status, r.body)
+				}
+			})
 		}
 	})
 }

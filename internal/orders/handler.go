@@ -42,6 +42,10 @@ func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
 		apijson.WriteUnsupportedMediaType(w, "order")
 		return
 	}
+	if apijson.Encoded(r.Header) {
+		apijson.WriteUnsupportedEncoding(w, "order")
+		return
+	}
 	no, err := DecodeCreate(r.Body)
 	if err != nil {
 		if cause := errors.Unwrap(err); cause != nil && r.Context().Err() == nil {

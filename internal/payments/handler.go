@@ -37,6 +37,10 @@ func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
 		apijson.WriteUnsupportedMediaType(w, "payment")
 		return
 	}
+	if apijson.Encoded(r.Header) {
+		apijson.WriteUnsupportedEncoding(w, "payment")
+		return
+	}
 	np, err := DecodeCreate(r.Body)
 	if err != nil {
 		if cause := errors.Unwrap(err); cause != nil && r.Context().Err() == nil {
