@@ -104,8 +104,9 @@ func (m *Middleware[TTx]) remember(cmd *command, rec *driver.Record) {
 
 // rememberCompleted caches the response that complete stored for cmd. It
 // is called once that record is committed: after COMMIT in ModeTx. The
-// entry expires at cmd.started+TTL, no later than the stored record (its
-// expiry was computed from a later clock reading).
+// entry expires at cmd.started+TTL, to the second (cachedExpiry), no later
+// than the stored record (its expiry was computed from a later clock
+// reading).
 func (m *Middleware[TTx]) rememberCompleted(cmd *command) {
 	p := cmd.completed
 	if m.cache == nil || p == nil {
@@ -114,9 +115,19 @@ func (m *Middleware[TTx]) rememberCompleted(cmd *command) {
 	m.cache.put(cmd.scope, cmd.key, &driver.Record{
 		Scope: cmd.scope, Key: cmd.key, Fingerprint: cmd.fingerprint, State: driver.StateCompleted,
 		Status: p.Status, Headers: p.Headers, Body: p.Body,
-		CreatedAt: cmd.started, ExpiresAt: cmd.started.Add(m.cfg.TTL),
+		CreatedAt: cmd.started, ExpiresAt: cachedExpiry(cmd.started.Add(m.cfg.TTL)),
 	}, m.cfg.Now())
 }
+
+// cachedExpiry is the expiry of an entry filled at commit whose record was
+// stored to expire at exp: exp truncated to the second. A store keeps its
+// times to some precision (PostgreSQL and sqlitedriver to the microsecond,
+// others to the millisecond or second, rounding or truncating), and the
+// record expires there as stored: an entry expiring at exp to the
+// nanosecond would outlive it, and its instance would replay the old
+// response while the others, finding the record expired, execute again.
+// Entries filled from a store read have the stored expiry already.
+func cachedExpiry(exp time.Time) time.Time { return exp.Truncate(time.Second) }
 
 // replayCache holds completed records by (scope, key), bounded in bytes. A
 // completed record never changes until it expires, so an entry stays valid

@@ -106,8 +106,10 @@
 // first), and answers a retry of one of them without the store: the same
 // replay, or the same mismatch answer, with no database round trip, on
 // every instance and with no invalidation between instances. An entry is
-// never served at or after its record's expiry (by Config.Now); a miss goes
-// to the store as it would without the cache. Middleware.CacheStats counts
+// never served at or after its record's expiry (by Config.Now; an entry
+// cached at commit expires at that expiry truncated to the second, as a
+// store keeps times to the microsecond or coarser); a miss goes to the
+// store as it would without the cache. Middleware.CacheStats counts
 // hits and misses; a hit is reported as OutcomeReplayed or OutcomeMismatch,
 // like the same answer from the store. NoReplayCache disables the cache.
 //

@@ -170,7 +170,10 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		m.outcomeUnknown(cmd, err)
 		return false
 	}
-	m.remember(cmd, stored) // committed: the replay cache may answer retries
+	// Committed: the replay cache may answer retries, until the stored
+	// record's expiry as the store keeps it (cachedExpiry).
+	stored.ExpiresAt = cachedExpiry(stored.ExpiresAt)
+	m.remember(cmd, stored)
 	rec.flush(cmd.w)
 	m.reportCmd(cmd, OutcomeExecuted)
 	return false
