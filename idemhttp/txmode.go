@@ -95,32 +95,37 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 // runInTx runs the handler with tx in its context and returns its recorded
 // response when it is to be stored. Otherwise (a panic, a client gone, a
 // response too large or not storable) it rolls tx back, answers and
-// reports, and returns nil; a panic goes on after the rollback. A handler
+// reports, and returns nil; a panic goes on after the rollback, also one of
+// Config.Store, which runs with tx still open. A handler
 // that had ended tx itself gets 500 transaction-ended, as when its response
 // is to be stored: its failure, passed on, would be retried, and the retry
 // would execute again what its COMMIT may have committed.
 func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *recorder {
 	ctx := cmd.r.Context()
 	rec := newRecorder(m.cfg.MaxResponseBytes)
-	returned := false
+	decided := false // tx is rolled back or returned to be committed
 	defer func() {
-		if !returned { // the handler panicked: undo, let the panic go on
+		if !decided { // the handler or Config.Store panicked: undo, let the panic go on
 			m.rollback(ctx, tx)
 			m.reportCmd(cmd, OutcomeNotStored)
 		}
 	}()
 	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
 	next.ServeHTTP(rec, cmd.request(hctx))
-	returned = true
 	rec.seal()
 
-	if ctx.Err() == nil && m.cfg.Store(rec.statusCode()) && !rec.overflow {
+	// Store is asked once, with tx open: a panic of it rolls back too.
+	store := ctx.Err() == nil && m.cfg.Store(rec.statusCode())
+	if store && !rec.overflow {
+		decided = true
 		return rec
 	}
 	// Not stored: undo. The transaction found ended while the request's
 	// context is live was ended by the handler (database/sql also ends it
 	// when that context ends: then it cannot be told apart).
-	if err := m.rollbackEnded(ctx, tx); err != nil && ctx.Err() == nil {
+	err := m.rollbackEnded(ctx, tx)
+	decided = true
+	if err != nil && ctx.Err() == nil {
 		m.handlerTxFailed(cmd, fmt.Errorf("idemhttp: the handler answered %d: %w", rec.statusCode(), err))
 		return nil
 	}
@@ -129,7 +134,7 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			m.deadlinePassed(cmd) // the writer is still there: not an empty 200
 		}
-	case !m.cfg.Store(rec.statusCode()):
+	case !store: // ctx was live when store was decided too
 		m.passNotStored(cmd, rec)
 	default: // too large to store
 		m.writeTooLarge(cmd.w, cmd, "The command was rolled back because its response could not be stored for replay.")
