@@ -36,6 +36,13 @@
 // header itself is only replayed when listed (a client reads undeclared
 // trailers after the body all the same).
 //
+// Put response compression outside the middleware (wrapping it): the
+// stored response is then the uncompressed one, and each replay is
+// compressed for the client that asks. Accept-Encoding is not part of the
+// fingerprint, so a compressor inside the middleware stores the encoding
+// the first attempt negotiated (Content-Encoding is replayed), and a retry
+// that does not accept it gets it all the same.
+//
 // # Keys, scopes and fingerprints
 //
 // A key is looked up within a scope: the principal returned by
