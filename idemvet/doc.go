@@ -56,9 +56,22 @@
 // over a len (for i := range len(s)), and loops that receive or poll the next unit of work
 // (v := <-ch, Recv, PollFetches, Accept, ..., or a tick of a time.Ticker
 // or time.Tick: a periodic job) are item loops and are not checked;
-// time.After and a time.Timer are a backoff between attempts. A loop that
-// makes one operation per count (for i := 0; i < n; i++) is reported by
-// mistake. A key made in a helper the loop calls is not seen.
+// time.After and a time.Timer are a backoff between attempts. A retry
+// loop also stops once an attempt succeeded: a loop with no way out but
+// its count or on a failure makes one operation per count (for i := 0;
+// i < n; i++ that returns or breaks only when err != nil) and is not
+// checked. A way out is a return, a break of the loop, a labelled branch
+// or goto out of it, or a condition reading a variable the loop sets
+// (done, err; not a counter stepped by ++ or +=); it is taken on a
+// failure in the then branch of an if, or a case of a switch without a
+// tag, that tests err != nil (any error, ctx.Err() included) or calls
+// errors.Is or errors.As (also in an operand of &&, or both of ||), in a
+// select case receiving from ctx.Done(), and when it returns
+// fmt.Errorf(...), errors.New(...), errors.Join(...), a composite literal
+// or a package's error variable. A loop that makes one operation per
+// count but leaves on a failure tested otherwise (a status code, then a
+// bare return or return nil) is reported by mistake. A key made in a
+// helper the loop calls is not seen.
 //
 // idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
 // through uuid.Must, .String(), a local variable, or a function of the

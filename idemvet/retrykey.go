@@ -29,11 +29,16 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 	assigns := assignments(pass)
 	var fields map[types.Object][]assignment // built on first use
 	helpers := newSendHelpers(pass)
+	funcs := funcResults(pass)
 	r := newReporter(pass)
 	for _, f := range sourceFiles(pass) {
+		labels := make(map[ast.Stmt]*ast.Ident) // a loop's label
 		ast.Inspect(f, func(n ast.Node) bool {
 			var body *ast.BlockStmt
 			switch n := n.(type) {
+			case *ast.LabeledStmt:
+				labels[n.Stmt] = n.Label
+				return true
 			case *ast.ForStmt:
 				body = n.Body
 			case *ast.RangeStmt:
@@ -41,7 +46,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 			default:
 				return true
 			}
-			if !isRetryLoop(info, assigns, n) {
+			if !isRetryLoop(info, assigns, n) || !stopsOnSuccess(info, funcs, n.(ast.Stmt), labels[n.(ast.Stmt)]) {
 				return true
 			}
 			var (
@@ -632,4 +637,281 @@ func inNestedLoop(body *ast.BlockStmt, n ast.Node) bool {
 		return m.Pos() <= n.Pos() && n.End() <= m.End()
 	})
 	return nested
+}
+
+// stopsOnSuccess reports whether loop may stop before its count or
+// condition runs out, other than on a failure: a retry loop stops once an
+// attempt succeeded, while a loop that makes one operation per count runs
+// every count and leaves early only when one fails. An exit is a return, a
+// break of the loop (label, if any, is its label), a goto or a labelled
+// branch out of it, or a condition that reads a variable the body or post
+// statement sets (other than a counter stepped by ++, --, += or -=:
+// done = true, err = ...). A failure exit is one in the then branch of an
+// if, or in a case of a switch without a tag, whose condition tests an
+// error against nil (err != nil, ctx.Err() != nil) or calls errors.Is or
+// errors.As, one in a select case that receives from a context's Done
+// channel (cancelled), and a return of an error other than nil or a local
+// variable (fmt.Errorf(...), a sentinel). Function literals are not
+// looked into.
+func stopsOnSuccess(info *types.Info, funcs map[*types.Scope]*types.Tuple, loop ast.Stmt, label *ast.Ident) bool {
+	var body *ast.BlockStmt
+	switch l := loop.(type) {
+	case *ast.ForStmt:
+		body = l.Body
+		if l.Cond != nil && condSetIn(info, l.Cond, l.Body, l.Post) {
+			return true
+		}
+	case *ast.RangeStmt:
+		body = l.Body
+	default:
+		return true
+	}
+	var own *types.Label
+	if label != nil {
+		own, _ = info.Defs[label].(*types.Label)
+	}
+	inside := func(id *ast.Ident) bool {
+		obj := info.Uses[id]
+		return obj != nil && body.Pos() <= obj.Pos() && obj.Pos() < body.End()
+	}
+	results := enclosingResults(info, funcs, body)
+	success := false
+	// walk visits n; failure: n runs only after a failure; nested: an
+	// unlabelled break in n ends a statement inside the loop.
+	var walk func(n ast.Node, failure, nested bool)
+	walk = func(n ast.Node, failure, nested bool) {
+		if n == nil || success {
+			return
+		}
+		ast.Inspect(n, func(m ast.Node) bool {
+			if success {
+				return false
+			}
+			switch m := m.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.IfStmt:
+				walk(m.Init, failure, nested)
+				walk(m.Body, failure || testsFailure(info, m.Cond), nested)
+				walk(m.Else, failure, nested)
+				return false
+			case *ast.ForStmt, *ast.RangeStmt, *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt:
+				if m == n {
+					return true
+				}
+				walk(m, failure, true)
+				return false
+			case *ast.CaseClause:
+				// A case of a switch without a tag runs after a failure
+				// if each of its expressions tests one.
+				f := len(m.List) > 0
+				for _, e := range m.List {
+					f = f && testsFailure(info, e)
+				}
+				f = f || failure
+				for _, st := range m.Body {
+					walk(st, f, nested)
+				}
+				return false
+			case *ast.CommClause:
+				f := failure || receivesDone(info, m.Comm)
+				for _, st := range m.Body {
+					walk(st, f, nested)
+				}
+				return false
+			case *ast.ReturnStmt:
+				if !failure && !returnsError(info, m, results) {
+					success = true
+				}
+			case *ast.BranchStmt:
+				exit := false
+				switch {
+				case m.Label != nil && m.Tok == token.CONTINUE:
+					l, _ := info.Uses[m.Label].(*types.Label)
+					exit = l != own && !inside(m.Label)
+				case m.Label != nil:
+					exit = !inside(m.Label) // break L, goto L
+				case m.Tok == token.BREAK:
+					exit = !nested
+				}
+				if exit && !failure {
+					success = true
+				}
+			}
+			return true
+		})
+	}
+	walk(body, false, false)
+	return success
+}
+
+// condSetIn reports whether cond reads a variable that body or post sets,
+// other than a counter stepped by ++, --, += or -=.
+func condSetIn(info *types.Info, cond ast.Expr, body *ast.BlockStmt, post ast.Stmt) bool {
+	read := make(map[types.Object]bool)
+	ast.Inspect(cond, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok {
+			if v, ok := info.Uses[id].(*types.Var); ok {
+				read[v] = true
+			}
+		}
+		return true
+	})
+	set := false
+	check := func(n ast.Node) {
+		if n == nil {
+			return
+		}
+		ast.Inspect(n, func(m ast.Node) bool {
+			switch m := m.(type) {
+			case *ast.AssignStmt:
+				if m.Tok == token.ADD_ASSIGN || m.Tok == token.SUB_ASSIGN {
+					return true
+				}
+				for _, l := range m.Lhs {
+					if id, ok := ast.Unparen(l).(*ast.Ident); ok && read[info.ObjectOf(id)] {
+						set = true
+					}
+				}
+			case *ast.UnaryExpr:
+				if m.Op == token.AND { // &done, set elsewhere
+					if id, ok := ast.Unparen(m.X).(*ast.Ident); ok && read[info.ObjectOf(id)] {
+						set = true
+					}
+				}
+			}
+			return !set
+		})
+	}
+	check(body)
+	check(post)
+	return set
+}
+
+var errorType = types.Universe.Lookup("error").Type().Underlying().(*types.Interface)
+
+func isError(t types.Type) bool {
+	return t != nil && types.Implements(t, errorType)
+}
+
+// testsFailure reports whether cond holds only after a failure: it
+// compares an error not equal to nil (err != nil, ctx.Err() != nil) or
+// calls errors.Is or errors.As, as a whole or in one operand of && or in
+// both of ||.
+func testsFailure(info *types.Info, cond ast.Expr) bool {
+	switch e := ast.Unparen(cond).(type) {
+	case *ast.BinaryExpr:
+		switch e.Op {
+		case token.LAND:
+			return testsFailure(info, e.X) || testsFailure(info, e.Y)
+		case token.LOR:
+			return testsFailure(info, e.X) && testsFailure(info, e.Y)
+		case token.NEQ:
+			return isNil(info, e.Y) && isError(info.TypeOf(e.X)) || isNil(info, e.X) && isError(info.TypeOf(e.Y))
+		}
+	case *ast.CallExpr:
+		return isFunc(callee(info, e), "errors", "Is", "As")
+	}
+	return false
+}
+
+func isNil(info *types.Info, e ast.Expr) bool {
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	return ok && info.Uses[id] == types.Universe.Lookup("nil")
+}
+
+// receivesDone reports whether comm, a select case, receives from the Done
+// channel of a context.
+func receivesDone(info *types.Info, comm ast.Stmt) bool {
+	var x ast.Expr
+	switch c := comm.(type) {
+	case *ast.ExprStmt:
+		x = c.X
+	case *ast.AssignStmt:
+		if len(c.Rhs) == 1 {
+			x = c.Rhs[0]
+		}
+	}
+	u, ok := ast.Unparen(x).(*ast.UnaryExpr)
+	if !ok || u.Op != token.ARROW {
+		return false
+	}
+	call, ok := ast.Unparen(u.X).(*ast.CallExpr)
+	return ok && isMethod(callee(info, call), "context", "Context", "Done")
+}
+
+// funcResults maps the scope of every function (declaration or literal)
+// to its result types.
+func funcResults(pass *analysis.Pass) map[*types.Scope]*types.Tuple {
+	info := pass.TypesInfo
+	m := make(map[*types.Scope]*types.Tuple)
+	add := func(ft *ast.FuncType, t types.Type) {
+		if sig, ok := t.(*types.Signature); ok && info.Scopes[ft] != nil {
+			m[info.Scopes[ft]] = sig.Results()
+		}
+	}
+	for _, f := range pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				if fn := info.Defs[n.Name]; fn != nil {
+					add(n.Type, fn.Type())
+				}
+			case *ast.FuncLit:
+				add(n.Type, info.TypeOf(n))
+			}
+			return true
+		})
+	}
+	return m
+}
+
+// enclosingResults returns the result types of the innermost function
+// around body, a loop's.
+func enclosingResults(info *types.Info, funcs map[*types.Scope]*types.Tuple, body *ast.BlockStmt) *types.Tuple {
+	for s := info.Scopes[body]; s != nil; s = s.Parent() {
+		if r, ok := funcs[s]; ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// returnsError reports whether ret returns a new error or a sentinel:
+// fmt.Errorf(...), errors.New(...), errors.Join(...), a variable of a
+// package, or a composite literal (&MyError{...}). nil, a local variable
+// (err, nil after err == nil) and what other calls return (resp.Body.Close())
+// may be a success.
+func returnsError(info *types.Info, ret *ast.ReturnStmt, results *types.Tuple) bool {
+	if results == nil || len(ret.Results) != results.Len() {
+		return false // a bare return, or a call returning several values
+	}
+	for i, e := range ret.Results {
+		if !isError(results.At(i).Type()) {
+			continue
+		}
+		switch e := ast.Unparen(e).(type) {
+		case *ast.CallExpr:
+			if isFunc(callee(info, e), "fmt", "Errorf") || isFunc(callee(info, e), "errors", "New", "Join") {
+				return true
+			}
+		case *ast.UnaryExpr:
+			if _, ok := ast.Unparen(e.X).(*ast.CompositeLit); ok && e.Op == token.AND {
+				return true
+			}
+		case *ast.CompositeLit:
+			return true
+		case *ast.Ident, *ast.SelectorExpr:
+			var id *ast.Ident
+			if sel, ok := e.(*ast.SelectorExpr); ok {
+				id = sel.Sel
+			} else {
+				id = e.(*ast.Ident)
+			}
+			if v, ok := info.Uses[id].(*types.Var); ok && v.Pkg() != nil && v.Parent() == v.Pkg().Scope() {
+				return true // a sentinel: ErrGaveUp, io.ErrUnexpectedEOF
+			}
+		}
+	}
+	return false
 }
