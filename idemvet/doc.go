@@ -9,7 +9,8 @@
 // look at one function at a time and follow values mostly through local
 // assignments (idemretrykey also through struct fields the package
 // assigns and sends in its functions, idemproducer and idemautocommit
-// through the options its functions return): most of what a helper
+// through the options its functions return, idemautocommit also through
+// the kafka-go readers its fields hold and its functions return): most of what a helper
 // function returns or does is not seen, so every rule has false negatives.
 // They report only the shapes below, to keep false positives rare.
 // Generated files (a "// Code generated ... DO NOT EDIT." line before the
@@ -128,11 +129,15 @@
 // the marks come after the commit is not checked. Also every call of
 // ReadMessage on a segmentio/kafka-go Reader, which commits the message's
 // offset when it returns it if the reader is in a group, except on a
-// reader made by kafka.NewReader with a ReaderConfig literal (followed
-// through variables of the function or package) that has no GroupID (or an
-// empty one) and whose GroupID field the package never sets. A reader whose
-// config is not seen (a parameter, a field, a helper's result) is reported,
-// even when it reads one partition without a group.
+// reader made by kafka.NewReader with a ReaderConfig literal that has no
+// GroupID (or an empty one) and whose GroupID field the package never
+// sets. Readers and configs are followed through variables, through the
+// unexported struct fields the package assigns (every field of package
+// main) and through what the package's functions return: every value
+// assigned, every return, must be such a reader. A reader whose config is
+// not seen (a parameter, a field nothing in the package assigns, an
+// exported field another package may set, another package's function's
+// result) is reported, even when it reads one partition without a group.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

@@ -135,3 +135,64 @@ func fromHelperWithExtra(extra []kgo.Opt) {
 func fromHelperManual() {
 	kgo.NewClient(groupWith(kgo.DisableAutoCommit())...)
 }
+
+// Readers kept in a field, or made by a function of the package, are
+// followed to the kafka.NewReader that made them.
+
+type partitionConsumer struct{ r *kafka.Reader }
+
+func newPartitionConsumer(topic string) *partitionConsumer {
+	return &partitionConsumer{r: kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"k:9092"}, Topic: topic, Partition: 0})}
+}
+
+// Not reported: every reader the field holds reads a partition.
+func (c *partitionConsumer) next(ctx context.Context) (kafka.Message, error) {
+	return c.r.ReadMessage(ctx)
+}
+
+func partitionReaderFor(topic string, partition int) (*kafka.Reader, error) {
+	cfg := kafka.ReaderConfig{Brokers: []string{"k:9092"}, Topic: topic, Partition: partition}
+	return kafka.NewReader(cfg), nil
+}
+
+func readFromHelper(ctx context.Context) {
+	r, _ := partitionReaderFor("orders", 0)
+	r.ReadMessage(ctx)
+}
+
+type groupConsumer struct {
+	r   *kafka.Reader
+	cfg kafka.ReaderConfig
+}
+
+func (c *groupConsumer) start(group string) {
+	c.cfg = kafka.ReaderConfig{Brokers: []string{"k:9092"}, Topic: "orders"}
+	c.cfg.GroupID = group
+	c.r = kafka.NewReader(c.cfg)
+}
+
+func (c *groupConsumer) next(ctx context.Context) (kafka.Message, error) {
+	return c.r.ReadMessage(ctx) // want "ReadMessage commits"
+}
+
+func groupReaderFor(group string) *kafka.Reader {
+	if group == "" {
+		return kafka.NewReader(kafka.ReaderConfig{Topic: "orders"})
+	}
+	return kafka.NewReader(kafka.ReaderConfig{Topic: "orders", GroupID: group})
+}
+
+func readFromGroupHelper(ctx context.Context) {
+	groupReaderFor("g").ReadMessage(ctx) // want "ReadMessage commits"
+}
+
+// Exported: another package may put a group's reader in it.
+type Source struct{ Reader *kafka.Reader }
+
+func NewSource() *Source {
+	return &Source{Reader: kafka.NewReader(kafka.ReaderConfig{Topic: "orders"})}
+}
+
+func (s *Source) Next(ctx context.Context) (kafka.Message, error) {
+	return s.Reader.ReadMessage(ctx) // want "ReadMessage commits"
+}
