@@ -21,6 +21,7 @@ fmt:
 lint: tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet $(MODULES)
+	go run ./cmd/idemvet $(MODULES)
 	go mod tidy -diff
 	cd idemotel && go mod tidy -diff
 	cd cmd/idemd && go mod tidy -diff

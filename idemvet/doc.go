@@ -18,6 +18,15 @@
 // a package that imports "C": those are checked, and reported at the
 // original file's lines.
 //
+// A finding judged correct on purpose is silenced by a comment
+// "//idemvet:ignore rule[,rule...] reason" at the end of its line, or
+// alone on the line just above it (a comment ending a line of code
+// applies to that line only). The reason is mandatory: without one the
+// comment silences nothing. Only the named rules are silenced. It works
+// alone, under go vet and under golangci-lint, where //nolint:idemvet
+// (the plugin's linter name) silences every rule of the line and
+// //nolint:idemtxwrite nothing.
+//
 // idemproducer: a kgo.NewClient whose options include
 // kgo.DisableIdempotentWrite() or kgo.RequiredAcks(kgo.LeaderAck()) /
 // RequiredAcks(kgo.NoAck()), written in the call or in a slice of options

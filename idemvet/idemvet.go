@@ -409,10 +409,13 @@ func funcBodies(pass *analysis.Pass, fn func(body *ast.BlockStmt)) {
 	}
 }
 
-// reporter reports each position at most once.
+// reporter reports each position at most once, except where an
+// //idemvet:ignore comment naming the rule silences it (see ignore.go).
+// Every analyzer reports through one.
 type reporter struct {
-	pass *analysis.Pass
-	seen map[ast.Node]bool
+	pass        *analysis.Pass
+	seen        map[ast.Node]bool
+	ignoreIndex map[lineKey][]ignoreDirective // built on the first report
 }
 
 func newReporter(pass *analysis.Pass) *reporter {
@@ -424,6 +427,9 @@ func (r *reporter) report(n ast.Node, msg string) {
 		return
 	}
 	r.seen[n] = true
+	if r.ignored(n.Pos()) {
+		return
+	}
 	r.pass.Report(analysis.Diagnostic{Pos: n.Pos(), End: n.End(), Message: msg})
 }
 

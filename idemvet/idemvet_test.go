@@ -31,7 +31,7 @@ var all = &analysis.Analyzer{
 
 func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
-		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic")
+		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore")
 }
 
 func TestAnalyzersValid(t *testing.T) {
