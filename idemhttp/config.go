@@ -138,8 +138,9 @@ type Config struct {
 	// Store decides which outcomes are stored and replayed. Defaults to
 	// DefaultStore: every status below 500 except 408, 425 and 429.
 	// Outcomes not stored roll back (ModeTx) or release the key (ModeLease)
-	// so that a retry executes again. In ModeTx it runs with the
-	// transaction open: a panic of it rolls back, as the handler's does.
+	// so that a retry executes again. It runs with the key held (in ModeTx
+	// with the transaction open): a panic of it rolls back or releases the
+	// key, as the handler's does.
 	Store func(status int) bool
 
 	// MismatchStatus answers a reused key with another request. Defaults to

@@ -94,7 +94,9 @@
 // Config.Store decides what is stored: by default every status below 500
 // except 408, 425 and 429. Other outcomes, a panic and (ModeTx) a request
 // cancelled by the client roll the transaction back or release the key, so
-// a retry executes again. In ModeTx a handler that ended the transaction
+// a retry executes again; so does a panic of a hook that runs while the key
+// is held (Config.Store, Config.Now, the spans of Config.Tracer), before or
+// after the handler, and the panic goes on. In ModeTx a handler that ended the transaction
 // itself gets 500 transaction-ended whatever it answered (with a driver
 // that implements driver.EndedRollbacker, as the three of idem do): its
 // failure passed on would be retried, and the retry would execute again

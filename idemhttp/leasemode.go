@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/observe"
 )
 
 // serveLease runs cmd in lease mode: claim with an in-progress record (its
@@ -24,7 +25,11 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 		p := m.claimParams(cmd, m.lockTimeout(cmd))
 		span := m.span(cmd, "idem.http.claim")
 		res, err := ex.RecordClaim(ctx, p)
-		m.endClaim(span, err == nil && res.Claimed, err)
+		if err == nil && res.Claimed {
+			m.leased(cmd, next, ex, p, span)
+			return
+		}
+		m.endClaim(span, false, err)
 		if err != nil {
 			switch {
 			case errors.Is(err, driver.ErrLockTimeout):
@@ -32,16 +37,6 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 			case ctx.Err() == nil:
 				m.storeUnavailable(cmd, err)
 			}
-			return
-		}
-		if res.Claimed {
-			until, ok := m.freshLease(cmd, ex, p)
-			if !ok {
-				return
-			}
-			span, orig := m.enter(cmd, "idem.http.execute")
-			defer leave(cmd, span, orig) // also when the handler panics
-			m.executeLease(cmd, next, ex, p.LeaseToken, until)
 			return
 		}
 		if m.answerExisting(cmd, res.Existing) {
@@ -55,6 +50,24 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 			return
 		}
 	}
+}
+
+// leased runs cmd under the lease p just claimed; claim is the claim's
+// span, to end. It holds the key (holdGuard) until its outcome is stored
+// or the key released: a panic of the handler or of a hook meanwhile
+// (Config.Store, Config.Now, Config.Tracer's spans) releases the key at
+// once and goes on.
+func (m *Middleware[TTx]) leased(cmd *command, next http.Handler, ex driver.RecordExecutor, p *driver.RecordClaimParams, claim observe.Span) {
+	var none TTx
+	cmd.hold()
+	defer m.holdGuard(cmd, none, ex, p.LeaseToken) // also when the handler or a hook panics
+	m.endClaim(claim, true, nil)
+	until, ok := m.freshLease(cmd, ex, p)
+	if !ok {
+		return
+	}
+	cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
+	m.executeLease(cmd, next, ex, p.LeaseToken, until)
 }
 
 // freshLease makes sure the lease just claimed is good for a full
@@ -78,6 +91,9 @@ func (m *Middleware[TTx]) freshLease(cmd *command, ex driver.RecordExecutor, p *
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
 	err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: p.LeaseToken, Until: until})
 	cancel()
+	if err != nil {
+		cmd.decided() // lost, or released below
+	}
 	switch {
 	case err == nil:
 		return until, true
@@ -115,22 +131,18 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	hctx, lost := context.WithCancelCause(context.WithValue(ctx, keyKey{}, cmd.key))
 	defer lost(nil)
 	stop := m.heartbeat(bg, ex, cmd, token, until, lost)
+	cmd.held.stop = stop
 	rec := newRecorder(m.cfg.MaxResponseBytes)
-	returned := false
-	defer func() {
-		if !returned { // the handler panicked: release, let the panic go on
-			stop()
-			m.release(bg, ex, cmd, token)
-			m.reportCmd(cmd, OutcomeNotStored)
-		}
-	}()
+	// A panic of the handler, or of a hook until the outcome is stored,
+	// releases the key (the caller's holdGuard) and goes on.
+	cmd.held.state = holdRan
 	next.ServeHTTP(rec, cmd.request(hctx))
-	returned = true
 	rec.seal()
 	stop()
 
 	if !m.cfg.Store(rec.statusCode()) {
 		// A failure (5xx, 429, ...) is never stored, whatever its size.
+		cmd.decided()
 		m.release(bg, ex, cmd, token)
 		m.passNotStored(cmd, rec)
 		m.reportCmd(cmd, OutcomeNotStored)
@@ -153,6 +165,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 			err = nil
 		}
 	}
+	cmd.decided() // stored, or left to its lease (see completeAttempts)
 	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
 			m.cfg.Logger.Error("idemhttp: lease lost before the response was stored; another request may have executed the command too",

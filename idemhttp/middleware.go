@@ -130,6 +130,9 @@ type command struct {
 	completed *driver.RecordCompleteParams
 	// reported: the outcome was reported (OnOutcome, the trace).
 	reported bool
+	// held is the key as claimed by this request, for the guard that
+	// undoes the claim when a panic unwinds (see holdGuard).
+	held hold
 }
 
 // parse validates the key, resolves the scope, reads the body (on Scope's

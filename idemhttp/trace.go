@@ -74,7 +74,8 @@ func (m *Middleware[TTx]) span(cmd *command, name string) observe.Span {
 }
 
 // enter starts the child span name of cmd's request span and makes it the
-// context of cmd.r (the handler's) until leave.
+// context of cmd.r (the handler's) until holdGuard ends it (with the panic
+// as its error when the handler panicked) and restores cmd.r.
 func (m *Middleware[TTx]) enter(cmd *command, name string) (observe.Span, *http.Request) {
 	if m.cfg.Tracer == nil {
 		return observe.NoopSpan, nil
@@ -83,19 +84,6 @@ func (m *Middleware[TTx]) enter(cmd *command, name string) (observe.Span, *http.
 	orig := cmd.r
 	cmd.r = cmd.r.WithContext(ctx)
 	return s, orig
-}
-
-// leave ends the span of enter and restores cmd.r. Deferred, it ends the
-// span of a handler that panicked with the panic as its error, and lets
-// the panic go on.
-func leave(cmd *command, s observe.Span, orig *http.Request) {
-	if orig != nil {
-		cmd.r = orig
-	}
-	if s == observe.NoopSpan {
-		return // untraced: a panic goes on untouched
-	}
-	endPanicking(s, recover())
 }
 
 // endPanicking ends s; when p, a recovered panic, is not nil, it records p

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/observe"
 )
 
 // maxLeaseLost bounds the handler's executions for one request when the
@@ -37,47 +38,11 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 		}
 		span := m.span(cmd, "idem.http.claim")
 		tx, res, err := tc.BeginClaim(ctx, p)
-		m.endClaim(span, err == nil && res.Locked && (res.Record == nil || res.Record.State != driver.StateCompleted), err)
-		if err != nil {
-			switch {
-			case errors.Is(err, driver.ErrLockTimeout):
-				m.inProgress(cmd) // the store's own lock wait (SQLite's busy timeout) ran out
-			case ctx.Err() == nil:
-				m.storeUnavailable(cmd, err)
-			}
-			return
-		}
-		if !res.Locked && res.Record != nil {
-			// A completed record, read without a lock or a transaction:
-			// a replay, or a mismatch.
-			m.answerCompleted(cmd, res.Record)
-			return
-		}
-		if !res.Locked {
-			if waited {
-				m.inProgress(cmd) // the wait budget ran out
+		if err == nil && res.Locked {
+			switch m.lockedTx(cmd, next, tc, tx, res.Record, span) {
+			case lockedAnswered:
 				return
-			}
-			waited = true
-			continue
-		}
-		now := m.cfg.Now()
-		rec := res.Record
-		if rec != nil {
-			abandoned := rec.State == driver.StateInProgress && !rec.LeaseExpiresAt.After(now) &&
-				bytes.Equal(rec.Fingerprint, cmd.fingerprint)
-			if rec.ExpiresAt.After(now) && !abandoned {
-				if rec.State == driver.StateCompleted || !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
-					// A replay or a mismatch: the transaction only read.
-					// It ends before the answer is written: a client that
-					// reads a large body slowly (or never) must not hold
-					// the key's lock, a connection and, on SQLite, the
-					// database's only writer while it does.
-					m.rollback(ctx, tx)
-					m.answerCompleted(cmd, rec)
-					return
-				}
-				m.rollback(ctx, tx)
+			case lockedInProgress:
 				// In progress under a lease: a ModeLease middleware shares
 				// the scope (its claims take no lock): poll.
 				if m.waitLeft(cmd) <= 0 {
@@ -87,28 +52,83 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 				if pause(ctx, pollDelay(polls)) != nil {
 					return
 				}
-				waited = false
-				continue
+			case lockedLost:
+				// Someone without the lock stored the key meanwhile: our
+				// writes were rolled back; look again (the next claim finds
+				// the record). A driver that keeps reporting it would run
+				// the handler again and again: after a few, answer that the
+				// store failed.
+				if lost++; lost >= maxLeaseLost {
+					m.storeUnavailable(cmd, fmt.Errorf("idemhttp: the key's record was reported stored by another writer %d times, and not found", lost))
+					return
+				}
 			}
+			waited = false
+			continue
 		}
-		again := func() bool {
-			span, orig := m.enter(cmd, "idem.http.execute")
-			defer leave(cmd, span, orig) // also when the handler panics
-			return m.executeTxClaim(cmd, next, tc, tx, rec != nil)
-		}()
-		if !again {
+		m.endClaim(span, false, err)
+		if err != nil {
+			switch {
+			case errors.Is(err, driver.ErrLockTimeout):
+				m.inProgress(cmd) // the store's own lock wait (SQLite's busy timeout) ran out
+			case ctx.Err() == nil:
+				m.storeUnavailable(cmd, err)
+			}
 			return
 		}
-		// Someone without the lock stored the key meanwhile: our writes
-		// were rolled back; look again (the next claim finds the record).
-		// A driver that keeps reporting it would run the handler again and
-		// again: after a few, answer that the store failed.
-		if lost++; lost >= maxLeaseLost {
-			m.storeUnavailable(cmd, fmt.Errorf("idemhttp: the key's record was reported stored by another writer %d times, and not found", lost))
+		if res.Record != nil {
+			// A completed record, read without a lock or a transaction:
+			// a replay, or a mismatch.
+			m.answerCompleted(cmd, res.Record)
 			return
 		}
-		waited = false
+		if waited {
+			m.inProgress(cmd) // the wait budget ran out
+			return
+		}
+		waited = true
 	}
+}
+
+// What lockedTx did with the key.
+type lockedResult uint8
+
+const (
+	lockedAnswered   lockedResult = iota // the request is answered
+	lockedInProgress                     // in progress under a lease: poll
+	lockedLost                           // stored by another writer meanwhile: claim again
+)
+
+// lockedTx answers cmd from rec, the key's record read under its lock in
+// tx (nil if none), or executes the command in tx. It holds tx
+// (holdGuard) until tx ends; claim is the claim's span, to end.
+func (m *Middleware[TTx]) lockedTx(cmd *command, next http.Handler, tc driver.TxClaimer[TTx], tx TTx, rec *driver.Record, claim observe.Span) lockedResult {
+	ctx := cmd.r.Context()
+	cmd.hold()
+	defer m.holdGuard(cmd, tx, nil, "") // also when the handler or a hook panics
+	m.endClaim(claim, rec == nil || rec.State != driver.StateCompleted, nil)
+	if rec != nil {
+		now := m.cfg.Now()
+		abandoned := rec.State == driver.StateInProgress && !rec.LeaseExpiresAt.After(now) &&
+			bytes.Equal(rec.Fingerprint, cmd.fingerprint)
+		if rec.ExpiresAt.After(now) && !abandoned {
+			// The transaction only read. It ends before the answer is
+			// written: a client that reads a large body slowly (or never)
+			// must not hold the key's lock, a connection and, on SQLite,
+			// the database's only writer while it does.
+			m.rollbackHeld(ctx, cmd, tx)
+			if rec.State == driver.StateCompleted || !bytes.Equal(rec.Fingerprint, cmd.fingerprint) {
+				m.answerCompleted(cmd, rec) // a replay or a mismatch
+				return lockedAnswered
+			}
+			return lockedInProgress
+		}
+	}
+	cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
+	if m.executeTxClaim(cmd, next, tc, tx, rec != nil) {
+		return lockedLost
+	}
+	return lockedAnswered
 }
 
 // answerCompleted answers a replay or a mismatch from rec and flushes it.
@@ -136,7 +156,7 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 	}
 	headers, err := encodeHeaders(rec.header, m.replayHeaders)
 	if err != nil {
-		m.rollback(ctx, tx)
+		m.rollbackHeld(ctx, cmd, tx)
 		m.storeUnavailable(cmd, err)
 		return false
 	}
@@ -146,6 +166,7 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		Status: rec.statusCode(), Headers: headers, Body: rec.body.Bytes(),
 		CreatedAt: now, ExpiresAt: now.Add(m.cfg.TTL),
 	}
+	cmd.decided()
 	err = tc.CommitComplete(context.WithoutCancel(ctx), tx, &driver.TxCompleteParams{
 		Scope: stored.Scope, Key: stored.Key, Fingerprint: stored.Fingerprint,
 		Status: stored.Status, Headers: stored.Headers, Body: stored.Body,

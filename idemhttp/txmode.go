@@ -28,29 +28,7 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 			}
 			return
 		}
-		ex := m.drv.RecordsTx(tx)
-		p := m.claimParams(cmd, m.lockTimeout(cmd))
-		span := m.span(cmd, "idem.http.claim")
-		res, err := ex.RecordClaim(ctx, p)
-		m.endClaim(span, err == nil && res.Claimed, err)
-		if err != nil {
-			m.rollback(ctx, tx)
-			switch {
-			case errors.Is(err, driver.ErrLockTimeout):
-				m.inProgress(cmd)
-			case ctx.Err() == nil:
-				m.storeUnavailable(cmd, err)
-			}
-			return
-		}
-		if res.Claimed {
-			span, orig := m.enter(cmd, "idem.http.execute")
-			defer leave(cmd, span, orig) // also when the handler panics
-			m.executeTx(cmd, next, tx, ex, p.LeaseToken)
-			return
-		}
-		m.rollback(ctx, tx)
-		if m.answerExisting(cmd, res.Existing) {
+		if m.claimTx(cmd, next, tx) {
 			return
 		}
 		// In progress under a lease: a ModeLease middleware shares the scope.
@@ -64,6 +42,38 @@ func (m *Middleware[TTx]) serveTx(cmd *command, next http.Handler) {
 	}
 }
 
+// claimTx claims cmd's key in tx, just begun, and executes the command in
+// it when claimed. It holds tx (holdGuard) until tx ends. It returns false
+// when the key is in progress under a lease (tx rolled back, nothing
+// answered): the caller polls.
+func (m *Middleware[TTx]) claimTx(cmd *command, next http.Handler, tx TTx) (answered bool) {
+	ctx := cmd.r.Context()
+	cmd.hold()
+	defer m.holdGuard(cmd, tx, nil, "") // also when the handler or a hook panics
+	ex := m.drv.RecordsTx(tx)
+	p := m.claimParams(cmd, m.lockTimeout(cmd))
+	span := m.span(cmd, "idem.http.claim")
+	res, err := ex.RecordClaim(ctx, p)
+	m.endClaim(span, err == nil && res.Claimed, err)
+	if err != nil {
+		m.rollbackHeld(ctx, cmd, tx)
+		switch {
+		case errors.Is(err, driver.ErrLockTimeout):
+			m.inProgress(cmd)
+		case ctx.Err() == nil:
+			m.storeUnavailable(cmd, err)
+		}
+		return true
+	}
+	if res.Claimed {
+		cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
+		m.executeTx(cmd, next, tx, ex, p.LeaseToken)
+		return true
+	}
+	m.rollbackHeld(ctx, cmd, tx)
+	return m.answerExisting(cmd, res.Existing)
+}
+
 // executeTx runs the handler in tx and commits its writes with the stored
 // response, or rolls everything back.
 func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex driver.RecordExecutor, token string) {
@@ -74,12 +84,13 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	}
 	bg := context.WithoutCancel(ctx)
 	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
-		m.rollback(ctx, tx)
+		m.rollbackHeld(ctx, cmd, tx)
 		if !m.handlerTxFailed(cmd, err) {
 			m.storeUnavailable(cmd, err)
 		}
 		return
 	}
+	cmd.decided()
 	if err := m.drv.Commit(bg, tx); err != nil {
 		m.rollback(ctx, tx)
 		if !m.handlerTxFailed(cmd, err) {
@@ -93,38 +104,32 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 }
 
 // runInTx runs the handler with tx in its context and returns its recorded
-// response when it is to be stored. Otherwise (a panic, a client gone, a
-// response too large or not storable) it rolls tx back, answers and
-// reports, and returns nil; a panic goes on after the rollback, also one of
-// Config.Store, which runs with tx still open. A handler
+// response when it is to be stored, tx still open and held. Otherwise (a
+// client gone, a response too large or not storable) it rolls tx back,
+// answers and reports, and returns nil. A panic of the handler, or of
+// Config.Store (asked with tx open), leaves tx held: the caller's
+// holdGuard rolls it back and lets the panic go on. A handler
 // that had ended tx itself gets 500 transaction-ended, as when its response
 // is to be stored: its failure, passed on, would be retried, and the retry
 // would execute again what its COMMIT may have committed.
 func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *recorder {
 	ctx := cmd.r.Context()
 	rec := newRecorder(m.cfg.MaxResponseBytes)
-	decided := false // tx is rolled back or returned to be committed
-	defer func() {
-		if !decided { // the handler or Config.Store panicked: undo, let the panic go on
-			m.rollback(ctx, tx)
-			m.reportCmd(cmd, OutcomeNotStored)
-		}
-	}()
 	hctx := context.WithValue(context.WithValue(ctx, txKey{}, tx), keyKey{}, cmd.key)
+	cmd.held.state = holdRan
 	next.ServeHTTP(rec, cmd.request(hctx))
 	rec.seal()
 
-	// Store is asked once, with tx open: a panic of it rolls back too.
+	// Store is asked once, with tx open (a panic of it rolls back too).
 	store := ctx.Err() == nil && m.cfg.Store(rec.statusCode())
 	if store && !rec.overflow {
-		decided = true
 		return rec
 	}
 	// Not stored: undo. The transaction found ended while the request's
 	// context is live was ended by the handler (database/sql also ends it
 	// when that context ends: then it cannot be told apart).
+	cmd.decided()
 	err := m.rollbackEnded(ctx, tx)
-	decided = true
 	if err != nil && ctx.Err() == nil {
 		m.handlerTxFailed(cmd, fmt.Errorf("idemhttp: the handler answered %d: %w", rec.statusCode(), err))
 		return nil
@@ -141,6 +146,12 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	}
 	m.reportCmd(cmd, OutcomeNotStored)
 	return nil
+}
+
+// rollbackHeld rolls back tx, held by cmd: its fate is decided.
+func (m *Middleware[TTx]) rollbackHeld(ctx context.Context, cmd *command, tx TTx) {
+	cmd.decided()
+	m.rollback(ctx, tx)
 }
 
 func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {
