@@ -109,24 +109,36 @@ func (c *Cleaner[TTx]) Owner() string { return c.owner }
 // between batches. A table whose sweep fails does not stop the others; the
 // errors are joined. When ctx is done the sweep stops within one statement
 // and RunOnce returns ctx's error with what was done so far (with
-// Report.Interrupted set when ctx was cancelled).
-func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (Report, error) {
+// Report.Interrupted set when ctx was cancelled). A panic during the sweep
+// (of the driver or of a Rule) releases the lease, ends the sweep's span
+// and reports the sweep to OnSweep as failed, with the panic as its error,
+// then goes on.
+func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (rep Report, err error) {
 	wall := time.Now()
-	rep := Report{Owner: c.owner, Started: c.cfg.Now()}
+	rep = Report{Owner: c.owner, Started: c.cfg.Now()}
 	ctx, span := observe.Start(ctx, c.cfg.Tracer, "idem.cleanup.sweep")
-	err := c.runOnce(ctx, &rep)
-	rep.Duration = time.Since(wall)
-	rep.Err = err
-	rep.Interrupted = err != nil && errors.Is(ctx.Err(), context.Canceled) && !tableFailed(ctx, rep.Tables)
-	if c.cfg.Tracer != nil {
-		span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
-			observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))
-		observe.End(span, err)
-	}
-	c.logReport(rep, err)
-	if c.cfg.OnSweep != nil {
-		c.cfg.OnSweep(rep)
-	}
+	defer func() {
+		p := recover()
+		if p != nil {
+			err = fmt.Errorf("cleanup: sweep panicked: %v", p)
+		}
+		rep.Duration = time.Since(wall)
+		rep.Err = err
+		rep.Interrupted = p == nil && err != nil && errors.Is(ctx.Err(), context.Canceled) && !tableFailed(ctx, rep.Tables)
+		if c.cfg.Tracer != nil {
+			span.SetAttributes(observe.Bool("idem.cleanup.skipped", rep.Skipped),
+				observe.Int("idem.cleanup.deleted", rep.TotalDeleted()), observe.Int("idem.cleanup.tables", len(rep.Tables)))
+			observe.End(span, err)
+		}
+		c.logReport(rep, err)
+		if c.cfg.OnSweep != nil {
+			c.cfg.OnSweep(rep)
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	err = c.runOnce(ctx, &rep)
 	return rep, err
 }
 
@@ -157,7 +169,15 @@ func (c *Cleaner[TTx]) runOnce(ctx context.Context, rep *Report) error {
 		return nil
 	}
 	sweepCtx, stop := c.keepLease(ctx, rep.Started.Add(c.cfg.Lease))
+	swept := false
+	defer func() {
+		if !swept { // the sweep panicked: stop renewing the lease, release it; the panic goes on
+			stop()
+			c.finish(ctx, false)
+		}
+	}()
 	err = c.sweep(sweepCtx, rep)
+	swept = true
 	stop()
 	if cause := context.Cause(sweepCtx); errors.Is(cause, driver.ErrLeaseLost) && !errors.Is(err, driver.ErrLeaseLost) {
 		err = errors.Join(err, cause) // lost after the last statement

@@ -120,7 +120,8 @@ type Config struct {
 	Logger *slog.Logger
 	// OnSweep, if set, is called after every RunOnce (skipped or not) with
 	// its report: rows deleted per table, durations and Report.Err (a
-	// failed sweep), for metrics.
+	// failed sweep), for metrics. A sweep that panicked is reported too,
+	// failed, before the panic goes on.
 	// Defaults to nil.
 	OnSweep func(Report)
 	// Tracer, if set, traces every RunOnce with an idem.cleanup.sweep
