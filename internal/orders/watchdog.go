@@ -302,6 +302,28 @@ const (
 	giveUpWouldAbort                      // peek: nothing charged, giveUp would abort it
 )
 
+// settledOutcome is what giveUp (and peek) answer for a saga in state st
+// without looking at its steps; settled is false for a running saga.
+func settledOutcome(st saga.State) (outcome giveUpOutcome, settled bool) {
+	switch st {
+	case saga.Running:
+		return 0, false
+	case saga.Failed:
+		return giveUpFailed, true
+	case saga.Compensating:
+		// Aborted already (by an earlier round, another replica's
+		// watchdog or the saga itself): the compensator REJECTs it.
+		return giveUpAborting, true
+	case saga.Completed, saga.Compensated:
+		// Finished between the listing and now (the order was
+		// confirmed, or rejected, in the saga's last transaction):
+		// not stuck.
+		return giveUpMoved, true
+	default:
+		return giveUpCharged, true
+	}
+}
+
 // peek is what giveUp would do with order id, without changing anything:
 // giveUpWouldAbort where giveUp would abort.
 func (w *Watchdog[TTx]) peek(ctx context.Context, id int64) (giveUpOutcome, error) {
@@ -312,16 +334,8 @@ func (w *Watchdog[TTx]) peek(ctx context.Context, id int64) (giveUpOutcome, erro
 	case err != nil:
 		return giveUpWouldAbort, err
 	}
-	switch s.State {
-	case saga.Running:
-	case saga.Failed:
-		return giveUpFailed, nil
-	case saga.Compensating:
-		return giveUpAborting, nil
-	case saga.Completed, saga.Compensated:
-		return giveUpMoved, nil
-	default:
-		return giveUpCharged, nil
+	if outcome, settled := settledOutcome(s.State); settled {
+		return outcome, nil
 	}
 	for _, st := range s.Steps {
 		if st.Name == StepCharge && !st.Compensation && !declined(st.Result) {
@@ -356,21 +370,8 @@ func (w *Watchdog[TTx]) giveUp(ctx context.Context, id int64) (outcome giveUpOut
 	if err != nil {
 		return giveUpAborted, err
 	}
-	switch s.State {
-	case saga.Running:
-	case saga.Failed:
-		return giveUpFailed, nil
-	case saga.Compensating:
-		// Aborted already (by an earlier round, another replica's
-		// watchdog or the saga itself): the compensator REJECTs it.
-		return giveUpAborting, nil
-	case saga.Completed, saga.Compensated:
-		// Finished between the listing and now (the order was
-		// confirmed, or rejected, in the saga's last transaction):
-		// not stuck.
-		return giveUpMoved, nil
-	default:
-		return giveUpCharged, nil
+	if outcome, settled := settledOutcome(s.State); settled {
+		return outcome, nil
 	}
 	if _, _, err := w.ps.sagas.StepTx(ctx, tx, sagaID, StepPlace, func(context.Context, TTx) ([]byte, error) {
 		return []byte(strconv.FormatInt(id, 10)), nil
