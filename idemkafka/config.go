@@ -386,6 +386,16 @@ func optionsError(what string, err error) error {
 	return fmt.Errorf("idemkafka: %s: %w", what, err)
 }
 
+// refusedForPartitions reports whether kgo refused opts because they
+// consume partitions directly (kgo.ConsumePartitions) in a consumer group:
+// kgo refuses that combination with an error of its own, before OptValue
+// could tell. opts then validate once the partitions are cleared (clearing
+// them changes nothing if there were none). It builds no client (no I/O)
+// and runs only after kgo.NewClient failed.
+func refusedForPartitions(opts []kgo.Opt) bool {
+	return kgo.ValidateOpts(append(slices.Clip(opts), kgo.ConsumePartitions(nil))...) == nil
+}
+
 // checkProducer reports whether cl produces idempotently with acks=all,
 // without transactions, each record to its own topic and without waiting
 // for a Flush.

@@ -103,8 +103,12 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	// would install its default revoke callback (commit every polled
 	// offset) on the probe, and it would be read back below as the user's
 	// and run at every revoke: DisableAutoCommit makes it a no-op.
-	probe, err := kgo.NewClient(append(slices.Clone(cfgv.ExtraOpts), kgo.SeedBrokers(cfgv.Seeds...), kgo.ConsumerGroup(cfgv.Group), kgo.DisableAutoCommit())...)
+	probeOpts := append(slices.Clone(cfgv.ExtraOpts), kgo.SeedBrokers(cfgv.Seeds...), kgo.ConsumerGroup(cfgv.Group), kgo.DisableAutoCommit())
+	probe, err := kgo.NewClient(probeOpts...)
 	if err != nil {
+		if refusedForPartitions(probeOpts) {
+			return nil, fmt.Errorf("%w: ConsumePartitions (the consumer consumes its Topics in group %q)", ErrUnsupportedOption, cfgv.Group)
+		}
 		return nil, optionsError("invalid ExtraOpts", err)
 	}
 	defer probe.Close()
@@ -113,9 +117,6 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	}
 	if on, _ := probe.OptValue(kgo.ConsumeRegex).(bool); on {
 		return nil, fmt.Errorf("%w: ConsumeRegex", ErrUnsupportedOption)
-	}
-	if ps, _ := probe.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
-		return nil, fmt.Errorf("%w: ConsumePartitions", ErrUnsupportedOption)
 	}
 	if on, _ := probe.OptValue(kgo.KeepControlRecords).(bool); on {
 		// Every transaction marker would be polled as a record, found not

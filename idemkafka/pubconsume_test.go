@@ -2,6 +2,7 @@ package idemkafka_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,14 +25,17 @@ func TestPublisherRejectsConsumerOptions(t *testing.T) {
 		"ConsumeTopics":                   {kgo.ConsumeTopics("orders")},
 		"ConsumeRegex":                    {kgo.ConsumeTopics("orders.*"), kgo.ConsumeRegex()},
 		"ConsumePartitions":               {kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
+		// kgo refuses direct partitions in a group itself: its error was
+		// returned, not ErrUnsupportedOption.
+		"ConsumerGroup and ConsumePartitions": {kgo.ConsumerGroup("billing"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: opts})
 			if err == nil {
 				p.Close()
 			}
-			if !errors.Is(err, idemkafka.ErrUnsupportedOption) {
-				t.Fatalf("NewPublisher = %v; want ErrUnsupportedOption", err)
+			if !errors.Is(err, idemkafka.ErrUnsupportedOption) || !strings.Contains(err.Error(), "Consume") {
+				t.Fatalf("NewPublisher = %v; want ErrUnsupportedOption naming the option", err)
 			}
 		})
 	}

@@ -167,6 +167,9 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		}, cfg.ExtraOpts...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
+			if refusedForPartitions(opts) { // with a ConsumerGroup
+				return nil, fmt.Errorf("%w: ConsumePartitions (the publisher's client would consume)", ErrUnsupportedOption)
+			}
 			return nil, optionsError("publisher client", err)
 		}
 		p.cl.Store(cl)

@@ -92,25 +92,44 @@ func TestOptionsRejected(t *testing.T) {
 		})
 	}
 
-	for name, opts := range map[string][]kgo.Opt{
-		"ConsumeRegex":      {kgo.ConsumeRegex()},
-		"ConsumePartitions": {kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
+	// Each option the consumer cannot honour is refused with
+	// ErrUnsupportedOption, named in the error.
+	partitions := kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})
+	for _, tc := range []struct {
+		name       string
+		instanceID string
+		opts       []kgo.Opt
+		want       string // in the error
+	}{
+		{"ConsumeRegex", "", []kgo.Opt{kgo.ConsumeRegex()}, "ConsumeRegex"},
+		// kgo refuses direct partitions in a group with an error of its
+		// own: that was returned, not ErrUnsupportedOption.
+		{"ConsumePartitions", "", []kgo.Opt{partitions}, "ConsumePartitions"},
+		{"ConsumePartitions with a group", "", []kgo.Opt{kgo.ConsumerGroup("other"), partitions}, "ConsumePartitions"},
 		// A transactional producer's commit marker was polled as a
 		// record and dead-lettered as "not an idem event".
-		"KeepControlRecords": {kgo.KeepControlRecords()},
+		{"KeepControlRecords", "", []kgo.Opt{kgo.KeepControlRecords()}, "KeepControlRecords"},
+		{"ServerSideBalancer with InstanceID", "pod-0", []kgo.Opt{kgo.ServerSideBalancer()}, "ServerSideBalancer"},
+		{"ServerSideBalancer with kgo.InstanceID", "", []kgo.Opt{kgo.InstanceID("pod-0"), kgo.ServerSideBalancer()}, "ServerSideBalancer"},
 	} {
 		cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
-		cfg.ExtraOpts = opts
+		cfg.InstanceID = tc.instanceID
+		cfg.ExtraOpts = tc.opts
 		_, err := idemkafka.NewConsumer(in, &cfg)
-		// kgo refuses ConsumePartitions with a group itself.
-		if err == nil || (name != "ConsumePartitions" && !errors.Is(err, idemkafka.ErrUnsupportedOption)) {
-			t.Errorf("NewConsumer with %s = %v; want %v", name, err, idemkafka.ErrUnsupportedOption)
+		if !errors.Is(err, idemkafka.ErrUnsupportedOption) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewConsumer with %s = %v; want %v naming %s", tc.name, err, idemkafka.ErrUnsupportedOption, tc.want)
 		}
+	}
+	// kgo's own refusals are still returned as such.
+	cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
+	cfg.ExtraOpts = []kgo.Opt{kgo.SessionTimeout(time.Millisecond)}
+	if _, err := idemkafka.NewConsumer(in, &cfg); err == nil || errors.Is(err, idemkafka.ErrUnsupportedOption) || !strings.Contains(err.Error(), "session timeout") {
+		t.Errorf("NewConsumer with a session timeout kgo refuses = %v; want kgo's error", err)
 	}
 
 	// The defaults pass, with and without a client of the caller's.
 	newPublisher(t, idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders"})
-	cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
+	cfg = consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
 	if _, err := idemkafka.NewConsumer(in, &cfg); err != nil {
 		t.Errorf("NewConsumer with the test options: %v", err)
 	}
