@@ -144,7 +144,9 @@ type ConsumerConfig[TTx any] struct {
 	// Lost and CallbackBlocked callbacks given here are called by the
 	// consumer's own callbacks; do not commit offsets in them. Options
 	// that would break the consumer's guarantees are rejected by
-	// NewConsumer: ConsumeRegex, ConsumePartitions, TransactionalID,
+	// NewConsumer: ConsumeRegex, ConsumePartitions, ShareGroup (a KIP-932
+	// share group has no offsets per partition to commit after the
+	// inbox's transaction), TransactionalID,
 	// KeepControlRecords (every transaction marker would be polled as a
 	// record and dead-lettered), DefaultProduceTopicAlways (every dead
 	// letter would go to one topic, maybe the consumed one), ManualFlushing
@@ -369,11 +371,11 @@ var (
 	// duplicate records on a broker retry (rule R-DIST-IDEM-X2).
 	ErrNotIdempotent = errors.New("idemkafka: the producer must be idempotent with acks=all")
 	// ErrUnsupportedOption: an option conflicts with how idemkafka uses
-	// the client (ConsumeRegex, ConsumePartitions, KeepControlRecords,
+	// the client (ConsumeRegex, ConsumePartitions, ShareGroup, KeepControlRecords,
 	// TransactionalID, DefaultProduceTopicAlways, ManualFlushing,
 	// ServerSideBalancer with an InstanceID; for a publisher, a RecordPartitioner that does not
 	// keep a key in one partition, and ConsumeTopics or ConsumePartitions
-	// in ExtraOpts).
+	// in ExtraOpts, ShareGroup with either).
 	ErrUnsupportedOption = errors.New("idemkafka: unsupported kgo option")
 )
 
@@ -386,14 +388,39 @@ func optionsError(what string, err error) error {
 	return fmt.Errorf("idemkafka: %s: %w", what, err)
 }
 
-// refusedForPartitions reports whether kgo refused opts because they
-// consume partitions directly (kgo.ConsumePartitions) in a consumer group:
-// kgo refuses that combination with an error of its own, before OptValue
-// could tell. opts then validate once the partitions are cleared (clearing
-// them changes nothing if there were none). It builds no client (no I/O)
-// and runs only after kgo.NewClient failed.
-func refusedForPartitions(opts []kgo.Opt) bool {
-	return kgo.ValidateOpts(append(slices.Clip(opts), kgo.ConsumePartitions(nil))...) == nil
+// refusedOptions returns the options among ConsumePartitions and
+// ShareGroup for which kgo refused opts, nil if there are none or if opts
+// are refused for something else too. kgo refuses direct partitions
+// (kgo.ConsumePartitions) and a share group (kgo.ShareGroup, KIP-932) in a
+// consumer group, and partitions in a share group, with errors of its own,
+// before OptValue could tell. An option was a cause if opts validate once
+// both are cleared, and not while it is left (clearing changes nothing if
+// it was not given); if each is valid alone, their pair was. The options that apply only with a share group
+// (ShareMaxRecords, ShareAckCallback) are cleared with it, except
+// ShareMaxRecordsStrict, which no option clears: with it, kgo's own error
+// stands. It builds no client (no I/O) and runs only after kgo.NewClient
+// failed.
+func refusedOptions(opts []kgo.Opt) []string {
+	partitions := []kgo.Opt{kgo.ConsumePartitions(nil)}
+	shareOnly := []kgo.Opt{kgo.ShareMaxRecords(-1), kgo.ShareAckCallback(nil)} // kgo's defaults
+	share := append(slices.Clip(shareOnly), kgo.ShareGroup(""))
+	valid := func(clear ...[]kgo.Opt) bool {
+		return kgo.ValidateOpts(append(slices.Clip(opts), slices.Concat(clear...)...)...) == nil
+	}
+	if !valid(partitions, share) {
+		return nil
+	}
+	var names []string
+	if !valid(share) {
+		names = append(names, "ConsumePartitions")
+	}
+	if !valid(partitions, shareOnly) {
+		names = append(names, "ShareGroup")
+	}
+	if names == nil { // each is valid alone: partitions in a share group
+		names = []string{"ConsumePartitions", "ShareGroup"}
+	}
+	return names
 }
 
 // checkProducer reports whether cl produces idempotently with acks=all,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,8 +107,10 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	probeOpts := append(slices.Clone(cfgv.ExtraOpts), kgo.SeedBrokers(cfgv.Seeds...), kgo.ConsumerGroup(cfgv.Group), kgo.DisableAutoCommit())
 	probe, err := kgo.NewClient(probeOpts...)
 	if err != nil {
-		if refusedForPartitions(probeOpts) {
-			return nil, fmt.Errorf("%w: ConsumePartitions (the consumer consumes its Topics in group %q)", ErrUnsupportedOption, cfgv.Group)
+		if names := refusedOptions(probeOpts); len(names) > 0 {
+			// A share group (KIP-932) has no offsets per partition: the
+			// inbox commits them after each transaction.
+			return nil, fmt.Errorf("%w: %s (the consumer consumes its Topics in group %q and commits their offsets)", ErrUnsupportedOption, strings.Join(names, " and "), cfgv.Group)
 		}
 		return nil, optionsError("invalid ExtraOpts", err)
 	}

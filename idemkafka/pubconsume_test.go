@@ -28,6 +28,7 @@ func TestPublisherRejectsConsumerOptions(t *testing.T) {
 		// kgo refuses direct partitions in a group itself: its error was
 		// returned, not ErrUnsupportedOption.
 		"ConsumerGroup and ConsumePartitions": {kgo.ConsumerGroup("billing"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
+		"ShareGroup and ConsumePartitions":    {kgo.ShareGroup("billing"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset()}})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: opts})
@@ -39,8 +40,17 @@ func TestPublisherRejectsConsumerOptions(t *testing.T) {
 			}
 		})
 	}
+	// A share group with topics (KIP-932) would take records it never
+	// acknowledges: the error named ConsumeTopics only, not the share group.
+	p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: []kgo.Opt{kgo.ShareGroup("billing"), kgo.ConsumeTopics("orders")}})
+	if err == nil {
+		p.Close()
+	}
+	if !errors.Is(err, idemkafka.ErrUnsupportedOption) || !strings.Contains(err.Error(), "ShareGroup") {
+		t.Fatalf("NewPublisher with ShareGroup and ConsumeTopics = %v; want ErrUnsupportedOption naming ShareGroup", err)
+	}
 	// A group without topics consumes nothing: allowed (a shared base).
-	p, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: []kgo.Opt{kgo.ConsumerGroup("billing")}})
+	p, err = idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders", ExtraOpts: []kgo.Opt{kgo.ConsumerGroup("billing")}})
 	if err != nil {
 		t.Fatalf("NewPublisher with a group and no topics: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +47,14 @@ type PublisherConfig struct {
 	// and a RecordPartitioner that does not keep a key in one partition
 	// (RoundRobinPartitioner, StickyPartitioner, LeastBackupPartitioner,
 	// UniformBytesPartitioner without keys: a key's events would overtake
-	// each other) and consumer options (ConsumeTopics, ConsumePartitions:
-	// with a ConsumerGroup, the client would join the consumers' group and
-	// hold partitions it never polls) with ErrUnsupportedOption.
+	// each other) and consumer options with ErrUnsupportedOption:
+	// ConsumeTopics (the client would fetch records for nothing; with a
+	// ConsumerGroup it would join the consumers' group and hold partitions
+	// it never polls, with a ShareGroup take records it never
+	// acknowledges) and ConsumePartitions (it would fetch those partitions'
+	// records for nothing; kgo itself refuses them with a ConsumerGroup or
+	// a ShareGroup). A ConsumerGroup or ShareGroup without either consumes
+	// nothing and is accepted.
 	//
 	// Produce hooks (kgo.WithHooks) are welcome, franz-go's kotel tracer
 	// among them: when the client has one, each record's Context has the
@@ -167,8 +173,8 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		}, cfg.ExtraOpts...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
-			if refusedForPartitions(opts) { // with a ConsumerGroup
-				return nil, fmt.Errorf("%w: ConsumePartitions (the publisher's client would consume)", ErrUnsupportedOption)
+			if names := refusedOptions(opts); len(names) > 0 { // with a ConsumerGroup or a ShareGroup
+				return nil, fmt.Errorf("%w: %s (the publisher's client would consume)", ErrUnsupportedOption, strings.Join(names, " and "))
 			}
 			return nil, optionsError("publisher client", err)
 		}
@@ -388,6 +394,9 @@ func checkNotConsuming(cl *kgo.Client) error {
 func groupNote(cl *kgo.Client) string {
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g != "" {
 		return fmt.Sprintf(", as a member of group %q, partitions it never polls", g)
+	}
+	if g, _ := cl.OptValue(kgo.ShareGroup).(string); g != "" {
+		return fmt.Sprintf(", as a member of ShareGroup %q, records it never acknowledges", g)
 	}
 	return ""
 }

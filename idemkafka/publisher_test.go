@@ -111,6 +111,13 @@ func TestOptionsRejected(t *testing.T) {
 		{"KeepControlRecords", "", []kgo.Opt{kgo.KeepControlRecords()}, "KeepControlRecords"},
 		{"ServerSideBalancer with InstanceID", "pod-0", []kgo.Opt{kgo.ServerSideBalancer()}, "ServerSideBalancer"},
 		{"ServerSideBalancer with kgo.InstanceID", "", []kgo.Opt{kgo.InstanceID("pod-0"), kgo.ServerSideBalancer()}, "ServerSideBalancer"},
+		// A share group (KIP-932) has no offsets to commit after the
+		// transaction: kgo's own conflict with the consumer's group was
+		// returned, not ErrUnsupportedOption.
+		{"ShareGroup", "", []kgo.Opt{kgo.ShareGroup("billing")}, "ShareGroup"},
+		{"ShareGroup with its options", "", []kgo.Opt{kgo.ShareGroup("billing"), kgo.ShareMaxRecords(10), kgo.ShareAckCallback(func(*kgo.Client, kgo.ShareAckResults) {})}, "ShareGroup"},
+		{"ShareGroup and ConsumePartitions", "", []kgo.Opt{kgo.ShareGroup("billing"), partitions}, "ShareGroup"},
+		{"ConsumePartitions and ShareGroup", "", []kgo.Opt{kgo.ShareGroup("billing"), partitions}, "ConsumePartitions"},
 	} {
 		cfg := consumerConfigAt(seeds, b, "billing", "g", nil, "orders")
 		cfg.InstanceID = tc.instanceID
