@@ -491,7 +491,7 @@ func decodeCE(hs []Header) (fields, error) {
 // else takes parseTime, for the same verdict and error.
 func parseTimeBytes(b []byte) (time.Time, error) {
 	var t time.Time
-	if t.UnmarshalText(b) == nil {
+	if isRFC3339(b) && t.UnmarshalText(b) == nil {
 		if t = t.UTC(); t.Year() >= 0 && t.Year() <= 9999 {
 			return t, nil
 		}
@@ -506,12 +506,72 @@ func parseTime(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %w", ErrInvalidTime, err)
 	}
+	if !isRFC3339(s) {
+		return time.Time{}, fmt.Errorf("%w: %q is not RFC 3339", ErrInvalidTime, truncate(s))
+	}
 	t = t.UTC()
 	if y := t.Year(); y < 0 || y > 9999 {
 		return time.Time{}, fmt.Errorf("%w: %q is in year %d in UTC", ErrInvalidTime, truncate(s), y)
 	}
 	return t, nil
 }
+
+// isRFC3339 reports whether s has the shape of an RFC 3339 date-time in
+// upper case: YYYY-MM-DDTHH:MM:SS, an optional fraction of one or more
+// digits after a '.', then Z or an offset ±HH:MM with HH at most 23 and MM
+// at most 59. time.Parse checks the ranges of the date and time fields but
+// is laxer about the rest (go.dev/issue/54580): it takes a one-digit hour,
+// a ',' before the fraction, and offsets such as +24:00 or +23:60, so
+// parseTime and parseTimeBytes ask this too. It does not allocate.
+func isRFC3339[T string | []byte](s T) bool {
+	const n = len("2006-01-02T15:04:05")
+	if len(s) < n+1 {
+		return false
+	}
+	for i := range n {
+		c := s[i]
+		switch i {
+		case 4, 7:
+			if c != '-' {
+				return false
+			}
+		case 10:
+			if c != 'T' {
+				return false
+			}
+		case 13, 16:
+			if c != ':' {
+				return false
+			}
+		default:
+			if !isDigit(c) {
+				return false
+			}
+		}
+	}
+	i := n
+	if s[i] == '.' {
+		i++
+		start := i
+		for i < len(s) && isDigit(s[i]) {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	switch z := s[i:]; {
+	case len(z) == 1:
+		return z[0] == 'Z'
+	case len(z) == 6:
+		return (z[0] == '+' || z[0] == '-') && z[3] == ':' &&
+			isDigit(z[1]) && isDigit(z[2]) && isDigit(z[4]) && isDigit(z[5]) &&
+			(z[1] < '2' || z[1] == '2' && z[2] <= '3') && z[4] <= '5'
+	}
+	return false
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // agree checks that the idem and CloudEvents headers of one record describe
 // the same event.

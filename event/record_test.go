@@ -628,3 +628,48 @@ func TestValidateRefusesCESpecVersionHeader(t *testing.T) {
 		t.Fatalf("round trip with a ce_custom header = %+v, %v; want %+v", out, err, e)
 	}
 }
+
+// Go's time.Parse (and time.Time.UnmarshalText, whose strict RFC 3339 checks
+// are disabled, go.dev/issue/54580) accept times that are not RFC 3339: a
+// one-digit hour, a comma before the fraction, an offset of +24:00 or with
+// 60 minutes. FromRecord must refuse them in both time headers, as
+// ErrInvalidTime promises, not read an instant out of them.
+func TestFromRecordRejectsNonRFC3339Time(t *testing.T) {
+	t.Parallel()
+	e := validEnvelope(t)
+	ce, err := e.RecordHeadersWith(event.HeaderOptions{Format: event.HeaderFormatCloudEvents, Source: "/idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"2026-12-04T1:00:00Z",
+		"2026-12-04T14:00:00,5Z",
+		"2026-12-04T14:00:00+24:00",
+		"2026-12-04T14:00:00+23:60",
+		"2026-12-04T14:00:00-99:00",
+	} {
+		for _, rec := range []struct {
+			field   string
+			headers []event.Header
+		}{
+			{event.HeaderOccurredAt, replace(e.RecordHeaders(), event.HeaderOccurredAt, s)},
+			{event.HeaderCETime, replace(ce, event.HeaderCETime, s)},
+		} {
+			got, err := event.FromRecord(e.RecordKey(), e.Payload, rec.headers)
+			var de *event.DecodeError
+			if !errors.As(err, &de) || de.Field != rec.field || !errors.Is(err, event.ErrInvalidTime) {
+				t.Errorf("%s %q: FromRecord = %v, %v; want a DecodeError on %s wrapping ErrInvalidTime",
+					rec.field, s, got.OccurredAt, err, rec.field)
+			}
+		}
+	}
+	// What RFC 3339 allows is still read: any fraction, an offset, lower case
+	// in ce_time (the idem header is written in upper case).
+	for _, s := range []string{"2026-12-04T14:00:00.1234567891Z", "2026-12-04T14:00:00-23:59", "2026-12-04T14:00:00+00:00"} {
+		for _, hs := range [][]event.Header{replace(e.RecordHeaders(), event.HeaderOccurredAt, s), replace(ce, event.HeaderCETime, strings.ToLower(s))} {
+			if _, err := event.FromRecord(e.RecordKey(), e.Payload, hs); err != nil {
+				t.Errorf("%q: %v", s, err)
+			}
+		}
+	}
+}
