@@ -229,7 +229,7 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	if key == "" && !slices.Contains(idempotent, method(req)) {
 		// A keyless non-idempotent request: exactly one attempt. Its
 		// transport error is an *Error too, without the URL's query.
-		resp, err := c.cfg.HTTPClient.Do(req)
+		resp, err := c.httpClient().Do(req)
 		if err != nil {
 			// resp is not nil only when CheckRedirect failed, and then
 			// its body is already closed.
@@ -242,6 +242,33 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	return c.loop(req, key, getBody)
+}
+
+// httpClient is Config.HTTPClient with a redirect policy that keeps a
+// command from turning into a GET: a 301 or 302 answering a method other
+// than GET and HEAD is not followed (http.Client would follow it as a GET
+// without the body, so the command would never run and the GET's answer
+// would come back as its outcome); the 3xx is returned instead. 303 See
+// Other (the command ran, its result is elsewhere), 307 and 308 (the same
+// method and body) are followed. Config.HTTPClient's own CheckRedirect, or
+// http.Client's default of 10 redirects, applies to the rest.
+func (c *Client) httpClient() *http.Client {
+	hc := *c.cfg.HTTPClient
+	next := hc.CheckRedirect
+	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if r.Response != nil && r.Response.StatusCode != http.StatusSeeOther &&
+			len(via) > 0 && method(r) != method(via[len(via)-1]) {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(r, via)
+		}
+		if len(via) >= 10 { // http.Client's default policy
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &hc
 }
 
 // key returns the request's key, or a new one when its method needs one,
@@ -313,12 +340,13 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		lastResp *http.Response
 		lastErr  error
 	)
+	hc := c.httpClient()
 	for attempt := 1; ; attempt++ {
 		r, err := c.attempt(req, key, getBody)
 		if err != nil {
 			return nil, fail(attempt-1, err)
 		}
-		resp, err := c.cfg.HTTPClient.Do(r)
+		resp, err := hc.Do(r)
 		err = redactErr(err)
 		if err != nil && resp != nil {
 			// CheckRedirect failed (a redirect loop, a policy): the

@@ -61,7 +61,8 @@
 // body bytes, and the outcome of an attempt decides what happens next:
 //
 //	outcome of an attempt                             Do
-//	2xx, 1xx, 3xx (redirects are the http.Client's)   done: returns the response (Replayed tells a replay)
+//	2xx, 1xx, 3xx (redirects are the http.Client's,   done: returns the response (Replayed tells a replay)
+//	  but see Redirects)
 //	transport error (connection refused, reset,       retry with the same key: the request may or may not
 //	  EOF before the response, per-attempt timeout)     have reached the server; that is what the key is for
 //	TLS certificate error                             done: returns the error (retrying cannot help)
@@ -95,6 +96,20 @@
 // request rebuilt differently after a restart), not a transient failure. It
 // is returned as an error, not as a response, so it cannot be mistaken for an
 // ordinary business 409.
+//
+// # Redirects
+//
+// The http.Client follows redirects, and every request of the chain
+// carries the key (and, for 307 and 308, the same body). One kind is not
+// followed: a 301 or 302 answering a method other than GET and HEAD, which
+// http.Client would follow as a GET without the body (for example a
+// trailing-slash or http-to-https redirect of POST /v1/payments): the
+// command would not run, and the GET's answer (a 200 listing payments)
+// would come back as its outcome. Do returns that 301 or 302 instead,
+// unfollowed; send the command to its Location yourself, with the same key.
+// 303 See Other (the command ran and its result is elsewhere) is followed
+// with a GET. Config.HTTPClient's CheckRedirect, if set, decides about
+// every other redirect; otherwise http.Client's limit of 10 applies.
 //
 // # Delays
 //

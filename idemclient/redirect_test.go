@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemclient"
 )
@@ -203,5 +205,97 @@ func TestContentLengthMismatchNotRetried(t *testing.T) {
 	}
 	if n := len(rec.seen()); n != 0 {
 		t.Errorf("%d requests reached the server", n)
+	}
+}
+
+// A 301 or 302 answering a command (a trailing-slash redirect, http to
+// https behind a proxy) would be followed by http.Client as a GET without
+// the body: the command never runs, and the GET's 200 (a list, a page)
+// would come back as the command's success. Do returns the 301 or 302
+// itself, unfollowed; the server saw the command once and nothing else.
+// A 303 See Other (the command ran, its result is elsewhere) and the
+// method-preserving 307 and 308 are still followed.
+func TestRedirectChangingMethodNotFollowed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status     int
+		method     string
+		wantStatus int
+		wantSeen   []string // methods the server saw
+		keyless    bool     // a POST sent once, without a key
+	}{
+		{http.StatusMovedPermanently, http.MethodPost, http.StatusMovedPermanently, []string{"POST"}, false},
+		{http.StatusFound, http.MethodPost, http.StatusFound, []string{"POST"}, false},
+		{http.StatusFound, http.MethodDelete, http.StatusFound, []string{"DELETE"}, false},
+		{http.StatusMovedPermanently, http.MethodPatch, http.StatusMovedPermanently, []string{"PATCH"}, false},
+		{http.StatusSeeOther, http.MethodPost, http.StatusOK, []string{"POST", "GET"}, false},
+		{http.StatusTemporaryRedirect, http.MethodPost, http.StatusOK, []string{"POST", "POST"}, false},
+		{http.StatusPermanentRedirect, http.MethodPost, http.StatusOK, []string{"POST", "POST"}, false},
+		{http.StatusMovedPermanently, http.MethodGet, http.StatusOK, []string{"GET", "GET"}, false},
+		{http.StatusFound, http.MethodPost, http.StatusFound, []string{"POST"}, true},
+	} {
+		srv, rec := server(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/payments" {
+				http.Redirect(w, r, "/v1/payments/", tc.status)
+				return
+			}
+			w.WriteHeader(http.StatusOK) // a list of payments, say
+		})
+		cfg := &idemclient.Config{}
+		if tc.keyless {
+			cfg.Methods = []string{}
+		}
+		c, s := newClient(t, cfg)
+		req, err := http.NewRequest(tc.method, srv.URL+"/v1/payments", strings.NewReader(`{"a":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.method == http.MethodDelete {
+			req.Header.Set(idemclient.HeaderKey, "k-1")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%d after %s: %v", tc.status, tc.method, err)
+		}
+		_ = resp.Body.Close()
+		var seen []string
+		for _, a := range rec.seen() {
+			seen = append(seen, a.method)
+		}
+		if resp.StatusCode != tc.wantStatus || !slices.Equal(seen, tc.wantSeen) {
+			t.Errorf("%d after %s: Do returned %d, server saw %v; want %d, %v",
+				tc.status, tc.method, resp.StatusCode, seen, tc.wantStatus, tc.wantSeen)
+		}
+		if d := s.delays(); len(d) != 0 {
+			t.Errorf("%d after %s: waits %v, want none", tc.status, tc.method, d)
+		}
+	}
+}
+
+// The configured CheckRedirect still decides about the redirects Do
+// follows.
+func TestRedirectOwnPolicyKept(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/payments" {
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	calls := 0
+	hc := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
+		calls++
+		return http.ErrUseLastResponse
+	}}
+	c, _ := newClient(t, &idemclient.Config{HTTPClient: hc})
+	resp, err := c.Do(post(t, srv.URL+"/v1/payments", `{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect || calls != 1 || len(rec.seen()) != 1 {
+		t.Errorf("Do returned %d after %d CheckRedirect calls and %d requests; want 307, 1, 1",
+			resp.StatusCode, calls, len(rec.seen()))
 	}
 }
