@@ -44,9 +44,11 @@ func slowReplay[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
 	const bodySize = 32 << 20 // more than the sockets' buffers hold
 	mw, err := idemhttp.New(drv, &idemhttp.Config{
 		// Reading the 32 MiB record under the race detector, on a busy
-		// machine, may hold the lock for a second or two; the stalled
-		// client would hold it for ever.
-		Wait: 10 * time.Second, ReplayCacheBytes: idemhttp.NoReplayCache, MaxResponseBytes: 64 << 20,
+		// machine, may hold the lock for a second or two (pgsqldriver
+		// reads it under the key's lock: over 10 s once, with the machine
+		// running five other test suites); the stalled client would hold
+		// it for ever.
+		Wait: 30 * time.Second, ReplayCacheBytes: idemhttp.NoReplayCache, MaxResponseBytes: 64 << 20,
 		Scope: func(*http.Request) (string, error) { return "p", nil },
 	})
 	if err != nil {
@@ -65,8 +67,8 @@ func slowReplay[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
 	post := func(path, key string) (int, string, error) {
 		// Generous: 32 MiB under the race detector on a loaded 2-core
 		// machine took over 15 s. A replay that still held the key would
-		// answer 409 after Wait (10 s), not time out.
-		c := &http.Client{Timeout: time.Minute}
+		// answer 409 after Wait (30 s), not time out.
+		c := &http.Client{Timeout: 2 * time.Minute}
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Content-Type", "application/json")
