@@ -169,7 +169,7 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 
 // markFailed moves a compensating saga to Failed, so that List finds it.
 func (c *Coordinator[TTx]) markFailed(ctx context.Context, sagaID string, cause error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	_, _, err := c.drv.Sagas().SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: sagaID, From: states([]State{Compensating}), To: string(Failed), Now: c.cfg.Now()})
 	if err != nil {

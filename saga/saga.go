@@ -218,9 +218,14 @@ func wrapErr(sagaID, op string, err error) error {
 	return fmt.Errorf("saga %q: %s: %w", sagaID, op, err)
 }
 
+// endTimeout bounds the statements that must run even when the caller's
+// context has ended (a rollback, marking a saga Failed): they ignore its
+// cancellation, not a database that stopped answering.
+const endTimeout = 5 * time.Second
+
 // rollback ends tx, even when ctx is already cancelled.
 func (c *Coordinator[TTx]) rollback(ctx context.Context, tx TTx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	if err := c.drv.Rollback(ctx, tx); err != nil {
 		c.cfg.Logger.Warn("saga: rollback failed", "err", err)

@@ -338,6 +338,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "StepTx/RetryInSameTx", fn: testStepTxRetryInSameTx[TTx]},
 		{name: "StepTx/PanicLeavesNothing", fn: testStepTxPanicLeavesNothing[TTx]},
 		{name: "StepTx/FailedStatementLeavesTxUsable", fn: testStepTxFailedStatement[TTx]},
+		{name: "StepTx/CancelledUndoBounded", fn: testStepTxCancelledUndoBounded[TTx]},
 		{name: "Step/SagaNotStarted", fn: testStepNotStarted[TTx]},
 		{name: "Step/InvalidNames", fn: testStepInvalidNames[TTx]},
 		{name: "Step/RefusedOnceAborted", fn: testStepRefusedOnceAborted[TTx]},

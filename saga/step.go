@@ -35,7 +35,10 @@ type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err err
 // returns a *StepError wrapping fn's error (a panic goes on). The caller may
 // roll tx back, or abort the saga in it (AbortTx) and commit; the failed
 // step is not compensated, and a retry, in tx or later, runs fn again.
-// After any other error the caller must roll tx back.
+// After any other error the caller must roll tx back. The rollback to the
+// savepoint runs even when ctx has ended, for 5s at most: if it fails or
+// takes longer (a connection that stopped answering), StepTx returns
+// fn's error joined with the rollback's, not a *StepError.
 //
 // The savepoint is one subtransaction of tx per step (PostgreSQL tracks up
 // to 64 per transaction cheaply). With pgdriver, SAVEPOINT travels with
@@ -135,9 +138,14 @@ func (c *Coordinator[TTx]) step(ctx context.Context, tx TTx, sagaID, name, kind 
 // back to when fn fails or panics (the panic goes on).
 func (c *Coordinator[TTx]) stepInSavepoint(ctx context.Context, tx TTx, ex driver.SagaExecutor, sagaID, name string, fn StepFunc[TTx]) (result []byte, ran bool, err error) {
 	// The rollback must run even when ctx has ended: the caller decides
-	// what happens to tx, and the step must not stay recorded in it.
+	// what happens to tx, and the step must not stay recorded in it. It is
+	// bounded all the same: on a connection that stopped answering it
+	// would otherwise wait for ever (until TCP gives up), with nothing left
+	// to cancel it; StepTx then reports the undo's failure (roll back).
 	rollback := func() error {
-		return ex.SagaStepEnd(context.WithoutCancel(ctx), &driver.SagaStepEndParams{SagaID: sagaID, Step: name, Failed: true})
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		defer cancel()
+		return ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: sagaID, Step: name, Failed: true})
 	}
 	done := false
 	defer func() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/saga"
 )
@@ -600,4 +601,59 @@ func testStepTxFailedStatement[TTx any](t *testing.T, f *fixture[TTx]) {
 	if s := mustGet(t, c, id); s.State != saga.Compensating || s.Done("charge") {
 		t.Errorf("saga %s, steps %v; want compensating without charge", s.State, stepNames(s))
 	}
+}
+
+// hungDriver's connection stops answering when a failed step's savepoint is
+// rolled back: SagaStepEnd with Failed returns only when its context ends,
+// as a statement on a connection to a database that became unreachable
+// does (until TCP gives up, many minutes later).
+type hungDriver[TTx any] struct{ driver.Driver[TTx] }
+
+func (d hungDriver[TTx]) SagasTx(tx TTx) driver.SagaExecutor {
+	return hungSagas{d.Driver.SagasTx(tx)}
+}
+
+type hungSagas struct{ driver.SagaExecutor }
+
+func (e hungSagas) SagaStepEnd(ctx context.Context, p *driver.SagaStepEndParams) error {
+	if !p.Failed {
+		return e.SagaExecutor.SagaStepEnd(ctx, p)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A step whose function fails because the caller's context ended returns,
+// even when undoing its record then hangs: the undo is bounded, not left
+// to wait for ever on a context that can no longer end. The error is not a
+// *StepError (the record may still be in tx): the caller rolls back.
+func testStepTxCancelledUndoBounded[TTx any](t *testing.T, f *fixture[TTx]) {
+	c, err := saga.New(hungDriver[TTx]{f.drv}, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatalf("saga.New: %v", err)
+	}
+	id := newSagaID(t)
+	f.start(t, c, id)
+	tx := f.begin(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.StepTx(ctx, tx, id, "charge", func(ctx context.Context, tx TTx) ([]byte, error) {
+			cancel() // the caller's deadline passes while the step runs
+			return nil, ctx.Err()
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var se *saga.StepError
+		if err == nil || errors.As(err, &se) || !errors.Is(err, context.Canceled) {
+			t.Errorf("StepTx = %v; want the step's context.Canceled, and not a *StepError (roll back)", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("StepTx still blocked 20s after its context was cancelled: undoing the failed step's record waits for ever")
+	}
+	f.rollback(t, tx)
+	f.mustEffects(t, id, "charge", 0)
 }
