@@ -20,11 +20,14 @@ import (
 // stored saga to later creates, SagaSetState changes only a saga in an
 // expected state and keeps finished_at in step with the final states,
 // SagaStepRecord records a step once (a duplicate gets the stored result)
-// and only in the state its kind requires, a rolled-back transaction leaves
-// nothing, concurrent duplicates record a step exactly once and, on backends
-// with concurrent writers, a duplicate waits for the uncommitted transaction
-// that recorded the step and a state change waits for the transactions
-// recording steps; SagaSteps orders by seq; SagaList filters by state;
+// and only in the state its kind requires, SagaStepEnd rolls back to or
+// releases the savepoint of a step recorded with Savepoint, a rolled-back
+// transaction leaves nothing, concurrent duplicates record a step exactly
+// once and, on backends with concurrent writers, a duplicate waits for the
+// uncommitted transaction that recorded the step, a state change waits for
+// the transactions recording steps and a step waits for an uncommitted
+// state change (then is refused, or recorded if it rolled back); SagaSteps
+// orders by seq; SagaList filters by state;
 // SagaDeleteFinishedBefore deletes only old finished sagas, with their steps,
 // at most limit per call.
 //
@@ -48,6 +51,8 @@ func runSaga[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[T
 		{"ConcurrentTx/DuplicateWaitsForCommit", testSagaTxWaitsForCommit[TTx]},
 		{"ConcurrentTx/DuplicateRecordsAfterRollback", testSagaTxRecordsAfterRollback[TTx]},
 		{"ConcurrentTx/SetStateWaitsForStep", testSagaSetStateWaitsForStep[TTx]},
+		{"ConcurrentTx/StepWaitsForStateChange", testSagaStepWaitsForStateChange[TTx]},
+		{"Step/Savepoint", testSagaStepSavepoint[TTx]},
 		{"List", testSagaList[TTx]},
 		{"DeleteFinishedBefore", testSagaDeleteFinished[TTx]},
 	}
@@ -642,5 +647,91 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	}
 	if _, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 0}); err == nil {
 		t.Error("SagaDeleteFinishedBefore with limit 0 succeeded")
+	}
+}
+
+// A step recorded while another transaction holds an uncommitted state
+// change of the saga waits for it: once the change commits, the step is
+// refused under the new state (nothing is recorded); once it rolls back,
+// the step is recorded. Without the wait, a step could commit after
+// AbortTx and never be compensated.
+func testSagaStepWaitsForStateChange[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+	requireConcurrentWriters(t, drv)
+	for _, end := range []string{"commit", "rollback"} {
+		t.Run(end, func(t *testing.T) {
+			id := "saga-" + end
+			fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt(id, t0))
+			tx := begin(t, drv)
+			fixture.SagaSetState(t, drv.UnwrapExecutor(tx), id, []string{driver.SagaRunning}, driver.SagaCompensating, t0)
+			done := sagaRecordInBackground(t, drv, id, "charge")
+			sagaMustBlock(t, "SagaStepRecord during an uncommitted state change", done)
+			if end == "commit" {
+				commit(t, drv, tx)
+			} else {
+				rollback(t, drv, tx)
+			}
+			o := sagaMustFinish(t, "SagaStepRecord", done)
+			var se *driver.SagaStateError
+			switch {
+			case end == "commit" && (!errors.As(o.err, &se) || se.State != driver.SagaCompensating || o.inserted):
+				t.Errorf("step after the state change committed = %v, %v; want a *SagaStateError with state %s", o.inserted, o.err, driver.SagaCompensating)
+			case end == "rollback" && (o.err != nil || !o.inserted):
+				t.Errorf("step after the state change rolled back = %v, %v; want inserted", o.inserted, o.err)
+			}
+		})
+	}
+}
+
+// SagaStepEnd ends the savepoint SagaStepRecord opened: Failed rolls back
+// the step's record and the writes made since, and leaves the transaction
+// usable; success stores the result and keeps both. What the transaction
+// wrote before the savepoint stays either way.
+func testSagaStepSavepoint[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+	ctx := t.Context()
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("other", t0))
+	tx := begin(t, drv)
+	ex := drv.UnwrapExecutor(tx)
+	// Written before the savepoint: survives its rollback.
+	fixture.SagaRecord(t, ex, "saga-1", "before", driver.StepForward, nil, t0)
+
+	record := func(step string) {
+		t.Helper()
+		inserted, _, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: step, Kind: driver.StepForward, Now: t0, Savepoint: true})
+		if err != nil || !inserted {
+			t.Fatalf("SagaStepRecord %s with a savepoint = %v, %v; want inserted", step, inserted, err)
+		}
+	}
+	record("charge")
+	// A write made after the savepoint (the step's effect): rolled back with it.
+	fixture.SagaRecord(t, ex, "other", "effect", driver.StepForward, nil, t0)
+	if err := ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: "saga-1", Step: "charge", Failed: true}); err != nil {
+		t.Fatalf("SagaStepEnd failed: %v", err)
+	}
+	// The step again, in the same transaction: recorded anew.
+	record("charge")
+	if err := ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: "saga-1", Step: "charge", Result: []byte("charge-7")}); err != nil {
+		t.Fatalf("SagaStepEnd: %v", err)
+	}
+	// A step without a result.
+	record("notify")
+	if err := ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: "saga-1", Step: "notify"}); err != nil {
+		t.Fatalf("SagaStepEnd without a result: %v", err)
+	}
+	// A duplicate with a savepoint reports the recorded step.
+	if inserted, existing, err := ex.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "charge", Kind: driver.StepForward, Now: t0, Savepoint: true}); err != nil || inserted || string(existing) != "charge-7" {
+		t.Errorf("duplicate SagaStepRecord with a savepoint = %v, %q, %v; want charge-7", inserted, existing, err)
+	}
+	commit(t, drv, tx)
+
+	steps := fixture.SagaSteps(t, drv.Executor(), "saga-1")
+	if got := sagaStepNames(steps); !slices.Equal(got, []string{"before", "charge", "notify"}) {
+		t.Fatalf("committed steps = %v; want before, charge, notify", got)
+	}
+	if string(steps[1].Result) != "charge-7" || steps[2].Result != nil {
+		t.Errorf("results = %q, %q; want charge-7 and none", steps[1].Result, steps[2].Result)
+	}
+	if got := fixture.SagaSteps(t, drv.Executor(), "other"); len(got) != 0 {
+		t.Errorf("the write rolled back to the savepoint committed: %v", sagaStepNames(got))
 	}
 }
