@@ -18,8 +18,8 @@ const (
 	// SagaCompensated: every completed forward step was compensated; the
 	// saga is finished.
 	SagaCompensated = "compensated"
-	// SagaFailed: a compensation kept failing; compensating the saga again
-	// resumes where it stopped.
+	// SagaFailed: a compensation kept failing, or a completed step had
+	// none; compensating the saga again resumes where it stopped.
 	SagaFailed = "failed"
 )
 

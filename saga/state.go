@@ -14,8 +14,9 @@ import (
 //	   v
 //	compensating ──all compensations recorded──> compensated
 //	   │      ^
-//	   v      │ Compensate / Resume
-//	 failed ──┘
+//	   │      │ Compensate / Resume
+//	   v      │
+//	 failed ──┘  (a compensation kept failing, or had no entry in the map)
 type State string
 
 // The states of a saga.
@@ -29,8 +30,10 @@ const (
 	Compensating State = driver.SagaCompensating
 	// Compensated: every completed forward step was compensated. Final.
 	Compensated State = driver.SagaCompensated
-	// Failed: a compensation kept failing. Compensate (or Resume) resumes
-	// with it; nothing done so far is repeated.
+	// Failed: a compensation kept failing (a *CompensationError), or a
+	// completed forward step had no entry in the Compensations map
+	// (ErrNoCompensation). Compensate (or Resume) resumes with it; nothing
+	// done so far is repeated.
 	Failed State = driver.SagaFailed
 )
 
