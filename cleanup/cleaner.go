@@ -111,7 +111,8 @@ func (c *Cleaner[TTx]) Owner() string { return c.owner }
 // and RunOnce returns ctx's error with what was done so far (with
 // Report.Interrupted set when ctx was cancelled). A panic during the sweep
 // (of the driver or of a Rule) releases the lease, ends the sweep's span
-// and reports the sweep to OnSweep as failed, with the panic as its error,
+// and reports the sweep to OnSweep as failed, with the panic as its error
+// (and as the error of the table whose sweep panicked, in Report.Tables),
 // then goes on.
 func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (rep Report, err error) {
 	wall := time.Now()
@@ -194,16 +195,33 @@ func (c *Cleaner[TTx]) sweep(ctx context.Context, rep *Report) error {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, context.Cause(ctx))...)
 		}
-		tr := TableReport{Table: r.table, Before: r.cutoff(rep.Started)}
-		start := time.Now()
-		tr.Err = c.sweepTable(ctx, ex, r, rep.Started, &tr)
-		tr.Duration = time.Since(start)
-		rep.Tables = append(rep.Tables, tr)
+		tr := c.sweepReported(ctx, ex, r, rep)
 		if tr.Err != nil {
 			errs = append(errs, fmt.Errorf("cleanup: %s: %w", r.table, tr.Err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sweepReported sweeps r's table and adds its TableReport to rep. When
+// the sweep panics (a driver's or a Rule's bug), the table is reported
+// with the panic as its error, and the panic goes on: RunOnce reports the
+// sweep, the failing table among its tables, to OnSweep and the log.
+func (c *Cleaner[TTx]) sweepReported(ctx context.Context, ex driver.Executor, r sweepRule, rep *Report) (tr TableReport) {
+	tr = TableReport{Table: r.table, Before: r.cutoff(rep.Started)}
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			tr.Err = fmt.Errorf("sweep panicked: %v", p)
+			tr.Duration = time.Since(start)
+			rep.Tables = append(rep.Tables, tr)
+			panic(p)
+		}
+	}()
+	tr.Err = c.sweepTable(ctx, ex, r, rep.Started, &tr)
+	tr.Duration = time.Since(start)
+	rep.Tables = append(rep.Tables, tr)
+	return tr
 }
 
 // sweepTable deletes one table's old rows in bounded batches.

@@ -71,3 +71,43 @@ func TestSweepPanic(t *testing.T) {
 		t.Fatalf("next sweep on another replica: skipped %v, err %v; want it run", rep.Skipped, err)
 	}
 }
+
+// TestSweepPanicReportsTable: the report of a sweep in which a table's
+// sweep panicked names that table, with the panic as its error. The panicked table used to be missing
+// from Report.Tables (and from the sweep's log): OnSweep's report showed
+// a failed sweep whose tables had all gone well.
+func TestSweepPanicReportsTable(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	var got []cleanup.Report
+	cfg := &cleanup.Config{
+		Inbox: cleanup.InboxRetention{Disabled: true}, Outbox: cleanup.OutboxRetention{Disabled: true},
+		Sagas: cleanup.SagaRetention{Disabled: true}, Lease: time.Second, Hold: cleanup.NoHold,
+		OnSweep: func(r cleanup.Report) { got = append(got, r) },
+	}
+	c, err := cleanup.New(panickingDeletes{drv}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "driver bug" {
+				t.Errorf("RunOnce panicked with %v, want the driver's panic", p)
+			}
+		}()
+		_, _ = c.RunOnce(t.Context())
+	}()
+	if len(got) != 1 {
+		t.Fatalf("%d OnSweep reports, want 1", len(got))
+	}
+	var tables []string
+	for _, tr := range got[0].Tables {
+		tables = append(tables, tr.Table)
+	}
+	if len(got[0].Tables) != 1 || got[0].Tables[0].Table != cleanup.TableRecords {
+		t.Fatalf("report tables %v, want [%s]", tables, cleanup.TableRecords)
+	}
+	if tr := got[0].Tables[0]; tr.Err == nil || !strings.Contains(tr.Err.Error(), "driver bug") {
+		t.Errorf("table %s error %v, want the panic", tr.Table, tr.Err)
+	}
+}

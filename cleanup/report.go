@@ -55,7 +55,8 @@ type TableReport struct {
 	Rescued int
 	// Duration is the time spent on this table, pauses included.
 	Duration time.Duration
-	// Err is the error that stopped this table's sweep, or nil.
+	// Err is the error that stopped this table's sweep, or nil; when
+	// the sweep panicked, an error saying so, with the panic.
 	Err error
 }
 
