@@ -53,8 +53,8 @@ func (cmd *command) decided() { cmd.held.state = holdNone }
 
 // holdGuard is deferred by the function that holds cmd's key, claimed in
 // tx (ModeTx; ex nil) or under the lease token (ModeLease; ex its
-// executor). A key still held when it runs means a panic unwinds: tx is
-// rolled back, or the lease released, at once; the outcome (when the
+// executor). A key still held when it runs means a panic unwinds: undoHeld
+// rolls tx back, or releases the lease, at once; the outcome (when the
 // handler ran) is reported not stored, as for a handler that panics, and
 // the panic goes on. It then restores cmd.r and ends the execute span of
 // enter, with the panic as its error (untraced, a panic goes on
@@ -62,19 +62,7 @@ func (cmd *command) decided() { cmd.held.state = holdNone }
 func (m *Middleware[TTx]) holdGuard(cmd *command, tx TTx, ex driver.RecordExecutor, token string) {
 	h := &cmd.held
 	if h.state != holdNone {
-		ran := h.state == holdRan
-		h.state = holdNone
-		if ex != nil {
-			if h.stop != nil {
-				h.stop()
-			}
-			m.release(context.WithoutCancel(cmd.r.Context()), ex, cmd, token)
-		} else {
-			m.rollback(cmd.r.Context(), tx)
-		}
-		if ran {
-			m.reportCmd(cmd, OutcomeNotStored)
-		}
+		m.undoHeld(cmd, tx, ex, token)
 	}
 	if h.orig != nil {
 		cmd.r = h.orig
@@ -83,4 +71,39 @@ func (m *Middleware[TTx]) holdGuard(cmd *command, tx TTx, ex driver.RecordExecut
 		return // untraced: a panic goes on untouched
 	}
 	endPanicking(h.span, recover())
+}
+
+// undoHeld undoes the claim of cmd's key for holdGuard, while a panic
+// unwinds. The driver (Rollback, RecordRelease) and Config.OnOutcome may
+// panic in turn: then the deferred call restores cmd.r and ends the
+// execute span with that panic as its error, and lets it go on (holdGuard
+// does not get to end the span). Only the panic path pays for the defer.
+func (m *Middleware[TTx]) undoHeld(cmd *command, tx TTx, ex driver.RecordExecutor, token string) {
+	h := &cmd.held
+	ran := h.state == holdRan
+	h.state = holdNone
+	defer func() {
+		// Non-nil only when the undo itself panicked: a call deferred here
+		// cannot recover the panic that holdGuard unwinds for.
+		if p := recover(); p != nil {
+			if h.orig != nil {
+				cmd.r = h.orig
+			}
+			if h.span != nil && h.span != observe.NoopSpan {
+				endPanicking(h.span, p)
+			}
+			panic(p)
+		}
+	}()
+	if ex != nil {
+		if h.stop != nil {
+			h.stop()
+		}
+		m.release(context.WithoutCancel(cmd.r.Context()), ex, cmd, token)
+	} else {
+		m.rollback(cmd.r.Context(), tx)
+	}
+	if ran {
+		m.reportCmd(cmd, OutcomeNotStored)
+	}
 }
