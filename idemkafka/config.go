@@ -149,7 +149,8 @@ type ConsumerConfig[TTx any] struct {
 	// inbox's transaction), TransactionalID,
 	// KeepControlRecords (every transaction marker would be polled as a
 	// record and dead-lettered), DefaultProduceTopicAlways (every dead
-	// letter would go to one topic, maybe the consumed one), ManualFlushing
+	// letter would go to one topic, maybe the consumed one; with or
+	// without a DefaultProduceTopic), ManualFlushing
 	// (dead letters would never be sent), and anything weakening the producer that writes dead letters
 	// (DisableIdempotentWrite, RequiredAcks other than AllISRAcks,
 	// AllowIdempotentProduceCancellation). The consumer group protocol
@@ -388,6 +389,42 @@ func optionsError(what string, err error) error {
 	return fmt.Errorf("idemkafka: %s: %w", what, err)
 }
 
+// optionsView returns a client made from opts that never ran, to read
+// the options with OptValue, or kgo.NewClient's error. kgo calls a
+// kgo.HookNewClient "before any client goroutines are started" (its
+// documented contract), before the client consumes, and the hook, first in
+// line, ends NewClient there by panicking: no I/O, no goroutine, no hook of
+// the caller's called, nothing to close. A client created with opts would
+// start consuming at once (join its ConsumerGroup, fetch its
+// ConsumeTopics), before an option could be checked and refused. The
+// view's context is not the caller's (kgo.WithContext), whose child it
+// would otherwise stay.
+func optionsView(opts []kgo.Opt) (view *kgo.Client, err error) {
+	h := &viewHook{}
+	defer func() {
+		if h.cl != nil {
+			if p := recover(); p != h {
+				panic(p)
+			}
+			view, err = h.cl, nil
+		}
+	}()
+	opts = append(append([]kgo.Opt{kgo.WithHooks(h)}, opts...), kgo.WithContext(context.Background()))
+	if _, err := kgo.NewClient(opts...); err != nil {
+		return nil, err
+	}
+	// Cannot happen: kgo calls the hook of every client it makes.
+	panic("idemkafka: kgo.NewClient did not call its HookNewClient")
+}
+
+// viewHook ends the kgo.NewClient of optionsView.
+type viewHook struct{ cl *kgo.Client }
+
+func (h *viewHook) OnNewClient(cl *kgo.Client) {
+	h.cl = cl
+	panic(h)
+}
+
 // refusedOptions returns the options among ConsumePartitions and
 // ShareGroup for which kgo refused opts, nil if there are none or if opts
 // are refused for something else too. kgo refuses direct partitions
@@ -421,6 +458,18 @@ func refusedOptions(opts []kgo.Opt) []string {
 		names = []string{"ConsumePartitions", "ShareGroup"}
 	}
 	return names
+}
+
+// refusedProducerOption returns the error for kgo's refusal of opts when
+// it is DefaultProduceTopicAlways without a DefaultProduceTopic (kgo's own
+// error, "invalid empty DefaultProduceTopic"), which idemkafka refuses in
+// any case: every record must go to the topic it names. It returns nil
+// otherwise. No client, no I/O; only after kgo refused opts.
+func refusedProducerOption(opts []kgo.Opt) error {
+	if kgo.ValidateOpts(append(slices.Clip(opts), kgo.DefaultProduceTopic("idem"))...) == nil {
+		return fmt.Errorf("%w: DefaultProduceTopicAlways (every record must go to the topic it names)", ErrUnsupportedOption)
+	}
+	return nil
 }
 
 // checkProducer reports whether cl produces idempotently with acks=all,

@@ -99,22 +99,24 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	}
 	c := &Consumer[TTx]{in: in, cfg: cfgv.withDefaults()}
 
-	// Check the options on a client that consumes no topic, so it never
-	// joins the group: NewConsumer does no I/O. With autocommit on, kgo
-	// would install its default revoke callback (commit every polled
-	// offset) on the probe, and it would be read back below as the user's
-	// and run at every revoke: DisableAutoCommit makes it a no-op.
+	// Check the options on a client that never runs (see optionsView):
+	// NewConsumer does no I/O, also when ExtraOpts name topics (a client
+	// made from them joined the group at once). DisableAutoCommit, as Run
+	// sets it, so that autocommit options that conflict with it are
+	// refused here.
 	probeOpts := append(slices.Clone(cfgv.ExtraOpts), kgo.SeedBrokers(cfgv.Seeds...), kgo.ConsumerGroup(cfgv.Group), kgo.DisableAutoCommit())
-	probe, err := kgo.NewClient(probeOpts...)
+	probe, err := optionsView(probeOpts)
 	if err != nil {
 		if names := refusedOptions(probeOpts); len(names) > 0 {
 			// A share group (KIP-932) has no offsets per partition: the
 			// inbox commits them after each transaction.
 			return nil, fmt.Errorf("%w: %s (the consumer consumes its Topics in group %q and commits their offsets)", ErrUnsupportedOption, strings.Join(names, " and "), cfgv.Group)
 		}
+		if err := refusedProducerOption(probeOpts); err != nil {
+			return nil, fmt.Errorf("idemkafka: ExtraOpts (the consumer produces dead letters): %w", err)
+		}
 		return nil, optionsError("invalid ExtraOpts", err)
 	}
-	defer probe.Close()
 	if err := checkProducer(probe); err != nil {
 		return nil, fmt.Errorf("idemkafka: ExtraOpts (the consumer produces dead letters): %w", err)
 	}

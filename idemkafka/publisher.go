@@ -42,7 +42,8 @@ type PublisherConfig struct {
 	// change that (DisableIdempotentWrite, RequiredAcks other than
 	// AllISRAcks, AllowIdempotentProduceCancellation) with
 	// ErrNotIdempotent, and TransactionalID, DefaultProduceTopicAlways
-	// (every event would go to one topic, whatever Topic picks) and
+	// (every event would go to one topic, whatever Topic picks; with or
+	// without a DefaultProduceTopic) and
 	// ManualFlushing (a Publish would wait for a Flush that never comes)
 	// and a RecordPartitioner that does not keep a key in one partition
 	// (RoundRobinPartitioner, StickyPartitioner, LeastBackupPartitioner,
@@ -132,9 +133,10 @@ const (
 	headerOverhead = 10
 )
 
-// NewPublisher returns a publisher. It creates its client (or checks
-// cfg.Client) but does not connect until the first Publish. cfg is
-// required (Seeds or Client, and a topic).
+// NewPublisher returns a publisher. It checks the options (or
+// cfg.Client), then creates its client, which does not connect until the
+// first Publish: options it refuses create no client. cfg is required
+// (Seeds or Client, and a topic).
 func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	if cfg == nil {
 		return nil, errors.New("idemkafka: nil PublisherConfig: Seeds (or Client) and DefaultTopic (or Topic) are required")
@@ -164,39 +166,51 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	if err := p.headers.Validate(); err != nil {
 		return nil, fmt.Errorf("idemkafka: invalid PublisherConfig: HeaderFormat and Source: %w", err)
 	}
-	if cfg.Client != nil {
-		p.cl.Store(cfg.Client)
-	} else {
-		opts := append([]kgo.Opt{
+	// The options are checked before the publisher's own client exists:
+	// created with consumer options, it would consume at once (see
+	// optionsView).
+	var opts []kgo.Opt
+	cl := cfg.Client
+	if cl == nil {
+		opts = append([]kgo.Opt{
 			kgo.SeedBrokers(cfg.Seeds...),
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 		}, cfg.ExtraOpts...)
-		cl, err := kgo.NewClient(opts...)
+		view, err := optionsView(opts)
 		if err != nil {
 			if names := refusedOptions(opts); len(names) > 0 { // with a ConsumerGroup or a ShareGroup
 				return nil, fmt.Errorf("%w: %s (the publisher's client would consume)", ErrUnsupportedOption, strings.Join(names, " and "))
 			}
+			if err := refusedProducerOption(opts); err != nil {
+				return nil, err
+			}
 			return nil, optionsError("publisher client", err)
 		}
-		p.cl.Store(cl)
-		p.owned = true
-		p.newClient = func() (*kgo.Client, error) { return kgo.NewClient(opts...) }
-		if err := checkNotConsuming(cl); err != nil {
-			p.Close()
+		if err := checkNotConsuming(view); err != nil {
 			return nil, err
 		}
+		cl = view
 	}
-	if err := checkProducer(p.cl.Load()); err != nil {
-		p.Close()
+	if err := checkProducer(cl); err != nil {
 		return nil, err
 	}
-	if err := checkKeyed(p.cl.Load()); err != nil {
-		p.Close()
+	if err := checkKeyed(cl); err != nil {
 		return nil, err
 	}
-	p.produceHooks = hasProduceHook(p.cl.Load())
-	p.maxBytes, _ = p.cl.Load().OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
-	p.maxBuffered, _ = p.cl.Load().OptValue(kgo.MaxBufferedBytes).(int64)
+	p.produceHooks = hasProduceHook(cl)
+	p.maxBytes, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
+	p.maxBuffered, _ = cl.OptValue(kgo.MaxBufferedBytes).(int64)
+	if cfg.Client != nil {
+		p.cl.Store(cfg.Client)
+	} else {
+		own, err := kgo.NewClient(opts...)
+		if err != nil { // cannot happen: the view was made from opts
+			return nil, optionsError("publisher client", err)
+		}
+		p.cl.Store(own)
+		p.owned = true
+		p.newClient = func() (*kgo.Client, error) { return kgo.NewClient(opts...) }
+	}
 	if p.topic == nil {
 		p.topic = func(event.Envelope) string { return cfg.DefaultTopic }
 	} else if cfg.DefaultTopic != "" {

@@ -64,6 +64,11 @@ func TestOptionsRejected(t *testing.T) {
 		// Every dead letter would go to "orders", the consumed topic: the
 		// consumer dead-lettered its own copies for ever.
 		{"DefaultProduceTopicAlways", []kgo.Opt{kgo.DefaultProduceTopic("orders"), kgo.DefaultProduceTopicAlways()}, idemkafka.ErrUnsupportedOption},
+		// Without a DefaultProduceTopic, kgo's own error ("invalid empty
+		// DefaultProduceTopic when using DefaultProduceTopicAlways") was
+		// returned: not ErrUnsupportedOption, though a DefaultProduceTopic
+		// would not have made the option acceptable.
+		{"DefaultProduceTopicAlways without DefaultProduceTopic", []kgo.Opt{kgo.DefaultProduceTopicAlways()}, idemkafka.ErrUnsupportedOption},
 		// Dead letters sat in the client's buffer, never sent.
 		{"ManualFlushing", []kgo.Opt{kgo.ManualFlushing()}, idemkafka.ErrUnsupportedOption},
 	}
