@@ -159,8 +159,28 @@ func malformed(err error) *RequestError {
 // IsJSON reports whether the media type is application/json or +json; an
 // empty or malformed one is not.
 func IsJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	isJSON, _ := mediaType(contentType)
+	return isJSON
+}
+
+// mediaType reports whether contentType is JSON (IsJSON) and whether its
+// charset parameter, if it has one, is UTF-8 (in any case): JSON between
+// systems is UTF-8 (RFC 8259, 8.1), and the handlers read no other.
+func mediaType(contentType string) (isJSON, utf8 bool) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false, false
+	}
+	cs, ok := params["charset"] // ParseMediaType lower-cases the names
+	return mt == "application/json" || strings.HasSuffix(mt, "+json"), !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// WriteUnsupportedCharset answers 415 to a request whose JSON body is
+// declared in a charset other than UTF-8 (application/json;
+// charset=iso-8859-1); what names the resource sent ("payment").
+func WriteUnsupportedCharset(w http.ResponseWriter, what string) {
+	problem.WriteError(w, http.StatusUnsupportedMediaType, "",
+		http.StatusText(http.StatusUnsupportedMediaType), "Send the "+what+" as application/json in UTF-8 (charset=utf-8, or no charset).")
 }
 
 // WriteUnsupportedMediaType answers 415 to a request whose Content-Type is
@@ -192,19 +212,34 @@ func WriteUnsupportedEncoding(w http.ResponseWriter, what string) {
 		http.StatusText(http.StatusUnsupportedMediaType), "Send the "+what+" without Content-Encoding: the body is read uncompressed.")
 }
 
-// RequireJSON answers 415 (WriteUnsupportedMediaType) to a request whose
-// Content-Type is missing or not JSON, or (WriteUnsupportedEncoding) whose
-// body has a Content-Encoding, and passes the others to next. Put it in
-// front of the idempotency middleware: the 415 then claims no key and
-// stores nothing, so the corrected request may reuse the key.
+// Refuse answers 415 to a request whose Content-Type is missing or not
+// JSON (WriteUnsupportedMediaType), declares a charset other than UTF-8
+// (WriteUnsupportedCharset), or whose body has a Content-Encoding
+// (WriteUnsupportedEncoding), and reports whether it did; what names the
+// resource sent ("payment").
+func Refuse(w http.ResponseWriter, r *http.Request, what string) bool {
+	isJSON, utf8 := mediaType(r.Header.Get("Content-Type"))
+	switch {
+	case !isJSON:
+		WriteUnsupportedMediaType(w, what)
+	case !utf8:
+		WriteUnsupportedCharset(w, what)
+	case Encoded(r.Header):
+		WriteUnsupportedEncoding(w, what)
+	default:
+		return false
+	}
+	return true
+}
+
+// RequireJSON answers 415 to the requests Refuse refuses (a Content-Type
+// missing, not JSON or in a charset other than UTF-8, a Content-Encoding)
+// and passes the others to next. Put it in front of the idempotency
+// middleware: the 415 then claims no key and stores nothing, so the
+// corrected request may reuse the key.
 func RequireJSON(what string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case !IsJSON(r.Header.Get("Content-Type")):
-			WriteUnsupportedMediaType(w, what)
-		case Encoded(r.Header):
-			WriteUnsupportedEncoding(w, what)
-		default:
+		if !Refuse(w, r, what) {
 			next.ServeHTTP(w, r)
 		}
 	})

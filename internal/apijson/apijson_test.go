@@ -177,3 +177,36 @@ func TestRequireJSONRefusesContentEncoding(t *testing.T) {
 		}
 	}
 }
+
+func TestRequireJSONRefusesOtherCharsets(t *testing.T) {
+	t.Parallel()
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := RequireJSON("thing", next)
+	for ct, want := range map[string]int{
+		"application/json":                             204,
+		"application/json; charset=utf-8":              204,
+		"application/json; Charset=\"UTF-8\"":          204,
+		"application/problem+json;charset=Utf-8":       204,
+		"application/json; charset=iso-8859-1":         415,
+		"application/json; charset=utf-16":             415,
+		"application/json; charset=us-ascii":           415,
+		"application/merge-patch+json; charset=koi8-r": 415,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", ct)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Content-Type %q: %d %s, want %d", ct, rec.Code, rec.Body, want)
+			continue
+		}
+		if want == 415 {
+			var p problem.Problem
+			_ = json.Unmarshal(rec.Body.Bytes(), &p)
+			if rec.Header().Get("Content-Type") != problem.MediaType || p.Status != 415 || p.Title != "Unsupported Media Type" ||
+				p.Detail != "Send the thing as application/json in UTF-8 (charset=utf-8, or no charset)." {
+				t.Errorf("Content-Type %q: %s", ct, rec.Body)
+			}
+		}
+	}
+}

@@ -27,7 +27,8 @@
 //
 // The POST endpoints answer, before the idempotency middleware claims the
 // key (so the corrected request may reuse it): 415 when Content-Type is
-// missing or not JSON, and 413 body-too-large for a body over the
+// missing or not JSON, or names a charset other than UTF-8, or the body
+// has a Content-Encoding, and 413 body-too-large for a body over the
 // endpoint's limit (payments.MaxRequestBytes, orders.MaxRequestBytes: 64
 // KiB), one problem whatever the size, since each endpoint's middleware
 // has that limit as its MaxBodyBytes. Malformed (400) and invalid (422)

@@ -240,3 +240,38 @@ func TestContentEncodingRefused(t *testing.T) {
 		}
 	})
 }
+
+// A body declared in a charset other than UTF-8 (application/json;
+// charset=iso-8859-1) is answered 415 before the key is claimed, by the
+// app and by the endpoint alone: the same request declared UTF-8 (in any
+// case) with the same key executes. (It was read as UTF-8: accepted, or a
+// 400 stored under the key when it held a Latin-1 byte.)
+func TestContentTypeCharsetRefused(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, e *env) {
+		for _, ep := range endpoints() {
+			t.Run(ep.path, func(t *testing.T) {
+				for i, ct := range []string{"application/json; charset=iso-8859-1", "application/json;charset=\"windows-1252\"", "application/json; charset=utf-16"} {
+					key := fmt.Sprintf("charset-%d", i)
+					h := headers("Idempotency-Key", key, "Content-Type", ct)
+					r := e.send(ep.path, h, ep.valid(40+i))
+					if r.status != http.StatusUnsupportedMediaType || r.header.Get("Content-Type") != problem.MediaType ||
+						!strings.Contains(string(r.body), "UTF-8") {
+						t.Errorf("Content-Type %q: %d %s; want a 415 problem asking for UTF-8", ct, r.status, r.body)
+					}
+					rec := httptest.NewRecorder()
+					req := httptest.NewRequest(http.MethodPost, ep.path, strings.NewReader(ep.valid(40+i)))
+					req.Header.Set("Content-Type", ct)
+					ep.direct(rec, req)
+					if rec.Code != http.StatusUnsupportedMediaType || rec.Header().Get("Content-Type") != problem.MediaType {
+						t.Errorf("endpoint alone, Content-Type %q: %d %s; want a 415 problem", ct, rec.Code, rec.Body)
+					}
+					h.Set("Content-Type", "application/json; charset=UTF-8")
+					if r := e.send(ep.path, h, ep.valid(40+i)); r.status != http.StatusCreated {
+						t.Errorf("Content-Type %q, then charset=UTF-8 with the same key: %d %s; want 201", ct, r.status, r.body)
+					}
+				}
+			})
+		}
+	})
+}

@@ -38,12 +38,7 @@ func NewHandler[TTx any](store Store[TTx], drv driver.Driver[TTx], projection bo
 // Create is POST /v1/orders: the order and its OrderCreated.v1 event in
 // the middleware's transaction, then 201 with the order.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if !apijson.IsJSON(r.Header.Get("Content-Type")) { // as apijson.RequireJSON, in front of the middleware
-		apijson.WriteUnsupportedMediaType(w, "order")
-		return
-	}
-	if apijson.Encoded(r.Header) {
-		apijson.WriteUnsupportedEncoding(w, "order")
+	if apijson.Refuse(w, r, "order") { // as apijson.RequireJSON, in front of the middleware
 		return
 	}
 	no, err := DecodeCreate(r.Body)

@@ -33,12 +33,7 @@ func NewHandler[TTx any](store Store[TTx], log *slog.Logger) *Handler[TTx] {
 // with the existing payment when its provider and external id are known,
 // 400/413/415/422 problems for bad requests.
 func (h *Handler[TTx]) Create(w http.ResponseWriter, r *http.Request) {
-	if !apijson.IsJSON(r.Header.Get("Content-Type")) { // as apijson.RequireJSON, in front of the middleware
-		apijson.WriteUnsupportedMediaType(w, "payment")
-		return
-	}
-	if apijson.Encoded(r.Header) {
-		apijson.WriteUnsupportedEncoding(w, "payment")
+	if apijson.Refuse(w, r, "payment") { // as apijson.RequireJSON, in front of the middleware
 		return
 	}
 	np, err := DecodeCreate(r.Body)
