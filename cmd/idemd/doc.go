@@ -46,13 +46,19 @@
 // TOPIC.dlq), -kafka-headers (IDEMD_KAFKA_HEADERS: idem, the default,
 // cloudevents or both: the headers the events are published with;
 // consumers read all three) and -kafka-source (IDEMD_KAFKA_SOURCE, the
-// CloudEvents ce_source, default /idemd), -saga-stuck-after (default 1m:
+// CloudEvents ce_source, default /idemd; refused with -kafka-headers
+// idem, which writes none), -saga-stuck-after (default 1m:
 // an order still CREATED gets its events published again),
 // -saga-give-up-after (default 15m: the saga is aborted if nothing was
 // charged, else an operator is alerted) and -otel (IDEMD_OTEL, off by
 // default, on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: traces and the
 // Prometheus metrics exported over OTLP/HTTP; a missing collector never
-// stops idemd from starting). An IDEMD_ variable idemd does not read (in
+// stops idemd from starting). With -kafka off, -kafka-topic,
+// -kafka-headers, -kafka-source, -saga-stuck-after, -saga-give-up-after,
+// -kafka-instance-id and -kafka-session-timeout (flag or variable) stop
+// idemd (exit 2): they would have no effect, since the outbox stores no
+// topic or headers (a later start with Kafka publishes with its own) and
+// no saga or consumer runs. An IDEMD_ variable idemd does not read (in
 // any case, even empty: IDEMD_DATABSE_URL) stops idemd and each of its
 // subcommands before they do anything (exit 2), naming it and the
 // variable it probably stands for ("did you mean IDEMD_DB?"); -h still

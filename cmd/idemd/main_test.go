@@ -30,9 +30,10 @@ func TestBinary(t *testing.T) {
 		testServe(t, bin, syscall.SIGINT)
 	})
 	for name, args := range map[string][]string{
-		"bad flag":       {"-bogus"},
-		"bad addr":       {"-addr", "localhost"},
-		"unknown scheme": {"-db", "mysql://root@db/pay"},
+		"bad flag":             {"-bogus"},
+		"bad addr":             {"-addr", "localhost"},
+		"unknown scheme":       {"-db", "mysql://root@db/pay"},
+		"topic with kafka off": {"-kafka", "off", "-kafka-topic", "shop.orders"},
 	} {
 		t.Run(name+" exits 2 with one line", func(t *testing.T) {
 			t.Parallel()

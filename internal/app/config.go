@@ -164,15 +164,15 @@ var settings = []setting{
 	{"kafka-sasl", "IDEMD_KAFKA_SASL", "", "SASL mechanism of the Kafka brokers: plain, scram-sha-256 or scram-sha-512 (default: none)"},
 	{"kafka-sasl-user", "IDEMD_KAFKA_SASL_USER", "", "SASL user name (with -kafka-sasl)"},
 	{"kafka-sasl-password-file", "IDEMD_KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password (one line), unless " + EnvKafkaSASLPassword + " holds it; there is no flag for the password itself"},
-	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq)"},
+	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq); not with -kafka off"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
 	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
 	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to -kafka-session-timeout (default: dynamic membership)"},
 	{"kafka-session-timeout", "IDEMD_KAFKA_SESSION_TIMEOUT", ConsumerSessionTimeout.String(), "consumer group session timeout: how long a replica that died (or, with -kafka-instance-id, stopped) keeps its partitions; 1s to 30m, within the brokers' group.min/max.session.timeout.ms (Kafka: 6s to 30m by default)"},
-	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both"},
-	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference"},
-	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again"},
-	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator"},
+	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both; not with -kafka off"},
+	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference (with -kafka-headers cloudevents or both)"},
+	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again; not with -kafka off"},
+	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator; not with -kafka off"},
 }
 
 // boolSettings are the settings that are switches: -name alone means
@@ -339,6 +339,24 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg.KafkaSource = strings.TrimSpace(*values["kafka-source"])
 	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
+	}
+	if cfg.Kafka.Mode == KafkaOff {
+		// The outbox stores no topic and no header format: a later start
+		// with Kafka publishes what waits there with its own.
+		for _, name := range []string{"kafka-topic", "kafka-headers", "kafka-source"} {
+			if given(name) {
+				return Config{}, configErrorf("%s has no effect with -kafka off: no event is published (the outbox stores no topic or headers; "+
+					"the relay of a later start with Kafka publishes them with its own)", source(name))
+			}
+		}
+		for _, name := range []string{"saga-stuck-after", "saga-give-up-after"} {
+			if given(name) {
+				return Config{}, configErrorf("%s has no effect with -kafka off: no saga and no stuck order watchdog run", source(name))
+			}
+		}
+	} else if cfg.KafkaHeaders == event.HeaderFormatIdem && given("kafka-source") {
+		return Config{}, configErrorf("%s has no effect with %s %s: it is the CloudEvents ce_source, written only with -kafka-headers cloudevents or both",
+			source("kafka-source"), source("kafka-headers"), cfg.KafkaHeaders)
 	}
 	if cfg.Kafka.Mode != KafkaEmbedded {
 		for _, name := range []string{"kafka-dir", "kafka-embedded-addr"} {
