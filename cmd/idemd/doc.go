@@ -35,7 +35,8 @@
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
 // "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
 // in-process broker, one per database, on -kafka-embedded-addr (default a
-// random port of 127.0.0.1) whose log is kept in -kafka-dir (default
+// random port of 127.0.0.1; -addr's port on the same host is refused)
+// whose log is kept in -kafka-dir (default
 // PATH.kafka next to a SQLite database, ./idemd.kafka with PostgreSQL);
 // off, no relay, no consumer and no
 // saga, the events stay in the outbox, orders stay CREATED and the summary

@@ -166,7 +166,7 @@ var settings = []setting{
 	{"kafka-sasl-password-file", "IDEMD_KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password (one line), unless " + EnvKafkaSASLPassword + " holds it; there is no flag for the password itself"},
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq); not with -kafka off"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
-	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port)"},
+	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port; not -addr's)"},
 	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to -kafka-session-timeout (default: dynamic membership)"},
 	{"kafka-session-timeout", "IDEMD_KAFKA_SESSION_TIMEOUT", ConsumerSessionTimeout.String(), "consumer group session timeout: how long a replica that died (or, with -kafka-instance-id, stopped) keeps its partitions; 1s to 30m, within the brokers' group.min/max.session.timeout.ms (Kafka: 6s to 30m by default)"},
 	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both; not with -kafka off"},
@@ -340,6 +340,10 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
 	}
+	if cfg.Kafka.Mode == KafkaEmbedded && samePort(cfg.Addr, cfg.KafkaEmbeddedAddr) {
+		return Config{}, configErrorf("%s (%s) and %s (%s) ask for the same port: the embedded broker could not listen once the HTTP server does",
+			source("kafka-embedded-addr"), cfg.KafkaEmbeddedAddr, source("addr"), cfg.Addr)
+	}
 	if cfg.Kafka.Mode == KafkaOff {
 		// The outbox stores no topic and no header format: a later start
 		// with Kafka publishes what waits there with its own.
@@ -398,6 +402,32 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// samePort reports whether listening on both a and b (checked by
+// checkAddr) must fail: one port, not 0, on one host or where one of them
+// listens on every interface ("", "::", or "0.0.0.0" with an IPv4 host or
+// a name).
+func samePort(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := strconv.ParseUint(pa, 10, 16)
+	nb, _ := strconv.ParseUint(pb, 10, 16)
+	if na == 0 || na != nb {
+		return false
+	}
+	ipv6 := func(h string) bool { ip := net.ParseIP(h); return ip != nil && ip.To4() == nil }
+	for _, h := range [][2]string{{ha, hb}, {hb, ha}} {
+		switch h[0] {
+		case "", "::":
+			return true
+		case "0.0.0.0":
+			if !ipv6(h[1]) {
+				return true
+			}
+		}
+	}
+	return strings.EqualFold(ha, hb)
 }
 
 // checkAddr accepts host:port with a numeric port.
