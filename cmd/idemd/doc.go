@@ -49,7 +49,8 @@
 // consumers read all three) and -kafka-source (IDEMD_KAFKA_SOURCE, the
 // CloudEvents ce_source, default /idemd; refused with -kafka-headers
 // idem, which writes none), -saga-stuck-after (default 1m:
-// an order still CREATED gets its events published again),
+// an order still CREATED gets its events published again; under 24h, how
+// long the retention sweep keeps a published event, unless -cleanup off),
 // -saga-give-up-after (default 15m: the saga is aborted if nothing was
 // charged, else an operator is alerted) and -otel (IDEMD_OTEL, off by
 // default, on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: traces and the

@@ -171,7 +171,7 @@ var settings = []setting{
 	{"kafka-session-timeout", "IDEMD_KAFKA_SESSION_TIMEOUT", ConsumerSessionTimeout.String(), "consumer group session timeout: how long a replica that died (or, with -kafka-instance-id, stopped) keeps its partitions; 1s to 30m, within the brokers' group.min/max.session.timeout.ms (Kafka: 6s to 30m by default)"},
 	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both; not with -kafka off"},
 	{"kafka-source", "IDEMD_KAFKA_SOURCE", DefaultKafkaSource, "CloudEvents source (ce_source) of the events, a URI-reference (with -kafka-headers cloudevents or both)"},
-	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again; not with -kafka off"},
+	{"saga-stuck-after", "IDEMD_SAGA_STUCK_AFTER", DefaultSagaStuckAfter.String(), "an order still CREATED after this long gets its events published again (under 24h unless -cleanup is off); not with -kafka off"},
 	{"saga-give-up-after", "IDEMD_SAGA_GIVE_UP_AFTER", DefaultSagaGiveUpAfter.String(), "an order still CREATED after this long is rejected if nothing was charged, else reported to an operator; not with -kafka off"},
 }
 
@@ -393,6 +393,10 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if cfg.SagaGiveUpAfter <= cfg.SagaStuckAfter {
 		return Config{}, configErrorf("%s (%s) must be longer than %s (%s)", source("saga-give-up-after"), cfg.SagaGiveUpAfter,
 			source("saga-stuck-after"), cfg.SagaStuckAfter)
+	}
+	if cfg.Cleanup != CleanupOff && cfg.SagaStuckAfter >= cleanup.DefaultOutboxTTL {
+		return Config{}, configErrorf("%s (%s) must be shorter than %s, how long the retention sweep (%s) keeps a published event in the outbox: "+
+			"the watchdog would find no event left to publish again", source("saga-stuck-after"), cfg.SagaStuckAfter, cleanup.DefaultOutboxTTL, source("cleanup"))
 	}
 	return cfg, nil
 }

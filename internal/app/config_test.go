@@ -58,6 +58,10 @@ func TestParseConfig(t *testing.T) {
 			app.Config{Addr: ":0", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
 				ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
 				KafkaEmbeddedAddr: ":0", KafkaSessionTimeout: 6 * time.Second, SagaStuckAfter: time.Minute, SagaGiveUpAfter: 15 * time.Minute, KafkaSource: "/idemd"}},
+		{"long stuck after without the sweep", []string{"-cleanup", "off", "-saga-stuck-after", "30h", "-saga-give-up-after", "48h"}, nil,
+			app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
+				ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "off", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
+				KafkaEmbeddedAddr: "127.0.0.1:0", KafkaSessionTimeout: 6 * time.Second, SagaStuckAfter: 30 * time.Hour, SagaGiveUpAfter: 48 * time.Hour, KafkaSource: "/idemd"}},
 		{"cloudevents headers", []string{"-kafka-headers", "CloudEvents"}, map[string]string{"IDEMD_KAFKA_SOURCE": "//shop.example/orders"},
 			app.Config{Addr: "127.0.0.1:8080", DB: app.Database{Kind: app.SQLite, Path: "./idemd.db"},
 				ShutdownTimeout: 15 * time.Second, LogFormat: "json", Cleanup: "0 3 * * *", Kafka: app.Kafka{Mode: app.KafkaEmbedded}, KafkaTopic: "idemd.orders",
@@ -144,6 +148,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"source from environment with idem headers", []string{"-kafka", "k:9092"}, map[string]string{"IDEMD_KAFKA_SOURCE": "/shop", "IDEMD_KAFKA_HEADERS": "idem"}, "IDEMD_KAFKA_SOURCE has no effect with IDEMD_KAFKA_HEADERS idem"},
 		{"cloudevents without a source", []string{"-kafka-headers", "both", "-kafka-source", ""}, nil, "-kafka-source"},
 		{"bad stuck duration", []string{"-saga-stuck-after", "-1s"}, nil, "-saga-stuck-after"},
+		{"stuck after outlives the outbox rows", []string{"-saga-stuck-after", "24h", "-saga-give-up-after", "48h"}, nil,
+			"-saga-stuck-after (24h0m0s) must be shorter than 24h0m0s"},
 		{"give up before stuck", []string{"-saga-stuck-after", "5m", "-saga-give-up-after", "1m"}, nil, "must be longer than -saga-stuck-after"},
 	}
 	for _, tt := range tests {
