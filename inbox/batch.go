@@ -44,7 +44,10 @@ type BatchResult struct {
 // If fn fails for an event (or an event has the nil ID), the whole batch
 // rolls back, nothing of it is committed, and the error is an *EventError
 // with that event's ID and index in events: the caller can dead-letter that
-// event and process the others again, or retry the batch. Other errors come
+// event and process the others again, or retry the batch. When ctx ended
+// while fn ran (errors.Is(err, ctx.Err()) is true, typically a shutdown),
+// the *EventError names the event that happened to be running, not a
+// faulty one: retry the batch later, don't dead-letter it. Other errors come
 // from the database and leave nothing applied, except a failed COMMIT, whose
 // outcome is unknown; redelivering the batch is always safe. An empty batch
 // does nothing.

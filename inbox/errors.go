@@ -14,7 +14,9 @@ var ErrNilEventID = errors.New("inbox: event ID is the nil UUID")
 
 // EventError says which event a batch failed on. The handler's error (or
 // ErrNilEventID) is in Err; errors.Is and errors.As see through EventError.
-// Nothing of the batch was committed.
+// Nothing of the batch was committed. An EventError wrapping the context's
+// error (context.Canceled, context.DeadlineExceeded) reports a batch cut
+// short, not a faulty event.
 type EventError struct {
 	// ID is the event's ID.
 	ID uuid.UUID
