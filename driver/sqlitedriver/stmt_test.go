@@ -21,6 +21,13 @@ func (c *stmtCache) has(query string) bool {
 	return c.stmts[query] != nil
 }
 
+// claimWait is the Wait of the tests' claims that are not about the wait:
+// with none, BeginClaim waits only a few milliseconds for the single
+// connection, which the driver's background preparation of the statements
+// first met in a transaction may hold; on a loaded machine that runs out,
+// and the claim is not locked.
+const claimWait = 5 * time.Second
+
 // openMigrated opens a migrated database file of its own; the caller
 // closes it.
 func openMigrated(t *testing.T) *Driver {
@@ -63,7 +70,7 @@ func TestStatementCache(t *testing.T) {
 
 	complete := func(key string, body string) {
 		t.Helper()
-		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Wait: claimWait})
 		if err != nil || !res.Locked || res.Record != nil {
 			t.Fatalf("BeginClaim(%s) = %+v, %v; want locked, no record", key, res, err)
 		}
@@ -272,7 +279,7 @@ func storeRecords(t *testing.T, d *Driver, keys ...string) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	for _, key := range keys {
-		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Wait: claimWait})
 		if err != nil || !res.Locked {
 			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
 		}

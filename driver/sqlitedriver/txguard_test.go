@@ -18,6 +18,13 @@ import (
 // endlessInsert writes rows until its context interrupts it.
 const endlessInsert = `INSERT INTO acct (v) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c`
 
+// claimWait is the Wait of the tests' claims that are not about the wait:
+// with none, BeginClaim waits only a few milliseconds for the single
+// connection, which the driver's background preparation of the statements
+// first met in a transaction may hold; on a loaded machine that runs out,
+// and the claim is not locked.
+const claimWait = 5 * time.Second
+
 func count(t *testing.T, db *sql.DB, table string) int {
 	t.Helper()
 	var n int
@@ -276,7 +283,7 @@ func TestTxGuardClaimCommitsOnlyWithTheRecord(t *testing.T) {
 	}
 	claim := func(key string, id int) *sql.Tx {
 		t.Helper()
-		tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key})
+		tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Wait: claimWait})
 		if err != nil || !res.Locked {
 			t.Fatalf("BeginClaim(%s) = %+v, %v", key, res, err)
 		}
@@ -336,7 +343,7 @@ func TestTxGuardClaimCommitsOnlyWithTheRecord(t *testing.T) {
 		t.Fatalf("CommitComplete: %v", err)
 	}
 	// A claim read, then rolled back (a replay), leaves nothing behind.
-	tx, _, err = drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "d"})
+	tx, _, err = drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "d", Wait: claimWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +384,7 @@ func TestTxGuardClaimDeferred(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE acct (id INTEGER PRIMARY KEY, v INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
-	tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "a"})
+	tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "a", Wait: claimWait})
 	if err != nil || !res.Locked {
 		t.Fatalf("BeginClaim = %+v, %v", res, err)
 	}
