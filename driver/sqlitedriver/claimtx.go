@@ -20,8 +20,17 @@ var _ driver.TxClaimer[*sql.Tx] = (*Driver)(nil)
 // another process may hold, is bounded by p.Wait (zero: a few
 // milliseconds); when it runs out, the result is not locked. A busy timeout
 // shorter than p.Wait that runs out is driver.ErrLockTimeout.
+//
+// End the transaction through the driver (CommitComplete, Commit, Rollback
+// or RollbackEnded): that detaches it from ctx. One ended on the *sql.Tx
+// itself (its Commit or Rollback) with no call of the driver after it
+// stays attached: its context remains a child of ctx until ctx ends, and
+// its claim mark, which holds that context, stays in the driver until
+// another transaction takes its place. On a long-lived ctx (a worker's),
+// that is memory kept per call: call Rollback after it, which returns nil
+// on an ended transaction. (idemhttp always ends it through the driver.)
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.Tx, *driver.TxClaimResult, error) {
-	tx, err := d.beginWithin(ctx, p.Wait, true)
+	tx, _, err := d.beginWithin(ctx, p.Wait, true)
 	if errors.Is(err, errConnWait) {
 		return nil, &driver.TxClaimResult{}, nil
 	}
@@ -54,15 +63,25 @@ var errConnWait = errors.New("sqlitedriver: the connection is held by another tr
 // on a context that ends with ctx, or when the wait runs out (leaving
 // database/sql's queue; a transaction begun at that very moment is rolled
 // back).
-func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool) (*sql.Tx, error) {
+//
+// That context stays attached to ctx until it is cancelled: release
+// cancels it, and must run once the transaction has ended, never before
+// (that would roll it back). A transaction of BeginClaim carries release
+// in its claim mark, and the driver's methods that end it run it (see
+// claimMark.ended); the caller of one without a claim runs it.
+func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool) (tx *sql.Tx, release func(), err error) {
 	bctx, cancel := context.WithCancel(ctx)
+	var mark *claimMark
+	if claim {
+		mark = &claimMark{release: cancel}
+	}
 	type begun struct {
 		tx  *sql.Tx
 		err error
 	}
 	ch := make(chan begun, 1)
 	go func() {
-		tx, err := d.begin(bctx, claim)
+		tx, err := d.begin(bctx, mark)
 		ch <- begun{tx, err}
 	}()
 	timer := time.NewTimer(max(wait, minConnWait))
@@ -85,18 +104,17 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool
 				_ = d.Rollback(ctx, b.tx)
 			}
 			if err := ctx.Err(); err != nil {
-				return nil, mapErr("begin", err)
+				return nil, nil, mapErr("begin", err)
 			}
-			return nil, errConnWait
+			return nil, nil, errConnWait
 		}
 	}
 	if b.err != nil {
 		cancel()
-		return nil, b.err
+		return nil, nil, b.err
 	}
-	// bctx ends with ctx, as Begin's transaction would.
-	context.AfterFunc(ctx, cancel)
-	return b.tx, nil
+	// bctx, a child of ctx, ends with it, as Begin's transaction would.
+	return b.tx, cancel, nil
 }
 
 // testHookWaitRanOut, set by tests only, runs when beginWithin's wait ran
@@ -112,6 +130,7 @@ var testHookWaitRanOut func(begun func() bool)
 // and driver.ErrTxAborted.
 func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCompleteParams) error {
 	mark := takeClaim(tx)
+	defer mark.ended()
 	var (
 		res sql.Result
 		err error

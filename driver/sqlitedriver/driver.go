@@ -169,21 +169,21 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 // Begin implements driver.Driver. It arms the transaction guard of the
 // package documentation on the transaction's connection.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
-	return d.begin(ctx, false)
+	return d.begin(ctx, nil)
 }
 
 // begin begins a transaction and arms the transaction guard (see
-// txguard.go; a no-op on a connection not opened with DSN), with a claim
-// mark for a transaction of BeginClaim: the arming statement is one either
-// way.
-func (d *Driver) begin(ctx context.Context, claim bool) (*sql.Tx, error) {
+// txguard.go; a no-op on a connection not opened with DSN), with mark, the
+// claim mark of a transaction of BeginClaim, when not nil: the arming
+// statement is one either way.
+func (d *Driver) begin(ctx context.Context, mark *claimMark) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, mapErr("begin", err)
 	}
 	arm := txGuardArm
-	if claim {
-		arm = markClaim(tx)
+	if mark != nil {
+		arm = markClaim(tx, mark)
 	}
 	if _, err := tx.ExecContext(ctx, arm); err != nil {
 		_ = d.Rollback(ctx, tx)
@@ -196,12 +196,13 @@ func (d *Driver) begin(ctx context.Context, claim bool) (*sql.Tx, error) {
 // only with CommitComplete on the connections of Open (and DSN): Commit
 // rolls it back and returns an error wrapping driver.ErrTxAborted.
 func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
+	// BeginClaim's; the guard holds the mark since the transaction began.
+	defer takeClaim(tx).ended()
 	if err := tx.Commit(); err != nil {
 		if noTxActive(err) {
 			return fmt.Errorf("sqlitedriver: commit: %w: %w", errTxRolledBack, err)
 		}
 		if isTxRolledBack(err) {
-			takeClaim(tx)
 			return fmt.Errorf("sqlitedriver: commit: %w: %w", errClaimCommit, err)
 		}
 		return fmt.Errorf("sqlitedriver: commit: %w", err)
@@ -211,7 +212,7 @@ func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 
 // Rollback implements driver.Driver.
 func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
-	takeClaim(tx) // BeginClaim's
+	defer takeClaim(tx).ended() // BeginClaim's
 	// "No transaction is active": SQLite had rolled it back already.
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) && !noTxActive(err) {
 		return fmt.Errorf("sqlitedriver: rollback: %w", err)
@@ -228,6 +229,7 @@ var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
 // nothing of it commit without its record.
 func (d *Driver) RollbackEnded(_ context.Context, tx *sql.Tx) error {
 	mark := takeClaim(tx)
+	defer mark.ended()
 	err := tx.Rollback()
 	switch {
 	case errors.Is(err, sql.ErrTxDone):

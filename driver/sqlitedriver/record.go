@@ -21,13 +21,14 @@ const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, 
 // that runs out first.
 func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
 	if e.db.tx == nil && p.LockTimeout > 0 {
-		tx, err := e.d.beginWithin(ctx, p.LockTimeout, false)
+		tx, release, err := e.d.beginWithin(ctx, p.LockTimeout, false)
 		if errors.Is(err, errConnWait) {
 			return nil, fmt.Errorf("sqlitedriver: claim: %w: %w", driver.ErrLockTimeout, err)
 		}
 		if err != nil {
 			return nil, err
 		}
+		defer release() // once tx has ended
 		res, err := e.d.UnwrapExecutor(tx).RecordClaim(ctx, p)
 		if err != nil {
 			_ = tx.Rollback()

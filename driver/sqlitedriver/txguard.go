@@ -75,14 +75,29 @@ type claimMark struct {
 	// refused: the guard turned a COMMIT without the record into a
 	// rollback.
 	refused atomic.Bool
+	// release detaches the transaction from its caller's context (see
+	// beginWithin); set before the mark is stored.
+	release func()
+}
+
+// ended runs, once the transaction of BeginClaim has ended, what must then
+// run (release). m may be nil: not a transaction of BeginClaim, or its mark
+// already taken.
+func (m *claimMark) ended() {
+	if m != nil && m.release != nil {
+		m.release()
+	}
 }
 
 // claimMarks holds the claim marks of the open transactions of BeginClaim,
 // by claimKey of their *sql.Tx: BeginClaim stores one, the guard finds it
-// by the key in txGuardClaim's value, and CommitComplete or Rollback
-// removes it. A mark left behind (a transaction of BeginClaim ended with
-// (*sql.Tx).Rollback directly) is replaced by the next transaction at that
-// address.
+// by the key in txGuardClaim's value, and the driver's methods that end the
+// transaction (CommitComplete, Commit, Rollback, RollbackEnded) remove it
+// and run its ended. A mark left behind (a transaction of BeginClaim ended
+// with (*sql.Tx).Commit or Rollback directly, and no call of the driver
+// after it) is replaced by the next transaction at that address; its
+// release never runs, and the transaction's context stays attached to the
+// caller's until that ends.
 var claimMarks sync.Map
 
 // claimKey identifies tx among the open transactions.
@@ -94,11 +109,11 @@ func txGuardClaim(key uintptr) string {
 	return "PRAGMA " + txGuardClaimPragma + " = " + strconv.FormatUint(uint64(key), 10)
 }
 
-// markClaim stores a claim mark for tx and returns the statement that arms
-// the guard with it.
-func markClaim(tx *sql.Tx) string {
+// markClaim stores m as tx's claim mark and returns the statement that
+// arms the guard with it.
+func markClaim(tx *sql.Tx, m *claimMark) string {
 	key := claimKey(tx)
-	claimMarks.Store(key, &claimMark{})
+	claimMarks.Store(key, m)
 	return txGuardClaim(key)
 }
 
