@@ -100,7 +100,8 @@ type (
 )
 
 // Driver gives idem access to every table of one database: what the cleaner
-// and the reference daemon take. pgdriver and sqlitedriver implement it.
+// and the reference daemon take. pgdriver, pgsqldriver and sqlitedriver
+// implement it.
 type Driver[TTx any] interface {
 	Backend[TTx]
 	RecordStore[TTx]

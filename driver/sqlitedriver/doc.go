@@ -55,9 +55,12 @@
 //
 // SQLite compiles a statement every time it runs from its text, which on a
 // small statement costs about as much as running it. The driver therefore
-// keeps its statements prepared (all but those whose text it builds per
-// call: multi-row outbox INSERTs, marks of several events, redrives by
-// key). A statement is prepared on the
+// keeps its statements prepared, all but a few: those whose text it builds
+// per call (multi-row outbox INSERTs, marks of several events), outbox
+// redrives, CommitComplete's upsert that replaces an expired record, the
+// statement that arms the transaction guard in Begin (the guard sees it
+// only as it is prepared), and those of Migrate and Validate. A statement
+// is prepared on the
 // database, never from inside a transaction (that would wait for the single
 // connection the transaction holds): one first met in a transaction runs
 // from its text there and is prepared in the background once the
