@@ -70,7 +70,10 @@ type Config struct {
 	// pgdriver's EnableInboxPartitioning. Defaults to false.
 	PartitionedInbox bool
 	// PartitionsAhead is how many days of inbox partitions each sweep keeps
-	// created ahead of today in partition mode. Defaults to 3.
+	// created ahead of today in partition mode. Defaults to 3. It must
+	// cover the time between two sweeps of Schedule: New refuses a
+	// schedule whose next sweep comes after the end of the UTC day
+	// PartitionsAhead days after a sweep's (a weekly schedule needs 7).
 	PartitionsAhead int
 
 	// BatchSize is the most rows one DELETE statement removes. A table is
@@ -259,8 +262,12 @@ func (c Config) validate() error {
 	if c.Pause < 0 && c.Pause != NoPause {
 		errs = append(errs, fmt.Errorf("Config.Pause %s must be positive or NoPause", c.Pause))
 	}
-	if _, err := parseSchedule(c.Schedule, c.Location); err != nil {
+	if s, err := parseSchedule(c.Schedule, c.Location); err != nil {
 		errs = append(errs, err)
+	} else if c.PartitionedInbox && !c.Inbox.Disabled && c.PartitionsAhead >= 1 {
+		if err := checkPartitionSchedule(c.Schedule, s, c.Location, c.PartitionsAhead, c.Now()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !lockNameRe.MatchString(c.LockName) {
 		errs = append(errs, fmt.Errorf("LockName %q must be 1-200 printable ASCII characters", c.LockName))

@@ -98,7 +98,8 @@
 // To enable it, call the driver's EnableInboxPartitioning once after
 // Migrate (it converts the table in one transaction, copying its rows), then
 // set Config.PartitionedInbox. Each sweep then creates the partitions of the
-// next Config.PartitionsAhead days (3), drops the days that ended before
+// next Config.PartitionsAhead days (3; New refuses a Schedule whose sweeps
+// are further apart, such as a weekly one), drops the days that ended before
 // now - Inbox.TTL, and deletes the old rows of the DEFAULT partition in
 // batches. The default partition takes the ids that are not UUIDv7 and the
 // ids of days without a partition. A dropped day's rows that were processed

@@ -3,7 +3,10 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -85,4 +88,41 @@ func unpartitionedCheck(p partitionProbe) func(context.Context, time.Time, time.
 		}
 		return nil
 	}
+}
+
+// checkPartitionSchedule refuses, in partition mode, a schedule whose
+// sweeps are further apart than the partitions each sweep creates ahead: a
+// sweep at f creates the partitions up to the end of the UTC day
+// PartitionsAhead days after f's, and the events from then until the next
+// sweep would land in the DEFAULT partition. It follows the coming year of
+// the schedule from now, sweep by sweep, but at least an hour at a time:
+// from an instant t that is not a sweep, the last sweep came at or before
+// t, so Next(t) too must come before the end of the UTC day
+// PartitionsAhead days after t's.
+func checkPartitionSchedule(spec string, s cron.Schedule, loc *time.Location, ahead int, now time.Time) error {
+	const day = 24 * time.Hour
+	need := ahead
+	var from, to time.Time
+	end := now.AddDate(1, 0, 0)
+	for t := now; t.Before(end); {
+		g := nextOnWallClock(s, t, loc)
+		if g.IsZero() {
+			break
+		}
+		y, m, d := t.UTC().Date()
+		span := g.Sub(time.Date(y, m, d, 0, 0, 0, 0, time.UTC)) // from the start of t's UTC day
+		if n := int((span+day-1)/day) - 1; n > need {
+			need, from, to = n, t, g
+		}
+		if t = t.Add(time.Hour); g.After(t) {
+			t = g
+		}
+	}
+	if need <= ahead {
+		return nil
+	}
+	return fmt.Errorf("Config.Schedule %q: after %s its next sweep is at %s, but in partition mode a sweep creates the inbox partitions of the next PartitionsAhead (%d) days only: "+
+		"the events in between would land in the DEFAULT partition, which the next sweep moves under an exclusive lock and deletes row by row; "+
+		"set PartitionsAhead to at least %d, or sweep more often",
+		spec, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), ahead, need)
 }

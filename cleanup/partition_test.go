@@ -5,6 +5,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -498,5 +499,80 @@ func TestPartitionDropDoesNotCopyALateDayUnderLock(t *testing.T) {
 	}
 	if got := p.present(old); got != 0 {
 		t.Errorf("%d old rows of day -4 left", got)
+	}
+}
+
+// In partition mode each sweep creates the partitions of the next
+// PartitionsAhead days only: a schedule whose sweeps are further apart
+// sends the events of the days in between to the DEFAULT partition, which
+// the next sweep moves under an exclusive lock and deletes row by row, the
+// cost partition mode is there to avoid. New refuses it, naming the
+// PartitionsAhead that fits; with it, every event between two scheduled
+// sweeps lands in a day partition.
+func TestPartitionScheduleCoversTheGap(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	cfg := func(schedule string, ahead int) *cleanup.Config {
+		return &cleanup.Config{
+			PartitionedInbox: true,
+			PartitionsAhead:  ahead,
+			Schedule:         schedule,
+			Location:         time.UTC,
+			Now:              func() time.Time { return pnow },
+			Pause:            cleanup.NoPause,
+			Logger:           slog.New(slog.DiscardHandler),
+		}
+	}
+	for _, tc := range []struct {
+		schedule string
+		ahead    int
+		wantErr  string
+	}{
+		{"0 3 * * 0", 0, "PartitionsAhead to at least 7"}, // weekly, 3 days ahead by default
+		{"0 3 * * 0", 6, "PartitionsAhead to at least 7"},
+		{"@every 96h", 3, "PartitionsAhead to at least 4"},
+		{"0 3 1 * *", 3, "PartitionsAhead to at least 31"}, // monthly
+		{"0 3 * * 0", 7, ""},
+		{"@every 72h", 3, ""},
+		{"0 3 * * *", 0, ""},
+		{"0 23 * * *", 1, ""},
+	} {
+		_, err := cleanup.New(p.drv, cfg(tc.schedule, tc.ahead))
+		if tc.wantErr == "" && err != nil {
+			t.Errorf("New(Schedule %q, PartitionsAhead %d) = %v; want a cleaner", tc.schedule, tc.ahead, err)
+		}
+		if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("New(Schedule %q, PartitionsAhead %d) error = %v; want one containing %q", tc.schedule, tc.ahead, err, tc.wantErr)
+		}
+	}
+	// Without partition maintenance there is nothing to check.
+	off := cfg("0 3 * * 0", 0)
+	off.Inbox.Disabled = true
+	if _, err := cleanup.New(p.drv, off); err != nil {
+		t.Errorf("New(weekly, Inbox.Disabled) = %v; want a cleaner", err)
+	}
+
+	// Weekly with 7 days ahead: the last event before the next sweep has
+	// its partition.
+	c, err := cleanup.New(p.drv, cfg("0 3 * * 0", 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Next(pnow)
+	g := c.Next(f)
+	sweep, err := cleanup.New(p.drv, &cleanup.Config{
+		PartitionedInbox: true, PartitionsAhead: 7, Schedule: "0 3 * * 0", Location: time.UTC,
+		Now: func() time.Time { return f }, Pause: cleanup.NoPause, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sweep.RunOnce(t.Context()); err != nil {
+		t.Fatalf("sweep at %s: %v", f, err)
+	}
+	last := v7At(g.Add(-time.Minute))
+	p.insert([]uuid.UUID{last}, g.Add(-time.Minute))
+	if got := p.where(last); got == "processed_event_default" {
+		t.Errorf("an event of %s, before the next sweep at %s, landed in %s; want its day's partition", g.Add(-time.Minute), g, got)
 	}
 }
