@@ -65,20 +65,15 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 	return cl, nil
 }
 
-// logConfig reports overrides and the documented misconfigurations: an
-// inbox window shorter than the redelivery horizon, and finished sagas
-// deleted before the events that drive them can no longer arrive.
+// logConfig reports overrides and finished sagas deleted before the inbox
+// forgets their events (a window shorter than the redelivery horizon is
+// refused by validate).
 func (c *Cleaner[TTx]) logConfig() {
 	in, sg := c.cfg.Inbox, c.cfg.Sagas
 	if !in.Disabled {
 		if in.TTL < MinTTL || in.TTL > MaxTTL {
 			c.cfg.Logger.Warn("cleanup: inbox retention outside the R-DIST-IDEM-5 bounds, allowed by override",
 				"ttl", in.TTL, "min", MinTTL, "max", MaxTTL, "reason", in.OverrideReason)
-		}
-		if in.RedeliveryHorizon > 0 && in.TTL < in.RedeliveryHorizon {
-			c.cfg.Logger.Warn("cleanup: MISCONFIGURATION: inbox retention is shorter than the redelivery horizon; "+
-				"an event redelivered after its processed_event row is deleted is applied twice",
-				"inbox_ttl", in.TTL, "redelivery_horizon", in.RedeliveryHorizon)
 		}
 	}
 	if sg.Disabled {
@@ -92,10 +87,10 @@ func (c *Cleaner[TTx]) logConfig() {
 	if !in.Disabled {
 		inboxTTL = in.TTL
 	}
-	if sg.TTL < inboxTTL || sg.TTL < in.RedeliveryHorizon {
-		c.cfg.Logger.Warn("cleanup: MISCONFIGURATION: finished sagas are deleted before the inbox forgets their events "+
-			"or before the redelivery horizon; a late event of a deleted saga finds no saga, or starts it again",
-			"saga_ttl", sg.TTL, "inbox_ttl", inboxTTL, "redelivery_horizon", in.RedeliveryHorizon)
+	if sg.TTL < inboxTTL { // one shorter than the redelivery horizon is refused by validate
+		c.cfg.Logger.Warn("cleanup: MISCONFIGURATION: finished sagas are deleted before the inbox forgets their events; "+
+			"a late event of a deleted saga finds no saga, or starts it again",
+			"saga_ttl", sg.TTL, "inbox_ttl", inboxTTL)
 	}
 }
 

@@ -151,9 +151,9 @@ type InboxRetention struct {
 	// RedeliveryHorizon is the longest time after which an event can still
 	// be delivered again: the topic's retention, or the largest consumer
 	// lag you tolerate. An event redelivered after its dedup row was deleted
-	// is applied twice, so a TTL shorter than the horizon is a
-	// misconfiguration: New logs a warning. Defaults to 0 (unknown: no
-	// check).
+	// is applied twice, so New refuses a TTL shorter than the horizon (and a
+	// Sagas.TTL shorter than it), whatever OverrideReason says. Defaults to
+	// 0 (unknown: no check).
 	RedeliveryHorizon time.Duration
 }
 
@@ -180,8 +180,9 @@ type SagaRetention struct {
 	// only costs space). Keep it at least as long as Inbox.TTL and
 	// Inbox.RedeliveryHorizon: an event of a deleted saga that arrives
 	// later finds no saga (saga.ErrNotFound), and an event that starts the
-	// saga creates it anew and runs its steps again. New logs a warning
-	// when TTL is shorter than either.
+	// saga creates it anew and runs its steps again. New refuses a TTL
+	// shorter than the horizon and logs a warning when it is shorter than
+	// Inbox.TTL.
 	TTL time.Duration
 	// OverrideReason allows a TTL under 24h; it is logged by New.
 	OverrideReason string
@@ -240,6 +241,8 @@ func (c Config) validate() error {
 		}
 		if c.Inbox.RedeliveryHorizon < 0 {
 			errs = append(errs, fmt.Errorf("Inbox.RedeliveryHorizon %s must not be negative", c.Inbox.RedeliveryHorizon))
+		} else if c.Inbox.TTL > 0 && c.Inbox.TTL < c.Inbox.RedeliveryHorizon {
+			errs = append(errs, fmt.Errorf("Inbox.TTL %s is shorter than Inbox.RedeliveryHorizon %s: an event redelivered after its processed_event row is deleted is applied twice; lengthen Inbox.TTL (beyond %s with Inbox.OverrideReason), or shorten the topic's retention and the horizon", c.Inbox.TTL, c.Inbox.RedeliveryHorizon, MaxTTL))
 		}
 	}
 	if !c.Outbox.Disabled && c.Outbox.TTL <= 0 {
@@ -250,6 +253,9 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("Sagas.TTL %s must be positive", c.Sagas.TTL))
 		} else if c.Sagas.TTL < MinTTL && strings.TrimSpace(c.Sagas.OverrideReason) == "" {
 			errs = append(errs, fmt.Errorf("Sagas.TTL %s is under %s: a late event of a deleted saga finds no saga, or starts it again; set Sagas.OverrideReason to allow it", c.Sagas.TTL, MinTTL))
+		}
+		if c.Sagas.TTL > 0 && c.Sagas.TTL < c.Inbox.RedeliveryHorizon {
+			errs = append(errs, fmt.Errorf("Sagas.TTL %s is shorter than Inbox.RedeliveryHorizon %s: an event redelivered after its saga is deleted finds no saga, or starts it again; lengthen Sagas.TTL", c.Sagas.TTL, c.Inbox.RedeliveryHorizon))
 		}
 	}
 	errs = append(errs, validateRules(c.Rules)...)

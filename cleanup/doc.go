@@ -3,7 +3,7 @@
 // at a time (rule R-DIST-IDEM-5, docs/rules.md).
 //
 //	c, err := cleanup.New(drv, &cleanup.Config{
-//		Inbox: cleanup.InboxRetention{RedeliveryHorizon: 7 * 24 * time.Hour}, // warns: TTL 72h < 7d
+//		Inbox: cleanup.InboxRetention{RedeliveryHorizon: 72 * time.Hour}, // the topic's retention; a longer one than the TTL (72h) is refused
 //	})
 //	if err != nil { ... } // a misconfiguration fails at start-up
 //	go c.Run(ctx)         // daily at 03:00; c.RunOnce(ctx) sweeps now
@@ -25,8 +25,8 @@
 //     and the table grows for nothing. The window must also cover the
 //     topic's redelivery horizon (its retention, or the largest consumer lag
 //     you tolerate): an event redelivered after its dedup row was deleted is
-//     applied twice. Set Config.Inbox.RedeliveryHorizon and New logs a
-//     warning when the TTL is shorter. The TTL applies to every consumer.
+//     applied twice. Set Config.Inbox.RedeliveryHorizon and New refuses a
+//     TTL shorter than it. The TTL applies to every consumer.
 //   - outbox: published rows are kept for Config.Outbox.TTL after their
 //     publication (24h by default) for audits and manual republishing
 //     (outbox.Redrive). Rows not yet published, and parked rows, are never
