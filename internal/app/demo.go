@@ -432,7 +432,6 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 		return nil, err
 	}
 	rep := &demoReport{cfg: d.cfg, runID: d.runID, base: d.base, customers: d.nCust}
-	deadline := start.Add(d.cfg.timeout)
 	if err := d.plan(); err != nil {
 		return nil, err
 	}
@@ -459,6 +458,9 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// -timeout bounds the settling, from here: sending may take longer
+	// than it (many orders, a slow idemd, its database restarting).
+	deadline := time.Now().Add(d.cfg.timeout)
 	d.log.Info("demo: waiting for the order sagas")
 	d.waitOrders(ctx, deadline)
 

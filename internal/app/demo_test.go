@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemclient"
 )
@@ -175,6 +176,36 @@ func TestDemoForgetfulServer(t *testing.T) {
 	}
 	if d := demoCell(t, demoRows(t, out), "orders", 3); d == 0 || !strings.Contains(out, "FAILED") {
 		t.Errorf("orders: %d double effects, want some, and FAILED\n%s", d, out)
+	}
+}
+
+// -timeout bounds the wait for idemd to settle, not the whole run: a demo
+// whose orders take longer than -timeout to send (a slow idemd, a database
+// restarting under it) still waits for the sagas, reproduces the Kafka
+// records and passes, instead of finding its deadline gone and reporting
+// Kafka unreachable.
+func TestDemoTimeoutStartsAfterSending(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	const delay = time.Second
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" {
+			time.Sleep(delay)
+		}
+		a.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	// 4 orders one at a time: at least 4 s of sending, more than -timeout.
+	code := runDemo(context.Background(), []string{"-url", slow.URL, "-orders", "4", "-concurrency", "1", "-seed", "1", "-timeout", "3s"},
+		func(string) string { return "" }, nil, &stdout, &stderr)
+	out := stdout.String()
+	if took := time.Since(start); took < 4*delay {
+		t.Fatalf("the demo took %v: the orders were not sent slowly enough to outlast -timeout", took)
+	}
+	if code != 0 || !strings.Contains(out, "OK: no double effects, nothing lost") {
+		t.Fatalf("exit %d, want 0 and OK\n%s\n%s", code, out, stderr.String())
 	}
 }
 
