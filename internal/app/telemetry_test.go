@@ -102,7 +102,10 @@ func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
 	}
 	select {
 	case d := <-flushed:
-		if d > 1100*time.Millisecond {
+		// At most what is left of 1s, plus the scheduler's delay on a
+		// loaded machine (137 ms once with a load average of 7); a flush
+		// given its own 5s (telemetryShutdownTimeout) fails.
+		if d > 1600*time.Millisecond {
 			t.Errorf("the flush was given %s; want at most what is left of 1s", d)
 		}
 	default:
