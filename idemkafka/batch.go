@@ -2,13 +2,8 @@ package idemkafka
 
 import (
 	"context"
-	"database/sql"
-	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -19,6 +14,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // failure tracks the record of a partition batch whose handler failed.
@@ -307,42 +303,4 @@ func refusedAtCommit(err error) bool {
 // record's: it counts toward Retry.Attempts and is dead-lettered in the
 // end, so that one record whose call fails for good never stalls its
 // partition.
-func transientDB(err error) bool {
-	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		switch code := st.SQLState(); {
-		case code == "40001", code == "40P01", code == "55P03", code == "57014",
-			code == "57P01", code == "57P02", code == "57P03", code == "53300",
-			strings.HasPrefix(code, "08"):
-			return true
-		}
-	}
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		if c := coded.Code() & 0xff; c == 5 || c == 6 { // SQLITE_BUSY, SQLITE_LOCKED
-			return true
-		}
-	}
-	if errors.Is(err, driver.ErrLockTimeout) {
-		return true
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		// An HTTP call's failure, even a refused connection: not the
-		// database's.
-		return false
-	}
-	// pgconn's errors (all with a SafeToRetry method): failed before
-	// anything was sent, or timed out (pgconn.Timeout: a net.Error
-	// timeout or a context deadline underneath).
-	var pg interface{ SafeToRetry() bool }
-	if errors.As(err, &pg) {
-		var ne net.Error
-		if pg.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-			return true
-		}
-	}
-	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
-}
+func transientDB(err error) bool { return dberr.Transient(err) }

@@ -1,6 +1,7 @@
 // Package apijson holds what idemd's JSON endpoints (payments, orders)
 // share: the request error and its RFC 9457 rendering, the bounded body
-// read, and the media type check.
+// read, the media type check, and the 503 of a database that failed the
+// handler (WriteUnavailable).
 //
 // A problem's detail describes the client's input only: an error from the
 // network (a connection broken mid-body) or from Go is never shown, since it
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -243,4 +245,27 @@ func RequireJSON(what string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// Unavailable reports whether err, from the database while a handler ran
+// in the idempotency middleware's transaction, is a passing failure of the
+// database (a connection lost or terminated, a restart, a serialization
+// failure, a busy SQLite: dberr.Transient) rather than a bug or bad data.
+// The transaction is then rolled back, nothing committed: the handler
+// answers WriteUnavailable.
+func Unavailable(err error) bool { return dberr.Transient(err) }
+
+// WriteUnavailable answers 503 store-unavailable with Retry-After: 1, as
+// idemhttp does when it cannot reach the store, to a request whose
+// database failed while it ran (Unavailable). A command's writes were
+// rolled back, the 5xx is not stored, and a retry with the same key
+// executes it: a generic client retries a 503, not a 500. what names the
+// resource ("order").
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, what string) {
+	detail := "The database failed while the " + what + " was processed: the command was not executed. Retry with the same key."
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		detail = "The database failed while the " + what + " was read. Retry later."
+	}
+	w.Header().Set("Retry-After", "1")
+	problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "Database unavailable", detail)
 }

@@ -32,8 +32,13 @@
 // endpoint's limit (payments.MaxRequestBytes, orders.MaxRequestBytes: 64
 // KiB), one problem whatever the size, since each endpoint's middleware
 // has that limit as its MaxBodyBytes. Malformed (400) and invalid (422)
-// bodies are the key's stored outcome. A problem's detail never holds a
-// network or database error: those are logged.
+// bodies are the key's stored outcome. A database that fails while a
+// handler runs (its connection lost or terminated, a restart, a
+// serialization failure, a busy SQLite) answers 503 store-unavailable with
+// Retry-After: the transaction is rolled back and the 5xx is not stored,
+// so a retry with the same key executes the command once; other failures
+// answer 500. A problem's detail never holds a network or database error:
+// those are logged.
 //
 // Principals: a request with "Authorization: Bearer <token>" belongs to the
 // principal identified by the token (any non-empty token is accepted: this

@@ -191,7 +191,20 @@ func notFound(w http.ResponseWriter, title, detail string) {
 	problem.WriteError(w, http.StatusNotFound, "", title, detail)
 }
 
+// internalError answers 500, or 503 store-unavailable when the database
+// failed for a while (apijson.Unavailable: a connection lost); the idemhttp
+// middleware stores neither and rolls the transaction back, so a retry
+// executes again.
 func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if apijson.Unavailable(err) {
+		// The connection was lost or the database failed for a while:
+		// the middleware rolls the transaction back and stores no 5xx.
+		if r.Context().Err() == nil {
+			h.log.WarnContext(r.Context(), "orders: database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		apijson.WriteUnavailable(w, r, "order")
+		return
+	}
 	if r.Context().Err() == nil {
 		h.log.ErrorContext(r.Context(), "orders: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

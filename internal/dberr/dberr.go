@@ -1,0 +1,71 @@
+// Package dberr classifies the errors of database drivers (pgx, pgconn,
+// lib/pq, database/sql, SQLite) for the code that decides whether a
+// failure is worth retrying: idemkafka's batch handler and idemd's HTTP
+// handlers.
+package dberr
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// Transient reports whether err is a database's passing failure rather
+// than the caller's: PostgreSQL's serialization failure, deadlock, lock and
+// statement timeouts, shutdown, connection classes and too many
+// connections (by SQLSTATE, as pgx, pgconn and lib/pq report it), SQLite's
+// BUSY and LOCKED, driver.ErrLockTimeout, and a lost or failing database
+// connection: pgconn's errors that are safe to retry or timeouts,
+// *net.OpError, io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn and
+// sql.ErrConnDone. Any other error is not, an HTTP client's (*url.Error)
+// among them even when it wraps a network error.
+//
+// Each of these ends the transaction it happened in without committing it,
+// except at COMMIT: a connection lost then leaves the outcome unknown, and
+// Transient does not tell the two apart.
+func Transient(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch code := st.SQLState(); {
+		case code == "40001", code == "40P01", code == "55P03", code == "57014",
+			code == "57P01", code == "57P02", code == "57P03", code == "53300",
+			strings.HasPrefix(code, "08"):
+			return true
+		}
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		if c := coded.Code() & 0xff; c == 5 || c == 6 { // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	if errors.Is(err, driver.ErrLockTimeout) {
+		return true
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// An HTTP call's failure, even a refused connection: not the
+		// database's.
+		return false
+	}
+	// pgconn's errors (all with a SafeToRetry method): failed before
+	// anything was sent, or timed out (pgconn.Timeout: a net.Error
+	// timeout or a context deadline underneath).
+	var pg interface{ SafeToRetry() bool }
+	if errors.As(err, &pg) {
+		var ne net.Error
+		if pg.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			return true
+		}
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+}
