@@ -27,6 +27,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/orders"
+	"github.com/idemkit/idem/problem"
 )
 
 const demoUsage = `usage: idemd demo [-url URL] [-kafka HOST:PORT] [-orders N] [-seed N] [flags]
@@ -48,7 +49,11 @@ took effect twice and nothing was lost:
   4. waits for the sagas and the projection to settle, and reads what
      idemd holds: orders, payments, sagas' charges, customer summaries
 
-It exits 0 when there are no double effects and nothing is lost, 1
+An operation answered 503 store-unavailable ("the command was not
+executed") on every attempt, idemd's database being down for longer than
+the retries, is counted as refused, not lost; one that was executed all
+the same shows up as a double effect. It exits 0 when there are no double
+effects and nothing is lost (and not every order was refused), 1
 otherwise, 2 for bad flags.
 
   -url URL          idemd's base URL (default http://IDEMD_ADDR, else
@@ -74,6 +79,9 @@ otherwise, 2 for bad flags.
                     printed)
   -token TOKEN      bearer token of the requests (default: anonymous)
   -concurrency N    operations in flight (default 8)
+  -attempts N       attempts of each request, with idemclient's backoff
+                    of at most 2 s between two (default 10: about 10 s
+                    of an unavailable database ridden out)
   -timeout D        how long to wait for idemd to settle (default 2m)
 `
 
@@ -81,6 +89,12 @@ otherwise, 2 for bad flags.
 const (
 	// DefaultDemoOrders is the default -orders.
 	DefaultDemoOrders = 50
+	// DefaultDemoAttempts is the default -attempts: with waits of at most
+	// demoMaxDelay (idemd's Retry-After: 1 s), an operation rides out about
+	// 10 s of a database that is down.
+	DefaultDemoAttempts = 10
+	// demoMaxDelay bounds the wait between two attempts of a request.
+	demoMaxDelay = 2 * time.Second
 	// demoDuplicates is how many clients send a duplicated operation at
 	// once, with one key.
 	demoDuplicates = 5
@@ -106,8 +120,10 @@ type demoConfig struct {
 	// settings, with the same flags and environment variables.
 	auth                KafkaAuth
 	orders, concurrency int
-	seed                uint64
-	timeout             time.Duration
+	// attempts is idemclient's MaxAttempts for each request.
+	attempts int
+	seed     uint64
+	timeout  time.Duration
 	// reproduce: step 3 runs (with -kafka, or the brokers idemd tells).
 	reproduce bool
 	// topicSet: -topic (or IDEMD_KAFKA_TOPIC) was given.
@@ -174,6 +190,7 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 	fs.StringVar(&cfg.token, "token", "", "")
 	fs.IntVar(&cfg.orders, "orders", DefaultDemoOrders, "")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "")
+	fs.IntVar(&cfg.attempts, "attempts", DefaultDemoAttempts, "")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "")
 	authSettings := settingsNamed(kafkaAuthSettings)
@@ -205,6 +222,8 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 		return demoConfig{}, fmt.Errorf("-orders %d: want 1 to 100000", cfg.orders)
 	case cfg.concurrency < 1 || cfg.concurrency > 256:
 		return demoConfig{}, fmt.Errorf("-concurrency %d: want 1 to 256", cfg.concurrency)
+	case cfg.attempts < 1 || cfg.attempts > 1000:
+		return demoConfig{}, fmt.Errorf("-attempts %d: want 1 to 1000", cfg.attempts)
 	case cfg.timeout <= 0:
 		return demoConfig{}, fmt.Errorf("-timeout %s: want a positive duration like 2m", cfg.timeout)
 	}
@@ -275,9 +294,11 @@ type demoPayment struct {
 	key     string
 	drops   int
 	senders int
-	// again: the payment is sent once more under a new key.
-	again bool
-	res   demoResult
+	// again: the payment is sent once more under a new key (againKey),
+	// once it was answered.
+	again    bool
+	againKey string
+	res      demoResult
 	// againStatus is the status of that new-key request.
 	againStatus int
 }
@@ -344,6 +365,7 @@ type demoObject struct {
 	Confirmed   int64  `json:"confirmed"`
 	Rejected    int64  `json:"rejected"`
 	TotalAmount string `json:"total_amount"`
+	LastOrderID string `json:"last_order_id"`
 }
 
 // demoTransport counts the requests and loses responses on purpose: for a
@@ -357,6 +379,10 @@ type demoTransport struct {
 	// POST attempts to the orders and the payments, GET requests, and
 	// responses lost.
 	orderPosts, paymentPosts, gets, lost int
+	// attempts counts the attempts of each Idempotency-Key, and refused
+	// those answered 503 store-unavailable: "the command was not
+	// executed".
+	attempts, refused map[string]int
 }
 
 func (t *demoTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -371,12 +397,52 @@ func (t *demoTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	t.mu.Unlock()
 	resp, err := t.next.RoundTrip(r)
+	if key := r.Header.Get(idemclient.HeaderKey); key != "" {
+		refused := err == nil && demoRefused(resp)
+		t.mu.Lock()
+		if t.attempts == nil {
+			t.attempts, t.refused = map[string]int{}, map[string]int{}
+		}
+		t.attempts[key]++
+		if refused {
+			t.refused[key]++
+		}
+		t.mu.Unlock()
+	}
 	if err != nil || resp.StatusCode/100 != 2 || !t.drop(r.Header.Get(idemclient.HeaderKey)) {
 		return resp, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return nil, errLostResponse
+}
+
+// refusedAll reports whether every attempt of key was answered "not
+// executed" (demoRefused): the operation did not take effect, as far as
+// the server said. An attempt that failed (a transport error, a lost
+// response) or got any other answer may have executed the command.
+func (t *demoTransport) refusedAll(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return key != "" && t.attempts[key] > 0 && t.refused[key] == t.attempts[key]
+}
+
+// demoRefused reports whether resp is a 503 store-unavailable problem, the
+// answer that says the command was not executed (idemhttp's store down,
+// or idemd's database failing while the handler ran: rolled back). Not
+// outcome-unknown, nor 409 request-in-progress: the command may run. It
+// reads the body and puts it back for the client.
+func demoRefused(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	var p struct {
+		Type string `json:"type"`
+	}
+	return err == nil && json.Unmarshal(b, &p) == nil && p.Type == problem.TypeStoreUnavailable
 }
 
 // drop reports whether the response of key is to be lost, and counts it.
@@ -405,9 +471,9 @@ func newDemo(cfg demoConfig, log *slog.Logger) (*demo, error) {
 	tr := &demoTransport{next: base, drops: map[string]int{}}
 	c, err := idemclient.New(&idemclient.Config{
 		HTTPClient:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		MaxAttempts: 10,
+		MaxAttempts: cfg.attempts,
 		BaseDelay:   50 * time.Millisecond,
-		MaxDelay:    2 * time.Second,
+		MaxDelay:    demoMaxDelay,
 	})
 	if err != nil {
 		return nil, err
@@ -445,6 +511,9 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 	d.each(ctx, len(d.pays), func(i int) {
 		p := d.pays[i]
 		d.send(ctx, "/v1/payments", p.key, p.body, p.senders, &p.res)
+		if len(p.res.sortedIDs()) == 0 {
+			p.again = false // no payment to find under a new key
+		}
 		if !p.again || ctx.Err() != nil {
 			return
 		}
@@ -453,6 +522,7 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 			p.res.fail(err.Error())
 			return
 		}
+		p.againKey = key
 		p.againStatus = d.send(ctx, "/v1/payments", key, p.body, 1, &p.res)
 	})
 	if err := ctx.Err(); err != nil {
@@ -1214,11 +1284,22 @@ func (d *demo) scan(ctx context.Context, path string, known []int64) (map[int64]
 
 // check reads what idemd holds and fills rep.
 func (d *demo) check(ctx context.Context, rep *demoReport) error {
-	// Orders.
+	sums, err := d.summaries(ctx)
+	if err != nil {
+		return fmt.Errorf("read the summaries: %w", err)
+	}
+	// Orders: from the ids answered, and the summaries' last orders (an
+	// order no client was answered is found even when every operation
+	// was refused).
 	var known []int64
 	for _, o := range d.orders {
 		for id := range o.res.ids {
 			n, _ := strconv.ParseInt(id, 10, 64)
+			known = append(known, n)
+		}
+	}
+	for _, sum := range sums {
+		if n, err := strconv.ParseInt(sum.LastOrderID, 10, 64); err == nil && n > 0 {
 			known = append(known, n)
 		}
 	}
@@ -1243,10 +1324,6 @@ func (d *demo) check(ctx context.Context, rep *demoReport) error {
 	if err != nil {
 		return fmt.Errorf("read the payments: %w", err)
 	}
-	sums, err := d.summaries(ctx)
-	if err != nil {
-		return fmt.Errorf("read the summaries: %w", err)
-	}
 	rep.fill(d, ords, pays, sums)
 	return nil
 }
@@ -1255,7 +1332,10 @@ func (d *demo) check(ctx context.Context, rep *demoReport) error {
 type demoRow struct {
 	name                               string
 	sent, distinct, held, double, lost int
-	note                               string
+	// refused counts the operations answered "not executed" on every
+	// attempt (demoTransport.refusedAll), without an effect: not lost.
+	refused int
+	note    string
 }
 
 // demoReport is the outcome of a run.
@@ -1272,7 +1352,10 @@ type demoReport struct {
 	dropped map[string]float64
 	// Counts of the faults.
 	gets, lostResp, dupOps, newKey, replayed int
-	elapsed                                  time.Duration
+	// refusedAgain counts the payments sent again under a new key whose
+	// re-send was refused on every attempt.
+	refusedAgain int
+	elapsed      time.Duration
 }
 
 func (r *demoReport) problemf(format string, args ...any) {
@@ -1310,15 +1393,25 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 			row.double += len(ids) - 1
 			r.problemf("order operation %d was answered with %d orders: %s", i, len(ids), strings.Join(ids, ", "))
 		}
-		if len(ids) == 0 || !slices.ContainsFunc(ids, func(id string) bool { return ords[demoID(id)].ID != "" }) {
+		switch {
+		case len(ids) == 0 && d.tr.refusedAll(o.key):
+			// Not executed, said every answer: if it was all the same,
+			// its order is held and was never answered (below).
+			row.refused++
+		case len(ids) == 0 || !slices.ContainsFunc(ids, func(id string) bool { return ords[demoID(id)].ID != "" }):
 			row.lost++
 			r.problemf("order operation %d has no order: %s", i, strings.Join(o.res.errs, "; "))
 		}
 	}
+	if row.refused == len(d.orders) {
+		r.problemf("every order operation was refused (503 store-unavailable on each of its %d attempts): nothing was shown; is idemd's database up?",
+			d.cfg.attempts)
+	}
 	for id, o := range ords {
 		if !returned[o.ID] {
 			row.double++
-			r.problemf("order %d of customer %d was never answered to a client: created twice", id, o.CustomerID)
+			r.problemf("order %d of customer %d was never answered to a client: created twice, or by an operation answered \"not executed\"",
+				id, o.CustomerID)
 		}
 	}
 	r.rows = append(r.rows, row)
@@ -1330,7 +1423,9 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		r.count(p.senders, &p.res)
 		if p.again {
 			r.newKey++
-			if p.againStatus != http.StatusOK {
+			if d.tr.refusedAll(p.againKey) {
+				r.refusedAgain++ // its payment is checked below, as any
+			} else if p.againStatus != http.StatusOK {
 				r.problemf("payment %s sent again under a new key: status %d, want 200 (the existing payment)", p.ext, p.againStatus)
 			}
 		}
@@ -1342,7 +1437,10 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 			row.double += len(ids) - 1
 			r.problemf("payment operation %d (%s) was answered with %d payments: %s", i, p.ext, len(ids), strings.Join(ids, ", "))
 		}
-		if len(ids) == 0 || pays[demoID(ids[0])].ID == "" {
+		switch {
+		case len(ids) == 0 && d.tr.refusedAll(p.key):
+			row.refused++
+		case len(ids) == 0 || pays[demoID(ids[0])].ID == "":
 			row.lost++
 			r.problemf("payment operation %d (%s) has no payment: %s", i, p.ext, strings.Join(p.res.errs, "; "))
 		}
@@ -1354,7 +1452,8 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 			row.held++
 			if !returned[p.ID] {
 				row.double++
-				r.problemf("payment %d (%s) was never answered to a client: created twice", id, p.ExternalID)
+				r.problemf("payment %d (%s) was never answered to a client: created twice, or by an operation answered \"not executed\"",
+					id, p.ExternalID)
 			}
 		case p.Provider == orders.SagaProvider:
 			sagaPays[p.ExternalID] = append(sagaPays[p.ExternalID], p)
@@ -1367,8 +1466,8 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 
 	// The sagas' charges: one per confirmed order, none for the others;
 	// and every order in its final state.
-	charges := demoRow{name: "saga charges", sent: -1}
-	outcomes := demoRow{name: "order outcomes", sent: -1, distinct: len(ords), double: -1}
+	charges := demoRow{name: "saga charges", sent: -1, refused: -1}
+	outcomes := demoRow{name: "order outcomes", sent: -1, distinct: len(ords), double: -1, refused: -1}
 	for id, o := range ords {
 		amount, _ := decimal.NewFromString(o.Amount)
 		want := orders.StatusConfirmed
@@ -1408,7 +1507,7 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 	for _, o := range ords {
 		list = append(list, o)
 	}
-	proj := demoRow{name: "projection", sent: -1}
+	proj := demoRow{name: "projection", sent: -1, refused: -1}
 	for c, w := range d.wantSummaries(list) {
 		g := sums[c]
 		for _, f := range [][2]int64{{w.Orders, g.Orders}, {w.Confirmed, g.Confirmed}, {w.Rejected, g.Rejected}} {
@@ -1434,7 +1533,7 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		return
 	}
 	r.rows = append(r.rows, demoRow{name: "kafka events", sent: k.produced, distinct: k.expected,
-		held: k.found, double: k.dupIDs, lost: len(k.missing)})
+		held: k.found, double: k.dupIDs, lost: len(k.missing), refused: -1})
 	for _, m := range k.missing {
 		r.problemf("kafka: no %s in topic %s", m, d.cfg.topic)
 	}
@@ -1465,8 +1564,8 @@ func (r *demoReport) print(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "idemd demo against %s (%s)\n", r.cfg.url, kafka)
 	_, _ = fmt.Fprintf(w, "run %s, seed %d: %d orders of %d customers (customer_id %d..%d)\n\n",
 		r.runID, r.cfg.seed, r.cfg.orders, r.customers, r.base+1, r.base+int64(r.customers))
-	const format = "%-16s %8s %9s %6s %15s %5s\n"
-	_, _ = fmt.Fprintf(w, format, "", "sent", "distinct", "held", "double effects", "lost")
+	const format = "%-16s %8s %9s %6s %15s %5s %8s\n"
+	_, _ = fmt.Fprintf(w, format, "", "sent", "distinct", "held", "double effects", "lost", "refused")
 	cell := func(n int) string {
 		if n < 0 {
 			return "-"
@@ -1478,11 +1577,12 @@ func (r *demoReport) print(w io.Writer) {
 			_, _ = fmt.Fprintf(w, "%-16s %s\n", row.name, row.note)
 			continue
 		}
-		_, _ = fmt.Fprintf(w, format, row.name, cell(row.sent), cell(row.distinct), cell(row.held), cell(row.double), cell(row.lost))
+		_, _ = fmt.Fprintf(w, format, row.name, cell(row.sent), cell(row.distinct), cell(row.held), cell(row.double), cell(row.lost), cell(row.refused))
 	}
 	_, _ = fmt.Fprintf(w, "\nsent: HTTP POST attempts incl. retries and duplicates; records produced again to Kafka\n"+
 		"distinct: operations (orders, payments), charges and outcomes due, projection counts due, events due\n"+
-		"held: what idemd holds, read back through GET /v1/orders, /v1/payments, /v1/customers/{id}/summary and Kafka\n\n")
+		"held: what idemd holds, read back through GET /v1/orders, /v1/payments, /v1/customers/{id}/summary and Kafka\n"+
+		"refused: operations answered 503 store-unavailable (not executed) on every attempt; not lost, and none may be held\n\n")
 	_, _ = fmt.Fprintf(w, "faults: %d responses lost after idemd answered, %d operations sent by %d clients at once with one key, "+
 		"%d payments sent again under a new key; %d answers replayed (Idempotent-Replayed)\n",
 		r.lostResp, r.dupOps, demoDuplicates, r.newKey, r.replayed)
@@ -1493,6 +1593,11 @@ func (r *demoReport) print(w io.Writer) {
 			_, _ = fmt.Fprintf(w, "inboxes: %s dropped %.0f duplicates, %s %.0f, meanwhile (idemd's /metrics, of the replica answering)\n",
 				ProjectionInbox, r.dropped[ProjectionInbox], SagaInbox, r.dropped[SagaInbox])
 		}
+	}
+	if refused := r.refused(); refused != "" {
+		_, _ = fmt.Fprintf(w, "refused: %s answered 503 store-unavailable (\"the command was not executed\") on every attempt "+
+			"(-attempts %d per request: idemd's database was unavailable for longer): not executed, so not lost\n",
+			refused, r.cfg.attempts)
 	}
 	_, _ = fmt.Fprintf(w, "reads: %d GET requests; %s in all\n", r.gets, r.elapsed.Round(100*time.Millisecond))
 	if r.ok() {
@@ -1507,6 +1612,35 @@ func (r *demoReport) print(w io.Writer) {
 		}
 		_, _ = fmt.Fprintf(w, "  %s\n", clipDemo(p, 300))
 	}
+}
+
+// refused describes the operations refused on every attempt ("2 order
+// operations and 1 payment operation"), or "" when none was.
+func (r *demoReport) refused() string {
+	var parts []string
+	plural := func(n int, what string) {
+		if n == 1 {
+			parts = append(parts, "1 "+what)
+		} else if n > 1 {
+			parts = append(parts, strconv.Itoa(n)+" "+what+"s")
+		}
+	}
+	for _, row := range r.rows {
+		switch row.name {
+		case "orders":
+			plural(row.refused, "order operation")
+		case "payments":
+			plural(row.refused, "payment operation")
+		}
+	}
+	plural(r.refusedAgain, "payment re-send under a new key")
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
 func clipDemo(s string, n int) string {

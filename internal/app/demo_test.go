@@ -12,10 +12,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/problem"
 )
 
 // demoTarget runs an idemd on SQLite with the embedded broker until the
@@ -54,11 +56,11 @@ func demoTarget(t *testing.T, extra ...string) (a *App, url, kafka string) {
 	return a, "http://" + ln.Addr().String(), kafka
 }
 
-// demoRows parses the table of a report: row name -> its 5 cells.
+// demoRows parses the table of a report: row name -> its 6 cells.
 func demoRows(t *testing.T, out string) map[string][]string {
 	t.Helper()
 	rows := map[string][]string{}
-	re := regexp.MustCompile(`(?m)^(orders|payments|saga charges|order outcomes|projection|kafka events)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`)
+	re := regexp.MustCompile(`(?m)^(orders|payments|saga charges|order outcomes|projection|kafka events)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`)
 	for _, m := range re.FindAllStringSubmatch(out, -1) {
 		rows[m[1]] = m[2:]
 	}
@@ -66,7 +68,7 @@ func demoRows(t *testing.T, out string) map[string][]string {
 }
 
 // demoCell returns a numeric cell (0 sent, 1 distinct, 2 held, 3 double
-// effects, 4 lost).
+// effects, 4 lost, 5 refused).
 func demoCell(t *testing.T, rows map[string][]string, row string, i int) int {
 	t.Helper()
 	cells, ok := rows[row]
@@ -218,7 +220,7 @@ func TestDemoFlags(t *testing.T) {
 		!strings.HasPrefix(stdout.String(), "usage: idemd demo") {
 		t.Errorf("-h: exit %d, %q", code, stdout.String())
 	}
-	for _, args := range [][]string{{"-orders", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"},
+	for _, args := range [][]string{{"-orders", "0"}, {"-attempts", "0"}, {"-kafka", "off"}, {"-url", "localhost:8080"}, {"extra"},
 		{"-kafka-sasl", "gssapi"}, {"-kafka-sasl", "plain", "-kafka-sasl-user", "u"}, {"-kafka-tls-cert", "c.pem"}} {
 		if code := runDemo(context.Background(), args, func(string) string { return "" }, nil, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -245,5 +247,115 @@ func TestDemoCloudEventsHeaders(t *testing.T) {
 		func(string) string { return "" }, &stdout, &stderr)
 	if code != 0 || !strings.Contains(stdout.String(), "OK: no double effects, nothing lost") {
 		t.Fatalf("demo against -kafka-headers cloudevents: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// refusingProxy serves a's API, but answers the POSTs to path whose
+// Idempotency-Key refuse picks (by the order the keys were first seen) as
+// idemhttp does with its database down: 503 store-unavailable, "the
+// command was not executed". With execute, the request reaches idemd all
+// the same (and its answer is thrown away): a server that lies.
+func refusingProxy(t *testing.T, a *App, path string, refuse func(i int) bool, execute bool) *httptest.Server {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == path {
+			key := r.Header.Get(idemclient.HeaderKey)
+			mu.Lock()
+			i, ok := seen[key]
+			if !ok {
+				i = len(seen)
+				seen[key] = i
+			}
+			mu.Unlock()
+			if refuse(i) {
+				if execute {
+					a.Handler().ServeHTTP(httptest.NewRecorder(), r)
+				}
+				w.Header().Set("Retry-After", "1")
+				problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
+					"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
+				return
+			}
+		}
+		a.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Operations answered 503 store-unavailable ("not executed") on every
+// attempt (idemd's database down for longer than the client's retries)
+// are reported as refused, not lost: the demo passes.
+func TestDemoRefusedNotLost(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	orders := refusingProxy(t, a, "/v1/orders", func(i int) bool { return i%3 == 2 }, false)
+	// And the first payment, through a second proxy in front of the first.
+	pays := refusingProxy(t, a, "/v1/payments", func(i int) bool { return i == 0 }, false)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/payments" {
+			pays.Config.Handler.ServeHTTP(w, r)
+			return
+		}
+		orders.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-url", front.URL, "-orders", "6", "-seed", "1", "-concurrency", "1",
+		"-attempts", "2", "-reproduce=false"}, func(string) string { return "" }, nil, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("\n%s", out)
+	if code != 0 || !strings.Contains(out, "OK: no double effects, nothing lost") {
+		t.Fatalf("exit %d, want 0 and OK\n%s", code, stderr.String())
+	}
+	rows := demoRows(t, out)
+	if d, h, l, r := demoCell(t, rows, "orders", 1), demoCell(t, rows, "orders", 2), demoCell(t, rows, "orders", 4),
+		demoCell(t, rows, "orders", 5); d != 6 || h != 4 || l != 0 || r != 2 {
+		t.Errorf("orders: distinct %d held %d lost %d refused %d, want 6 4 0 2", d, h, l, r)
+	}
+	if l, r := demoCell(t, rows, "payments", 4), demoCell(t, rows, "payments", 5); l != 0 || r != 1 {
+		t.Errorf("payments: lost %d refused %d, want 0 and 1", l, r)
+	}
+	if !strings.Contains(out, "refused: 2 order operations and 1 payment operation answered 503 store-unavailable") {
+		t.Errorf("no line about the refused operations")
+	}
+}
+
+// A server that answers "not executed" for a command it executed is
+// caught: the order it created was never answered to a client.
+func TestDemoRefusedButExecuted(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	liar := refusingProxy(t, a, "/v1/orders", func(i int) bool { return i == 2 }, true)
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-url", liar.URL, "-orders", "4", "-seed", "1", "-concurrency", "1",
+		"-attempts", "2", "-reproduce=false"}, func(string) string { return "" }, nil, &stdout, &stderr)
+	out := stdout.String()
+	if code != 1 || !strings.Contains(out, "FAILED") || !strings.Contains(out, "was never answered to a client") {
+		t.Fatalf("exit %d, want 1, FAILED and the order never answered\n%s\n%s", code, out, stderr.String())
+	}
+	if d := demoCell(t, demoRows(t, out), "orders", 3); d != 1 {
+		t.Errorf("orders: %d double effects, want 1\n%s", d, out)
+	}
+}
+
+// A run whose every order was refused showed nothing: it fails, saying so.
+func TestDemoAllRefused(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	down := refusingProxy(t, a, "/v1/orders", func(int) bool { return true }, false)
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-url", down.URL, "-orders", "2", "-attempts", "1", "-reproduce=false"},
+		func(string) string { return "" }, nil, &stdout, &stderr)
+	out := stdout.String()
+	if code != 1 || !strings.Contains(out, "every order operation was refused") {
+		t.Fatalf("exit %d, want 1 and every order refused\n%s\n%s", code, out, stderr.String())
+	}
+	if r := demoCell(t, demoRows(t, out), "orders", 5); r != 2 {
+		t.Errorf("orders: %d refused, want 2", r)
 	}
 }
