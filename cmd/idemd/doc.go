@@ -129,10 +129,11 @@
 // several idemd replicas on one PostgreSQL exactly one sweeps a given run.
 // Its counts are exported as idemd_cleanup_sweeps_total and
 // idemd_cleanup_deleted_rows_total; the relay's lag as
-// idemd_outbox_lag_seconds and each consumer's work as
-// idemd_inbox_events_total{consumer, result}. idemd's own metrics start
-// with idemd_; the Go runtime's and the process's (go_*, process_*) are
-// exported too.
+// idemd_outbox_lag_seconds, its parked events as idemd_outbox_parked_total,
+// each consumer's work as idemd_inbox_events_total{consumer, result} and
+// each consumer group's lag (every 10s) as idemd_kafka_consumer_lag{group}.
+// idemd's own metrics start with idemd_; the Go runtime's and the
+// process's (go_*, process_*) are exported too.
 //
 // idemd prints one line on stdout with its address, its database (password
 // redacted) and its Kafka, and logs to stderr, one access log line per

@@ -53,6 +53,9 @@ type App struct {
 	// watchdog drives the orders whose saga stopped moving (see
 	// Config.SagaStuckAfter); nil when Config.Kafka is off.
 	watchdog func(context.Context) error
+	// lagCheck measures the consumer groups' lag every kafkaLagInterval
+	// until its context ends; nil when Config.Kafka is off.
+	lagCheck func(context.Context) error
 	// kafka describes the Kafka in use, for the listen line; started is
 	// what Serve logs about it when the pipeline starts.
 	kafka   string

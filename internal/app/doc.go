@@ -148,6 +148,10 @@
 // idemd_cleanup_sweeps_total{result="done|skipped|interrupted|failed"},
 // idemd_cleanup_deleted_rows_total,
 // idemd_outbox_lag_seconds (age of the oldest unpublished event),
+// idemd_outbox_parked_total (events parked as poison),
+// idemd_kafka_consumer_lag{group} and
+// idemd_kafka_consumer_lag_failures_total{group} (records the consumer
+// groups have not consumed, measured every 10s),
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the
 // projection's and the saga's, labelled with their inbox names),

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/orders"
@@ -24,10 +25,15 @@ type metrics struct {
 	sweeps   *prometheus.CounterVec
 	deleted  *prometheus.CounterVec
 	lagSecs  prometheus.Gauge
-	events   *prometheus.CounterVec
-	stuck    *prometheus.CounterVec
-	operator prometheus.Gauge
-	waiting  prometheus.Gauge
+	parked   prometheus.Counter
+	// groupLag and lagFailures are the consumer groups' lag, measured
+	// every kafkaLagInterval (kafkalag.go), and its failed measurements.
+	groupLag    *prometheus.GaugeVec
+	lagFailures *prometheus.CounterVec
+	events      *prometheus.CounterVec
+	stuck       *prometheus.CounterVec
+	operator    prometheus.Gauge
+	waiting     prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -58,6 +64,18 @@ func newMetrics() *metrics {
 			Name: "idemd_outbox_lag_seconds",
 			Help: "Age of the oldest unpublished outbox event (0 when none), after the relay's last round.",
 		}),
+		parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemd_outbox_parked_total",
+			Help: "Outbox events this replica's relay parked as poison (Kafka can never take them); each blocks the later events of its key until unparked.",
+		}),
+		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idemd_kafka_consumer_lag",
+			Help: "Records of the events' topic not yet consumed by a consumer group (end offset minus committed offset, summed over the partitions), measured every 10s; kept at its last value while the measurement fails.",
+		}, []string{"group"}),
+		lagFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemd_kafka_consumer_lag_failures_total",
+			Help: "Measurements of a consumer group's lag that failed (the broker did not answer, the topic is missing): idemd_kafka_consumer_lag keeps its last value meanwhile.",
+		}, []string{"group"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_inbox_events_total",
 			Help: "Events the consumers handled, by consumer (inbox name) and result: applied, duplicate, dead_lettered.",
@@ -86,10 +104,16 @@ func newMetrics() *metrics {
 	for _, r := range []string{"done", "skipped", "interrupted", "failed"} {
 		m.sweeps.WithLabelValues(r)
 	}
+	for _, t := range []string{cleanup.TableRecords, cleanup.TableInbox, cleanup.TableOutbox, cleanup.TableSagas} {
+		m.deleted.WithLabelValues(t)
+	}
+	for _, g := range []string{ProjectionGroup, SagaGroup} {
+		m.lagFailures.WithLabelValues(g)
+	}
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.events, m.stuck, m.operator, m.waiting,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -132,6 +156,9 @@ func (m *metrics) watchdog(s orders.WatchdogStats) {
 
 // lag is outbox's RelayConfig.OnLag.
 func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
+
+// park is outbox's RelayConfig.OnPark.
+func (m *metrics) park(event.Envelope, int, error) { m.parked.Inc() }
 
 // batch counts what a consumer's batch did; consumer is its inbox name.
 func (m *metrics) batch(consumer string, s idemkafka.BatchStats) {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -63,5 +64,23 @@ func TestWatchdogMetricsOfAFailedRound(t *testing.T) {
 	}
 	if op, w := testutil.ToFloat64(m.operator), testutil.ToFloat64(m.waiting); op != 2 || w != 3 {
 		t.Errorf("gauges after a failed round = %v, %v; want the complete round's 2, 3", op, w)
+	}
+}
+
+// Every series whose labels are known in advance is exported at 0 from the
+// start, so that increase() sees the first event: the retention sweep's
+// deleted rows of each table too, before any sweep deleted from it.
+func TestMetricsExportedAtZero(t *testing.T) {
+	m := newMetrics()
+	want := "# HELP idemd_cleanup_deleted_rows_total Rows the retention sweep deleted, by table.\n" +
+		"# TYPE idemd_cleanup_deleted_rows_total counter\n"
+	for _, table := range []string{cleanup.TableRecords, cleanup.TableInbox, cleanup.TableOutbox, cleanup.TableSagas} {
+		want += `idemd_cleanup_deleted_rows_total{table="` + table + `"} 0` + "\n"
+	}
+	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "idemd_cleanup_deleted_rows_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(m.reg, "idemd_outbox_parked_total", "idemd_kafka_consumer_lag_failures_total"); err != nil || n != 3 {
+		t.Errorf("parked and lag-failure counters: %d series at start (%v); want 3", n, err)
 	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/orders"
@@ -78,6 +80,8 @@ func TestOperationsMetrics(t *testing.T) {
 	m.outcome(nil, idemhttp.OutcomeExecuted)
 	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 1}}})
 	m.lag(time.Second)
+	m.park(event.Envelope{}, 1, errors.New("poison"))
+	m.groupLag.WithLabelValues(SagaGroup).Set(1) // kafkalag.go
 	m.batch(ProjectionInbox, idemkafka.BatchStats{Applied: 1})
 	m.watchdog(orders.WatchdogStats{Stuck: 1, Operator: 1, Waiting: 1})
 	families, err := m.reg.Gather()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver"
@@ -128,7 +129,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	closeRest := a.close
 	a.close = func() { pub.Close(); closeRest() }
-	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, Tracer: a.tracer}
+	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: a.metrics.park, Tracer: a.tracer}
 	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
 	if err != nil {
 		return err
@@ -201,6 +202,16 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		return err
 	}
 	a.consume = consumer.Run
+	// The consumer groups' lag, measured by a client of its own (no
+	// group) at a steady pace, whatever the scrapes.
+	admin, err := kgo.NewClient(append(slices.Clone(clientOpts), kgo.SeedBrokers(seeds...))...)
+	if err != nil {
+		return err
+	}
+	closeMore := a.close
+	a.close = func() { admin.Close(); closeMore() }
+	lc := &lagChecker{adm: kadm.NewClient(admin), topic: a.cfg.KafkaTopic, groups: []string{ProjectionGroup, SagaGroup}, m: a.metrics, log: a.log}
+	a.lagCheck = lc.run
 	return sagaConsumer(a, drv, st, seeds, extra)
 }
 

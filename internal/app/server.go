@@ -60,7 +60,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, consumerAttrs},
 		worker{"order saga consumer", a.saga, consumerAttrs},
-		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}})
+		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}},
+		worker{"consumer lag check", a.lagCheck, []any{"interval", kafkaLagInterval.String()}})
 	// deadline bounds the whole shutdown once it started.
 	var deadline time.Time
 	defer func() {
