@@ -158,8 +158,8 @@ func malformed(err error) *RequestError {
 	return &RequestError{Status: http.StatusBadRequest, Title: TitleUnreadable, Detail: DetailUnreadable, Err: err}
 }
 
-// IsJSON reports whether the media type is application/json or +json; an
-// empty or malformed one is not.
+// IsJSON reports whether the media type is application/json or type/x+json,
+// as idemhttp.Fingerprint reads it; an empty or malformed one is not.
 func IsJSON(contentType string) bool {
 	isJSON, _ := mediaType(contentType)
 	return isJSON
@@ -174,7 +174,10 @@ func mediaType(contentType string) (isJSON, utf8 bool) {
 		return false, false
 	}
 	cs, ok := params["charset"] // ParseMediaType lower-cases the names
-	return mt == "application/json" || strings.HasSuffix(mt, "+json"), !ok || strings.EqualFold(cs, "utf-8")
+	// A +json without a type ("x+json", which ParseMediaType accepts) is
+	// not JSON, as for idemhttp, which would fingerprint its body raw.
+	return mt == "application/json" || (strings.HasSuffix(mt, "+json") && strings.Contains(mt, "/")),
+		!ok || strings.EqualFold(cs, "utf-8")
 }
 
 // WriteUnsupportedCharset answers 415 to a request whose JSON body is

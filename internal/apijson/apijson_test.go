@@ -124,6 +124,8 @@ func TestRequireJSON(t *testing.T) {
 		"application/x-www-form-urlencoded": 415,
 		"application/json; charset":         415, // malformed parameters
 		"json":                              415,
+		"x+json":                            415, // no subtype: idemhttp fingerprints it raw
+		"+json; charset=utf-8":              415,
 		"application/json":                  204,
 		"Application/JSON; charset=utf-8":   204,
 		"application/merge-patch+json":      204,
