@@ -67,7 +67,9 @@ type Config struct {
 	// whole days of processed_event are dropped instead of deleted (see the
 	// package documentation). The driver must implement InboxPartitioner
 	// (pgdriver does) and processed_event must have been converted with
-	// pgdriver's EnableInboxPartitioning. Defaults to false.
+	// pgdriver's EnableInboxPartitioning. It needs the inbox sweep
+	// (Inbox.Disabled false), which creates the partitions ahead. Defaults
+	// to false.
 	PartitionedInbox bool
 	// PartitionsAhead is how many days of inbox partitions each sweep keeps
 	// created ahead of today in partition mode. Defaults to 3. It must
@@ -264,6 +266,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("BatchSize %d must be positive", c.BatchSize))
+	}
+	if c.PartitionedInbox && c.Inbox.Disabled {
+		errs = append(errs, errors.New("PartitionedInbox with Inbox.Disabled: the inbox sweep is what creates the day partitions ahead, so every insert would go to the DEFAULT partition for ever; sweep the inbox here, or leave PartitionedInbox unset in a cleaner that does not sweep it"))
 	}
 	if c.Pause < 0 && c.Pause != NoPause {
 		errs = append(errs, fmt.Errorf("Config.Pause %s must be positive or NoPause", c.Pause))

@@ -354,6 +354,21 @@ func TestPartitionModeMismatch(t *testing.T) {
 	}
 }
 
+// Partition mode with the inbox sweep disabled: nothing would create the
+// day partitions, and every insert would go to the DEFAULT partition for
+// ever. New refuses it.
+func TestPartitionModeSweepDisabled(t *testing.T) {
+	t.Parallel()
+	p := partitioned(t)
+	_, err := cleanup.New(p.drv, &cleanup.Config{
+		PartitionedInbox: true, Inbox: cleanup.InboxRetention{Disabled: true},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil || !strings.Contains(err.Error(), "PartitionedInbox with Inbox.Disabled") {
+		t.Fatalf("New(PartitionedInbox, Inbox.Disabled) = %v; want it refused", err)
+	}
+}
+
 // Dropping and creating partitions while consumers insert: no insert fails.
 func TestPartitionMaintenanceUnderInsertLoad(t *testing.T) {
 	t.Parallel()
