@@ -560,11 +560,12 @@ func TestPartitionScheduleCoversTheGap(t *testing.T) {
 			t.Errorf("New(Schedule %q, PartitionsAhead %d) error = %v; want one containing %q", tc.schedule, tc.ahead, err, tc.wantErr)
 		}
 	}
-	// Without partition maintenance there is nothing to check.
+	// Without partition mode there is nothing to check (partition mode
+	// with the inbox sweep disabled is refused: TestPartitionModeSweepDisabled).
 	off := cfg("0 3 * * 0", 0)
-	off.Inbox.Disabled = true
+	off.PartitionedInbox = false
 	if _, err := cleanup.New(p.drv, off); err != nil {
-		t.Errorf("New(weekly, Inbox.Disabled) = %v; want a cleaner", err)
+		t.Errorf("New(weekly, DELETE mode) = %v; want a cleaner", err)
 	}
 
 	// Weekly with 7 days ahead: the last event before the next sweep has
