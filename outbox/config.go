@@ -97,6 +97,17 @@ type RelayConfig struct {
 	// OnPark, if set, is called when an event is parked as poison after
 	// attempts failed attempts, the last one with err.
 	OnPark func(e event.Envelope, attempts int, err error)
+	// OnLease, if set, is called by Run with whether this relay publishes
+	// (true) or stands by (false): once when Run starts, with the initial
+	// state, then on each change, never per batch (for an "active relay"
+	// gauge). On SQLite it is true while the relay holds the relay lease
+	// (RelayLockName), false while another relay holds it or the lease
+	// cannot be reached, and false again when Run returns after holding
+	// it. On PostgreSQL (and on a driver without a lock table) relays
+	// share the work and never stand by: it is called with true when Run
+	// starts and with false when Run returns. RunOnce does not call it.
+	// It must not block.
+	OnLease func(held bool)
 
 	// Tracer, if set, traces every round that claimed events with an
 	// idem.outbox.relay.batch span (attributes idem.events, idem.published,

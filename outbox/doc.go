@@ -110,6 +110,15 @@
 // lease: Run logs a warning, and running two relays there publishes the
 // same events concurrently.
 //
+// RelayConfig.OnLease tells whether Run publishes, for a gauge: it is
+// called once when Run starts, with the initial state, then only on
+// changes, never per batch. On SQLite it is true while the relay holds
+// the lease and false while it stands by (another relay holds it, or it
+// cannot be reached), so false again when the lease is lost, and false
+// when Run returns after holding it. On PostgreSQL relays share the lanes
+// and never stand by: true when Run starts, false when it returns. RunOnce
+// does not call it.
+//
 // # Delivery guarantee: at least once, with stable IDs
 //
 // Publishing and marking are two systems; no transaction spans both. A relay

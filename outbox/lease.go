@@ -132,11 +132,36 @@ func (r *Relay[TTx]) standbyInterval() time.Duration {
 	return max(min(r.cfg.PollInterval, r.cfg.Lease/3), minBackoff)
 }
 
+// leaseReport reports to RelayConfig.OnLease whether Run publishes: the
+// first state, then only its changes.
+type leaseReport struct {
+	fn          func(held bool)
+	known, held bool
+}
+
+func (l *leaseReport) set(held bool) {
+	if l.fn == nil || (l.known && l.held == held) {
+		return
+	}
+	l.known, l.held = true, held
+	l.fn(held)
+}
+
+// end reports, when Run returns, that a relay that published no longer
+// does.
+func (l *leaseReport) end() {
+	if l.held {
+		l.set(false)
+	}
+}
+
 // runLeased is Run on a backend without concurrent writers: the relay
 // publishes only while it holds the lease, and stands by otherwise.
 func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 	standby := false
 	failures := 0
+	report := leaseReport{fn: r.cfg.OnLease}
+	defer report.end()
 	for {
 		ok, until, err := r.holdLease(ctx)
 		if ctx.Err() != nil {
@@ -145,6 +170,7 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 			}
 			return
 		}
+		report.set(ok)
 		if err != nil {
 			failures++
 			if failures == 1 || failures%100 == 0 {
@@ -185,6 +211,7 @@ func (r *Relay[TTx]) runLeased(ctx context.Context, wakeUp <-chan struct{}) {
 		if lost := r.publishLeased(ctx, until, wakeUp); lost == nil {
 			return
 		} else {
+			report.set(false)
 			r.cfg.Logger.Warn("outbox: relay lease lost; standing by", "err", lost)
 		}
 	}

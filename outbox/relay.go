@@ -189,6 +189,11 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		r.runLeased(ctx, wakeUp)
 		return nil
 	}
+	// Without a lease, every relay publishes (PostgreSQL's share the
+	// lanes): never standing by.
+	report := leaseReport{fn: r.cfg.OnLease}
+	report.set(true)
+	defer report.end()
 	if !r.locking {
 		r.cfg.Logger.Warn("outbox: the driver has no lock table (driver.LockStore): nothing keeps a second relay of this database from publishing the same events; run one relay per database")
 	}

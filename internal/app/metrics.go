@@ -26,6 +26,7 @@ type metrics struct {
 	deleted  *prometheus.CounterVec
 	lagSecs  prometheus.Gauge
 	parked   prometheus.Counter
+	active   prometheus.Gauge
 	// groupLag and lagFailures are the consumer groups' lag, measured
 	// every kafkaLagInterval (kafkalag.go), and its failed measurements.
 	groupLag    *prometheus.GaugeVec
@@ -67,6 +68,10 @@ func newMetrics() *metrics {
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemd_outbox_parked_total",
 			Help: "Outbox events this replica's relay parked as poison (Kafka can never take them); each blocks the later events of its key until unparked.",
+		}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemd_outbox_relay_active",
+			Help: "1 while this replica's outbox relay publishes, 0 while it stands by (SQLite: another replica holds the relay lease, or the lease cannot be reached) or is not running. On PostgreSQL every running relay publishes.",
 		}),
 		groupLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idemd_kafka_consumer_lag",
@@ -113,7 +118,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -159,6 +164,15 @@ func (m *metrics) lag(d time.Duration) { m.lagSecs.Set(d.Seconds()) }
 
 // park is outbox's RelayConfig.OnPark.
 func (m *metrics) park(event.Envelope, int, error) { m.parked.Inc() }
+
+// relayLease is outbox's RelayConfig.OnLease.
+func (m *metrics) relayLease(held bool) {
+	if held {
+		m.active.Set(1)
+	} else {
+		m.active.Set(0)
+	}
+}
 
 // batch counts what a consumer's batch did; consumer is its inbox name.
 func (m *metrics) batch(consumer string, s idemkafka.BatchStats) {

@@ -83,4 +83,19 @@ func TestMetricsExportedAtZero(t *testing.T) {
 	if n, err := testutil.GatherAndCount(m.reg, "idemd_outbox_parked_total", "idemd_kafka_consumer_lag_failures_total"); err != nil || n != 3 {
 		t.Errorf("parked and lag-failure counters: %d series at start (%v); want 3", n, err)
 	}
+	// The relay's state: 0 until it publishes, 1 while it does.
+	active := func(want float64) {
+		t.Helper()
+		if got := testutil.ToFloat64(m.active); got != want {
+			t.Errorf("idemd_outbox_relay_active = %v; want %v", got, want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(m.reg, "idemd_outbox_relay_active"); err != nil || n != 1 {
+		t.Errorf("idemd_outbox_relay_active: %d series at start (%v); want 1", n, err)
+	}
+	active(0)
+	m.relayLease(true)
+	active(1)
+	m.relayLease(false)
+	active(0)
 }

@@ -81,6 +81,7 @@ func TestOperationsMetrics(t *testing.T) {
 	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 1}}})
 	m.lag(time.Second)
 	m.park(event.Envelope{}, 1, errors.New("poison"))
+	m.relayLease(true)
 	m.groupLag.WithLabelValues(SagaGroup).Set(1) // kafkalag.go
 	m.batch(ProjectionInbox, idemkafka.BatchStats{Applied: 1})
 	m.watchdog(orders.WatchdogStats{Stuck: 1, Operator: 1, Waiting: 1})

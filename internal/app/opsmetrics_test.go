@@ -49,3 +49,20 @@ func TestParkedEventCounted(t *testing.T) {
 		}
 	}
 }
+
+// idemd_outbox_relay_active is exported from the start and turns 1 when
+// the relay (here alone on its SQLite database) holds the relay lease.
+func TestRelayLeaseGauge(t *testing.T) {
+	t.Parallel()
+	dbArg, count := dbCounter(t, app.SQLite)
+	s := serveOn(t, dbArg, count)
+	metrics := func() string { return string(s.do(http.MethodGet, "/metrics", "", "").body) }
+	if m := metrics(); !strings.Contains(m, "\nidemd_outbox_relay_active ") {
+		t.Fatalf("idemd_outbox_relay_active is not exported from the start:\n%s", grepLines(m, "idemd_outbox"))
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(metrics(), "\nidemd_outbox_relay_active 1\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the only relay does not report publishing:\n%s", grepLines(metrics(), "idemd_outbox"))
+		}
+	}
+}

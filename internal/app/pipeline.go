@@ -129,7 +129,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	closeRest := a.close
 	a.close = func() { pub.Close(); closeRest() }
-	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: a.metrics.park, Tracer: a.tracer}
+	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: a.metrics.park, OnLease: a.metrics.relayLease, Tracer: a.tracer}
 	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
 	if err != nil {
 		return err
