@@ -86,11 +86,10 @@ func TestPostgresOnLeaseIsTrueWhileRunning(t *testing.T) {
 	drv, _ := testdb.PostgresSQLSchema(t)
 	rc := newRecorder(time.Millisecond)
 	var la, lb leaseStates
-	// NoListen: polling is enough here, and two listeners of one
-	// pgsqldriver.Driver race (listenConn copies the pool connection's
-	// config, and with it pgx's OnNotification into that connection's
-	// buffer).
-	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond, NoListen: true}
+	// Both relays listen, on one pgsqldriver.Driver (two listeners copied
+	// from one pool connection raced before pgsqldriver cleared the copied
+	// OnNotification).
+	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond}
 	cfgA, cfgB := cfg, cfg
 	cfgA.OnLease, cfgB.OnLease = la.on, lb.on
 	ra := runRelay(t, drv, rc.publisher("a"), cfgA)

@@ -65,6 +65,10 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 			return errNotPgx
 		}
 		cfg = sc.Conn().Config().Copy()
+		// The copy's OnNotification appends to the pool connection's
+		// buffer (pgx installs it at connect): cleared, the listener's
+		// connection buffers its own notifications.
+		cfg.OnNotification = nil
 		return nil
 	})
 	if errors.Is(err, errNotPgx) {

@@ -195,3 +195,54 @@ func TestListenOutboxSearchPathFromAfterConnect(t *testing.T) {
 		t.Error("the listener was not woken by an enqueue into the schema its pool's search_path names")
 	}
 }
+
+// The listener's notifications are its own: its connection is opened from
+// the pool connection's pgx.ConnConfig, whose OnNotification callback
+// appends to that pool connection's buffer. Kept, every notification the
+// listener received piled up on a pool connection that never reads them
+// (memory growing with every commit that enqueued), and two listeners
+// copied from one pool connection appended to it at once (a data race).
+func TestListenOutboxKeepsNotificationsOffThePool(t *testing.T) {
+	t.Parallel()
+	drv, _ := testdb.PostgresSQLSchema(t)
+	drv.DB().SetMaxOpenConns(1) // both listeners copy the same pool connection
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wakeA, err := drv.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakeB, err := drv.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		enqueueOne(t, drv)
+		for _, wake := range []<-chan struct{}{wakeA, wakeB} {
+			select {
+			case <-wake:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("enqueue %d: no wake-up within 5s", i)
+			}
+		}
+	}
+	// The pool's connection never LISTENs: any notification buffered on it
+	// came from a listener.
+	conn, err := drv.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	err = conn.Raw(func(dc any) error {
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer wcancel()
+		n, err := dc.(*stdlib.Conn).Conn().WaitForNotification(wctx)
+		if n != nil {
+			t.Errorf("the pool's connection holds a listener's notification (channel %q)", n.Channel)
+		}
+		return err
+	})
+	if err == nil {
+		t.Error("WaitForNotification on the pool's connection returned without a notification or an error")
+	}
+}
