@@ -97,7 +97,9 @@
 // idemhttp.TxFromContext, a Commit or Rollback on the variable it returned
 // (a call, or a method value such as commit := tx.Commit), and any Exec,
 // Query, QueryRow, Begin, SendBatch or CopyFrom (and their Context forms)
-// on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn.
+// on a pgxpool.Pool or Conn, pgx.Conn, or sql.DB or Conn, and a
+// pgx.BeginFunc or BeginTxFunc on a pgxpool.Pool or Conn or pgx.Conn (a
+// transaction of its own; on the request's transaction it is a savepoint).
 // Query and QueryRow calls whose constant SQL is a read are not reported: a
 // SELECT (SHOW, VALUES, TABLE) without a locking clause (FOR UPDATE, FOR NO
 // KEY UPDATE, FOR SHARE, FOR KEY SHARE: the lock would end with the pool's

@@ -141,6 +141,10 @@ func checkHandler(info *types.Info, assigns map[types.Object][]assignment, r *re
 			return true
 		}
 		fn := callee(info, call)
+		if isFunc(fn, pgxPath, "BeginFunc", "BeginTxFunc") && len(call.Args) > 1 && isPoolHandle(info.TypeOf(call.Args[1])) {
+			r.report(call, msgTxPool) // a transaction of its own on the pool
+			return true
+		}
 		if fn == nil || dbHandle(fn) != dbPool || !contains(poolMethods, fn.Name()) {
 			return true
 		}
@@ -150,4 +154,10 @@ func checkHandler(info *types.Info, assigns map[types.Object][]assignment, r *re
 		r.report(call, msgTxPool)
 		return true
 	})
+}
+
+// isPoolHandle reports whether t is a pgx pool or connection (what
+// pgx.BeginFunc opens a transaction of its own on), not a transaction.
+func isPoolHandle(t types.Type) bool {
+	return isType(t, pgxpoolPath, "Pool") || isType(t, pgxpoolPath, "Conn") || isType(t, pgxPath, "Conn")
 }

@@ -168,3 +168,20 @@ func notAHandler(r *http.Request) {
 	tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
 	tx.Commit(r.Context())
 }
+
+// BeginFunc opens a transaction of its own on the pool with pgx's helpers:
+// its writes commit whatever the request's transaction does. A BeginFunc
+// on the request's transaction is a savepoint inside it, and fine.
+func (s *Server) BeginFunc(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error { // want "write through the pool bypasses"
+		_, err := t.Exec(ctx, "INSERT INTO audit VALUES (1)")
+		return err
+	})
+	pgx.BeginTxFunc(ctx, s.conn, pgx.TxOptions{}, func(t pgx.Tx) error { return nil }) // want "write through the pool bypasses"
+	pgx.BeginFunc(ctx, tx, func(t pgx.Tx) error {
+		_, err := t.Exec(ctx, "INSERT INTO orders VALUES (1)")
+		return err
+	})
+}

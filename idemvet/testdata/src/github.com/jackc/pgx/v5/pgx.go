@@ -13,8 +13,23 @@ type Tx interface {
 	Exec(ctx context.Context, sql string, args ...any) (CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) Row
+	Begin(ctx context.Context) (Tx, error)
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
+}
+
+type TxOptions struct{}
+
+func BeginFunc(ctx context.Context, db interface {
+	Begin(ctx context.Context) (Tx, error)
+}, fn func(Tx) error) error {
+	return nil
+}
+
+func BeginTxFunc(ctx context.Context, db interface {
+	BeginTx(ctx context.Context, txOptions TxOptions) (Tx, error)
+}, txOptions TxOptions, fn func(Tx) error) error {
+	return nil
 }
 
 type Conn struct{}
@@ -25,3 +40,4 @@ func (*Conn) Exec(ctx context.Context, sql string, args ...any) (CommandTag, err
 func (*Conn) Query(ctx context.Context, sql string, args ...any) (Rows, error) { return nil, nil }
 func (*Conn) QueryRow(ctx context.Context, sql string, args ...any) Row        { return nil }
 func (*Conn) Begin(ctx context.Context) (Tx, error)                            { return nil, nil }
+func (*Conn) BeginTx(ctx context.Context, o TxOptions) (Tx, error)             { return nil, nil }

@@ -15,3 +15,4 @@ func (*Pool) Exec(ctx context.Context, sql string, args ...any) (pgx.CommandTag,
 func (*Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) { return nil, nil }
 func (*Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row        { return nil }
 func (*Pool) Begin(ctx context.Context) (pgx.Tx, error)                            { return nil, nil }
+func (*Pool) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error)         { return nil, nil }
