@@ -81,7 +81,11 @@
 // or a package's error variable. A loop that makes one operation per
 // count but leaves on a failure tested otherwise (a status code, then a
 // bare return or return nil) is reported by mistake. A key made in a
-// helper the loop calls is not seen.
+// helper the loop calls is not seen. The operation that a retry library
+// runs once per attempt is checked as a retry loop's body: the function
+// literal (or a variable assigned one once) given to
+// github.com/cenkalti/backoff's Retry, RetryNotify, RetryWithData, ...
+// and github.com/avast/retry-go's Do and DoWithData, any major version.
 //
 // idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
 // through uuid.Must, .String(), a local variable, or a function of the

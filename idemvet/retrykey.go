@@ -35,6 +35,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 		labels := make(map[ast.Stmt]*ast.Ident) // a loop's label
 		ast.Inspect(f, func(n ast.Node) bool {
 			var body *ast.BlockStmt
+			loop := n // the retry loop, or the operation a retry library runs
 			switch n := n.(type) {
 			case *ast.LabeledStmt:
 				labels[n.Stmt] = n.Label
@@ -43,10 +44,16 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				body = n.Body
 			case *ast.RangeStmt:
 				body = n.Body
+			case *ast.CallExpr:
+				op := retryOperation(info, assigns, n)
+				if op == nil {
+					return true
+				}
+				loop, body = op, op.Body
 			default:
 				return true
 			}
-			if !isRetryLoop(info, assigns, n) || !stopsOnSuccess(info, funcs, n.(ast.Stmt), labels[n.(ast.Stmt)]) {
+			if _, ok := loop.(*ast.FuncLit); !ok && (!isRetryLoop(info, assigns, n) || !stopsOnSuccess(info, funcs, n.(ast.Stmt), labels[n.(ast.Stmt)])) {
 				return true
 			}
 			var (
@@ -98,7 +105,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 						if fields == nil {
 							fields = fieldAssignments(pass)
 						}
-						trace = &uuidTracer{info: info, loop: n.Pos(), body: body, decls: helpers.decls,
+						trace = &uuidTracer{info: info, loop: loop.Pos(), body: body, decls: helpers.decls,
 							assigns: assigns, fields: fields,
 							seen: make(map[types.Object]bool), out: make(map[*ast.CallExpr]bool)}
 						for _, v := range keyValues {
@@ -114,6 +121,55 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 		})
 	}
 	return nil, nil
+}
+
+// retryLibraries are the retry functions of retry packages (by import path
+// prefix, so that every major version counts) that run an operation, a
+// function argument, once per attempt.
+var retryLibraries = []struct {
+	path  string
+	funcs []string
+}{
+	{"github.com/cenkalti/backoff", []string{"Retry", "RetryNotify", "RetryWithData", "RetryNotifyWithData", "RetryNotifyWithTimer", "RetryNotifyWithTimerAndData"}},
+	{"github.com/avast/retry-go", []string{"Do", "DoWithData"}},
+}
+
+// retryOperation returns the operation a call of a retry library's retry
+// function runs once per attempt: its first function argument, a function
+// literal or a variable assigned one once; nil for any other call.
+func retryOperation(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) *ast.FuncLit {
+	fn := callee(info, call)
+	if fn == nil || fn.Pkg() == nil || fn.Type().(*types.Signature).Recv() != nil {
+		return nil
+	}
+	lib := false
+	for _, l := range retryLibraries {
+		path := fn.Pkg().Path()
+		if (path == l.path || strings.HasPrefix(path, l.path+"/")) && contains(l.funcs, fn.Name()) {
+			lib = true
+		}
+	}
+	if !lib {
+		return nil
+	}
+	for _, a := range call.Args {
+		if t := info.TypeOf(a); t == nil {
+			continue
+		} else if _, ok := t.Underlying().(*types.Signature); !ok {
+			continue
+		}
+		switch a := ast.Unparen(a).(type) {
+		case *ast.FuncLit:
+			return a
+		case *ast.Ident:
+			if as := assigns[info.ObjectOf(a)]; len(as) == 1 {
+				lit, _ := ast.Unparen(as[0].Expr).(*ast.FuncLit)
+				return lit
+			}
+		}
+		return nil
+	}
+	return nil
 }
 
 // sendHelper is what a function of the package does with a request: sends
