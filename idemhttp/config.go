@@ -179,8 +179,11 @@ type Config struct {
 	OnOutcome func(r *http.Request, o Outcome)
 	// Tracer, if set, traces every protected request with an
 	// idem.http.request span (attributes http.request.method, http.route
-	// (absent when Route is DefaultRoute and no ServeMux routed the
-	// request: a path is not a template), idem.outcome and idem.replayed; never the key, a header or a body)
+	// (Route's value, the path template alone when that is the request's
+	// ServeMux pattern: "/orders/{id}" for "POST /orders/{id}"; absent when
+	// Route is DefaultRoute and no ServeMux routed the request: a path is
+	// not a template), idem.outcome and idem.replayed; never the key, a
+	// header or a body)
 	// and its children idem.http.claim, idem.http.execute (the handler's
 	// context, so the events it enqueues carry this trace),
 	// idem.http.replay and idem.http.conflict. The span is a child of the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/idemkit/idem/observe"
 )
@@ -49,12 +50,21 @@ func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, ne
 // is DefaultRoute and no ServeMux routed r. DefaultRoute then gives the URL
 // path, one value per resource (/orders/81, /orders/82, ...): fine for the
 // scope, but http.route must be a template, and a backend that derives
-// metrics from spans would get one series per path.
+// metrics from spans would get one series per path. A route that is r's
+// ServeMux pattern ("[METHOD ][HOST]/PATH") gives its path template alone:
+// http.route is the path template, and the method is already in
+// http.request.method ("POST /orders" would show as "POST POST /orders").
 func (m *Middleware[TTx]) spanRoute(r *http.Request) string {
 	if r.Pattern == "" && reflect.ValueOf(m.cfg.Route).Pointer() == reflect.ValueOf(DefaultRoute).Pointer() {
 		return ""
 	}
-	return m.cfg.Route(r)
+	route := m.cfg.Route(r)
+	if route == r.Pattern {
+		if i := strings.IndexByte(route, '/'); i > 0 {
+			route = route[i:]
+		}
+	}
+	return route
 }
 
 // traceOutcome records o on the request span of r.

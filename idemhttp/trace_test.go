@@ -54,7 +54,7 @@ func TestTracing(t *testing.T) {
 			}
 			for i, want := range []string{"executed", "replayed", "mismatch"} {
 				s := reqs[i]
-				if !s.Ended() || s.Attr("idem.outcome") != want || s.Attr("idem.replayed") != (want == "replayed") || s.Attr("http.route") != "POST /things" {
+				if !s.Ended() || s.Attr("idem.outcome") != want || s.Attr("idem.replayed") != (want == "replayed") || s.Attr("http.route") != "/things" {
 					t.Errorf("request %d: outcome %v replayed %v route %v ended %v", i, s.Attr("idem.outcome"), s.Attr("idem.replayed"), s.Attr("http.route"), s.Ended())
 				}
 			}
@@ -145,5 +145,39 @@ func TestTracingHandlerPanic(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A ServeMux pattern gives http.route its path template alone: the method
+// is http.request.method's, and a host is not part of a route.
+func TestTracingRouteFromPattern(t *testing.T) {
+	t.Parallel()
+	for pattern, want := range map[string]string{
+		"POST /orders/{id}":            "/orders/{id}",
+		"POST example.com/orders/{id}": "/orders/{id}",
+		"/orders/{id}":                 "/orders/{id}",
+		"example.com/orders/{id...}":   "/orders/{id...}",
+	} {
+		rec := &observetest.Recorder{}
+		mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Tracer: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(pattern, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })))
+		req := httptest.NewRequest(http.MethodPost, "http://example.com/orders/81", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k")
+		rr := httptest.NewRecorder()
+		mux.ServeHTTP(rr, req)
+		if rr.Code != http.StatusCreated {
+			t.Fatalf("%q: status %d", pattern, rr.Code)
+		}
+		reqs := rec.Named("idem.http.request")
+		if len(reqs) != 1 {
+			t.Fatalf("%q: %d request spans, want 1", pattern, len(reqs))
+		}
+		if got := reqs[0].Attr("http.route"); got != want {
+			t.Errorf("%q: http.route = %v, want %q", pattern, got, want)
+		}
 	}
 }
