@@ -158,6 +158,39 @@ type proc struct {
 
 var listenLineRe = regexp.MustCompile(`^idemd listening on (http://\S+) `)
 
+// consumerLogRe matches the text log lines of a consumer's start and of
+// its first assignment.
+var consumerLogRe = regexp.MustCompile(`(?m)^time=(\S+) level=INFO msg="idemkafka: (consumer started|partitions assigned)" group=(\S+)`)
+
+// rejoinDelay reads a process's text log: the longest time, over its
+// consumer groups, from a consumer's start to its first assignment. ok is
+// false when a group that started has no assignment.
+func rejoinDelay(log string) (d time.Duration, ok bool) {
+	started := map[string]time.Time{}
+	assigned := map[string]time.Time{}
+	for _, m := range consumerLogRe.FindAllStringSubmatch(log, -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		into := started
+		if m[2] == "partitions assigned" {
+			into = assigned
+		}
+		if _, seen := into[m[3]]; !seen {
+			into[m[3]] = at
+		}
+	}
+	for group, s := range started {
+		a, seen := assigned[group]
+		if !seen {
+			return 0, false
+		}
+		d = max(d, a.Sub(s))
+	}
+	return d, len(started) > 0
+}
+
 // cluster tracks the idemd processes of one scenario: it dumps their stderr
 // on failure and kills those still running when the test ends.
 type cluster struct {
