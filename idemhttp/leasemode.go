@@ -36,6 +36,15 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 				m.inProgress(cmd)
 			case ctx.Err() == nil:
 				m.storeUnavailable(cmd, err)
+			default:
+				// The request ended during the claim (the client went
+				// away, or its deadline passed): the claim may have
+				// committed with its reply lost, and nothing would
+				// complete or release it; the retry would wait out the
+				// lease. Released by its token (only if it is ours), in
+				// the background: the answer to a passed deadline must
+				// not wait for a store that was too slow for it.
+				go m.release(context.WithoutCancel(ctx), ex, cmd, p.LeaseToken)
 			}
 			return
 		}
