@@ -43,6 +43,14 @@
 // the first attempt negotiated (Content-Encoding is replayed), and a retry
 // that does not accept it gets it all the same.
 //
+// The handler's response is buffered: nothing of it reaches the client
+// before its outcome is stored (in ModeTx, committed) or the key let go.
+// The ResponseWriter the handler gets is no http.Flusher, and the methods of
+// http.NewResponseController (Flush, Hijack, SetReadDeadline,
+// SetWriteDeadline, EnableFullDuplex) return http.ErrNotSupported on it. A
+// streaming response (server-sent events) does not belong behind the
+// middleware.
+//
 // # Keys, scopes and fingerprints
 //
 // A key is looked up within a scope: the principal returned by
