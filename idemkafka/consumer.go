@@ -277,6 +277,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		gaveUp := c.cycle(ctx, cl, fs)
 		cl.AllowRebalance()
 		if ctx.Err() != nil {
+			// The stop's cycle has just tried the pending commits:
+			// another try in the revoke of Close would wait for a
+			// failing coordinator as long again.
+			c.pendingMu.Lock()
+			clear(c.pending)
+			c.pendingMu.Unlock()
 			c.cfg.Logger.Info("idemkafka: consumer stopping", "group", c.cfg.Group, "consumer", c.in.Consumer())
 			return nil
 		}
@@ -493,8 +499,9 @@ func (c *Consumer[TTx]) onAssigned(ctx context.Context, cl *kgo.Client, assigned
 
 // onRevoked runs while no batch is in flight (BlockRebalanceOnPoll): every
 // cycle committed what it applied, except offsets whose commit failed; those
-// get a last try here, while the partitions are still ours. If it fails too,
-// the next owner gets the records again and its inbox skips them.
+// get a last try here, while the partitions are still ours (not when Run
+// stops: its last cycle has just tried them). If it fails too, the next
+// owner gets the records again and its inbox skips them.
 func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	if len(revoked) > 0 {
 		c.cfg.Logger.Info("idemkafka: partitions revoked", "group", c.cfg.Group, "partitions", revoked)

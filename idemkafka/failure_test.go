@@ -3,6 +3,7 @@ package idemkafka_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -347,6 +349,97 @@ func TestFailedOffsetCommitRetried(t *testing.T) {
 		t.Errorf("applied %d, skipped %d; want %d and 0", s.applied, s.duplicates, len(evs))
 	}
 }
+
+// A consumer stopped while the group coordinator keeps failing offset
+// commits (a retriable error, which kgo retries until its retry timeout,
+// 30s by default) tries the stop's commit once. The revoke of its Close
+// tried the same commit again, and Run returned only after that second
+// wait too: a stop during a coordinator outage took about a minute. The
+// records are applied once; the next consumer skips them.
+func TestStopWhileCommitsFailTriesOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 2)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 8, 4)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	var (
+		mu      sync.Mutex
+		seq     []string // what happened, in order
+		note    = func(s string) { mu.Lock(); seq = append(seq, s); mu.Unlock() }
+		commits atomic.Int64
+		stop    atomic.Value // func()
+	)
+	fault := fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.CoordinatorLoadInProgress, Count: -1,
+		When: func(kmsg.Request) bool { note("commit request"); return true }})
+	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfg.ExtraOpts = append(cfg.ExtraOpts, kgo.RetryTimeout(time.Second), fastRetry)
+	cfg.Logger = slog.New(onMessage{"idemkafka: consumer stopping", func() { note("stopping") }})
+	inst := start(t, b, "billing", cfg, func(c *idemkafka.Consumer[*sql.Tx]) {
+		idemkafka.SetBeforeCommit(c, func([]*kgo.Record) {
+			// The first commit fails (pending); the stop comes just
+			// before the next one, which retries it.
+			if commits.Add(1) == 2 {
+				stop.Load().(func())()
+			}
+		})
+	})
+	stop.Store(func() { inst.cancel() })
+	select {
+	case err := <-inst.done:
+		close(inst.done)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return within 60s")
+	}
+	fault.Remove()
+	mu.Lock()
+	i := slices.Index(seq, "stopping")
+	after := 0
+	if i >= 0 {
+		after = len(seq) - i - 1
+	}
+	mu.Unlock()
+	switch {
+	case commits.Load() < 2 || i < 0:
+		t.Fatalf("the consumer stopped before its second commit (%d commits, stopping logged: %v)", commits.Load(), i >= 0)
+	case i == 0:
+		t.Fatal("no offset commit failed: the test did not test anything")
+	case after > 0:
+		t.Errorf("%d offset commit requests after the stop's commit failed; want none (each retry waits for kgo's retry timeout)", after)
+	}
+	mustOnce(t, b, "billing", evs)
+
+	again := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every partition committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, again)
+	mustOnce(t, b, "billing", evs)
+	if s := again.stats.get(); s.applied != 0 || s.duplicates != len(evs) {
+		t.Errorf("second consumer applied %d, skipped %d; want 0 and %d", s.applied, s.duplicates, len(evs))
+	}
+}
+
+// onMessage is a slog handler that calls fn for each record with message
+// msg, and drops every record.
+type onMessage struct {
+	msg string
+	fn  func()
+}
+
+func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.fn()
+	}
+	return nil
+}
+func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onMessage) WithGroup(string) slog.Handler      { return h }
 
 // A handler that panics with an error wrapping ErrPoison is dead-lettered at
 // once, as if it had returned that error: the panic's error chain is kept.
