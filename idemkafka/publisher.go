@@ -297,7 +297,7 @@ func (p *Publisher) Close() {
 // record but may still send a later record of its key, which then reaches
 // the topic first. Keep the buffers well above what the relays keep in
 // flight (RelayConfig.Concurrency x BatchSize events; kgo's default of
-// 10,000 records is far above the relay's defaults).
+// 50,000 records, kgo.MaxBufferedRecords, is far above the relay's defaults).
 func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
 	if len(events) == 0 {
 		return nil
