@@ -32,14 +32,21 @@ func ExampleNewConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// idem's tables (processed_event, outbox, ...): without them every
+	// batch fails with "relation ... does not exist".
+	if err := drv.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
 	in, err := inbox.New(drv, &inbox.Config{Consumer: "order-projection"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[pgx.Tx]{
-		Seeds:  []string{"localhost:9092"},
-		Group:  "order-projection",
-		Topics: []string{"orders"}, // failures go to "orders.dlq"
+		Seeds: []string{"localhost:9092"},
+		Group: "order-projection",
+		// Create "orders" and "orders.dlq" first (or let the cluster create
+		// topics on demand): failures go to "orders.dlq".
+		Topics: []string{"orders"},
 		Handler: func(ctx context.Context, tx pgx.Tx, e event.Envelope) error {
 			// The effect, in the inbox's transaction: it commits with the
 			// event's processed_event row, before the offset.
@@ -70,6 +77,11 @@ func ExampleNewConsumer_batchHandler() {
 	}
 	drv, err := pgdriver.New(pool, &pgdriver.Config{})
 	if err != nil {
+		log.Fatal(err)
+	}
+	// idem's tables (processed_event, outbox, ...): without them every
+	// batch fails with "relation ... does not exist".
+	if err := drv.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
 	in, err := inbox.New(drv, &inbox.Config{Consumer: "order-projection"})
@@ -114,9 +126,14 @@ func ExampleNewPublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// idem's tables (processed_event, outbox, ...): without them every
+	// batch fails with "relation ... does not exist".
+	if err := drv.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
 	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{
 		Seeds:        []string{"localhost:9092"},
-		DefaultTopic: "orders",
+		DefaultTopic: "orders", // must exist: see PublisherConfig.DefaultTopic
 	})
 	if err != nil {
 		log.Fatal(err) // for instance ErrNotIdempotent

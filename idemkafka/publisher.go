@@ -26,7 +26,13 @@ type PublisherConfig struct {
 	Seeds []string
 
 	// DefaultTopic is the topic of every event when Topic is nil, or when
-	// Topic returns "".
+	// Topic returns "". The topics must exist: NewPublisher does not check
+	// them, and an event for a topic the cluster does not have fails to
+	// publish (UNKNOWN_TOPIC_OR_PARTITION, logged by the relay) and is
+	// retried until the topic is created. A cluster that creates topics on
+	// demand (auto.create.topics.enable, kfake.AllowAutoTopicCreation) does
+	// so only for a client that asks: add kgo.AllowAutoTopicCreation() to
+	// ExtraOpts.
 	DefaultTopic string
 	// Topic, if set, picks each event's topic. Defaults to nil: every
 	// event goes to DefaultTopic. One of the two is required. An event
