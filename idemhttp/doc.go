@@ -15,7 +15,7 @@
 //	request                                        answer
 //	new key                                        the handler runs; its response is stored and sent
 //	same key, same request, completed              stored status, headers, body, trailers byte for byte + Idempotent-Replayed: true
-//	same key, other method/target/body             409 key-reused (422 with Config.MismatchStatus)
+//	same key and route, other target/body          409 key-reused (422 with Config.MismatchStatus)
 //	same key while the first is still running     waits up to Config.Wait for its outcome, else 409 request-in-progress + Retry-After
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
 //	body larger than Config.MaxBodyBytes           413 body-too-large, whatever its size; the key is not claimed

@@ -343,7 +343,7 @@ func (m *Middleware[TTx]) mismatch(cmd *command) {
 	m.conflict(cmd, "mismatch")
 	problem.WriteError(cmd.w, m.cfg.MismatchStatus, problem.TypeKeyReused,
 		"Idempotency-Key already used for another request",
-		"This key was used with a different method, request target (path and query) or body. Use a new key for a new operation.")
+		"This key was used on this endpoint with a different request target (path and query) or body. Use a new key for a new operation.")
 	m.reportCmd(cmd, OutcomeMismatch)
 }
 

@@ -32,8 +32,9 @@ const (
 	// TypeKeyMultiple (400): the request carries more than one
 	// Idempotency-Key header.
 	TypeKeyMultiple = TypeBase + "key-multiple"
-	// TypeKeyReused (409): the key was already used with a different request
-	// (different method, request target (path and query) or body).
+	// TypeKeyReused (409): the key was already used on the same endpoint
+	// (principal, method and route) with a different request target (path
+	// and query) or body.
 	TypeKeyReused = TypeBase + "key-reused"
 	// TypeRequestInProgress (409, with Retry-After): another request with the
 	// same key is still executing.
