@@ -2,11 +2,18 @@ package uniq_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/uniq"
 )
 
@@ -53,4 +60,75 @@ func ExampleCreateOrGet() {
 		panic(err)
 	}
 	fmt.Println(id, created) // created is false when the payment already existed
+}
+
+// In an idemhttp ModeTx handler: the payment, its event and the stored
+// response commit together; a request for an existing payment under
+// another key answers 200 with it, and emits nothing.
+func ExampleCreateOrGet_idemhttp() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/app")
+	if err != nil {
+		panic(err)
+	}
+	drv, err := pgdriver.New(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	paymentKey := uniq.Constraint{
+		Name:    "payment_provider_external_id_key",
+		Table:   "payment",
+		Columns: []string{"payment_provider", "external_payment_id"},
+	}
+	type payment struct {
+		ID         int64  `json:"id"`
+		Provider   string `json:"provider"`
+		ExternalID string `json:"external_payment_id"`
+	}
+	mw, err := idemhttp.New(drv, &idemhttp.Config{
+		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-Client-ID"), nil }, // your auth's principal
+	})
+	if err != nil {
+		panic(err)
+	}
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in := payment{Provider: "sber", ExternalID: "ext-42"} // decoded from r.Body
+		tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
+		p, created, err := uniq.CreateOrGet(r.Context(), paymentKey,
+			func(ctx context.Context) (payment, error) {
+				p := in
+				err := uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
+					return tx.QueryRow(ctx, `INSERT INTO payment (payment_provider, external_payment_id)
+						VALUES ($1, $2) RETURNING id`, p.Provider, p.ExternalID).Scan(&p.ID)
+				})
+				return p, err
+			},
+			func(ctx context.Context) (payment, error) {
+				p := in
+				err := tx.QueryRow(ctx, `SELECT id FROM payment
+					WHERE payment_provider = $1 AND external_payment_id = $2`, p.Provider, p.ExternalID).Scan(&p.ID)
+				return p, err
+			})
+		if err == nil && created {
+			var e event.Envelope
+			if e, err = event.New("PaymentCreated.v1", strconv.FormatInt(p.ID, 10), p); err == nil {
+				err = outbox.EnqueueTx(r.Context(), drv, tx, e)
+			}
+		}
+		if err != nil {
+			http.Error(w, "storage error", http.StatusInternalServerError) // rolled back, not stored
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if created {
+			w.WriteHeader(http.StatusCreated)
+		}
+		_ = json.NewEncoder(w).Encode(p)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.Handler(create))
+	_ = http.ListenAndServe("127.0.0.1:8080", mux)
 }
