@@ -43,7 +43,7 @@ func ExampleNewConsumer() {
 	}
 	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[pgx.Tx]{
 		Seeds: []string{"localhost:9092"},
-		Group: "order-projection",
+		// Group: the inbox's consumer name, "order-projection", by default.
 		// Create "orders" and "orders.dlq" first (or let the cluster create
 		// topics on demand): failures go to "orders.dlq".
 		Topics: []string{"orders"},
@@ -90,7 +90,6 @@ func ExampleNewConsumer_batchHandler() {
 	}
 	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[pgx.Tx]{
 		Seeds:  []string{"localhost:9092"},
-		Group:  "order-projection",
 		Topics: []string{"orders"},
 		BatchHandler: func(ctx context.Context, tx pgx.Tx, events []event.Envelope) error {
 			// events are the batch's new events, duplicates removed, in
