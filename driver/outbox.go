@@ -120,6 +120,14 @@ type OutboxExecutor interface {
 	// relay's lag metric, so it must be cheap however long the backlog is.
 	OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error)
 
+	// OutboxCountParked returns how many rows are parked now (see
+	// OutboxPark): parked and not yet unparked by an operator, nor
+	// published since. It feeds a "parked events" gauge that is read
+	// periodically, so it must be cheap however large the outbox is: it
+	// reads an index of the rows that failed (almost always empty), never
+	// the whole outbox.
+	OutboxCountParked(ctx context.Context) (int, error)
+
 	// OutboxRedrive marks published rows unpublished again (publication
 	// time, attempts, last_error and next_attempt_at cleared) so that the relay
 	// publishes them once more, with their stored event IDs: consumers

@@ -189,7 +189,9 @@
 // an error and reported to RelayConfig.OnPark, and blocks the later events
 // of its own key (per-key order matters more than progress on that key);
 // other keys go on. The lag reported to RelayConfig.OnLag keeps growing
-// while a parked event waits, so an alert on lag catches it. After fixing
+// while a parked event waits, so an alert on lag catches it. [CountParked]
+// says how many events are parked now (OnPark counts the parks, and is not
+// told of an unpark): read it periodically for a gauge. After fixing
 // the cause, an operator unparks the event in SQL. On PostgreSQL an event's
 // delivery state is in its row of outbox_pending (the table of the events
 // not yet published):

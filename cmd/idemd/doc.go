@@ -129,7 +129,8 @@
 // several idemd replicas on one PostgreSQL exactly one sweeps a given run.
 // Its counts are exported as idemd_cleanup_sweeps_total and
 // idemd_cleanup_deleted_rows_total; the relay's lag as
-// idemd_outbox_lag_seconds, its parked events as idemd_outbox_parked_total,
+// idemd_outbox_lag_seconds, its parked events as idemd_outbox_parked_total
+// (and those parked now, every 10s, as idemd_outbox_parked_events),
 // each consumer's work as idemd_inbox_events_total{consumer, result} and
 // each consumer group's lag (every 10s) as idemd_kafka_consumer_lag{group}.
 // idemd's own metrics start with idemd_; the Go runtime's and the

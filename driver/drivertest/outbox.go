@@ -46,6 +46,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Claim/FindsTheOneClaimableKey", testOutboxClaimOneClaimable[TTx]},
 		{"DeletePublishedBefore", testOutboxDeletePublished[TTx]},
 		{"OldestUnpublished", testOutboxOldestUnpublished[TTx]},
+		{"CountParked", testOutboxCountParked[TTx]},
 		{"Redrive", testOutboxRedrive[TTx]},
 		{"Relay/CommittedEnqueuePublishedOnce", testRelayCommitted[TTx]},
 		{"Relay/RolledBackEnqueueNeverPublished", testRelayRolledBack[TTx]},
@@ -756,6 +757,62 @@ func testOutboxOldestUnpublished[TTx any](t *testing.T, newDriver func(t *testin
 		t.Fatal(err)
 	}
 	check("only the parked one left", t0.Add(time.Second), true)
+}
+
+// OutboxCountParked counts the rows parked now: not the ones backing off,
+// published or merely pending, nor a park rolled back; a parked row leaves
+// the count once it is published (after an operator unparked it).
+func testOutboxCountParked[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	ex := drv.Executor()
+	check := func(what string, want int) {
+		t.Helper()
+		if got, err := ex.OutboxCountParked(ctx); err != nil || got != want {
+			t.Errorf("%s: OutboxCountParked = %d, %v; want %d", what, got, err, want)
+		}
+	}
+	park := func(ex driver.OutboxExecutor, r driver.OutboxRow) {
+		t.Helper()
+		if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: r.ID, Error: "poison", At: t0}); err != nil {
+			t.Fatalf("Park: %v", err)
+		}
+	}
+	check("empty", 0)
+	// a1 a2 b1 c1 d1 e1: a1 and c1 parked, b1 backing off, d1 published.
+	rows := obStored(t, drv, obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0),
+		obRow(t, "c", 1, t0), obRow(t, "d", 1, t0), obRow(t, "e", 1, t0))
+	check("nothing parked", 0)
+	park(ex, rows[0])
+	park(ex, rows[3])
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: rows[2].ID, Error: "boom", NextAttempt: t0.Add(time.Hour)}); err != nil {
+		t.Fatalf("MarkFailed: %v", err)
+	}
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[4]), At: t0}); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	check("two parked, one backing off, one published", 2)
+	// A park rolled back is not counted; one in a transaction is seen there.
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	park(drv.OutboxTx(tx), rows[5])
+	if got, err := drv.OutboxTx(tx).OutboxCountParked(ctx); err != nil || got != 3 {
+		t.Errorf("in the parking transaction: OutboxCountParked = %d, %v; want 3", got, err)
+	}
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	check("a park rolled back", 2)
+	// The row backing off parked at its last attempt.
+	park(ex, rows[2])
+	check("the failed row parked", 3)
+	// c1 unparked by an operator, then published by the relay.
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[3]), At: t0}); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	check("a parked row published", 2)
 }
 
 // ---- relay -----------------------------------------------------------------

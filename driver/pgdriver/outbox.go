@@ -327,6 +327,17 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 	return oldest, true, nil
 }
 
+// OutboxCountParked implements driver.OutboxExecutor: a count of the
+// parked pending rows through the index of the rows that failed
+// (outbox_pending_blocked_idx).
+func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
+	var n int
+	if err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxCountParkedSQL)).Scan(&n); err != nil {
+		return 0, mapErr("outbox count parked", err)
+	}
+	return n, nil
+}
+
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit rows found through the publication log's published_at index:
 // their log rows are deleted and their pending rows inserted again, in one

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/internal/pgsql"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
@@ -1053,4 +1054,70 @@ func TestListenOutboxSearchPathFromAfterConnect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the listener was not woken by an enqueue into the schema its pool's search_path names")
 	}
+}
+
+// OutboxCountParked reads the index of the rows that failed, not the
+// pending rows, however many there are; an event unparked with the
+// runbook's statement (docs/operations.md) leaves the count at once, and
+// the relay then publishes it.
+func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	pool := drv.Pool()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+		SELECT gen_random_uuid(), 'Test.Happened.v1', 'k' || (n % 500), '\x7b7d', now(), now()
+		FROM generate_series(1, 5000) n`); err != nil {
+		t.Fatal(err)
+	}
+	poison := []event.Envelope{newEvent(t, "p1", 0), newEvent(t, "p2", 0), newEvent(t, "p3", 0)}
+	enqueue(t, drv, poison...)
+	for _, e := range poison {
+		var id int64
+		if err := pool.QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, e.ID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: id, Error: "poison", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE outbox_pending`); err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	rows, err := pool.Query(ctx, `EXPLAIN `+strings.ReplaceAll(pgsql.OutboxCountParkedSQL, "{{table}}", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.String(), "outbox_pending_blocked_idx") || strings.Contains(plan.String(), "Seq Scan") {
+		t.Errorf("the count of parked rows does not read outbox_pending_blocked_idx:\n%s", plan.String())
+	}
+	count := func(want int) {
+		t.Helper()
+		if n, err := drv.Executor().OutboxCountParked(ctx); err != nil || n != want {
+			t.Fatalf("OutboxCountParked = %d, %v; want %d", n, err, want)
+		}
+	}
+	count(3)
+	if _, err := pool.Exec(ctx, `UPDATE outbox_pending SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+		WHERE id = (SELECT id FROM outbox WHERE event_id = $1)`, poison[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	count(2)
+	rec := &recorder{}
+	drain(t, newRelay(t, drv, rec, nil))
+	if !slices.ContainsFunc(rec.published(), func(e event.Envelope) bool { return e.ID == poison[1].ID }) {
+		t.Error("the unparked event was not published")
+	}
+	count(2)
 }

@@ -200,6 +200,17 @@ func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool
 	return oldest, true, nil
 }
 
+// OutboxCountParked implements driver.OutboxExecutor: a count of the
+// parked pending rows through the index of the rows that failed
+// (outbox_pending_blocked_idx).
+func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
+	var n int
+	if err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxCountParkedSQL)).Scan(&n); err != nil {
+		return 0, mapErr("outbox count parked", err)
+	}
+	return n, nil
+}
+
 // OutboxRedrive implements driver.OutboxExecutor.
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	switch {

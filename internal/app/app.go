@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ import (
 	"github.com/idemkit/idem/internal/payments/pgstore"
 	"github.com/idemkit/idem/internal/payments/sqlitestore"
 	"github.com/idemkit/idem/observe"
+	"github.com/idemkit/idem/outbox"
 )
 
 // App is a configured idemd: an open, migrated database, its HTTP
@@ -56,6 +58,11 @@ type App struct {
 	// lagCheck measures the consumer groups' lag every kafkaLagInterval
 	// until its context ends; nil when Config.Kafka is off.
 	lagCheck func(context.Context) error
+	// parked counts the events parked in the outbox
+	// (idemd_outbox_parked_events) every parkedEvery (parkedInterval
+	// when 0) and after each park, until its context ends.
+	parked      *parkedChecker
+	parkedEvery time.Duration
 	// kafka describes the Kafka in use, for the listen line; started is
 	// what Serve logs about it when the pipeline starts.
 	kafka   string
@@ -313,6 +320,19 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 	if err == nil {
 		a.driverName = drv.Name()
 		a.handler, err = routes(a, drv, st)
+	}
+	if err == nil {
+		every := a.parkedEvery
+		if every <= 0 {
+			every = parkedInterval
+		}
+		a.parked = &parkedChecker{
+			count:    func(ctx context.Context) (int, error) { return outbox.CountParked(ctx, drv) },
+			m:        a.metrics,
+			log:      a.log,
+			interval: every,
+			wake:     make(chan struct{}, 1),
+		}
 	}
 	if err == nil && a.cfg.Cleanup != CleanupOff {
 		var c *cleanup.Cleaner[TTx]

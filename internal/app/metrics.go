@@ -26,7 +26,10 @@ type metrics struct {
 	deleted  *prometheus.CounterVec
 	lagSecs  prometheus.Gauge
 	parked   prometheus.Counter
-	active   prometheus.Gauge
+	// parkedNow is the events parked in the outbox now, counted every
+	// parkedInterval (parked.go).
+	parkedNow prometheus.Gauge
+	active    prometheus.Gauge
 	// groupLag and lagFailures are the consumer groups' lag, measured
 	// every kafkaLagInterval (kafkalag.go), and its failed measurements.
 	groupLag    *prometheus.GaugeVec
@@ -68,6 +71,10 @@ func newMetrics() *metrics {
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemd_outbox_parked_total",
 			Help: "Outbox events this replica's relay parked as poison (Kafka can never take them); each blocks the later events of its key until unparked.",
+		}),
+		parkedNow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemd_outbox_parked_events",
+			Help: "Outbox events parked now (the whole database's, whichever replica parked them): each blocks the later events of its key until an operator unparks it. Counted at start, every 10s and after each park by this replica; kept at its last value while the count fails.",
 		}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_outbox_relay_active",
@@ -118,7 +125,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

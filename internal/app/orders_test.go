@@ -38,6 +38,12 @@ func serve(t *testing.T, kind string, args ...string) *served {
 // serveOn serves on the database of dbArg (replicas share one).
 func serveOn(t *testing.T, dbArg string, count func(string) int, args ...string) *served {
 	t.Helper()
+	return serveWith(t, dbArg, count, nil, args...)
+}
+
+// serveWith is serveOn with options of app.New.
+func serveWith(t *testing.T, dbArg string, count func(string) int, opts []app.Option, args ...string) *served {
+	t.Helper()
 	if !slices.Contains(args, "-kafka") {
 		args = append(args, "-kafka-dir", t.TempDir())
 	}
@@ -45,7 +51,7 @@ func serveOn(t *testing.T, dbArg string, count func(string) int, args ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard), opts...)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/orders"
@@ -129,7 +130,11 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	closeRest := a.close
 	a.close = func() { pub.Close(); closeRest() }
-	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: a.metrics.park, OnLease: a.metrics.relayLease, Tracer: a.tracer}
+	onPark := func(e event.Envelope, attempts int, err error) {
+		a.metrics.park(e, attempts, err)
+		a.parked.parked() // the gauge of parked events, now
+	}
+	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: onPark, OnLease: a.metrics.relayLease, Tracer: a.tracer}
 	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
 	if err != nil {
 		return err

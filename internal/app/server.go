@@ -61,7 +61,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	consumers := a.startWorkers(ctx, worker{"order projection consumer", a.consume, consumerAttrs},
 		worker{"order saga consumer", a.saga, consumerAttrs},
 		worker{"stuck order watchdog", a.watchdog, []any{"stuck_after", a.cfg.SagaStuckAfter.String(), "give_up_after", a.cfg.SagaGiveUpAfter.String()}},
-		worker{"consumer lag check", a.lagCheck, []any{"interval", kafkaLagInterval.String()}})
+		worker{"consumer lag check", a.lagCheck, []any{"interval", kafkaLagInterval.String()}},
+		a.parkedWorker())
 	// deadline bounds the whole shutdown once it started.
 	var deadline time.Time
 	defer func() {
@@ -205,6 +206,15 @@ func (a *App) flushOutbox(ctx context.Context, check func()) {
 		return
 	}
 	a.log.Info("shutdown: outbox flushed", "published", total)
+}
+
+// parkedWorker counts the parked events (its run is nil without a
+// database).
+func (a *App) parkedWorker() worker {
+	if a.parked == nil {
+		return worker{name: "outbox parked count"}
+	}
+	return worker{"outbox parked count", a.parked.run, []any{"interval", a.parked.interval.String()}}
 }
 
 // worker is a named background loop; run is nil when it is not configured.

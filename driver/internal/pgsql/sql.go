@@ -256,6 +256,11 @@ const (
 		SELECT count(*) FROM d`
 	OutboxOldestUnpublishedSQL = `SELECT o.created_at FROM {{table}}outbox o
 		WHERE o.id = (SELECT min(id) FROM {{table}}outbox_pending)`
+	// OutboxCountParkedSQL counts the parked pending rows through
+	// outbox_pending_blocked_idx, the partial index of the rows that
+	// failed (almost always empty), whose predicate this one implies.
+	OutboxCountParkedSQL = `SELECT count(*) FROM {{table}}outbox_pending
+		WHERE parked_at IS NOT NULL`
 	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
 	// the keys $3, if not NULL), lowest id first, from published back to
 	// pending, with their failure state cleared.

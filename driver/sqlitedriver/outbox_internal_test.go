@@ -1,0 +1,79 @@
+package sqlitedriver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/driver"
+)
+
+// OutboxCountParked reads the index of the unpublished rows that failed,
+// not the outbox, however many rows are pending; an event unparked with
+// the runbook's statement (docs/operations.md) leaves the count at once.
+func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
+	d := openMigrated(t)
+	t.Cleanup(func() { _ = d.Close() })
+	ctx := t.Context()
+	db := d.DB()
+	if _, err := db.ExecContext(ctx, `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 5000)
+		INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+		SELECT printf('00000000-0000-4000-8000-%012d', n), 'Test.Happened.v1', 'k' || (n % 500), x'7b7d', 0, 0 FROM g`); err != nil {
+		t.Fatal(err)
+	}
+	var parked []uuid.UUID
+	for range 3 {
+		id := uuid.New()
+		parked = append(parked, id)
+		n, err := d.Executor().OutboxInsert(ctx, []driver.OutboxRow{{EventID: id, EventType: "Test.Happened.v1", Key: "p" + id.String(),
+			Payload: []byte(`{}`), OccurredAt: time.Now(), CreatedAt: time.Now()}})
+		if err != nil || n != 1 {
+			t.Fatalf("OutboxInsert = %d, %v", n, err)
+		}
+		var rowID int64
+		if err := db.QueryRowContext(ctx, `SELECT id FROM outbox WHERE event_id = ?`, id.String()).Scan(&rowID); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: rowID, Error: "poison", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+d.expand(outboxCountParkedSQL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var (
+			id, parent, unused int
+			detail             string
+		)
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.String(), "USING INDEX outbox_blocked_idx") && !strings.Contains(plan.String(), "USING COVERING INDEX outbox_blocked_idx") {
+		t.Errorf("the count of parked rows does not read outbox_blocked_idx:\n%s", plan.String())
+	}
+	count := func(want int) {
+		t.Helper()
+		if n, err := d.Executor().OutboxCountParked(ctx); err != nil || n != want {
+			t.Fatalf("OutboxCountParked = %d, %v; want %d", n, err, want)
+		}
+	}
+	count(3)
+	if _, err := db.ExecContext(ctx, `UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL WHERE event_id = ?`,
+		parked[1].String()); err != nil {
+		t.Fatal(err)
+	}
+	count(2)
+}
