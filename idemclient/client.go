@@ -561,7 +561,7 @@ type problemInfo struct {
 	typ string
 	// unknown is true when the response is problem+json but its type could
 	// not be read: the body failed or was cut off before the type member
-	// (or past peekLimit), or is not a JSON object.
+	// (or past peekLimit), or is not a JSON object, or has a member twice.
 	unknown bool
 	// notStored is true when the document has "stored": false (idemhttp's
 	// failure too large to pass on).
@@ -571,7 +571,9 @@ type problemInfo struct {
 // peekProblem reads the type (and "stored" member) of a problem+json
 // response, leaving its body readable from the start. It reads the
 // top-level members one by one, so a type member that comes early is read
-// even when a later member is cut off at peekLimit.
+// even when a later member is cut off at peekLimit. A document with a
+// member twice (among those read) is one whose type cannot be read, as
+// problem.Problem refuses it.
 func peekProblem(resp *http.Response) problemInfo {
 	b, ok, err := peekBody(resp)
 	if !ok {
@@ -585,22 +587,28 @@ func peekProblem(resp *http.Response) problemInfo {
 	if t, err := d.Token(); err != nil || t != json.Delim('{') {
 		return info
 	}
-	typeSeen := false
+	seen := map[string]bool{}
 	for d.More() {
 		t, err := d.Token()
 		if err != nil {
 			return info
 		}
+		name, _ := t.(string)
+		if seen[name] {
+			// A member twice: problem.Problem refuses the document
+			// (which occurrence counts is the reader's guess), so its
+			// type cannot be read either.
+			return problemInfo{unknown: true}
+		}
+		seen[name] = true
 		var v json.RawMessage
 		if err := d.Decode(&v); err != nil {
 			return info
 		}
-		switch t {
+		switch name {
 		case "type":
-			if !typeSeen {
-				typeSeen, info.unknown = true, false
-				_ = json.Unmarshal(v, &info.typ) // not a string: ignored (RFC 9457)
-			}
+			info.unknown = false
+			_ = json.Unmarshal(v, &info.typ) // not a string: ignored (RFC 9457)
 		case "stored":
 			info.notStored = string(v) == "false"
 		}

@@ -2,6 +2,7 @@ package idemclient_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -677,6 +678,58 @@ func TestLarge500ProblemNotRetried(t *testing.T) {
 			_ = resp.Body.Close()
 			if n := len(rec.seen()); n != 1 || resp.StatusCode != 500 {
 				t.Errorf("%d attempts, status %d; want the 500 after 1 attempt", n, resp.StatusCode)
+			}
+		})
+	}
+}
+
+// A problem document with a member twice is one whose type cannot be read
+// (problem.Problem refuses it: encoding/json would keep the last type, a
+// reader of the first members the first one): the classification never
+// goes by one occurrence while the decoded Problem says the other. A 500
+// is then final (it may be transaction-ended), a 409 or 422 is returned as
+// it is, never as a *KeyReusedError, and both take one attempt.
+func TestDuplicateProblemMembers(t *testing.T) {
+	t.Parallel()
+	doc := func(members ...string) string { return "{" + strings.Join(members, ",") + "}" }
+	typ := func(t string) string { return `"type":"` + t + `"` }
+	tests := []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"500 transaction-ended second", 500, doc(typ("about:blank"), typ(problem.TypeTransactionEnded))},
+		{"500 transaction-ended first", 500, doc(typ(problem.TypeTransactionEnded), typ("about:blank"))},
+		{"500 response-too-large, stored twice", 500, doc(typ(problem.TypeResponseTooLarge), `"stored":true`, `"stored":false`)},
+		{"409 key-reused first", 409, doc(typ(problem.TypeKeyReused), typ(problem.TypeConflict))},
+		{"409 key-reused second", 409, doc(typ(problem.TypeConflict), typ(problem.TypeKeyReused))},
+		{"422 key-reused twice", 422, doc(typ(problem.TypeKeyReused), `"status":422`, typ(problem.TypeKeyReused))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, rec := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n > 1 {
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
+				w.Header().Set("Content-Type", problem.MediaType)
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, tt.body)
+			})
+			var p problem.Problem
+			if err := json.Unmarshal([]byte(tt.body), &p); err == nil {
+				t.Errorf("problem.Problem decodes %s to %+v; want it refused", tt.body, p)
+			}
+			c, _ := newClient(t, &idemclient.Config{MaxAttempts: 3})
+			req, _ := idemclient.WithKey(post(t, srv.URL, "{}"), "k-1")
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("Do: %v; want the %d returned as it is", err, tt.status)
+			}
+			body := readBody(t, resp)
+			if n := len(rec.seen()); n != 1 || resp.StatusCode != tt.status || body != tt.body {
+				t.Errorf("%d attempts, status %d, body %s; want the %d after 1 attempt", n, resp.StatusCode, body, tt.status)
 			}
 		})
 	}

@@ -81,7 +81,9 @@
 //	                                                    then retried
 //	  500 problem+json whose type cannot be read        done (it may be transaction-ended): the body failed
 //	                                                    or was cut off before the type member (or after
-//	                                                    64 KiB), or is not a JSON object
+//	                                                    64 KiB), or is not a JSON object, or has a member
+//	                                                    twice (which problem.Problem refuses: JSON does
+//	                                                    not say which occurrence counts)
 //	409 request-in-progress                           retry after Retry-After: the first attempt is still running
 //	409 or 422 key-reused                             done: returns (nil, *KeyReusedError); never retried
 //	any other 4xx or 5xx (400, 401, 404, 409, 413,    done: returns the response

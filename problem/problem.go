@@ -155,18 +155,18 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 // standard member whose value has the wrong JSON type is ignored. Every
 // other member goes to Extensions, with numbers decoded as json.Number so
 // they survive a round trip exactly.
+//
+// A document that is not one JSON object is refused with an error, and so
+// is one in which a member name appears twice at the top level (after
+// unescaping; names differing in case are distinct, as they are for
+// RFC 8259): JSON leaves which occurrence counts to the reader
+// (encoding/json keeps the last, a reader that stops at the first type
+// member sees the first), so two readers of such a document could act on
+// different problems. Names inside an extension's value are not checked.
 func (p *Problem) UnmarshalJSON(b []byte) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var m map[string]any
-	if err := d.Decode(&m); err != nil {
-		return fmt.Errorf("problem: %w", err)
-	}
-	if m == nil {
-		return fmt.Errorf("problem: document is not a JSON object")
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return fmt.Errorf("problem: trailing data after the JSON object")
+	m, err := decodeObject(b)
+	if err != nil {
+		return err
 	}
 	*p = Problem{}
 	str := func(name string) string {
@@ -189,6 +189,43 @@ func (p *Problem) UnmarshalJSON(b []byte) error {
 		p.Extensions[k] = v
 	}
 	return nil
+}
+
+// decodeObject decodes b, which must be one JSON object whose member names
+// are unique, into a map (numbers as json.Number).
+func decodeObject(b []byte) (map[string]any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	t, err := d.Token()
+	if err != nil {
+		return nil, fmt.Errorf("problem: %w", err)
+	}
+	if t != json.Delim('{') {
+		return nil, fmt.Errorf("problem: document is not a JSON object")
+	}
+	m := map[string]any{}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("problem: %w", err)
+		}
+		name, _ := t.(string) // a member name is always a string
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("problem: member %q appears twice", name)
+		}
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return nil, fmt.Errorf("problem: %w", err)
+		}
+		m[name] = v
+	}
+	if _, err := d.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("problem: %w", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, fmt.Errorf("problem: trailing data after the JSON object")
+	}
+	return m, nil
 }
 
 // Write sends p as the response: it sets Content-Type to

@@ -103,6 +103,17 @@ func TestUnmarshalJSON(t *testing.T) {
 		{"null", `null`, Problem{}, true},
 		{"string", `"x"`, Problem{}, true},
 		{"invalid", `{`, Problem{}, true},
+		// A member twice: readers disagree on which one counts (encoding/json
+		// keeps the last, a reader of the first members the first), so
+		// the document is refused.
+		{"duplicate type", `{"type":"a","type":"b"}`, Problem{}, true},
+		{"duplicate type, same value", `{"type":"a","status":409,"type":"a"}`, Problem{}, true},
+		{"duplicate type written with an escape", `{"type":"a","typ\u0065":"b"}`, Problem{}, true},
+		{"duplicate extension", `{"stored":true,"stored":false}`, Problem{}, true},
+		{"duplicate of a wrongly typed member", `{"status":"409","status":409}`, Problem{}, true},
+		{"members of nested objects are not the document's", `{"a":{"type":"x"},"b":{"type":"y"},"type":"t"}`,
+			Problem{Type: "t", Extensions: map[string]any{"a": map[string]any{"type": "x"}, "b": map[string]any{"type": "y"}}}, false},
+		{"case variants are distinct names", `{"type":"a","Type":"b"}`, Problem{Type: "a"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

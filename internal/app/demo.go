@@ -439,9 +439,7 @@ func demoRefused(resp *http.Response) bool {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(b))
-	var p struct {
-		Type string `json:"type"`
-	}
+	var p problem.Problem // refuses a document with a member twice, as idemclient does
 	return err == nil && json.Unmarshal(b, &p) == nil && p.Type == problem.TypeStoreUnavailable
 }
 
