@@ -102,7 +102,7 @@ type OutboxExecutor interface {
 	// OutboxPark records a last failed attempt of row p.ID (attempts+1,
 	// last_error = p.Error) and parks it at p.At: the row is kept but never
 	// claimed again, and it blocks the later rows of its key until an
-	// operator unparks it (see package outbox). ErrNotFound if no
+	// operator unparks it (OutboxUnpark; see package outbox). ErrNotFound if no
 	// unpublished row has that id.
 	OutboxPark(ctx context.Context, p *OutboxParkParams) error
 
@@ -140,6 +140,32 @@ type OutboxExecutor interface {
 	// loop from redriving what the relay has just republished), nor are
 	// unpublished or parked rows.
 	OutboxRedrive(ctx context.Context, p *OutboxRedriveParams) (int, error)
+
+	// OutboxUnpark makes parked rows claimable again, as an operator does
+	// once the cause of the park is fixed: parked_at, attempts and
+	// next_attempt_at are cleared (last_error is kept until the next
+	// attempt), so the row is due at once and its key's later rows follow
+	// it in ID order. It changes at most p.Limit rows, lowest ID first,
+	// and returns how many; call it until it returns fewer than p.Limit.
+	// Only rows parked now are changed: pending rows, rows backing off,
+	// published rows and unknown event IDs are not (they do not count).
+	// The rows are selected by p.EventIDs, p.Keys and p.ParkedBefore
+	// together; with none of them set, every parked row is.
+	OutboxUnpark(ctx context.Context, p *OutboxUnparkParams) (int, error)
+}
+
+// OutboxUnparkParams selects the rows of OutboxUnpark.
+type OutboxUnparkParams struct {
+	// EventIDs, when not empty, limits the unpark to the rows of these
+	// event IDs.
+	EventIDs []uuid.UUID
+	// Keys, when not empty, limits the unpark to rows of these keys.
+	Keys []string
+	// ParkedBefore, when not zero, excludes rows parked at or after it
+	// (a loop's upper bound, as OutboxRedriveParams.PublishedBefore).
+	ParkedBefore time.Time
+	// Limit is the most rows changed by one call; it must be positive.
+	Limit int
 }
 
 // OutboxRedriveParams selects the rows of OutboxRedrive.

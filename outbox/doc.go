@@ -64,7 +64,7 @@
 // each claim of its lane steps over that backlog (measured once by hand,
 // not by bench/: 5 ms per claim at no backlog, 24 ms at 20,000 waiting
 // events, 62 ms at 200,000), so
-// deal with a parked event soon (RelayConfig.OnPark, Redrive). Run keeps
+// deal with a parked event soon (RelayConfig.OnPark, CountParked, Unpark). Run keeps
 // RelayConfig.Concurrency batches (default 2) in flight at once, each on
 // its own lanes, so that publishing one batch overlaps reading and marking
 // the others; several relays (one per replica) share the lanes the same
@@ -192,16 +192,21 @@
 // while a parked event waits, so an alert on lag catches it. [CountParked]
 // says how many events are parked now (OnPark counts the parks, and is not
 // told of an unpark): read it periodically for a gauge. After fixing
-// the cause, an operator unparks the event in SQL. On PostgreSQL an event's
+// the cause, an operator unparks the event with [Unpark] (by event ID, by
+// key, or every parked event): its
+// parked state, attempts and backoff are cleared, and the relay publishes
+// it, then the later events of its key. Unpark does what these statements
+// do, which remain a fallback without Go at hand. On PostgreSQL an event's
 // delivery state is in its row of outbox_pending (the table of the events
 // not yet published):
 //
 //	UPDATE outbox_pending SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
-//	WHERE id = (SELECT id FROM outbox WHERE event_id = '...');
+//	WHERE id = (SELECT id FROM outbox WHERE event_id = '...') AND parked_at IS NOT NULL;
 //
 // On SQLite it is in the outbox row itself:
 //
-//	UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL WHERE event_id = '...';
+//	UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+//	WHERE event_id = '...' AND parked_at IS NOT NULL;
 //
 // # Wake-ups
 //

@@ -48,6 +48,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"OldestUnpublished", testOutboxOldestUnpublished[TTx]},
 		{"CountParked", testOutboxCountParked[TTx]},
 		{"Redrive", testOutboxRedrive[TTx]},
+		{"Unpark", testOutboxUnpark[TTx]},
 		{"Relay/CommittedEnqueuePublishedOnce", testRelayCommitted[TTx]},
 		{"Relay/RolledBackEnqueueNeverPublished", testRelayRolledBack[TTx]},
 		{"Relay/DuplicateEnqueuePublishedOnce", testRelayDuplicateEnqueue[TTx]},
@@ -61,6 +62,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Relay/ConcurrentRelaysExactlyOnce", testRelayConcurrent[TTx]},
 		{"Relay/Run", testRelayRun[TTx]},
 		{"Relay/RedriveRepublishesSameEvents", testRelayRedrive[TTx]},
+		{"Relay/UnparkPublishesTheKeyInOrder", testRelayUnpark[TTx]},
 	}
 	t.Run("Outbox", func(t *testing.T) {
 		t.Parallel()
@@ -815,6 +817,88 @@ func testOutboxCountParked[TTx any](t *testing.T, newDriver func(t *testing.T) d
 	check("a parked row published", 2)
 }
 
+// OutboxUnpark clears the parked state, attempts and backoff of parked
+// rows only, selected by event ID, key and park time, in batches of
+// Limit; rows pending, backing off or published, and unknown IDs, are not
+// changed.
+func testOutboxUnpark[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	ex := drv.Executor()
+	// a1 a2 b1 c1 d1 e1 f1: a1 and c1 parked at t0, f1 at t2; b1 backing
+	// off until t9; d1 published; a2 and e1 pending.
+	rows := obStored(t, drv, obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0),
+		obRow(t, "c", 1, t0), obRow(t, "d", 1, t0), obRow(t, "e", 1, t0), obRow(t, "f", 1, t0))
+	a1, a2, b1, c1, d1, e1, f1 := rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6]
+	t1, t2, t9 := t0.Add(time.Hour), t0.Add(2*time.Hour), t0.Add(9*time.Hour)
+	park := func(r driver.OutboxRow, at time.Time) {
+		t.Helper()
+		if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: r.ID, Error: "boom", NextAttempt: at}); err != nil {
+			t.Fatalf("MarkFailed: %v", err)
+		}
+		if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: r.ID, Error: "poison", At: at}); err != nil {
+			t.Fatalf("Park: %v", err)
+		}
+	}
+	park(a1, t0)
+	park(c1, t0)
+	park(f1, t2)
+	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: b1.ID, Error: "down", NextAttempt: t9}); err != nil {
+		t.Fatalf("MarkFailed: %v", err)
+	}
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(d1), At: t0}); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	unpark := func(p *driver.OutboxUnparkParams, want int) {
+		t.Helper()
+		n, err := ex.OutboxUnpark(ctx, p)
+		if err != nil || n != want {
+			t.Fatalf("OutboxUnpark(%+v) = %d, %v; want %d", p, n, err, want)
+		}
+	}
+	parked := func(what string, want int) {
+		t.Helper()
+		if got, err := ex.OutboxCountParked(ctx); err != nil || got != want {
+			t.Errorf("%s: OutboxCountParked = %d, %v; want %d", what, got, err, want)
+		}
+	}
+	if _, err := ex.OutboxUnpark(ctx, &driver.OutboxUnparkParams{}); err == nil {
+		t.Error("OutboxUnpark with limit 0 succeeded; want an error")
+	}
+	// Not parked, unknown, or not matching both the IDs and the keys.
+	unpark(&driver.OutboxUnparkParams{EventIDs: []uuid.UUID{b1.EventID, d1.EventID, e1.EventID, a2.EventID, uuid.New()}, Limit: 10}, 0)
+	unpark(&driver.OutboxUnparkParams{Keys: []string{"b", "d", "e", "zz"}, Limit: 10}, 0)
+	unpark(&driver.OutboxUnparkParams{EventIDs: []uuid.UUID{a1.EventID}, Keys: []string{"c"}, Limit: 10}, 0)
+	unpark(&driver.OutboxUnparkParams{Keys: []string{"f"}, ParkedBefore: t1, Limit: 10}, 0)
+	parked("after unparks that match nothing", 3)
+	obWantIDs(t, "claim before unparking", obClaim(t, drv, t2, 100), e1)
+	// By event ID.
+	unpark(&driver.OutboxUnparkParams{EventIDs: []uuid.UUID{c1.EventID, b1.EventID}, Limit: 10}, 1)
+	parked("c1 unparked", 2)
+	// Parked before t1, one at a time: a1, then nothing (f1 was parked at t2).
+	unpark(&driver.OutboxUnparkParams{ParkedBefore: t1, Limit: 1}, 1)
+	unpark(&driver.OutboxUnparkParams{ParkedBefore: t1, Limit: 1}, 0)
+	parked("a1 unparked", 1)
+	// Then every parked row: f1.
+	unpark(&driver.OutboxUnparkParams{Limit: 10}, 1)
+	unpark(&driver.OutboxUnparkParams{Limit: 10}, 0)
+	parked("all unparked", 0)
+	// Every unparked row is due at once with no attempts, and its key's
+	// later rows follow it; b1 still backs off, with its attempt.
+	got := obClaim(t, drv, t2, 100)
+	obWantIDs(t, "claim after unparking", got, a1, a2, c1, e1, f1)
+	for _, r := range got {
+		if r.Attempts != 0 || !r.NextAttemptAt.IsZero() || !r.ParkedAt.IsZero() {
+			t.Errorf("%s#%d after unpark: attempts %d, next attempt %s, parked at %s; want all cleared",
+				r.Key, r.ID, r.Attempts, r.NextAttemptAt, r.ParkedAt)
+		}
+	}
+	got = obClaim(t, drv, t9, 100)
+	if len(got) != 6 || got[2].ID != b1.ID || got[2].Attempts != 1 || !got[2].NextAttemptAt.Equal(t9) {
+		t.Errorf("claim at t9: %s (b1: %+v); want b1 with its attempt and backoff untouched", obFmt(got), got)
+	}
+}
+
 // ---- relay -----------------------------------------------------------------
 
 func testRelayCommitted[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
@@ -1208,6 +1292,81 @@ func testRelayPoison[TTx any](t *testing.T, newDriver func(t *testing.T) driver.
 	}
 	if !obPending(t, drv) {
 		t.Error("the parked events are gone; want them kept")
+	}
+}
+
+// A poison event parked by the relay (its publisher answered ErrPoison)
+// holds its key's later events; once the cause is fixed, outbox.Unpark
+// makes the relay publish it and then the held events, in order. Unparking
+// events that are not parked changes nothing.
+func testRelayUnpark[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	p1, p2, p3 := obEnvelope(t, "poison", 1), obEnvelope(t, "poison", 2), obEnvelope(t, "poison", 3)
+	ok := obEnvelope(t, "fine", 1)
+	obEnqueue(t, drv, p1, p2, ok)
+	var fixed atomic.Bool
+	pub := &obPublisher{fail: func(_ int, events []event.Envelope) ([]bool, error) {
+		if fixed.Load() {
+			return nil, nil
+		}
+		for i, e := range events {
+			if e.ID == p1.ID {
+				return obPrefix(len(events), i), outbox.PrefixError(len(events), i, fmt.Errorf("too large: %w", outbox.ErrPoison))
+			}
+		}
+		return nil, nil
+	}}
+	var parked []uuid.UUID
+	relay := obRelay(t, drv, pub, &outbox.RelayConfig{
+		OnPark: func(e event.Envelope, _ int, _ error) { parked = append(parked, e.ID) },
+		Logger: obQuietLogger(),
+	})
+	for range 3 {
+		_, _ = relay.RunOnce(ctx)
+	}
+	obEnqueue(t, drv, p3)
+	if n, err := relay.RunOnce(ctx); n != 0 || err != nil {
+		t.Fatalf("RunOnce with the key parked = %d, %v; want nothing to do", n, err)
+	}
+	if len(parked) != 1 || parked[0] != p1.ID {
+		t.Fatalf("parked %v; want %s once", parked, p1.ID)
+	}
+	if got := obEnvIDs(pub.published()); !reflect.DeepEqual(got, []uuid.UUID{ok.ID}) {
+		t.Fatalf("published %v; want only %s", got, ok.ID)
+	}
+	// Unparking what is not parked: published, held, unknown.
+	if n, err := outbox.Unpark(ctx, drv, outbox.UnparkOptions{EventIDs: []uuid.UUID{ok.ID, p2.ID, uuid.New()}}); n != 0 || err != nil {
+		t.Errorf("Unpark of events not parked = %d, %v; want 0", n, err)
+	}
+	if n, err := outbox.Unpark(ctx, drv, outbox.UnparkOptions{Keys: []string{"fine"}}); n != 0 || err != nil {
+		t.Errorf("Unpark of a key with nothing parked = %d, %v; want 0", n, err)
+	}
+	if n, err := relay.RunOnce(ctx); n != 0 || err != nil {
+		t.Fatalf("RunOnce after unparking nothing = %d, %v; want nothing to do", n, err)
+	}
+	for _, bad := range []outbox.UnparkOptions{{}, {All: true, Keys: []string{"poison"}}, {All: true, EventIDs: []uuid.UUID{p1.ID}}, {All: true, BatchSize: -1}} {
+		if _, err := outbox.Unpark(ctx, drv, bad); err == nil {
+			t.Errorf("Unpark(%+v) succeeded; want an error", bad)
+		}
+	}
+	// Fixed, unparked (twice: the second finds nothing): published, then
+	// the events it held, in order.
+	fixed.Store(true)
+	if n, err := outbox.Unpark(ctx, drv, outbox.UnparkOptions{EventIDs: []uuid.UUID{p1.ID, p1.ID}}); n != 1 || err != nil {
+		t.Fatalf("Unpark(%s) = %d, %v; want 1", p1.ID, n, err)
+	}
+	if n, err := outbox.Unpark(ctx, drv, outbox.UnparkOptions{All: true}); n != 0 || err != nil {
+		t.Fatalf("Unpark(All) after the unpark = %d, %v; want 0", n, err)
+	}
+	if n, err := relay.RunOnce(ctx); n != 3 || err != nil {
+		t.Fatalf("RunOnce after the unpark = %d, %v; want 3", n, err)
+	}
+	if got, want := obEnvIDs(pub.published()), []uuid.UUID{ok.ID, p1.ID, p2.ID, p3.ID}; !reflect.DeepEqual(got, want) {
+		t.Errorf("published %v; want %v", got, want)
+	}
+	if obPending(t, drv) {
+		t.Error("events left unpublished after the unpark")
 	}
 }
 

@@ -439,3 +439,30 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	}
 	return listener{conn}, nil
 }
+
+// OutboxUnpark implements driver.OutboxExecutor with one UPDATE of at most
+// p.Limit parked pending rows, found through the index of the rows that
+// failed (outbox_pending_blocked_idx).
+func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgdriver: outbox unpark: limit %d must be positive", p.Limit)
+	}
+	var before *time.Time
+	if !p.ParkedBefore.IsZero() {
+		before = &p.ParkedBefore
+	}
+	var ids *uuidArray // NULL: every event
+	if len(p.EventIDs) > 0 {
+		a := newUUIDArray(p.EventIDs)
+		ids = &a
+	}
+	var keys []string // nil is NULL: every key
+	if len(p.Keys) > 0 {
+		keys = p.Keys
+	}
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxUnparkSQL), before, ids, keys, p.Limit)
+	if err != nil {
+		return 0, mapErr("outbox unpark", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1114,10 +1114,51 @@ func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	count(2)
+	// OutboxUnpark reads the same index, whether it selects by event ID,
+	// by key or every parked row.
+	for _, args := range [][]any{
+		{nil, nil, nil, 1000},
+		{time.Now(), nil, []string{"p1"}, 1000},
+		{nil, []uuid.UUID{poison[0].ID}, nil, 1},
+	} {
+		plan := explain(t, pool, pgsql.OutboxUnparkSQL, args...)
+		if !strings.Contains(plan, "outbox_pending_blocked_idx") || strings.Contains(plan, "Seq Scan on outbox_pending") {
+			t.Errorf("the unpark of %v does not read outbox_pending_blocked_idx:\n%s", args, plan)
+		}
+	}
+	if n, err := drv.Executor().OutboxUnpark(ctx, &driver.OutboxUnparkParams{EventIDs: []uuid.UUID{poison[0].ID}, Limit: 1}); err != nil || n != 1 {
+		t.Fatalf("OutboxUnpark = %d, %v; want 1", n, err)
+	}
+	count(1)
 	rec := &recorder{}
 	drain(t, newRelay(t, drv, rec, nil))
-	if !slices.ContainsFunc(rec.published(), func(e event.Envelope) bool { return e.ID == poison[1].ID }) {
-		t.Error("the unparked event was not published")
+	for _, e := range poison[:2] {
+		if !slices.ContainsFunc(rec.published(), func(p event.Envelope) bool { return p.ID == e.ID }) {
+			t.Errorf("the unparked event %s was not published", e.ID)
+		}
 	}
-	count(2)
+	count(1)
+}
+
+// explain returns the plan of query (its {{table}} placeholders removed)
+// with args.
+func explain(t *testing.T, pool *pgxpool.Pool, query string, args ...any) string {
+	t.Helper()
+	var plan strings.Builder
+	rows, err := pool.Query(t.Context(), `EXPLAIN `+strings.ReplaceAll(query, "{{table}}", ""), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
 }

@@ -229,3 +229,23 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 	n, err := rowsAffected("outbox redrive", res, err)
 	return int(n), err
 }
+
+// OutboxUnpark implements driver.OutboxExecutor (pgsql.OutboxUnparkSQL).
+func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgsqldriver: outbox unpark: limit %d must be positive", p.Limit)
+	}
+	var before, ids, keys any // NULL: no bound, every event, every key
+	if !p.ParkedBefore.IsZero() {
+		before = p.ParkedBefore
+	}
+	if len(p.EventIDs) > 0 {
+		ids = uuidArray(p.EventIDs)
+	}
+	if len(p.Keys) > 0 {
+		keys = textArray(p.Keys)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxUnparkSQL), before, ids, keys, p.Limit)
+	n, err := rowsAffected("outbox unpark", res, err)
+	return int(n), err
+}

@@ -301,3 +301,48 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 	n, err := res.RowsAffected()
 	return int(n), mapErr("outbox redrive", err)
 }
+
+// outboxUnparkSQL clears the parked state, attempts and backoff of at most
+// ?4 parked unpublished rows, lowest id first: those parked before ?1 (if
+// not NULL), of the event IDs in the JSON array ?2 (if not NULL) and of
+// the keys in the JSON array ?3 (if not NULL). One text whatever the
+// selection (json_each, as InboxInsert), so it stays prepared. The parked
+// rows are read through outbox_blocked_idx, whose terms the WHERE repeats
+// (see outboxCountParkedSQL).
+const outboxUnparkSQL = `UPDATE {{table}}outbox
+	SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+	WHERE id IN (
+		SELECT id FROM {{table}}outbox
+		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+		  AND parked_at IS NOT NULL
+		  AND (?1 IS NULL OR parked_at < ?1)
+		  AND (?2 IS NULL OR event_id IN (SELECT value FROM json_each(?2)))
+		  AND (?3 IS NULL OR record_key IN (SELECT value FROM json_each(?3)))
+		ORDER BY id LIMIT ?4)`
+
+// OutboxUnpark implements driver.OutboxExecutor (outboxUnparkSQL).
+func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: outbox unpark: limit %d must be positive", p.Limit)
+	}
+	var before, ids, keys any // NULL: no bound, every event, every key
+	if !p.ParkedBefore.IsZero() {
+		before = micros(p.ParkedBefore)
+	}
+	if len(p.EventIDs) > 0 {
+		s := make([]string, len(p.EventIDs))
+		for i, id := range p.EventIDs {
+			s[i] = id.String()
+		}
+		ids = jsonStrings(s)
+	}
+	if len(p.Keys) > 0 {
+		keys = jsonStrings(p.Keys)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(outboxUnparkSQL), before, ids, keys, p.Limit)
+	if err != nil {
+		return 0, mapErr("outbox unpark", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("outbox unpark", err)
+}

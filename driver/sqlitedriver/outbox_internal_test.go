@@ -43,26 +43,41 @@ func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+d.expand(outboxCountParkedSQL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		var (
-			id, parent, unused int
-			detail             string
-		)
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+	explain := func(query string, args ...any) string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, `EXPLAIN QUERY PLAN `+d.expand(query), args...)
+		if err != nil {
 			t.Fatal(err)
 		}
-		plan.WriteString(detail + "\n")
+		defer func() { _ = rows.Close() }()
+		var plan strings.Builder
+		for rows.Next() {
+			var (
+				id, parent, unused int
+				detail             string
+			)
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return plan.String()
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	usesBlocked := func(plan string) bool {
+		return (strings.Contains(plan, "USING INDEX outbox_blocked_idx") || strings.Contains(plan, "USING COVERING INDEX outbox_blocked_idx")) &&
+			!strings.Contains(plan, "SCAN outbox\n")
 	}
-	if !strings.Contains(plan.String(), "USING INDEX outbox_blocked_idx") && !strings.Contains(plan.String(), "USING COVERING INDEX outbox_blocked_idx") {
-		t.Errorf("the count of parked rows does not read outbox_blocked_idx:\n%s", plan.String())
+	if plan := explain(outboxCountParkedSQL); !usesBlocked(plan) {
+		t.Errorf("the count of parked rows does not read outbox_blocked_idx:\n%s", plan)
+	}
+	// So does the unpark, whatever it selects by.
+	for _, args := range [][]any{{nil, nil, nil, 1000}, {int64(1), `["` + parked[0].String() + `"]`, `["k1"]`, 1}} {
+		if plan := explain(outboxUnparkSQL, args...); !usesBlocked(plan) {
+			t.Errorf("the unpark of %v does not read outbox_blocked_idx:\n%s", args, plan)
+		}
 	}
 	count := func(want int) {
 		t.Helper()
@@ -76,4 +91,8 @@ func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	count(2)
+	if n, err := d.Executor().OutboxUnpark(ctx, &driver.OutboxUnparkParams{EventIDs: parked[:1], Limit: 1}); err != nil || n != 1 {
+		t.Fatalf("OutboxUnpark = %d, %v; want 1", n, err)
+	}
+	count(1)
 }

@@ -261,6 +261,25 @@ const (
 	// failed (almost always empty), whose predicate this one implies.
 	OutboxCountParkedSQL = `SELECT count(*) FROM {{table}}outbox_pending
 		WHERE parked_at IS NOT NULL`
+	// OutboxUnparkSQL clears the parked state, attempts and backoff of at
+	// most $4 parked pending rows, lowest id first: those parked before $1
+	// (if not NULL), of the event IDs $2 (if not NULL) and of the keys $3
+	// (if not NULL). The parked rows are read through
+	// outbox_pending_blocked_idx (almost always empty, as for
+	// OutboxCountParkedSQL), each joined to its event only to compare the
+	// event ID. The outer parked_at IS NOT NULL is checked again on a row a
+	// concurrent unpark changed meanwhile, so a row is counted once.
+	OutboxUnparkSQL = `UPDATE {{table}}outbox_pending
+		SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+		WHERE id = ANY (ARRAY(
+			SELECT q.id FROM {{table}}outbox_pending q
+			WHERE q.parked_at IS NOT NULL
+				AND ($1::timestamptz IS NULL OR q.parked_at < $1::timestamptz)
+				AND ($2::uuid[] IS NULL OR EXISTS (SELECT 1 FROM {{table}}outbox o
+					WHERE o.id = q.id AND o.event_id = ANY ($2::uuid[])))
+				AND ($3::text[] IS NULL OR q.record_key = ANY ($3::text[]))
+			ORDER BY q.id LIMIT $4))
+		  AND parked_at IS NOT NULL`
 	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
 	// the keys $3, if not NULL), lowest id first, from published back to
 	// pending, with their failure state cleared.
