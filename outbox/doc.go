@@ -193,7 +193,7 @@
 // says how many events are parked now (OnPark counts the parks, and is not
 // told of an unpark): read it periodically for a gauge. After fixing
 // the cause, an operator unparks the event with [Unpark] (by event ID, by
-// key, or every parked event): its
+// key, or every parked event; idemd has it as "idemd outbox unpark"): its
 // parked state, attempts and backoff are cleared, and the relay publishes
 // it, then the later events of its key. Unpark does what these statements
 // do, which remain a fallback without Go at hand. On PostgreSQL an event's

@@ -104,6 +104,10 @@
 // limit it to those orders) publishes again
 // the events the outbox says were published, for a broker that lost them.
 //
+// "idemd outbox unpark -event ID1,ID2" (or -key K1,K2, or -all) makes
+// parked events eligible for publishing again once the cause of their park
+// is fixed: the relays publish each, then the later events of its key.
+//
 // "idemd migrate up|status|sql" (with -db as for idemd) manages the schema
 // for deployments that migrate before starting: up applies idem's
 // migrations and idemd's tables (as start-up does) and prints what it

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -64,12 +65,10 @@ func TestEmbeddedBrokerOnePerDatabase(t *testing.T) {
 	}
 }
 
-// idemd outbox redrive: flags checked, then the count of events made
-// unpublished again.
-func TestOutboxRedriveCommand(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	run := func(args ...string) (int, string, string) {
+// runIdemd returns a function that runs the idemd binary in dir with its
+// arguments and returns its exit code, stdout and stderr.
+func runIdemd(t *testing.T, dir string) func(args ...string) (int, string, string) {
+	return func(args ...string) (int, string, string) {
 		t.Helper()
 		cmd := exec.Command(idemdBinary(t), args...)
 		cmd.Dir = dir
@@ -85,6 +84,41 @@ func TestOutboxRedriveCommand(t *testing.T) {
 		}
 		return 0, stdout.String(), stderr.String()
 	}
+}
+
+// idemd outbox unpark: flags checked (each mistake one line, exit 2), a
+// missing database is an error (exit 1, never created). Its effect on a
+// real database is tested in internal/app (TestParkedEventCounted).
+func TestOutboxUnparkCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := runIdemd(t, dir)
+	for _, bad := range [][]string{
+		{"outbox", "unpark"}, {"outbox", "unpark", "-all", "-key", "17"},
+		{"outbox", "unpark", "-all", "-event", "0192a2a4-6c1e-7cc2-9d3e-1d2f4a5b6c7d"},
+		{"outbox", "unpark", "-event", "17"}, {"outbox", "unpark", "-all", "extra"}, {"outbox", "unpark", "-since", "2h"},
+	} {
+		if code, _, stderr := run(bad...); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", bad, code, stderr)
+		}
+	}
+	if code, stdout, _ := run("outbox", "unpark", "-h"); code != 0 || !strings.Contains(stdout, "-event ID1,ID2") {
+		t.Errorf("-h: exit %d, %q", code, stdout)
+	}
+	if code, _, stderr := run("outbox", "unpark", "-all", "-db", dir+"/missing.db"); code != 1 {
+		t.Errorf("missing database: exit %d, %q; want 1", code, stderr)
+	}
+	if _, err := os.Stat(dir + "/missing.db"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the missing database was created: %v", err)
+	}
+}
+
+// idemd outbox redrive: flags checked, then the count of events made
+// unpublished again.
+func TestOutboxRedriveCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := runIdemd(t, dir)
 	for _, bad := range [][]string{
 		{"outbox"}, {"outbox", "replay"}, {"outbox", "redrive"}, {"outbox", "redrive", "-since", "2h", "-all"},
 		{"outbox", "redrive", "-since", "-1h"}, {"outbox", "redrive", "-all", "extra"},

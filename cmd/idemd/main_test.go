@@ -206,6 +206,7 @@ func TestUnknownEnvironmentVariable(t *testing.T) {
 		{"idemd migrate status", []string{"migrate", "status", "-db", db}},
 		{"idemd migrate up", []string{"migrate", "up", "-db", db}},
 		{"idemd outbox redrive", []string{"outbox", "redrive", "-all", "-db", db}},
+		{"idemd outbox unpark", []string{"outbox", "unpark", "-all", "-db", db}},
 	}
 	for _, c := range commands {
 		for _, tt := range []struct {
@@ -233,7 +234,7 @@ func TestUnknownEnvironmentVariable(t *testing.T) {
 
 	t.Run("-h answers", func(t *testing.T) {
 		t.Parallel()
-		for _, args := range [][]string{{"-h"}, {"demo", "-h"}, {"migrate", "-h"}, {"migrate", "up", "-h"}, {"outbox", "redrive", "-h"}} {
+		for _, args := range [][]string{{"-h"}, {"demo", "-h"}, {"migrate", "-h"}, {"migrate", "up", "-h"}, {"outbox", "redrive", "-h"}, {"outbox", "unpark", "-h"}} {
 			code, stdout, stderr := run(t, args, "IDEMD_DATABSE_URL=postgres://db/pay")
 			if code != 0 || !strings.HasPrefix(stdout, "usage: idemd") || stderr != "" {
 				t.Errorf("idemd %v: exit %d, stdout %q, stderr %q; want exit 0 and the usage", args, code, stdout, stderr)

@@ -239,6 +239,7 @@ func Usage() string {
 		"export traces and metrics with OpenTelemetry over OTLP/HTTP (OTEL_* variables); never blocks start-up")
 	b.WriteString("\nSubcommands (run one with -h for its help):\n\n" +
 		"  idemd outbox redrive (-since DURATION | -all) [-key K1,K2] [-db DATABASE]\n" +
+		"  idemd outbox unpark (-event ID1,ID2 | -key K1,K2 | -all) [-db DATABASE]\n" +
 		"  idemd migrate up|status|sql [-db DATABASE]\n" +
 		"  idemd demo [-url URL] [-kafka HOST:PORT] [-orders N] [-seed N]\n")
 	return b.String()

@@ -49,6 +49,7 @@ func TestEveryVariableReadIsKnown(t *testing.T) {
 		{"demo", "-orders", "0"},
 		{"migrate", "sql", "-db", "mysql://x"},
 		{"outbox", "redrive", "-all", "-db", "mysql://x"},
+		{"outbox", "unpark", "-all", "-db", "mysql://x"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := app.RunWith(context.Background(), args, getenv, &out, &errOut, app.Options{}); code != 2 {

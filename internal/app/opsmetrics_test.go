@@ -1,18 +1,23 @@
 package app_test
 
 import (
+	"database/sql"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
 )
 
 // An outbox event Kafka can never take (here one over the client's batch
 // size) is parked: idemd_outbox_parked_total, exported at 0 from the
 // start, counts it, and the gauge idemd_outbox_parked_events shows it
-// parked until an operator unparks it (the runbook's statement), then
+// parked until an operator unparks it (the runbook's idemd outbox
+// unpark), then
 // falls to 0 while the counter stays. The consumer groups' lag is
 // exported too.
 func TestParkedEventCounted(t *testing.T) {
@@ -77,22 +82,68 @@ func testParkedEventCounted(t *testing.T, kind string) {
 			t.Errorf("no idemd_kafka_consumer_lag of group %s:\n%s", g, grepLines(m, "idemd_kafka"))
 		}
 	}
-	// The runbook: fix the cause (the payload), unpark. The relay
-	// publishes it, and the gauge falls; the counter stays.
+	// The runbook: fix the cause (the payload), then idemd outbox unpark
+	// -event with the event's ID. The relay publishes it, and the gauge
+	// falls; the counter stays. The order's later events (its outcome)
+	// were published before the park here, so none was held.
 	exec(`UPDATE outbox SET payload = (SELECT s.payload FROM saved_payload s WHERE s.id = outbox.id)
 		WHERE id IN (SELECT id FROM saved_payload)`)
-	if kind == app.Postgres {
-		exec(`UPDATE outbox_pending SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
-			WHERE id = (SELECT id FROM saved_payload)`)
-	} else {
-		exec(`UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
-			WHERE id = (SELECT id FROM saved_payload)`)
+	eventID := queryString(t, dbArg, `SELECT CAST(o.event_id AS text) FROM outbox o JOIN saved_payload s ON s.id = o.id`)
+	unpark := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr strings.Builder
+		args = append([]string{"outbox", "unpark", "-db", dbArg}, args...)
+		if code := app.Run(t.Context(), args, envOf(nil), &stdout, &stderr); code != 0 {
+			t.Fatalf("idemd %v: exit %d, stderr %q", args, code, stderr.String())
+		}
+		return stdout.String()
+	}
+	// An event that is not parked (the order's other event, published) is
+	// left as it is.
+	other := queryString(t, dbArg, `SELECT CAST(event_id AS text) FROM outbox WHERE event_type <> 'OrderCreated.v1' LIMIT 1`)
+	if out := unpark("-event", other); !strings.HasPrefix(out, "unparked 0 of the 1 events given ("+other+")") {
+		t.Errorf("unpark of a published event: %q; want 0 unparked", out)
+	}
+	if out := unpark("-event", eventID); !strings.HasPrefix(out, "unparked 1 of the 1 events given ("+eventID+")") {
+		t.Errorf("unpark: %q; want 1 unparked", out)
 	}
 	s.waitCount(unpublished(kind), 0)
+	if out := unpark("-all"); !strings.HasPrefix(out, "unparked 0 parked events (all of them)") {
+		t.Errorf("unpark -all with nothing parked: %q; want 0", out)
+	}
 	waitMetric("idemd_outbox_parked_events 0")
 	if !metric("idemd_outbox_parked_total 1") {
 		t.Errorf("idemd_outbox_parked_total changed with the unpark:\n%s", grepLines(metrics(), "idemd_outbox"))
 	}
+}
+
+// queryString returns the one text value query selects on the database
+// of dbArg, read as another process would (a connection of its own).
+func queryString(t *testing.T, dbArg, query string) string {
+	t.Helper()
+	ctx := t.Context()
+	var v string
+	if path, ok := strings.CutPrefix(dbArg, "sqlite:"); ok {
+		db, err := sql.Open("sqlite", sqlitedriver.DSN(path, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = db.Close() }()
+		err = db.QueryRowContext(ctx, query).Scan(&v)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return v
+	}
+	pool, err := pgxpool.New(ctx, dbArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pool.QueryRow(ctx, query).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return v
 }
 
 // idemd_outbox_relay_active is exported from the start and turns 1 when

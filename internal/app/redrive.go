@@ -34,17 +34,43 @@ retention sweep cannot be redriven.
 
 // runOutbox is "idemd outbox ...": the operator's outbox commands.
 func runOutbox(ctx context.Context, args []string, getenv func(string) string, envErr error, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "redrive" {
-		_, _ = fmt.Fprint(stderr, "idemd: unknown outbox command (want: idemd outbox redrive -since 2h)\n")
-		return 2
+	switch {
+	case len(args) > 0 && args[0] == "redrive":
+		return runRedrive(ctx, args, getenv, envErr, stdout, stderr)
+	case len(args) > 0 && args[0] == "unpark":
+		return runUnpark(ctx, args, getenv, envErr, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("idemd outbox redrive", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	_, _ = fmt.Fprint(stderr, "idemd: unknown outbox command (want: idemd outbox redrive -since 2h, or idemd outbox unpark -event ID)\n")
+	return 2
+}
+
+// outboxDBFlag returns the -db flag of an outbox command, defaulting to
+// IDEMD_DB as for idemd.
+func outboxDBFlag(fs *flag.FlagSet, getenv func(string) string) *string {
 	dbDef := DefaultDB
 	if v := getenv("IDEMD_DB"); v != "" {
 		dbDef = v
 	}
-	db := fs.String("db", dbDef, "")
+	return fs.String("db", dbDef, "")
+}
+
+// splitList returns the non-empty, trimmed elements of a comma-separated
+// flag value.
+func splitList(s string) []string {
+	var out []string
+	for k := range strings.SplitSeq(s, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// runRedrive is "idemd outbox redrive".
+func runRedrive(ctx context.Context, args []string, getenv func(string) string, envErr error, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idemd outbox redrive", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	db := outboxDBFlag(fs, getenv)
 	sinceS := fs.String("since", "", "")
 	all := fs.Bool("all", false, "")
 	keys := fs.String("key", "", "")
@@ -77,11 +103,7 @@ func runOutbox(ctx context.Context, args []string, getenv func(string) string, e
 		}
 		opts.Since = time.Now().Add(-d)
 	}
-	for k := range strings.SplitSeq(*keys, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			opts.Keys = append(opts.Keys, k)
-		}
-	}
+	opts.Keys = splitList(*keys)
 	dbc, err := ParseDatabase(*db)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: -db: %v\n", err)
@@ -104,6 +126,14 @@ func runOutbox(ctx context.Context, args []string, getenv func(string) string, e
 }
 
 func redrive(ctx context.Context, db Database, opts outbox.RedriveOptions) (int, error) {
+	return withOutbox(ctx, db,
+		func(drv *pgdriver.Driver) (int, error) { return outbox.Redrive(ctx, drv, opts) },
+		func(drv *sqlitedriver.Driver) (int, error) { return outbox.Redrive(ctx, drv, opts) })
+}
+
+// withOutbox opens the driver of db, an existing database (an outbox
+// command never creates one), and runs pg or sqlite with it.
+func withOutbox(ctx context.Context, db Database, pg func(*pgdriver.Driver) (int, error), sqlite func(*sqlitedriver.Driver) (int, error)) (int, error) {
 	if db.Kind == Postgres {
 		pool, err := pgxpool.New(ctx, db.URL)
 		if err != nil {
@@ -114,7 +144,7 @@ func redrive(ctx context.Context, db Database, opts outbox.RedriveOptions) (int,
 		if err != nil {
 			return 0, err
 		}
-		return outbox.Redrive(ctx, drv, opts)
+		return pg(drv)
 	}
 	if _, err := os.Stat(db.Path); err != nil {
 		return 0, err
@@ -124,5 +154,5 @@ func redrive(ctx context.Context, db Database, opts outbox.RedriveOptions) (int,
 		return 0, err
 	}
 	defer func() { _ = drv.Close() }()
-	return outbox.Redrive(ctx, drv, opts)
+	return sqlite(drv)
 }
