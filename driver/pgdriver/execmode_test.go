@@ -14,10 +14,11 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// The uuid[] arguments of InboxInsert and OutboxInsert are encoded in every
-// pgx query execution mode: the simple protocol and QueryExecModeExec (a
-// pool behind PgBouncer's transaction pooling) find the array's type from
-// its Go type alone, without the server's description of the statement.
+// The uuid[] arguments of InboxInsert, OutboxInsert and OutboxUnpark (and
+// the latter's NULLs) are encoded in every pgx query execution mode: the
+// simple protocol and QueryExecModeExec (a pool behind PgBouncer's
+// transaction pooling) find the array's type from its Go type alone,
+// without the server's description of the statement.
 func TestUUIDArraysInEveryExecMode(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []pgx.QueryExecMode{
@@ -62,6 +63,27 @@ func TestUUIDArraysInEveryExecMode(t *testing.T) {
 			}
 			if err := drv.Commit(ctx, tx); err != nil {
 				t.Fatal(err)
+			}
+
+			// OutboxUnpark's arguments, uuid[] and NULLs among them.
+			var id int64
+			if err := pool.QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, ids[0]).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: id, Error: "poison", At: now}); err != nil {
+				t.Fatal(err)
+			}
+			for _, tt := range []struct {
+				p    driver.OutboxUnparkParams
+				want int
+			}{
+				{driver.OutboxUnparkParams{Keys: []string{"k"}, ParkedBefore: now, Limit: 10}, 0},
+				{driver.OutboxUnparkParams{EventIDs: ids[:2], Limit: 2}, 1},
+				{driver.OutboxUnparkParams{Limit: 10}, 0},
+			} {
+				if n, err := drv.Executor().OutboxUnpark(ctx, &tt.p); err != nil || n != tt.want {
+					t.Errorf("OutboxUnpark(%+v) = %d, %v; want %d", tt.p, n, err, tt.want)
+				}
 			}
 		})
 	}
