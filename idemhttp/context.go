@@ -20,7 +20,9 @@ type keyKey struct{}
 // a retry executes once. With pgsqldriver (and the generic path of other
 // drivers) its Commit commits the handler's writes without the record: a
 // retry executes the command again, a double effect. A statement that may
-// fail belongs in a savepoint (uniq.SavepointTx): on PostgreSQL a failed
+// fail belongs in a savepoint (uniq.SavepointTx with a pgx.Tx,
+// uniq.SavepointSQLTx with a *sql.Tx; uniq.CreateOrGetTx and
+// uniq.CreateOrGetSQLTx for a create-or-get): on PostgreSQL a failed
 // statement aborts the whole transaction, and the request answers 500
 // transaction-aborted.
 func TxFromContext[TTx any](ctx context.Context) (TTx, bool) {

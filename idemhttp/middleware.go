@@ -406,7 +406,7 @@ func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 			"Transaction ended by the handler", "The command ended the idempotency middleware's transaction itself; "+
 				"nothing was committed. Retrying with the same key executes it again.")
 	case errors.Is(err, driver.ErrTxAborted):
-		m.cfg.Logger.Error("idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx); nothing was committed",
+		m.cfg.Logger.Error("idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx, uniq.SavepointSQLTx); nothing was committed",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionAborted,
 			"Transaction aborted", "A statement of the command failed and aborted its transaction; nothing was committed. "+

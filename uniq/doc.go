@@ -27,15 +27,22 @@
 //
 // On PostgreSQL a failed statement aborts the whole transaction: after the
 // unique violation every further statement, including get, fails with
-// "current transaction is aborted". Inside a pgx transaction, run create in
-// a savepoint with SavepointTx, so the violation rolls back only the
-// INSERT (with database/sql, wrap it in SAVEPOINT / ROLLBACK TO SAVEPOINT
-// statements of your own).
-// SQLite rolls back just the failing statement: when create is that one
-// INSERT, no savepoint is needed there. When create writes anything before
-// it (an audit row, an outbox event), wrap create in SAVEPOINT / ROLLBACK TO
-// SAVEPOINT / RELEASE on SQLite too, or the losing attempt's earlier writes
-// commit with the caller's transaction.
+// "current transaction is aborted". Inside a transaction, and above all one
+// the code does not own (an idemhttp ModeTx handler's, from
+// idemhttp.TxFromContext), use CreateOrGetTx with a pgx.Tx or
+// CreateOrGetSQLTx with a *sql.Tx (PostgreSQL or SQLite): they run create
+// in a savepoint they take and release, so the violation rolls back only
+// create's statements, then run get in the transaction. Any other error of
+// create is returned as it is, its writes rolled back to the savepoint too,
+// and the transaction stays usable: its owner decides whether to go on and
+// commit. SavepointTx and SavepointSQLTx are the savepoint alone, for other
+// statements allowed to fail.
+//
+// SQLite rolls back just the failing statement: with CreateOrGet, when
+// create is that one INSERT, no savepoint is needed there. When create
+// writes anything before it (an audit row, an outbox event), use
+// CreateOrGetSQLTx (or SavepointSQLTx) on SQLite too, or the losing
+// attempt's earlier writes commit with the caller's transaction.
 //
 // get must see the row committed by the concurrent winner. That holds in
 // PostgreSQL's default READ COMMITTED isolation (every statement takes a new

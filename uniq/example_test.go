@@ -18,7 +18,8 @@ import (
 )
 
 // The payment table's second line of defence: a retry that arrives under a
-// new Idempotency-Key finds the payment created by the first attempt.
+// new Idempotency-Key finds the payment created by the first attempt. The
+// savepoint taken by hand here is what CreateOrGetTx takes in one call.
 func ExampleCreateOrGet() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/app")
@@ -65,7 +66,10 @@ func ExampleCreateOrGet() {
 // In an idemhttp ModeTx handler: the payment, its event and the stored
 // response commit together; a request for an existing payment under
 // another key answers 200 with it, and emits nothing.
-func ExampleCreateOrGet_idemhttp() {
+//
+// With pgsqldriver or sqlitedriver the transaction is a *sql.Tx
+// (idemhttp.TxFromContext[*sql.Tx]): the same with uniq.CreateOrGetSQLTx.
+func ExampleCreateOrGetTx_idemhttp() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/app")
 	if err != nil {
@@ -97,18 +101,18 @@ func ExampleCreateOrGet_idemhttp() {
 	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in := payment{Provider: "sber", ExternalID: "ext-42"} // decoded from r.Body
 		tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
-		p, created, err := uniq.CreateOrGet(r.Context(), paymentKey,
-			func(ctx context.Context) (payment, error) {
-				p := in
-				err := uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
-					return tx.QueryRow(ctx, `INSERT INTO payment (payment_provider, external_payment_id)
-						VALUES ($1, $2) RETURNING id`, p.Provider, p.ExternalID).Scan(&p.ID)
-				})
+		// create runs in a savepoint of tx: a duplicate rolls back only
+		// the INSERT, and get reads the winner's row in tx.
+		p, created, err := uniq.CreateOrGetTx(r.Context(), tx, paymentKey,
+			func(ctx context.Context, tx pgx.Tx) (p payment, err error) {
+				p = in
+				err = tx.QueryRow(ctx, `INSERT INTO payment (payment_provider, external_payment_id)
+					VALUES ($1, $2) RETURNING id`, p.Provider, p.ExternalID).Scan(&p.ID)
 				return p, err
 			},
-			func(ctx context.Context) (payment, error) {
-				p := in
-				err := tx.QueryRow(ctx, `SELECT id FROM payment
+			func(ctx context.Context, tx pgx.Tx) (p payment, err error) {
+				p = in
+				err = tx.QueryRow(ctx, `SELECT id FROM payment
 					WHERE payment_provider = $1 AND external_payment_id = $2`, p.Provider, p.ExternalID).Scan(&p.ID)
 				return p, err
 			})

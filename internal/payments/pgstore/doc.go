@@ -8,6 +8,6 @@
 // payment_migration, separate from idem's.
 //
 // CreateOrGet runs the INSERT in a savepoint of the caller's transaction
-// (uniq.SavepointTx), so a duplicate rolls back only the INSERT and the
+// (uniq.CreateOrGetTx), so a duplicate rolls back only the INSERT and the
 // existing payment is then read in the same, still usable, transaction.
 package pgstore

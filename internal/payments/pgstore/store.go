@@ -30,18 +30,14 @@ const columns = `id, payment_provider, external_payment_id, amount::text, status
 
 // CreateOrGet implements payments.Store.
 func (s *Store) CreateOrGet(ctx context.Context, tx pgx.Tx, p payments.NewPayment) (payments.Payment, bool, error) {
-	pay, created, err := uniq.CreateOrGet(ctx, payments.ProviderExternalIDKey,
-		func(ctx context.Context) (pay payments.Payment, err error) {
-			err = uniq.SavepointTx(ctx, tx, func(tx pgx.Tx) error {
-				pay, err = scan(tx.QueryRow(ctx, `INSERT INTO payment
-					(payment_provider, external_payment_id, amount, status, customer_id)
-					VALUES ($1, $2, $3::numeric, $4, $5) RETURNING `+columns,
-					p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), p.StatusOrDefault(), p.CustomerID))
-				return err
-			})
-			return pay, err
+	pay, created, err := uniq.CreateOrGetTx(ctx, tx, payments.ProviderExternalIDKey,
+		func(ctx context.Context, tx pgx.Tx) (payments.Payment, error) {
+			return scan(tx.QueryRow(ctx, `INSERT INTO payment
+				(payment_provider, external_payment_id, amount, status, customer_id)
+				VALUES ($1, $2, $3::numeric, $4, $5) RETURNING `+columns,
+				p.Provider, p.ExternalID, p.Amount.StringFixed(payments.AmountScale), p.StatusOrDefault(), p.CustomerID))
 		},
-		func(ctx context.Context) (payments.Payment, error) {
+		func(ctx context.Context, tx pgx.Tx) (payments.Payment, error) {
 			return scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM payment
 				WHERE payment_provider = $1 AND external_payment_id = $2`, p.Provider, p.ExternalID))
 		})
