@@ -555,6 +555,58 @@ func (d *pgDatabase) state(ctx context.Context) (dbState, error) {
 	return s, err
 }
 
+// created counts the orders of ids still CREATED.
+func (d *pgDatabase) created(ctx context.Context, ids []int64) (int, error) {
+	var n int
+	err := d.pool.QueryRow(ctx, `SELECT count(*) FROM customer_order WHERE id = ANY($1) AND status = 'CREATED'`, ids).Scan(&n)
+	return n, err
+}
+
+// outboxBacklog counts the outbox events not yet published, and those of
+// them parked as poison.
+func (d *pgDatabase) outboxBacklog(ctx context.Context) (pending, parked int, err error) {
+	err = d.pool.QueryRow(ctx, `SELECT count(*), count(parked_at) FROM outbox_pending`).Scan(&pending, &parked)
+	return pending, parked, err
+}
+
+// firstPublishedSince returns when the first event published at or after
+// since was published (by the database's clock, on this host).
+func (d *pgDatabase) firstPublishedSince(ctx context.Context, since time.Time) (time.Time, error) {
+	var at *time.Time
+	err := d.pool.QueryRow(ctx, `SELECT min(published_at) FROM outbox_published WHERE published_at >= $1`, since).Scan(&at)
+	if err == nil && at == nil {
+		err = errors.New("none")
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return *at, nil
+}
+
+// awaitOutboxDrained waits (up to within) until the outbox has no event
+// left to publish; it fails the test if one is parked, or if some are still
+// pending then.
+func awaitOutboxDrained(t *testing.T, d *pgDatabase, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within+10*time.Second)
+	defer cancel()
+	start := time.Now()
+	for {
+		pending, parked, err := d.outboxBacklog(ctx)
+		switch {
+		case err == nil && parked > 0:
+			t.Errorf("outbox: %d events parked (%d pending)", parked, pending)
+			return
+		case err == nil && pending == 0:
+			return
+		case time.Since(start) > within:
+			t.Errorf("outbox not drained %.0f s after the invariants held: %d events pending (err %v)", within.Seconds(), pending, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // sqliteState reads the SQLite file at path, while idemd runs (WAL: the
 // reader does not block it) or after it stopped.
 func sqliteState(path string) stateReader {
@@ -694,6 +746,165 @@ func (p *pgProxy) restore() error {
 	p.down, p.ln = false, ln
 	go p.serve(ln)
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// A gate inside the kfake brokers' listeners that can cut Kafka off
+
+// kafkaGate wraps the listeners of a kfake cluster (kfake.ListenFn). cut
+// closes every connection accepted so far and the listening sockets
+// themselves, so that a client's requests fail and its dials are refused,
+// as with brokers that are down; restore listens again on the same
+// addresses. kfake's accept loops do not notice: a gated listener's Accept
+// waits while it is cut. (kfake advertises its listeners' own addresses,
+// so a TCP proxy in front of them, like pgProxy, would be bypassed after
+// the first metadata request; the gate sits inside.)
+type kafkaGate struct {
+	mu      sync.Mutex
+	down    bool
+	lns     []*gateListener
+	conns   map[*gateConn]struct{}
+	changed chan struct{} // closed when down or a listener changes
+}
+
+func newKafkaGate() *kafkaGate {
+	return &kafkaGate{conns: map[*gateConn]struct{}{}, changed: make(chan struct{})}
+}
+
+// listen is the kfake.ListenFn.
+func (g *kafkaGate) listen(network, address string) (net.Listener, error) {
+	ln, err := net.Listen(network, address)
+	if err != nil {
+		return nil, err
+	}
+	l := &gateListener{g: g, network: network, addr: ln.Addr(), ln: ln}
+	g.mu.Lock()
+	g.lns = append(g.lns, l)
+	g.mu.Unlock()
+	return l, nil
+}
+
+// notify wakes the waiting Accepts; g.mu is held.
+func (g *kafkaGate) notify() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// cut closes the listening sockets and every connection until restore; it
+// returns the number of connections closed.
+func (g *kafkaGate) cut() int {
+	g.mu.Lock()
+	g.down = true
+	for _, l := range g.lns {
+		if l.ln != nil {
+			_ = l.ln.Close()
+			l.ln = nil
+		}
+	}
+	conns := make([]*gateConn, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	g.notify()
+	g.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return len(conns)
+}
+
+// restore listens again on the addresses of the cut listeners.
+func (g *kafkaGate) restore() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = false
+	defer g.notify()
+	for _, l := range g.lns {
+		if l.closed || l.ln != nil {
+			continue
+		}
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if l.ln, err = net.Listen(l.network, l.addr.String()); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("kafka gate: listen again on %s: %w", l.addr, err)
+		}
+	}
+	return nil
+}
+
+type gateListener struct {
+	g       *kafkaGate
+	network string
+	addr    net.Addr
+	ln      net.Listener // nil while cut; guarded by g.mu
+	closed  bool         // by kfake; guarded by g.mu
+}
+
+func (l *gateListener) Accept() (net.Conn, error) {
+	g := l.g
+	for {
+		g.mu.Lock()
+		ln, closed, changed := l.ln, l.closed, g.changed
+		g.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
+		if ln == nil { // cut: wait for restore (or Close)
+			<-changed
+			continue
+		}
+		c, err := ln.Accept()
+		g.mu.Lock()
+		if err != nil {
+			retry := !l.closed && l.ln != ln // cut under us
+			g.mu.Unlock()
+			if retry {
+				continue
+			}
+			return nil, err
+		}
+		if g.down || l.closed {
+			g.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		gc := &gateConn{Conn: c, g: g}
+		g.conns[gc] = struct{}{}
+		g.mu.Unlock()
+		return gc, nil
+	}
+}
+
+func (l *gateListener) Close() error {
+	g := l.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l.closed = true
+	g.notify()
+	if l.ln != nil {
+		err := l.ln.Close()
+		l.ln = nil
+		return err
+	}
+	return nil
+}
+
+func (l *gateListener) Addr() net.Addr { return l.addr }
+
+type gateConn struct {
+	net.Conn
+	g *kafkaGate
+}
+
+func (c *gateConn) Close() error {
+	c.g.mu.Lock()
+	delete(c.g.conns, c)
+	c.g.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // ---------------------------------------------------------------------------

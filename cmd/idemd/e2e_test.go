@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 )
@@ -31,11 +35,17 @@ const (
 // TestE2E runs the real idemd binary under load and breaks it: restarts
 // (SIGTERM, SIGKILL) on PostgreSQL with the embedded broker and on SQLite,
 // the kill of one of two replicas sharing PostgreSQL and a Kafka cluster
-// (dynamic members, and static ones restarted at once), and PostgreSQL unreachable for 10 s. After each, once the load is
-// answered, it waits for the invariants: every order answered 201 with one
-// id per key, as many orders as operations, each CONFIRMED (amount <=
-// 10000) or REJECTED, one payment per CONFIRMED order and none otherwise,
-// and the customers' summaries agreeing with the orders.
+// (dynamic members, and static ones restarted at once), PostgreSQL
+// unreachable for 10 s, and the Kafka cluster of two replicas unreachable
+// for 10 s. After each, once the load is answered, it waits for the
+// invariants: every order answered 201 with one id per key, as many orders
+// as operations, each CONFIRMED (amount <= 10000) or REJECTED, one payment
+// per CONFIRMED order and none otherwise, the customers' summaries
+// agreeing with the orders, and no idemd exited by itself. After the Kafka
+// outage it also checks that orders were answered during it, that the
+// outbox is drained (none pending, none parked), that every outbox event is
+// in the topic and none was dead-lettered, and logs the time from the
+// broker's return until the backlog settled.
 //
 // IDEM_E2E_SOAK=1 (or -e2e.orders, -e2e.kills) runs a longer soak.
 func TestE2E(t *testing.T) {
@@ -52,6 +62,7 @@ func TestE2E(t *testing.T) {
 		{"postgres/replicas/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300), false) }},
 		{"postgres/replicas-static/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300), true) }},
 		{"postgres/unreachable", func(t *testing.T) { outageScenario(t, e2eOrders(300)) }},
+		{"postgres/kafka-unreachable", func(t *testing.T) { kafkaOutageScenario(t, e2eOrders(300)) }},
 	}
 	// The scenarios run at once, but not through t.Parallel: -parallel
 	// defaults to GOMAXPROCS, which on 2 cores would run them two by two,
@@ -367,6 +378,201 @@ func outageScenario(t *testing.T, n int) {
 		base:      func() string { return p.base },
 		exits:     c.unexpectedExits,
 	}, quiescence(n))
+}
+
+// kafkaOutageScenario runs two idemd replicas on one PostgreSQL and a kfake
+// cluster of the test, half the clients on each, and at each kill point
+// makes the broker unreachable for 10 s: every connection to it closed,
+// new ones refused (kafkaGate); then restores it. Two replicas, not one:
+// the broker's return then has two relays resume on one outbox, and both
+// replicas rejoin consumer groups whose sessions expired during the
+// outage, as a deployment with an external cluster does.
+//
+// Besides the invariants, it checks that the HTTP side answered orders
+// while the broker was away (the outbox decouples them), that their
+// events were held back (some orders still CREATED at the return: the
+// outage bit), reports the time from the return until the orders answered
+// before it are CONFIRMED or REJECTED (the backlog settled), and, once the
+// invariants hold, that the outbox is drained (no event pending, none
+// parked), that every outbox event is in the topic and that nothing was
+// dead-lettered.
+func kafkaOutageScenario(t *testing.T, n int) {
+	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	c := newCluster(t)
+	gate := newKafkaGate()
+	kc := kafkatest.New(t, kfake.ListenFn(gate.listen))
+	kc.Fake(t) // the gate needs kfake: skip on IDEM_TEST_KAFKA_SEEDS
+	topic := kafkatest.Name("idemd-e2e")
+	kc.CreateTopic(t, topic, 3)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	names := []string{"replica-a", "replica-b"}
+	var replicas [2]*proc
+	for i := range replicas { // one after the other: the first migrates
+		args := append(commonArgs(addrs[i], db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic)
+		replicas[i] = c.mustStart(t, names[i], args...)
+	}
+
+	kills := e2eKills()
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills)+time.Duration(kills)*outage)
+	defer cancel()
+	orders := makeOrders(n, e2eCustomers)
+	plan := newKillPlan(n, kills, e2eClients)
+	l := &load{
+		orders:  orders,
+		clients: e2eClients,
+		base:    "http://" + addrs[0], // the host is the failover's
+		transport: func(i int) http.RoundTripper {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			return &failover{rt: tr, hosts: []string{addrs[i%2], addrs[(i+1)%2]}}
+		},
+		onAnswer: plan.answered,
+		gate:     plan.gate,
+	}
+	kctx, stopKills := context.WithCancel(ctx) // no outage after the load
+	defer stopKills()
+	var ctl sync.WaitGroup
+	ctl.Go(func() {
+		plan.each(kctx, l, func(int) bool {
+			cut := gate.cut()
+			if cut == 0 {
+				t.Errorf("harness: the broker had no connection to cut")
+			}
+			sleepCtx(ctx, outage)
+			// Before the return: the orders answered so far whose saga
+			// has not ended wait for the broker.
+			during := l.answered.Load() - plan.last()
+			waiting := answeredBy(orders, time.Now())
+			held, err := db.created(ctx, waiting)
+			if err != nil {
+				t.Errorf("read the orders before the broker's return: %v", err)
+			}
+			if err := gate.restore(); err != nil {
+				t.Errorf("%v", err)
+				cancel()
+				return false
+			}
+			restored := time.Now()
+			t.Logf("Kafka unreachable for %v at %d of %d orders answered (%d connections cut); %d orders answered during it, %d of them or earlier still CREATED at the return",
+				outage, plan.last(), n, cut, during, held)
+			if during <= 0 {
+				t.Errorf("no order answered during the %v Kafka outage: POST /v1/orders should only need PostgreSQL", outage)
+			}
+			if held == 0 {
+				t.Errorf("harness: no order was waiting for the broker at its return: the outage did not hold anything back")
+			}
+			d, left := settle(db, waiting, restored, 45*time.Second)
+			if left > 0 {
+				t.Errorf("after the broker's return: > %.0f s and %d of the %d orders answered before it are still CREATED",
+					d.Seconds(), left, len(waiting))
+			} else {
+				relay := "?"
+				if first, err := db.firstPublishedSince(ctx, restored); err == nil {
+					relay = fmt.Sprintf("%.1f s", first.Sub(restored).Seconds())
+				}
+				t.Logf("backlog settled %.1f s after the broker's return (%d orders answered before it, %d of them waiting; the relay published again after %s)",
+					d.Seconds(), len(waiting), held, relay)
+			}
+			return true
+		})
+	})
+	loadStart := time.Now()
+	l.run(ctx)
+	stopKills()
+	ctl.Wait()
+	t.Logf("load: %d of %d orders answered in %.1f s", l.answered.Load(), n, time.Since(loadStart).Seconds())
+	plan.check(t, n, l.answered.Load())
+
+	live := func() string {
+		for _, p := range replicas {
+			if p.running() {
+				return p.base
+			}
+		}
+		return replicas[0].base
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	replay(rctx, live(), orders)
+	rcancel()
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: e2eCustomers,
+		state:     db.state,
+		base:      live,
+		exits:     c.unexpectedExits,
+	}, quiescence(n))
+	awaitOutboxDrained(t, db, 30*time.Second)
+	checkPublished(t, db, kc, topic)
+	dead := int64(0)
+	for _, end := range kc.EndOffsets(t, topic+".dlq") {
+		dead += end
+	}
+	if dead != 0 {
+		t.Errorf("%d events dead-lettered to %s.dlq", dead, topic)
+	}
+}
+
+// checkPublished compares the events of the outbox with the records of
+// topic: each event must be there (at least once: a copy is allowed, the
+// consumers' inboxes drop it, and is reported), and no record may be an
+// event the outbox does not hold.
+func checkPublished(t *testing.T, db *pgDatabase, kc *kafkatest.Cluster, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT CAST(event_id AS text) FROM outbox`)
+	if err != nil {
+		t.Errorf("read the outbox: %v", err)
+		return
+	}
+	copies := map[string]int{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Errorf("read the outbox: %v", err)
+			rows.Close()
+			return
+		}
+		copies[id] = 0
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Errorf("read the outbox: %v", err)
+		return
+	}
+	records := kc.Records(t, topic)
+	var strangers, extra int
+	for _, r := range records {
+		var id string
+		for _, h := range r.Headers {
+			if h.Key == event.HeaderEventID {
+				id = string(h.Value)
+			}
+		}
+		n, ok := copies[id]
+		if !ok {
+			strangers++
+			continue
+		}
+		if n > 0 {
+			extra++
+		}
+		copies[id] = n + 1
+	}
+	var missing []string
+	for id, n := range copies {
+		if n == 0 {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		t.Errorf("%d of the %d outbox events are not in %s (lost), e.g. %v", len(missing), len(copies), topic, missing[:min(5, len(missing))])
+	}
+	if strangers > 0 {
+		t.Errorf("%d records of %s are no event of the outbox", strangers, topic)
+	}
+	t.Logf("published: %d outbox events, %d records in %s (%d extra copies)", len(copies), len(records), topic, extra)
 }
 
 // mustStart is start for the test's goroutine.
