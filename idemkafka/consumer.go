@@ -521,9 +521,14 @@ func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked m
 
 // onLost: the membership is gone (session expired, fenced); commits would
 // fail. Applied records whose offsets were not committed are redelivered to
-// the new owner and skipped by the inbox.
+// the new owner and skipped by the inbox. kgo also calls it at every failed
+// try of its group loop (a broker outage), with what the member holds:
+// nothing after the first; that is not logged (the failure itself is, as a
+// fetch error).
 func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
-	c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
+	if len(lost) > 0 {
+		c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
+	}
 	c.takePending(lost)
 	if c.userLost != nil {
 		c.userLost(ctx, cl, lost)

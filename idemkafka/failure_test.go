@@ -696,3 +696,47 @@ func TestAbortedTransactionNotApplied(t *testing.T) {
 	mustStop(t, inst)
 	mustOnce(t, b, "billing", []event.Envelope{evs[0], evs[2]})
 }
+
+// While the group cannot be joined (a broker outage), kgo's group loop
+// fails at each try and calls OnPartitionsLost with what the member holds:
+// nothing, after the first failure. The consumer logs "partitions lost"
+// only when it lost some: a WARN with an empty map at every try was noise
+// that the runbook reads as a group rebalancing too often.
+func TestJoinFailuresLogNoEmptyLoss(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 2, 2)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	fault := fake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: group, Err: kerr.UnknownServerError, Count: -1})
+	var logs testlog.Buffer
+	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	inst := start(t, b, "billing", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fault.Wait(ctx, 3); err != nil {
+		t.Fatalf("the joins were not refused three times: %v", err)
+	}
+	fault.Remove()
+	waitFor(t, 30*time.Second, "every partition committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+	mustOnce(t, b, "billing", evs)
+
+	var failed int
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "partitions lost") && strings.Contains(l, "partitions=map[]") {
+			t.Errorf("logged a loss of no partition: %s", l)
+		}
+		if strings.Contains(l, "idemkafka: fetch failed") {
+			failed++
+		}
+	}
+	if failed < 2 {
+		t.Fatalf("%d failed joins logged, want at least 2: the test did not test anything\n%s", failed, logs.String())
+	}
+}
