@@ -167,4 +167,13 @@ var (
 	// nothing of it was (sqlitedriver turns a COMMIT of BeginClaim's
 	// transaction without the record into a rollback).
 	ErrTxDone = errors.New("idem/driver: transaction already committed or rolled back")
+	// ErrNotMigrated: one of idem's tables, or the schema they live in,
+	// does not exist (PostgreSQL's SQLSTATE 42P01 undefined_table or
+	// 3F000 invalid_schema_name, SQLite's "no such table"): the driver's
+	// Migrate (or idemd migrate up) has not run on this database, or the
+	// driver's Schema or TablePrefix is not the one migrated. The driver
+	// wraps the database's error, which names the table. Not transient:
+	// retrying fails the same way until an operator migrates (idemhttp
+	// answers 500 store-unavailable, without Retry-After).
+	ErrNotMigrated = errors.New("idem/driver: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with")
 )

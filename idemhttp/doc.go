@@ -22,6 +22,7 @@
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
 //	Scope hook error, or an empty principal        401 unauthenticated; 413 / 400 as above when the hook read such a body
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
+//	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed                                  503 outcome-unknown: retry with the same key
 //	handler's statement failed (PostgreSQL)        500 transaction-aborted: nothing was committed

@@ -371,8 +371,20 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 	m.reportCmd(cmd, OutcomeInProgress)
 }
 
-// storeUnavailable answers 503: idem fails closed.
+// storeUnavailable answers 503: idem fails closed. When idem's tables are
+// missing (driver.ErrNotMigrated) it answers 500 without Retry-After
+// instead, and logs the fix: retrying cannot help until an operator
+// migrates.
 func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
+	if errors.Is(err, driver.ErrNotMigrated) {
+		m.cfg.Logger.Error("idemhttp: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with; every protected request fails until then",
+			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeStoreUnavailable,
+			"Idempotency store not set up", "The server's idempotency store is not set up; the command was not executed. "+
+				"Retry with the same key once the server is fixed.")
+		m.reportCmd(cmd, OutcomeStoreError)
+		return
+	}
 	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,

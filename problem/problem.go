@@ -46,7 +46,8 @@ const (
 	// can store for replay.
 	TypeResponseTooLarge = TypeBase + "response-too-large"
 	// TypeStoreUnavailable (503): the idempotency store cannot be reached;
-	// idem fails closed and does not run the handler.
+	// idem fails closed and does not run the handler. 500, without
+	// Retry-After, when idem's tables are missing (not migrated).
 	TypeStoreUnavailable = TypeBase + "store-unavailable"
 	// TypeOutcomeUnknown (503): idem cannot tell whether the command
 	// committed; retry with the same key.

@@ -1,8 +1,12 @@
 package drivertest
 
 import (
+	"errors"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -19,6 +23,39 @@ func claimFails(t *testing.T, ex driver.Executor, when string) {
 func testNoTablesBeforeMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
 	drv := newUnmigrated(t)
 	claimFails(t, drv.Executor(), "before any migration")
+}
+
+// Before Migrate, idem's statements fail with driver.ErrNotMigrated, in a
+// message that names the missing table and says to run Migrate: what an
+// operator who forgot to migrate reads in the log.
+func testNotMigratedError[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.Driver[TTx]) {
+	drv := newUnmigrated(t)
+	ctx := t.Context()
+	check := func(what, table string, err error) {
+		t.Helper()
+		if !errors.Is(err, driver.ErrNotMigrated) {
+			t.Errorf("%s on an unmigrated database: %v; want driver.ErrNotMigrated", what, err)
+			return
+		}
+		if msg := err.Error(); !strings.Contains(msg, table) || !strings.Contains(msg, "Migrate") {
+			t.Errorf("%s: %q; want it to name the table %q and Migrate", what, msg, table)
+		}
+	}
+	_, err := drv.Executor().RecordClaim(ctx, claimAt("key-probe", fpA, newToken(), t0))
+	check("RecordClaim", "idempotency_record", err)
+	_, err = drv.Executor().InboxInsert(ctx, &driver.InboxInsertParams{Consumer: "c", IDs: []uuid.UUID{uuid.New()}, Now: t0})
+	check("InboxInsert", "processed_event", err)
+
+	// In a transaction (the relay's claim, idemhttp's ModeTx claim).
+	tx := begin(t, drv)
+	_, err = drv.UnwrapExecutor(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: t0, Limit: 1})
+	check("OutboxClaimBatch", "outbox", err)
+	if err := drv.Rollback(ctx, tx); err != nil { // SQLite: one writer at a time
+		t.Fatalf("Rollback: %v", err)
+	}
+	tx = begin(t, drv)
+	_, err = drv.UnwrapExecutor(tx).RecordClaim(ctx, claimAt("key-probe", fpA, newToken(), t0))
+	check("RecordClaim in a transaction", "idempotency_record", err)
 }
 
 // MigrateTx joins the caller's transaction: rolled back, no tables remain;

@@ -129,6 +129,7 @@ func runMigrate[TTx any](t *testing.T, newUnmigrated func(t *testing.T) driver.D
 		fn   func(t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx])
 	}{
 		{"NoTablesBeforeMigrate", testNoTablesBeforeMigrate[TTx]},
+		{"NotMigratedError", testNotMigratedError[TTx]},
 		{"MigrateTxRollbackThenCommit", testMigrateTxRollbackThenCommit[TTx]},
 		{"MigrateThenMigrateTx", testMigrateThenMigrateTx[TTx]},
 		{"ConcurrentMigrate", withPeers(testConcurrentMigrate[TTx], reopen)},

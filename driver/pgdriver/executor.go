@@ -43,6 +43,10 @@ func mapErr(op string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable {
 		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
+	if errors.As(err, &pgErr) && (pgErr.Code == pgsql.CodeUndefinedTable || pgErr.Code == pgsql.CodeInvalidSchema) {
+		// Only idem's statements come here: its tables are missing.
+		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrNotMigrated, err)
+	}
 	if errors.As(err, &pgErr) && pgErr.Code == pgsql.CodeInFailedSQLTransaction || errors.Is(err, pgx.ErrTxCommitRollback) {
 		return fmt.Errorf("pgdriver: %s: %w: %w", op, driver.ErrTxAborted, err)
 	}

@@ -49,6 +49,10 @@ func mapErr(op string, err error) error {
 	if sqlState(err) == pgsql.CodeLockNotAvailable {
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
+	if c := sqlState(err); c == pgsql.CodeUndefinedTable || c == pgsql.CodeInvalidSchema {
+		// Only idem's statements come here: its tables are missing.
+		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrNotMigrated, err)
+	}
 	if sqlState(err) == pgsql.CodeInFailedSQLTransaction {
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrTxAborted, err)
 	}

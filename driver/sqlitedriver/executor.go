@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idemkit/idem/driver"
 )
@@ -45,6 +46,10 @@ func mapErr(op string, err error) error {
 	if isTxRolledBack(err) {
 		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, errTxRolledBack, err)
 	}
+	if isNoTable(err) {
+		// Only idem's statements come here: its tables are missing.
+		return fmt.Errorf("sqlitedriver: %s: %w: %w", op, driver.ErrNotMigrated, err)
+	}
 	if isBusy(err) {
 		// Another connection (another process) held the write lock for
 		// the whole busy timeout: what PostgreSQL reports as a lock
@@ -59,6 +64,13 @@ func mapErr(op string, err error) error {
 func isConstraint(err error) bool {
 	var coded interface{ Code() int }
 	return errors.As(err, &coded) && coded.Code()&0xff == 19
+}
+
+// isNoTable reports whether err is SQLite's "no such table" (SQLITE_ERROR,
+// which has no code of its own for it).
+func isNoTable(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 1 && strings.Contains(err.Error(), "no such table")
 }
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).

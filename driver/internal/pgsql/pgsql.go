@@ -34,6 +34,7 @@ const (
 	CodeUniqueViolation  = "23505" // unique_violation
 	CodeLockNotAvailable = "55P03" // lock_not_available (lock_timeout)
 	CodeUndefinedTable   = "42P01" // undefined_table
+	CodeInvalidSchema    = "3F000" // invalid_schema_name
 	// CodeInFailedSQLTransaction: a statement failed earlier in the
 	// transaction, which PostgreSQL aborted; only ROLLBACK is accepted.
 	CodeInFailedSQLTransaction = "25P02" // in_failed_sql_transaction
