@@ -35,7 +35,12 @@ type ConsumerConfig[TTx any] struct {
 	// named otherwise. Every instance of one consumer uses the same group
 	// and the same inbox.
 	Group string
-	// Topics are the topics to consume. Required.
+	// Topics are the topics to consume. Required. They must exist (with
+	// their dead-letter topics), unless the cluster creates topics on
+	// demand and ExtraOpts has kgo.AllowAutoTopicCreation(): a consumer of
+	// a missing topic waits for it. Run WARNs once, at start, naming the
+	// topics (and, without auto-creation, dead-letter topics) the brokers
+	// do not have.
 	Topics []string
 
 	// Handler applies one new event: it writes the event's effects (and any

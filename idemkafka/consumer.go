@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/backoff"
@@ -214,6 +215,15 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Logger.Info("idemkafka: consumer started", "group", c.cfg.Group, "topics", c.cfg.Topics, "consumer", c.in.Consumer())
+	// One look at the topics, beside the polls: a consumer of a missing
+	// topic would wait silently.
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	checkDone := make(chan struct{})
+	go func() {
+		defer close(checkDone)
+		c.warnMissingTopics(checkCtx, cl)
+	}()
+	defer func() { stopCheck(); <-checkDone }() // before the client is closed
 
 	failedPolls := 0 // consecutive polls that returned only errors
 	for {
@@ -539,5 +549,65 @@ func (c *Consumer[TTx]) onBlocked(ctx context.Context, cl *kgo.Client) {
 	c.cfg.Logger.Debug("idemkafka: a rebalance waits for the batch in flight", "group", c.cfg.Group)
 	if c.userBlocked != nil {
 		c.userBlocked(ctx, cl)
+	}
+}
+
+// warnMissingTopics asks the brokers once, at start, which of the
+// consumer's topics they have, and WARNs about those they do not: kgo
+// consumes a missing topic by waiting for it, without an error. A failed
+// request is tried again (1 s to 30 s apart) until one is answered or ctx
+// ends. The request asks for auto-creation only when the client does
+// (kgo.AllowAutoTopicCreation), as the client's own metadata requests do;
+// the dead-letter topics are looked at only when it does not (then a
+// missing one would hold its partition at the first dead letter; asking
+// about them with auto-creation would create them).
+func (c *Consumer[TTx]) warnMissingTopics(ctx context.Context, cl *kgo.Client) {
+	auto, _ := cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
+	topics := slices.Clone(c.cfg.Topics)
+	dlqs := map[string]bool{}
+	if !auto {
+		for _, t := range c.cfg.Topics {
+			if d := c.cfg.deadLetterTopic(t); !slices.Contains(topics, d) {
+				topics = append(topics, d)
+				dlqs[d] = true
+			}
+		}
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	req.AllowAutoTopicCreation = auto
+	var resp *kmsg.MetadataResponse
+	for attempt := 1; ; attempt++ {
+		var err error
+		if resp, err = req.RequestWith(ctx, cl); err == nil {
+			break
+		}
+		if !backoff.Sleep(ctx, backoff.Exp(attempt, time.Second, 30*time.Second), nil) {
+			return
+		}
+	}
+	var missing, missingDLQ []string
+	for _, t := range resp.Topics {
+		if t.Topic == nil || !errors.Is(kerr.ErrorForCode(t.ErrorCode), kerr.UnknownTopicOrPartition) {
+			continue
+		}
+		if dlqs[*t.Topic] {
+			missingDLQ = append(missingDLQ, *t.Topic)
+		} else {
+			missing = append(missing, *t.Topic)
+		}
+	}
+	const fix = "create them, or enable auto-creation (auto.create.topics.enable on the broker, and kgo.AllowAutoTopicCreation in ExtraOpts)"
+	if len(missing) > 0 {
+		c.cfg.Logger.Warn("idemkafka: the brokers do not have topics this consumer subscribes to; it waits for them and consumes nothing of them: "+fix,
+			"group", c.cfg.Group, "topics", missing, "consumer", c.in.Consumer())
+	}
+	if len(missingDLQ) > 0 {
+		c.cfg.Logger.Warn("idemkafka: the brokers do not have this consumer's dead-letter topics; a record that fails for good holds its partition until they exist: "+fix,
+			"group", c.cfg.Group, "topics", missingDLQ, "consumer", c.in.Consumer())
 	}
 }

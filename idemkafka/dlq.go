@@ -131,6 +131,9 @@ func (c *Consumer[TTx]) sendDeadLetter(ctx, work context.Context, cl *kgo.Client
 		dl = truncated(dl)
 		err = c.produceDeadLetter(ctx, work, cl, dl)
 	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("idemkafka: dead-letter %s/%d@%d to %s: %w: %w", r.Topic, r.Partition, r.Offset, topic, missingTopic(topic, false), err)
+	}
 	if err != nil {
 		return fmt.Errorf("idemkafka: dead-letter %s/%d@%d to %s: %w", r.Topic, r.Partition, r.Offset, topic, err)
 	}

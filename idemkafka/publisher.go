@@ -28,8 +28,8 @@ type PublisherConfig struct {
 	// DefaultTopic is the topic of every event when Topic is nil, or when
 	// Topic returns "". The topics must exist: NewPublisher does not check
 	// them, and an event for a topic the cluster does not have fails to
-	// publish (UNKNOWN_TOPIC_OR_PARTITION, logged by the relay) and is
-	// retried until the topic is created. A cluster that creates topics on
+	// publish (UNKNOWN_TOPIC_OR_PARTITION, logged by the relay with the
+	// topic's name and the fix) and is retried until the topic is created. A cluster that creates topics on
 	// demand (auto.create.topics.enable, kfake.AllowAutoTopicCreation) does
 	// so only for a client that asks: add kgo.AllowAutoTopicCreation() to
 	// ExtraOpts.
@@ -646,7 +646,23 @@ func classify(topic string, err error) error {
 			return fmt.Errorf("%w: produce to %s: %w", outbox.ErrPoison, topic, err)
 		}
 	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("idemkafka: produce to %s: %w: %w", topic, missingTopic(topic, true), err)
+	}
 	return fmt.Errorf("idemkafka: produce to %s: %w", topic, err)
+}
+
+// missingTopic is the error that says what to do about a topic the broker
+// does not have (UNKNOWN_TOPIC_OR_PARTITION): the events for it wait (in
+// the outbox, or in their partition for a dead-letter topic) until it
+// exists. withDLQ names the topic's dead-letter topic too.
+func missingTopic(topic string, withDLQ bool) error {
+	also := ""
+	if withDLQ {
+		also = fmt.Sprintf(" (and its dead-letter topic, %s.dlq by default)", topic)
+	}
+	return fmt.Errorf("topic %q does not exist: create it%s, or enable auto-creation "+
+		"(auto.create.topics.enable on the broker, and kgo.AllowAutoTopicCreation in ExtraOpts)", topic, also)
 }
 
 // outcome returns nil if errs are all nil, and a PublishError otherwise. It
