@@ -140,7 +140,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			c.cfg.Logger.Warn(msg, "topic", p.Topic, "partition", p.Partition, "offset", recs[pos].Offset, "records", end-pos, "err", err)
 		}
 		if c.cfg.BatchHandler != nil && errors.As(err, &be) {
-			if end-pos > 1 && (errors.Is(err, ErrPoison) || !transientDB(err)) {
+			if end-pos > 1 && (errors.Is(err, ErrPoison) || !dbFault(err)) {
 				oneAtATime("idemkafka: batch handler failed; applying its records one at a time")
 				continue
 			}
@@ -162,11 +162,11 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			}
 			i = pos
 		}
-		if i >= 0 && !errors.Is(err, ErrPoison) && transientDB(err) {
+		if i >= 0 && !errors.Is(err, ErrPoison) && dbFault(err) {
 			// The handler's database failed, not the record: a
 			// deadlock, a lock or statement timeout, a lost
-			// connection. Retried as a database failure, never
-			// dead-lettered.
+			// connection, idem's tables missing. Retried as a
+			// database failure, never dead-lettered.
 			i = -1
 		}
 		if i < 0 && ctx.Err() != nil {
@@ -304,3 +304,11 @@ func refusedAtCommit(err error) bool {
 // end, so that one record whose call fails for good never stalls its
 // partition.
 func transientDB(err error) bool { return dberr.Transient(err) }
+
+// dbFault reports whether err, returned by a handler, is the database's
+// fault rather than the record's: a passing failure (transientDB), or
+// idem's tables missing (driver.ErrNotMigrated, from the handler's
+// outbox.EnqueueTx on a database not migrated), which no record can fix
+// and an operator will: dead-lettering every record meanwhile would empty
+// the topic into its dead-letter topic.
+func dbFault(err error) bool { return transientDB(err) || errors.Is(err, driver.ErrNotMigrated) }

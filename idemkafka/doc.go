@@ -71,8 +71,9 @@
 //     topic cannot be written, and when the handler returns a database's
 //     passing failure (a serialization failure, a deadlock, a lock or
 //     statement timeout, a lost database connection, SQLite busy, by
-//     SQLSTATE or code): that is the database's fault, not the record's,
-//     so it is never dead-lettered. Any other handler error, an HTTP
+//     SQLSTATE or code), or driver.ErrNotMigrated (its outbox.EnqueueTx
+//     found idem's tables missing): that is the database's fault, not the
+//     record's, so it is never dead-lettered. Any other handler error, an HTTP
 //     client's included, is the record's.
 //   - A COMMIT refused by a constraint violation (a foreign key or a
 //     constraint trigger declared DEFERRABLE INITIALLY DEFERRED, checked at

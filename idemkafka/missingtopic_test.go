@@ -3,14 +3,18 @@ package idemkafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testlog"
@@ -135,5 +139,33 @@ func TestDeadLetterMissingTopicSaysWhatToDo(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no failed batch reported within 30s")
+	}
+}
+
+// A handler whose outbox.EnqueueTx finds idem's tables missing
+// (driver.ErrNotMigrated: the database was not migrated) fails for a reason
+// no record can fix: retried as a database failure, never dead-lettered,
+// and applied once an operator migrated. Every record went to the
+// dead-letter topic before.
+func TestNotMigratedHandlerErrorNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	kc.Produce(t, topic, recordsOf(topic, newEvents(t, 2, 2)...)...)
+	var tries atomic.Int32
+	hook := func(event.Envelope) error {
+		if tries.Add(1) <= 8 { // more than Retry.Attempts (3)
+			return fmt.Errorf("outbox: enqueue: sqlitedriver: outbox insert: %w", driver.ErrNotMigrated)
+		}
+		return nil
+	}
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, hook, topic))
+	waitFor(t, 30*time.Second, "committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, inst)
+	if s := inst.stats.get(); s.dead != 0 || s.applied != 2 {
+		t.Fatalf("after 8 ErrNotMigrated: %d dead-lettered, %d applied; want 0 and 2", s.dead, s.applied)
 	}
 }
