@@ -34,11 +34,8 @@ type lagChecker struct {
 	m      *metrics
 	log    *slog.Logger
 
-	// failingSince is when the measurements started failing (zero while
-	// they succeed); loggedAt when a failure was last logged, suppressed
-	// the failures not logged since.
-	failingSince, loggedAt time.Time
-	failures, suppressed   int
+	// fails logs the failed rounds (set up by the first one).
+	fails failureLog
 }
 
 // run measures now, then every kafkaLagInterval until ctx ends.
@@ -120,24 +117,15 @@ func (c *lagChecker) groupLag(ctx context.Context, group string, starts, ends ka
 
 // logged logs a failed round (err) or the end of the failures.
 func (c *lagChecker) logged(err error) {
-	now := time.Now()
-	switch {
-	case err == nil && !c.failingSince.IsZero():
-		c.log.Info("kafka: consumer lag known again after failed measurements",
-			"failed_checks", c.failures, "since", c.failingSince, "over", now.Sub(c.failingSince).Round(time.Second).String())
-		c.failingSince, c.failures, c.suppressed = time.Time{}, 0, 0
-	case err == nil:
-	case c.failingSince.IsZero():
-		c.failingSince, c.loggedAt, c.failures = now, now, 1
-		c.log.Warn("kafka: consumer lag unknown; idemd_kafka_consumer_lag keeps its last value", "topic", c.topic, "err", err)
-	default:
-		c.failures++
-		if now.Sub(c.loggedAt) < lagLogInterval {
-			c.suppressed++
-			return
+	if c.fails.log == nil {
+		c.fails = failureLog{
+			log:          c.log,
+			recovered:    "kafka: consumer lag known again after failed measurements",
+			failed:       "kafka: consumer lag unknown; idemd_kafka_consumer_lag keeps its last value",
+			stillFailing: "kafka: consumer lag still unknown",
+			countKey:     "failed_checks",
+			attrs:        []any{"topic", c.topic},
 		}
-		c.log.Warn("kafka: consumer lag still unknown; repeats are logged at most every "+lagLogInterval.String(),
-			"topic", c.topic, "err", err, "suppressed", c.suppressed, "failed_checks", c.failures, "since", c.failingSince)
-		c.loggedAt, c.suppressed = now, 0
 	}
+	c.fails.observe(err)
 }

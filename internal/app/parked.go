@@ -25,11 +25,8 @@ type parkedChecker struct {
 	// wake counts again now (a relay of this replica parked an event).
 	wake chan struct{}
 
-	// failingSince is when the counts started failing (zero while they
-	// succeed); loggedAt when a failure was last logged, suppressed the
-	// failures not logged since.
-	failingSince, loggedAt time.Time
-	failures, suppressed   int
+	// fails logs the failed counts (set up by the first check).
+	fails failureLog
 }
 
 // parked wakes the checker; it never blocks.
@@ -66,24 +63,14 @@ func (c *parkedChecker) check(ctx context.Context) {
 	if err == nil {
 		c.m.parkedNow.Set(float64(n))
 	}
-	now := time.Now()
-	switch {
-	case err == nil && !c.failingSince.IsZero():
-		c.log.Info("outbox: parked events counted again after failed counts",
-			"failed_counts", c.failures, "since", c.failingSince, "over", now.Sub(c.failingSince).Round(time.Second).String())
-		c.failingSince, c.failures, c.suppressed = time.Time{}, 0, 0
-	case err == nil:
-	case c.failingSince.IsZero():
-		c.failingSince, c.loggedAt, c.failures = now, now, 1
-		c.log.Warn("outbox: parked events unknown; idemd_outbox_parked_events keeps its last value", "err", err)
-	default:
-		c.failures++
-		if now.Sub(c.loggedAt) < lagLogInterval {
-			c.suppressed++
-			return
+	if c.fails.log == nil {
+		c.fails = failureLog{
+			log:          c.log,
+			recovered:    "outbox: parked events counted again after failed counts",
+			failed:       "outbox: parked events unknown; idemd_outbox_parked_events keeps its last value",
+			stillFailing: "outbox: parked events still unknown",
+			countKey:     "failed_counts",
 		}
-		c.log.Warn("outbox: parked events still unknown; repeats are logged at most every "+lagLogInterval.String(),
-			"err", err, "suppressed", c.suppressed, "failed_counts", c.failures, "since", c.failingSince)
-		c.loggedAt, c.suppressed = now, 0
 	}
+	c.fails.observe(err)
 }
