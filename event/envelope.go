@@ -226,11 +226,21 @@ func isReserved(name string) bool {
 		strings.EqualFold(name[:len(ReservedHeaderPrefix)], ReservedHeaderPrefix)
 }
 
-// truncate shortens s for error messages.
+// truncate shortens s for error messages, to at most 64 bytes and "...".
+// It cuts before a UTF-8 character that would not fit, not inside it (a
+// cut inside shows as \x escapes under %q, as if s were not UTF-8); in s
+// that is not UTF-8 it backs up at most utf8.UTFMax-1 bytes.
 func truncate(s string) string {
 	const max = 64
 	if len(s) <= max {
 		return s
 	}
-	return s[:max] + "..."
+	n := max
+	for i := max; i > max-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			n = i
+			break
+		}
+	}
+	return s[:n] + "..."
 }

@@ -107,6 +107,21 @@ func TestNewRejectsBadEnvelope(t *testing.T) {
 	}
 }
 
+// A long value in an error message is cut at a character, not inside
+// one: a cut inside showed as \x escapes, as if the value were not UTF-8.
+func TestErrorTruncatesAtCharacter(t *testing.T) {
+	t.Parallel()
+	typ := "Order" + strings.Repeat("€", 30) // 5 + 90 bytes; byte 64 is inside a €
+	_, err := event.New(typ, "k", 1)
+	if !errors.Is(err, event.ErrInvalidType) {
+		t.Fatalf("err = %v, want ErrInvalidType", err)
+	}
+	want := `"Order` + strings.Repeat("€", 19) + `..."`
+	if msg := err.Error(); strings.Contains(msg, `\x`) || !strings.Contains(msg, want) {
+		t.Errorf("err = %s, want it to quote %s", msg, want)
+	}
+}
+
 func validEnvelope(t *testing.T) event.Envelope {
 	t.Helper()
 	e, err := event.New("OrderCreated.v1", "order-42", map[string]string{"orderId": "order-42"})
