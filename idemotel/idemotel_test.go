@@ -2,12 +2,23 @@ package idemotel_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -275,4 +286,74 @@ func TestStartBatchSkipsTraceContextThePropagatorRefuses(t *testing.T) {
 	if len(b.Links()) != 1 {
 		t.Errorf("batch links %v; want the readable event's alone", b.Links())
 	}
+}
+
+// When the metric exporter cannot be built (here: a CA certificate for the
+// metrics, from the process environment, with an http:// endpoint), Setup
+// fails and leaves every global as it was: the tracer provider it had
+// built is shut down, and must not stay OpenTelemetry's or observe's
+// default, where later spans would be dropped.
+func TestSetupFailureLeavesGlobals(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", writeCert(t))
+	rec := tracetest.NewSpanRecorder()
+	prevTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = prevTP.Shutdown(context.Background()) })
+	prevMP := sdkmetric.NewMeterProvider()
+	prevProp := propagation.Baggage{}
+	var handled []error
+	otel.SetTracerProvider(prevTP)
+	otel.SetMeterProvider(prevMP)
+	otel.SetTextMapPropagator(prevProp)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { handled = append(handled, err) }))
+	idemotel.Install(prevTP, prevProp)
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+
+	tel, err := idemotel.Setup(context.Background(), idemotel.Config{Gatherer: promclient.NewRegistry(),
+		Getenv: func(k string) string { return map[string]string{idemotel.EnvEndpoint: "http://127.0.0.1:1"}[k] }})
+	if err == nil {
+		_ = tel.Shutdown(context.Background())
+		t.Fatal("Setup: no error")
+	}
+	if !strings.Contains(err.Error(), "metric exporter") {
+		t.Fatalf("Setup: %v; want the metric exporter's error", err)
+	}
+
+	_, s := observe.DefaultTracer().Start(context.Background(), "observe")
+	s.End()
+	_, ots := otel.Tracer("test").Start(context.Background(), "otel")
+	ots.End()
+	if got := len(rec.Ended()); got != 2 {
+		t.Errorf("after a failed Setup, %d of 2 spans reached the previous tracer provider", got)
+	}
+	if otel.GetMeterProvider() != prevMP {
+		t.Error("after a failed Setup, the global meter provider changed")
+	}
+	if otel.GetTextMapPropagator() != prevProp || observe.DefaultPropagator() != idemotel.Propagator(prevProp) {
+		t.Error("after a failed Setup, the global propagator changed")
+	}
+	otel.Handle(errors.New("probe"))
+	if len(handled) != 1 {
+		t.Errorf("after a failed Setup, the previous error handler got %v", handled)
+	}
+}
+
+// writeCert writes a self-signed certificate, PEM-encoded, to a file and
+// returns its path.
+func writeCert(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "collector"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

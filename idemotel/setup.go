@@ -78,9 +78,10 @@ type Telemetry struct {
 // the exporters connect when they first export, and a collector that is
 // not there is logged, never fatal. An endpoint variable that is not an
 // http:// or https:// URL with a host (collector:4318, a scheme forgotten)
-// is an error, and nothing is installed: the exporter would ignore it or
-// send every batch nowhere. Call Shutdown, with a deadline, at exit to
-// flush.
+// is an error: the exporter would ignore it or send every batch nowhere.
+// On any error nothing is installed: OpenTelemetry's and observe's globals
+// (providers, propagator, error handler) stay as they were. Call Shutdown,
+// with a deadline, at exit to flush.
 func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -115,8 +116,6 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: resource: %w", err)
 	}
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
-
 	var topts []otlptracehttp.Option
 	if traceURL != "" {
 		topts = append(topts, otlptracehttp.WithEndpointURL(traceURL))
@@ -126,10 +125,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("idemotel: trace exporter: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(texp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t := &Telemetry{TracerProvider: tp, Tracer: Install(tp, propagation.TraceContext{})}
-	t.Propagator = observe.DefaultPropagator()
+	prop := propagation.TraceContext{}
+	t := &Telemetry{TracerProvider: tp, Tracer: NewTracer(tp), Propagator: Propagator(prop)}
 
 	if cfg.Gatherer != nil {
 		var mopts []otlpmetrichttp.Option
@@ -143,6 +140,15 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 		t.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res),
 			sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithProducer(PrometheusProducer(cfg.Gatherer)))))
+	}
+
+	// The globals only once everything is built: a failure above leaves
+	// the previous ones in place, not a provider already shut down.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(prop)
+	observe.SetDefault(t.Tracer, t.Propagator)
+	if t.MeterProvider != nil {
 		otel.SetMeterProvider(t.MeterProvider)
 	}
 	return t, nil
