@@ -84,8 +84,10 @@
 // helper the loop calls is not seen. The operation that a retry library
 // runs once per attempt is checked as a retry loop's body: the function
 // literal (or a variable assigned one once) given to
-// github.com/cenkalti/backoff's Retry, RetryNotify, RetryWithData, ...
-// and github.com/avast/retry-go's Do and DoWithData, any major version.
+// github.com/cenkalti/backoff's Retry, RetryNotify, RetryWithData, ...,
+// github.com/avast/retry-go's Do and DoWithData, any major version, and
+// github.com/sethvargo/go-retry's Do, DoValue, Constant, Exponential and
+// Fibonacci.
 //
 // idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
 // through uuid.Must, .String(), a local variable, or a function of the

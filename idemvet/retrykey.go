@@ -132,14 +132,21 @@ var retryLibraries = []struct {
 }{
 	{"github.com/cenkalti/backoff", []string{"Retry", "RetryNotify", "RetryWithData", "RetryNotifyWithData", "RetryNotifyWithTimer", "RetryNotifyWithTimerAndData"}},
 	{"github.com/avast/retry-go", []string{"Do", "DoWithData"}},
+	{"github.com/sethvargo/go-retry", []string{"Do", "DoValue", "Constant", "Exponential", "Fibonacci"}},
 }
 
 // retryOperation returns the operation a call of a retry library's retry
-// function runs once per attempt: its first function argument, a function
-// literal or a variable assigned one once; nil for any other call.
+// function runs once per attempt: the argument of its first parameter of a
+// function type (not one of an interface a function may satisfy, such as
+// go-retry's Backoff given a BackoffFunc), a function literal or a
+// variable assigned one once; nil for any other call.
 func retryOperation(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) *ast.FuncLit {
 	fn := callee(info, call)
-	if fn == nil || fn.Pkg() == nil || fn.Type().(*types.Signature).Recv() != nil {
+	if fn == nil || fn.Pkg() == nil {
+		return nil
+	}
+	sig := fn.Type().(*types.Signature)
+	if sig.Recv() != nil {
 		return nil
 	}
 	lib := false
@@ -152,11 +159,12 @@ func retryOperation(info *types.Info, assigns map[types.Object][]assignment, cal
 	if !lib {
 		return nil
 	}
-	for _, a := range call.Args {
-		if t := info.TypeOf(a); t == nil {
-			continue
-		} else if _, ok := t.Underlying().(*types.Signature); !ok {
-			continue
+	for i, a := range call.Args {
+		if i >= sig.Params().Len() {
+			break
+		}
+		if _, ok := sig.Params().At(i).Type().Underlying().(*types.Signature); !ok {
+			continue // a variadic parameter's type is a slice
 		}
 		switch a := ast.Unparen(a).(type) {
 		case *ast.FuncLit:
