@@ -164,7 +164,12 @@ type ConsumerConfig[TTx any] struct {
 	ExtraOpts []kgo.Opt
 
 	// Logger receives warnings (retries, rewinds, failed offset commits,
-	// dead letters) and debug messages. Defaults to slog.Default().
+	// dead letters) and debug messages. Defaults to slog.Default(). A
+	// failure to join the group (the brokers unreachable), which kgo tries
+	// again every few seconds, is logged when it starts, then at most
+	// every 30 seconds with the tries not logged, and at INFO when the
+	// group is joined again; a fetch error of a topic or partition is
+	// logged each time.
 	Logger *slog.Logger
 
 	// OnBatch, if set, is called once per partition batch, after its

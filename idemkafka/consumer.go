@@ -63,6 +63,10 @@ type Consumer[TTx any] struct {
 	// partition succeeds, or the partition is revoked or lost.
 	pendingMu sync.Mutex
 	pending   map[topicPartition]*kgo.Record
+
+	// groupFail limits the lines of the group loop's failures (see
+	// groupFailures).
+	groupFail groupFailures
 }
 
 type topicPartition struct {
@@ -198,6 +202,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	c.pendingMu.Lock()
 	clear(c.pending)
 	c.pendingMu.Unlock()
+	c.groupFail.joined() // a failure of an earlier Run ended with it
 
 	// fencedCh wakes a backoff between failed polls when another member
 	// takes this one's instance ID: kgo joins again after its own retry
@@ -263,6 +268,10 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 				return
 			}
 			fetchErr = true
+			if isGroupFailure(topic, err) {
+				c.logGroupFailure(topic, partition, err)
+				return
+			}
 			c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
 		})
 		if refused != nil {
@@ -501,6 +510,7 @@ func partitions(fs kgo.Fetches) []kgo.FetchTopicPartition {
 }
 
 func (c *Consumer[TTx]) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.logGroupJoined()
 	c.cfg.Logger.Info("idemkafka: partitions assigned", "group", c.cfg.Group, "partitions", assigned)
 	if c.userAssigned != nil {
 		c.userAssigned(ctx, cl, assigned)

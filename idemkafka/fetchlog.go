@@ -1,0 +1,109 @@
+package idemkafka
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// groupFailureLogInterval is how often a group failure that keeps repeating
+// is logged again, as the relay does for its failures (outbox).
+const groupFailureLogInterval = 30 * time.Second
+
+// groupFailures limits the log lines of the fetch errors that are not about
+// a partition: kgo's group loop reports each failed try (to join the group,
+// or to keep its session: every 1-4 s while the brokers are unreachable or
+// the coordinator fails) as a fetch error of topic "" (a
+// *kgo.ErrGroupSession), with whatever error the try met. They are one
+// failure, whatever their text (a dial refused, then a timeout, then
+// COORDINATOR_NOT_AVAILABLE while the brokers come back): the first is
+// logged at once, its repeats are counted and logged at most every
+// groupFailureLogInterval (with the latest error), and the next assignment
+// (the group is joined: kgo calls OnPartitionsAssigned after every join,
+// even with nothing assigned) ends it with one line. Fetch errors of a
+// topic or partition (offset out of range, authorization, data loss) are
+// not grouped: each is logged, as it says something of its own.
+//
+// Only failures and assignments use it: a poll without errors does not.
+type groupFailures struct {
+	mu sync.Mutex
+	groupFailure
+}
+
+// groupFailure is the state of groupFailures.
+type groupFailure struct {
+	// first is the first failure (zero while none); logged the last
+	// line; failures the failures since first, suppressed those not
+	// logged since logged; err the latest.
+	first, logged        time.Time
+	failures, suppressed int
+	err                  error
+}
+
+// isGroupFailure reports whether a fetch error is a failure of the group
+// loop rather than of a topic or partition.
+func isGroupFailure(topic string, err error) bool {
+	var gs *kgo.ErrGroupSession
+	return topic == "" && errors.As(err, &gs)
+}
+
+// failed records a failure at now and returns whether to log it and, if
+// so, the state to log (failures == 1 for the first).
+func (g *groupFailures) failed(err error, now time.Time) (bool, groupFailure) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.err = err
+	if g.first.IsZero() {
+		g.first, g.logged, g.failures, g.suppressed = now, now, 1, 0
+		return true, g.snapshot()
+	}
+	g.failures++
+	if now.Sub(g.logged) < groupFailureLogInterval {
+		g.suppressed++
+		return false, groupFailure{}
+	}
+	out := g.snapshot()
+	g.logged, g.suppressed = now, 0
+	return true, out
+}
+
+// joined ends the failure, if any, and returns it.
+func (g *groupFailures) joined() (groupFailure, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.first.IsZero() {
+		return groupFailure{}, false
+	}
+	out := g.snapshot()
+	g.groupFailure = groupFailure{}
+	return out, true
+}
+
+// snapshot copies the state, without the lock.
+func (g *groupFailures) snapshot() groupFailure { return g.groupFailure }
+
+// logGroupFailure logs a fetch error of the group loop through c.groupFail.
+func (c *Consumer[TTx]) logGroupFailure(topic string, partition int32, err error) {
+	log, g := c.groupFail.failed(err, time.Now())
+	switch {
+	case !log:
+	case g.failures == 1:
+		c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "group", c.cfg.Group, "err", err)
+	default:
+		c.cfg.Logger.Error("idemkafka: fetch still failing; repeats are logged at most every "+groupFailureLogInterval.String(),
+			"group", c.cfg.Group, "err", err, "suppressed", g.suppressed, "failures", g.failures, "since", g.first)
+	}
+}
+
+// logGroupJoined logs the end of the group failures, if any: the group
+// was joined.
+func (c *Consumer[TTx]) logGroupJoined() {
+	g, ok := c.groupFail.joined()
+	if !ok {
+		return
+	}
+	c.cfg.Logger.Info("idemkafka: group joined again after failures; fetching",
+		"group", c.cfg.Group, "failures", g.failures, "over", time.Since(g.first).Round(time.Millisecond).String(), "since", g.first, "err", g.err)
+}
