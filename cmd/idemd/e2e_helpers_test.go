@@ -51,8 +51,21 @@ import (
 //	IDEM_E2E_SOAK=1 go test -race -run TestE2E -timeout 20m ./cmd/idemd
 //	go test -run 'TestE2E/postgres/SIGKILL' -e2e.orders 1000 -e2e.kills 3 ./cmd/idemd
 var (
-	e2eOrdersFlag = flag.Int("e2e.orders", 0, "orders per idemd end-to-end scenario (0: the scenario's default, 300 or 150 with SQLite; ten times more with IDEM_E2E_SOAK=1)")
-	e2eKillsFlag  = flag.Int("e2e.kills", 0, "kills (restarts, outages) per idemd end-to-end scenario (0: 1, or 5 with IDEM_E2E_SOAK=1)")
+	e2eOrdersFlag     = flag.Int("e2e.orders", 0, "orders per idemd end-to-end scenario (0: the scenario's default, 300 or 150 with SQLite; ten times more with IDEM_E2E_SOAK=1)")
+	e2eKillsFlag      = flag.Int("e2e.kills", 0, "kills (restarts, outages) per idemd end-to-end scenario (0: 1, or 5 with IDEM_E2E_SOAK=1)")
+	e2eLongOutageFlag = flag.Duration("e2e.long-outage", 0, "length of the first Kafka outage of postgres/kafka-unreachable (0: 10 s like the others, or with IDEM_E2E_SOAK=1 the relay's hold timeout + 10 s, 60 s)")
+)
+
+// relayPublishTimeout is the publish timeout of idemd's relay: outbox's
+// default RelayConfig.PublishTimeout (idemd sets none). relayHoldTimeout
+// is how long its claim transactions may stay idle (PublishTimeout + 20 s,
+// idle_in_transaction_session_timeout): kgo's idempotent producer keeps
+// waiting past PublishTimeout for records in flight at the cut (outcome
+// unknown), so a relay stuck so gives its events up only when PostgreSQL
+// ends its session at the hold timeout; other rounds publish them again.
+const (
+	relayPublishTimeout = 30 * time.Second
+	relayHoldTimeout    = relayPublishTimeout + 20*time.Second
 )
 
 const (
@@ -83,6 +96,21 @@ func e2eKills() int {
 		return e2eSoakKills
 	}
 	return 1
+}
+
+// e2eLongOutage is the length of the first Kafka outage of
+// postgres/kafka-unreachable, 0 when it is as long as the others (outage):
+// in the soak, longer than the relay's publish and hold timeouts, so that
+// the publishes in flight at the cut are given up (their claims ended by
+// PostgreSQL) and their events published again.
+func e2eLongOutage() time.Duration {
+	switch {
+	case *e2eLongOutageFlag > 0:
+		return *e2eLongOutageFlag
+	case e2eSoak():
+		return relayHoldTimeout + 10*time.Second
+	}
+	return 0
 }
 
 // ---------------------------------------------------------------------------
@@ -189,6 +217,42 @@ func rejoinDelay(log string) (d time.Duration, ok bool) {
 		d = max(d, a.Sub(s))
 	}
 	return d, len(started) > 0
+}
+
+// relayLogRe matches the text log lines of the relay's warnings and errors.
+var relayLogRe = regexp.MustCompile(`(?m)^time=(\S+) level=(WARN|ERROR) msg="(outbox: [^"]*)"(?:.* err="((?:[^"\\]|\\.)*)")?`)
+
+// relayLog summarises the relay's warnings and errors logged by procs
+// since since: each distinct level, message and error with its count.
+func relayLog(procs []*proc, since time.Time) string {
+	counts := map[string]int{}
+	var order []string
+	for _, p := range procs {
+		for _, m := range relayLogRe.FindAllStringSubmatch(p.stderr.String(), -1) {
+			if at, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || at.Before(since) {
+				continue
+			}
+			k := m[2] + " " + m[3]
+			if m[4] != "" {
+				k += ": " + clip(m[4], 200)
+			}
+			if counts[k] == 0 {
+				order = append(order, k)
+			}
+			counts[k]++
+		}
+	}
+	if len(order) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, k := range order {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%dx %s", counts[k], k)
+	}
+	return b.String()
 }
 
 // cluster tracks the idemd processes of one scenario: it dumps their stderr
@@ -567,6 +631,46 @@ func (d *pgDatabase) created(ctx context.Context, ids []int64) (int, error) {
 func (d *pgDatabase) outboxBacklog(ctx context.Context) (pending, parked int, err error) {
 	err = d.pool.QueryRow(ctx, `SELECT count(*), count(parked_at) FROM outbox_pending`).Scan(&pending, &parked)
 	return pending, parked, err
+}
+
+// failedAttempts counts the outbox events not yet published that failed
+// to publish at least once, with the most attempts of one and the last
+// error of one of those.
+func (d *pgDatabase) failedAttempts(ctx context.Context) (events, most int, lastErr string, err error) {
+	err = d.pool.QueryRow(ctx, `SELECT count(*), coalesce(max(attempts), 0), coalesce(max(last_error), '')
+		FROM outbox_pending WHERE attempts > 0`).Scan(&events, &most, &lastErr)
+	return events, most, lastErr, err
+}
+
+// heldClaims counts the sessions of the database idle in a transaction
+// (the relays' claims while they publish), with the age of the oldest
+// transaction.
+func (d *pgDatabase) heldClaims(ctx context.Context) (n int, oldest time.Duration, err error) {
+	var secs float64
+	err = d.pool.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM max(now() - xact_start)), 0)::float8
+		FROM pg_stat_activity WHERE datname = $1 AND state LIKE 'idle in transaction%'`, d.name).Scan(&n, &secs)
+	return n, time.Duration(secs * float64(time.Second)), err
+}
+
+// processed counts the rows of the inbox (processed_event) by consumer.
+func (d *pgDatabase) processed(ctx context.Context) (map[string]int, error) {
+	rows, err := d.pool.Query(ctx, `SELECT consumer_name, count(*) FROM processed_event GROUP BY consumer_name`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var (
+			c string
+			n int
+		)
+		if err := rows.Scan(&c, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[c] = n
+	}
+	return out, rows.Err()
 }
 
 // firstPublishedSince returns when the first event published at or after

@@ -3,9 +3,12 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,10 +47,13 @@ const (
 // agreeing with the orders, and no idemd exited by itself. After the Kafka
 // outage it also checks that orders were answered during it, that the
 // outbox is drained (none pending, none parked), that every outbox event is
-// in the topic and none was dead-lettered, and logs the time from the
-// broker's return until the backlog settled.
+// in the topic and none was dead-lettered, that the consumers applied each
+// event once and dropped its copies, and logs the time from the broker's
+// return until the backlog settled.
 //
-// IDEM_E2E_SOAK=1 (or -e2e.orders, -e2e.kills) runs a longer soak.
+// IDEM_E2E_SOAK=1 (or -e2e.orders, -e2e.kills) runs a longer soak, whose
+// first Kafka outage outlasts the relay's publish timeout (30 s) and
+// the hold timeout of its claims (50 s): 60 s, or -e2e.long-outage.
 func TestE2E(t *testing.T) {
 	t.Parallel()
 	idemdBinary(t)
@@ -394,8 +400,16 @@ func outageScenario(t *testing.T, n int) {
 // outage bit), reports the time from the return until the orders answered
 // before it are CONFIRMED or REJECTED (the backlog settled), and, once the
 // invariants hold, that the outbox is drained (no event pending, none
-// parked), that every outbox event is in the topic and that nothing was
-// dead-lettered.
+// parked), that every outbox event is in the topic (copies counted), that
+// nothing was dead-lettered, and that each consumer applied every event
+// once and dropped the copies (checkInboxes).
+//
+// With e2eLongOutage (the soak: 60 s, the relay's hold timeout + 10 s),
+// the first outage is that long: publishes begun during it, or in flight
+// at the cut, outlive the relay's publish timeout, and the claims of those
+// kgo keeps waiting for are ended by PostgreSQL, their events published
+// again (copies); it logs, at the return, how many events had failed to
+// publish and how many claims were open, and the same checks apply.
 func kafkaOutageScenario(t *testing.T, n int) {
 	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
 	c := newCluster(t)
@@ -414,7 +428,16 @@ func kafkaOutageScenario(t *testing.T, n int) {
 	}
 
 	kills := e2eKills()
-	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills)+time.Duration(kills)*outage)
+	// The first outage is long in the soak (e2eLongOutage): past the
+	// relay's publish and hold timeouts.
+	long := e2eLongOutage()
+	outageOf := func(i int) time.Duration {
+		if i == 0 && long > 0 {
+			return long
+		}
+		return outage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout(n, kills)+time.Duration(kills)*outage+max(0, long-outage))
 	defer cancel()
 	orders := makeOrders(n, e2eCustomers)
 	plan := newKillPlan(n, kills, e2eClients)
@@ -433,7 +456,9 @@ func kafkaOutageScenario(t *testing.T, n int) {
 	defer stopKills()
 	var ctl sync.WaitGroup
 	ctl.Go(func() {
-		plan.each(kctx, l, func(int) bool {
+		plan.each(kctx, l, func(i int) bool {
+			outage := outageOf(i)
+			cutAt := time.Now()
 			cut := gate.cut()
 			if cut == 0 {
 				t.Errorf("harness: the broker had no connection to cut")
@@ -446,6 +471,22 @@ func kafkaOutageScenario(t *testing.T, n int) {
 			held, err := db.created(ctx, waiting)
 			if err != nil {
 				t.Errorf("read the orders before the broker's return: %v", err)
+			}
+			if outage > relayPublishTimeout {
+				// Publishes outlived the relay's publish timeout: those
+				// that gave up left their events failed, for a retry;
+				// those kgo kept waiting for (records in flight at the
+				// cut) hold their claims until the hold timeout.
+				failed, most, lastErr, err := db.failedAttempts(ctx)
+				if err != nil {
+					t.Errorf("read the outbox before the broker's return: %v", err)
+				}
+				claims, oldest, err := db.heldClaims(ctx)
+				if err != nil {
+					t.Errorf("read pg_stat_activity before the broker's return: %v", err)
+				}
+				t.Logf("Kafka unreachable for %v (relay's publish timeout %v, hold timeout %v): at the return %d events had failed to publish (up to %d attempts; last error %q), %d claim transactions open (oldest %.1f s)",
+					outage, relayPublishTimeout, relayHoldTimeout, failed, most, clip(lastErr, 200), claims, oldest.Seconds())
 			}
 			if err := gate.restore(); err != nil {
 				t.Errorf("%v", err)
@@ -472,6 +513,9 @@ func kafkaOutageScenario(t *testing.T, n int) {
 				}
 				t.Logf("backlog settled %.1f s after the broker's return (%d orders answered before it, %d of them waiting; the relay published again after %s)",
 					d.Seconds(), len(waiting), held, relay)
+			}
+			if outage > relayPublishTimeout {
+				t.Logf("the relay's warnings and errors from the cut until settled: %s", relayLog(replicas[:], cutAt))
 			}
 			return true
 		})
@@ -502,7 +546,8 @@ func kafkaOutageScenario(t *testing.T, n int) {
 		exits:     c.unexpectedExits,
 	}, quiescence(n))
 	awaitOutboxDrained(t, db, 30*time.Second)
-	checkPublished(t, db, kc, topic)
+	events, records := checkPublished(t, db, kc, topic)
+	checkInboxes(t, db, replicas[:], events, records)
 	dead := int64(0)
 	for _, end := range kc.EndOffsets(t, topic+".dlq") {
 		dead += end
@@ -515,15 +560,16 @@ func kafkaOutageScenario(t *testing.T, n int) {
 // checkPublished compares the events of the outbox with the records of
 // topic: each event must be there (at least once: a copy is allowed, the
 // consumers' inboxes drop it, and is reported), and no record may be an
-// event the outbox does not hold.
-func checkPublished(t *testing.T, db *pgDatabase, kc *kafkatest.Cluster, topic string) {
+// event the outbox does not hold. It returns the numbers of outbox events
+// and of records (0, 0 when it cannot read them).
+func checkPublished(t *testing.T, db *pgDatabase, kc *kafkatest.Cluster, topic string) (events, records int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, `SELECT CAST(event_id AS text) FROM outbox`)
 	if err != nil {
 		t.Errorf("read the outbox: %v", err)
-		return
+		return 0, 0
 	}
 	copies := map[string]int{}
 	for rows.Next() {
@@ -531,18 +577,18 @@ func checkPublished(t *testing.T, db *pgDatabase, kc *kafkatest.Cluster, topic s
 		if err := rows.Scan(&id); err != nil {
 			t.Errorf("read the outbox: %v", err)
 			rows.Close()
-			return
+			return 0, 0
 		}
 		copies[id] = 0
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		t.Errorf("read the outbox: %v", err)
-		return
+		return 0, 0
 	}
-	records := kc.Records(t, topic)
+	recs := kc.Records(t, topic)
 	var strangers, extra int
-	for _, r := range records {
+	for _, r := range recs {
 		var id string
 		for _, h := range r.Headers {
 			if h.Key == event.HeaderEventID {
@@ -572,7 +618,104 @@ func checkPublished(t *testing.T, db *pgDatabase, kc *kafkatest.Cluster, topic s
 	if strangers > 0 {
 		t.Errorf("%d records of %s are no event of the outbox", strangers, topic)
 	}
-	t.Logf("published: %d outbox events, %d records in %s (%d extra copies)", len(copies), len(records), topic, extra)
+	t.Logf("published: %d outbox events, %d records in %s (%d extra copies)", len(copies), len(recs), topic, extra)
+	return len(copies), len(recs)
+}
+
+// checkInboxes makes sure that the consumers applied each event once and
+// dropped its copies: once each consumer (inbox) has handled as many
+// records as topic holds, summed over the replicas (idemd_inbox_events_total,
+// applied and duplicate; none dead-lettered), its applied events must be
+// its rows of processed_event, no more than the outbox's events, so that
+// every copy (records - events) was one of its duplicates.
+func checkInboxes(t *testing.T, db *pgDatabase, replicas []*proc, events, records int) {
+	t.Helper()
+	if records == 0 {
+		return
+	}
+	var (
+		counts map[string]map[string]int
+		err    error
+	)
+	consumers := []string{app.ProjectionInbox, app.SagaInbox}
+	caughtUp := func() bool {
+		for _, c := range consumers {
+			if counts[c]["applied"]+counts[c]["duplicate"]+counts[c]["dead_lettered"] < records {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		counts, err = inboxCounts(replicas)
+		if err == nil && caughtUp() || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("read the replicas' inbox metrics: %v", err)
+		return
+	}
+	if !caughtUp() {
+		t.Errorf("consumers did not handle the %d records of the topic within 30 s: %v", records, counts)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.processed(ctx)
+	if err != nil {
+		t.Errorf("read processed_event: %v", err)
+		return
+	}
+	for _, c := range consumers {
+		n := counts[c]
+		if n["applied"] != rows[c] || n["applied"] > events {
+			t.Errorf("consumer %s: %d events applied, %d rows in processed_event, %d outbox events: an effect applied twice or lost",
+				c, n["applied"], rows[c], events)
+		}
+		if n["dead_lettered"] != 0 {
+			t.Errorf("consumer %s: %d records dead-lettered", c, n["dead_lettered"])
+		}
+		t.Logf("consumer %s: %d events applied, %d duplicates dropped (%d records, %d outbox events)",
+			c, n["applied"], n["duplicate"], records, events)
+	}
+}
+
+var inboxMetricRe = regexp.MustCompile(`(?m)^idemd_inbox_events_total\{consumer="([^"]+)",result="([^"]+)"\} (\S+)$`)
+
+// inboxCounts sums idemd_inbox_events_total over the running replicas, by
+// consumer and result.
+func inboxCounts(replicas []*proc) (map[string]map[string]int, error) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	out := map[string]map[string]int{}
+	for _, p := range replicas {
+		if !p.running() {
+			return nil, fmt.Errorf("%s is not running: its counts are lost", p.name)
+		}
+		resp, err := hc.Get(p.base + "/metrics")
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s/metrics: %s", p.base, resp.Status)
+		}
+		for _, m := range inboxMetricRe.FindAllStringSubmatch(string(b), -1) {
+			v, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s/metrics: %q: %w", p.base, m[0], err)
+			}
+			if out[m[1]] == nil {
+				out[m[1]] = map[string]int{}
+			}
+			out[m[1]][m[2]] += int(v)
+		}
+	}
+	return out, nil
 }
 
 // mustStart is start for the test's goroutine.
