@@ -1430,6 +1430,9 @@ type expectation struct {
 	// base returns the URL of a live idemd, for the summaries.
 	base  func() string
 	exits func() []string
+	// pipeline, if set, describes where the events are when the
+	// invariants do not hold.
+	pipeline *pipeline
 }
 
 // report is the outcome of one check of the invariants.
@@ -1701,22 +1704,51 @@ func summaryDiff(customer int64, orders []dbOrder, status int, body []byte) stri
 func awaitInvariants(t *testing.T, e expectation, within time.Duration) {
 	t.Helper()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), within+30*time.Second)
+	limit := 3 * within
+	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
 	defer cancel()
+	var (
+		moved   = start // when the orders left CREATED last went down
+		settled = -1    // their count then
+	)
 	for {
 		r := check(ctx, e)
 		if r.ok() {
+			took := time.Since(start)
 			t.Logf("invariants hold %.1f s after the load: %d orders, %d CONFIRMED, %d REJECTED, %d customers' summaries right",
-				time.Since(start).Seconds(), r.ops, r.confirmed, r.rejected, r.customers)
+				took.Seconds(), r.ops, r.confirmed, r.rejected, r.customers)
+			if took > within {
+				t.Logf("the backlog took longer than the %.0f s a quiet machine needs, and went down all along (never %.0f s without progress): the machine was busy",
+					within.Seconds(), progressStall.Seconds())
+			}
 			return
 		}
-		if time.Since(start) > within {
-			t.Errorf("invariants still broken %.0f s after the load:\n%s", time.Since(start).Seconds(), r.table())
+		if settled < 0 || r.created < settled {
+			settled, moved = r.created, time.Now()
+		}
+		// Past within, waiting goes on only while the backlog goes
+		// down: a loaded machine drains it slower, a stalled pipeline
+		// does not drain it at all.
+		stalled := time.Since(moved) > progressStall
+		if time.Since(start) > limit || (time.Since(start) > within && stalled) {
+			why := fmt.Sprintf("%d orders left CREATED, none of them settled in the last %.0f s", r.created, time.Since(moved).Seconds())
+			if !stalled {
+				why = fmt.Sprintf("still draining at %.0f s, three times the %.0f s bound", time.Since(start).Seconds(), within.Seconds())
+			}
+			where := ""
+			if e.pipeline != nil {
+				where = e.pipeline.describe(context.Background())
+			}
+			t.Errorf("invariants still broken %.0f s after the load (%s):\n%s%s", time.Since(start).Seconds(), why, r.table(), where)
 			return
 		}
 		time.Sleep(time.Second)
 	}
 }
+
+// progressStall is how long the orders left CREATED may stay as many
+// once awaitInvariants waits past its bound.
+const progressStall = 15 * time.Second
 
 // quiescence is how long the invariants may take to hold after a load of n
 // orders.

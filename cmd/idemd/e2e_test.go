@@ -41,7 +41,10 @@ const (
 // (dynamic members, and static ones restarted at once), PostgreSQL
 // unreachable for 10 s, and the Kafka cluster of two replicas unreachable
 // for 10 s. After each, once the load is answered, it waits for the
-// invariants: every order answered 201 with one id per key, as many orders
+// invariants (for quiescence, then on, up to three times as long, while
+// orders keep settling: a busy machine drains the backlog slower, a stalled
+// pipeline not at all; a failure describes where the events are):
+// every order answered 201 with one id per key, as many orders
 // as operations, each CONFIRMED (amount <= 10000) or REJECTED, one payment
 // per CONFIRMED order and none otherwise, the customers' summaries
 // agreeing with the orders, and no idemd exited by itself. After the Kafka
@@ -92,8 +95,9 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 	c := newCluster(t)
 	addr := freeAddr(t)
 	var (
-		args  []string
-		state stateReader
+		args     []string
+		state    stateReader
+		embedded string // the embedded broker's address, when set
 	)
 	switch kind {
 	case "postgres":
@@ -104,7 +108,8 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 			t.Errorf("idemd has no -kafka-dir flag: the embedded broker keeps its log in memory and loses it on restart; running without it")
 		}
 		if hasFlag(t, "kafka-embedded-addr") {
-			args = append(args, "-kafka-embedded-addr", freeAddr(t))
+			embedded = freeAddr(t)
+			args = append(args, "-kafka-embedded-addr", embedded)
 		}
 	case "sqlite":
 		path := filepath.Join(t.TempDir(), "idemd.db")
@@ -159,6 +164,8 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 		state:     state,
 		base:      func() string { return cur.Load().base },
 		exits:     c.unexpectedExits,
+		pipeline: &pipeline{db: db, seeds: nonEmpty(embedded), topic: app.DefaultKafkaTopic,
+			procs: func() []*proc { return []*proc{cur.Load()} }},
 	}, quiescence(n))
 }
 
@@ -243,8 +250,10 @@ func replicaScenario(t *testing.T, n int, static bool) {
 			before := answeredBy(orders, killed)
 			d, left := settle(db, before, killed, 45*time.Second)
 			if left > 0 {
-				t.Errorf("failover: > %.0f s: %d of the %d orders answered before the SIGKILL of %s are still CREATED",
-					d.Seconds(), left, len(before), names[victim])
+				p := &pipeline{db: db, seeds: kc.Seeds, topic: topic,
+					procs: func() []*proc { return []*proc{replicas[0].Load(), replicas[1].Load()} }}
+				t.Errorf("failover: > %.0f s: %d of the %d orders answered before the SIGKILL of %s are still CREATED\n%s",
+					d.Seconds(), left, len(before), names[victim], p.describe(context.Background()))
 			} else {
 				how := "its partitions moved to the other replica"
 				if static {
@@ -302,6 +311,8 @@ func replicaScenario(t *testing.T, n int, static bool) {
 		state:     db.state,
 		base:      live,
 		exits:     c.unexpectedExits,
+		pipeline: &pipeline{db: db, seeds: kc.Seeds, topic: topic,
+			procs: func() []*proc { return []*proc{replicas[0].Load(), replicas[1].Load()} }},
 	}, quiescence(n))
 }
 
@@ -504,8 +515,9 @@ func kafkaOutageScenario(t *testing.T, n int) {
 			}
 			d, left := settle(db, waiting, restored, 45*time.Second)
 			if left > 0 {
-				t.Errorf("after the broker's return: > %.0f s and %d of the %d orders answered before it are still CREATED",
-					d.Seconds(), left, len(waiting))
+				p := &pipeline{db: db, seeds: kc.Seeds, topic: topic, procs: func() []*proc { return replicas[:] }}
+				t.Errorf("after the broker's return: > %.0f s and %d of the %d orders answered before it are still CREATED\n%s",
+					d.Seconds(), left, len(waiting), p.describe(context.Background()))
 			} else {
 				relay := "?"
 				if first, err := db.firstPublishedSince(ctx, restored); err == nil {
@@ -544,6 +556,7 @@ func kafkaOutageScenario(t *testing.T, n int) {
 		state:     db.state,
 		base:      live,
 		exits:     c.unexpectedExits,
+		pipeline:  &pipeline{db: db, seeds: kc.Seeds, topic: topic, procs: func() []*proc { return replicas[:] }},
 	}, quiescence(n))
 	awaitOutboxDrained(t, db, 30*time.Second)
 	events, records := checkPublished(t, db, kc, topic)
