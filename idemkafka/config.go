@@ -40,7 +40,8 @@ type ConsumerConfig[TTx any] struct {
 	// demand and ExtraOpts has kgo.AllowAutoTopicCreation(): a consumer of
 	// a missing topic waits for it. Run WARNs once, at start, naming the
 	// topics (and, without auto-creation, dead-letter topics) the brokers
-	// do not have.
+	// do not have; to refuse to start instead, call CheckTopics with
+	// RequiredTopics before Run.
 	Topics []string
 
 	// Handler applies one new event: it writes the event's effects (and any

@@ -148,6 +148,25 @@
 // published publishes them again, with the same event IDs, and the
 // consumer's inbox drops the copies (rule R-DIST-IDEM-X2 asks for both).
 //
+// # Topics
+//
+// Neither the publisher nor the consumer creates a topic, and neither
+// fails at start when one is missing: a publish to a missing topic fails
+// (UNKNOWN_TOPIC_OR_PARTITION, with the topic's name and the fix) and the
+// event waits in the outbox, a consumer of a missing topic WARNs once and
+// waits for it, and a record to dead-letter holds its partition until the
+// dead-letter topic (the topic followed by [DeadLetterSuffix], ".dlq")
+// exists. So a topic never created, or a typo in its name, on a cluster
+// that does not create topics on demand shows up only as a backlog.
+// [CheckTopics] asks the brokers, with one metadata request that creates
+// nothing, whether they have the topics ([ConsumerConfig.RequiredTopics]
+// lists a consumer's, dead-letter topics included), and returns a
+// [*TopicsError] naming those missing (it wraps [ErrTopicMissing]) and
+// those the client may not describe (TOPIC_AUTHORIZATION_FAILED, an ACL,
+// not reported as missing), with the fix: call it at start-up and refuse
+// to start on it. A broker that cannot be reached gives another error,
+// which says so: a service may start anyway and let the clients retry.
+//
 // # Tests
 //
 // The package's tests run against franz-go's kfake broker over real TCP

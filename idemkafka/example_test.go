@@ -2,6 +2,7 @@ package idemkafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
@@ -182,4 +184,34 @@ func ExampleRecordWith() {
 	// ce_partitionkey: order-42
 	// content-type: application/json
 	// decoded: 017f22e2-79b0-7cc3-98c4-dc0c0c07398f OrderCreated.v1 2022-02-22 19:22:22 +0000 UTC
+}
+
+// Refusing to start when a topic is missing: the consumer's topics and
+// their dead-letter topics, asked of the brokers once, at start-up.
+func ExampleCheckTopics() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := &idemkafka.ConsumerConfig[pgx.Tx]{
+		Seeds:  []string{"localhost:9092"},
+		Topics: []string{"orders"},
+		// Handler, ...
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Seeds...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	err = idemkafka.CheckTopics(ctx, cl, cfg.RequiredTopics()...) // orders, orders.dlq
+	var te *idemkafka.TopicsError
+	switch {
+	case errors.As(err, &te):
+		// Topics missing (te.Missing), or hidden by an ACL
+		// (te.Unauthorized): "idemkafka: the brokers do not have the
+		// topics orders.dlq: create them, or enable auto-creation (...)"
+		log.Fatal(err)
+	case err != nil:
+		// Unreachable (or refusing the client): the consumer waits for
+		// the brokers; starting anyway is a choice.
+		log.Printf("kafka not checked: %v", err)
+	}
 }

@@ -27,7 +27,8 @@ type PublisherConfig struct {
 
 	// DefaultTopic is the topic of every event when Topic is nil, or when
 	// Topic returns "". The topics must exist: NewPublisher does not check
-	// them, and an event for a topic the cluster does not have fails to
+	// them (CheckTopics does, at start-up: give it Publisher.Client()),
+	// and an event for a topic the cluster does not have fails to
 	// publish (UNKNOWN_TOPIC_OR_PARTITION, logged by the relay with the
 	// topic's name and the fix) and is retried until the topic is created. A cluster that creates topics on
 	// demand (auto.create.topics.enable, kfake.AllowAutoTopicCreation) does
