@@ -44,7 +44,9 @@
 // brokers host:port,host:port of a real cluster, with TLS and SASL as it
 // requires: see below), -kafka-topic
 // (IDEMD_KAFKA_TOPIC, default idemd.orders; dead letters go to
-// TOPIC.dlq), -kafka-headers (IDEMD_KAFKA_HEADERS: idem, the default,
+// TOPIC.dlq; on a real cluster both must exist: idemd never creates
+// topics, and a cluster without them stops it at start-up, exit 2, naming
+// the missing ones), -kafka-headers (IDEMD_KAFKA_HEADERS: idem, the default,
 // cloudevents or both: the headers the events are published with;
 // consumers read all three) and -kafka-source (IDEMD_KAFKA_SOURCE, the
 // CloudEvents ce_source, default /idemd; refused with -kafka-headers

@@ -125,8 +125,10 @@
 // directory without one (a new log) makes idemd republish the outbox
 // (outbox.Redrive). One idemd per database runs the embedded broker (the
 // lease EmbeddedLock); several replicas need PostgreSQL and a real cluster
-// (-kafka host:port,...), whose topics must exist (or be created on
-// demand). Config.KafkaAuth gives every client of a real cluster (the
+// (-kafka host:port,...), whose topic and dead-letter topic must exist:
+// the start-up check (idemkafka.CheckTopics) refuses a cluster that
+// answers without them with a *ConfigError naming them (idemd never
+// creates topics, nor asks a cluster to). Config.KafkaAuth gives every client of a real cluster (the
 // start-up check, the relay, the consumers, idemd demo's) the same TLS and
 // SASL options; the start-up check tells refused credentials, a failed TLS
 // handshake and a missing topic ACL from an unreachable cluster. KafkaOff

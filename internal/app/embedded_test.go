@@ -308,6 +308,7 @@ func TestKafkaRetentionChecked(t *testing.T) {
 	} {
 		topic := kafkatest.Name("idemd-retention")
 		cluster.CreateTopic(t, topic, 1)
+		cluster.CreateTopic(t, topic+".dlq", 1) // idemd refuses to start without it
 		set := []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &c.retention}}
 		if c.segment != "" {
 			set = append(set, kadm.AlterConfig{Op: kadm.SetConfig, Name: "segment.ms", Value: &c.segment})
@@ -336,41 +337,96 @@ func TestKafkaRetentionChecked(t *testing.T) {
 	}
 }
 
-// With a real cluster, idemd warns at start-up when the dead-letter topic
-// (TOPIC.dlq) is missing, as it does for the events' topic: on a cluster
-// that does not create topics on first use, the first record the consumers
-// cannot apply would hold its partition, and the projection behind it, for
-// as long as the topic is missing.
-func TestKafkaDeadLetterTopicChecked(t *testing.T) {
+// With a real cluster, idemd refuses to start (a *ConfigError, exit 2)
+// when the events' topic or its dead-letter topic (TOPIC.dlq) is missing,
+// naming the missing ones and the fix, before it serves anything: on a
+// cluster that does not create topics (and idemd never asks it to), the
+// events would wait in the outbox, and the first record the consumers
+// cannot apply would hold its partition, for as long as they are missing.
+// With both, it starts without a warning about them.
+func TestKafkaMissingTopicRefused(t *testing.T) {
 	t.Parallel()
 	cluster := kafkatest.New(t)
-	if cluster.Real() {
-		t.Skip("a real cluster may create topics on first use")
+	seeds := strings.Join(cluster.Seeds, ",")
+	for _, tc := range []struct {
+		name           string
+		topic, dlq     bool
+		missing, named []string // missing: the names the error must list
+	}{
+		{name: "both missing", missing: []string{"T", "T.dlq"}},
+		{name: "dead-letter topic missing", topic: true, missing: []string{"T.dlq"}},
+		{name: "topic missing", dlq: true, missing: []string{"T"}},
+		{name: "both present", topic: true, dlq: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			topic := kafkatest.Name("idemd-topics")
+			if tc.topic {
+				cluster.CreateTopic(t, topic, 1)
+			}
+			if tc.dlq {
+				cluster.CreateTopic(t, topic+".dlq", 1)
+			}
+			dbArg, _ := dbCounter(t, app.SQLite)
+			cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", seeds, "-kafka-topic", topic}, envOf(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs testlog.Buffer
+			a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
+			if len(tc.missing) == 0 {
+				if err != nil {
+					t.Fatalf("app.New with both topics: %v", err)
+				}
+				a.Close()
+				if strings.Contains(logs.String(), "not usable") || strings.Contains(logs.String(), "do not have") {
+					t.Errorf("both topics exist, yet idemd warned about them; logs:\n%s", logs.String())
+				}
+				return
+			}
+			if err == nil {
+				a.Close()
+				t.Fatalf("app.New succeeded; want it refused: %s missing", strings.Join(tc.missing, ", "))
+			}
+			var ce *app.ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error %v (%T); want a *app.ConfigError (exit 2)", err, err)
+			}
+			names := strings.ReplaceAll(strings.Join(tc.missing, ", "), "T", topic)
+			for _, want := range []string{
+				"kafka " + seeds + " does not have the topic",
+				names + " (-kafka-topic " + topic + " and its dead-letter topic " + topic + ".dlq)",
+				"create ",
+				"idemd does not create topics",
+			} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q; want it to contain %q", err, want)
+				}
+			}
+			if !tc.topic && tc.dlq && strings.Contains(err.Error(), topic+".dlq,") {
+				t.Errorf("error %q names the dead-letter topic, which exists", err)
+			}
+		})
 	}
-	for _, withDLQ := range []bool{false, true} {
-		topic := kafkatest.Name("idemd-dlq")
-		cluster.CreateTopic(t, topic, 1)
-		if withDLQ {
-			cluster.CreateTopic(t, topic+".dlq", 1)
-		}
-		dbArg, _ := dbCounter(t, app.SQLite)
-		cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic}, envOf(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var logs testlog.Buffer
-		a, err := app.New(t.Context(), cfg, newTestLogger(&logs))
-		if err != nil {
-			t.Fatalf("app.New: %v", err)
-		}
-		a.Close()
-		warned := strings.Contains(logs.String(), "dead-letter topic") && strings.Contains(logs.String(), topic+".dlq")
-		if warned == withDLQ {
-			t.Errorf("dead-letter topic exists %v: warned %v; logs:\n%s", withDLQ, warned, logs.String())
-		}
-		if strings.Contains(logs.String(), "the topic is not usable yet") {
-			t.Errorf("the events' topic exists, yet idemd warned about it; logs:\n%s", logs.String())
-		}
+}
+
+// idemd run on a cluster without the topic exits 2 with one line on
+// stderr, and never says it is listening.
+func TestKafkaMissingTopicExit(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-topics")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // an idemd that starts serves until then
+	defer cancel()
+	var stdout, stderr strings.Builder
+	code := app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off",
+		"-kafka", strings.Join(cluster.Seeds, ","), "-kafka-topic", topic}, envOf(nil), &stdout, &stderr)
+	if code != 2 || stdout.String() != "" {
+		t.Errorf("exit %d, stdout %q; want exit 2 and nothing on stdout", code, stdout.String())
+	}
+	if e := stderr.String(); strings.Count(e, "\n") != 1 || !strings.HasPrefix(e, "idemd: kafka ") ||
+		!strings.Contains(e, topic+", "+topic+".dlq") {
+		t.Errorf("stderr %q; want one line naming %s and %s.dlq", e, topic, topic)
 	}
 }
 

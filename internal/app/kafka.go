@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -93,49 +94,44 @@ func CheckTopic(t string) error {
 // kafkaCheckTimeout bounds checkKafka.
 const kafkaCheckTimeout = 10 * time.Second
 
-// checkKafka asks the cluster for its brokers and for topic and its
-// dead-letter topic, once, at start-up: a mistyped or unreachable -kafka,
-// or a cluster that refuses idemd (its credentials, the TLS handshake, an
-// ACL), must stop idemd (exit 1), not leave it serving orders whose events
-// no broker will take (the relay retries for ever, the watchdog rejects
-// the orders). The error says which. A missing topic is only a warning: a
-// cluster may create topics on first use.
+// checkKafka asks the cluster for topic and its dead-letter topic
+// (idemkafka.CheckTopics) and for its brokers, once, at start-up: a
+// mistyped or unreachable -kafka, or a cluster that refuses idemd (its
+// credentials, the TLS handshake, an ACL), must stop idemd (exit 1), not
+// leave it serving orders whose events no broker will take (the relay
+// retries for ever, the watchdog rejects the orders). The error says
+// which. A cluster that answers without the topic or its dead-letter topic
+// is a configuration mistake (a *ConfigError, exit 2, naming them): idemd
+// never creates topics nor asks the cluster to, so the events would wait
+// in the outbox, and a record the consumers cannot apply would hold its
+// partition, until an operator created them.
 func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, kafkaCheckTimeout)
 	defer cancel()
 	auth := a.cfg.KafkaAuth
+	brokers := strings.Join(seeds, ",")
 	// A TLS handshake that gets no answer (a plaintext listener) fails
 	// within the check, so that the error names it.
 	opts, err := auth.kgoOpts(kafkaCheckTimeout / 2)
 	if err != nil {
-		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
+		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", brokers, errMessage(err))}
 	}
 	seen := &connFailures{}
 	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(seeds...), kgo.WithHooks(seen))...)
 	if err != nil {
-		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", strings.Join(seeds, ","), errMessage(err))}
+		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", brokers, errMessage(err))}
 	}
 	defer cl.Close()
 	dlq := topic + idemkafka.DeadLetterSuffix
-	md, err := kadm.NewClient(cl).Metadata(ctx, topic, dlq)
-	if err != nil {
-		return kafkaCheckError(strings.Join(seeds, ","), auth, topic, err, seen)
+	if err := idemkafka.CheckTopics(ctx, cl, topic, dlq); err != nil {
+		return topicsCheckError(brokers, auth, topic, err, seen)
 	}
-	// The consumers wait for each dead letter's acknowledgement before
-	// moving on: without the topic, a record they cannot apply holds its
-	// partition.
-	if reason := topicMissing(md, dlq); reason != "" {
-		a.log.Warn("kafka: the dead-letter topic is not usable yet; until it is, a record the consumers cannot apply holds its partition "+
-			"(create it, unless the cluster creates topics on first use)",
-			"topic", dlq, "reason", reason, "brokers", len(md.Brokers))
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return kafkaCheckError(brokers, auth, topic, err, seen)
 	}
 	if err := checkSessionTimeout(ctx, a, kadm.NewClient(cl), md); err != nil {
 		return err
-	}
-	if reason := topicMissing(md, topic); reason != "" {
-		a.log.Warn("kafka: the topic is not usable yet; idemd goes on (a cluster may create it on first use)",
-			"topic", topic, "reason", reason, "brokers", len(md.Brokers))
-		return nil
 	}
 	if a.cfg.Cleanup != CleanupOff {
 		checkRetention(ctx, a, kadm.NewClient(cl), topic)
@@ -143,15 +139,40 @@ func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error
 	return nil
 }
 
-// topicMissing returns why topic is not usable in md, or "" if it is.
-func topicMissing(md kadm.Metadata, topic string) string {
-	switch t, ok := md.Topics[topic]; {
-	case !ok:
-		return "missing"
-	case t.Err != nil:
-		return t.Err.Error()
+// topicsCheckError is checkKafka's error for err, idemkafka.CheckTopics'
+// for topic and its dead-letter topic on the cluster of brokers: a
+// *ConfigError naming the topics the cluster does not have; otherwise
+// what kafkaCheckError says (an ACL, the credentials, unreachable), or
+// the topics' errors.
+func topicsCheckError(brokers string, auth KafkaAuth, topic string, err error, seen *connFailures) error {
+	dlq := topic + idemkafka.DeadLetterSuffix
+	var te *idemkafka.TopicsError
+	switch {
+	case errors.As(err, &te) && len(te.Missing) > 0:
+		what, them := "topic", "it"
+		if len(te.Missing) > 1 {
+			what, them = "topics", "them"
+		}
+		msg := fmt.Sprintf("kafka %s does not have the %s %s (-kafka-topic %s and its dead-letter topic %s): "+
+			"create %s (for example kafka-topics.sh --bootstrap-server %s --create --topic NAME), "+
+			"or fix -kafka-topic or -kafka if they name the wrong topic or cluster; idemd does not create topics",
+			brokers, what, strings.Join(te.Missing, ", "), topic, dlq, them, strings.SplitN(brokers, ",", 2)[0])
+		if len(te.Unauthorized) > 0 || len(te.Failed) > 0 {
+			te.Missing = nil
+			msg += "; and " + strings.TrimPrefix(te.Error(), "idemkafka: ")
+		}
+		return &ConfigError{msg: msg}
+	case errors.As(err, &te) && len(te.Unauthorized) == 0:
+		// Neither missing nor hidden: errors of the topics themselves.
+		return &kafkaError{msg: fmt.Sprintf("kafka %s: %s", brokers, strings.TrimPrefix(te.Error(), "idemkafka: "))}
+	case te == nil:
+		// CheckTopics' wrapping of the request's failure: the message
+		// below names the cluster and the cause.
+		if cause := errors.Unwrap(err); cause != nil {
+			err = cause
+		}
 	}
-	return ""
+	return kafkaCheckError(brokers, auth, topic, err, seen)
 }
 
 // checkRetention warns when the events' topic may keep events longer than
