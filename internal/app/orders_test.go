@@ -416,7 +416,7 @@ func TestKafkaSessionTimeout(t *testing.T) {
 			}
 			var ce *app.ConfigError
 			if !errors.As(err, &ce) {
-				t.Errorf("error %v (%T); want a *app.ConfigError (exit 1 at start-up)", err, err)
+				t.Errorf("error %v (%T); want a *app.ConfigError (exit 2 at start-up)", err, err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
