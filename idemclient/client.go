@@ -77,8 +77,40 @@ func (e *KeyReusedError) Error() string {
 // Is makes errors.Is(err, ErrKeyReused) true.
 func (e *KeyReusedError) Is(target error) bool { return target == ErrKeyReused }
 
+// ErrRetryAfter matches a *RetryAfterError with errors.Is.
+var ErrRetryAfter = errors.New("idemclient: the server asked to retry later than Do may wait")
+
+// RetryAfterError is the cause, in the *Error Do returns, when a retryable
+// response asked (Retry-After) for a wait Do may not make: one longer than
+// Config.MaxRetryAfter, or ending after the request context's deadline or
+// Config.MaxElapsed. Do does not retry sooner than the server asked, which
+// would only add load to a server that said it cannot serve until then: it
+// stops at once, drains and closes that response, and returns this. The
+// operation has no outcome yet (or an unknown one): re-issue it with the
+// same key (Error.Key), not before At.
+type RetryAfterError struct {
+	// StatusCode is the status of the last response, and ProblemType its
+	// problem type URI, if it had one.
+	StatusCode  int
+	ProblemType string
+	// RetryAfter is the wait the server asked for, and At its end.
+	RetryAfter time.Duration
+	At         time.Time
+	// Limit says, for humans, what the wait goes past: MaxRetryAfter,
+	// the context's deadline or MaxElapsed.
+	Limit string
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("response %d %s asks to retry in %s, past %s", e.StatusCode, http.StatusText(e.StatusCode), e.RetryAfter, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrRetryAfter) true.
+func (e *RetryAfterError) Is(target error) bool { return target == ErrRetryAfter }
+
 // Error is returned by Do when the last attempt ended without a response (a
-// transport error) or the request's context ended. Re-issue the operation
+// transport error), the request's context ended, or the server asked for a
+// longer wait than Do may make (a *RetryAfterError). Re-issue the operation
 // later with the same Key: the server may have executed it.
 type Error struct {
 	// Method and URL of the request. The URL has no user info, query or
@@ -91,9 +123,10 @@ type Error struct {
 	// (the context already ended, a request it cannot send) counts, so the
 	// server may have seen fewer.
 	Attempts int
-	// Err is the cause: the last transport error, or the context's error
-	// wrapped together with the last outcome. A *url.Error in it names the
-	// URL without user info, query or fragment too.
+	// Err is the cause: the last transport error, the context's error
+	// wrapped together with the last outcome, or a *RetryAfterError. A
+	// *url.Error in it names the URL without user info, query or fragment
+	// too.
 	Err error
 }
 
@@ -379,8 +412,17 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		if attempt >= c.cfg.MaxAttempts {
 			return c.giveUp(attempt, lastResp, lastErr, fail)
 		}
-		d := c.delay(attempt, resp)
-		if !c.fits(ctx, start, d) {
+		d, asked := c.delay(attempt, resp)
+		if asked {
+			// The server's wait: honoured in full or not at all.
+			if limit := c.tooLong(ctx, start, d); limit != "" {
+				drain(resp)
+				return nil, fail(attempt, &RetryAfterError{
+					StatusCode: resp.StatusCode, ProblemType: info.ProblemType,
+					RetryAfter: d, At: time.Now().Add(d), Limit: limit,
+				})
+			}
+		} else if !c.fits(ctx, start, d) {
 			return c.giveUp(attempt, lastResp, lastErr, fail)
 		}
 		info.Delay = d
@@ -434,19 +476,39 @@ func (c *Client) attempt(req *http.Request, key string, getBody func() (io.ReadC
 	return r, nil
 }
 
-// delay is the wait before retry n after resp (nil after a transport error).
-// A Retry-After of zero or in the past gives no wait to honour: the normal
-// backoff applies, so a loaded server is not retried back to back.
-func (c *Client) delay(n int, resp *http.Response) time.Duration {
-	var d time.Duration
+// delay is the wait before retry n after resp (nil after a transport error),
+// and whether the server asked for it (a positive Retry-After, not capped
+// at MaxDelay). A Retry-After of zero or in the past gives no wait to
+// honour: the normal backoff applies, so a loaded server is not retried
+// back to back.
+func (c *Client) delay(n int, resp *http.Response) (time.Duration, bool) {
 	if ra, ok := retryAfter(resp, time.Now()); ok && ra > 0 {
-		d = ra
-	} else if c.cfg.Backoff != nil {
+		return ra, true
+	}
+	var d time.Duration
+	if c.cfg.Backoff != nil {
 		d = c.cfg.Backoff(n)
 	} else {
 		d = jitter(c.cfg.BaseDelay, c.cfg.MaxDelay, n)
 	}
-	return min(max(d, 0), c.cfg.MaxDelay)
+	return min(max(d, 0), c.cfg.MaxDelay), false
+}
+
+// tooLong says what a Retry-After of d goes past (MaxRetryAfter, the
+// context's deadline, MaxElapsed), or "" when Do may wait for it.
+func (c *Client) tooLong(ctx context.Context, start time.Time, d time.Duration) string {
+	if d > c.cfg.MaxRetryAfter {
+		return fmt.Sprintf("MaxRetryAfter %s", c.cfg.MaxRetryAfter)
+	}
+	now := time.Now()
+	end := now.Add(d)
+	if dl, ok := ctx.Deadline(); ok && !end.Before(dl) {
+		return fmt.Sprintf("the context's deadline (in %s)", max(dl.Sub(now), 0).Round(time.Millisecond))
+	}
+	if c.cfg.MaxElapsed > 0 && end.Sub(start) > c.cfg.MaxElapsed {
+		return fmt.Sprintf("MaxElapsed %s (%s left)", c.cfg.MaxElapsed, max(c.cfg.MaxElapsed-now.Sub(start), 0).Round(time.Millisecond))
+	}
+	return ""
 }
 
 // fits reports whether a wait of d ends before the context's deadline and
@@ -493,7 +555,7 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if strings.Trim(v, "0123456789") == "" { // delta-seconds
-		const maxSeconds = 1 << 32 // no overflow; MaxDelay caps it anyway
+		const maxSeconds = 1 << 32 // no overflow; past any MaxRetryAfter anyway
 		s, err := strconv.ParseUint(v, 10, 64)
 		if err != nil { // only a value out of range gets here
 			s = maxSeconds

@@ -12,10 +12,13 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxAttempts  = 5
-	DefaultBaseDelay    = 100 * time.Millisecond
-	DefaultMaxDelay     = 10 * time.Second
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxAttempts = 5
+	DefaultBaseDelay   = 100 * time.Millisecond
+	DefaultMaxDelay    = 10 * time.Second
+	// DefaultMaxRetryAfter is the longest Retry-After Do waits for by
+	// default (or MaxDelay, when that is longer).
+	DefaultMaxRetryAfter = time.Minute
+	DefaultMaxBodyBytes  = 1 << 20
 	// DefaultTimeout is the per-attempt timeout of the default HTTP client.
 	DefaultTimeout = 30 * time.Second
 )
@@ -41,9 +44,20 @@ type Config struct {
 	// further one before jitter. Defaults to DefaultBaseDelay (100ms).
 	BaseDelay time.Duration
 
-	// MaxDelay caps every wait, Retry-After included. Defaults to
-	// DefaultMaxDelay (10s); it may not be below BaseDelay.
+	// MaxDelay caps the client's own backoff (the waits without a
+	// positive Retry-After). Defaults to DefaultMaxDelay (10s); it may not
+	// be below BaseDelay. It does not shorten a server's Retry-After: see
+	// MaxRetryAfter.
 	MaxDelay time.Duration
+
+	// MaxRetryAfter is the longest Retry-After Do waits for. Do never
+	// retries sooner than the server asked (that only adds load to a
+	// server that said it cannot serve until then): a retryable response
+	// whose Retry-After is longer than MaxRetryAfter, or would end after
+	// the request context's deadline or MaxElapsed, ends Do at once with an
+	// *Error whose cause is a *RetryAfterError. Defaults to
+	// DefaultMaxRetryAfter (1m), or MaxDelay when that is longer.
+	MaxRetryAfter time.Duration
 
 	// MaxElapsed, when positive, is the time budget of one Do, counted from
 	// its start: no wait may end after it, so Do gives up rather than sleep
@@ -69,7 +83,7 @@ type Config struct {
 	// Backoff, if set, replaces the default full-jitter backoff: it returns
 	// the wait before retry n (1 for the second attempt) when the response
 	// has no positive Retry-After (none, zero, or an HTTP-date already
-	// past). The result is capped at MaxDelay.
+	// past), or after a transport error. The result is capped at MaxDelay.
 	Backoff func(n int) time.Duration
 
 	// Sleep, if set, replaces the wait between attempts (a test hook, or a
@@ -120,6 +134,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxDelay == 0 {
 		c.MaxDelay = max(DefaultMaxDelay, c.BaseDelay)
 	}
+	if c.MaxRetryAfter == 0 {
+		c.MaxRetryAfter = max(DefaultMaxRetryAfter, c.MaxDelay)
+	}
 	if c.Methods == nil {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	} else {
@@ -152,6 +169,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("MaxDelay %s: must not be negative", c.MaxDelay))
 	} else if c.MaxDelay < c.BaseDelay {
 		errs = append(errs, fmt.Errorf("MaxDelay %s: must not be below BaseDelay %s", c.MaxDelay, c.BaseDelay))
+	}
+	if c.MaxRetryAfter < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetryAfter %s: must not be negative", c.MaxRetryAfter))
 	}
 	if c.MaxElapsed < 0 {
 		errs = append(errs, fmt.Errorf("MaxElapsed %s: must not be negative", c.MaxElapsed))

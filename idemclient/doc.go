@@ -21,7 +21,8 @@
 //	if err != nil {
 //		var e *idemclient.Error
 //		if errors.As(err, &e) {
-//			// e.Key: retry the operation later with this same key.
+//			// e.Key: retry the operation later with this same key
+//			// (after a *RetryAfterError, not before its At).
 //		}
 //		return err
 //	}
@@ -90,8 +91,12 @@
 //	  422 without key-reused, 501, ...)
 //	the request's context ends during an attempt      done: returns an *Error wrapping ctx.Err() and the last outcome
 //	  or a wait (a retryable response whose next
-//	  wait would end past the deadline, or that came
-//	  after it, is returned as given up: see Delays)
+//	  backoff would end past the deadline, or that
+//	  came after it, is returned as given up: see
+//	  Delays)
+//	a retryable response whose Retry-After is longer  done: returns an *Error wrapping a *RetryAfterError
+//	  than Config.MaxRetryAfter, or would end past      (errors.Is(err, ErrRetryAfter)); never retried
+//	  the deadline or Config.MaxElapsed                 sooner than the server asked: see Delays
 //
 // key-reused means the server has already seen this key with a different
 // request: a programming error (one key used for two operations, or a
@@ -118,17 +123,25 @@
 // Before retry n (n = 1 for the second attempt) Do waits:
 //
 //   - the server's Retry-After, when the response has a positive one, either
-//     delta-seconds or an HTTP-date;
+//     delta-seconds or an HTTP-date, in full: Do never retries sooner than
+//     the server asked, which would only add load to a server that said it
+//     cannot serve until then. When that wait is longer than
+//     Config.MaxRetryAfter (by default 1 minute, or MaxDelay if longer), or
+//     would end after the request context's deadline or after
+//     Config.MaxElapsed (counted from the start of Do), Do stops at once:
+//     it returns an *Error whose cause is a *RetryAfterError saying when
+//     the server may be retried (At). Re-issue the operation then, with
+//     the same key.
 //   - otherwise (no Retry-After, or one of zero or an HTTP-date already
 //     past, which would retry a loaded server back to back)
 //     Config.Backoff(n) if set, else exponential backoff with
-//     full jitter: a uniform random delay in [0, min(MaxDelay, BaseDelay*2^(n-1))].
+//     full jitter: a uniform random delay in [0, min(MaxDelay, BaseDelay*2^(n-1))];
+//     either capped at Config.MaxDelay. If that wait would end after the
+//     request context's deadline or after Config.MaxElapsed, Do does not
+//     sleep in vain: it gives up at once, as if the attempts were
+//     exhausted.
 //
-// Every delay is capped at Config.MaxDelay. If the wait would end after the
-// request context's deadline or after Config.MaxElapsed (counted from the
-// start of Do), Do does not sleep in vain: it gives up at once, as if the
-// attempts were exhausted. Cancelling the context interrupts a wait
-// immediately.
+// Cancelling the context interrupts a wait immediately.
 //
 // # Results
 //
@@ -138,9 +151,11 @@
 //     A retryable status returned this way means "gave up": re-issue later
 //     with the same key, resp.Request.Header.Get(HeaderKey).
 //   - When the last attempt failed with a transport error, or the context
-//     ended, Do returns a nil response and an *Error carrying the key, the
-//     number of attempts and the cause (errors.Is works through it, for
-//     example with context.Canceled or context.DeadlineExceeded). Its
+//     ended, or the server's Retry-After is longer than Do may wait (that
+//     response is then drained and closed), Do returns a nil response and
+//     an *Error carrying the key, the number of attempts and the cause
+//     (errors.Is works through it, for example with context.Canceled,
+//     context.DeadlineExceeded or ErrRetryAfter). Its
 //     message, and the *url.Error it may wrap, name the URL without its
 //     query, fragment and user info, which may hold secrets. An attempt
 //     net/http refused before sending (the context already ended) counts.

@@ -93,7 +93,8 @@ const (
 	// demoMaxDelay (idemd's Retry-After: 1 s), an operation rides out about
 	// 10 s of a database that is down.
 	DefaultDemoAttempts = 10
-	// demoMaxDelay bounds the wait between two attempts of a request.
+	// demoMaxDelay bounds idemclient's own backoff between two attempts of
+	// a request (a server's Retry-After is waited for in full).
 	demoMaxDelay = 2 * time.Second
 	// demoDuplicates is how many clients send a duplicated operation at
 	// once, with one key.
@@ -808,6 +809,12 @@ func (d *demo) getRaw(ctx context.Context, path string) (int, []byte, error) {
 	}
 	d.authorize(req)
 	resp, err := d.client.Do(req)
+	var ra *idemclient.RetryAfterError
+	if errors.As(err, &ra) {
+		// An answer asking for a later retry than the client waits
+		// (GET /healthz's 503 has Retry-After: 5): a status all the same.
+		return ra.StatusCode, nil, nil
+	}
 	if err != nil {
 		return 0, nil, err
 	}

@@ -359,3 +359,24 @@ func TestDemoAllRefused(t *testing.T) {
 		t.Errorf("orders: %d refused, want 2", r)
 	}
 }
+
+// An idemd whose /healthz answers 503 with Retry-After: 5 (its database
+// down) is reported as such, not as an idemd that does not answer: the
+// client stops at a Retry-After past its deadline with a
+// *idemclient.RetryAfterError, which is an answer all the same.
+func TestDemoUnhealthy(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := runDemo(context.Background(), []string{"-url", srv.URL, "-orders", "1", "-seed", "1"},
+		func(string) string { return "" }, nil, &stdout, &stderr)
+	if took := time.Since(start); code == 0 || took > 30*time.Second ||
+		!strings.Contains(stderr.String()+stdout.String(), "GET /healthz answered 503") {
+		t.Fatalf("exit %d after %v, want an error naming the 503 at once\n%s\n%s", code, took, stdout.String(), stderr.String())
+	}
+}
