@@ -546,6 +546,9 @@ func jitter(base, maxDelay time.Duration, n int) time.Duration {
 }
 
 // retryAfter parses the Retry-After of resp: delta-seconds or an HTTP-date.
+// An HTTP-date is on the server's clock: the wait is counted from the
+// response's Date when it has one, so that a server whose clock is off
+// still gets the wait it asked for.
 func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp == nil {
 		return 0, false
@@ -563,6 +566,9 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 		return time.Duration(min(s, maxSeconds)) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
+		if date, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			now = date
+		}
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false

@@ -123,7 +123,8 @@
 // Before retry n (n = 1 for the second attempt) Do waits:
 //
 //   - the server's Retry-After, when the response has a positive one, either
-//     delta-seconds or an HTTP-date, in full: Do never retries sooner than
+//     delta-seconds or an HTTP-date (counted from the response's Date when
+//     it has one: the server's clock), in full: Do never retries sooner than
 //     the server asked, which would only add load to a server that said it
 //     cannot serve until then. When that wait is longer than
 //     Config.MaxRetryAfter (by default 1 minute, or MaxDelay if longer), or

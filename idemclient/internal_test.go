@@ -37,6 +37,19 @@ func TestParseRetryAfter(t *testing.T) {
 			t.Errorf("retryAfter(%q) = %s, %v; want %s, %v", tt.v, got, ok, tt.want, tt.ok)
 		}
 	}
+	// An HTTP-date against the response's Date: the server's clock.
+	for _, date := range []time.Time{now.Add(-time.Hour), now.Add(time.Hour)} {
+		resp := &http.Response{Header: http.Header{}}
+		resp.Header.Set("Date", date.Format(http.TimeFormat))
+		resp.Header.Set("Retry-After", date.Add(20*time.Second).Format(http.TimeFormat))
+		if got, ok := retryAfter(resp, now); got != 20*time.Second || !ok {
+			t.Errorf("Date %s: retryAfter = %s, %v; want 20s, true", date, got, ok)
+		}
+		resp.Header.Set("Retry-After", "7")
+		if got, ok := retryAfter(resp, now); got != 7*time.Second || !ok {
+			t.Errorf("Date %s: retryAfter(7) = %s, %v; want 7s, true", date, got, ok)
+		}
+	}
 	if _, ok := retryAfter(nil, now); ok {
 		t.Error("retryAfter(nil) ok")
 	}

@@ -155,3 +155,35 @@ func TestBackoffPastBudgetReturnsResponse(t *testing.T) {
 		t.Errorf("status %d, %d attempts, waits %v", resp.StatusCode, len(rec.seen()), s.delays())
 	}
 }
+
+// A Retry-After HTTP-date is read on the server's clock, against the
+// response's Date: a server whose clock is off by an hour asks for the
+// same 5 s wait as one whose clock is right, and gets it, neither a retry
+// at once (its clock behind) nor a wait of an hour (ahead).
+func TestRetryAfterHTTPDateServerClock(t *testing.T) {
+	t.Parallel()
+	for _, skew := range []time.Duration{-time.Hour, time.Hour, 0} {
+		t.Run(skew.String(), func(t *testing.T) {
+			t.Parallel()
+			srv, _ := server(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					now := time.Now().Add(skew).UTC()
+					w.Header().Set("Date", now.Format(http.TimeFormat))
+					w.Header().Set("Retry-After", now.Add(5*time.Second).Format(http.TimeFormat))
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			c, s := newClient(t, &idemclient.Config{Backoff: func(int) time.Duration { return time.Millisecond }})
+			resp, err := c.Do(post(t, srv.URL, "{}"))
+			if err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			resp.Body.Close()
+			if ds := s.delays(); len(ds) != 1 || ds[0] < 4*time.Second || ds[0] > 5*time.Second {
+				t.Errorf("delays %v, want one of 4-5s", ds)
+			}
+		})
+	}
+}
