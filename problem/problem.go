@@ -77,9 +77,9 @@ const (
 // It encodes to JSON with the standard members type, title, status, detail
 // and instance (each omitted when empty or zero) followed by the Extensions
 // flattened at the top level in key order. An extension whose name equals a
-// standard member (compared case-insensitively, because encoding/json
-// matches names that way) is dropped: it can never overwrite or shadow a
-// standard member.
+// standard member (compared case-insensitively, with Unicode case folding,
+// because encoding/json matches names that way) is dropped: it can never
+// overwrite or shadow a standard member.
 type Problem struct {
 	// Type is a URI reference identifying the problem type. Write uses
 	// "about:blank" when it is empty.
@@ -97,11 +97,14 @@ type Problem struct {
 	Extensions map[string]any
 }
 
-// isStandard reports whether name would collide with a standard member.
+// isStandard reports whether name would collide with a standard member:
+// equal under Unicode case folding, as encoding/json matches a name to a
+// field (so "\u017ftatus", with a long s, is status too).
 func isStandard(name string) bool {
-	switch strings.ToLower(name) {
-	case "type", "title", "status", "detail", "instance":
-		return true
+	for _, m := range [...]string{"type", "title", "status", "detail", "instance"} {
+		if strings.EqualFold(name, m) {
+			return true
+		}
 	}
 	return false
 }

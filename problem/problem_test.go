@@ -37,6 +37,13 @@ func TestMarshalJSON(t *testing.T) {
 			`{"type":"t","status":400,"ok":true}`,
 		},
 		{
+			// encoding/json matches names with Unicode case folding:
+			// U+017F (long s) folds to s.
+			"extensions never shadow standard members under Unicode folding",
+			Problem{Status: 400, Instance: "/p/1", Extensions: map[string]any{"\u017ftatus": 200, "in\u017ftance": "/p/2", "ok": true}},
+			`{"status":400,"instance":"/p/1","ok":true}`,
+		},
+		{
 			"extension fills nothing when standard member empty",
 			Problem{Extensions: map[string]any{"title": "sneaky"}},
 			`{}`,
