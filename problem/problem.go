@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // MediaType is the media type of a problem details document (RFC 9457).
@@ -79,7 +80,10 @@ const (
 // flattened at the top level in key order. An extension whose name equals a
 // standard member (compared case-insensitively, with Unicode case folding,
 // because encoding/json matches names that way) is dropped: it can never
-// overwrite or shadow a standard member.
+// overwrite or shadow a standard member. A name that is not valid UTF-8 is
+// written, as encoding/json writes it, with U+FFFD for each bad byte; of
+// names written alike only the first, in key order, is kept, so that no
+// member appears twice (UnmarshalJSON refuses such a document).
 type Problem struct {
 	// Type is a URI reference identifying the problem type. Write uses
 	// "about:blank" when it is empty.
@@ -114,6 +118,7 @@ func isStandard(name string) bool {
 func (p Problem) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteByte('{')
+	var names map[string]bool // the extension names written, as decoded
 	add := func(name string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -144,9 +149,20 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 		_ = add("instance", p.Instance)
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Extensions)) {
-		if isStandard(k) {
+		// A name that is not valid UTF-8 is written with U+FFFD in place
+		// of each bad byte, so two names can be written as one: the first
+		// is kept, and the document has each member once.
+		name := k
+		if !utf8.ValidString(k) {
+			name = string([]rune(k)) // U+FFFD for each bad byte, as encoding/json
+		}
+		if isStandard(k) || names[name] {
 			continue
 		}
+		if names == nil {
+			names = map[string]bool{}
+		}
+		names[name] = true
 		if err := add(k, p.Extensions[k]); err != nil {
 			return nil, err
 		}

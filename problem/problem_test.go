@@ -65,6 +65,30 @@ func TestMarshalJSON(t *testing.T) {
 	}
 }
 
+// Extension names that are not valid UTF-8 encode with U+FFFD in place of
+// the bad bytes, so two of them can encode to one name. The document must
+// still have each member once: a reader (UnmarshalJSON, idemclient) refuses
+// one with a member twice. The first name in key order is kept.
+func TestMarshalJSONNamesUnique(t *testing.T) {
+	t.Parallel()
+	p := Problem{Status: 400, Extensions: map[string]any{
+		"field\xff": 1, "field\xfe": 2, "field\ufffd": 3, // one name: field\ufffd
+		"two\xff\xfe": 4, "two\ufffd": 5, // two names: two\ufffd\ufffd and two\ufffd
+		"ok": true,
+	}}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"status\":400,\"field\ufffd\":3,\"ok\":true,\"two\ufffd\":5,\"two\\ufffd\\ufffd\":4}"; string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+	var q Problem
+	if err := json.Unmarshal(b, &q); err != nil {
+		t.Fatalf("the document %s does not decode: %v", b, err)
+	}
+}
+
 func TestMarshalJSONBadExtension(t *testing.T) {
 	t.Parallel()
 	for name, v := range map[string]any{
