@@ -147,8 +147,9 @@
 // # Results
 //
 //   - A final response (success, non-retryable status, or the last response
-//     once the attempts or the time budget are exhausted) is returned with a
-//     nil error and its body unread, as http.Client.Do does: check the status.
+//     once the attempts are exhausted, or the time budget before a backoff
+//     of the client's own) is returned with a nil error and its body
+//     unread, as http.Client.Do does: check the status.
 //     A retryable status returned this way means "gave up": re-issue later
 //     with the same key, resp.Request.Header.Get(HeaderKey).
 //   - When the last attempt failed with a transport error, or the context
@@ -170,8 +171,8 @@
 //     first attempt gives an *Error with Attempts 0: nothing was sent
 //     either.)
 //
-// To find the problem type of a 408, 409, 422, 425, 429 or 5xx
-// application/problem+json response, Do reads up to 64 KiB of its body,
+// To find the problem type of a 408, 409, 422, 425, 429, 500, 502, 503 or
+// 504 application/problem+json response, Do reads up to 64 KiB of its body,
 // member by member, and leaves the body readable from the start. The bodies
 // of responses that are retried are drained (up to 64 KiB) and closed. Like http.Client.Do, Do closes the request body.
 //
