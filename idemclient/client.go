@@ -108,6 +108,14 @@ func (e *RetryAfterError) Error() string {
 // Is makes errors.Is(err, ErrRetryAfter) true.
 func (e *RetryAfterError) Is(target error) bool { return target == ErrRetryAfter }
 
+// ErrInProgress is the cause (in an *Error) when Do ran out of attempts,
+// or of time for another one, while the server still answered 409
+// request-in-progress: an earlier attempt, or another request with the same
+// key, is still running there, and its outcome is not known yet. It is not
+// a conflict: re-issue the operation later with the same key (the server
+// then replays the stored outcome), never with a new one.
+var ErrInProgress = errors.New("idemclient: the operation is still in progress on the server; re-issue it later with the same key")
+
 // Error is returned by Do when the last attempt ended without a response (a
 // transport error), the request's context ended, or the server asked for a
 // longer wait than Do may make (a *RetryAfterError). Re-issue the operation
@@ -124,7 +132,8 @@ type Error struct {
 	// server may have seen fewer.
 	Attempts int
 	// Err is the cause: the last transport error, the context's error
-	// wrapped together with the last outcome, or a *RetryAfterError. A
+	// wrapped together with the last outcome, a *RetryAfterError, or
+	// ErrInProgress. A
 	// *url.Error in it names the URL without user info, query or fragment
 	// too.
 	Err error
@@ -410,7 +419,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 			}
 		}
 		if attempt >= c.cfg.MaxAttempts {
-			return c.giveUp(attempt, lastResp, lastErr, fail)
+			return c.giveUp(attempt, lastResp, lastErr, info.ProblemType, fail)
 		}
 		d, asked := c.delay(attempt, resp)
 		if asked {
@@ -423,7 +432,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 				})
 			}
 		} else if !c.fits(ctx, start, d) {
-			return c.giveUp(attempt, lastResp, lastErr, fail)
+			return c.giveUp(attempt, lastResp, lastErr, info.ProblemType, fail)
 		}
 		info.Delay = d
 		if c.cfg.OnRetry != nil {
@@ -445,8 +454,14 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 	}
 }
 
-// giveUp ends the loop with the last outcome.
-func (c *Client) giveUp(attempts int, resp *http.Response, err error, fail func(int, error) error) (*http.Response, error) {
+// giveUp ends the loop with the last outcome: the last response (of
+// problem type ptype), except a 409 request-in-progress, which would read
+// as a conflict: that is an *Error wrapping ErrInProgress.
+func (c *Client) giveUp(attempts int, resp *http.Response, err error, ptype string, fail func(int, error) error) (*http.Response, error) {
+	if resp != nil && resp.StatusCode == http.StatusConflict && ptype == problem.TypeRequestInProgress {
+		drain(resp)
+		return nil, fail(attempts, ErrInProgress)
+	}
 	if resp != nil {
 		return resp, nil
 	}

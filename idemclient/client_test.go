@@ -463,6 +463,30 @@ func TestRequestInProgressRetried(t *testing.T) {
 	}
 }
 
+// TestRequestInProgressExhausted: a 409 request-in-progress on the last
+// attempt is not returned as a response a caller would read as a conflict,
+// but as an error saying the operation is still running, with its key.
+func TestRequestInProgressExhausted(t *testing.T) {
+	t.Parallel()
+	srv, rec := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusConflict, problem.TypeRequestInProgress, "1")
+	})
+	c, _ := newClient(t, &idemclient.Config{MaxAttempts: 3})
+	resp, err := c.Do(post(t, srv.URL, "{}"))
+	if resp != nil {
+		resp.Body.Close()
+		t.Fatalf("Do returned a response %d; want none and ErrInProgress", resp.StatusCode)
+	}
+	if !errors.Is(err, idemclient.ErrInProgress) {
+		t.Fatalf("Do: %v; want ErrInProgress", err)
+	}
+	var e *idemclient.Error
+	seen := rec.seen()
+	if !errors.As(err, &e) || e.Attempts != 3 || e.Key == "" || len(seen) != 3 || len(seen[0].keys) != 1 || e.Key != seen[0].keys[0] {
+		t.Errorf("error %#v after %d attempts; want an *Error with the key of the attempts and 3 attempts", err, len(seen))
+	}
+}
+
 func TestKeyReusedNotRetried(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusConflict, http.StatusUnprocessableEntity} {

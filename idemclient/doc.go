@@ -151,7 +151,11 @@
 //     of the client's own) is returned with a nil error and its body
 //     unread, as http.Client.Do does: check the status.
 //     A retryable status returned this way means "gave up": re-issue later
-//     with the same key, resp.Request.Header.Get(HeaderKey).
+//     with the same key, resp.Request.Header.Get(HeaderKey). Except a 409
+//     request-in-progress, which a caller could take for a conflict: Do
+//     drains it and returns an *Error wrapping ErrInProgress (the
+//     operation is still running on the server; re-issue it later with
+//     the same key, whose stored outcome is then replayed).
 //   - When the last attempt failed with a transport error, or the context
 //     ended, or the server's Retry-After is longer than Do may wait (that
 //     response is then drained and closed), Do returns a nil response and
