@@ -579,6 +579,17 @@ func testSagaList[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 		AfterID: "s-a", AfterUpdatedAt: t0.Add(5 * time.Minute)}); err != nil || len(list) != 0 {
 		t.Errorf("SagaList after the last = %+v, %v; want none", list, err)
 	}
+	// A list with a final state (another statement than the unfinished
+	// states' one) finds it too, paged.
+	finished := &driver.SagaListParams{States: []string{driver.SagaCompleted, driver.SagaCompensating}, Limit: 2}
+	if list, err := ex.SagaList(ctx, finished); err != nil || len(list) != 2 || list[0].ID != "s-e" || list[1].ID != "s-d" {
+		t.Errorf("SagaList(completed, compensating) = %+v, %v; want s-e, s-d", list, err)
+	} else {
+		finished.AfterID, finished.AfterUpdatedAt = list[1].ID, list[1].UpdatedAt
+		if list, err := ex.SagaList(ctx, finished); err != nil || len(list) != 1 || list[0].ID != "s-a" {
+			t.Errorf("SagaList(completed, compensating) after s-d = %+v, %v; want s-a", list, err)
+		}
+	}
 	if list, err := ex.SagaList(ctx, &driver.SagaListParams{States: nil, Limit: 10}); err != nil || len(list) != 0 {
 		t.Errorf("SagaList without states = %+v, %v; want none", list, err)
 	}

@@ -336,3 +336,16 @@ func TestConcurrentMigrateSharedNewSchema(t *testing.T) {
 		}
 	}
 }
+
+// A recovery loop's List of unfinished sagas reads the index of unfinished
+// sagas, not every finished saga of the retention.
+func TestSagaListReadsUnfinishedIndex(t *testing.T) {
+	t.Parallel()
+	drivertest.SagaListReadsUnfinishedIndex[pgx.Tx](t, testdb.Postgres(t), func(ctx context.Context, tx pgx.Tx, sql string, dest ...any) error {
+		if len(dest) == 0 {
+			_, err := tx.Exec(ctx, sql)
+			return err
+		}
+		return tx.QueryRow(ctx, sql).Scan(dest...)
+	})
+}

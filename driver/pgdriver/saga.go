@@ -240,9 +240,9 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if len(states) == 0 {
 		return nil, nil
 	}
-	q, args := pgsql.SagaListSQL, []any{slices.Clone(states), limit}
+	q, args := pgsql.SagaListQuery(states, false), []any{slices.Clone(states), limit}
 	if p.AfterID != "" {
-		q, args = pgsql.SagaListAfterSQL, append(args, p.AfterUpdatedAt, p.AfterID)
+		q, args = pgsql.SagaListQuery(states, true), append(args, p.AfterUpdatedAt, p.AfterID)
 	}
 	rows, err := e.db.Query(ctx, e.d.expand(q), args...)
 	if err != nil {

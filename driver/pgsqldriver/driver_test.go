@@ -43,3 +43,16 @@ func TestIsolationLevelChecked(t *testing.T) {
 		return err
 	})
 }
+
+// As pgdriver: a recovery loop's List of unfinished sagas reads the index
+// of unfinished sagas, not every finished saga of the retention.
+func TestSagaListReadsUnfinishedIndex(t *testing.T) {
+	t.Parallel()
+	drivertest.SagaListReadsUnfinishedIndex[*sql.Tx](t, testdb.PostgresSQL(t), func(ctx context.Context, tx *sql.Tx, query string, dest ...any) error {
+		if len(dest) == 0 {
+			_, err := tx.ExecContext(ctx, query)
+			return err
+		}
+		return tx.QueryRowContext(ctx, query).Scan(dest...)
+	})
+}

@@ -188,9 +188,9 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if len(p.States) == 0 {
 		return nil, nil
 	}
-	q, args := pgsql.SagaListSQL, []any{textArray(p.States), p.Limit}
+	q, args := pgsql.SagaListQuery(p.States, false), []any{textArray(p.States), p.Limit}
 	if p.AfterID != "" {
-		q, args = pgsql.SagaListAfterSQL, append(args, p.AfterUpdatedAt, p.AfterID)
+		q, args = pgsql.SagaListQuery(p.States, true), append(args, p.AfterUpdatedAt, p.AfterID)
 	}
 	rows, err := e.db.QueryContext(ctx, e.d.expand(q), args...)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -248,10 +249,7 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	if p.AfterID != "" {
 		afterID = p.AfterID
 	}
-	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+sagaColumns+` FROM {{table}}saga
-		WHERE state IN (SELECT value FROM json_each(?1))
-		  AND (?4 IS NULL OR updated_at > ?3 OR (updated_at = ?3 AND saga_id > ?4))
-		ORDER BY updated_at, saga_id LIMIT ?2`), jsonStrings(states), limit, micros(p.AfterUpdatedAt), afterID)
+	rows, err := e.db.QueryContext(ctx, e.d.expand(sagaListQuery(states)), jsonStrings(states), limit, micros(p.AfterUpdatedAt), afterID)
 	if err != nil {
 		return nil, mapErr("saga list", err)
 	}
@@ -268,6 +266,23 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 		return nil, mapErr("saga list", err)
 	}
 	return out, nil
+}
+
+// sagaListQuery is SagaList's statement for states: ?1 the states (a JSON
+// array), ?2 the limit, and the page's cursor (?3, ?4), NULL ?4 for the
+// first page. When no state is final (a recovery loop's compensating and
+// failed), it says finished_at IS NULL, which those states imply (the
+// table's CHECK), so that it reads saga_unfinished_idx instead of every
+// finished saga the retention keeps.
+func sagaListQuery(states []string) string {
+	unfinished := ""
+	if !slices.ContainsFunc(states, driver.SagaFinished) {
+		unfinished = " AND finished_at IS NULL"
+	}
+	return `SELECT ` + sagaColumns + ` FROM {{table}}saga
+		WHERE state IN (SELECT value FROM json_each(?1))` + unfinished + `
+		  AND (?4 IS NULL OR updated_at > ?3 OR (updated_at = ?3 AND saga_id > ?4))
+		ORDER BY updated_at, saga_id LIMIT ?2`
 }
 
 // SagaDeleteFinishedBefore implements driver.SagaExecutor. The steps of the

@@ -20,6 +20,7 @@ import (
 	"hash/fnv"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,4 +290,22 @@ func (n *Names) MigrationTableSQL() string {
 		s = "CREATE SCHEMA IF NOT EXISTS " + QuoteIdent(n.Schema) + ";\n"
 	}
 	return s + n.Render(MigrationTableSQL) + ";\n"
+}
+
+// SagaListQuery returns the statement that lists the sagas in states, the
+// next page's (after a cursor $3, $4) with after: SagaListUnfinishedSQL
+// (or its next page) when none of states is final, so that a recovery
+// loop's list reads the index of unfinished sagas; SagaListSQL (or
+// SagaListAfterSQL) otherwise.
+func SagaListQuery(states []string, after bool) string {
+	unfinished := !slices.ContainsFunc(states, driver.SagaFinished)
+	switch {
+	case unfinished && after:
+		return SagaListUnfinishedAfterSQL
+	case unfinished:
+		return SagaListUnfinishedSQL
+	case after:
+		return SagaListAfterSQL
+	}
+	return SagaListSQL
 }

@@ -329,11 +329,23 @@ const (
 		WHERE saga_id = $1 AND step_name = $2`
 	SagaStepsSQL = `SELECT saga_id, step_name, kind, seq, result, completed_at
 		FROM {{table}}saga_step WHERE saga_id = $1 ORDER BY seq`
+	// SagaListSQL lists the sagas in the states $1, at most $2 (see
+	// SagaListQuery).
 	SagaListSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
 		WHERE state = ANY ($1::text[]) ORDER BY updated_at, saga_id LIMIT $2`
 	// SagaListAfterSQL is SagaListSQL's next page, after ($3, $4).
 	SagaListAfterSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
 		WHERE state = ANY ($1::text[]) AND (updated_at, saga_id) > ($3, $4::text)
+		ORDER BY updated_at, saga_id LIMIT $2`
+	// SagaListUnfinishedSQL and SagaListUnfinishedAfterSQL are
+	// SagaListSQL and SagaListAfterSQL for states none of which is final:
+	// finished_at IS NULL, which those states imply (the table's CHECK),
+	// lets the planner read saga_unfinished_idx instead of every finished
+	// saga the retention keeps.
+	SagaListUnfinishedSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
+		WHERE state = ANY ($1::text[]) AND finished_at IS NULL ORDER BY updated_at, saga_id LIMIT $2`
+	SagaListUnfinishedAfterSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
+		WHERE state = ANY ($1::text[]) AND finished_at IS NULL AND (updated_at, saga_id) > ($3, $4::text)
 		ORDER BY updated_at, saga_id LIMIT $2`
 	SagaDeleteFinishedBeforeSQL = `DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
 		SELECT ctid FROM {{table}}saga
