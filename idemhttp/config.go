@@ -46,6 +46,9 @@ func (m Mode) String() string {
 // with 409 and Retry-After, instead of waiting for the first one's outcome.
 const NoWait time.Duration = -1
 
+// DefaultCommitTimeout is Config.CommitTimeout's default.
+const DefaultCommitTimeout = 30 * time.Second
+
 // TTL bounds of R-DIST-IDEM-5.
 const (
 	MinTTL = 24 * time.Hour
@@ -164,6 +167,28 @@ type Config struct {
 	// 1s.
 	Lease time.Duration
 
+	// CommitTimeout bounds the store's work after the handler returned,
+	// which goes on when the client has gone (the request's context does
+	// not end it): in ModeTx the COMMIT with the stored response (on the
+	// generic path also the record's write before it), in ModeLease each
+	// attempt to store the outcome (three at most, each also bounded by
+	// Lease/3). Without it a store that stops answering there (a network
+	// partition that closes nothing, a hung server) held the request, its
+	// connection and the key until the operating system gave up on the
+	// socket, hours later. When it passes in ModeTx the COMMIT may or may
+	// not have happened: the request answers 503 outcome-unknown, the
+	// connection is given up, and a retry with the same key replays what
+	// was committed or executes once. A COMMIT that never reached
+	// PostgreSQL leaves the key locked by its session, and its retries
+	// answered 409 request-in-progress, until PostgreSQL sees the
+	// connection gone (docs/problems.md, outcome-unknown). Set it above
+	// the slowest COMMIT expected (synchronous replication, deferred
+	// triggers). database/sql's Tx.Commit takes no context: with
+	// pgsqldriver and sqlitedriver it bounds the record's write, and the
+	// request's context alone the COMMIT. Defaults to
+	// DefaultCommitTimeout (30s); negative is rejected.
+	CommitTimeout time.Duration
+
 	// ReplayCacheBytes bounds the in-process cache of completed responses
 	// that answers a retry (a replay, or a mismatch) without touching the
 	// store. A completed record never changes until it expires, so the
@@ -243,6 +268,9 @@ func (c Config) withDefaults() Config {
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = DefaultCommitTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -299,6 +327,9 @@ func (c Config) validate() error {
 	}
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("invalid Lease %s: must be at least 1s", c.Lease))
+	}
+	if c.CommitTimeout < 0 {
+		errs = append(errs, fmt.Errorf("invalid CommitTimeout %s: must not be negative (zero is the default, %s)", c.CommitTimeout, DefaultCommitTimeout))
 	}
 	if c.Lease >= c.TTL {
 		errs = append(errs, fmt.Errorf("invalid Lease %s: must be shorter than TTL %s", c.Lease, c.TTL))

@@ -24,11 +24,19 @@
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
-//	commit failed                                  503 outcome-unknown: retry with the same key
+//	commit failed or unanswered (CommitTimeout)    503 outcome-unknown: retry with the same key
 //	handler's statement failed (PostgreSQL)        500 transaction-aborted: nothing was committed
 //
 // Every error is RFC 9457 application/problem+json with Cache-Control:
 // no-store; the type URIs are documented in docs/problems.md.
+//
+// The store's work after the handler returned (the COMMIT; in ModeLease
+// each attempt to store the outcome) goes on when the client has gone, and
+// is bounded by Config.CommitTimeout (30s by default): a COMMIT that
+// PostgreSQL does not answer (a partition that closes nothing, a hung
+// server) answers 503 outcome-unknown then, instead of holding the
+// request, its connection and the key until the operating system gives up
+// on the socket.
 //
 // The stored headers are those of an allow-list (Config.ReplayHeaders).
 // Trailers whose names it lists are stored and replayed too, as trailers,

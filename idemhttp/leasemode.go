@@ -202,7 +202,7 @@ func (m *Middleware[TTx]) storedEarlier(ctx context.Context, ex driver.RecordExe
 	if p == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	ctx, cancel := context.WithTimeout(ctx, m.completeTimeout())
 	defer cancel()
 	r, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: cmd.scope, Key: cmd.key})
 	return err == nil && r.State == driver.StateCompleted && bytes.Equal(r.Fingerprint, cmd.fingerprint) &&
@@ -286,9 +286,15 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 // the lease is no longer renewed once the handler returned, and a call
 // stuck on a dead connection must give way to the retry on another one.
 func (m *Middleware[TTx]) completeBounded(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string, rec *recorder) error {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	ctx, cancel := context.WithTimeout(ctx, m.completeTimeout())
 	defer cancel()
-	return m.complete(ctx, ex, cmd, token, rec)
+	return m.commitTimedOut(ctx, m.complete(ctx, ex, cmd, token, rec))
+}
+
+// completeTimeout bounds one attempt to store a lease-mode outcome, or to
+// read it back (storedEarlier): Lease/3, and CommitTimeout.
+func (m *Middleware[TTx]) completeTimeout() time.Duration {
+	return min(m.cfg.Lease/3, m.cfg.CommitTimeout)
 }
 
 func (m *Middleware[TTx]) release(ctx context.Context, ex driver.RecordExecutor, cmd *command, token string) {

@@ -363,6 +363,7 @@ func TestConfigValidation(t *testing.T) {
 		{Lease: 10 * time.Millisecond},
 		{Wait: -5 * time.Second},
 		{MaxBodyBytes: -1},
+		{CommitTimeout: -time.Second},
 		{ReplayHeaders: []string{"content-length"}},
 		{ReplayHeaders: []string{"X-Request-Id", "Transfer-Encoding"}},
 		{ReplayHeaders: []string{idemhttp.ReplayedHeader}},
@@ -379,6 +380,7 @@ func TestConfigValidation(t *testing.T) {
 		{MismatchStatus: 422, Wait: idemhttp.NoWait, Mode: idemhttp.ModeLease},
 		{Methods: []string{"POST", "PATCH", "M-SEARCH"}, Wait: time.Hour},
 		{ReplayHeaders: []string{"X-Request-Id", "Set-Cookie"}},
+		{CommitTimeout: time.Millisecond},
 	}
 	for _, c := range good {
 		if _, err := idemhttp.New(drv, &c); err != nil {

@@ -167,11 +167,16 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		CreatedAt: now, ExpiresAt: now.Add(m.cfg.TTL),
 	}
 	cmd.decided()
-	err = tc.CommitComplete(context.WithoutCancel(ctx), tx, &driver.TxCompleteParams{
+	// Bounded (CommitTimeout): a COMMIT that PostgreSQL does not answer
+	// must not hold the request, its connection and the key for hours.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CommitTimeout)
+	err = tc.CommitComplete(cctx, tx, &driver.TxCompleteParams{
 		Scope: stored.Scope, Key: stored.Key, Fingerprint: stored.Fingerprint,
 		Status: stored.Status, Headers: stored.Headers, Body: stored.Body,
 		CreatedAt: stored.CreatedAt, ExpiresAt: stored.ExpiresAt, Replace: replace,
 	})
+	err = m.commitTimedOut(cctx, err)
+	cancel()
 	switch {
 	case errors.Is(err, driver.ErrLeaseLost):
 		return true

@@ -82,16 +82,21 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	if rec == nil {
 		return
 	}
-	bg := context.WithoutCancel(ctx)
+	// The record's write and the COMMIT are bounded together
+	// (CommitTimeout), and run on when the client has gone.
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CommitTimeout)
+	defer cancel()
 	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
+		err = m.commitTimedOut(bg, err)
 		m.rollbackHeld(ctx, cmd, tx)
 		if !m.handlerTxFailed(cmd, err) {
-			m.storeUnavailable(cmd, err)
+			m.storeUnavailable(cmd, err) // nothing committed: no COMMIT was sent
 		}
 		return
 	}
 	cmd.decided()
 	if err := m.drv.Commit(bg, tx); err != nil {
+		err = m.commitTimedOut(bg, err)
 		m.rollback(ctx, tx)
 		if !m.handlerTxFailed(cmd, err) {
 			m.outcomeUnknown(cmd, err)
@@ -146,6 +151,15 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	}
 	m.reportCmd(cmd, OutcomeNotStored)
 	return nil
+}
+
+// commitTimedOut returns err, the error of a store call on ctx (bounded
+// by CommitTimeout), saying so when that bound passed.
+func (m *Middleware[TTx]) commitTimedOut(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("idemhttp: the store did not answer within CommitTimeout (%s): %w", m.cfg.CommitTimeout, err)
+	}
+	return err
 }
 
 // rollbackHeld rolls back tx, held by cmd: its fate is decided.

@@ -1,0 +1,243 @@
+package idemhttp_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/problem"
+)
+
+func fixedScope(*http.Request) (string, error) { return "p", nil }
+
+// randomMarker is a string that only the bytes of one test carry.
+func randomMarker(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// isSimpleCommit matches a simple-protocol COMMIT (pgx.Tx's Commit).
+func isSimpleCommit(b []byte) bool {
+	return len(b) > 6 && b[0] == 'Q' && bytes.EqualFold(bytes.TrimRight(b[5:], "\x00"), []byte("commit"))
+}
+
+// sendTimed sends one request in the background and returns its answer,
+// or, when it takes longer than limit, cuts the faulted connection (which
+// ends the hang) and fails the test.
+func sendTimed(t *testing.T, h http.Handler, target, key string, limit time.Duration, f *testdb.Faulted) (*httptest.ResponseRecorder, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- send(h, "POST", target, key, `{}`) }()
+	select {
+	case rr := <-done:
+		return rr, time.Since(start)
+	case <-time.After(limit):
+		f.Cut()
+		rr := <-done
+		t.Fatalf("no answer within %s of a store call that PostgreSQL does not answer; %d %s once the connection was cut, after %s",
+			limit, rr.Code, rr.Body, time.Since(start).Round(time.Millisecond))
+		return nil, 0
+	}
+}
+
+// The COMMIT of ModeTx ran on context.WithoutCancel(request): when
+// PostgreSQL stopped answering (a partition that closes nothing, a hung
+// server), the request hung until the OS gave up on the socket, holding a
+// connection and the key. Config.CommitTimeout bounds it: the request is
+// answered 503 outcome-unknown within it, the connection is given up, and
+// a retry with the same key through a working pool replays what was
+// committed or executes once. The proxy black-holes the connection right
+// when the COMMIT goes out: before PostgreSQL gets it (nothing committed;
+// its session holds the key's lock until it sees the connection gone), or
+// after (committed, the answer lost).
+func TestCommitDeadline(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"txclaim", "generic"} {
+		for _, fault := range []testdb.Fault{testdb.BlackHole, testdb.BlackHoleReply} {
+			name := path + "/commit-lost"
+			if fault == testdb.BlackHoleReply {
+				name = path + "/answer-lost"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				direct := testdb.Postgres(t)
+				e := pgEnvOn(t, direct)
+				schema := schemaOf(t, direct)
+				proxy := testdb.NewProxy(t)
+				pool := proxy.Pool(t, schema, 4)
+				proxied, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				marker := randomMarker("cdl-")
+				var calls atomic.Int64
+				handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					calls.Add(1)
+					if err := e.effect(r, "cdl"); err != nil {
+						http.Error(w, err.Error(), 500)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusCreated)
+					_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
+				})
+				var logs syncBuffer
+				mw, err := idemhttp.New(withoutTxClaimer[pgx.Tx](proxied, path == "generic"), &idemhttp.Config{
+					Scope: fixedScope, CommitTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The completed record goes with the COMMIT (txclaim); the
+				// generic path's COMMIT is a statement of its own.
+				match := func(b []byte) bool { return bytes.Contains(b, []byte(marker)) }
+				if path == "generic" {
+					match = isSimpleCommit
+				}
+				f := proxy.Arm(fault, match)
+
+				rr, took := sendTimed(t, mw.Handler(handler), "/pay", "k", 10*time.Second, f)
+				select {
+				case <-f.Fired():
+				default:
+					t.Fatalf("the fault did not fire; answer %d %s", rr.Code, rr.Body)
+				}
+				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown)
+				if took > 5*time.Second {
+					t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+				}
+				if rr.Header().Get("Retry-After") == "" {
+					t.Error("no Retry-After")
+				}
+				if !strings.Contains(logs.String(), "commit result unknown") || !strings.Contains(logs.String(), "CommitTimeout") {
+					t.Errorf("log does not say the COMMIT's outcome is unknown after CommitTimeout:\n%s", logs.String())
+				}
+				// Nothing held on this side: the connection was given up,
+				// not put back in the pool, and closed (pgx drains it in
+				// the background first, for up to 15 s, and the pool
+				// counts it until then).
+				select {
+				case <-f.ClientClosed():
+				case <-time.After(20 * time.Second):
+					t.Fatal("the connection of the COMMIT that did not answer was not closed")
+				}
+				for deadline := time.Now().Add(5 * time.Second); pool.Stat().TotalConns() != 0; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d connections still in the pool (%d acquired) after the COMMIT's was closed",
+							pool.Stat().TotalConns(), pool.Stat().AcquiredConns())
+					}
+				}
+
+				// The retries, through a working pool.
+				retry := func(wait time.Duration) *httptest.ResponseRecorder {
+					mw, err := idemhttp.New(withoutTxClaimer[pgx.Tx](direct, path == "generic"), &idemhttp.Config{Scope: fixedScope, Wait: wait})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return send(mw.Handler(handler), "POST", "/pay", "k", `{}`)
+				}
+				if fault == testdb.BlackHole {
+					// Nothing committed, and PostgreSQL's session still
+					// holds the key: retries are told to come back, never
+					// executed beside it...
+					checkProblem(t, retry(500*time.Millisecond), http.StatusConflict, problem.TypeRequestInProgress)
+					if calls.Load() != 1 {
+						t.Fatalf("handler ran %d times while the first transaction was undecided", calls.Load())
+					}
+					// ... until PostgreSQL sees the connection gone and
+					// rolls it back: the retry executes.
+					f.Cut()
+					again := retry(10 * time.Second)
+					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "" {
+						t.Fatalf("retry once the session ended: %d %s; want the command executed", again.Code, again.Body)
+					}
+				} else {
+					again := retry(5 * time.Second)
+					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" ||
+						!strings.Contains(again.Body.String(), marker) {
+						t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
+							again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
+					}
+				}
+				if n := e.effects(t, "cdl"); n != 1 {
+					t.Fatalf("effects = %d, want exactly 1", n)
+				}
+			})
+		}
+	}
+}
+
+// In ModeLease each attempt to store the outcome was bounded by Lease/3
+// alone (100 s with a 5 min lease): CommitTimeout bounds it too. The first
+// attempt's connection is black-holed; the next attempt, on another
+// connection, stores the outcome within a few seconds, and the retry
+// replays it.
+func TestLeaseCompleteDeadline(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []testdb.Fault{testdb.BlackHole, testdb.BlackHoleReply} {
+		name := "store-lost"
+		if fault == testdb.BlackHoleReply {
+			name = "answer-lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			direct := testdb.Postgres(t)
+			schema := schemaOf(t, direct)
+			proxy := testdb.NewProxy(t)
+			proxied, err := pgdriver.New(proxy.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			marker := randomMarker("lcd-")
+			var calls atomic.Int64
+			handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				calls.Add(1)
+				w.WriteHeader(http.StatusCreated)
+				_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
+			})
+			mw, err := idemhttp.New[pgx.Tx](proxied, &idemhttp.Config{Mode: idemhttp.ModeLease, Scope: fixedScope,
+				Lease: 5 * time.Minute, CommitTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := proxy.Arm(fault, func(b []byte) bool { return bytes.Contains(b, []byte(marker)) })
+			rr, took := sendTimed(t, mw.Handler(handler), "/charge", "k", 20*time.Second, f)
+			if rr.Code != http.StatusCreated {
+				t.Fatalf("answer: %d %s", rr.Code, rr.Body)
+			}
+			if took > 5*time.Second {
+				t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+			}
+			select {
+			case <-f.Fired():
+			default:
+				t.Fatal("the fault did not fire")
+			}
+			other, err := idemhttp.New[pgx.Tx](direct, &idemhttp.Config{Mode: idemhttp.ModeLease, Scope: fixedScope})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again := send(other.Handler(handler), "POST", "/charge", "k", `{}`)
+			if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("retry: %d %q %s; want the replay", again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
+			}
+			if calls.Load() != 1 {
+				t.Fatalf("handler ran %d times, want 1", calls.Load())
+			}
+		})
+	}
+}
