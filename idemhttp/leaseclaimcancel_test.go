@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -115,5 +116,59 @@ func TestLeaseClaimLostToTheRequestsEnd(t *testing.T) {
 				t.Fatalf("handler ran %d times, want 1", calls.Load())
 			}
 		})
+	}
+}
+
+// The same with the client still there: the claim's INSERT committed and
+// the connection broke before its reply arrived (the proxy drops the reply
+// and closes the connection). The request answers 503 store-unavailable,
+// and the in-progress record its claim left made every retry answer 409
+// request-in-progress for the whole lease, though the handler never ran.
+// The claim is released, by its token, in the background: a retry that
+// waits executes.
+func TestLeaseClaimReplyLost(t *testing.T) {
+	t.Parallel()
+	direct := testdb.Postgres(t)
+	schema := schemaOf(t, direct)
+	proxy := testdb.NewProxy(t)
+	proxied, err := pgdriver.New(proxy.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"charged":true}`))
+	})
+	mw, err := idemhttp.New[pgx.Tx](proxied, &idemhttp.Config{Mode: idemhttp.ModeLease, Scope: fixedScope, Wait: idemhttp.NoWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := randomMarker("lcl-") // in the claim's bytes only
+	f := proxy.Arm(testdb.DropReply, func(b []byte) bool { return bytes.Contains(b, []byte(key)) })
+	rr := send(mw.Handler(handler), "POST", "/charge", key, `{}`)
+	select {
+	case <-f.Fired():
+	default:
+		t.Fatalf("the fault did not fire; answer %d %s", rr.Code, rr.Body)
+	}
+	checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeStoreUnavailable)
+	if calls.Load() != 0 {
+		t.Fatalf("the handler ran %d times on a request whose claim failed", calls.Load())
+	}
+
+	// A retry, on another instance, waits for the key (5 s, far less than
+	// the 30 s lease): the claim left behind is released meanwhile.
+	other, err := idemhttp.New[pgx.Tx](direct, &idemhttp.Config{Mode: idemhttp.ModeLease, Scope: fixedScope, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := send(other.Handler(handler), "POST", "/charge", key, `{}`)
+	if retry.Code != http.StatusCreated || retry.Header().Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("retry with the same key: %d %s; want the command executed (201)", retry.Code, retry.Body)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", calls.Load())
 	}
 }

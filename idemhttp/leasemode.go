@@ -31,19 +31,23 @@ func (m *Middleware[TTx]) serveLease(cmd *command, next http.Handler) {
 		}
 		m.endClaim(span, false, err)
 		if err != nil {
-			switch {
-			case errors.Is(err, driver.ErrLockTimeout):
-				m.inProgress(cmd)
-			case ctx.Err() == nil:
+			if errors.Is(err, driver.ErrLockTimeout) {
+				m.inProgress(cmd) // the claim waited for the row and gave up: nothing written
+				return
+			}
+			if ctx.Err() == nil {
 				m.storeUnavailable(cmd, err)
-			default:
-				// The request ended during the claim (the client went
-				// away, or its deadline passed): the claim may have
-				// committed with its reply lost, and nothing would
-				// complete or release it; the retry would wait out the
-				// lease. Released by its token (only if it is ours), in
-				// the background: the answer to a passed deadline must
-				// not wait for a store that was too slow for it.
+			}
+			if !errors.Is(err, driver.ErrNotMigrated) {
+				// The claim may have committed with its reply lost: the
+				// request ended during it (the client went away, or its
+				// deadline passed), or its round trip failed after the
+				// store committed it (the connection broke). Nothing
+				// would complete or release it, and every retry would
+				// get 409 until the lease expires, though the handler
+				// never ran. Released by its token (only if it is still
+				// ours), in the background: the answer must not wait for
+				// a store that just failed or was too slow.
 				go m.release(context.WithoutCancel(ctx), ex, cmd, p.LeaseToken)
 			}
 			return
