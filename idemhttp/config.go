@@ -172,10 +172,10 @@ type Config struct {
 	// not end it): in ModeTx the COMMIT with the stored response (on the
 	// generic path also the record's write before it), in ModeLease each
 	// attempt to store the outcome (three at most, each also bounded by
-	// Lease/3). Without it a store that stops answering there (a network
-	// partition that closes nothing, a hung server) held the request, its
-	// connection and the key until the operating system gave up on the
-	// socket, hours later. When it passes in ModeTx the COMMIT may or may
+	// Lease/3). A store that stops answering there (a network partition
+	// that closes nothing, a hung server) would otherwise hold the
+	// request, its connection and the key until the operating system gave
+	// up on the socket, hours later. When it passes in ModeTx the COMMIT may or may
 	// not have happened: the request answers 503 outcome-unknown, the
 	// connection is given up, and a retry with the same key replays what
 	// was committed or executes once. A COMMIT that never reached
@@ -184,9 +184,9 @@ type Config struct {
 	// connection gone (docs/problems.md, outcome-unknown). Set it above
 	// the slowest COMMIT expected (synchronous replication, deferred
 	// triggers). database/sql's Tx.Commit takes no context: with
-	// pgsqldriver and sqlitedriver it bounds the record's write, and the
-	// request's context alone the COMMIT. Defaults to
-	// DefaultCommitTimeout (30s); negative is rejected.
+	// pgsqldriver and sqlitedriver it bounds the record's write, not the
+	// COMMIT (pgsqldriver's runs on the request's context).
+	// Defaults to DefaultCommitTimeout (30s); negative is rejected.
 	CommitTimeout time.Duration
 
 	// ReplayCacheBytes bounds the in-process cache of completed responses
