@@ -217,7 +217,8 @@
 // RelayConfig.Wake is nil finds it by itself (the driver is a Notifier) and
 // listens while it runs, so new events are published within milliseconds
 // while polling stays the fallback; pass your own Wake to combine other
-// signals, or set RelayConfig.NoListen to poll only. If the listener cannot
-// start (the database restarting), the relay polls and starts it again in
-// the background.
+// signals, or set RelayConfig.NoListen to poll only. The relay does not
+// wait for its listener to start (a pooler may queue its connection): it
+// polls until then. If the listener cannot start (the database
+// restarting), the relay polls and starts it again in the background.
 package outbox

@@ -111,9 +111,11 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 // Notifier is implemented by drivers that signal committed outbox inserts
 // (pgdriver, with LISTEN/NOTIFY): ListenOutbox returns a channel that
 // receives a value soon after such a commit, until ctx ends. A Relay whose
-// RelayConfig.Wake is nil listens on it by itself. If ListenOutbox fails
-// when Run starts (the database restarting), the relay polls and calls it
-// again with backoff (up to 5s) until it succeeds; an error wrapping
+// RelayConfig.Wake is nil listens on it by itself: Run calls ListenOutbox
+// in the background and polls until it returns (its connection may be
+// slow to come), then looks for events once more. If ListenOutbox fails
+// (the database restarting), the relay polls and calls it again with
+// backoff (up to 5s) until it succeeds; an error wrapping
 // errors.ErrUnsupported (a driver that cannot listen) makes it poll for
 // good.
 type Notifier interface {
@@ -150,28 +152,19 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 
 	wakeUp := r.cfg.Wake
 	if n, ok := any(r.drv).(Notifier); ok && wakeUp == nil && !r.cfg.NoListen {
-		// The listener ends with Run, also when Run ends by a panic
-		// (a supervisor that recovers and runs it again must not leak
-		// a listener and its connection per restart).
+		// The listener starts in the background while the relay polls:
+		// its connection may be slow to come (a pooler queueing it, a
+		// server slow to accept), and the relay has its pool's. It ends
+		// with Run, also when Run ends by a panic (a supervisor that
+		// recovers and runs it again must not leak a listener and its
+		// connection per restart).
 		lctx, cancel := context.WithCancel(ctx)
+		ch := make(chan struct{}, 1)
+		wakeUp = ch
+		var lwg sync.WaitGroup
+		defer lwg.Wait() // after cancel (deferred later, run earlier)
 		defer cancel()
-		w, err := n.ListenOutbox(lctx, r.listenError)
-		switch {
-		case err == nil:
-			wakeUp = w
-		case errors.Is(err, errors.ErrUnsupported):
-			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
-		default:
-			// The database may be restarting: listen again later (the
-			// relay polls meanwhile) rather than poll for good.
-			r.cfg.Logger.Warn("outbox: no wake-ups yet, polling until the listener starts", "err", err, "poll_interval", r.cfg.PollInterval)
-			ch := make(chan struct{}, 1)
-			wakeUp = ch
-			var lwg sync.WaitGroup
-			defer lwg.Wait() // after cancel (deferred later, run earlier)
-			defer cancel()
-			lwg.Go(func() { r.listenLater(lctx, n, ch) })
-		}
+		lwg.Go(func() { r.listen(lctx, n, ch) })
 	}
 	if r.cfg.Wake != nil {
 		// A closed Wake receives at once for ever: forwarded, it is taken
@@ -285,14 +278,16 @@ func (r *Relay[TTx]) forwardWake(ctx context.Context, w <-chan struct{}, wake ch
 	}
 }
 
-// listenRetryMax bounds the wait between two attempts of listenLater.
+// listenRetryMax bounds the wait between two attempts of listen.
 const listenRetryMax = 5 * time.Second
 
-// listenLater starts the listener of n, retrying with backoff (100ms
-// doubling up to listenRetryMax) until it starts or ctx ends, then forwards
-// its wake-ups to wake: once at the start (events may have been committed
-// meanwhile), then each one.
-func (r *Relay[TTx]) listenLater(ctx context.Context, n Notifier, wake chan<- struct{}) {
+// listen starts the listener of n, retrying with backoff (100ms doubling up
+// to listenRetryMax) until it starts or ctx ends, then forwards its
+// wake-ups to wake: once at the start (events may have been committed
+// before it listened), then each one. An error wrapping
+// errors.ErrUnsupported (a driver that cannot listen) ends it: the relay
+// polls for good.
+func (r *Relay[TTx]) listen(ctx context.Context, n Notifier, wake chan<- struct{}) {
 	signal := func() {
 		select {
 		case wake <- struct{}{}:
@@ -300,22 +295,33 @@ func (r *Relay[TTx]) listenLater(ctx context.Context, n Notifier, wake chan<- st
 		}
 	}
 	var w <-chan struct{}
-	for attempt := 1; w == nil; attempt++ {
-		if !backoff.Sleep(ctx, backoff.Exp(attempt, 100*time.Millisecond, listenRetryMax), nil) {
+	attempt := 0
+	for ; w == nil; attempt++ {
+		if attempt > 0 && !backoff.Sleep(ctx, backoff.Exp(attempt, 100*time.Millisecond, listenRetryMax), nil) {
 			return
 		}
 		var err error
-		if w, err = n.ListenOutbox(ctx, r.listenError); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if attempt%10 == 0 {
-				r.cfg.Logger.Warn("outbox: wake-up listener still not started, polling", "err", err, "attempts", attempt)
-			}
-			w = nil
+		if w, err = n.ListenOutbox(ctx, r.listenError); err == nil {
+			break
+		}
+		w = nil
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errors.ErrUnsupported):
+			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)
+			return
+		case attempt == 0:
+			// The database may be restarting: listen again later (the
+			// relay polls meanwhile) rather than poll for good.
+			r.cfg.Logger.Warn("outbox: no wake-ups yet, polling until the listener starts", "err", err, "poll_interval", r.cfg.PollInterval)
+		case attempt%10 == 0:
+			r.cfg.Logger.Warn("outbox: wake-up listener still not started, polling", "err", err, "attempts", attempt+1)
 		}
 	}
-	r.cfg.Logger.Info("outbox: wake-up listener started")
+	if attempt > 0 {
+		r.cfg.Logger.Info("outbox: wake-up listener started")
+	}
 	signal()
 	for {
 		select {
