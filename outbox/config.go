@@ -92,7 +92,10 @@ type RelayConfig struct {
 	// OnLag, if set, is called after each round with the age of the oldest
 	// unpublished event (0 when there is none), parked ones included (for a
 	// lag gauge and its alert); at most every 250ms by Run. On SQLite a
-	// relay standing by reports it too, each time it tries the lease.
+	// relay standing by reports it too, each time it tries the lease. Run
+	// also reports it every PollInterval in which nothing else did, so that
+	// a round that does not end (a Publish outliving its context while the
+	// broker does not answer) does not freeze the gauge.
 	OnLag func(lag time.Duration)
 	// OnPark, if set, is called when an event is parked as poison after
 	// attempts failed attempts, the last one with err.

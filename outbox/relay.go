@@ -178,6 +178,15 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		wakeUp = ch
 		fwg.Go(func() { r.forwardWake(fctx, r.cfg.Wake, ch) })
 	}
+	if r.cfg.OnLag != nil {
+		// Rounds report the lag; one that does not end (a Publish
+		// outliving its context) must not freeze it.
+		lctx, cancel := context.WithCancel(ctx)
+		var lwg sync.WaitGroup
+		defer lwg.Wait() // after cancel (deferred later, run earlier)
+		defer cancel()
+		lwg.Go(func() { r.keepReportingLag(lctx) })
+	}
 	if r.lease != nil {
 		r.runLeased(ctx, wakeUp)
 		return nil
@@ -449,6 +458,28 @@ func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
 
 // lagEvery is how often Run reports the lag (a query per report).
 const lagEvery = 250 * time.Millisecond
+
+// keepReportingLag reports the lag every PollInterval (at least lagEvery)
+// in which nothing else did, until ctx ends: the rounds report it as they
+// end, and one stuck in Publish (a broker client keeping a record whose
+// outcome it does not know, whatever the context says) or in the database
+// would otherwise leave the lag gauge at its last value, however long the
+// event has waited.
+func (r *Relay[TTx]) keepReportingLag(ctx context.Context) {
+	every := max(r.cfg.PollInterval, lagEvery)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Now().UnixNano()-r.lagAt.Load() >= int64(every) {
+			r.reportLag(ctx, false)
+		}
+	}
+}
 
 // reportLag calls OnLag with the age of the oldest unpublished event; at
 // most every lagEvery unless always. A failed query is logged through

@@ -66,7 +66,7 @@ func newMetrics() *metrics {
 		}, []string{"table"}),
 		lagSecs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_outbox_lag_seconds",
-			Help: "Age of the oldest unpublished outbox event (0 when none), after the relay's last round.",
+			Help: "Age of the oldest unpublished outbox event (0 when none), after the relay's last round, and every second while a round is stuck.",
 		}),
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemd_outbox_parked_total",
