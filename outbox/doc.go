@@ -73,7 +73,12 @@
 // them for good: the claim sets the transaction's
 // idle_in_transaction_session_timeout to RelayConfig.PublishTimeout + 20s,
 // after which the server ends the session and frees its lanes, and other
-// relays publish its events again (same IDs, same order).
+// relays publish its events again (same IDs, same order). On the relay's
+// side, a round's Begin and claim get 15s (and its marks 15s, a lag query
+// 5s): a connection cut off without a reset (a failover that took the
+// primary's host, a NAT or firewall that lost the connection) fails the
+// round, which is logged and retried on another connection, instead of
+// holding the relay until TCP gives up.
 //
 // SQLite has no concurrent writers: there the batch is the lowest pending
 // IDs, read outside a transaction and marked in a short one, so the relay

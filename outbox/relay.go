@@ -459,6 +459,10 @@ func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
 // lagEvery is how often Run reports the lag (a query per report).
 const lagEvery = 250 * time.Millisecond
 
+// lagTimeout bounds a lag query on a backend with concurrent writers
+// (PostgreSQL), as claimTimeout bounds a claim.
+const lagTimeout = 5 * time.Second
+
 // keepReportingLag reports the lag every PollInterval (at least lagEvery)
 // in which nothing else did, until ctx ends: the rounds report it as they
 // end, and one stuck in Publish (a broker client keeping a record whose
@@ -495,7 +499,14 @@ func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 		return
 	}
 	r.lagAt.Store(now)
-	oldest, ok, err := r.drv.Outbox().OutboxOldestUnpublished(ctx)
+	qctx := ctx
+	if r.locking {
+		// Bounded as a claim is (a connection cut off without a reset).
+		var cancel context.CancelFunc
+		qctx, cancel = context.WithTimeout(ctx, lagTimeout)
+		defer cancel()
+	}
+	oldest, ok, err := r.drv.Outbox().OutboxOldestUnpublished(qctx)
 	if err != nil {
 		log, g := r.lag.failed(err.Error(), r.cfg.Now())
 		switch {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -65,36 +66,41 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	// claimed, once the claim returned, tells whether the transaction
 	// may outlive ctx (it always may outside locking mode).
 	claimed := func() bool { return true }
+	claimCtx, cancelClaim := ctx, context.CancelFunc(func() {})
 	if r.locking {
 		// Begun on a context detached from ctx once the claim returned:
 		// database/sql ties a transaction to the context of BeginTx, and
 		// the marks must outlive a shutdown; but a Begin waiting for a
 		// connection (an exhausted pool, an unreachable server) must end
-		// with ctx, or a shutdown waits for it.
+		// with ctx, or a shutdown waits for it, and within claimTimeout:
+		// a connection cut off without a reset would otherwise hold the
+		// round until TCP gives up (for ever, behind a middlebox that
+		// acknowledges).
+		claimCtx, cancelClaim = context.WithTimeout(ctx, claimTimeout)
+		defer cancelClaim()
 		var txCtx context.Context
 		txCtx, cancelTx = context.WithCancel(detached)
-		claimed = context.AfterFunc(ctx, cancelTx)
+		claimed = context.AfterFunc(claimCtx, cancelTx)
 		defer claimed() // unregistered on every return, failures included
 		if err := begin(txCtx); err != nil {
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			return res, err
+			return res, r.claimError(ctx, claimCtx, err)
 		}
 		claimer = ex
 	}
 
-	rows, err := claimer.OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{
+	rows, err := claimer.OutboxClaimBatch(claimCtx, &driver.OutboxClaimBatchParams{
 		Now: r.cfg.Now(), Limit: r.cfg.BatchSize, HoldTimeout: r.holdTimeout(),
 	})
 	if err != nil {
-		return res, fmt.Errorf("outbox: claim: %w", err)
+		return res, r.claimError(ctx, claimCtx, fmt.Errorf("outbox: claim: %w", err))
 	}
 	if !claimed() {
-		// ctx ended as the claim returned: the transaction is being
-		// cancelled; publish nothing (the deferred rollback frees it).
-		return res, ctx.Err()
+		// ctx ended (or claimTimeout passed) as the claim returned: the
+		// transaction is being cancelled; publish nothing (the deferred
+		// rollback frees it).
+		return res, r.claimError(ctx, claimCtx, claimCtx.Err())
 	}
+	cancelClaim()
 	res.claimed = len(rows)
 	if len(rows) == 0 {
 		r.logQuiet(r.cfg.Now())
@@ -197,6 +203,25 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		return res, fmt.Errorf("outbox: %d of %d events not published: %w", len(events)-len(o.published), len(events), pubErr)
 	}
 	return res, nil
+}
+
+// claimTimeout bounds the Begin and the claim of a round on a backend with
+// concurrent writers (PostgreSQL): a few milliseconds when the database
+// answers.
+const claimTimeout = 15 * time.Second
+
+// claimError is the error of a round whose Begin or claim failed with err:
+// ctx's error if ctx ended, and err said to have outlived claimTimeout if
+// claimCtx's deadline passed.
+func (r *Relay[TTx]) claimError(ctx, claimCtx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(claimCtx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("outbox: begin and claim not done within %s (a database that does not answer, a connection cut off, no free connection in the pool): %w",
+			claimTimeout, err)
+	}
+	return err
 }
 
 // decode turns claimed rows into envelopes. A row that cannot be decoded is
