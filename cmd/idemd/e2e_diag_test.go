@@ -20,11 +20,10 @@ import (
 // committed offset against the end offset, and the pipeline's metrics of
 // the running idemds. A part that cannot be read says why.
 type pipeline struct {
-	db     *pgDatabase // nil: SQLite, not read
-	seeds  []string    // of the Kafka cluster; none: not read
-	topic  string
-	procs  func() []*proc
-	header string
+	db    *pgDatabase // nil: SQLite, not read
+	seeds []string    // of the Kafka cluster; none: not read
+	topic string
+	procs func() []*proc
 }
 
 var pipelineMetricRe = regexp.MustCompile(`(?m)^idemd_(kafka_consumer_lag|outbox_lag_seconds|outbox_relay_active|outbox_parked_events|orders_waiting_for_events|orders_needing_operator|order_watchdog_orders_total|inbox_events_total)\b.*$`)
