@@ -227,6 +227,9 @@ func checkKey(key string) error {
 // them with it. It is safe for concurrent use.
 type Client struct {
 	cfg Config
+	// int64N draws the jitter added to a Retry-After: uniform in [0, n)
+	// (rand.Int64N; a test's own, to know the wait).
+	int64N func(n int64) int64
 }
 
 // New returns a client. cfg may be nil for the defaults; an invalid cfg is
@@ -240,7 +243,7 @@ func New(cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{cfg: c}, nil
+	return &Client{cfg: c, int64N: rand.Int64N}, nil
 }
 
 // NewKey returns a key from the client's Config.NewKey.
@@ -431,6 +434,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 					RetryAfter: d, At: time.Now().Add(d), Limit: limit,
 				})
 			}
+			d += c.retryAfterJitter(ctx, start, d)
 		} else if !c.fits(ctx, start, d) {
 			return c.giveUp(attempt, lastResp, lastErr, info.ProblemType, fail)
 		}
@@ -524,6 +528,26 @@ func (c *Client) tooLong(ctx context.Context, start time.Time, d time.Duration) 
 		return fmt.Sprintf("MaxElapsed %s (%s left)", c.cfg.MaxElapsed, max(c.cfg.MaxElapsed-now.Sub(start), 0).Round(time.Millisecond))
 	}
 	return ""
+}
+
+// retryAfterJitter is the random extra wait added to a Retry-After of ra
+// that Do may wait for (tooLong accepted it): uniform in [0, min(ra/10,
+// RetryAfterJitter)], so that the clients a server told to come back at
+// the same instant do not, cut to what still fits in MaxRetryAfter, the
+// context's deadline and MaxElapsed, so that it never makes Do give up.
+func (c *Client) retryAfterJitter(ctx context.Context, start time.Time, ra time.Duration) time.Duration {
+	j := min(ra/10, c.cfg.RetryAfterJitter, c.cfg.MaxRetryAfter-ra) // NoRetryAfterJitter: negative
+	now := time.Now()
+	if dl, ok := ctx.Deadline(); ok {
+		j = min(j, dl.Sub(now)-ra-1) // the wait must end before the deadline
+	}
+	if c.cfg.MaxElapsed > 0 {
+		j = min(j, c.cfg.MaxElapsed-now.Sub(start)-ra)
+	}
+	if j <= 0 {
+		return 0
+	}
+	return time.Duration(c.int64N(int64(j) + 1)) // ra is at most 2^32 s: no overflow
 }
 
 // fits reports whether a wait of d ends before the context's deadline and

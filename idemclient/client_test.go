@@ -322,7 +322,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 		want   time.Duration
 	}{
 		{"3", 3 * time.Second},
-		{"60", time.Minute}, // not capped at MaxDelay (10s); at most MaxRetryAfter (1m)
+		{"60", time.Minute}, // not capped at MaxDelay (10s); at most MaxRetryAfter (1m), jitter included
 	}
 	for _, tt := range tests {
 		t.Run(tt.header, func(t *testing.T) {
@@ -341,8 +341,9 @@ func TestRetryAfterSeconds(t *testing.T) {
 				t.Fatalf("Do: %v", err)
 			}
 			resp.Body.Close()
-			if ds := s.delays(); len(ds) != 1 || ds[0] != tt.want {
-				t.Errorf("delays %v, want [%s]", ds, tt.want)
+			// 60s: no jitter, which would pass MaxRetryAfter.
+			if ds := s.delays(); len(ds) != 1 || !jittered(ds[0], tt.want) || (tt.want == time.Minute && ds[0] != tt.want) {
+				t.Errorf("delays %v, want [%s] plus its jitter", ds, tt.want)
 			}
 		})
 	}
@@ -365,7 +366,7 @@ func TestRetryAfterZeroBacksOff(t *testing.T) {
 			[]time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond}},
 		{"past date, Backoff", []string{past, past}, idemclient.Config{Backoff: backoff},
 			[]time.Duration{300 * time.Millisecond, 600 * time.Millisecond}},
-		{"zero then positive, Backoff", []string{"0", "2"}, idemclient.Config{Backoff: backoff},
+		{"zero then positive, Backoff", []string{"0", "2"}, idemclient.Config{Backoff: backoff, RetryAfterJitter: idemclient.NoRetryAfterJitter},
 			[]time.Duration{300 * time.Millisecond, 2 * time.Second}},
 		{"zero, Backoff capped at MaxDelay", []string{"0"}, idemclient.Config{Backoff: func(int) time.Duration { return time.Hour }},
 			[]time.Duration{10 * time.Second}},
@@ -428,8 +429,9 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 		t.Fatalf("Do: %v", err)
 	}
 	resp.Body.Close()
-	// The HTTP-date has whole seconds: the wait is 4 to 5 seconds.
-	if ds := s.delays(); len(ds) != 1 || ds[0] < 3*time.Second || ds[0] > 5*time.Second {
+	// The HTTP-date has whole seconds: the wait is 4 to 5 seconds, plus
+	// at most a tenth of it.
+	if ds := s.delays(); len(ds) != 1 || ds[0] < 3*time.Second || ds[0] > 5500*time.Millisecond {
 		t.Errorf("delays %v, want one of about 5s", ds)
 	}
 }
@@ -455,10 +457,11 @@ func TestRequestInProgressRetried(t *testing.T) {
 		t.Errorf("status %d, replayed %v", resp.StatusCode, idemclient.Replayed(resp))
 	}
 	checkSameKeyAndBody(t, rec.seen(), "{}")
-	if ds := s.delays(); len(ds) != 1 || ds[0] != 2*time.Second {
-		t.Errorf("delays %v, want [2s] from Retry-After", ds)
+	ds := s.delays()
+	if len(ds) != 1 || !jittered(ds[0], 2*time.Second) {
+		t.Errorf("delays %v, want one of 2s from Retry-After, plus its jitter", ds)
 	}
-	if info.StatusCode != http.StatusConflict || info.ProblemType != problem.TypeRequestInProgress || info.Delay != 2*time.Second {
+	if info.StatusCode != http.StatusConflict || info.ProblemType != problem.TypeRequestInProgress || len(ds) != 1 || info.Delay != ds[0] {
 		t.Errorf("OnRetry got %+v", info)
 	}
 }
@@ -1103,6 +1106,7 @@ func TestConfigValidation(t *testing.T) {
 		"max below base":        {BaseDelay: time.Second, MaxDelay: time.Millisecond},
 		"negative elapsed":      {MaxElapsed: -time.Second},
 		"negative retry-after":  {MaxRetryAfter: -time.Second},
+		"negative jitter":       {RetryAfterJitter: -time.Second},
 		"negative body limit":   {MaxBodyBytes: -1},
 		"empty method":          {Methods: []string{""}},
 		"method with space":     {Methods: []string{"PO ST"}},
@@ -1113,7 +1117,7 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	for _, cfg := range []*idemclient.Config{nil, {}, {MaxAttempts: 1, BaseDelay: time.Minute}, {Methods: []string{}}} {
+	for _, cfg := range []*idemclient.Config{nil, {}, {MaxAttempts: 1, BaseDelay: time.Minute}, {Methods: []string{}}, {RetryAfterJitter: idemclient.NoRetryAfterJitter}} {
 		if _, err := idemclient.New(cfg); err != nil {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}

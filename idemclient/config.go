@@ -18,10 +18,17 @@ const (
 	// DefaultMaxRetryAfter is the longest Retry-After Do waits for by
 	// default (or MaxDelay, when that is longer).
 	DefaultMaxRetryAfter = time.Minute
-	DefaultMaxBodyBytes  = 1 << 20
+	// DefaultRetryAfterJitter is the default bound of the random extra
+	// wait Do adds to a Retry-After (which is also at most a tenth of it).
+	DefaultRetryAfterJitter = 5 * time.Second
+	DefaultMaxBodyBytes     = 1 << 20
 	// DefaultTimeout is the per-attempt timeout of the default HTTP client.
 	DefaultTimeout = 30 * time.Second
 )
+
+// NoRetryAfterJitter as Config.RetryAfterJitter makes Do wait exactly the
+// Retry-After a server asked for, adding nothing.
+const NoRetryAfterJitter time.Duration = -1
 
 // Config configures a Client. The zero value (or a nil *Config) gives the
 // defaults.
@@ -58,6 +65,18 @@ type Config struct {
 	// *Error whose cause is a *RetryAfterError. Defaults to
 	// DefaultMaxRetryAfter (1m), or MaxDelay when that is longer.
 	MaxRetryAfter time.Duration
+
+	// RetryAfterJitter bounds the random extra wait Do adds to a server's
+	// Retry-After, so that the clients a server answered 429 or 503 with
+	// the same Retry-After do not all come back at the same instant (a
+	// thundering herd that overloads it again): Do waits the Retry-After
+	// plus a uniform random extra in [0, min(Retry-After/10,
+	// RetryAfterJitter)], never less than the server asked. The extra is
+	// cut to what fits in MaxRetryAfter, the context's deadline and
+	// MaxElapsed: it never makes Do give up on a wait it could make.
+	// Defaults to DefaultRetryAfterJitter (5s); NoRetryAfterJitter
+	// disables it.
+	RetryAfterJitter time.Duration
 
 	// MaxElapsed, when positive, is the time budget of one Do, counted from
 	// its start: no wait may end after it, so Do gives up rather than sleep
@@ -117,7 +136,8 @@ type Retry struct {
 	ProblemType string
 	// Err is the transport error, nil when a response came back.
 	Err error
-	// Delay is the wait before the next attempt.
+	// Delay is the wait before the next attempt (after a Retry-After: that
+	// wait plus its jitter, see Config.RetryAfterJitter).
 	Delay time.Duration
 }
 
@@ -136,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetryAfter == 0 {
 		c.MaxRetryAfter = max(DefaultMaxRetryAfter, c.MaxDelay)
+	}
+	if c.RetryAfterJitter == 0 {
+		c.RetryAfterJitter = DefaultRetryAfterJitter
 	}
 	if c.Methods == nil {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -172,6 +195,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxRetryAfter < 0 {
 		errs = append(errs, fmt.Errorf("MaxRetryAfter %s: must not be negative", c.MaxRetryAfter))
+	}
+	if c.RetryAfterJitter < 0 && c.RetryAfterJitter != NoRetryAfterJitter {
+		errs = append(errs, fmt.Errorf("RetryAfterJitter %s: must be positive or NoRetryAfterJitter", c.RetryAfterJitter))
 	}
 	if c.MaxElapsed < 0 {
 		errs = append(errs, fmt.Errorf("MaxElapsed %s: must not be negative", c.MaxElapsed))

@@ -126,7 +126,13 @@
 //     delta-seconds or an HTTP-date (counted from the response's Date when
 //     it has one: the server's clock), in full: Do never retries sooner than
 //     the server asked, which would only add load to a server that said it
-//     cannot serve until then. When that wait is longer than
+//     cannot serve until then. On top of it Do waits a random extra of at
+//     most a tenth of it and Config.RetryAfterJitter (5s by default;
+//     NoRetryAfterJitter for none), so that the clients a server answered
+//     429 or 503 with the same Retry-After do not all come back at the same
+//     instant; the extra is cut to what fits in MaxRetryAfter, the deadline
+//     and MaxElapsed, so it never makes Do give up. When the server's wait
+//     is longer than
 //     Config.MaxRetryAfter (by default 1 minute, or MaxDelay if longer), or
 //     would end after the request context's deadline or after
 //     Config.MaxElapsed (counted from the start of Do), Do stops at once:

@@ -72,7 +72,9 @@ func Example() {
 	c, err := idemclient.New(&idemclient.Config{
 		HTTPClient: &http.Client{Timeout: 5 * time.Second},
 		OnRetry: func(r idemclient.Retry) {
-			fmt.Printf("attempt %d: %d, retrying in %s with the same key\n", r.Attempt, r.StatusCode, r.Delay)
+			// r.Delay: the server's Retry-After (1s), plus up to a tenth
+			// of it at random (Config.RetryAfterJitter).
+			fmt.Printf("attempt %d: %d, retrying in %s with the same key\n", r.Attempt, r.StatusCode, r.Delay.Truncate(time.Second))
 		},
 	})
 	if err != nil {

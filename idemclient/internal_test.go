@@ -1,8 +1,10 @@
 package idemclient
 
 import (
+	"context"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +83,77 @@ func TestJitter(t *testing.T) {
 	}
 	if d := jitter(0, 0, 3); d != 0 {
 		t.Errorf("jitter with zero base = %s", d)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The jitter added to a Retry-After, with the random draw known: at most
+// a tenth of the wait and RetryAfterJitter, never making the wait pass
+// MaxRetryAfter, the deadline or MaxElapsed (Do would give up on a wait it
+// could make), never below the server's.
+func TestRetryAfterJitterBounds(t *testing.T) {
+	t.Parallel()
+	top := func(n int64) int64 { return n - 1 } // the largest draw
+	for _, tt := range []struct {
+		name     string
+		ra       string
+		cfg      Config
+		deadline time.Duration // of the context, from the start of Do; 0: none
+		draw     func(int64) int64
+		min, max time.Duration // of the wait
+	}{
+		{"a tenth", "2", Config{}, 0, top, 2200 * time.Millisecond, 2200 * time.Millisecond},
+		{"smallest draw: the server's wait", "2", Config{}, 0, func(int64) int64 { return 0 }, 2 * time.Second, 2 * time.Second},
+		{"a tenth of 30s", "30", Config{MaxRetryAfter: 10 * time.Minute}, 0, top, 33 * time.Second, 33 * time.Second},
+		{"at most DefaultRetryAfterJitter", "100", Config{MaxRetryAfter: 10 * time.Minute}, 0, top, 105 * time.Second, 105 * time.Second},
+		{"at most RetryAfterJitter", "30", Config{RetryAfterJitter: time.Second}, 0, top, 31 * time.Second, 31 * time.Second},
+		{"NoRetryAfterJitter", "30", Config{RetryAfterJitter: NoRetryAfterJitter}, 0, func(int64) int64 { panic("drawn") }, 30 * time.Second, 30 * time.Second},
+		{"within MaxRetryAfter", "57", Config{}, 0, top, time.Minute, time.Minute},
+		{"at MaxRetryAfter: none", "60", Config{}, 0, top, time.Minute, time.Minute},
+		{"within MaxElapsed", "2", Config{MaxElapsed: 2050 * time.Millisecond}, 0, top, 2 * time.Second, 2050 * time.Millisecond},
+		{"before the deadline", "2", Config{}, 2100 * time.Millisecond, top, 2 * time.Second, 2100 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var n int
+			cfg := tt.cfg
+			cfg.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				n++
+				resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}
+				if n == 1 {
+					resp.StatusCode = http.StatusServiceUnavailable
+					resp.Header.Set("Retry-After", tt.ra)
+				}
+				return resp, nil
+			})}
+			var waits []time.Duration
+			cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+				waits = append(waits, d)
+				return ctx.Err()
+			}
+			c, err := New(&cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.int64N = tt.draw
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://idem.test/", strings.NewReader("{}"))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("Do: %v; want a retry after the server's wait", err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(waits) != 1 || waits[0] < tt.min || waits[0] > tt.max {
+				t.Errorf("status %d, waits %v; want 200 after one wait in [%s, %s]", resp.StatusCode, waits, tt.min, tt.max)
+			}
+		})
 	}
 }

@@ -33,8 +33,8 @@ func TestRetryAfterNotCappedByMaxDelay(t *testing.T) {
 		t.Fatalf("Do: %v", err)
 	}
 	resp.Body.Close()
-	if ds := s.delays(); len(ds) != 1 || ds[0] != 30*time.Second {
-		t.Errorf("delays %v, want [30s]: the server's Retry-After, not MaxDelay", ds)
+	if ds := s.delays(); len(ds) != 1 || !jittered(ds[0], 30*time.Second) {
+		t.Errorf("delays %v, want [30s] plus its jitter: the server's Retry-After, not MaxDelay", ds)
 	}
 	checkSameKeyAndBody(t, rec.seen(), "{}")
 }
@@ -181,8 +181,8 @@ func TestRetryAfterHTTPDateServerClock(t *testing.T) {
 				t.Fatalf("Do: %v", err)
 			}
 			resp.Body.Close()
-			if ds := s.delays(); len(ds) != 1 || ds[0] < 4*time.Second || ds[0] > 5*time.Second {
-				t.Errorf("delays %v, want one of 4-5s", ds)
+			if ds := s.delays(); len(ds) != 1 || ds[0] < 4*time.Second || ds[0] > 5500*time.Millisecond {
+				t.Errorf("delays %v, want one of 4-5s, plus at most a tenth of it", ds)
 			}
 		})
 	}
