@@ -2,6 +2,7 @@ package idemclient
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -740,18 +741,87 @@ func peek(resp *http.Response) problem.Problem {
 	return p
 }
 
-// peekBody reads up to peekLimit bytes of a problem+json response's body,
-// and the error that stopped it, and restores the body so that it still
-// reads from the start (the error included). ok is false for another media
-// type or no body.
+// peekBody reads up to peekLimit bytes of a problem+json response's
+// document, and the error that stopped it, and restores the body so that
+// it still reads from the start, as sent (the error included). ok is false
+// for another media type or no body.
+//
+// A body with Content-Encoding gzip is decompressed: net/http leaves it
+// compressed when the request carried its own Accept-Encoding, or the
+// transport has DisableCompression, or the server compressed unasked.
+// peekLimit then bounds both the compressed bytes read and the document
+// they decompress to: neither a gzip bomb nor a stream that decompresses
+// to nothing makes Do read or hold more. A body in another encoding is not
+// read: its document cannot be.
 func peekBody(resp *http.Response) (b []byte, ok bool, err error) {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt != problem.MediaType || resp.Body == nil {
 		return nil, false, nil
 	}
-	b, err = io.ReadAll(io.LimitReader(resp.Body, peekLimit))
-	resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), errReader{err}, resp.Body), resp.Body}
-	return b, true, err
+	switch enc := contentEncoding(resp.Header); enc {
+	case "":
+		b, err = io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(b), errReader{err}, resp.Body), resp.Body}
+		return b, true, err
+	case "gzip":
+		raw := &recordingReader{r: io.LimitReader(resp.Body, peekLimit)}
+		zr, err := gzip.NewReader(raw)
+		switch {
+		case err == nil:
+			b, err = io.ReadAll(io.LimitReader(zr, peekLimit))
+			if err == nil && len(b) < peekLimit && raw.buf.Len() == peekLimit {
+				// Cut off at a member's end: the rest is unread.
+				err = errGzipCut
+			}
+		case err == io.EOF && raw.buf.Len() == 0: //nolint:errorlint // gzip.NewReader returns io.EOF itself
+			err = nil // no body at all: no document, as uncompressed
+		}
+		resp.Body = readCloser{io.MultiReader(&raw.buf, errReader{raw.err}, resp.Body), resp.Body}
+		return b, true, err
+	default:
+		return nil, true, fmt.Errorf("idemclient: Content-Encoding %q not decoded", enc)
+	}
+}
+
+// errGzipCut stops the peek of a gzip body whose first peekLimit bytes
+// decompress to less than peekLimit and end at a member's end.
+var errGzipCut = errors.New("idemclient: gzip body cut off at the peek limit")
+
+// contentEncoding is the coding of h's body: "" for none (or identity),
+// "gzip" (or x-gzip), or the Content-Encoding as sent for anything else.
+func contentEncoding(h http.Header) string {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	switch {
+	case len(codings) == 0:
+		return ""
+	case len(codings) == 1 && (codings[0] == "gzip" || codings[0] == "x-gzip"):
+		return "gzip"
+	}
+	return strings.Join(h.Values("Content-Encoding"), ", ")
+}
+
+// recordingReader keeps what it reads of r, and the first error other than
+// io.EOF, to give them back to the body's reader.
+type recordingReader struct {
+	r   io.Reader
+	buf bytes.Buffer
+	err error
+}
+
+func (rr *recordingReader) Read(p []byte) (int, error) {
+	n, err := rr.r.Read(p)
+	rr.buf.Write(p[:n])
+	if err != nil && err != io.EOF && rr.err == nil { //nolint:errorlint // io.EOF is returned unwrapped
+		rr.err = err
+	}
+	return n, err
 }
 
 type readCloser struct {

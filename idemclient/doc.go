@@ -183,7 +183,13 @@
 //
 // To find the problem type of a 408, 409, 422, 425, 429, 500, 502, 503 or
 // 504 application/problem+json response, Do reads up to 64 KiB of its body,
-// member by member, and leaves the body readable from the start. The bodies
+// member by member, and leaves the body readable from the start, as sent.
+// A body with Content-Encoding gzip, which net/http leaves compressed when
+// the request carries its own Accept-Encoding (or the transport has
+// DisableCompression), is decompressed to read it: at most 64 KiB sent and
+// 64 KiB decompressed, so a gzip bomb costs no more (a document cut off
+// there is one whose type cannot be read). A body in another encoding is
+// not read: its type cannot be read either. The bodies
 // of responses that are retried are drained (up to 64 KiB) and closed. Like http.Client.Do, Do closes the request body.
 //
 // # Bodies

@@ -1,7 +1,10 @@
 package idemclient
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -155,5 +158,65 @@ func TestRetryAfterJitterBounds(t *testing.T) {
 				t.Errorf("status %d, waits %v; want 200 after one wait in [%s, %s]", resp.StatusCode, waits, tt.min, tt.max)
 			}
 		})
+	}
+}
+
+// repeatReader reads b n times over, made as it is read.
+type repeatReader struct {
+	b    []byte
+	n    int
+	off  int
+	read int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p, r.b[r.off:])
+	if r.off += k; r.off == len(r.b) {
+		r.off, r.n = 0, r.n-1
+	}
+	r.read += int64(k)
+	return k, nil
+}
+
+// peekBody holds at most peekLimit bytes of a gzip body's document, and
+// reads at most peekLimit bytes of it as sent, however much it
+// decompresses to (a bomb: 64 GiB from about 64 MiB) or however little (a
+// stream of empty members).
+func TestPeekGzipBounded(t *testing.T) {
+	t.Parallel()
+	member := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(b)
+		_ = zw.Close()
+		return buf.Bytes()
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Extra = make([]byte, 7) // an empty member of 32 bytes: 2048 in peekLimit
+	_ = zw.Close()
+	member32 := buf.Bytes()
+	for _, tt := range []struct {
+		name string
+		body *repeatReader
+		want int // bytes of document peeked
+	}{
+		{"bomb", &repeatReader{b: member(bytes.Repeat([]byte(" "), 1<<20)), n: 1 << 16}, peekLimit},
+		{"empty members", &repeatReader{b: member(nil), n: 1 << 20}, 0},
+		{"empty members ending at the limit", &repeatReader{b: member32, n: 1 << 20}, 0},
+	} {
+		resp := &http.Response{Header: http.Header{}, Body: io.NopCloser(tt.body)}
+		resp.Header.Set("Content-Type", "application/problem+json")
+		resp.Header.Set("Content-Encoding", "gzip")
+		b, ok, err := peekBody(resp)
+		if !ok || len(b) != tt.want || tt.body.read > peekLimit {
+			t.Errorf("%s: peeked %d bytes of document (ok %v) from %d sent; want %d from at most %d", tt.name, len(b), ok, tt.body.read, tt.want, peekLimit)
+		}
+		if len(b) == 0 && err == nil {
+			t.Errorf("%s: no document and no error: read as an empty body, not one cut off", tt.name)
+		}
 	}
 }
