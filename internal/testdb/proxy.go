@@ -16,9 +16,9 @@ import (
 // Proxy is a TCP proxy between a test's connections and PostgreSQL, to
 // break one connection at a chosen message from the client: a network
 // partition or a hung server that closes nothing (BlackHole,
-// BlackHoleReply), or a reply lost with the connection (DropReply). Its
-// connections to PostgreSQL take connection slots like the others of
-// this package.
+// BlackHoleReply), or a reply lost with the connection (DropReply); or
+// every connection it carries at once (BlackHoleAll). Its connections to
+// PostgreSQL take connection slots like the others of this package.
 type Proxy struct {
 	ln       net.Listener
 	network  string // PostgreSQL's
@@ -134,6 +134,31 @@ func (p *Proxy) Arm(kind Fault, match func(clientBytes []byte) bool) *Faulted {
 	p.armed = f
 	p.mu.Unlock()
 	return f
+}
+
+// BlackHoleAll black-holes every connection the proxy carries now, as a
+// BlackHole fault that fired on each: from now on they forward nothing,
+// either way, and close nothing (a partition that resets nothing, taking
+// every connection at once: the primary's host gone in a failover, a NAT
+// or firewall that lost the connections' state), while connections made
+// afterwards go through. It returns those faults, fired, one per
+// connection. A chunk a connection was forwarding as it was called may
+// still get through.
+func (p *Proxy) BlackHoleAll() []*Faulted {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var fs []*Faulted
+	for pc := range p.conns {
+		if pc.cut.Load() || pc.state.Load() != forwarding {
+			continue
+		}
+		f := &Faulted{kind: BlackHole, fired: make(chan struct{}), clientClosed: make(chan struct{}), pc: pc}
+		close(f.fired)
+		pc.fault = f // before the state: toServer reads it once it sees the state
+		pc.state.Store(blackHoled)
+		fs = append(fs, f)
+	}
+	return fs
 }
 
 // ConnConfig is the connection configuration of DSN through the proxy,
@@ -260,8 +285,8 @@ func (p *Proxy) fire(pc *proxyConn, b []byte) *Faulted {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.armed
-	if f == nil || !f.match(b) {
-		return nil
+	if f == nil || pc.state.Load() != forwarding || !f.match(b) {
+		return nil // (not forwarding: BlackHoleAll took it)
 	}
 	p.armed = nil
 	f.pc, pc.fault = pc, f
