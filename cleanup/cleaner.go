@@ -226,8 +226,9 @@ func (c *Cleaner[TTx]) sweepTable(ctx context.Context, ex driver.Executor, r swe
 			return err
 		}
 	}
+	deleteBatch := r.batches() // this sweep's: its first batch starts from the oldest row
 	for {
-		n, err := r.deleteBatch(ctx, ex, tr.Before, c.cfg.BatchSize)
+		n, err := deleteBatch(ctx, ex, tr.Before, c.cfg.BatchSize)
 		tr.Batches++
 		tr.Deleted += n
 		if err != nil {

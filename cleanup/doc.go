@@ -48,15 +48,22 @@
 // # Batches
 //
 // Every DELETE removes at most Config.BatchSize rows (1000 by default;
-// oldest first for the inbox, the outbox and sagas, in no set order for
-// expired idempotency records; for sagas, BatchSize sagas with their
-// steps; on PostgreSQL rows held by a concurrent transaction are skipped,
-// never waited for), and
+// oldest first; for sagas, BatchSize sagas with their steps; on PostgreSQL
+// rows held by a concurrent transaction are skipped, never waited for), and
 // a table is swept again after Config.Pause (50ms) until a batch deletes
 // fewer rows. So a sweep never holds many row locks, never holds them for
 // long, and leaves room to the application's inserts and to replication.
 // When the context is cancelled the running statement is cancelled and the
 // sweep stops.
+//
+// Each batch of a built-in table resumes after the key of the last row the
+// batch before it deleted (driver.DeleteResult), so that it reads the
+// table's retention index from there: on PostgreSQL, while another
+// transaction holds an old snapshot, the entries of the rows deleted by
+// the earlier batches stay in the index, and a batch reading it from the
+// start would walk over all of them. Each sweep starts from the oldest row;
+// a row that becomes eligible behind the cursor during a sweep is left for
+// the next one. A Rule's Delete is called without a cursor.
 //
 // # Replicas
 //

@@ -21,7 +21,7 @@ func (d panickingDeletes) Executor() driver.Executor { return panickingExecutor{
 
 type panickingExecutor struct{ driver.Executor }
 
-func (panickingExecutor) RecordDeleteExpired(context.Context, *driver.RecordDeleteExpiredParams) (int, error) {
+func (panickingExecutor) RecordDeleteExpired(context.Context, *driver.RecordDeleteExpiredParams) (driver.DeleteResult[driver.RecordCursor], error) {
 	panic("driver bug")
 }
 

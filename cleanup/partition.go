@@ -27,9 +27,12 @@ type InboxPartitioner interface {
 	// such rows to move under a brief lock is kept for a later call. It
 	// returns the dropped partitions and how many rows were moved.
 	DropInboxPartitionsBefore(ctx context.Context, before time.Time) (dropped []string, rescued int, err error)
-	// DeleteInboxDefaultBefore deletes at most limit rows of the default
-	// partition processed before before, and returns how many.
-	DeleteInboxDefaultBefore(ctx context.Context, before time.Time, limit int) (int, error)
+	// DeleteInboxDefaultBefore deletes at most p.Limit rows of the default
+	// partition of p.Consumer ("" for every consumer) processed before
+	// p.Before, from p.After on, and returns how many it deleted and the
+	// last one's key, as driver.InboxExecutor's InboxDeleteBefore does: the
+	// cleaner passes each batch's Last as the next batch's After.
+	DeleteInboxDefaultBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error)
 }
 
 // ErrInboxPartitioning reports a partition mode that does not match the
@@ -58,9 +61,9 @@ func partitionedInboxRule(p InboxPartitioner, ttl time.Duration, ahead int) swee
 			tr.PartitionsDropped, tr.Rescued, err = p.DropInboxPartitionsBefore(ctx, before)
 			return err
 		},
-		deleteBatch: func(ctx context.Context, _ driver.Executor, before time.Time, limit int) (int, error) {
-			return p.DeleteInboxDefaultBefore(ctx, before, limit)
-		},
+		batches: keyset(func(ctx context.Context, _ driver.Executor, before time.Time, limit int, after driver.InboxCursor) (driver.DeleteResult[driver.InboxCursor], error) {
+			return p.DeleteInboxDefaultBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: before, Limit: limit, After: after})
+		}),
 	}
 }
 

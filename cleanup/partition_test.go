@@ -421,9 +421,23 @@ func TestInboxDeleteBeforeOnPartitionedTable(t *testing.T) {
 	old, young := v7s(day(-5), 10), v7s(day(-1), 10)
 	p.insert(old, day(-5))
 	p.insert(young, day(-1))
-	n, err := p.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: "", Before: day(-3), Limit: 100})
-	if err != nil || n != len(old) {
-		t.Fatalf("InboxDeleteBefore = %d, %v; want %d", n, err, len(old))
+	// In batches of 3, each after the last of the one before: the
+	// partitions' rows in one order.
+	var after driver.InboxCursor
+	n := 0
+	for range len(old) {
+		res, err := p.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: "", Before: day(-3), Limit: 3, After: after})
+		if err != nil {
+			t.Fatalf("InboxDeleteBefore: %v", err)
+		}
+		n += res.Deleted
+		after = res.Last
+		if res.Deleted < 3 {
+			break
+		}
+	}
+	if n != len(old) {
+		t.Fatalf("InboxDeleteBefore in batches of 3 deleted %d; want %d", n, len(old))
 	}
 	if got := p.present(old); got != 0 {
 		t.Errorf("%d old rows survived", got)

@@ -32,7 +32,9 @@ type Rule struct {
 	// Delete deletes at most limit rows that are older than before, with
 	// ONE bounded statement run through ex (which commits on its own), and
 	// returns how many it deleted. The cleaner calls it again, after
-	// Config.Pause, while it returns limit. Required.
+	// Config.Pause, while it returns limit, with no cursor: unlike the
+	// built-in deletes' batches, each call is on its own (see Batches in
+	// the package documentation). Required.
 	Delete func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error)
 }
 
@@ -65,12 +67,38 @@ type sweepRule struct {
 	table string
 	// cutoff maps the sweep's now to the "older than" bound.
 	cutoff func(now time.Time) time.Time
-	// deleteBatch deletes at most limit rows older than before.
-	deleteBatch func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error)
+	// batches returns the batched delete of one sweep: each call of the
+	// function it returns deletes at most limit rows older than before,
+	// after those of the calls before it (the built-in rules pass the
+	// cursor of one batch to the next; see driver.DeleteResult).
+	batches func() batchFunc
 	// before, if set, runs once ahead of the batches (partition
 	// maintenance) and fills in the table report.
 	before func(ctx context.Context, before, now time.Time, tr *TableReport) error
 }
+
+// batchFunc deletes one batch of at most limit rows older than before, and
+// returns how many it deleted.
+type batchFunc func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error)
+
+// keyset returns the batches of a driver's retention delete: each sweep
+// starts from the zero cursor, and each batch resumes after the last row
+// the batch before it deleted.
+func keyset[C any](del func(ctx context.Context, ex driver.Executor, before time.Time, limit int, after C) (driver.DeleteResult[C], error)) func() batchFunc {
+	return func() batchFunc {
+		var after C
+		return func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
+			res, err := del(ctx, ex, before, limit, after)
+			if err == nil {
+				after = res.Last
+			}
+			return res.Deleted, err
+		}
+	}
+}
+
+// stateless returns the batches of a delete that keeps no cursor (a Rule's).
+func stateless(del batchFunc) func() batchFunc { return func() batchFunc { return del } }
 
 func olderThan(ttl time.Duration) func(time.Time) time.Time {
 	return func(now time.Time) time.Time { return now.Add(-ttl) }
@@ -85,9 +113,9 @@ func (c *Config) builtinRules(partitioner InboxPartitioner, probe partitionProbe
 		rules = append(rules, sweepRule{
 			table:  TableRecords,
 			cutoff: func(now time.Time) time.Time { return now },
-			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: before, Limit: limit})
-			},
+			batches: keyset(func(ctx context.Context, ex driver.Executor, before time.Time, limit int, after driver.RecordCursor) (driver.DeleteResult[driver.RecordCursor], error) {
+				return ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: before, Limit: limit, After: after})
+			}),
 		})
 	}
 	if !c.Inbox.Disabled {
@@ -98,9 +126,9 @@ func (c *Config) builtinRules(partitioner InboxPartitioner, probe partitionProbe
 				table:  TableInbox,
 				cutoff: olderThan(c.Inbox.TTL),
 				before: unpartitionedCheck(probe),
-				deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-					return ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: before, Limit: limit})
-				},
+				batches: keyset(func(ctx context.Context, ex driver.Executor, before time.Time, limit int, after driver.InboxCursor) (driver.DeleteResult[driver.InboxCursor], error) {
+					return ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: before, Limit: limit, After: after})
+				}),
 			})
 		}
 	}
@@ -108,22 +136,22 @@ func (c *Config) builtinRules(partitioner InboxPartitioner, probe partitionProbe
 		rules = append(rules, sweepRule{
 			table:  TableOutbox,
 			cutoff: olderThan(c.Outbox.TTL),
-			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit})
-			},
+			batches: keyset(func(ctx context.Context, ex driver.Executor, before time.Time, limit int, after driver.OutboxCursor) (driver.DeleteResult[driver.OutboxCursor], error) {
+				return ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit, After: after})
+			}),
 		})
 	}
 	if !c.Sagas.Disabled {
 		rules = append(rules, sweepRule{
 			table:  TableSagas,
 			cutoff: olderThan(c.Sagas.TTL),
-			deleteBatch: func(ctx context.Context, ex driver.Executor, before time.Time, limit int) (int, error) {
-				return ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: before, Limit: limit})
-			},
+			batches: keyset(func(ctx context.Context, ex driver.Executor, before time.Time, limit int, after driver.SagaCursor) (driver.DeleteResult[driver.SagaCursor], error) {
+				return ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: before, Limit: limit, After: after})
+			}),
 		})
 	}
 	for _, r := range c.Rules {
-		rules = append(rules, sweepRule{table: r.Table, cutoff: olderThan(r.TTL), deleteBatch: r.Delete})
+		rules = append(rules, sweepRule{table: r.Table, cutoff: olderThan(r.TTL), batches: stateless(r.Delete)})
 	}
 	return rules
 }

@@ -26,5 +26,10 @@
 // or a row such as OutboxRow), so a field added later breaks no backend and
 // no caller.
 //
+// The retention deletes of the four tables (RecordDeleteExpired,
+// InboxDeleteBefore, OutboxDeletePublishedBefore, SagaDeleteFinishedBefore)
+// delete in batches, each of which resumes after the key of the last row
+// the batch before it deleted: see DeleteResult.
+//
 // A full backend must pass the shared suite in driver/drivertest.
 package driver

@@ -30,10 +30,12 @@ type InboxExecutor interface {
 	InboxInsert(ctx context.Context, p *InboxInsertParams) (inserted []uuid.UUID, err error)
 
 	// InboxDeleteBefore deletes at most p.Limit rows of p.Consumer ("" for
-	// every consumer) whose processed_at is before p.Before, oldest first, and
-	// returns how many it deleted. The cleaner calls it in a loop until it
-	// returns less than p.Limit. p.Limit must be positive.
-	InboxDeleteBefore(ctx context.Context, p *InboxDeleteBeforeParams) (int, error)
+	// every consumer) whose processed_at is before p.Before, oldest first in
+	// (processed_at, consumer_name, event_id) order from p.After on (see
+	// DeleteResult), and returns how many it deleted and the last one's key.
+	// The cleaner calls it in a loop, each call with the Last of the one
+	// before, until it deletes less than p.Limit. p.Limit must be positive.
+	InboxDeleteBefore(ctx context.Context, p *InboxDeleteBeforeParams) (DeleteResult[InboxCursor], error)
 
 	// InboxOldest returns the smallest processed_at over all consumers, and
 	// false when the table is empty (a metric of how far cleanup lags).

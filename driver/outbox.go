@@ -107,12 +107,13 @@ type OutboxExecutor interface {
 	OutboxPark(ctx context.Context, p *OutboxParkParams) error
 
 	// OutboxDeletePublishedBefore deletes at most p.Limit rows published
-	// before p.Before and returns how many it deleted (where publication is
+	// before p.Before, in (published_at, id) order from p.After on (see
+	// DeleteResult), and returns how many it deleted (where publication is
 	// logged in a table of its own: how many log rows, each with its event
-	// unless the event is gone already). Fewer than p.Limit means nothing
-	// older is left. Unpublished and parked rows are never deleted. p.Limit
-	// must be positive.
-	OutboxDeletePublishedBefore(ctx context.Context, p *OutboxDeletePublishedBeforeParams) (int, error)
+	// unless the event is gone already) and the last one's key. Fewer than
+	// p.Limit means nothing older is left after p.After. Unpublished and
+	// parked rows are never deleted. p.Limit must be positive.
+	OutboxDeletePublishedBefore(ctx context.Context, p *OutboxDeletePublishedBeforeParams) (DeleteResult[OutboxCursor], error)
 
 	// OutboxOldestUnpublished returns the CreatedAt of the oldest (lowest
 	// ID) unpublished row, parked rows included (a parked row is an event

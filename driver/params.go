@@ -18,12 +18,17 @@ type InboxInsertParams struct {
 	Now      time.Time
 }
 
-// InboxDeleteBeforeParams are the inputs of InboxExecutor.InboxDeleteBefore.
+// InboxDeleteBeforeParams are the inputs of InboxExecutor.InboxDeleteBefore
+// (and of pgdriver's DeleteInboxDefaultBefore).
 type InboxDeleteBeforeParams struct {
 	// Consumer is "" for every consumer.
 	Consumer string
 	Before   time.Time
 	Limit    int
+	// After is the Last of the previous batch of the same sweep: only rows
+	// after it in (processed_at, consumer_name, event_id) order are
+	// deleted. The zero value starts from the oldest row.
+	After InboxCursor
 }
 
 // LockAcquireParams are the inputs of LockExecutor.LockAcquire.
@@ -91,6 +96,10 @@ type OutboxParkParams struct {
 type OutboxDeletePublishedBeforeParams struct {
 	Before time.Time
 	Limit  int
+	// After is the Last of the previous batch of the same sweep: only rows
+	// after it in (published_at, id) order are deleted. The zero value
+	// starts from the oldest row.
+	After OutboxCursor
 }
 
 // RecordGetParams are the inputs of RecordExecutor.RecordGet.
@@ -119,6 +128,10 @@ type RecordExtendLeaseParams struct {
 type RecordDeleteExpiredParams struct {
 	Now   time.Time
 	Limit int
+	// After is the Last of the previous batch of the same sweep: only
+	// records after it in (expires_at, scope, idempotency_key) order are
+	// deleted. The zero value starts from the first.
+	After RecordCursor
 }
 
 // SagaGetParams are the inputs of SagaExecutor.SagaGet.
@@ -192,4 +205,8 @@ type SagaListParams struct {
 type SagaDeleteFinishedBeforeParams struct {
 	Before time.Time
 	Limit  int
+	// After is the Last of the previous batch of the same sweep: only
+	// sagas after it in (finished_at, saga_id) order are deleted. The zero
+	// value starts from the oldest.
+	After SagaCursor
 }

@@ -93,9 +93,10 @@ type RecordExecutor interface {
 	// p.LeaseToken to p.Until. ErrLeaseLost if not owned.
 	RecordExtendLease(ctx context.Context, p *RecordExtendLeaseParams) error
 	// RecordDeleteExpired deletes at most p.Limit records whose ExpiresAt is
-	// not after p.Now and returns how many it deleted. p.Limit must be
-	// positive.
-	RecordDeleteExpired(ctx context.Context, p *RecordDeleteExpiredParams) (int, error)
+	// not after p.Now, in (expires_at, scope, idempotency_key) order from
+	// p.After on (see DeleteResult), and returns how many it deleted and
+	// the last one's key. p.Limit must be positive.
+	RecordDeleteExpired(ctx context.Context, p *RecordDeleteExpiredParams) (DeleteResult[RecordCursor], error)
 }
 
 // TxClaimer is implemented by backends that run idemhttp's ModeTx in as few

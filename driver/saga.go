@@ -162,11 +162,13 @@ type SagaExecutor interface {
 
 	// SagaDeleteFinishedBefore deletes at most p.Limit finished sagas
 	// (SagaCompleted or SagaCompensated) whose finished_at is before
-	// p.Before, oldest first, with their steps, and returns how many sagas it
-	// deleted. Running, compensating and failed sagas are never deleted.
-	// The cleaner calls it in a loop until it returns less than p.Limit.
+	// p.Before, oldest first in (finished_at, saga_id) order from p.After on
+	// (see DeleteResult), with their steps, and returns how many sagas it
+	// deleted and the last one's key. Running, compensating and failed
+	// sagas are never deleted. The cleaner calls it in a loop, each call
+	// with the Last of the one before, until it deletes less than p.Limit.
 	// p.Limit must be positive.
-	SagaDeleteFinishedBefore(ctx context.Context, p *SagaDeleteFinishedBeforeParams) (int, error)
+	SagaDeleteFinishedBefore(ctx context.Context, p *SagaDeleteFinishedBeforeParams) (DeleteResult[SagaCursor], error)
 }
 
 // SagaFinished reports whether state is a final state (SagaCompleted or

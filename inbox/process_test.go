@@ -396,9 +396,9 @@ func testCleanedUp[TTx any](t *testing.T, f *fixture[TTx]) {
 	fresh := f.inbox(t, consumer)
 	mustProcess(t, fresh, recent, f.apply(consumer, recent), true)
 
-	n, err := f.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: now.Add(-72 * time.Hour), Limit: 100})
-	if err != nil || n != 1 {
-		t.Fatalf("InboxDeleteBefore = %d, %v; want 1", n, err)
+	res, err := f.drv.Executor().InboxDeleteBefore(t.Context(), &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: now.Add(-72 * time.Hour), Limit: 100})
+	if err != nil || res.Deleted != 1 {
+		t.Fatalf("InboxDeleteBefore = %d, %v; want 1", res.Deleted, err)
 	}
 	mustProcess(t, fresh, recent, f.apply(consumer, recent), false)
 	mustProcess(t, fresh, old, f.apply(consumer, old), true)

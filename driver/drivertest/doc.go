@@ -34,8 +34,11 @@
 // takes the generic path on the methods above.
 //
 // Run also checks the inbox, the outbox and its relay, leases, saga
-// storage, and Migrate and MigrateTx on a database that has never been
-// migrated.
+// storage, the retention deletes of the four tables in batches that each
+// resume after the key of the batch before (driver.DeleteResult: every
+// eligible row deleted once, in the cursor's order, across rows that share
+// their time value), and Migrate and MigrateTx on a database that has never
+// been migrated.
 //
 // Every subtest calls t.Parallel and builds its own driver, so the factory
 // must return an isolated database (a fresh PostgreSQL schema, a fresh SQLite

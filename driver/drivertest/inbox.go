@@ -129,10 +129,10 @@ func (tr *inboxTracker) InboxInsert(ctx context.Context, p *driver.InboxInsertPa
 	return got, err
 }
 
-func (tr *inboxTracker) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+func (tr *inboxTracker) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
 	consumer := p.Consumer
 	n, err := tr.Executor.InboxDeleteBefore(ctx, p)
-	if n > 0 { // which rows went is unknown: stop vouching for this consumer
+	if n.Deleted > 0 { // which rows went is unknown: stop vouching for this consumer
 		tr.mu.Lock()
 		if consumer == "" {
 			tr.seen = nil
@@ -247,9 +247,9 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 
 	// Consumer A only, two at a time: 2, 2, then none.
 	for call, want := range []int{2, 2, 0} {
-		n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumerA, Before: cutoff, Limit: 2})
-		if err != nil || n != want {
-			t.Fatalf("InboxDeleteBefore(%q, cutoff, 2) call %d = %d, %v; want %d", consumerA, call+1, n, err, want)
+		res, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumerA, Before: cutoff, Limit: 2})
+		if err != nil || res.Deleted != want {
+			t.Fatalf("InboxDeleteBefore(%q, cutoff, 2) call %d = %d, %v; want %d", consumerA, call+1, res.Deleted, err, want)
 		}
 	}
 	// The oldest went first: A's older rows are new again, the rest are not.
@@ -266,13 +266,13 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 	}
 
 	// "" is every consumer: A's re-inserted older rows and B's older rows.
-	n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
-	if err != nil || n != 2*older {
-		t.Fatalf(`InboxDeleteBefore("", cutoff, 100) = %d, %v; want %d`, n, err, 2*older)
+	res, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
+	if err != nil || res.Deleted != 2*older {
+		t.Fatalf(`InboxDeleteBefore("", cutoff, 100) = %d, %v; want %d`, res.Deleted, err, 2*older)
 	}
-	n, err = ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
-	if err != nil || n != 0 {
-		t.Fatalf(`second InboxDeleteBefore("", cutoff, 100) = %d, %v; want 0`, n, err)
+	res, err = ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "", Before: cutoff, Limit: 100})
+	if err != nil || res.Deleted != 0 {
+		t.Fatalf(`second InboxDeleteBefore("", cutoff, 100) = %d, %v; want 0`, res.Deleted, err)
 	}
 	// Rows at or after the cutoff remain, for both consumers.
 	for _, consumer := range []string{consumerA, consumerB} {
@@ -281,8 +281,8 @@ func testInboxDeleteBefore(t *testing.T, ex driver.Executor) {
 		}
 	}
 	// An unknown consumer deletes nothing.
-	if n, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "nobody", Before: cutoff.Add(24 * time.Hour), Limit: 100}); err != nil || n != 0 {
-		t.Errorf("InboxDeleteBefore(nobody) = %d, %v; want 0", n, err)
+	if res, err := ex.InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: "nobody", Before: cutoff.Add(24 * time.Hour), Limit: 100}); err != nil || res.Deleted != 0 {
+		t.Errorf("InboxDeleteBefore(nobody) = %d, %v; want 0", res.Deleted, err)
 	}
 }
 

@@ -660,9 +660,9 @@ func testOutboxDeletePublished[TTx any](t *testing.T, newDriver func(t *testing.
 	}
 	del := func(before time.Time, limit, want int) {
 		t.Helper()
-		n, err := ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit})
-		if err != nil || n != want {
-			t.Errorf("DeletePublishedBefore(%s, %d) = %d, %v; want %d", before.Sub(t0), limit, n, err, want)
+		res, err := ex.OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: before, Limit: limit})
+		if err != nil || res.Deleted != want {
+			t.Errorf("DeletePublishedBefore(%s, %d) = %d, %v; want %d", before.Sub(t0), limit, res.Deleted, err, want)
 		}
 	}
 	del(t1, 10, 0) // strictly before

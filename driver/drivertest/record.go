@@ -340,8 +340,8 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 	mustGet(t, ex, testScope, "expired-1", want["expired-1"])
 
 	for _, bad := range []int{0, -1} {
-		if n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: bad}); err == nil {
-			t.Fatalf("RecordDeleteExpired with Limit %d = %d, nil; want an error", bad, n)
+		if res, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: bad}); err == nil {
+			t.Fatalf("RecordDeleteExpired with Limit %d = %d, nil; want an error", bad, res.Deleted)
 		}
 	}
 
@@ -351,18 +351,18 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 		if call > expired {
 			t.Fatalf("%d expired records left after %d calls", remaining, call-1)
 		}
-		n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
+		res, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
 		if err != nil {
 			t.Fatalf("RecordDeleteExpired call %d: %v", call, err)
 		}
-		if wantN := min(limit, remaining); n != wantN {
-			t.Fatalf("RecordDeleteExpired call %d with %d expired left, limit %d: deleted %d, want %d", call, remaining, limit, n, wantN)
+		if wantN := min(limit, remaining); res.Deleted != wantN {
+			t.Fatalf("RecordDeleteExpired call %d with %d expired left, limit %d: deleted %d, want %d", call, remaining, limit, res.Deleted, wantN)
 		}
-		remaining -= n
+		remaining -= res.Deleted
 	}
-	n, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
-	if err != nil || n != 0 {
-		t.Fatalf("RecordDeleteExpired with nothing expired = %d, %v; want 0, nil", n, err)
+	res, err := ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now, Limit: limit})
+	if err != nil || res.Deleted != 0 {
+		t.Fatalf("RecordDeleteExpired with nothing expired = %d, %v; want 0, nil", res.Deleted, err)
 	}
 
 	for key, rec := range want {
@@ -377,9 +377,9 @@ func testDeleteExpired(t *testing.T, ex driver.Executor) {
 	}
 
 	// A live record expires later and is deleted then.
-	n, err = ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now.Add(time.Microsecond), Limit: 100})
-	if err != nil || n != 1 {
-		t.Fatalf("RecordDeleteExpired at now+1µs = %d, %v; want 1 (live-1), nil", n, err)
+	res, err = ex.RecordDeleteExpired(ctx, &driver.RecordDeleteExpiredParams{Now: now.Add(time.Microsecond), Limit: 100})
+	if err != nil || res.Deleted != 1 {
+		t.Fatalf("RecordDeleteExpired at now+1µs = %d, %v; want 1 (live-1), nil", res.Deleted, err)
 	}
 	mustNotFind(t, ex, testScope, "live-1")
 	if _, err := ex.RecordGet(ctx, &driver.RecordGetParams{Scope: testScope, Key: "live-2"}); err != nil {

@@ -624,21 +624,21 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 			fixture.SagaSetState(t, ex, f.id, []string{driver.SagaRunning}, f.state, f.at)
 		}
 	}
-	n, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
-	if err != nil || n != 1 {
-		t.Fatalf("first delete with limit 1 = %d, %v; want 1", n, err)
+	res, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
+	if err != nil || res.Deleted != 1 {
+		t.Fatalf("first delete with limit 1 = %d, %v; want 1", res.Deleted, err)
 	}
 	if _, err := ex.SagaGet(ctx, &driver.SagaGetParams{SagaID: "old-completed"}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("the oldest finished saga survived the first batch: %v", err)
 	}
-	total := n
+	total := res.Deleted
 	for range 5 {
-		n, err := ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1})
+		res, err = ex.SagaDeleteFinishedBefore(ctx, &driver.SagaDeleteFinishedBeforeParams{Before: cutoff, Limit: 1, After: res.Last})
 		if err != nil {
 			t.Fatalf("delete: %v", err)
 		}
-		total += n
-		if n == 0 {
+		total += res.Deleted
+		if res.Deleted == 0 {
 			break
 		}
 	}

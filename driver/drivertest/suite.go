@@ -31,7 +31,7 @@ type Backend[TTx any] struct {
 }
 
 // Run runs the whole shared suite against b: records, inbox, outbox and
-// relay, leases, sagas and migrations. (The cleaner's tests, which run
+// relay, leases, sagas, the retention deletes' batches and migrations. (The cleaner's tests, which run
 // package cleanup on both idem backends, live in package cleanup.) What a backend's Caps say
 // it cannot do (concurrent writers) and the optional interfaces it does not
 // implement (driver.TxClaimer, driver.EndedRollbacker) decide which
@@ -46,6 +46,7 @@ func Run[TTx any](t *testing.T, b Backend[TTx]) {
 	runOutbox(t, b.New)
 	runLock(t, b.New, b.Reopen)
 	runSaga(t, b.New)
+	runRetention(t, b.New)
 	runMigrate(t, b.NewUnmigrated, b.Reopen)
 }
 

@@ -41,4 +41,19 @@
 // threshold makes it regular (not measured here, where autovacuum is off):
 //
 //	ALTER TABLE outbox_pending SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+//
+// # Retention deletes
+//
+// The cleaner's deletes (RecordDeleteExpired, InboxDeleteBefore,
+// OutboxDeletePublishedBefore, SagaDeleteFinishedBefore, and
+// DeleteInboxDefaultBefore in partition mode) each read a batch from the
+// table's retention index (its time column) from the cursor of the batch
+// before on (driver.DeleteResult), in ranges of that index whatever the
+// plan: the first BatchSize rows in index order, locked with FOR UPDATE
+// SKIP LOCKED, then the rest of their last time value, sorted by the whole
+// key; the first BatchSize of those are deleted, and the statement returns
+// their count and the last one's key. While another transaction holds an
+// old snapshot, the index entries of the rows deleted by the earlier
+// batches of a sweep stay in the index; a batch reads over none of them
+// but those of the cursor's own time value.
 package pgdriver

@@ -121,7 +121,8 @@ func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg uuid
 }
 
 // InboxDeleteBefore implements driver.InboxExecutor. It picks at most limit
-// expired rows, oldest first, through the processed_at index, locks them
+// expired rows after p.After, oldest first, through the processed_at index
+// from p.After's time on (see pgsql.InboxDeleteBeforeSQL), locks them
 // (skipping rows a concurrent cleaner holds), and deletes them through the
 // primary key: the condition event_id = ANY(the picked ids) makes the
 // delete probe the key (event_id first since migration 007) for those ids
@@ -130,16 +131,37 @@ func (e *executor) inboxInsertNew(ctx context.Context, consumer string, arg uuid
 // the previous batches included, once per batch. (Not by ctid as the other
 // cleanup deletes do: ctid is only unique within one partition, and
 // processed_event may be partitioned; see EnableInboxPartitioning.)
-func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
-	consumer, before, limit := p.Consumer, p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("pgdriver: inbox delete: limit %d must be positive", limit)
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
+	if p.Limit <= 0 {
+		return driver.DeleteResult[driver.InboxCursor]{Last: p.After}, fmt.Errorf("pgdriver: inbox delete: limit %d must be positive", p.Limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.InboxDeleteBeforeSQL), before, consumer, limit)
+	res, err := inboxDelete(ctx, e.db, e.d.expand(pgsql.InboxDeleteBeforeSQL.Pick(!p.After.IsZero())), p)
+	return res, mapErr("inbox delete", err)
+}
+
+// inboxDelete runs a retention delete of processed_event (sql is one of
+// the variants of pgsql.InboxDeleteBeforeSQL or InboxDeleteDefaultSQL,
+// expanded; the one for p.After) and reads its result.
+func inboxDelete(ctx context.Context, db dbtx, sql string, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
+	res := driver.DeleteResult[driver.InboxCursor]{Last: p.After}
+	args := []any{p.Before, p.Consumer, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.ProcessedAt, p.After.Consumer, pgtype.UUID{Bytes: p.After.EventID, Valid: true})
+	}
+	var (
+		n    int
+		last driver.InboxCursor
+		id   pgtype.UUID
+	)
+	err := db.QueryRow(ctx, sql, args...).Scan(&n, &last.ProcessedAt, &last.Consumer, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
 	if err != nil {
-		return 0, mapErr("inbox delete", err)
+		return res, err
 	}
-	return int(tag.RowsAffected()), nil
+	last.EventID = uuid.UUID(id.Bytes)
+	return driver.DeleteResult[driver.InboxCursor]{Deleted: n, Last: last}, nil
 }
 
 // InboxOldest implements driver.InboxExecutor.

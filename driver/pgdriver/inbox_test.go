@@ -256,11 +256,11 @@ func TestInboxDeleteBeforeUsesIndexes(t *testing.T) {
 	seq := seqScans(t, drv)
 	deleted := 0
 	for _, consumer := range []string{"", "", "c1", "", "c2"} {
-		n, err := drv.Executor().InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: before, Limit: 1000})
-		if err != nil || n != 1000 {
-			t.Fatalf("InboxDeleteBefore(%q) = %d, %v; want 1000", consumer, n, err)
+		res, err := drv.Executor().InboxDeleteBefore(ctx, &driver.InboxDeleteBeforeParams{Consumer: consumer, Before: before, Limit: 1000})
+		if err != nil || res.Deleted != 1000 {
+			t.Fatalf("InboxDeleteBefore(%q) = %d, %v; want 1000", consumer, res.Deleted, err)
 		}
-		deleted += n
+		deleted += res.Deleted
 	}
 	if got := seqScans(t, drv); got != seq {
 		t.Errorf("%d sequential scans of processed_event during 5 cleanup batches; want none", got-seq)

@@ -296,20 +296,30 @@ func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) e
 }
 
 // OutboxDeletePublishedBefore implements driver.OutboxExecutor. Like
-// RecordDeleteExpired, it deletes publication log rows by ctid from a
-// bounded subquery so one statement never locks more than limit rows, and
-// skips rows a concurrent cleaner or redrive holds; the same statement
+// RecordDeleteExpired, it deletes publication log rows after p.After by
+// ctid from bounded subqueries (see pgsql.OutboxDeletePublishedBeforeSQL),
+// and skips rows a concurrent cleaner or redrive holds; the same statement
 // deletes their events. It returns how many log rows it deleted.
-func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
-	before, limit := p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", limit)
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (driver.DeleteResult[driver.OutboxCursor], error) {
+	res := driver.DeleteResult[driver.OutboxCursor]{Last: p.After}
+	if p.Limit <= 0 {
+		return res, fmt.Errorf("pgdriver: outbox delete: limit %d must be positive", p.Limit)
 	}
+	args := []any{p.Before, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.PublishedAt, p.After.ID)
+	}
+	var last driver.OutboxCursor
 	var n int
-	if err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), before, limit).Scan(&n); err != nil {
-		return 0, mapErr("outbox delete", err)
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL.Pick(!p.After.IsZero())), args...).
+		Scan(&n, &last.PublishedAt, &last.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
 	}
-	return n, nil
+	if err != nil {
+		return res, mapErr("outbox delete", err)
+	}
+	return driver.DeleteResult[driver.OutboxCursor]{Deleted: n, Last: last}, nil
 }
 
 // OutboxOldestUnpublished implements driver.OutboxExecutor. It reads the

@@ -782,9 +782,9 @@ func TestOutboxMigrationsKeepRows(t *testing.T) {
 			checkExactlyOnceInOrder(t, pub2.published(), map[string][]uuid.UUID{"old": published})
 
 			// Cleanup deletes the published rows, never the pending ones.
-			deleted, err := drv.Executor().OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: time.Now().Add(time.Hour), Limit: 1000})
-			if err != nil || deleted != 3+2+60 {
-				t.Fatalf("cleanup deleted %d, %v; want %d", deleted, err, 3+2+60)
+			res, err := drv.Executor().OutboxDeletePublishedBefore(ctx, &driver.OutboxDeletePublishedBeforeParams{Before: time.Now().Add(time.Hour), Limit: 1000})
+			if err != nil || res.Deleted != 3+2+60 {
+				t.Fatalf("cleanup deleted %d, %v; want %d", res.Deleted, err, 3+2+60)
 			}
 			var outboxRows, pendingRows, logRows int
 			if err := drv.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM outbox_pending),

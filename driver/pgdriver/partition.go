@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
 )
 
@@ -557,20 +558,18 @@ func (d *Driver) dropPartition(ctx context.Context, tx pgx.Tx, name string, befo
 }
 
 // DeleteInboxDefaultBefore implements cleanup.InboxPartitioner: it deletes
-// at most limit rows of the default partition processed before before,
-// oldest first, skipping rows a concurrent transaction holds. The default
-// partition is a plain table, so deleting by ctid is exact there.
-func (d *Driver) DeleteInboxDefaultBefore(ctx context.Context, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, fmt.Errorf("pgdriver: inbox default delete: limit %d must be positive", limit)
+// at most p.Limit rows of the default partition of p.Consumer ("" for
+// every consumer) processed before p.Before, oldest first in
+// (processed_at, consumer_name, event_id) order from p.After on, skipping
+// rows a concurrent transaction holds, and returns how many it deleted and
+// the last one's key, as InboxDeleteBefore does (see driver.DeleteResult).
+// The default partition is a plain table, so deleting by ctid is exact
+// there.
+func (d *Driver) DeleteInboxDefaultBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
+	if p.Limit <= 0 {
+		return driver.DeleteResult[driver.InboxCursor]{Last: p.After}, fmt.Errorf("pgdriver: inbox default delete: limit %d must be positive", p.Limit)
 	}
-	def := d.inboxDefault()
-	tag, err := d.pool.Exec(ctx, `DELETE FROM `+def+` WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM `+def+` WHERE processed_at < $1
-		ORDER BY processed_at LIMIT $2
-		FOR UPDATE SKIP LOCKED))`, before, limit)
-	if err != nil {
-		return 0, mapErr("inbox default delete", err)
-	}
-	return int(tag.RowsAffected()), nil
+	sql := pgsql.InboxDeleteDefaultSQL(d.inboxDefault()).Pick(!p.After.IsZero())
+	res, err := inboxDelete(ctx, d.pool, sql, p)
+	return res, mapErr("inbox default delete", err)
 }

@@ -196,16 +196,28 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 	return nil
 }
 
-// RecordDeleteExpired implements driver.RecordExecutor. It deletes by ctid in
-// a bounded subquery so one statement never locks more than limit rows.
-func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+// RecordDeleteExpired implements driver.RecordExecutor. It deletes the
+// records after p.After by ctid from bounded subqueries (see
+// pgsql.RecordDeleteExpiredSQL), skipping records a concurrent transaction
+// holds.
+func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (driver.DeleteResult[driver.RecordCursor], error) {
+	res := driver.DeleteResult[driver.RecordCursor]{Last: p.After}
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("pgdriver: delete expired records: limit %d must be positive", p.Limit)
+		return res, fmt.Errorf("pgdriver: delete expired records: limit %d must be positive", p.Limit)
 	}
-	now, limit := p.Now, p.Limit
-	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL), now, limit)
+	args := []any{p.Now, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.ExpiresAt, p.After.Scope, p.After.Key)
+	}
+	var last driver.RecordCursor
+	var n int
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL.Pick(!p.After.IsZero())), args...).
+		Scan(&n, &last.ExpiresAt, &last.Scope, &last.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
 	if err != nil {
-		return 0, mapErr("delete expired records", err)
+		return res, mapErr("delete expired records", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return driver.DeleteResult[driver.RecordCursor]{Deleted: n, Last: last}, nil
 }

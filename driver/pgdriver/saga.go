@@ -262,17 +262,27 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 }
 
 // SagaDeleteFinishedBefore implements driver.SagaExecutor. Like
-// RecordDeleteExpired, it deletes by ctid from a bounded subquery so one
-// statement never locks more than limit sagas, and skips sagas a concurrent
-// cleaner holds. Their steps go with them (ON DELETE CASCADE).
-func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (int, error) {
-	before, limit := p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("pgdriver: saga delete: limit %d must be positive", limit)
+// RecordDeleteExpired, it deletes sagas after p.After by ctid from bounded
+// subqueries (see pgsql.SagaDeleteFinishedBeforeSQL), and skips sagas a
+// concurrent cleaner holds. Their steps go with them (ON DELETE CASCADE).
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (driver.DeleteResult[driver.SagaCursor], error) {
+	res := driver.DeleteResult[driver.SagaCursor]{Last: p.After}
+	if p.Limit <= 0 {
+		return res, fmt.Errorf("pgdriver: saga delete: limit %d must be positive", p.Limit)
 	}
-	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.SagaDeleteFinishedBeforeSQL), before, limit)
+	args := []any{p.Before, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.FinishedAt, p.After.SagaID)
+	}
+	var last driver.SagaCursor
+	var n int
+	err := e.db.QueryRow(ctx, e.d.expand(pgsql.SagaDeleteFinishedBeforeSQL.Pick(!p.After.IsZero())), args...).
+		Scan(&n, &last.FinishedAt, &last.SagaID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
 	if err != nil {
-		return 0, mapErr("saga delete", err)
+		return res, mapErr("saga delete", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return driver.DeleteResult[driver.SagaCursor]{Deleted: n, Last: last}, nil
 }

@@ -46,6 +46,10 @@
 // (outbox.RelayConfig.PollInterval); OutboxInsert notifies OutboxChannel
 // either way, so a pgdriver listener on the same database is woken too.
 //
+// Its retention deletes are pgdriver's statements (see pgdriver's
+// "Retention deletes"): each batch resumes after the key of the batch
+// before (driver.DeleteResult).
+//
 // This driver lacks inbox partitioning (pgdriver's EnableInboxPartitioning
 // and the cleanup.InboxPartitioner methods): InboxDeleteBefore works on a
 // partitioned processed_event, but the cleaner's partition mode needs

@@ -90,13 +90,22 @@ func (e *executor) inboxInsertNew(ctx context.Context, consumer, arg string, now
 
 // InboxDeleteBefore implements driver.InboxExecutor (see
 // pgsql.InboxDeleteBeforeSQL).
-func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
+	res := driver.DeleteResult[driver.InboxCursor]{Last: p.After}
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("pgsqldriver: inbox delete: limit %d must be positive", p.Limit)
+		return res, fmt.Errorf("pgsqldriver: inbox delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.InboxDeleteBeforeSQL), p.Before, p.Consumer, p.Limit)
-	n, err := rowsAffected("inbox delete", res, err)
-	return int(n), err
+	args := []any{p.Before, p.Consumer, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.ProcessedAt, p.After.Consumer, p.After.EventID.String())
+	}
+	var last driver.InboxCursor
+	n, err := e.retentionDelete(ctx, "inbox delete", pgsql.InboxDeleteBeforeSQL.Pick(!p.After.IsZero()), args,
+		&last.ProcessedAt, &last.Consumer, &last.EventID)
+	if err != nil || n == 0 {
+		return res, err
+	}
+	return driver.DeleteResult[driver.InboxCursor]{Deleted: n, Last: last}, nil
 }
 
 // InboxPartitioned reports whether processed_event is partitioned (by

@@ -175,16 +175,24 @@ func (e *executor) OutboxPark(ctx context.Context, p *driver.OutboxParkParams) e
 	return e.execRow(ctx, "outbox park", pgsql.OutboxParkSQL, p.ID, p.Error, p.At)
 }
 
-// OutboxDeletePublishedBefore implements driver.OutboxExecutor.
-func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
+// OutboxDeletePublishedBefore implements driver.OutboxExecutor (see
+// pgsql.OutboxDeletePublishedBeforeSQL).
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (driver.DeleteResult[driver.OutboxCursor], error) {
+	res := driver.DeleteResult[driver.OutboxCursor]{Last: p.After}
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("pgsqldriver: outbox delete: limit %d must be positive", p.Limit)
+		return res, fmt.Errorf("pgsqldriver: outbox delete: limit %d must be positive", p.Limit)
 	}
-	var n int
-	if err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxDeletePublishedBeforeSQL), p.Before, p.Limit).Scan(&n); err != nil {
-		return 0, mapErr("outbox delete", err)
+	args := []any{p.Before, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.PublishedAt, p.After.ID)
 	}
-	return n, nil
+	var last driver.OutboxCursor
+	n, err := e.retentionDelete(ctx, "outbox delete", pgsql.OutboxDeletePublishedBeforeSQL.Pick(!p.After.IsZero()), args,
+		&last.PublishedAt, &last.ID)
+	if err != nil || n == 0 {
+		return res, err
+	}
+	return driver.DeleteResult[driver.OutboxCursor]{Deleted: n, Last: last}, nil
 }
 
 // OutboxOldestUnpublished implements driver.OutboxExecutor.

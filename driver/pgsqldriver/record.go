@@ -169,14 +169,40 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 	return e.execOwned(ctx, "extend lease", pgsql.RecordExtendLeaseSQL, p.Scope, p.Key, p.LeaseToken, p.Until)
 }
 
-// RecordDeleteExpired implements driver.RecordExecutor.
-func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+// RecordDeleteExpired implements driver.RecordExecutor (see
+// pgsql.RecordDeleteExpiredSQL).
+func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (driver.DeleteResult[driver.RecordCursor], error) {
+	res := driver.DeleteResult[driver.RecordCursor]{Last: p.After}
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("pgsqldriver: delete expired records: limit %d must be positive", p.Limit)
+		return res, fmt.Errorf("pgsqldriver: delete expired records: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.RecordDeleteExpiredSQL), p.Now, p.Limit)
-	n, err := rowsAffected("delete expired records", res, err)
-	return int(n), err
+	args := []any{p.Now, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.ExpiresAt, p.After.Scope, p.After.Key)
+	}
+	var last driver.RecordCursor
+	n, err := e.retentionDelete(ctx, "delete expired records", pgsql.RecordDeleteExpiredSQL.Pick(!p.After.IsZero()), args,
+		&last.ExpiresAt, &last.Scope, &last.Key)
+	if err != nil || n == 0 {
+		return res, err
+	}
+	return driver.DeleteResult[driver.RecordCursor]{Deleted: n, Last: last}, nil
+}
+
+// retentionDelete runs one batch of a retention delete (a variant of one
+// of pgsql's RetentionSQL, not expanded) and reads its row: it returns how
+// many rows it deleted, and scans the last one's key into last; 0 when it
+// deleted none.
+func (e *executor) retentionDelete(ctx context.Context, op, query string, args []any, last ...any) (int, error) {
+	var n int
+	err := e.db.QueryRowContext(ctx, e.d.expand(query), args...).Scan(append([]any{&n}, last...)...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, mapErr(op, err)
+	}
+	return n, nil
 }
 
 // LockAcquire implements driver.LockExecutor (see pgsql.LockAcquireSQL).

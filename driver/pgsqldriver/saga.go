@@ -203,13 +203,23 @@ func (e *executor) SagaList(ctx context.Context, p *driver.SagaListParams) ([]dr
 	return out, nil
 }
 
-// SagaDeleteFinishedBefore implements driver.SagaExecutor; the steps go with
-// their sagas (ON DELETE CASCADE).
-func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (int, error) {
+// SagaDeleteFinishedBefore implements driver.SagaExecutor (see
+// pgsql.SagaDeleteFinishedBeforeSQL); the steps go with their sagas (ON
+// DELETE CASCADE).
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (driver.DeleteResult[driver.SagaCursor], error) {
+	res := driver.DeleteResult[driver.SagaCursor]{Last: p.After}
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("pgsqldriver: saga delete: limit %d must be positive", p.Limit)
+		return res, fmt.Errorf("pgsqldriver: saga delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.SagaDeleteFinishedBeforeSQL), p.Before, p.Limit)
-	n, err := rowsAffected("saga delete", res, err)
-	return int(n), err
+	args := []any{p.Before, p.Limit}
+	if !p.After.IsZero() {
+		args = append(args, p.After.FinishedAt, p.After.SagaID)
+	}
+	var last driver.SagaCursor
+	n, err := e.retentionDelete(ctx, "saga delete", pgsql.SagaDeleteFinishedBeforeSQL.Pick(!p.After.IsZero()), args,
+		&last.FinishedAt, &last.SagaID)
+	if err != nil || n == 0 {
+		return res, err
+	}
+	return driver.DeleteResult[driver.SagaCursor]{Deleted: n, Last: last}, nil
 }

@@ -72,4 +72,10 @@
 // statement on one connection share its compiled form, so a use that finds
 // it taken (the rows of another are still open) runs from its text, as does
 // a call in a transaction of another *sql.DB than the driver's.
+//
+// The retention deletes resume each batch after the key of the batch before
+// (driver.DeleteResult), in the order of the table's retention index:
+// every table is WITHOUT ROWID but outbox, whose id is its rowid, so each
+// such index holds the time and then the rest of the key, and a batch is
+// one range read of it, each entry read once.
 package sqlitedriver

@@ -1,6 +1,8 @@
 package sqlitedriver
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -65,22 +67,42 @@ func (e *executor) InboxInsert(ctx context.Context, p *driver.InboxInsertParams)
 	return inserted, nil
 }
 
-// InboxDeleteBefore implements driver.InboxExecutor.
-func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (int, error) {
-	consumer, before, limit := p.Consumer, p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("sqlitedriver: inbox delete: limit %d must be positive", limit)
+// InboxDeleteBefore implements driver.InboxExecutor: the rows after p.After
+// in the order of the processed_at index (processed_at, then the primary
+// key: consumer_name, event_id).
+func (e *executor) InboxDeleteBefore(ctx context.Context, p *driver.InboxDeleteBeforeParams) (driver.DeleteResult[driver.InboxCursor], error) {
+	if p.Limit <= 0 {
+		return driver.DeleteResult[driver.InboxCursor]{Last: p.After}, fmt.Errorf("sqlitedriver: inbox delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}processed_event
+	resume := !p.After.IsZero()
+	args := []any{micros(p.Before), p.Consumer, p.Limit}
+	if resume {
+		args = append(args, micros(p.After.ProcessedAt), p.After.Consumer, p.After.EventID.String())
+	}
+	query := keysetSQL(`DELETE FROM {{table}}processed_event
 		WHERE (consumer_name, event_id) IN (
 			SELECT consumer_name, event_id FROM {{table}}processed_event
-			WHERE processed_at < ?1 AND (?2 = '' OR consumer_name = ?2)
-			ORDER BY processed_at LIMIT ?3)`), micros(before), consumer, limit)
-	if err != nil {
-		return 0, mapErr("inbox delete", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), mapErr("inbox delete", err)
+			WHERE processed_at < ?1 AND (?2 = '' OR consumer_name = ?2)`, `(processed_at, consumer_name, event_id) > (?4, ?5, ?6)`, `
+			ORDER BY processed_at, consumer_name, event_id LIMIT ?3)
+		RETURNING processed_at, consumer_name, event_id`, resume)
+	n, last, err := retentionDelete(ctx, e, "inbox delete", query, args, p.After,
+		func(r scanner) (driver.InboxCursor, error) {
+			var c driver.InboxCursor
+			var at int64
+			var id string
+			if err := r.Scan(&at, &c.Consumer, &id); err != nil {
+				return c, err
+			}
+			c.ProcessedAt = fromMicros(at)
+			var err error
+			c.EventID, err = uuid.Parse(id)
+			return c, err
+		},
+		func(a, b driver.InboxCursor) bool {
+			return cmp.Or(a.ProcessedAt.Compare(b.ProcessedAt), cmp.Compare(a.Consumer, b.Consumer),
+				bytes.Compare(a.EventID[:], b.EventID[:])) < 0
+		})
+	return driver.DeleteResult[driver.InboxCursor]{Deleted: n, Last: last}, err
 }
 
 // InboxOldest implements driver.InboxExecutor.

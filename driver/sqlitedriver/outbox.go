@@ -1,6 +1,7 @@
 package sqlitedriver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -207,21 +208,35 @@ func outboxAffected(op string, id int64, res sql.Result) error {
 	return nil
 }
 
-// OutboxDeletePublishedBefore implements driver.OutboxExecutor.
-func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (int, error) {
-	before, limit := p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("sqlitedriver: outbox delete: limit %d must be positive", limit)
+// OutboxDeletePublishedBefore implements driver.OutboxExecutor: the rows
+// after p.After in the order of the published_at index (published_at, then
+// the rowid, id).
+func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.OutboxDeletePublishedBeforeParams) (driver.DeleteResult[driver.OutboxCursor], error) {
+	if p.Limit <= 0 {
+		return driver.DeleteResult[driver.OutboxCursor]{Last: p.After}, fmt.Errorf("sqlitedriver: outbox delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}outbox WHERE id IN (
+	resume := !p.After.IsZero()
+	args := []any{micros(p.Before), p.Limit}
+	if resume {
+		args = append(args, micros(p.After.PublishedAt), p.After.ID)
+	}
+	query := keysetSQL(`DELETE FROM {{table}}outbox WHERE id IN (
 		SELECT id FROM {{table}}outbox
-		WHERE published_at IS NOT NULL AND published_at < ?1
-		ORDER BY published_at LIMIT ?2)`), micros(before), limit)
-	if err != nil {
-		return 0, mapErr("outbox delete", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), mapErr("outbox delete", err)
+		WHERE published_at IS NOT NULL AND published_at < ?1`, `(published_at, id) > (?3, ?4)`, `
+		ORDER BY published_at, id LIMIT ?2)
+		RETURNING published_at, id`, resume)
+	n, last, err := retentionDelete(ctx, e, "outbox delete", query, args, p.After,
+		func(r scanner) (driver.OutboxCursor, error) {
+			var c driver.OutboxCursor
+			var at int64
+			err := r.Scan(&at, &c.ID)
+			c.PublishedAt = fromMicros(at)
+			return c, err
+		},
+		func(a, b driver.OutboxCursor) bool {
+			return cmp.Or(a.PublishedAt.Compare(b.PublishedAt), cmp.Compare(a.ID, b.ID)) < 0
+		})
+	return driver.DeleteResult[driver.OutboxCursor]{Deleted: n, Last: last}, err
 }
 
 // OutboxOldestUnpublished implements driver.OutboxExecutor: the CreatedAt of

@@ -1,6 +1,7 @@
 package sqlitedriver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -137,21 +138,36 @@ func (e *executor) RecordExtendLease(ctx context.Context, p *driver.RecordExtend
 	return affected("extend lease", res)
 }
 
-// RecordDeleteExpired implements driver.RecordExecutor.
-func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (int, error) {
+// RecordDeleteExpired implements driver.RecordExecutor: the records after
+// p.After in the order of the expires_at index (expires_at, then the
+// primary key).
+func (e *executor) RecordDeleteExpired(ctx context.Context, p *driver.RecordDeleteExpiredParams) (driver.DeleteResult[driver.RecordCursor], error) {
 	if p.Limit <= 0 {
-		return 0, fmt.Errorf("sqlitedriver: delete expired records: limit %d must be positive", p.Limit)
+		return driver.DeleteResult[driver.RecordCursor]{Last: p.After}, fmt.Errorf("sqlitedriver: delete expired records: limit %d must be positive", p.Limit)
 	}
-	now, limit := p.Now, p.Limit
-	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}idempotency_record
+	resume := !p.After.IsZero()
+	args := []any{micros(p.Now), p.Limit}
+	if resume {
+		args = append(args, micros(p.After.ExpiresAt), p.After.Scope, p.After.Key)
+	}
+	query := keysetSQL(`DELETE FROM {{table}}idempotency_record
 		WHERE (scope, idempotency_key) IN (
-			SELECT scope, idempotency_key FROM {{table}}idempotency_record WHERE expires_at <= ? LIMIT ?)`),
-		micros(now), limit)
-	if err != nil {
-		return 0, mapErr("delete expired records", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), mapErr("delete expired records", err)
+			SELECT scope, idempotency_key FROM {{table}}idempotency_record
+			WHERE expires_at <= ?1`, `(expires_at, scope, idempotency_key) > (?3, ?4, ?5)`, `
+			ORDER BY expires_at, scope, idempotency_key LIMIT ?2)
+		RETURNING expires_at, scope, idempotency_key`, resume)
+	n, last, err := retentionDelete(ctx, e, "delete expired records", query, args, p.After,
+		func(r scanner) (driver.RecordCursor, error) {
+			var c driver.RecordCursor
+			var at int64
+			err := r.Scan(&at, &c.Scope, &c.Key)
+			c.ExpiresAt = fromMicros(at)
+			return c, err
+		},
+		func(a, b driver.RecordCursor) bool {
+			return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Key, b.Key)) < 0
+		})
+	return driver.DeleteResult[driver.RecordCursor]{Deleted: n, Last: last}, err
 }
 
 // nonNil keeps an empty body distinct from "no body" (NULL).

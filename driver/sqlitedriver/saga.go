@@ -1,6 +1,7 @@
 package sqlitedriver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -288,18 +289,33 @@ func sagaListQuery(states []string) string {
 // SagaDeleteFinishedBefore implements driver.SagaExecutor. The steps of the
 // deleted sagas go with them (foreign key ON DELETE CASCADE, and a trigger
 // for connections without PRAGMA foreign_keys).
-func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (int, error) {
-	before, limit := p.Before, p.Limit
-	if limit <= 0 {
-		return 0, fmt.Errorf("sqlitedriver: saga delete: limit %d must be positive", limit)
+//
+// The sagas are taken after p.After in the order of the finished_at index
+// (finished_at, then the primary key, saga_id).
+func (e *executor) SagaDeleteFinishedBefore(ctx context.Context, p *driver.SagaDeleteFinishedBeforeParams) (driver.DeleteResult[driver.SagaCursor], error) {
+	if p.Limit <= 0 {
+		return driver.DeleteResult[driver.SagaCursor]{Last: p.After}, fmt.Errorf("sqlitedriver: saga delete: limit %d must be positive", p.Limit)
 	}
-	res, err := e.db.ExecContext(ctx, e.d.expand(`DELETE FROM {{table}}saga WHERE saga_id IN (
+	resume := !p.After.IsZero()
+	args := []any{micros(p.Before), p.Limit}
+	if resume {
+		args = append(args, micros(p.After.FinishedAt), p.After.SagaID)
+	}
+	query := keysetSQL(`DELETE FROM {{table}}saga WHERE saga_id IN (
 		SELECT saga_id FROM {{table}}saga
-		WHERE finished_at IS NOT NULL AND finished_at < ?1
-		ORDER BY finished_at LIMIT ?2)`), micros(before), limit)
-	if err != nil {
-		return 0, mapErr("saga delete", err)
-	}
-	n, err := res.RowsAffected()
-	return int(n), mapErr("saga delete", err)
+		WHERE finished_at IS NOT NULL AND finished_at < ?1`, `(finished_at, saga_id) > (?3, ?4)`, `
+		ORDER BY finished_at, saga_id LIMIT ?2)
+		RETURNING finished_at, saga_id`, resume)
+	n, last, err := retentionDelete(ctx, e, "saga delete", query, args, p.After,
+		func(r scanner) (driver.SagaCursor, error) {
+			var c driver.SagaCursor
+			var at int64
+			err := r.Scan(&at, &c.SagaID)
+			c.FinishedAt = fromMicros(at)
+			return c, err
+		},
+		func(a, b driver.SagaCursor) bool {
+			return cmp.Or(a.FinishedAt.Compare(b.FinishedAt), cmp.Compare(a.SagaID, b.SagaID)) < 0
+		})
+	return driver.DeleteResult[driver.SagaCursor]{Deleted: n, Last: last}, err
 }

@@ -54,11 +54,6 @@ const (
 		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`
 	RecordExtendLeaseSQL = `UPDATE {{table}}idempotency_record SET lease_expires_at = $4
 		WHERE scope = $1 AND idempotency_key = $2 AND lease_token = $3 AND state = 'in_progress'`
-	// RecordDeleteExpiredSQL deletes by ctid in a bounded subquery so one
-	// statement never locks more than limit rows.
-	RecordDeleteExpiredSQL = `DELETE FROM {{table}}idempotency_record WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}idempotency_record WHERE expires_at <= $1 LIMIT $2
-		FOR UPDATE SKIP LOCKED))`
 )
 
 // The ModeTx fast path (driver.TxClaimer).
@@ -127,14 +122,6 @@ const (
 		SELECT $1, u.id, $3 FROM unnest($2::uuid[]) AS u(id) ORDER BY u.id
 		ON CONFLICT (consumer_name, event_id) DO NOTHING
 		RETURNING event_id`
-	InboxDeleteBeforeSQL = `WITH victim AS (
-			SELECT event_id, consumer_name FROM {{table}}processed_event
-			WHERE processed_at < $1 AND ($2::text = '' OR consumer_name = $2)
-			ORDER BY processed_at LIMIT $3
-			FOR UPDATE SKIP LOCKED)
-		DELETE FROM {{table}}processed_event
-		WHERE event_id = ANY (ARRAY(SELECT event_id FROM victim))
-			AND (event_id, consumer_name) IN (SELECT event_id, consumer_name FROM victim)`
 	InboxOldestSQL = `SELECT min(processed_at) FROM {{table}}processed_event`
 )
 
@@ -235,25 +222,6 @@ const (
 	OutboxParkSQL = `UPDATE {{table}}outbox_pending
 		SET attempts = attempts + 1, last_error = $2, parked_at = $3
 		WHERE id = $1`
-	// OutboxDeletePublishedBeforeSQL deletes at most $2 publication log
-	// rows older than $1 (by ctid from a bounded subquery, skipping rows a
-	// concurrent cleaner or redrive holds), then their events, and returns
-	// how many log rows it deleted: the batch's progress, which counts a
-	// log row whose event is already gone (deleted by hand), so such rows
-	// never end a sweep early. The NOT EXISTS is a guard: an event with a
-	// pending row is never deleted.
-	OutboxDeletePublishedBeforeSQL = `WITH v AS (
-			SELECT ctid FROM {{table}}outbox_published
-			WHERE published_at < $1
-			ORDER BY published_at LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		), d AS (
-			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id
-		), o AS (
-			DELETE FROM {{table}}outbox o
-			WHERE o.id = ANY (ARRAY(SELECT id FROM d))
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending p WHERE p.id = o.id))
-		SELECT count(*) FROM d`
 	OutboxOldestUnpublishedSQL = `SELECT o.created_at FROM {{table}}outbox o
 		WHERE o.id = (SELECT min(id) FROM {{table}}outbox_pending)`
 	// OutboxCountParkedSQL counts the parked pending rows through
@@ -347,9 +315,4 @@ const (
 	SagaListUnfinishedAfterSQL = `SELECT ` + SagaColumns + ` FROM {{table}}saga
 		WHERE state = ANY ($1::text[]) AND finished_at IS NULL AND (updated_at, saga_id) > ($3, $4::text)
 		ORDER BY updated_at, saga_id LIMIT $2`
-	SagaDeleteFinishedBeforeSQL = `DELETE FROM {{table}}saga WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {{table}}saga
-		WHERE finished_at IS NOT NULL AND finished_at < $1
-		ORDER BY finished_at LIMIT $2
-		FOR UPDATE SKIP LOCKED))`
 )
