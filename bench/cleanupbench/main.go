@@ -29,6 +29,7 @@ type options struct {
 	batch     int
 	pause     time.Duration
 	partition bool
+	hold      bool
 }
 
 func main() {
@@ -41,6 +42,9 @@ func main() {
 	flag.IntVar(&o.batch, "batch", cleanup.DefaultBatchSize, "cleaner BatchSize")
 	flag.DurationVar(&o.pause, "pause", cleanup.DefaultPause, "cleaner Pause between batches (0: none)")
 	flag.BoolVar(&o.partition, "partition", true, "also measure partition mode")
+	flag.BoolVar(&o.hold, "hold-snapshot", false, "hold a REPEATABLE READ snapshot open on another connection during the sweep, "+
+		"as a long report or a replica with hot_standby_feedback does (the deleted rows' index entries cannot be removed meanwhile); "+
+		"the sweep then runs to its end in one slice")
 	flag.Parse()
 	if o.rows < 1 || o.writers < 1 || o.ids < 1 || o.slice <= 0 || o.batch < 1 || o.pause < 0 {
 		fmt.Fprintln(os.Stderr, "cleanupbench: -rows, -writers, -ids, -slice and -batch must be positive, -pause not negative")
@@ -98,7 +102,7 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Printf("insert load: %d writers, %d event ids per transaction (InboxInsert + COMMIT)\n", o.writers, o.ids)
 	fmt.Printf("cleaner: BatchSize %d, Pause %s\n\n", o.batch, o.pause)
 
-	if err := deleteMode(ctx, o, drv); err != nil {
+	if err := deleteMode(ctx, o, drv, admin, schema); err != nil {
 		return err
 	}
 	if o.partition {
@@ -107,7 +111,7 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver) error {
+func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver, admin *pgx.Conn, schema string) error {
 	start := time.Now()
 	if _, err := drv.Pool().Exec(ctx, `INSERT INTO processed_event (consumer_name, event_id, processed_at)
 		SELECT 'bench-old', gen_random_uuid(), now() - interval '5 days' - i * interval '1 ms'
@@ -132,9 +136,30 @@ func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver) error {
 	if err != nil {
 		return err
 	}
+	readBefore, err := indexReads(ctx, drv, inboxIndex)
+	if err != nil {
+		return err
+	}
+	if o.hold {
+		// The old snapshot: taken by the first statement of the
+		// transaction, it holds back the removal of every row version
+		// deleted after it until the transaction ends.
+		if _, err := admin.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`); err != nil {
+			return err
+		}
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "idem_lock"}.Sanitize()).Scan(&n); err != nil {
+			return err
+		}
+		defer func() { _, _ = admin.Exec(context.Background(), `ROLLBACK`) }()
+		fmt.Println("a REPEATABLE READ transaction on another connection holds its snapshot until the sweep is done")
+	}
 	// Slices without and with the cleaner take turns until the sweep is
 	// done; an interrupted RunOnce is simply run again (deletes are
-	// idempotent), so drift falls on both kinds alike.
+	// idempotent, and a new sweep starts from the oldest row), so drift
+	// falls on both kinds alike. With -hold-snapshot the sweep runs to its
+	// end in one slice: a new sweep would start again from the first
+	// entries of the index, which the snapshot keeps.
 	var deleted, batches, slicesWith int
 	var sweepTime time.Duration
 	load, err := drive(ctx, o, drv, func(ctx context.Context, clk *clock) error {
@@ -144,7 +169,11 @@ func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver) error {
 				return err
 			}
 			clk.set(with)
-			sliceCtx, cancel := context.WithTimeout(ctx, o.slice)
+			sliceCtx, cancel := context.WithCancel(ctx)
+			if !o.hold {
+				cancel()
+				sliceCtx, cancel = context.WithTimeout(ctx, o.slice)
+			}
 			t := time.Now()
 			rep, err := c.RunOnce(sliceCtx)
 			sweepTime += time.Since(t)
@@ -167,6 +196,10 @@ func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver) error {
 	if err != nil {
 		return err
 	}
+	readAfter, err := indexReads(ctx, drv, inboxIndex)
+	if err != nil {
+		return err
+	}
 	// A statement cut off by the end of a slice may have deleted its
 	// batch without reporting it: count what is left instead.
 	var left int
@@ -183,7 +216,30 @@ func deleteMode(ctx context.Context, o options, drv *pgdriver.Driver) error {
 		removed, left, deleted, sweepTime.Round(time.Millisecond), float64(removed)/sweepTime.Seconds(), batches, o.batch, o.pause)
 	fmt.Printf("insert throughput during / without cleanup: %.2f (%.0f / %.0f tx/s; target >= 0.80)\n",
 		load[with].txPerSec()/load[without].txPerSec(), load[with].txPerSec(), load[without].txPerSec())
+	read := readAfter - readBefore
+	fmt.Printf("index entries read by the sweep (%s, idx_tup_read): %d = %.2f per row removed\n",
+		inboxIndex, read, float64(read)/float64(max(removed, 1)))
 	return nil
+}
+
+// inboxIndex is the index the inbox sweep reads (the insert load does not).
+const inboxIndex = "processed_event_processed_at_idx"
+
+// indexReads returns idx_tup_read of index, once every idle connection of
+// drv's pool (every one, between the phases) has flushed its statistics.
+func indexReads(ctx context.Context, drv *pgdriver.Driver, index string) (int64, error) {
+	for _, c := range drv.Pool().AcquireAllIdle(ctx) {
+		// The session flushes when it goes idle, before it answers.
+		_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		c.Release()
+		if err != nil {
+			return 0, err
+		}
+	}
+	var n int64
+	err := drv.Pool().QueryRow(ctx, `SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+		WHERE schemaname = current_schema() AND indexrelname = $1`, index).Scan(&n)
+	return n, err
 }
 
 func inboxReport(rep cleanup.Report) cleanup.TableReport {
