@@ -132,13 +132,21 @@ func onConflict(q string) bool {
 }
 
 // isDedupTable reports whether a table (its lower-case name without schema)
-// holds the keys of what was already processed: processed_event(s),
-// processed_message(s), idempotency_record(s), idempotency_key(s), inbox,
-// any name ending in _inbox, and any name starting with dedup.
+// holds the keys of what was already processed: inbox, any name ending in
+// _inbox, any name starting with processed_ (processed_events,
+// processed_webhooks, ...), idempotency (idempotency_keys,
+// idempotency_records, ...) or dedup, and webhook_event(s) alone or ending
+// a name (stripe_webhook_events): what webhook receivers call the table of
+// the event IDs they applied.
 func isDedupTable(name string) bool {
-	switch strings.TrimSuffix(name, "s") {
-	case "processed_event", "processed_message", "idempotency_record", "idempotency_key", "inbox":
+	if name == "inbox" || strings.HasSuffix(name, "_inbox") {
 		return true
 	}
-	return strings.HasSuffix(name, "_inbox") || strings.HasPrefix(name, "dedup")
+	for _, prefix := range []string{"processed_", "idempotency", "dedup"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	w := strings.TrimSuffix(name, "s")
+	return w == "webhook_event" || strings.HasSuffix(w, "_webhook_event")
 }

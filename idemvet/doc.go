@@ -164,9 +164,10 @@
 // Context form) whose constant SQL inserts into the same table without ON
 // CONFLICT or INSERT OR IGNORE: two concurrent deliveries both find no row.
 // Every such INSERT is reported. Dedup tables go by name, compared in
-// lower case without schema or quotes: processed_event(s),
-// processed_message(s), idempotency_record(s), idempotency_key(s), inbox,
-// any name ending in _inbox and any starting with dedup. Constant SQL is
+// lower case without schema or quotes: inbox, any name ending in _inbox,
+// any starting with processed_ (processed_events, processed_webhooks),
+// idempotency (idempotency_keys, idempotency_records) or dedup, and
+// webhook_event(s) alone or ending a name (stripe_webhook_events). Constant SQL is
 // read as idemtxwrite reads it. Other names, SQL built at run time, and a check in one function with the insert in
 // another are not seen.
 //

@@ -145,3 +145,53 @@ func columnNotTable(ctx context.Context, tx pgx.Tx, id string) error {
 	_, err := tx.Exec(ctx, "INSERT INTO inbox (id) VALUES ($1)", id)
 	return err
 }
+
+// More dedup table names: processed_* (processed_webhooks, processed_payments),
+// idempotency* and *webhook_event(s), the names webhook receivers give the
+// table of the event IDs they applied.
+
+func webhookEvents(ctx context.Context, db *sql.DB, eventID string) error {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM webhook_events WHERE event_id = $1)`, eventID).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, `INSERT INTO webhook_events (event_id) VALUES ($1)`, eventID) // want "check-then-insert on webhook_events races"
+	return err
+}
+
+func stripeWebhookEvent(ctx context.Context, tx pgx.Tx, eventID string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM billing.stripe_webhook_event WHERE id = $1", eventID).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO billing.stripe_webhook_event (id) VALUES ($1)", eventID) // want "check-then-insert on stripe_webhook_event races"
+	return err
+}
+
+func processedWebhooks(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT 1 FROM processed_webhooks WHERE id = $1 FOR UPDATE", id).Scan(&n)
+	_, err := tx.Exec(ctx, "INSERT INTO processed_webhooks (id) VALUES ($1)", id) // want "check-then-insert on processed_webhooks races"
+	return err
+}
+
+func idempotencyRequests(ctx context.Context, p *pgxpool.Pool, key string) error {
+	var n int
+	p.QueryRow(ctx, "SELECT 1 FROM idempotency_requests WHERE key = $1", key).Scan(&n)
+	_, err := p.Exec(ctx, "INSERT INTO idempotency_requests (key) VALUES ($1)", key) // want "check-then-insert on idempotency_requests races"
+	return err
+}
+
+// Not dedup tables: a name that only contains one of the words.
+
+func notDedupNames(ctx context.Context, tx pgx.Tx, id string) error {
+	var n int
+	tx.QueryRow(ctx, "SELECT count(*) FROM unprocessed_orders WHERE id = $1", id).Scan(&n)
+	tx.QueryRow(ctx, "SELECT count(*) FROM webhook_event_types WHERE id = $1", id).Scan(&n)
+	tx.QueryRow(ctx, "SELECT count(*) FROM webhooks WHERE id = $1", id).Scan(&n)
+	tx.Exec(ctx, "INSERT INTO unprocessed_orders (id) VALUES ($1)", id)
+	tx.Exec(ctx, "INSERT INTO webhook_event_types (id) VALUES ($1)", id)
+	_, err := tx.Exec(ctx, "INSERT INTO webhooks (id) VALUES ($1)", id)
+	return err
+}
