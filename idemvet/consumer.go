@@ -9,11 +9,11 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-// Consumer reports Kafka consume loops that write to a database without
-// deduplicating the records.
+// Consumer reports Kafka consume loops (franz-go or segmentio/kafka-go) that
+// write to a database without deduplicating the records.
 var Consumer = &analysis.Analyzer{
 	Name: "idemconsumer",
-	Doc:  "report a function that polls a kgo.Client and writes to a database without idem's inbox",
+	Doc:  "report a function that polls a kgo.Client (or reads a kafka-go Reader) and writes to a database without idem's inbox",
 	Run:  runConsumer,
 }
 
@@ -40,7 +40,8 @@ func runConsumer(pass *analysis.Pass) (any, error) {
 			case *ast.CallExpr:
 				fn := callee(info, n)
 				switch {
-				case isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords"):
+				case isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords"),
+					isMethod(fn, kafkagoPath, "Reader", "FetchMessage", "ReadMessage"):
 					polls = true
 				case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, n):
 					execs = append(execs, n)

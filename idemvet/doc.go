@@ -119,7 +119,8 @@
 // are not seen.
 //
 // idemconsumer: a function (its function literals included) that calls
-// PollFetches or PollRecords on a kgo.Client and Exec or ExecContext on a
+// PollFetches or PollRecords on a kgo.Client, or FetchMessage or
+// ReadMessage on a segmentio/kafka-go Reader, and Exec or ExecContext on a
 // pgx, pgxpool or database/sql handle, and uses nothing from the inbox or
 // idemkafka packages nor constant SQL (a literal, or a named constant of
 // any package) with ON CONFLICT ... DO NOTHING or INSERT OR IGNORE. Every

@@ -8,6 +8,7 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -102,5 +103,58 @@ const (
 func constConcatDedup(ctx context.Context, cl *kgo.Client, db *sql.DB) {
 	for _, r := range cl.PollFetches(ctx).Records() {
 		db.ExecContext(ctx, insertSeenHead+onConflict, r.Key)
+	}
+}
+
+// segmentio/kafka-go: a reader's FetchMessage and ReadMessage poll as
+// PollFetches does.
+
+func kafkaGoFetch(ctx context.Context, r *kafka.Reader, pool *pgxpool.Pool) error {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, "UPDATE accounts SET balance = balance + $2 WHERE id = $1", m.Key, m.Value); err != nil { // want "kafka consumer writes to the database without deduplication"
+			return err
+		}
+		if err := r.CommitMessages(ctx, m); err != nil {
+			return err
+		}
+	}
+}
+
+func kafkaGoRead(ctx context.Context, r *kafka.Reader, db *sql.DB) {
+	for {
+		m, err := r.ReadMessage(ctx) // want "kafka-go ReadMessage commits the offset before the database commit"
+		if err != nil {
+			return
+		}
+		db.ExecContext(ctx, "INSERT INTO orders (id, body) VALUES ($1, $2)", m.Key, m.Value) // want "without deduplication"
+	}
+}
+
+func kafkaGoDedup(ctx context.Context, r *kafka.Reader, pool *pgxpool.Pool) error {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		pool.Exec(ctx, "INSERT INTO orders (id, body) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING", m.Key, m.Value)
+		r.CommitMessages(ctx, m)
+	}
+}
+
+func kafkaGoInbox(ctx context.Context, r *kafka.Reader, in *inbox.Inbox[pgx.Tx]) error {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		in.Process(ctx, [16]byte{}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", m.Key)
+			return err
+		})
+		r.CommitMessages(ctx, m)
 	}
 }
