@@ -133,8 +133,12 @@
 // QueryRow on a database handle, whose Go or tag name has a money word
 // (amount, price, total, balance, cost, fee, money, sum) split at case
 // changes and underscores, and no unit word (seconds, ratio, rate, count,
-// ...). Untagged fields, local variables and computed arguments are not
-// reported.
+// ...). A struct field whose only money words are sum or total is not
+// reported in a struct that has a field named as a statistic of
+// measurements without a money word (Min, Max, Mean, Avg, Median,
+// BucketCounts, Quantiles, P99): the sum of a histogram or a gauge
+// snapshot; a sum of money beside such a field is missed. Untagged
+// fields, local variables and computed arguments are not reported.
 //
 // idemautocommit: a kgo.NewClient whose options include
 // kgo.ConsumerGroup(...) but neither kgo.DisableAutoCommit() nor

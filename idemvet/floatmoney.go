@@ -35,6 +35,18 @@ var unitWords = []string{
 	"bytes", "size", "latency", "distance", "temperature", "sq", "squares",
 }
 
+// aggregateWords are the money words that also name an aggregate of any
+// measurement: the sum of a histogram, a total count of seconds.
+var aggregateWords = []string{"sum", "sums", "total", "totals"}
+
+// statWords are the words of a name that make it a statistic of
+// measurements (min, max, mean, buckets, a quantile); beside one, a sum or
+// total is an aggregate of the same measurements.
+var statWords = []string{
+	"min", "max", "mean", "avg", "average", "median", "stddev", "stdev", "variance",
+	"quantile", "quantiles", "percentile", "percentiles", "bucket", "buckets", "bounds",
+}
+
 func runFloatMoney(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	r := newReporter(pass)
@@ -42,6 +54,7 @@ func runFloatMoney(pass *analysis.Pass) (any, error) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.StructType:
+				stats := hasStatisticField(n)
 				for _, field := range n.Fields.List {
 					if field.Tag == nil || !isFloat(info.TypeOf(field.Type)) {
 						continue
@@ -51,9 +64,13 @@ func runFloatMoney(pass *analysis.Pass) (any, error) {
 						continue
 					}
 					for _, name := range field.Names {
-						if isMoneyName(name.Name) || isMoneyName(tagName) {
-							r.report(name, msgFloatMoney)
+						if !isMoneyName(name.Name) && !isMoneyName(tagName) {
+							continue
 						}
+						if stats && !namesMoney(name.Name) && !namesMoney(tagName) {
+							continue // the sum of a histogram, beside its min and max
+						}
+						r.report(name, msgFloatMoney)
 					}
 				}
 			case *ast.CallExpr:
@@ -165,4 +182,53 @@ func words(name string) []string {
 	}
 	flush(len(rs))
 	return out
+}
+
+// hasStatisticField reports whether the struct has a field (of any type)
+// whose Go or tag name is a statistic of measurements and has no money
+// word: Min, Max, Mean, BucketCounts, P99; not MinPrice.
+func hasStatisticField(st *ast.StructType) bool {
+	isStat := func(name string) bool {
+		if name == "" || isMoneyName(name) {
+			return false
+		}
+		if len(name) >= 3 && (name[0] == 'p' || name[0] == 'P') && strings.Trim(name[1:], "0123456789") == "" {
+			return true // p99, P50
+		}
+		for _, w := range words(name) {
+			if contains(statWords, w) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, field := range st.Fields.List {
+		tagName := ""
+		if field.Tag != nil {
+			tagName, _ = serialTag(field.Tag.Value)
+		}
+		if isStat(tagName) {
+			return true
+		}
+		for _, name := range field.Names {
+			if isStat(name.Name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesMoney reports whether name is money by a word other than sum or
+// total (amount, price, fee, ...): money whatever stands beside it.
+func namesMoney(name string) bool {
+	if !isMoneyName(name) {
+		return false
+	}
+	for _, w := range words(name) {
+		if contains(moneyWords, w) && !contains(aggregateWords, w) {
+			return true
+		}
+	}
+	return false
 }

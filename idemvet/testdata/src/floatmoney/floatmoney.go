@@ -45,3 +45,55 @@ func insert(ctx context.Context, pool *pgxpool.Pool, db *sql.DB, o Order) {
 	pool.Exec(ctx, "UPDATE orders SET ratio = $1, amount_cents = $2", ratio, cents)
 	pool.Exec(ctx, "UPDATE orders SET amount = $1", int64(o.Amount*100))
 }
+
+// A sum or total beside statistics of the same measurements (a min, a max,
+// a mean, buckets, a quantile) is an aggregate of measurements, not money:
+// a histogram or gauge snapshot exported as JSON.
+
+type histogramPoint struct {
+	Count          uint64    `json:"count"`
+	Sum            *float64  `json:"sum,omitempty"`
+	BucketCounts   []uint64  `json:"bucketCounts"`
+	ExplicitBounds []float64 `json:"explicitBounds"`
+	Min            *float64  `json:"min,omitempty"`
+	Max            *float64  `json:"max,omitempty"`
+}
+
+type GaugeValue struct {
+	Max   float64 `json:"max"`
+	Min   float64 `json:"min"`
+	Sum   float64 `json:"sum"`
+	Last  float64 `json:"last"`
+	Count uint64  `json:"count"`
+}
+
+type LatencySummary struct {
+	Total float64 `json:"total"`
+	Avg   float64 `json:"avg"`
+	P99   float64 `json:"p99"`
+}
+
+// Still money: no statistic beside the sum (a count is not one), a money
+// word other than sum or total, or statistics of money (MinPrice).
+
+type Withdrawal struct {
+	Order string  `json:"order"`
+	Sum   float64 `json:"sum"` // want "money held as float"
+}
+
+type Cart struct {
+	Count int     `json:"count"`
+	Total float64 `json:"total"` // want "money held as float"
+}
+
+type FeeSchedule struct {
+	Fee float64 `json:"fee"` // want "money held as float"
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+type PriceRange struct {
+	MinPrice float64 `json:"min_price"` // want "money held as float"
+	MaxPrice float64 `json:"max_price"` // want "money held as float"
+	Total    float64 `json:"total"`     // want "money held as float"
+}
