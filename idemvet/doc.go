@@ -33,7 +33,9 @@
 // built in the package (literal, append, variable), or returned by a
 // function of the package. It does not see options from another package
 // nor a function's parameters, nor tell a client that only
-// consumes from one that produces.
+// consumes from one that produces. Test files are skipped: a test's
+// producer writes test records, to a fake broker or with acks=0 on
+// purpose.
 //
 // idemretrykey: a key or event ID made inside a retry loop that also sends
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
@@ -160,6 +162,7 @@
 // not seen (a parameter, a field nothing in the package assigns, an
 // exported field another package may set, another package's function's
 // result) is reported, even when it reads one partition without a group.
+// Test files are skipped: a test's consumer commits test offsets.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

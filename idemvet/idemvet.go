@@ -444,6 +444,15 @@ func sourceFiles(pass *analysis.Pass) []*ast.File {
 	return out
 }
 
+// isTestFile reports whether f is a _test.go file. The rules about what a
+// deployed service does (idemproducer, idemautocommit, idemrandomid,
+// idemstaticid) skip them: a test's Kafka clients write test records and
+// commit test offsets, often to a fake broker and with a setting the test
+// is about.
+func isTestFile(pass *analysis.Pass, f *ast.File) bool {
+	return strings.HasSuffix(pass.Fset.File(f.Pos()).Name(), "_test.go")
+}
+
 // cgoGenerator is what cmd/cgo writes in "// Code generated ... DO NOT
 // EDIT." at the top of its files.
 const cgoGenerator = "by cmd/cgo;"

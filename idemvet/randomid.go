@@ -27,7 +27,7 @@ func runRandomID(pass *analysis.Pass) (any, error) {
 		}
 	}
 	for _, f := range sourceFiles(pass) {
-		if strings.HasSuffix(pass.Fset.File(f.Pos()).Name(), "_test.go") {
+		if isTestFile(pass, f) {
 			continue // fixtures, and tests that a v4 ID is rejected
 		}
 		ast.Inspect(f, func(n ast.Node) bool {

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
-	"strings"
 
 	"golang.org/x/tools/go/analysis"
 )
@@ -33,7 +32,7 @@ func runStaticID(pass *analysis.Pass) (any, error) {
 		return field != nil && isField(field, idemkafkaPath, "ConsumerConfig", "InstanceID")
 	}
 	for _, f := range sourceFiles(pass) {
-		if strings.HasSuffix(pass.Fset.File(f.Pos()).Name(), "_test.go") {
+		if isTestFile(pass, f) {
 			continue // a test runs one consumer, or fences one on purpose
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
