@@ -12,12 +12,12 @@ import (
 // committed.
 var AutoCommit = &analysis.Analyzer{
 	Name: "idemautocommit",
-	Doc:  "report a kgo consumer group with autocommit on, and kafka-go's ReadMessage on a group reader: offsets are committed before the database commit",
+	Doc:  "report a kgo consumer group with autocommit on, and kafka-go's ReadMessage on a group reader: offsets are committed whether or not the database transaction committed",
 	Run:  runAutoCommit,
 }
 
 const (
-	msgAutoCommit  = "kafka consumer group commits polled offsets on a timer, before the database commit: add kgo.DisableAutoCommit() and commit offsets after the transaction commits (or use idemkafka.Consumer)"
+	msgAutoCommit  = "kafka consumer group commits polled offsets on a timer, whether or not the database transaction that applied them committed: add kgo.DisableAutoCommit() and commit offsets after the transaction commits (or use idemkafka.Consumer)"
 	msgReadMessage = "kafka-go ReadMessage commits the offset before the database commit: use FetchMessage, then CommitMessages after the transaction commits"
 )
 

@@ -145,9 +145,15 @@
 // idemautocommit: a kgo.NewClient whose options include
 // kgo.ConsumerGroup(...) but neither kgo.DisableAutoCommit() nor
 // kgo.AutoCommitMarks(), options followed as idemproducer follows them.
-// franz-go's autocommit commits polled offsets every 5 seconds, whether or
-// not the database transaction that applied the records committed: a crash
-// loses them. A client with options from elsewhere (a parameter, a field,
+// franz-go's autocommit commits, every 5 seconds and when partitions are
+// revoked, the offsets of the records a poll returned once the next poll
+// has started, whether or not the database transaction that applied them
+// committed: a record whose transaction failed (logged, and the loop polls
+// on), or that another goroutine is still applying, is committed as done
+// and lost. A loop that applies every record of a poll before it polls
+// again, and stops on a failure, is at-least-once under autocommit: it is
+// reported all the same, since the commits follow the polls, not the
+// transactions. A client with options from elsewhere (a parameter, a field,
 // what another package's function returns) is not reported: they may turn autocommit off.
 // AutoCommitMarks commits only marked records and is not reported; whether
 // the marks come after the commit is not checked. Also every call of
