@@ -4,8 +4,9 @@
 // Analyzers returns them all; cmd/idemvet runs them alone or under go vet,
 // and package idemvet/golangci registers them as a golangci-lint plugin.
 //
-// The analyzers match idem's packages, franz-go, segmentio/kafka-go, pgx,
-// database/sql and github.com/google/uuid by import path and type. They
+// The analyzers match idem's packages, franz-go, segmentio/kafka-go, pgx
+// (v5; v4's Conn, Pool and Tx are database handles too), database/sql and
+// github.com/google/uuid by import path and type. They
 // look at one function at a time and follow values mostly through local
 // assignments (idemretrykey also through struct fields the package
 // assigns and sends in its functions, idemproducer and idemautocommit

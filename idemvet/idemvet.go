@@ -38,6 +38,8 @@ const (
 	idemkafkaPath  = "github.com/idemkit/idem/idemkafka"
 	pgxPath        = "github.com/jackc/pgx/v5"
 	pgxpoolPath    = "github.com/jackc/pgx/v5/pgxpool"
+	pgx4Path       = "github.com/jackc/pgx/v4"
+	pgxpool4Path   = "github.com/jackc/pgx/v4/pgxpool"
 	sqlPath        = "database/sql"
 	httpPath       = "net/http"
 	timePath       = "time"
@@ -148,14 +150,19 @@ const (
 	dbTx          // a transaction
 )
 
-// dbHandle classifies the type whose method fn is: a pgx or pgxpool pool,
-// connection or transaction, or a database/sql DB, Conn, Tx or Stmt.
+// dbHandle classifies the type whose method fn is: a pgx or pgxpool (v5 or
+// v4) pool, connection or transaction, or a database/sql DB, Conn, Tx or
+// Stmt.
 func dbHandle(fn *types.Func) dbKind {
 	n := recvType(fn)
 	switch {
-	case isNamed(n, pgxpoolPath, "Pool", "Conn"), isNamed(n, pgxPath, "Conn"), isNamed(n, sqlPath, "DB", "Conn"):
+	case isNamed(n, pgxpoolPath, "Pool", "Conn"), isNamed(n, pgxPath, "Conn"),
+		isNamed(n, pgxpool4Path, "Pool", "Conn"), isNamed(n, pgx4Path, "Conn"),
+		isNamed(n, sqlPath, "DB", "Conn"):
 		return dbPool
-	case isNamed(n, pgxpoolPath, "Tx"), isNamed(n, pgxPath, "Tx"), isNamed(n, sqlPath, "Tx", "Stmt"):
+	case isNamed(n, pgxpoolPath, "Tx"), isNamed(n, pgxPath, "Tx"),
+		isNamed(n, pgxpool4Path, "Tx"), isNamed(n, pgx4Path, "Tx"),
+		isNamed(n, sqlPath, "Tx", "Stmt"):
 		return dbTx
 	}
 	return notDB

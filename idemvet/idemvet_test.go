@@ -31,7 +31,7 @@ var all = &analysis.Analyzer{
 
 func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
-		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore")
+		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4")
 }
 
 func TestAnalyzersValid(t *testing.T) {
