@@ -140,7 +140,9 @@
 // reported in a struct that has a field named as a statistic of
 // measurements without a money word (Min, Max, Mean, Avg, Median,
 // BucketCounts, Quantiles, P99): the sum of a histogram or a gauge
-// snapshot; a sum of money beside such a field is missed. Untagged
+// snapshot; a sum of money beside such a field is missed. Nor is a field
+// tagged "Total Cost" or "Startup Cost": the planner's cost estimate in
+// PostgreSQL's EXPLAIN (FORMAT JSON), whatever its Go name. Untagged
 // fields, local variables and computed arguments are not reported.
 //
 // idemautocommit: a kgo.NewClient whose options include

@@ -47,6 +47,11 @@ var statWords = []string{
 	"quantile", "quantiles", "percentile", "percentiles", "bucket", "buckets", "bounds",
 }
 
+// explainCostKeys are the keys of PostgreSQL's EXPLAIN (FORMAT JSON) that
+// hold the planner's cost estimate of a plan node: a field tagged with one
+// is not money, whatever its Go name (TotalCost).
+var explainCostKeys = []string{"Startup Cost", "Total Cost"}
+
 func runFloatMoney(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	r := newReporter(pass)
@@ -60,7 +65,7 @@ func runFloatMoney(pass *analysis.Pass) (any, error) {
 						continue
 					}
 					tagName, tagged := serialTag(field.Tag.Value)
-					if !tagged {
+					if !tagged || contains(explainCostKeys, tagName) {
 						continue
 					}
 					for _, name := range field.Names {

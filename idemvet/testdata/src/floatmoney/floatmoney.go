@@ -97,3 +97,24 @@ type PriceRange struct {
 	MaxPrice float64 `json:"max_price"` // want "money held as float"
 	Total    float64 `json:"total"`     // want "money held as float"
 }
+
+// PostgreSQL's EXPLAIN (FORMAT JSON) keys: the planner's cost estimate of a
+// plan node, read to keep a query within a budget, is not money.
+
+type explainPlan struct {
+	Plan planNode `json:"Plan"`
+}
+
+type planNode struct {
+	NodeType    string     `json:"Node Type"`
+	StartupCost float64    `json:"Startup Cost"`
+	TotalCost   float64    `json:"Total Cost"`
+	PlanRows    float64    `json:"Plan Rows"`
+	Plans       []planNode `json:"Plans"`
+}
+
+// Still money: the same Go name under another tag (an API's usage cost).
+
+type usage struct {
+	TotalCost float64 `json:"total_cost"` // want "money held as float"
+}
