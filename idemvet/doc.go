@@ -138,8 +138,9 @@
 // changes and underscores, and no unit word (seconds, ratio, rate, count,
 // ...). A struct field whose only money words are sum or total is not
 // reported in a struct that has a field named as a statistic of
-// measurements without a money word (Min, Max, Mean, Avg, Median,
-// BucketCounts, Quantiles, P99): the sum of a histogram or a gauge
+// measurements (Min, Max, Mean, Avg, Median, BucketCounts, Quantiles,
+// P99, MaxMs: statistic and unit words only, so not a limit such as
+// MaxItems, nor MinPrice): the sum of a histogram or a gauge
 // snapshot; a sum of money beside such a field is missed. Nor is a field
 // tagged "Total Cost" or "Startup Cost": the planner's cost estimate in
 // PostgreSQL's EXPLAIN (FORMAT JSON), whatever its Go name. Untagged

@@ -189,9 +189,16 @@ func words(name string) []string {
 	return out
 }
 
+// statCompanions are the words that may stand beside a statistic word in
+// the name of a statistic (BucketCounts, ExplicitBounds, MaxValue), with
+// the unit words (MaxMs, MinLatency).
+var statCompanions = []string{"count", "counts", "value", "values", "explicit"}
+
 // hasStatisticField reports whether the struct has a field (of any type)
-// whose Go or tag name is a statistic of measurements and has no money
-// word: Min, Max, Mean, BucketCounts, P99; not MinPrice.
+// whose Go or tag name is a statistic of measurements: a quantile (P99),
+// or only statistic, unit and companion words with at least one statistic
+// word (Min, Max, Mean, BucketCounts, MaxMs); not a limit (MaxItems) nor
+// money (MinPrice).
 func hasStatisticField(st *ast.StructType) bool {
 	isStat := func(name string) bool {
 		if name == "" || isMoneyName(name) {
@@ -200,12 +207,17 @@ func hasStatisticField(st *ast.StructType) bool {
 		if len(name) >= 3 && (name[0] == 'p' || name[0] == 'P') && strings.Trim(name[1:], "0123456789") == "" {
 			return true // p99, P50
 		}
+		stat := false
 		for _, w := range words(name) {
-			if contains(statWords, w) {
-				return true
+			switch {
+			case contains(statWords, w):
+				stat = true
+			case contains(unitWords, w), contains(statCompanions, w):
+			default:
+				return false // MaxItems: a limit
 			}
 		}
-		return false
+		return stat
 	}
 	for _, field := range st.Fields.List {
 		tagName := ""

@@ -92,6 +92,13 @@ type FeeSchedule struct {
 	Max float64 `json:"max"`
 }
 
+// A limit is not a statistic: MaxItems, MinQuantity.
+type LimitedCart struct {
+	MaxItems    int     `json:"max_items"`
+	MinQuantity int     `json:"min_quantity"`
+	Total       float64 `json:"total"` // want "money held as float"
+}
+
 type PriceRange struct {
 	MinPrice float64 `json:"min_price"` // want "money held as float"
 	MaxPrice float64 `json:"max_price"` // want "money held as float"
