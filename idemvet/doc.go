@@ -48,7 +48,8 @@
 // NewUUID, NewV6, NewV7, their FromReader forms, NewDCE...: every function
 // that makes a new UUID per call), which count only when their
 // value is the key the loop sends: the value of Header.Set/Add of an
-// Idempotency-Key header or the key of idemclient.WithKey (also the
+// Idempotency-Key (or X-Idempotency-Key) header or the key of
+// idemclient.WithKey (also the
 // argument of a function of the package that sets its parameter as the
 // key, as charge(ctx, key, body) does), directly or
 // computed from it (id.String(), a concatenation, a call's argument, an

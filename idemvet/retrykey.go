@@ -309,7 +309,8 @@ func isSend(info *types.Info, call *ast.CallExpr) bool {
 
 // keyHeaderValue returns the key that call attaches to a request as its
 // Idempotency-Key: the key of idemclient.WithKey, or the value of a Set or
-// Add of the header. It returns nil for any other call.
+// Add of the header (Idempotency-Key, or X-Idempotency-Key as some payment
+// APIs name it). It returns nil for any other call.
 func keyHeaderValue(info *types.Info, call *ast.CallExpr) ast.Expr {
 	fn := callee(info, call)
 	if isFunc(fn, idemclientPath, "WithKey") && len(call.Args) == 2 {
@@ -318,7 +319,7 @@ func keyHeaderValue(info *types.Info, call *ast.CallExpr) ast.Expr {
 	if !isMethod(fn, httpPath, "Header", "Set", "Add") || len(call.Args) != 2 {
 		return nil
 	}
-	if name, ok := constString(info, call.Args[0]); ok && strings.EqualFold(name, "Idempotency-Key") {
+	if name, ok := constString(info, call.Args[0]); ok && (strings.EqualFold(name, "Idempotency-Key") || strings.EqualFold(name, "X-Idempotency-Key")) {
 		return call.Args[1]
 	}
 	return nil

@@ -28,6 +28,38 @@ func headerInLoop(c *http.Client, body []byte) error {
 	return nil
 }
 
+// X-Idempotency-Key, the name some payment APIs use, is the key too.
+func xHeaderInLoop(c *http.Client, body []byte) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		req, _ := http.NewRequest("POST", "http://x/payments", bytes.NewReader(body))
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		req.Header.Add("x-idempotency-key", uuid.New().String()) // want "idempotency key created inside a retry loop"
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+// A per-attempt request ID beside a stored X-Idempotency-Key: not reported.
+func xHeaderStored(c *http.Client, body []byte, key string) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		req, _ := http.NewRequest("POST", "http://x/payments", bytes.NewReader(body))
+		req.Header.Set("X-Request-Id", uuid.NewString())
+		req.Header.Set("X-Idempotency-Key", key)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
 func endless(c *idemclient.Client, req *http.Request) {
 	for {
 		key, _ := idemclient.NewKey() // want "idempotency key created inside a retry loop"
