@@ -36,15 +36,18 @@ func TestOutboxSchemaFromSearchPath(t *testing.T) {
 		return nil
 	}), &outbox.RelayConfig{NoListen: true})
 	doneA := make(chan struct{})
+	var errA error
 	go func() {
 		defer close(doneA)
-		_, _ = relayA.RunOnce(ctx)
+		_, errA = relayA.RunOnce(ctx)
 	}()
 	defer func() { close(release); <-doneA }()
 	select {
 	case <-entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("relay A did not publish")
+	case <-doneA:
+		t.Fatalf("relay A's round ended without publishing: %v", errA)
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay A did not publish within 30s")
 	}
 
 	// B's relay publishes B's event meanwhile.
