@@ -2,19 +2,23 @@ package idemkafka_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
@@ -214,4 +218,117 @@ func ExampleCheckTopics() {
 		// the brokers; starting anyway is a choice.
 		log.Printf("kafka not checked: %v", err)
 	}
+}
+
+// The whole path without a Kafka of your own, for development and tests: an
+// order's event enqueued in its transaction (SQLite here), a relay
+// publishing it with the idempotent producer to an in-process kfake broker,
+// a redrive publishing it a second time, and a consumer applying it once
+// through the inbox. In production Seeds name your brokers.
+func Example_inProcessBroker() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "idem-kafka-example")
+	defer func() { _ = os.RemoveAll(dir) }()
+	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = drv.Close() }()
+	if err := drv.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `CREATE TABLE order_view (order_id TEXT PRIMARY KEY, body TEXT NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+
+	// The broker, with the topic and its dead-letter topic: neither the
+	// publisher nor the consumer creates them.
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	seeds := broker.ListenAddrs()
+
+	// The business transaction: the order (elided) and its event.
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e, err := event.New("OrderCreated.v1", "order-42", map[string]string{"amount": "99.9000"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
+		log.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		log.Fatal(err)
+	}
+
+	// The relay (usually go relay.Run(ctx) for the process's life).
+	pub, err := idemkafka.NewPublisher(&idemkafka.PublisherConfig{Seeds: seeds, DefaultTopic: "orders"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close()
+	relay, err := outbox.NewRelay(drv, pub, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, err := relay.RunOnce(ctx)
+	fmt.Println("published:", n, err)
+	// The same event again, with its ID: what a relay that died between
+	// the publish and the mark does (here outbox.Redrive).
+	if _, err := outbox.Redrive(ctx, drv, outbox.RedriveOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	n, err = relay.RunOnce(ctx)
+	fmt.Println("published again:", n, err)
+
+	// The consumer: group "order-projection", from the start of the topic.
+	in, err := inbox.New(drv, &inbox.Config{Consumer: "order-projection"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	batches := make(chan idemkafka.BatchStats, 16)
+	c, err := idemkafka.NewConsumer(in, &idemkafka.ConsumerConfig[*sql.Tx]{
+		Seeds:  seeds,
+		Topics: []string{"orders"},
+		Handler: func(ctx context.Context, tx *sql.Tx, e event.Envelope) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO order_view (order_id, body) VALUES (?, ?)`, e.Key, string(e.Payload))
+			return err
+		},
+		OnBatch: func(_ context.Context, s idemkafka.BatchStats) { batches <- s },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Run(ctx) }()
+	var records, applied, duplicates int
+	for records < 2 {
+		select {
+		case s := <-batches:
+			records, applied, duplicates = records+s.Records, applied+s.Applied, duplicates+s.Duplicates
+		case <-time.After(30 * time.Second):
+			log.Fatal("no batch within 30s")
+		}
+	}
+	cancel() // the consumer commits its offsets and leaves the group
+	if err := <-stopped; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("consumed: %d records, %d applied, %d duplicate\n", records, applied, duplicates)
+	var body string
+	if err := drv.DB().QueryRow(`SELECT body FROM order_view WHERE order_id = 'order-42'`).Scan(&body); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("order_view:", body)
+	// Output:
+	// published: 1 <nil>
+	// published again: 1 <nil>
+	// consumed: 2 records, 1 applied, 1 duplicate
+	// order_view: {"amount":"99.9000"}
 }
