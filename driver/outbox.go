@@ -135,19 +135,25 @@ type OutboxExecutor interface {
 	// with an inbox drop the copies they already applied. It is the safety
 	// net for a broker that lost events it had acknowledged (a fresh
 	// embedded log, a deleted topic, a failed-over cluster). It changes at
-	// most p.Limit rows, lowest ID first, and returns how many; call it
-	// until it returns 0. Rows published before p.PublishedSince or at or
-	// after p.PublishedBefore are not changed (the upper bound keeps a
-	// loop from redriving what the relay has just republished), nor are
-	// unpublished or parked rows.
+	// most p.Limit rows, the earliest published first (then the lowest
+	// ID), and returns how many; call it until it returns fewer than
+	// p.Limit. Each call reads about the rows it changes, through an index
+	// in that order: the rows changed before it have left that order's
+	// front. Rows published before p.PublishedSince or at or after
+	// p.PublishedBefore are not changed (the upper bound keeps a loop from
+	// redriving what the relay has just republished), nor are unpublished
+	// or parked rows.
 	OutboxRedrive(ctx context.Context, p *OutboxRedriveParams) (int, error)
 
 	// OutboxUnpark makes parked rows claimable again, as an operator does
 	// once the cause of the park is fixed: parked_at, attempts and
 	// next_attempt_at are cleared (last_error is kept until the next
 	// attempt), so the row is due at once and its key's later rows follow
-	// it in ID order. It changes at most p.Limit rows, lowest ID first,
-	// and returns how many; call it until it returns fewer than p.Limit.
+	// it in ID order. It changes at most p.Limit rows, key by key (each
+	// key's in ID order), and returns how many; call it until it returns
+	// fewer than p.Limit. Each call reads about the rows it changes,
+	// through the index of the rows that failed, which the rows changed
+	// before it have left.
 	// Only rows parked now are changed: pending rows, rows backing off,
 	// published rows and unknown event IDs are not (they do not count).
 	// The rows are selected by p.EventIDs, p.Keys and p.ParkedBefore

@@ -37,16 +37,22 @@ type RedriveOptions struct {
 // had already applied, so redriving too much costs only traffic; redriving
 // too little loses events, so when in doubt, redrive a wider window.
 //
-// Only rows published before Redrive started are changed, in batches, so it
-// ends even while relays run and republish what it released. Per-key order:
-// the redriven rows of a key are published in ID order, but if a key also
-// has unpublished rows that a relay is publishing at that moment, a
-// redriven (older) event can reach consumers after a newer one; consumers
-// of redriven events must therefore tolerate seeing an old event late (the
-// inbox drops it if it was applied; a handler that was never given it
-// applies it then). Parked rows are not touched. Run one Redrive at a
-// time: two running at once release their batches independently, and a
-// key's redriven rows can then be published out of ID order.
+// Only rows published before Redrive started are changed, in batches of
+// BatchSize, the earliest published first, so it ends even while relays
+// run and republish what it released. Each batch reads about the rows it
+// changes, however many there are.
+//
+// Per-key order: the redriven rows of a key are published in ID order
+// (they were published in that order, and are redriven in the order of
+// their publication times, unless relays whose clocks disagree by more
+// than the time between two publications of the key published them), but
+// if a key also has unpublished rows that a relay is publishing at that
+// moment, a redriven (older) event can reach consumers after a newer one;
+// consumers of redriven events must therefore tolerate seeing an old event
+// late (the inbox drops it if it was applied; a handler that was never
+// given it applies it then). Parked rows are not touched. Run one Redrive
+// at a time: two running at once release their batches independently, and
+// a key's redriven rows can then be published out of ID order.
 func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts RedriveOptions) (int, error) {
 	if drv == nil {
 		return 0, errors.New("outbox: redrive: nil driver")

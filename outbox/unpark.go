@@ -50,7 +50,8 @@ type UnparkOptions struct {
 // harmless. With Keys or All, an event parked after Unpark started is
 // not unparked (it may have been parked for a cause not fixed yet, and
 // the loop ends even while relays park). Changes are made in batches of
-// BatchSize rows, lowest ID first, each in a statement of its own.
+// BatchSize rows, key by key and each key's in ID order, each in a
+// statement of its own that reads about the rows it changes.
 func Unpark[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts UnparkOptions) (int, error) {
 	switch {
 	case drv == nil:

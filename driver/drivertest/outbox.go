@@ -721,8 +721,8 @@ func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 	// Key filter, then the since bound: only b2 (published at t2).
 	redrive(&driver.OutboxRedriveParams{PublishedSince: t2, PublishedBefore: end, Keys: []string{"b", "zz"}, Limit: 10}, 1)
 	obWantIDs(t, "claim after redriving b since t2", obClaim(t, drv, end, 100), rows[5], rows[7])
-	// The rest in batches of 2, lowest id first; the parked and the
-	// pending rows are not touched.
+	// The rest in batches of 2, the earliest published first; the parked
+	// and the pending rows are not touched.
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 1)

@@ -348,10 +348,10 @@ func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
-// p.Limit rows found through the publication log's published_at index:
-// their log rows are deleted and their pending rows inserted again, in one
-// statement.
+// OutboxRedrive implements driver.OutboxExecutor with one statement
+// (pgsql.OutboxRedriveSQL) that changes at most p.Limit rows found through
+// the publication log's published_at index, in its order: their log rows
+// are deleted and their pending rows inserted again.
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	if err := checkRedrive(p); err != nil {
 		return 0, err
@@ -452,7 +452,7 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 
 // OutboxUnpark implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit parked pending rows, found through the index of the rows that
-// failed (outbox_pending_blocked_idx).
+// failed (outbox_pending_blocked_idx), in its order (pgsql.OutboxUnparkSQL).
 func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("pgdriver: outbox unpark: limit %d must be positive", p.Limit)

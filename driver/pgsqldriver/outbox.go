@@ -219,7 +219,7 @@ func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// OutboxRedrive implements driver.OutboxExecutor.
+// OutboxRedrive implements driver.OutboxExecutor (pgsql.OutboxRedriveSQL).
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	switch {
 	case p.Limit <= 0:

@@ -318,12 +318,15 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 }
 
 // outboxUnparkSQL clears the parked state, attempts and backoff of at most
-// ?4 parked unpublished rows, lowest id first: those parked before ?1 (if
-// not NULL), of the event IDs in the JSON array ?2 (if not NULL) and of
-// the keys in the JSON array ?3 (if not NULL). One text whatever the
-// selection (json_each, as InboxInsert), so it stays prepared. The parked
-// rows are read through outbox_blocked_idx, whose terms the WHERE repeats
-// (see outboxCountParkedSQL).
+// ?4 parked unpublished rows: those parked before ?1 (if not NULL), of the
+// event IDs in the JSON array ?2 (if not NULL) and of the keys in the JSON
+// array ?3 (if not NULL). One text whatever the selection (json_each, as
+// InboxInsert), so it stays prepared. The parked rows are read through
+// outbox_blocked_idx, whose terms the WHERE repeats (see
+// outboxCountParkedSQL), in its order, key by key and each key's by id, up
+// to ?4 rows: the rows a batch unparks leave the index, so each batch reads
+// its own rows only (in id order, each batch read and sorted every parked
+// row: 200,000 took 22 s).
 const outboxUnparkSQL = `UPDATE {{table}}outbox
 	SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
 	WHERE id IN (
@@ -333,7 +336,7 @@ const outboxUnparkSQL = `UPDATE {{table}}outbox
 		  AND (?1 IS NULL OR parked_at < ?1)
 		  AND (?2 IS NULL OR event_id IN (SELECT value FROM json_each(?2)))
 		  AND (?3 IS NULL OR record_key IN (SELECT value FROM json_each(?3)))
-		ORDER BY id LIMIT ?4)`
+		ORDER BY record_key, id LIMIT ?4)`
 
 // OutboxUnpark implements driver.OutboxExecutor (outboxUnparkSQL).
 func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {

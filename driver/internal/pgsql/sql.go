@@ -230,13 +230,17 @@ const (
 	OutboxCountParkedSQL = `SELECT count(*) FROM {{table}}outbox_pending
 		WHERE parked_at IS NOT NULL`
 	// OutboxUnparkSQL clears the parked state, attempts and backoff of at
-	// most $4 parked pending rows, lowest id first: those parked before $1
-	// (if not NULL), of the event IDs $2 (if not NULL) and of the keys $3
-	// (if not NULL). The parked rows are read through
-	// outbox_pending_blocked_idx (almost always empty, as for
-	// OutboxCountParkedSQL), each joined to its event only to compare the
-	// event ID. The outer parked_at IS NOT NULL is checked again on a row a
-	// concurrent unpark changed meanwhile, so a row is counted once.
+	// most $4 parked pending rows: those parked before $1 (if not NULL),
+	// of the event IDs $2 (if not NULL) and of the keys $3 (if not NULL).
+	// The parked rows are read through outbox_pending_blocked_idx (almost
+	// always empty, as for OutboxCountParkedSQL) in its order, key by key
+	// and each key's by id, up to $4 rows: the rows a batch unparks leave
+	// the index, so the next batch starts at its front again and reads its
+	// own rows only (in id order, each batch read and sorted every parked
+	// row, or stepped over the rows unparked before it: 200,000 took 19
+	// s). Each is joined to its event only to compare the event ID. The
+	// outer parked_at IS NOT NULL is checked again on a row a concurrent
+	// unpark changed meanwhile, so a row is counted once.
 	OutboxUnparkSQL = `UPDATE {{table}}outbox_pending
 		SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
 		WHERE id = ANY (ARRAY(
@@ -246,17 +250,22 @@ const (
 				AND ($2::uuid[] IS NULL OR EXISTS (SELECT 1 FROM {{table}}outbox o
 					WHERE o.id = q.id AND o.event_id = ANY ($2::uuid[])))
 				AND ($3::text[] IS NULL OR q.record_key = ANY ($3::text[]))
-			ORDER BY q.id LIMIT $4))
+			ORDER BY q.record_key, q.id LIMIT $4))
 		  AND parked_at IS NOT NULL`
 	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
-	// the keys $3, if not NULL), lowest id first, from published back to
-	// pending, with their failure state cleared.
+	// the keys $3, if not NULL), the earliest published first (then the
+	// lowest id), from published back to pending, with their failure
+	// state cleared. The order is outbox_published_at_idx's: the rows a
+	// batch moves leave the log, and the relays' republications of them
+	// are stamped at or after $2, so each batch reads its own rows from
+	// the index's front. (In id order, for which the log has no index,
+	// each batch read and sorted the whole log: 200,000 rows took 25 s.)
 	OutboxRedriveSQL = `WITH v AS (
 			SELECT l.ctid, l.id, o.record_key
 			FROM {{table}}outbox_published l JOIN {{table}}outbox o ON o.id = l.id
 			WHERE l.published_at >= $1 AND l.published_at < $2
 				AND ($3::text[] IS NULL OR o.record_key = ANY ($3::text[]))
-			ORDER BY l.id LIMIT $4
+			ORDER BY l.published_at, l.id LIMIT $4
 			FOR UPDATE OF l SKIP LOCKED
 		), d AS (
 			DELETE FROM {{table}}outbox_published WHERE ctid = ANY (ARRAY(SELECT ctid FROM v)) RETURNING id)
