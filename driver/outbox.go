@@ -141,9 +141,25 @@ type OutboxExecutor interface {
 	// in that order: the rows changed before it have left that order's
 	// front. Rows published before p.PublishedSince or at or after
 	// p.PublishedBefore are not changed (the upper bound keeps a loop from
-	// redriving what the relay has just republished), nor are unpublished
-	// or parked rows.
+	// redriving what the relay has just republished; see
+	// OutboxLastPublished), nor are unpublished or parked rows.
 	OutboxRedrive(ctx context.Context, p *OutboxRedriveParams) (int, error)
+
+	// OutboxLastPublished returns the latest publication time recorded
+	// (the p.At of OutboxMarkPublished: a relay's clock), and false when
+	// no published row is kept. A redrive loop bounds itself with it
+	// (OutboxRedriveParams.PublishedBefore), so that the times it compares
+	// all come from the relays' clocks, whatever the caller's. It reads
+	// the last entry of an index.
+	OutboxLastPublished(ctx context.Context) (time.Time, bool, error)
+
+	// OutboxLastParked returns the latest park time (the p.At of
+	// OutboxPark: a relay's clock) of the rows parked now, and false when
+	// none is. An unpark loop bounds itself with it
+	// (OutboxUnparkParams.ParkedBefore), as a redrive with
+	// OutboxLastPublished. It reads the index of the rows that failed, as
+	// OutboxCountParked does.
+	OutboxLastParked(ctx context.Context) (time.Time, bool, error)
 
 	// OutboxUnpark makes parked rows claimable again, as an operator does
 	// once the cause of the park is fixed: parked_at, attempts and
@@ -169,7 +185,8 @@ type OutboxUnparkParams struct {
 	// Keys, when not empty, limits the unpark to rows of these keys.
 	Keys []string
 	// ParkedBefore, when not zero, excludes rows parked at or after it
-	// (a loop's upper bound, as OutboxRedriveParams.PublishedBefore).
+	// (a loop's upper bound, as OutboxRedriveParams.PublishedBefore: take
+	// it from OutboxLastParked, the relays' clock, not the caller's).
 	ParkedBefore time.Time
 	// Limit is the most rows changed by one call; it must be positive.
 	Limit int
@@ -181,7 +198,10 @@ type OutboxRedriveParams struct {
 	// means every retained row.
 	PublishedSince time.Time
 	// PublishedBefore excludes rows published at or after it; it must
-	// not be zero.
+	// not be zero. Publication times are the relays' clocks: a loop takes
+	// it from OutboxLastPublished, not from its own clock, which may be
+	// behind theirs (it would miss the latest publications) or ahead (it
+	// would redrive the relays' republications again).
 	PublishedBefore time.Time
 	// Keys, when not empty, limits the redrive to rows of these keys.
 	Keys []string

@@ -18,7 +18,9 @@ type RedriveOptions struct {
 	// Since is the earliest publication time redriven ("the last two
 	// hours": time.Now().Add(-2*time.Hour)). Zero redrives every
 	// published row still in the outbox (retention removes them after
-	// cleanup.Config's outbox TTL).
+	// cleanup.Config's outbox TTL). Publication times are the relays'
+	// clocks (RelayConfig.Now): when the caller's clock may be ahead of
+	// theirs, widen the window by as much.
 	Since time.Time
 	// Keys, when not empty, limits the redrive to the events of these keys
 	// (aggregate IDs).
@@ -39,8 +41,13 @@ type RedriveOptions struct {
 //
 // Only rows published before Redrive started are changed, in batches of
 // BatchSize, the earliest published first, so it ends even while relays
-// run and republish what it released. Each batch reads about the rows it
-// changes, however many there are.
+// run and republish what it released. "Before" is read on the relays'
+// clocks, not the caller's: Redrive starts by reading the latest
+// publication time recorded, and changes nothing published after it. (A
+// bound from the caller's clock missed the latest publications when that
+// clock was behind the relays', and redrove the relays' republications
+// again, until it caught up, when it was ahead.) Each batch reads about
+// the rows it changes, however many there are.
 //
 // Per-key order: the redriven rows of a key are published in ID order
 // (they were published in that order, and are redriven in the order of
@@ -63,15 +70,24 @@ func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts Re
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultRedriveBatch
 	}
+	ex := drv.Outbox()
+	last, ok, err := ex.OutboxLastPublished(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: redrive: %w", err)
+	}
+	if !ok {
+		return 0, nil // nothing published is kept
+	}
 	p := &driver.OutboxRedriveParams{
-		PublishedSince:  opts.Since,
-		PublishedBefore: time.Now().Add(time.Microsecond),
+		PublishedSince: opts.Since,
+		// Times are stored to the microsecond: the latest one is in.
+		PublishedBefore: last.Add(time.Microsecond),
 		Keys:            opts.Keys,
 		Limit:           opts.BatchSize,
 	}
 	total := 0
 	for {
-		n, err := drv.Outbox().OutboxRedrive(ctx, p)
+		n, err := ex.OutboxRedrive(ctx, p)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("outbox: redrive: %w", err)

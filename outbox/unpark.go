@@ -49,8 +49,12 @@ type UnparkOptions struct {
 // event ID, is left as it is and not counted; running Unpark twice is
 // harmless. With Keys or All, an event parked after Unpark started is
 // not unparked (it may have been parked for a cause not fixed yet, and
-// the loop ends even while relays park). Changes are made in batches of
-// BatchSize rows, key by key and each key's in ID order, each in a
+// the loop ends even while relays park). "After" is read on the relays'
+// clocks (RelayConfig.Now), which stamp the parks, not the caller's:
+// Unpark starts by reading the latest park time of the events parked
+// now. (A bound from the caller's clock left the latest parks parked
+// when that clock was behind the relays'.) Changes are made in batches
+// of BatchSize rows, key by key and each key's in ID order, each in a
 // statement of its own that reads about the rows it changes.
 func Unpark[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts UnparkOptions) (int, error) {
 	switch {
@@ -83,9 +87,17 @@ func Unpark[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts Unp
 		}
 		return total, nil
 	}
+	last, ok, err := ex.OutboxLastParked(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: unpark: %w", err)
+	}
+	if !ok {
+		return 0, nil // nothing is parked
+	}
 	p := &driver.OutboxUnparkParams{
-		Keys:         opts.Keys,
-		ParkedBefore: time.Now().Add(time.Microsecond),
+		Keys: opts.Keys,
+		// Times are stored to the microsecond: the latest one is in.
+		ParkedBefore: last.Add(time.Microsecond),
 		Limit:        opts.BatchSize,
 	}
 	total := 0

@@ -689,12 +689,23 @@ func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 		obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0), obRow(t, "c", 1, t0),
 		obRow(t, "a", 3, t0), obRow(t, "b", 2, t0), obRow(t, "c", 2, t0), obRow(t, "a", 4, t0))
 	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
-	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[:4]...), At: t1}); err != nil {
-		t.Fatalf("MarkPublished: %v", err)
+	lastPublished := func(what string, want time.Time) {
+		t.Helper()
+		got, ok, err := ex.OutboxLastPublished(ctx)
+		if err != nil || ok != !want.IsZero() || !got.Equal(want) {
+			t.Errorf("%s: OutboxLastPublished = %s, %v, %v; want %s", what, got, ok, err, want)
+		}
 	}
+	lastPublished("nothing published", time.Time{})
 	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[4:6]...), At: t2}); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
+	// Published at t1 after others were at t2 (the clock of another
+	// relay): the latest time is still t2.
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(rows[:4]...), At: t1}); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	lastPublished("published at t1 and t2", t2)
 	if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: rows[6].ID, Error: "boom", NextAttempt: t0}); err != nil {
 		t.Fatalf("MarkFailed: %v", err)
 	}
@@ -721,12 +732,14 @@ func testOutboxRedrive[TTx any](t *testing.T, newDriver func(t *testing.T) drive
 	// Key filter, then the since bound: only b2 (published at t2).
 	redrive(&driver.OutboxRedriveParams{PublishedSince: t2, PublishedBefore: end, Keys: []string{"b", "zz"}, Limit: 10}, 1)
 	obWantIDs(t, "claim after redriving b since t2", obClaim(t, drv, end, 100), rows[5], rows[7])
-	// The rest in batches of 2, the earliest published first; the parked
-	// and the pending rows are not touched.
+	// The rest in batches of 2, the earliest published first: the rows
+	// of t1, then a3; the parked and the pending rows are not touched.
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 2)
+	lastPublished("a3 left", t2)
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 1)
 	redrive(&driver.OutboxRedriveParams{PublishedBefore: end, Limit: 2}, 0)
+	lastPublished("all redriven", time.Time{})
 	// Every key's queue again in id order: a1..a4, b1 b2, and c1, which
 	// precedes the parked c2 (still parked: never claimed).
 	obWantIDs(t, "claim after redrive", obClaim(t, drv, end, 100),
@@ -862,6 +875,16 @@ func testOutboxUnpark[TTx any](t *testing.T, newDriver func(t *testing.T) driver
 			t.Errorf("%s: OutboxCountParked = %d, %v; want %d", what, got, err, want)
 		}
 	}
+	// The latest park time of the rows parked now (b1 backing off until
+	// t9 is not parked).
+	lastParked := func(what string, want time.Time) {
+		t.Helper()
+		got, ok, err := ex.OutboxLastParked(ctx)
+		if err != nil || ok != !want.IsZero() || !got.Equal(want) {
+			t.Errorf("%s: OutboxLastParked = %s, %v, %v; want %s", what, got, ok, err, want)
+		}
+	}
+	lastParked("a1 c1 parked at t0, f1 at t2", t2)
 	if _, err := ex.OutboxUnpark(ctx, &driver.OutboxUnparkParams{}); err == nil {
 		t.Error("OutboxUnpark with limit 0 succeeded; want an error")
 	}
@@ -879,10 +902,12 @@ func testOutboxUnpark[TTx any](t *testing.T, newDriver func(t *testing.T) driver
 	unpark(&driver.OutboxUnparkParams{ParkedBefore: t1, Limit: 1}, 1)
 	unpark(&driver.OutboxUnparkParams{ParkedBefore: t1, Limit: 1}, 0)
 	parked("a1 unparked", 1)
+	lastParked("f1 left", t2)
 	// Then every parked row: f1.
 	unpark(&driver.OutboxUnparkParams{Limit: 10}, 1)
 	unpark(&driver.OutboxUnparkParams{Limit: 10}, 0)
 	parked("all unparked", 0)
+	lastParked("all unparked", time.Time{})
 	// Every unparked row is due at once with no attempts, and its key's
 	// later rows follow it; b1 still backs off, with its attempt.
 	got := obClaim(t, drv, t2, 100)

@@ -219,6 +219,31 @@ func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// OutboxLastPublished implements driver.OutboxExecutor: the last entry
+// of the publication log's published_at index.
+func (e *executor) OutboxLastPublished(ctx context.Context) (time.Time, bool, error) {
+	if e.d.cfg.OutboxDeletePublished {
+		return time.Time{}, false, errors.New("pgsqldriver: outbox last published: published rows are not kept (Config.OutboxDeletePublished)")
+	}
+	return e.lastTime(ctx, "outbox last published", pgsql.OutboxLastPublishedSQL)
+}
+
+// OutboxLastParked implements driver.OutboxExecutor: through the index of
+// the rows that failed (outbox_pending_blocked_idx).
+func (e *executor) OutboxLastParked(ctx context.Context) (time.Time, bool, error) {
+	return e.lastTime(ctx, "outbox last parked", pgsql.OutboxLastParkedSQL)
+}
+
+// lastTime runs query, a max() of one timestamptz column, and returns
+// false for its NULL.
+func (e *executor) lastTime(ctx context.Context, op, query string) (time.Time, bool, error) {
+	var last sql.NullTime
+	if err := e.db.QueryRowContext(ctx, e.d.expand(query)).Scan(&last); err != nil {
+		return time.Time{}, false, mapErr(op, err)
+	}
+	return last.Time, last.Valid, nil
+}
+
 // OutboxRedrive implements driver.OutboxExecutor (pgsql.OutboxRedriveSQL).
 func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedriveParams) (int, error) {
 	switch {

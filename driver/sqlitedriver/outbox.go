@@ -273,6 +273,42 @@ func (e *executor) OutboxCountParked(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// outboxLastPublishedSQL is the latest publication time, the last entry
+// of the partial index outbox_published_at_idx (whose term the WHERE
+// repeats).
+const outboxLastPublishedSQL = `SELECT max(published_at) FROM {{table}}outbox
+	WHERE published_at IS NOT NULL`
+
+// outboxLastParkedSQL is the latest park time of the parked unpublished
+// rows, read through outbox_blocked_idx (see outboxCountParkedSQL).
+const outboxLastParkedSQL = `SELECT max(parked_at) FROM {{table}}outbox
+	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+	  AND parked_at IS NOT NULL`
+
+// OutboxLastPublished implements driver.OutboxExecutor
+// (outboxLastPublishedSQL).
+func (e *executor) OutboxLastPublished(ctx context.Context) (time.Time, bool, error) {
+	return e.lastTime(ctx, "outbox last published", outboxLastPublishedSQL)
+}
+
+// OutboxLastParked implements driver.OutboxExecutor (outboxLastParkedSQL).
+func (e *executor) OutboxLastParked(ctx context.Context) (time.Time, bool, error) {
+	return e.lastTime(ctx, "outbox last parked", outboxLastParkedSQL)
+}
+
+// lastTime runs query, a max() of one time column, and returns false for
+// its NULL.
+func (e *executor) lastTime(ctx context.Context, op, query string) (time.Time, bool, error) {
+	var last sql.NullInt64
+	if err := e.db.QueryRowContext(ctx, e.d.expand(query)).Scan(&last); err != nil {
+		return time.Time{}, false, mapErr(op, err)
+	}
+	if !last.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicros(last.Int64), true, nil
+}
+
 // OutboxRedrive implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit rows, the earliest published first: the walk of the partial
 // index on published_at, whose entries (published_at, id) leave it as they

@@ -229,6 +229,11 @@ const (
 	// failed (almost always empty), whose predicate this one implies.
 	OutboxCountParkedSQL = `SELECT count(*) FROM {{table}}outbox_pending
 		WHERE parked_at IS NOT NULL`
+	// OutboxLastParkedSQL is the latest park time of the parked pending
+	// rows, read through outbox_pending_blocked_idx as for
+	// OutboxCountParkedSQL.
+	OutboxLastParkedSQL = `SELECT max(parked_at) FROM {{table}}outbox_pending
+		WHERE parked_at IS NOT NULL`
 	// OutboxUnparkSQL clears the parked state, attempts and backoff of at
 	// most $4 parked pending rows: those parked before $1 (if not NULL),
 	// of the event IDs $2 (if not NULL) and of the keys $3 (if not NULL).
@@ -252,6 +257,9 @@ const (
 				AND ($3::text[] IS NULL OR q.record_key = ANY ($3::text[]))
 			ORDER BY q.record_key, q.id LIMIT $4))
 		  AND parked_at IS NOT NULL`
+	// OutboxLastPublishedSQL is the latest publication time, the last
+	// entry of outbox_published_at_idx.
+	OutboxLastPublishedSQL = `SELECT max(published_at) FROM {{table}}outbox_published`
 	// OutboxRedriveSQL moves at most $4 rows published in [$1, $2) (of
 	// the keys $3, if not NULL), the earliest published first (then the
 	// lowest id), from published back to pending, with their failure
