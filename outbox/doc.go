@@ -179,8 +179,15 @@
 // together). A failed lag query logs "lag unknown" at WARN once, whatever
 // the error, then at most every 30 seconds ("lag still unknown", with
 // suppressed and failed_queries), and one INFO line ("lag known again
-// after failed queries") when a query succeeds again. Metrics, the
-// callbacks, the backoff and the errors returned are unchanged.
+// after failed queries") when a query succeeds again. The wake-up
+// listener (PostgreSQL LISTEN) tries to connect again every 5 seconds
+// during an outage: its first error is logged at WARN ("wake-up listener
+// lost its connection; polling until it reconnects"), its repeats at most
+// every 30 seconds ("wake-up listener still reconnecting", with
+// suppressed and failed_attempts), and its reconnection at INFO
+// ("wake-up listener reconnected", with failed_attempts and over).
+// Metrics, the callbacks, the backoff and the errors returned are
+// unchanged.
 //
 // An event is parked as poison when the publisher marks its error with
 // [ErrPoison] (a record that can never be published: too large, or

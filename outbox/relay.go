@@ -61,6 +61,9 @@ type Relay[TTx any] struct {
 	// (grouped by error text, shared by the workers), lag the warnings of
 	// the lag queries that fail (one failure whatever the text).
 	storage, lag failureLog
+	// listener limits the warnings of the wake-up listener's failed
+	// reconnections (one failure whatever the text).
+	listener failureLog
 	// storageBackAt is when (cfg.Now, unix nanoseconds) a round of Run
 	// last logged that the database answers again: a round that began
 	// before it and failed was in flight through the recovery, not a new
@@ -92,11 +95,12 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 		return nil, err
 	}
 	r := &Relay[TTx]{
-		drv:     drv,
-		pub:     pub,
-		cfg:     c.withDefaults(drv.Caps().ConcurrentWriters),
-		locking: drv.Caps().ConcurrentWriters,
-		lag:     failureLog{anyText: true},
+		drv:      drv,
+		pub:      pub,
+		cfg:      c.withDefaults(drv.Caps().ConcurrentWriters),
+		locking:  drv.Caps().ConcurrentWriters,
+		lag:      failureLog{anyText: true},
+		listener: failureLog{anyText: true},
 	}
 	if !r.locking {
 		// Claims read outside a transaction: two relays would read the
@@ -117,7 +121,10 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 // (the database restarting), the relay polls and calls it again with
 // backoff (up to 5s) until it succeeds; an error wrapping
 // errors.ErrUnsupported (a driver that cannot listen) makes it poll for
-// good.
+// good. Once started, the listener reports to onError the errors of its
+// connection and of its attempts to connect again, and nil once it has
+// reconnected: the relay logs the first error at once, then at most one
+// line every 30 s with the attempts not logged, and its reconnection.
 type Notifier interface {
 	ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error)
 }
@@ -263,8 +270,30 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 	return nil
 }
 
+// listenError is the onError of the relay's listener (Notifier): an
+// error of the connection it keeps, or of an attempt to connect again
+// (every 5 s at most while the database is down), or nil once it has
+// connected again after errors. It logs the first error at once, then at
+// most one line every failureLogInterval with the attempts not logged
+// (r.listener), and one INFO line once it has reconnected.
 func (r *Relay[TTx]) listenError(err error) {
-	r.cfg.Logger.Warn("outbox: wake-up listener", "err", err)
+	if err == nil {
+		if g, ok := r.listener.ended(); ok {
+			r.cfg.Logger.Info("outbox: wake-up listener reconnected",
+				"failed_attempts", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
+		}
+		return
+	}
+	log, g := r.listener.failed(err.Error(), r.cfg.Now())
+	switch {
+	case !log:
+	case g.rounds == 1:
+		r.cfg.Logger.Warn("outbox: wake-up listener lost its connection; polling until it reconnects",
+			"err", err, "poll_interval", r.cfg.PollInterval)
+	default:
+		r.cfg.Logger.Warn("outbox: wake-up listener still reconnecting, polling; repeats are logged at most every "+failureLogInterval.String(),
+			"err", err, "suppressed", g.suppressed, "failed_attempts", g.rounds, "since", g.first)
+	}
 }
 
 // forwardWake forwards the values of RelayConfig.Wake w to wake until ctx
@@ -297,6 +326,7 @@ const listenRetryMax = 5 * time.Second
 // errors.ErrUnsupported (a driver that cannot listen) ends it: the relay
 // polls for good.
 func (r *Relay[TTx]) listen(ctx context.Context, n Notifier, wake chan<- struct{}) {
+	r.listener.ended() // a failure of an earlier Run's listener is not this one's
 	signal := func() {
 		select {
 		case wake <- struct{}{}:

@@ -428,9 +428,12 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // the driver did it before: the pool's connections, not the listener's,
 // say which schema search_path finds). ListenOutbox returns once LISTEN is in effect:
 // every enqueue committed after it returns is signalled. After a connection
-// error it reconnects with backoff (up to 5s), reports the error to onError
-// (if not nil) and sends one signal per reconnection, because notifications
-// sent while it was disconnected are lost. It stops and closes its
+// error it reconnects with backoff (up to 5s), reports the error, and each
+// failed attempt's, to onError (if not nil), calls onError(nil) once it has
+// reconnected (so that a caller logging the errors can log their end, and
+// limit the lines in between: the attempts fail every 5s while the
+// database is down) and sends one signal per reconnection, because
+// notifications sent while it was disconnected are lost. It stops and closes its
 // connection when ctx is done; the channel is never closed.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
 	l, err := d.listenConn(ctx)

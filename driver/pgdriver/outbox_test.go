@@ -369,8 +369,8 @@ func TestOutboxNotifyOnCommitOfNewRows(t *testing.T) {
 	quiet("duplicate enqueue committed")
 }
 
-// The listener survives the loss of its connection: it reconnects, says so,
-// and keeps delivering wake-ups.
+// The listener survives the loss of its connection: it reconnects, says so
+// (the error, then nil), and keeps delivering wake-ups.
 func TestOutboxListenerReconnects(t *testing.T) {
 	t.Parallel()
 	drv := testdb.Postgres(t)
@@ -398,6 +398,15 @@ func TestOutboxListenerReconnects(t *testing.T) {
 	case <-wake:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up after reconnecting")
+	}
+	// And the end of the errors, for the caller's log.
+	for reported := true; reported; {
+		select {
+		case err := <-errs:
+			reported = err != nil
+		case <-time.After(5 * time.Second):
+			t.Fatal("the listener did not report its reconnection (onError(nil))")
+		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -23,7 +23,8 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // on OutboxChannel there and signals the returned channel (capacity 1,
 // never blocking) on each notification and after each reconnection (a
 // notification may have been missed meanwhile). Errors after the start go
-// to onError. With another driver (lib/pq) it returns an error wrapping
+// to onError, each failed attempt to reconnect's too (every 5s at most),
+// and onError(nil) once it has reconnected after errors. With another driver (lib/pq) it returns an error wrapping
 // errors.ErrUnsupported, and a relay polls every RelayConfig.PollInterval
 // instead.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {

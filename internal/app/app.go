@@ -175,7 +175,12 @@ func (a *App) openPostgres(ctx context.Context) error {
 		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
 		wake: func(ctx context.Context) (<-chan struct{}, error) {
-			return drv.ListenOutbox(ctx, func(err error) { a.log.Warn("outbox listener", "err", err) })
+			// The listener reports each failed reconnection (every 5 s
+			// while the database is down), then nil once reconnected.
+			fails := &failureLog{log: a.log, recovered: "outbox listener reconnected",
+				failed: "outbox listener failed", stillFailing: "outbox listener still failing",
+				countKey: "failed_attempts"}
+			return drv.ListenOutbox(ctx, fails.observe)
 		},
 		identity: func(ctx context.Context) (dbIdentity, error) { return postgresIdentity(ctx, pool) },
 	})

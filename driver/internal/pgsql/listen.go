@@ -19,8 +19,11 @@ type Listener interface {
 // each reconnection (notifications sent while disconnected are lost); on a
 // connection error it reports to onError (if not nil, and not once ctx is
 // done), gives the connection up and reconnects through connect with
-// backoff from 100ms to 5s. It closes its connection when it returns. name
-// prefixes the errors it reports ("pgdriver").
+// backoff from 100ms to 5s, reporting each failed attempt too, and calls
+// onError(nil) once it has reconnected, so that the caller can log the end
+// of the errors (and throttle their lines in between). It closes its
+// connection when it returns. name prefixes the errors it reports
+// ("pgdriver").
 func ListenLoop(ctx context.Context, name string, l Listener, connect func(context.Context) (Listener, error),
 	wake chan<- struct{}, onError func(error)) {
 	signal := func() {
@@ -29,10 +32,12 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 		default:
 		}
 	}
+	failing := false // errors reported since the last connection
 	report := func(err error) {
 		if onError != nil && ctx.Err() == nil {
 			onError(err)
 		}
+		failing = err != nil
 	}
 	defer func() {
 		if l != nil {
@@ -53,6 +58,9 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 				continue
 			}
 			delay = 100 * time.Millisecond
+			if failing {
+				report(nil)
+			}
 			signal()
 		}
 		if err := l.Wait(ctx); err != nil {
