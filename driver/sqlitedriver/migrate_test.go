@@ -309,3 +309,88 @@ func TestConcurrentMigrateProcesses(t *testing.T) {
 		})
 	}
 }
+
+// A database left by an earlier release with a parked event and its key's
+// backlog behind it (migration 006): after migration 007 the backlog is
+// held, the claim returns the other keys' events only, and once the event
+// is unparked, it then its backlog, in order.
+func TestMigrationHoldsTheBacklogOfAParkedKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := openBare(t, nil)
+	db := drv.DB()
+	if _, err := db.ExecContext(ctx, drv.MigrationTableSQL()); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := drv.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version > 6 {
+			break
+		}
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO idem_migration (version, name, applied_at) VALUES (?, ?, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// p1 (parked) p2 p3, then q1; q0 before them all published.
+	for i, key := range []string{"q", "p", "p", "p", "q"} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+			VALUES (printf('00000000-0000-4000-8000-%012d', ?1), 'Test.Happened.v1', ?2, x'7b7d', 0, 0)`, i, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE outbox SET published_at = 1 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE outbox SET parked_at = 1, attempts = 1 WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := testdb.Strings(t, db, `SELECT id FROM outbox WHERE held = 1 ORDER BY id`); strings.Join(held, ",") != "3,4" {
+		t.Errorf("held after the migration: %v; want the rows behind the parked one, 3 and 4", held)
+	}
+	claim := func() string {
+		t.Helper()
+		rows, err := drv.Executor().OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: time.Now(), Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, strconv.FormatInt(r.ID, 10))
+		}
+		return strings.Join(ids, ",")
+	}
+	if got := claim(); got != "5" {
+		t.Errorf("claim with p1 parked: %s; want 5 (q1)", got)
+	}
+	if n, err := drv.Executor().OutboxUnpark(ctx, &driver.OutboxUnparkParams{Keys: []string{"p"}, Limit: 10}); err != nil || n != 1 {
+		t.Fatalf("OutboxUnpark = %d, %v", n, err)
+	}
+	if got := claim(); got != "2,3,4,5" {
+		t.Errorf("claim after the unpark: %s; want 2,3,4,5", got)
+	}
+	// A park holds the rows of the key already there behind it.
+	for i := range 2 {
+		if _, err := db.ExecContext(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+			VALUES (printf('00000000-0000-4000-8000-%012d', ?1), 'Test.Happened.v1', 'r', x'7b7d', 0, 0)`, 10+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: 6, Error: "poison", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if held := testdb.Strings(t, db, `SELECT id FROM outbox WHERE held = 1 AND record_key = 'r'`); strings.Join(held, ",") != "7" {
+		t.Errorf("held of r after parking r1: %v; want r2 (7)", held)
+	}
+	if got := claim(); got != "2,3,4,5" {
+		t.Errorf("claim with r1 parked: %s; want 2,3,4,5", got)
+	}
+}

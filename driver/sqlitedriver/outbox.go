@@ -35,13 +35,27 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 			sb   strings.Builder
 			args = make([]any, 0, 8*len(chunk))
 		)
+		// held (migration 007): the row is behind a parked row of its key.
+		// Whether any row is parked is read once per statement (a probe of
+		// outbox_blocked_idx, almost always empty); only then is each
+		// row's key probed. The rows are inserted in the order given
+		// (column9).
 		sb.WriteString(e.d.expand(`INSERT INTO {{table}}outbox
-			(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at) VALUES `))
+			(event_id, event_type, record_key, saga_id, payload, headers, occurred_at, created_at, held)
+			SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
+				CASE WHEN EXISTS (SELECT 1 FROM {{table}}outbox p
+					WHERE p.published_at IS NULL
+					  AND (p.parked_at IS NOT NULL OR p.next_attempt_at IS NOT NULL) AND p.parked_at IS NOT NULL)
+				THEN EXISTS (SELECT 1 FROM {{table}}outbox b
+					WHERE b.record_key = v.column3 AND b.published_at IS NULL
+					  AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL) AND b.parked_at IS NOT NULL)
+				ELSE 0 END
+			FROM (VALUES `))
 		for i, r := range chunk {
 			if i > 0 {
 				sb.WriteString(", ")
 			}
-			sb.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			fmt.Fprintf(&sb, "(?, ?, ?, ?, ?, ?, ?, ?, %d)", i)
 			var saga, headers any
 			if r.SagaID != "" {
 				saga = r.SagaID
@@ -52,7 +66,8 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 			args = append(args, r.EventID.String(), r.EventType, r.Key, saga, nonNil(r.Payload), headers,
 				micros(r.OccurredAt), micros(r.CreatedAt))
 		}
-		sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
+		// WHERE true: an upsert's SELECT must end with a WHERE.
+		sb.WriteString(") AS v WHERE true ORDER BY v.column9 ON CONFLICT (event_id) DO NOTHING")
 		var run execer = e.db.raw
 		if len(chunk) == 1 {
 			// One event (outbox.EnqueueTx's usual call): always the same
@@ -72,10 +87,62 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	return total, nil
 }
 
-// OutboxClaimBatch implements driver.OutboxExecutor: the pending rows in ID
-// order through outbox_pending_idx, skipping the keys that are blocked (an
-// earlier unpublished row of the key is parked or backing off: one probe of
-// outbox_blocked_idx, almost always empty). There are no lanes and no locks,
+// outboxHeldKeysCTE lists the keys that have held rows (migration 007):
+// a loose scan of outbox_held_idx, one probe per key (parked keys: few).
+const outboxHeldKeysCTE = `hk(k) AS (
+		SELECT (SELECT min(record_key) FROM {{table}}outbox WHERE published_at IS NULL AND held = 1)
+		UNION ALL
+		SELECT (SELECT min(record_key) FROM {{table}}outbox
+			WHERE published_at IS NULL AND held = 1 AND record_key > hk.k)
+		FROM hk WHERE hk.k IS NOT NULL)`
+
+// outboxClaimSQL claims up to ?2 rows at ?1 (see OutboxClaimBatch): the
+// first ?2 claimable rows of two sets merged by id (each is read in id
+// order, and only as far as the merge needs).
+//
+//   - The rows not held: the walk of outbox_pending_idx in id order,
+//     each row checked against the parked and backing-off rows of its key
+//     (a probe of outbox_blocked_idx, almost always empty).
+//   - The held rows (behind a parked row of their key, migration 007), key
+//     by key: for each key, stop is its first blocking row (parked, or
+//     backing off past ?1); its held rows from the first one up to
+//     stop are claimable, none after. A key still blocked before its
+//     first held row (its parked row is still parked) costs two probes
+//     and gives none: its backlog is not read. Of an unblocked key, at
+//     most ?2 rows are read (hi is the ?2-th).
+const outboxClaimSQL = `WITH RECURSIVE ` + outboxHeldKeysCTE + `,
+	runs(k, lo, stop) AS MATERIALIZED (
+		SELECT k,
+			(SELECT min(id) FROM {{table}}outbox WHERE published_at IS NULL AND held = 1 AND record_key = hk.k),
+			coalesce((SELECT min(b.id) FROM {{table}}outbox b
+				WHERE b.record_key = hk.k
+				  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?1)), 9223372036854775807)
+		FROM hk WHERE hk.k IS NOT NULL),
+	bounds(k, lo, hi) AS MATERIALIZED (
+		SELECT k, lo, coalesce((SELECT id FROM {{table}}outbox
+			WHERE published_at IS NULL AND held = 1 AND record_key = runs.k AND id >= runs.lo AND id < runs.stop
+			ORDER BY id LIMIT 1 OFFSET ?2 - 1), runs.stop - 1)
+		FROM runs WHERE runs.lo < runs.stop)
+	SELECT ` + outboxColumns + ` FROM {{table}}outbox o
+	WHERE o.published_at IS NULL AND o.held = 0
+	  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
+		WHERE b.record_key = o.record_key AND b.id <= o.id
+		  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+		  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?1))
+	UNION ALL
+	SELECT ` + outboxColumns + ` FROM bounds JOIN {{table}}outbox o
+		ON o.record_key = bounds.k AND o.id BETWEEN bounds.lo AND bounds.hi
+	WHERE o.published_at IS NULL AND o.held = 1
+	ORDER BY 1 LIMIT ?2`
+
+// OutboxClaimBatch implements driver.OutboxExecutor (outboxClaimSQL): the
+// pending rows in ID order through outbox_pending_idx, skipping the keys
+// that are blocked (an earlier unpublished row of the key is parked or
+// backing off: one probe of outbox_blocked_idx, almost always empty), and
+// the rows held behind a parked row of their key through outbox_held_idx,
+// whose keys still blocked cost a probe however long their backlog is.
+// There are no lanes and no locks,
 // which SQLite does not need with one writer: only one relay may claim per
 // database (outbox.Relay enforces it with the lease outbox.RelayLockName of
 // idem_lock). It is a single SELECT, so it runs in a transaction
@@ -86,14 +153,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	if limit <= 0 {
 		return nil, fmt.Errorf("sqlitedriver: outbox claim: limit %d must be positive", limit)
 	}
-	rows, err := e.db.QueryContext(ctx, e.d.expand(`SELECT `+outboxColumns+` FROM {{table}}outbox o
-		WHERE o.published_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox b
-			WHERE b.record_key = o.record_key AND b.id <= o.id
-			  AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-			  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?1))
-		ORDER BY o.id
-		LIMIT ?2`), micros(now), limit)
+	rows, err := e.db.QueryContext(ctx, e.d.expand(outboxClaimSQL), micros(now), limit)
 	if err != nil {
 		return nil, mapErr("outbox claim", err)
 	}
@@ -239,12 +299,21 @@ func (e *executor) OutboxDeletePublishedBefore(ctx context.Context, p *driver.Ou
 	return driver.DeleteResult[driver.OutboxCursor]{Deleted: n, Last: last}, err
 }
 
-// OutboxOldestUnpublished implements driver.OutboxExecutor: the CreatedAt of
-// the lowest-ID unpublished row, read through the pending index.
+// outboxOldestSQL is the CreatedAt of the lowest-ID unpublished row: the
+// first of outbox_pending_idx or the first held row of a key (migration
+// 007), one probe per key with held rows.
+const outboxOldestSQL = `WITH RECURSIVE ` + outboxHeldKeysCTE + `
+	SELECT created_at FROM {{table}}outbox WHERE id = (SELECT min(m) FROM (
+		SELECT (SELECT id FROM {{table}}outbox WHERE published_at IS NULL AND held = 0 ORDER BY id LIMIT 1) AS m
+		UNION ALL
+		SELECT (SELECT min(id) FROM {{table}}outbox WHERE published_at IS NULL AND held = 1 AND record_key = hk.k)
+		FROM hk WHERE hk.k IS NOT NULL))`
+
+// OutboxOldestUnpublished implements driver.OutboxExecutor
+// (outboxOldestSQL): its cost does not depend on the backlog.
 func (e *executor) OutboxOldestUnpublished(ctx context.Context) (time.Time, bool, error) {
 	var oldest int64
-	err := e.db.QueryRowContext(ctx, e.d.expand(`SELECT created_at FROM {{table}}outbox
-		WHERE published_at IS NULL ORDER BY id LIMIT 1`)).Scan(&oldest)
+	err := e.db.QueryRowContext(ctx, e.d.expand(outboxOldestSQL)).Scan(&oldest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
