@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -197,23 +198,34 @@ func (c *Cluster) Produce(t testing.TB, topic string, rs ...*kgo.Record) {
 }
 
 // EndOffsets returns the end offset (the number of records ever written,
-// for a topic nobody deleted records from) of each partition of topic.
+// for a topic nobody deleted records from) of each partition of topic. A
+// partition error kgo retries (NOT_LEADER_FOR_PARTITION after a partition
+// moved, until the client's metadata has the new leader) is asked again.
 func (c *Cluster) EndOffsets(t testing.TB, topic string) map[int32]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := c.admin.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("kafkatest: end offsets of %s: %v", topic, err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("kafkatest: end offset of %s/%d: %v", topic, o.Partition, o.Err)
+	for {
+		ends, err := c.admin.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatalf("kafkatest: end offsets of %s: %v", topic, err)
 		}
-		out[o.Partition] = o.Offset
-	})
-	return out
+		out := map[int32]int64{}
+		var perr error
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil {
+				perr = fmt.Errorf("kafkatest: end offset of %s/%d: %w", topic, o.Partition, o.Err)
+			}
+			out[o.Partition] = o.Offset
+		})
+		switch {
+		case perr == nil:
+			return out
+		case !kerr.IsRetriable(perr) || ctx.Err() != nil:
+			t.Fatal(perr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Committed returns the offsets group committed for topic, by partition
