@@ -80,7 +80,9 @@ type PublisherConfig struct {
 	// elsewhere share record batches with the publisher's: when the broker
 	// refuses such a batch as a whole, the publisher cannot tell their
 	// fault from its events', and may park an event for a record of yours
-	// (see Publisher.Publish).
+	// (see Publisher.Publish). Publish waits for every record of such a
+	// client, as if StragglerTimeout were negative: it learns of each
+	// record's outcome through a hook of its own client.
 	Client *kgo.Client
 
 	// Logger receives errors the caller cannot see in Publish's result
@@ -102,7 +104,44 @@ type PublisherConfig struct {
 	// "https://orders.example.com". Required when HeaderFormat writes
 	// CloudEvents headers, ignored otherwise.
 	Source string
+
+	// StragglerTimeout bounds how long Publish waits for records that the
+	// broker does not acknowledge while it acknowledges the call's others
+	// (a partition whose leader does not answer): once no record of the
+	// call has been acknowledged for that long (counted from the call's
+	// last acknowledgement, or from the end of ctx), Publish returns and
+	// reports the records still waiting as failed with ErrOutcomeUnknown.
+	// Without it, one stuck partition held every relay round that had an
+	// event for it, which is nearly all of them (a relay's lanes mix the
+	// keys of every partition). While such records wait in the client, the
+	// wait is shortened to as long as the call's acknowledged records took
+	// (at least 50ms, at most StragglerTimeout), and the events of their
+	// keys are not produced again (see Publish). A healthy but slow
+	// partition taken for a stuck one costs a retry of its events (copies
+	// the inboxes drop), not an event. Defaults to DefaultStragglerTimeout;
+	// a negative value waits for every record, whatever ctx says (the
+	// behaviour before it existed), and so does a publisher given a Client
+	// (see Client).
+	StragglerTimeout time.Duration
 }
+
+// DefaultStragglerTimeout is the default PublisherConfig.StragglerTimeout.
+const DefaultStragglerTimeout = 2 * time.Second
+
+// minStragglerWait is the shortest wait for a straggler while records of
+// earlier calls wait unacknowledged in the client.
+const minStragglerWait = 50 * time.Millisecond
+
+// ErrOutcomeUnknown is wrapped by the error of an event whose record the
+// broker has not acknowledged within PublisherConfig.StragglerTimeout (its
+// partition's leader does not answer): the record stays in the client,
+// which keeps retrying it, and may still be written; the relay publishes
+// the event again after its backoff (same event ID: consumers drop the
+// copy). It is also wrapped by the error of a later event of the same key
+// while such a record waits: the key is not produced again until the
+// broker told the outcome, so that its records never pile up in the client
+// and never overtake one another.
+var ErrOutcomeUnknown = errors.New("idemkafka: not acknowledged in time; outcome unknown (the record may still be written, and is published again with the same event ID)")
 
 // Publisher publishes outbox events to Kafka with an idempotent producer
 // and acks=all. It implements outbox.Publisher. It is safe for concurrent
@@ -127,6 +166,34 @@ type Publisher struct {
 	// produceHooks: the client has a produce hook (kgo.WithHooks), which
 	// may trace the record from its Context (see traceRecord).
 	produceHooks bool
+
+	// straggler is PublisherConfig.StragglerTimeout with its default (<0:
+	// wait for every record).
+	straggler time.Duration
+	// waiting counts the records that Publish calls stopped waiting for
+	// (ErrOutcomeUnknown) and the client still holds; waitingKeys counts
+	// them by key. Guarded by waitMu, waiting also read without it.
+	waitMu      sync.Mutex
+	waiting     atomic.Int64
+	waitingKeys map[string]int
+	// waitCap is half of the client's MaxBufferedRecords: with that many
+	// records waiting, Publish produces nothing more.
+	waitCap int64
+	// calls maps the records of the produce calls in flight to their
+	// call (*produceCall), for outcomeHook.
+	calls sync.Map
+}
+
+// outcomeHook tells the publisher the outcome of each record of its own
+// client, just before kgo calls the record's promise.
+type outcomeHook struct{ p *Publisher }
+
+var _ kgo.HookProduceRecordUnbuffered = outcomeHook{}
+
+func (h outcomeHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if v, ok := h.p.calls.LoadAndDelete(r); ok {
+		v.(*produceCall).done(h.p, r, err)
+	}
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -148,9 +215,13 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	if cfg == nil {
 		return nil, errors.New("idemkafka: nil PublisherConfig: Seeds (or Client) and DefaultTopic (or Topic) are required")
 	}
-	p := &Publisher{topic: cfg.Topic, log: cfg.Logger, headers: event.HeaderOptions{Format: cfg.HeaderFormat, Source: cfg.Source}}
+	p := &Publisher{topic: cfg.Topic, log: cfg.Logger, headers: event.HeaderOptions{Format: cfg.HeaderFormat, Source: cfg.Source},
+		straggler: cfg.StragglerTimeout, waitingKeys: map[string]int{}}
 	if p.log == nil {
 		p.log = slog.Default()
+	}
+	if p.straggler == 0 {
+		p.straggler = DefaultStragglerTimeout
 	}
 	switch {
 	case cfg.Topic == nil && cfg.DefaultTopic == "":
@@ -207,9 +278,15 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 	p.produceHooks = hasProduceHook(cl)
 	p.maxBytes, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
 	p.maxBuffered, _ = cl.OptValue(kgo.MaxBufferedBytes).(int64)
+	if n, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64); n > 0 {
+		p.waitCap = max(n/2, 1)
+	}
 	if cfg.Client != nil {
 		p.cl.Store(cfg.Client)
 	} else {
+		// The hook tells produce each record's outcome as it comes,
+		// while ProduceSync unlingers the records' partitions.
+		opts = append(opts, kgo.WithHooks(outcomeHook{p}))
 		own, err := kgo.NewClient(opts...)
 		if err != nil { // cannot happen: the view was made from opts
 			return nil, optionsError("publisher client", err)
@@ -294,17 +371,38 @@ func (p *Publisher) Close() {
 // publisher purges the topic from the client, and the next Publish looks it
 // up afresh.
 //
-// ctx bounds the wait only while no record has reached a broker. Once one
-// has, and the broker's answer is unknown (a timeout), the producer keeps
-// retrying until it learns the outcome, whatever ctx says, because giving
-// up could duplicate the record on a later publish. Close ends such a wait.
+// A partition that does not answer (its leader hung, or cut off) does not
+// hold the others: once no record of the call has been acknowledged for
+// PublisherConfig.StragglerTimeout (2s by default, counted from the call's
+// last acknowledgement, or from the end of ctx), Publish returns with the
+// events acknowledged so far published and the others failed with
+// ErrOutcomeUnknown. The producer keeps such a record and retries it until
+// it learns the outcome, whatever ctx says (a record that reached a broker
+// may have been written; giving it up would break the idempotent
+// sequence), so it may still be written: the relay publishes the event
+// again after its backoff, with the same ID, and the consumers' inboxes
+// drop the copy. Meanwhile the events of its key fail at once with
+// ErrOutcomeUnknown, without a record: a key's records never pile up in
+// the client, and never overtake one another (kgo fails every record
+// buffered after a failed one in its partition). While such records wait,
+// the wait for a straggler is as long as the call's acknowledged records
+// took (at least 50ms), and with half of the client's MaxBufferedRecords
+// waiting, Publish produces nothing more (every event fails with
+// ErrOutcomeUnknown) until the broker tells their outcome: the client's
+// buffer, shared by every partition, is never filled by them. Close ends
+// every wait. A negative StragglerTimeout, or a PublisherConfig.Client (the
+// publisher learns each record's outcome through a hook of its own
+// client), waits for every record, whatever ctx says, as Publish did
+// before StragglerTimeout existed.
 //
 // Known limit: if ctx ends while kgo waits for room in a full produce
 // buffer (kgo.MaxBufferedRecords, kgo.MaxBufferedBytes), kgo fails that
 // record but may still send a later record of its key, which then reaches
 // the topic first. Keep the buffers well above what the relays keep in
 // flight (RelayConfig.Concurrency x BatchSize events; kgo's default of
-// 50,000 records, kgo.MaxBufferedRecords, is far above the relay's defaults).
+// 50,000 records, kgo.MaxBufferedRecords, is far above the relay's
+// defaults, and the records that wait for a partition that does not answer
+// are bounded at half of it, see above).
 func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
 	if len(events) == 0 {
 		return nil
@@ -317,9 +415,32 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		rs     = make([]*kgo.Record, 0, len(events))
 		index  = make(map[*kgo.Record]int, len(events))
 	)
+	// Keys with a record still unacknowledged in the client (a partition
+	// whose leader does not answer) are not produced again until it is.
+	var waitingKeys map[string]bool
+	if p.waiting.Load() > 0 {
+		p.waitMu.Lock()
+		for _, e := range events {
+			if p.waitingKeys[e.Key] > 0 {
+				if waitingKeys == nil {
+					waitingKeys = map[string]bool{}
+				}
+				waitingKeys[e.Key] = true
+			}
+		}
+		p.waitMu.Unlock()
+	}
 	for i, e := range events {
 		if j, ok := failed[e.Key]; ok {
 			errs[i] = fmt.Errorf("%w: event %d of key %q failed", outbox.ErrSkipped, j, e.Key)
+			continue
+		}
+		if waitingKeys[e.Key] {
+			errs[i] = fmt.Errorf("idemkafka: produce to %s: an earlier record of the event's key is in the client, not acknowledged yet: %w", p.topic(e), ErrOutcomeUnknown)
+			if failed == nil {
+				failed = map[string]int{}
+			}
+			failed[e.Key] = i
 			continue
 		}
 		if j, ok := moved[e.Key]; ok {
@@ -365,10 +486,13 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			}
 		} else {
 			cl = p.cl.Load()
-			results = cl.ProduceSync(ctx, rs...)
+			results = p.produce(ctx, cl, rs, index, events, errs)
 			p.gate.leave(false)
 		}
 		for _, res := range results {
+			if res.Record == nil { // not acknowledged in time: errs has it
+				continue
+			}
 			i := index[res.Record]
 			if errors.Is(res.Err, kerr.UnknownTopicID) && !slices.Contains(gone, res.Record.Topic) {
 				gone = append(gone, res.Record.Topic)
@@ -396,6 +520,182 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 		p.forgetTopics(ctx, cl, gone)
 	}
 	return err
+}
+
+// produceCall is what the outcomes of one produce's records tell it.
+type produceCall struct {
+	mu        sync.Mutex
+	results   kgo.ProduceResults
+	total     int                      // records produced
+	key       func(*kgo.Record) string // a record's event key
+	last      time.Time                // when the last result came
+	abandoned bool                     // produce returned: the outcomes release the keys instead
+	wake      chan struct{}
+}
+
+// done records the outcome of r, one of c's records.
+func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
+	c.mu.Lock()
+	if c.abandoned {
+		c.mu.Unlock()
+		p.unwait(c.key(r))
+		return
+	}
+	c.results = append(c.results, kgo.ProduceResult{Record: r, Err: err})
+	c.last = time.Now()
+	n := len(c.results)
+	c.mu.Unlock()
+	// The waiter needs the first result (to start the straggler wait)
+	// and the last; the others it reads when its wait ends.
+	if n == 1 || n == c.total {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// produce produces rs (the records of events, index giving each record's
+// event) and returns their results, as ProduceSync does, except for the
+// records the broker does not acknowledge while it acknowledges the
+// others: once no result has come for the straggler wait (see
+// PublisherConfig.StragglerTimeout), counted from the last result or from
+// the end of ctx, produce returns without them, their events' errs wrap
+// ErrOutcomeUnknown, and their keys are held (p.waitingKeys) until the
+// client tells their outcome. kgo keeps such a record (it has reached a
+// broker, which may have written it: failing it would break the idempotent
+// sequence) and fails the records buffered after it in its partition if
+// it fails, so a key's records never overtake each other in the topic.
+// The outcomes come from outcomeHook, on the publisher's own client only:
+// with PublisherConfig.Client, produce waits for every record.
+func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Record, index map[*kgo.Record]int, events []event.Envelope, errs []error) kgo.ProduceResults {
+	if p.straggler < 0 || !p.owned {
+		return cl.ProduceSync(ctx, rs...)
+	}
+	if p.waitCap > 0 && p.waiting.Load() >= p.waitCap {
+		// The client's buffer is shared by every partition: once full
+		// (MaxBufferedRecords), Produce would block for all of them.
+		for _, r := range rs {
+			errs[index[r]] = fmt.Errorf("idemkafka: produce to %s: %d records not acknowledged in time wait in the client (half of its MaxBufferedRecords); nothing more is produced until the broker tells their outcome: %w",
+				r.Topic, p.waiting.Load(), ErrOutcomeUnknown)
+		}
+		return nil
+	}
+	c := &produceCall{results: make(kgo.ProduceResults, 0, len(rs)), total: len(rs), key: func(r *kgo.Record) string { return events[index[r]].Key }, wake: make(chan struct{}, 1)}
+	for _, r := range rs {
+		p.calls.Store(r, c)
+	}
+	start := time.Now()
+	// ProduceSync unlingers the partitions of the records (a Produce
+	// would wait for the client's linger); the hook tells their outcomes
+	// as they come. The goroutine outlives produce for records it stops
+	// waiting for.
+	go cl.ProduceSync(ctx, rs...)
+	var (
+		timer *time.Timer
+		done  = ctx.Done()
+		ended time.Time // when ctx ended
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	// deadline is when the straggler wait ends, given the call's n results
+	// so far, the last at last (the zero time if none, and then only once
+	// ctx ended).
+	deadline := func(n int, last time.Time) time.Time {
+		wait := p.straggler
+		if n > 0 && p.waiting.Load() > 0 {
+			// A partition is known not to answer: give the stragglers as
+			// long again as the others took.
+			wait = min(wait, max(minStragglerWait, last.Sub(start)))
+		}
+		if ended.After(last) {
+			last = ended
+		}
+		return last.Add(wait)
+	}
+	for {
+		c.mu.Lock()
+		n, last := len(c.results), c.last
+		c.mu.Unlock()
+		if n == len(rs) {
+			return c.results
+		}
+		if timer == nil && (n > 0 || !ended.IsZero()) {
+			timer = time.NewTimer(time.Until(deadline(n, last)))
+		}
+		var expired <-chan time.Time
+		if timer != nil {
+			expired = timer.C
+		}
+		select {
+		case <-c.wake:
+		case <-done:
+			done, ended = nil, time.Now()
+			if timer != nil {
+				timer.Reset(time.Until(deadline(n, last)))
+			}
+		case <-expired:
+			// Results that came since the timer was set (the promises
+			// wake this loop for the first and the last only) move the
+			// deadline on.
+			c.mu.Lock()
+			n, last = len(c.results), c.last
+			c.mu.Unlock()
+			if d := time.Until(deadline(n, last)); d > 0 {
+				timer.Reset(d)
+			} else if p.abandon(c, rs, index, events, errs) {
+				return c.results
+			}
+		}
+	}
+}
+
+// abandon makes produce stop waiting for the records of c that have no
+// result, unless all have one now. It reports whether it did.
+func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Record]int, events []event.Envelope, errs []error) bool {
+	p.waitMu.Lock()
+	defer p.waitMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.results) == len(rs) {
+		return false // the last came as the wait ended
+	}
+	c.abandoned = true
+	got := make(map[*kgo.Record]bool, len(c.results))
+	for _, res := range c.results {
+		got[res.Record] = true
+	}
+	before := p.waiting.Load()
+	for _, r := range rs {
+		if got[r] {
+			continue
+		}
+		i := index[r]
+		errs[i] = fmt.Errorf("idemkafka: produce to %s: %w", r.Topic, ErrOutcomeUnknown)
+		p.waitingKeys[events[i].Key]++
+		p.waiting.Add(1)
+	}
+	if before == 0 {
+		p.log.Warn("idemkafka: records not acknowledged while the broker acknowledged the others (a partition whose leader does not answer?); their events are retried later and their keys wait for their outcome, the other keys go on",
+			"records", p.waiting.Load(), "straggler_timeout", p.straggler)
+	}
+	return true
+}
+
+// unwait releases a record of key that a produce stopped waiting for: the
+// client told its outcome.
+func (p *Publisher) unwait(key string) {
+	p.waitMu.Lock()
+	defer p.waitMu.Unlock()
+	if p.waitingKeys[key]--; p.waitingKeys[key] <= 0 {
+		delete(p.waitingKeys, key)
+	}
+	if p.waiting.Add(-1) == 0 {
+		p.log.Info("idemkafka: every record that was not acknowledged in time has its outcome now")
+	}
 }
 
 // checkNotConsuming reports whether cl, the publisher's own client,

@@ -67,7 +67,9 @@ type RelayConfig struct {
 	// while Publish runs, so a hung broker must not hold it forever. A
 	// broker client may outlive its context (kgo's idempotent producer
 	// does, for records whose outcome is unsure, rather than risk a
-	// duplicate), and the connection to the database may be lost while
+	// duplicate; idemkafka.Publisher returns StragglerTimeout after it
+	// instead, and sooner when only some partitions do not answer), and
+	// the connection to the database may be lost while
 	// publishing: so the claim also sets the transaction's
 	// idle_in_transaction_session_timeout to PublishTimeout + 20s (whatever
 	// the server's setting). A relay stalled that long has its session ended

@@ -147,6 +147,15 @@
 // tight loop; a round that published some events is not a failed round, so
 // a key that keeps failing does not slow the relay down for the others.
 //
+// A round's events come from every partition of the topic (a lane holds
+// many keys), so a publisher that waited for every event of the round
+// would let one partition that does not answer stop them all for as long
+// as it does not. idemkafka.Publisher does not: it reports the events of
+// such a partition failed (outcome unknown) a short StragglerTimeout after
+// the others were acknowledged, and their keys back off while the others
+// flow. A custom Publisher should do the same: report what is published,
+// fail the rest, and never let a later event of a failed key through.
+//
 // Such a key (a topic whose writes are denied, or that does not exist) fails
 // round after round while the other keys flow, so its failure is not logged
 // each round. Failures are grouped by their error text (as stored in

@@ -1,0 +1,435 @@
+package idemkafka_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+// stuckScenario is a steady load through a PostgreSQL outbox and a relay
+// with RelayConfig's defaults into a topic of 6 partitions on 3 kfake
+// brokers, one of which leads a single partition and stops answering
+// produce requests for a while (a broker that hangs, a partition whose
+// leader is gone): what the relay publishes for the other partitions before
+// and during that fault, and whether every event reaches the topic, each key
+// in order, once the broker answers again.
+type stuckScenario struct {
+	rate                  int           // events enqueued per second
+	keys                  int           // keys the events are spread over
+	before, during, after time.Duration // healthy, stuck, healthy again
+}
+
+type stuckResult struct {
+	beforeRate, duringRate float64 // events of the healthy partitions published per second
+	perSecond              []int64 // healthy events published in each second of the fault
+	enqueued               int
+	records, duplicates    int
+}
+
+const (
+	stuckPartitions = 6
+	stuckPartition  = 5
+	stuckNode       = 2
+)
+
+// stuckBackend is the outbox a stuck scenario runs on.
+type stuckBackend[TTx any] struct {
+	drv     driver.Driver[TTx]
+	pending func(t *testing.T) int // events not published yet
+}
+
+func stuckPostgres(t *testing.T) stuckBackend[pgx.Tx] {
+	t.Helper()
+	testdb.RequirePostgres(t)
+	_, schema := testdb.Schema(t, 1)
+	drv, err := pgdriver.New(testdb.Pool(t, schema, 8), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return stuckBackend[pgx.Tx]{drv: drv, pending: func(t *testing.T) int {
+		var n int
+		if err := drv.Pool().QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "outbox_pending"}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}}
+}
+
+func stuckSQLite(t *testing.T) stuckBackend[*sql.Tx] {
+	t.Helper()
+	drv := setupSQLite(t).open(t).(*sqlitedriver.Driver)
+	return stuckBackend[*sql.Tx]{drv: drv, pending: func(t *testing.T) int {
+		var n int
+		if err := drv.DB().QueryRowContext(t.Context(), "SELECT count(*) FROM outbox WHERE published_at IS NULL").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}}
+}
+
+func runStuckScenario[TTx any](t *testing.T, b stuckBackend[TTx], sc stuckScenario) stuckResult {
+	t.Helper()
+	kc := kafkatest.New(t, kfake.NumBrokers(3))
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", stuckPartitions)
+	// The stuck partition alone on node 2; the others on nodes 0 and 1.
+	for p := range int32(stuckPartitions) {
+		node := p % 2
+		if p == stuckPartition {
+			node = stuckNode
+		}
+		if err := fake.MoveTopicPartition(topic, p, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stuck atomic.Bool
+	var swallowed atomic.Int64
+	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		if stuck.Load() && fake.CurrentNode() == stuckNode {
+			swallowed.Add(1)
+			return nil, nil, true // never answered: the client times out and retries
+		}
+		return nil, nil, false
+	})
+
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	partOf := func(key string) int32 {
+		return int32(part.Partition(&kgo.Record{Key: []byte(key)}, stuckPartitions))
+	}
+	healthyKey := make(map[string]bool, sc.keys)
+	for k := range sc.keys {
+		key := fmt.Sprintf("order-%d", k)
+		healthyKey[key] = partOf(key) != stuckPartition
+	}
+
+	drv := b.drv
+	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger()})
+	var healthy, all atomic.Int64
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Logger: testLogger(),
+		OnPublished: func(evs []event.Envelope) {
+			n := 0
+			for _, e := range evs {
+				if healthyKey[e.Key] {
+					n++
+				}
+			}
+			healthy.Add(int64(n))
+			all.Add(int64(len(evs)))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The load: every 10ms a transaction of rate/100 events, over the keys
+	// in turn; payload n is the event's position in its key.
+	var (
+		mu  sync.Mutex
+		evs []event.Envelope
+	)
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	var loadWG sync.WaitGroup
+	loadWG.Go(func() {
+		seq := make([]int, sc.keys)
+		next := 0
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			batch := make([]event.Envelope, max(sc.rate/100, 1))
+			for i := range batch {
+				k := next % sc.keys
+				next++
+				seq[k]++
+				e, err := event.New("OrderCreated.v1", fmt.Sprintf("order-%d", k), payload{N: seq[k]})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				batch[i] = e
+			}
+			// Not on loadCtx: a commit cancelled as it went through would
+			// leave an event in the outbox that the check does not know.
+			ctx := context.Background()
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := outbox.EnqueueTx(ctx, drv, tx, batch...); err != nil {
+				_ = drv.Rollback(ctx, tx)
+				t.Error(err)
+				return
+			}
+			if err := drv.Commit(ctx, tx); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			evs = append(evs, batch...)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() { stopLoad(); loadWG.Wait() })
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	var runWG sync.WaitGroup
+	runWG.Go(func() { _ = relay.Run(runCtx) })
+	stopRelay := sync.OnceFunc(func() { stopRun(); runWG.Wait() })
+	t.Cleanup(stopRelay)
+
+	var res stuckResult
+	time.Sleep(sc.before / 2) // warm up
+	h0, a0, t0 := healthy.Load(), all.Load(), time.Now()
+	time.Sleep(sc.before / 2)
+	h1, a1, t1 := healthy.Load(), all.Load(), time.Now()
+	t.Logf("before the fault: %.0f events/s published, %.0f of the healthy partitions", float64(a1-a0)/t1.Sub(t0).Seconds(), float64(h1-h0)/t1.Sub(t0).Seconds())
+	res.beforeRate = float64(h1-h0) / t1.Sub(t0).Seconds()
+
+	stuck.Store(true)
+	t.Logf("fault on: node %d answers no produce request (partition %d)", stuckNode, stuckPartition)
+	last := h1
+	for end := time.Now().Add(sc.during); time.Now().Before(end); {
+		time.Sleep(min(time.Second, time.Until(end)))
+		h := healthy.Load()
+		res.perSecond = append(res.perSecond, h-last)
+		last = h
+	}
+	h2, t2 := healthy.Load(), time.Now()
+	res.duringRate = float64(h2-h1) / t2.Sub(t1).Seconds()
+	stuck.Store(false)
+	t.Logf("fault off after %s: %d produce requests swallowed", sc.during, swallowed.Load())
+	time.Sleep(sc.after)
+	stopLoad()
+	loadWG.Wait()
+	mu.Lock()
+	want := slices.Clone(evs)
+	mu.Unlock()
+	res.enqueued = len(want)
+	t.Logf("healthy partitions: %.0f events/s before the fault, %.0f events/s during it; per second during it: %v",
+		res.beforeRate, res.duringRate, res.perSecond)
+	healed := time.Now()
+	waitFor(t, 3*time.Minute, "every event published", func() bool { return b.pending(t) == 0 })
+	t.Logf("every event published %s after the load stopped", time.Since(healed).Round(time.Millisecond))
+	stopRelay()
+	rs := kc.Records(t, topic)
+	res.records = len(rs)
+	res.duplicates = mustPublishedAtLeastOnce(t, rs, want)
+	return res
+}
+
+// mustPublishedAtLeastOnce checks that rs hold every event of evs, intact,
+// at least once, and that in every partition the first copies of a key's
+// events are in the order given (a later copy of an event the topic already
+// holds is a duplicate a consumer's inbox drops). It returns the number of
+// duplicates.
+func mustPublishedAtLeastOnce(t *testing.T, rs []*kgo.Record, evs []event.Envelope) int {
+	t.Helper()
+	pos := make(map[uuid.UUID]int, len(evs)) // index within its key
+	byKey := map[string]int{}
+	for _, e := range evs {
+		pos[e.ID] = byKey[e.Key]
+		byKey[e.Key]++
+	}
+	seen := make(map[uuid.UUID]bool, len(evs))
+	next := map[string]int{} // the key's next event expected for the first time
+	dups := 0
+	for _, r := range rs { // partition, then offset order
+		e, err := idemkafka.Envelope(r)
+		if err != nil {
+			t.Fatalf("record %d/%d: %v", r.Partition, r.Offset, err)
+		}
+		i, ok := pos[e.ID]
+		switch {
+		case !ok:
+			t.Fatalf("record of unknown event %s", e.ID)
+		case seen[e.ID]:
+			dups++
+			continue
+		case i != next[e.Key]:
+			t.Fatalf("key %s: event %d (%s) first published at %d/%d before event %d", e.Key, i, e.ID, r.Partition, r.Offset, next[e.Key])
+		}
+		seen[e.ID] = true
+		next[e.Key]++
+	}
+	if len(seen) != len(evs) {
+		t.Fatalf("%d of %d events published", len(seen), len(evs))
+	}
+	return dups
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// One partition's leader stops answering produce requests: the relay keeps
+// publishing the events of the other partitions at about the speed it had
+// before, and once the broker answers again every event is in the topic,
+// each key's events first published in order. IDEMKAFKA_STUCK_* set the
+// load and the phases (for a measurement by hand).
+func TestRelayStuckPartition(t *testing.T) {
+	t.Parallel()
+	sc := stuckScenario{
+		rate:   envInt("IDEMKAFKA_STUCK_RATE", 1000),
+		keys:   envInt("IDEMKAFKA_STUCK_KEYS", 1000),
+		before: envDuration("IDEMKAFKA_STUCK_BEFORE", 4*time.Second),
+		during: envDuration("IDEMKAFKA_STUCK_DURING", 12*time.Second),
+		after:  envDuration("IDEMKAFKA_STUCK_AFTER", time.Second),
+	}
+	// want is the least share of the healthy partitions' speed kept during
+	// the fault. On SQLite every claim steps over the stuck partition's
+	// backlog, which grows with the fault (the oldest pending events): its
+	// relay slows down as the fault lasts, but keeps publishing.
+	check := func(t *testing.T, res stuckResult, want float64) {
+		t.Logf("%d events enqueued; %d records in the topic, %d duplicates", res.enqueued, res.records, res.duplicates)
+		if res.duringRate < want*res.beforeRate {
+			t.Errorf("healthy partitions published %.0f events/s during the fault; want at least %.0f%% of the %.0f events/s before it",
+				res.duringRate, 100*want, res.beforeRate)
+		}
+	}
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		check(t, runStuckScenario(t, stuckPostgres(t), sc), 0.5)
+	})
+	if os.Getenv("IDEMKAFKA_STUCK_BACKEND") != "postgres" {
+		t.Run("sqlite", func(t *testing.T) {
+			t.Parallel()
+			check(t, runStuckScenario(t, stuckSQLite(t), sc), 0.2)
+		})
+	}
+}
+
+// Publish returns StragglerTimeout after the broker acknowledged the
+// records of the healthy partition, reporting those of the partition whose
+// leader does not answer as ErrOutcomeUnknown; a later event of such a key
+// fails at once, without a record, while the first ones wait in the client;
+// once the broker answers, the key's events are all in the topic, in order.
+func TestPublishStuckPartitionStraggler(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t, kfake.NumBrokers(3))
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 2)
+	for p, node := range []int32{0, stuckNode} {
+		if err := fake.MoveTopicPartition(topic, int32(p), node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stuck atomic.Bool
+	stuck.Store(true)
+	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		return nil, nil, stuck.Load() && fake.CurrentNode() == stuckNode
+	})
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	keyIn := func(p int) string {
+		for i := 0; ; i++ {
+			if k := fmt.Sprintf("order-%d", i); part.Partition(&kgo.Record{Key: []byte(k)}, 2) == p {
+				return k
+			}
+		}
+	}
+	ev := func(key string, n int) event.Envelope {
+		e, err := event.New("OrderCreated.v1", key, payload{N: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := keyIn(0), keyIn(1)
+	a1, b1, b2, a2, b3, a3 := ev(a, 1), ev(b, 1), ev(b, 2), ev(a, 2), ev(b, 3), ev(a, 3)
+	const straggler = 300 * time.Millisecond
+	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), StragglerTimeout: straggler,
+		ExtraOpts: []kgo.Opt{fastRetry, kgo.ProduceRequestTimeout(time.Second), kgo.RequestTimeoutOverhead(time.Second)}})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	start := time.Now()
+	err := pub.Publish(ctx, []event.Envelope{a1, b1, b2, a2})
+	took := time.Since(start)
+	errs := publishErrs(t, err, 4)
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("events of the healthy partition: %v, %v; want published", errs[0], errs[3])
+	}
+	for _, i := range []int{1, 2} {
+		if !errors.Is(errs[i], idemkafka.ErrOutcomeUnknown) {
+			t.Fatalf("event %d of the stuck partition: %v; want ErrOutcomeUnknown", i, errs[i])
+		}
+	}
+	if took > 10*time.Second {
+		t.Fatalf("Publish took %s with one partition stuck; want about StragglerTimeout (%s)", took, straggler)
+	}
+	t.Logf("Publish returned after %s", took)
+
+	// The key whose records wait fails at once; the other key goes on.
+	start = time.Now()
+	errs = publishErrs(t, pub.Publish(ctx, []event.Envelope{b3, a3}), 2)
+	if !errors.Is(errs[0], idemkafka.ErrOutcomeUnknown) || errs[1] != nil {
+		t.Fatalf("with the key's records waiting: %v, %v; want ErrOutcomeUnknown and published", errs[0], errs[1])
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Publish of a waiting key took %s; want at once", took)
+	}
+
+	stuck.Store(false)
+	waitFor(t, 30*time.Second, "the stuck key published", func() bool {
+		return pub.Publish(ctx, []event.Envelope{b1, b2, b3}) == nil
+	})
+	dups := mustPublishedAtLeastOnce(t, kc.Records(t, topic), []event.Envelope{a1, b1, b2, a2, b3, a3})
+	t.Logf("%d duplicates", dups)
+}
+
+func publishErrs(t *testing.T, err error, n int) []error {
+	t.Helper()
+	var pe *outbox.PublishError
+	if !errors.As(err, &pe) || len(pe.Errs) != n {
+		t.Fatalf("Publish: %v; want a PublishError for %d events", err, n)
+	}
+	return pe.Errs
+}
