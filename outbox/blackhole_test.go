@@ -83,13 +83,7 @@ func testRecoversFromABlackHole[TTx any](t *testing.T, drv, enq driver.OutboxDri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = relay.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
+	runInBackground(t, relay)
 	wait := func(e event.Envelope, within time.Duration, what string) {
 		t.Helper()
 		select {

@@ -47,13 +47,7 @@ func TestListenerFailuresLoggedOncePerInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = relay.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
+	runInBackground(t, relay)
 	var onError func(error)
 	select {
 	case onError = <-drv.onError:

@@ -199,14 +199,7 @@ func TestRunDoesNotBackOffAfterPartialSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(t, drv, mustEvent(t, "bad"), mustEvent(t, "good-1"))
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = relay.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
+	runInBackground(t, relay)
 	select {
 	case <-published:
 	case <-time.After(3 * time.Second):
@@ -328,13 +321,7 @@ func TestRunListensAgainAfterAFailedStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = relay.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
+	runInBackground(t, relay)
 	deadline := time.Now().Add(3 * time.Second)
 	for drv.calls.Load() < 2 {
 		if time.Now().After(deadline) {
@@ -403,4 +390,17 @@ func TestRunWaitsAtLeastTheFloor(t *testing.T) {
 func TestMarksRollBackBeforeTheirContextEndsSQLite(t *testing.T) {
 	t.Parallel()
 	checkRollbackBeforeContextEnds(t, testdb.SQLite(t), 1)
+}
+
+// runInBackground runs relay until the test ends: its cleanup cancels Run
+// and waits for it to return.
+func runInBackground[TTx any](t *testing.T, relay *outbox.Relay[TTx]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = relay.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }
