@@ -10,53 +10,228 @@ import (
 )
 
 // Consumer reports Kafka consume loops (franz-go or segmentio/kafka-go) that
-// write to a database without deduplicating the records.
+// write to a database without deduplicating the records, in the polling
+// function or in a function of the package it hands the records to.
 var Consumer = &analysis.Analyzer{
 	Name: "idemconsumer",
-	Doc:  "report a function that polls a kgo.Client (or reads a kafka-go Reader) and writes to a database without idem's inbox",
+	Doc:  "report a function that polls a kgo.Client (or reads a kafka-go Reader) and writes to a database without idem's inbox, itself or in a function of the package it hands the records to",
 	Run:  runConsumer,
 }
 
 const msgConsumer = "kafka consumer writes to the database without deduplication: apply records through inbox (or idemkafka.Consumer) so a redelivery is not applied twice"
 
+// consumerMaxDepth bounds how far idemconsumer follows the records from
+// the polling function into the package's functions (and looks for a
+// dedup in what those call).
+const consumerMaxDepth = 4
+
+// consumerSummary is what idemconsumer needs of one function body.
+type consumerSummary struct {
+	polls bool
+	dedup bool
+	execs []*ast.CallExpr
+	// recordCalls are the package's functions the body hands a Kafka
+	// record (or a fetch, or a batch of records) to: called with one as
+	// an argument, or given as a function value taking one (EachRecord's
+	// callback).
+	recordCalls []*types.Func
+	// calls are all the package's functions the body calls.
+	calls []*types.Func
+}
+
 func runConsumer(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	r := newReporter(pass)
+	decls := make(map[*types.Func]*ast.BlockStmt)
+	for _, f := range sourceFiles(pass) {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				if fn, ok := info.Defs[fd.Name].(*types.Func); ok {
+					decls[fn] = fd.Body
+				}
+			}
+		}
+	}
+	summaries := make(map[*ast.BlockStmt]*consumerSummary)
+	summary := func(body *ast.BlockStmt) *consumerSummary {
+		s, ok := summaries[body]
+		if !ok {
+			s = summarizeConsumer(pass, body)
+			summaries[body] = s
+		}
+		return s
+	}
 	funcBodies(pass, func(body *ast.BlockStmt) {
-		polls, dedup := false, false
-		var execs []*ast.CallExpr
-		ast.Inspect(body, func(n ast.Node) bool {
-			if id, ok := n.(*ast.Ident); ok && usesDedupPackage(info, id) {
-				dedup = true
-			}
-			// Any constant string: a literal, a named constant (of this
-			// package or another), a constant concatenation.
-			if e, ok := n.(ast.Expr); ok {
-				if s, ok := constString(info, e); ok && dedupSQL(s) {
-					dedup = true
-				}
-			}
-			switch n := n.(type) {
-			case *ast.CallExpr:
-				fn := callee(info, n)
-				switch {
-				case isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords"),
-					isMethod(fn, kafkagoPath, "Reader", "FetchMessage", "ReadMessage"):
-					polls = true
-				case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, n):
-					execs = append(execs, n)
-				}
-			}
-			return true
-		})
-		if !polls || dedup {
+		s := summary(body)
+		if !s.polls || s.dedup {
 			return
 		}
-		for _, e := range execs {
+		// The functions the records reach, then everything those call:
+		// a dedup in any of them (a helper that marks the event as
+		// processed) covers the writes.
+		reached := followCalls(decls, summary, s.recordCalls, func(s *consumerSummary) []*types.Func { return s.recordCalls })
+		for _, fn := range followCalls(decls, summary, append(reached, s.calls...), func(s *consumerSummary) []*types.Func { return s.calls }) {
+			if summary(decls[fn]).dedup {
+				return
+			}
+		}
+		for _, e := range s.execs {
 			r.report(e, msgConsumer)
+		}
+		for _, fn := range reached {
+			for _, e := range summary(decls[fn]).execs {
+				r.report(e, msgConsumer)
+			}
 		}
 	})
 	return nil, nil
+}
+
+// followCalls returns the package's functions (with a body in decls)
+// reachable from start through next, at most consumerMaxDepth calls deep,
+// each once, start included.
+func followCalls(decls map[*types.Func]*ast.BlockStmt, summary func(*ast.BlockStmt) *consumerSummary, start []*types.Func, next func(*consumerSummary) []*types.Func) []*types.Func {
+	var out []*types.Func
+	seen := make(map[*types.Func]bool)
+	level := start
+	for depth := 0; depth < consumerMaxDepth && len(level) > 0; depth++ {
+		var nextLevel []*types.Func
+		for _, fn := range level {
+			body, ok := decls[fn]
+			if !ok || seen[fn] {
+				continue
+			}
+			seen[fn] = true
+			out = append(out, fn)
+			nextLevel = append(nextLevel, next(summary(body))...)
+		}
+		level = nextLevel
+	}
+	return out
+}
+
+func summarizeConsumer(pass *analysis.Pass, body *ast.BlockStmt) *consumerSummary {
+	info := pass.TypesInfo
+	s := &consumerSummary{}
+	local := func(fn *types.Func) bool { return fn != nil && fn.Pkg() == pass.Pkg }
+	ast.Inspect(body, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && usesDedupPackage(info, id) {
+			s.dedup = true
+		}
+		// Any constant string: a literal, a named constant (of this
+		// package or another), a constant concatenation.
+		if e, ok := n.(ast.Expr); ok {
+			if q, ok := constString(info, e); ok && dedupSQL(q) {
+				s.dedup = true
+			}
+		}
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		fn := callee(info, call)
+		switch {
+		case isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords"),
+			isMethod(fn, kafkagoPath, "Reader", "FetchMessage", "ReadMessage"):
+			s.polls = true
+		case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, call):
+			s.execs = append(s.execs, call)
+		}
+		if fn != nil && dedupName(fn.Name()) {
+			s.dedup = true
+		}
+		if local(fn) {
+			s.calls = append(s.calls, fn)
+			for _, a := range call.Args {
+				if isKafkaRecord(info.TypeOf(a)) {
+					s.recordCalls = append(s.recordCalls, fn)
+					break
+				}
+			}
+		}
+		// A function of the package given as a value that takes a record:
+		// fetches.EachRecord(h.handle).
+		for _, a := range call.Args {
+			if fv := funcValue(info, a); local(fv) && takesKafkaRecord(fv) {
+				s.calls = append(s.calls, fv)
+				s.recordCalls = append(s.recordCalls, fv)
+			}
+		}
+		return true
+	})
+	return s
+}
+
+// funcValue returns the function or method e names as a value (h.handle,
+// handle), or nil.
+func funcValue(info *types.Info, e ast.Expr) *types.Func {
+	var id *ast.Ident
+	switch e := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		id = e
+	case *ast.SelectorExpr:
+		id = e.Sel
+	default:
+		return nil
+	}
+	fn, _ := info.Uses[id].(*types.Func)
+	if fn == nil {
+		return nil
+	}
+	return fn.Origin()
+}
+
+// takesKafkaRecord reports whether one of fn's parameters is a Kafka record.
+func takesKafkaRecord(fn *types.Func) bool {
+	sig, ok := fn.Type().(*types.Signature)
+	if !ok {
+		return false
+	}
+	for v := range sig.Params().Variables() {
+		if isKafkaRecord(v.Type()) {
+			return true
+		}
+	}
+	return false
+}
+
+// isKafkaRecord reports whether t holds consumed Kafka records: franz-go's
+// Record, Fetches, Fetch, FetchTopic or FetchPartition, or kafka-go's
+// Message, also through pointers and slices.
+func isKafkaRecord(t types.Type) bool {
+	for t != nil {
+		switch u := t.(type) {
+		case *types.Pointer:
+			t = u.Elem()
+			continue
+		case *types.Slice:
+			t = u.Elem()
+			continue
+		}
+		break
+	}
+	n, ok := types.Unalias(t).(*types.Named)
+	if !ok {
+		return false
+	}
+	return isNamed(n, kgoPath, "Record", "Fetches", "Fetch", "FetchTopic", "FetchPartition") ||
+		isNamed(n, kafkagoPath, "Message")
+}
+
+// dedupWords name a function that deduplicates: markProcessed,
+// alreadySeen, isDuplicate, claimIdempotencyKey, recordInInbox. A call of
+// one (of any package: a repository in another package the analyzer
+// cannot see into) counts as a dedup.
+var dedupWords = []string{"dedup", "processed", "seen", "duplicate", "idempot", "inbox"}
+
+func dedupName(name string) bool {
+	l := strings.ToLower(name)
+	for _, w := range dedupWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // usesDedupPackage reports whether id refers to package inbox or idemkafka

@@ -125,12 +125,20 @@
 // idemconsumer: a function (its function literals included) that calls
 // PollFetches or PollRecords on a kgo.Client, or FetchMessage or
 // ReadMessage on a segmentio/kafka-go Reader, and Exec or ExecContext on a
-// pgx, pgxpool or database/sql handle, and uses nothing from the inbox or
-// idemkafka packages nor constant SQL (a literal, or a named constant of
-// any package) with ON CONFLICT ... DO NOTHING or INSERT OR IGNORE. Every
-// such Exec is reported. A consumer that polls in
-// one function and writes in another, or deduplicates by other means, is
-// not seen.
+// pgx, pgxpool or database/sql handle, itself or in a function or method of
+// the package it hands the records to (called with a record, a fetch or a
+// slice of records as an argument, or given as the function value that
+// EachRecord calls, followed up to four calls deep), when neither that
+// function, nor those, nor anything of the package they call (up to four
+// calls deep, record or not) uses the inbox or idemkafka packages, constant
+// SQL (a literal, or a named constant of any package) with ON CONFLICT ...
+// DO NOTHING or INSERT OR IGNORE, or calls a function or method (of any
+// package) whose name says it deduplicates: dedup, processed, seen,
+// duplicate, idempot, inbox (markProcessed, repo.AlreadySeen). Every such
+// Exec is reported. Records handed over through an interface, a function
+// value held in a field or variable, a channel or another goroutine's
+// queue are not followed, nor are writes in a helper given only a field of
+// the record (r.Value).
 //
 // idemfloatmoney: a float32 or float64 (or pointer) struct field with a
 // json or db tag, and a float variable or field passed to Exec, Query or

@@ -158,3 +158,140 @@ func kafkaGoInbox(ctx context.Context, r *kafka.Reader, in *inbox.Inbox[pgx.Tx])
 		r.CommitMessages(ctx, m)
 	}
 }
+
+// A poll loop that hands each record to a function or method of the
+// package: the writes there are the consumer's.
+
+type handler struct{ pool *pgxpool.Pool }
+
+func (h *handler) handle(ctx context.Context, r *kgo.Record) error {
+	return h.apply(ctx, r)
+}
+
+func (h *handler) apply(ctx context.Context, r *kgo.Record) error {
+	_, err := h.pool.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key) // want "kafka consumer writes to the database without deduplication"
+	return err
+}
+
+func (h *handler) run(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			_ = h.handle(ctx, r)
+		})
+	}
+}
+
+type batchHandler struct{ db *sql.DB }
+
+func (h *batchHandler) handleBatch(ctx context.Context, rs []*kgo.Record) {
+	for _, r := range rs {
+		h.db.ExecContext(ctx, "INSERT INTO payments (key) VALUES ($1)", r.Key) // want "without deduplication"
+	}
+}
+
+func (h *batchHandler) run(ctx context.Context, cl *kgo.Client) {
+	for {
+		h.handleBatch(ctx, cl.PollRecords(ctx, 100).Records())
+	}
+}
+
+func applyMessage(ctx context.Context, pool *pgxpool.Pool, m kafka.Message) {
+	pool.Exec(ctx, "INSERT INTO orders (id, body) VALUES ($1, $2)", m.Key, m.Value) // want "without deduplication"
+}
+
+func kafkaGoHandOff(ctx context.Context, r *kafka.Reader, pool *pgxpool.Pool) error {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		applyMessage(ctx, pool, m)
+		r.CommitMessages(ctx, m)
+	}
+}
+
+type methodValue struct{ pool *pgxpool.Pool }
+
+func (h *methodValue) one(r *kgo.Record) {
+	h.pool.Exec(context.Background(), "UPDATE stock SET n = n - 1 WHERE sku = $1", r.Key) // want "without deduplication"
+}
+
+func (h *methodValue) run(ctx context.Context, cl *kgo.Client) {
+	cl.PollFetches(ctx).EachRecord(h.one)
+}
+
+// Not reported: the handler deduplicates, itself or in a helper it calls
+// (even without the record), or through a function named for it in
+// another package.
+
+type dedupHandler struct{ pool *pgxpool.Pool }
+
+func (h *dedupHandler) handle(ctx context.Context, r *kgo.Record) {
+	tx, _ := h.pool.Begin(ctx)
+	if !h.markSeen(ctx, tx, r.Key) {
+		return
+	}
+	tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key)
+	tx.Commit(ctx)
+}
+
+func (h *dedupHandler) markSeen(ctx context.Context, tx pgx.Tx, id []byte) bool {
+	tag, _ := tx.Exec(ctx, "INSERT INTO seen (id) VALUES ($1) ON CONFLICT DO NOTHING", id)
+	return tag.RowsAffected() == 1
+}
+
+func (h *dedupHandler) run(ctx context.Context, cl *kgo.Client) {
+	for {
+		for _, r := range cl.PollFetches(ctx).Records() {
+			h.handle(ctx, r)
+		}
+	}
+}
+
+type repo interface {
+	MarkProcessed(ctx context.Context, tx pgx.Tx, id []byte) (bool, error)
+}
+
+type repoHandler struct {
+	pool *pgxpool.Pool
+	repo repo
+}
+
+func (h *repoHandler) handle(ctx context.Context, r *kgo.Record) {
+	tx, _ := h.pool.Begin(ctx)
+	if ok, _ := h.repo.MarkProcessed(ctx, tx, r.Key); !ok {
+		return
+	}
+	tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key)
+	tx.Commit(ctx)
+}
+
+func (h *repoHandler) run(ctx context.Context, cl *kgo.Client) {
+	for _, r := range cl.PollFetches(ctx).Records() {
+		h.handle(ctx, r)
+	}
+}
+
+type inboxHandler struct{ in *inbox.Inbox[pgx.Tx] }
+
+func (h *inboxHandler) handle(ctx context.Context, r *kgo.Record) {
+	h.in.Process(ctx, [16]byte{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", r.Key)
+		return err
+	})
+}
+
+func (h *inboxHandler) run(ctx context.Context, cl *kgo.Client) {
+	cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { h.handle(ctx, r) })
+}
+
+// A function the records do not reach is not the consumer's.
+
+func audit(ctx context.Context, pool *pgxpool.Pool, n int) {
+	pool.Exec(ctx, "INSERT INTO audit (n) VALUES ($1)", n)
+}
+
+func countOnly(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
+	audit(ctx, pool, len(cl.PollFetches(ctx).Records()))
+}

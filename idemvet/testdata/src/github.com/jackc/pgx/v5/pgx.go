@@ -5,6 +5,8 @@ import "context"
 
 type CommandTag struct{}
 
+func (CommandTag) RowsAffected() int64 { return 0 }
+
 type Rows interface{ Close() }
 
 type Row interface{ Scan(dest ...any) error }
