@@ -34,9 +34,22 @@
 // built in the package (literal, append, variable), or returned by a
 // function of the package. It does not see options from another package
 // nor a function's parameters, nor tell a client that only
-// consumes from one that produces. Test files are skipped: a test's
-// producer writes test records, to a fake broker or with acks=0 on
-// purpose.
+// consumes from one that produces. The other Kafka clients, whose defaults
+// are not idempotent: for sarama (IBM/sarama, Shopify/sarama), a
+// sarama.NewConfig() given to NewSyncProducer or NewAsyncProducer
+// (directly, through a variable or returned by a function of the package;
+// reported where it is made), or nil given to them, when nothing in the
+// package sets Producer.Idempotent to anything but false; any assignment of
+// false to Producer.Idempotent, or of NoResponse or WaitForLocal to
+// Producer.RequiredAcks. For confluent-kafka-go, kafka.NewProducer given a
+// ConfigMap written in the package when no ConfigMap of the package sets
+// enable.idempotence (literal, SetKey or index); enable.idempotence set to
+// false, acks or request.required.acks to 0 or 1. For segmentio/kafka-go,
+// a Writer literal without RequiredAcks (the default waits for no
+// acknowledgement) unless the package assigns a Writer's RequiredAcks
+// elsewhere, and RequiredAcks set to RequireNone or RequireOne. Test files
+// are skipped: a test's producer writes test records, to a fake broker or
+// with acks=0 on purpose.
 //
 // idemretrykey: a key or event ID made inside a retry loop that also sends
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,

@@ -31,7 +31,8 @@ var all = &analysis.Analyzer{
 
 func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
-		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4")
+		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4",
+		"producersarama", "producersaramaok", "producerconfluent", "producerconfluentok", "producerkafkago")
 }
 
 func TestAnalyzersValid(t *testing.T) {

@@ -7,10 +7,11 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-// Producer reports franz-go clients built without idempotent writes.
+// Producer reports Kafka producers built without idempotent writes or with
+// acks below all: franz-go, sarama, confluent-kafka-go and kafka-go's Writer.
 var Producer = &analysis.Analyzer{
 	Name: "idemproducer",
-	Doc:  "report kgo.NewClient with DisableIdempotentWrite or acks below all in-sync replicas",
+	Doc:  "report Kafka producers without idempotent writes or with acks below all in-sync replicas (franz-go, sarama, confluent-kafka-go, kafka-go)",
 	Run:  runProducer,
 }
 
@@ -45,6 +46,7 @@ func runProducer(pass *analysis.Pass) (any, error) {
 			return true
 		})
 	}
+	runOtherProducers(pass, assigns, r)
 	return nil, nil
 }
 

@@ -26,3 +26,19 @@ func (*Reader) ReadMessage(ctx context.Context) (Message, error)          { retu
 func (*Reader) FetchMessage(ctx context.Context) (Message, error)         { return Message{}, nil }
 func (*Reader) CommitMessages(ctx context.Context, msgs ...Message) error { return nil }
 func (*Reader) Close() error                                              { return nil }
+
+type RequiredAcks int
+
+const (
+	RequireNone RequiredAcks = 0
+	RequireOne  RequiredAcks = 1
+	RequireAll  RequiredAcks = -1
+)
+
+type Writer struct {
+	Addr         string
+	Topic        string
+	RequiredAcks RequiredAcks
+}
+
+func (*Writer) WriteMessages(ctx context.Context, msgs ...Message) error { return nil }

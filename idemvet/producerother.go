@@ -1,0 +1,367 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// The Kafka clients idemproducer knows besides franz-go. Their defaults are
+// not idempotent: sarama's config has Producer.Idempotent false and acks
+// from the leader only, librdkafka's enable.idempotence is false, and
+// kafka-go's Writer waits for no acknowledgement at all (and has no
+// idempotent mode).
+var (
+	saramaPaths    = []string{"github.com/IBM/sarama", "github.com/Shopify/sarama"}
+	confluentPaths = []string{"github.com/confluentinc/confluent-kafka-go/v2/kafka", "github.com/confluentinc/confluent-kafka-go/kafka"}
+)
+
+const (
+	msgSaramaNoIdempotence = "sarama producer without idempotence (sarama's default): set Producer.Idempotent = true, Producer.RequiredAcks = sarama.WaitForAll and Net.MaxOpenRequests = 1; duplicates on retry otherwise"
+	msgSaramaOff           = "sarama producer with idempotence disabled: set Producer.Idempotent = true (with Producer.RequiredAcks = sarama.WaitForAll and Net.MaxOpenRequests = 1); duplicates on retry otherwise"
+	msgSaramaLowAcks       = "sarama producer with acks below all: use Producer.RequiredAcks = sarama.WaitForAll, which idempotence needs; records are lost or duplicated on retry otherwise"
+	msgConfluentNoIdem     = "confluent-kafka-go producer without enable.idempotence (librdkafka's default is off): add \"enable.idempotence\": true to its ConfigMap; duplicates on retry otherwise"
+	msgConfluentOff        = "confluent-kafka-go producer with enable.idempotence off: set it to true; duplicates on retry otherwise"
+	msgConfluentLowAcks    = "confluent-kafka-go producer with acks below all: remove acks (enable.idempotence sets all); records are lost or duplicated on retry otherwise"
+	msgKafkaGoAcks         = "kafka-go Writer without RequiredAcks: kafka.RequireAll (its default waits for no acknowledgement, and it has no idempotent mode: records are lost, or duplicated on retry; deduplicate on the consumer side by event ID)"
+)
+
+// runOtherProducers reports the producers of sarama, confluent-kafka-go and
+// segmentio/kafka-go configured without idempotence or with acks below
+// all. Test files are skipped, as for franz-go.
+func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignment, r *reporter) {
+	info := pass.TypesInfo
+	var files []*ast.File
+	for _, f := range sourceFiles(pass) {
+		if !isTestFile(pass, f) {
+			files = append(files, f)
+		}
+	}
+	inspect := func(fn func(n ast.Node) bool) {
+		for _, f := range files {
+			ast.Inspect(f, fn)
+		}
+	}
+
+	// What the package sets anywhere, in any of its functions: a config
+	// built in one function is often used in another.
+	saramaIdem, confluentIdem, kafkaGoAcks := false, false, false
+	inspect(func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			if len(n.Lhs) != len(n.Rhs) {
+				return true
+			}
+			for i, l := range n.Lhs {
+				v := ast.Unparen(n.Rhs[i])
+				switch {
+				case saramaField(info, l, "Producer", "Idempotent"):
+					if b, ok := constBool(info, v); ok && !b {
+						r.report(n, msgSaramaOff)
+					} else {
+						saramaIdem = true
+					}
+				case saramaField(info, l, "Producer", "RequiredAcks"):
+					if saramaLowAcks(info, v) {
+						r.report(n, msgSaramaLowAcks)
+					}
+				case kafkaGoWriterField(info, l):
+					if kafkaGoLowAcks(info, v) {
+						r.report(n, msgKafkaGoAcks)
+					} else {
+						kafkaGoAcks = true
+					}
+				case isConfluentMapIndex(info, l):
+					key, _ := constString(info, l.(*ast.IndexExpr).Index)
+					confluentIdem = confluentSetting(r, n, key, info, v) || confluentIdem
+				}
+			}
+		case *ast.CompositeLit:
+			if isConfluentMap(info.TypeOf(n)) {
+				for _, el := range n.Elts {
+					kv, ok := el.(*ast.KeyValueExpr)
+					if !ok {
+						continue
+					}
+					key, _ := constString(info, kv.Key)
+					confluentIdem = confluentSetting(r, kv, key, info, ast.Unparen(kv.Value)) || confluentIdem
+				}
+			}
+		case *ast.CallExpr:
+			fn := callee(info, n)
+			if recv := recvType(fn); recv != nil && fn.Name() == "SetKey" && len(n.Args) == 2 && isConfluentMap(recv) {
+				key, _ := constString(info, n.Args[0])
+				confluentIdem = confluentSetting(r, n, key, info, ast.Unparen(n.Args[1])) || confluentIdem
+			}
+		}
+		return true
+	})
+
+	inspect(func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			fn := callee(info, n)
+			switch {
+			case !saramaIdem && isFuncIn(fn, saramaPaths, "NewSyncProducer", "NewAsyncProducer") && len(n.Args) == 2:
+				// The config passed here, or made by NewConfig in the
+				// package: reported where it is made, once.
+				if c := saramaConfigCall(pass, assigns, n.Args[1], map[any]bool{}); c != nil {
+					r.report(c, msgSaramaNoIdempotence)
+				} else if isNilExpr(info, n.Args[1]) {
+					r.report(n, msgSaramaNoIdempotence)
+				}
+			case !confluentIdem && isFuncIn(fn, confluentPaths, "NewProducer") && len(n.Args) == 1 &&
+				confluentMapFromPackage(info, assigns, n.Args[0]):
+				r.report(n, msgConfluentNoIdem)
+			}
+		case *ast.CompositeLit:
+			if !kafkaGoAcks && isType(info.TypeOf(n), kafkagoPath, "Writer") && !hasField(n, "RequiredAcks") {
+				r.report(n, msgKafkaGoAcks)
+			}
+			if isType(info.TypeOf(n), kafkagoPath, "Writer") {
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && kafkaGoLowAcks(info, ast.Unparen(kv.Value)) {
+						r.report(kv, msgKafkaGoAcks)
+					}
+				}
+			}
+		}
+		return true
+	})
+}
+
+// confluentSetting reports a confluent-kafka-go setting key = v at n when it
+// turns idempotence off or lowers acks, and returns whether it turns
+// idempotence on.
+func confluentSetting(r *reporter, n ast.Node, key string, info *types.Info, v ast.Expr) bool {
+	switch key {
+	case "enable.idempotence":
+		if b, ok := configBool(info, v); ok {
+			if !b {
+				r.report(n, msgConfluentOff)
+			}
+			return b
+		}
+		return true // not a constant: it may be on
+	case "acks", "request.required.acks":
+		if s, ok := configString(info, v); ok && (s == "0" || s == "1") {
+			r.report(n, msgConfluentLowAcks)
+		}
+	}
+	return false
+}
+
+// saramaConfigCall returns the sarama.NewConfig() call e is, or the one a
+// variable of the package e names was assigned, or that a function of the
+// package e calls returns; nil when e comes from elsewhere.
+func saramaConfigCall(pass *analysis.Pass, assigns map[types.Object][]assignment, e ast.Expr, seen map[any]bool) *ast.CallExpr {
+	info := pass.TypesInfo
+	switch e := ast.Unparen(e).(type) {
+	case *ast.CallExpr:
+		fn := callee(info, e)
+		if isFuncIn(fn, saramaPaths, "NewConfig") {
+			return e
+		}
+		decl := funcDecl(pass, fn)
+		if decl == nil || seen[fn] {
+			return nil
+		}
+		seen[fn] = true
+		var found *ast.CallExpr
+		ast.Inspect(decl.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // its returns are its own
+			case *ast.ReturnStmt:
+				if found == nil && len(n.Results) > 0 {
+					found = saramaConfigCall(pass, assigns, n.Results[0], seen)
+				}
+			}
+			return found == nil
+		})
+		return found
+	case *ast.Ident:
+		v, ok := info.ObjectOf(e).(*types.Var)
+		if !ok || isParam(v) || seen[v] {
+			return nil
+		}
+		seen[v] = true
+		for _, a := range assigns[v] {
+			if a.Index != 0 {
+				continue
+			}
+			if c := saramaConfigCall(pass, assigns, a.Expr, seen); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// confluentMapFromPackage reports whether e is a ConfigMap literal (or its
+// address), or a variable of the package assigned one: its settings are
+// all in the package.
+func confluentMapFromPackage(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr) bool {
+	switch e := ast.Unparen(e).(type) {
+	case *ast.UnaryExpr:
+		return e.Op == token.AND && confluentMapFromPackage(info, assigns, e.X)
+	case *ast.CompositeLit:
+		return isConfluentMap(info.TypeOf(e))
+	case *ast.Ident:
+		v, ok := info.ObjectOf(e).(*types.Var)
+		if !ok || isParam(v) || len(assigns[v]) == 0 {
+			return false
+		}
+		for _, a := range assigns[v] {
+			if a.Index != 0 || !confluentMapFromPackage(info, assigns, a.Expr) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// saramaField reports whether e is X.group.name with X a sarama Config (or
+// a pointer to one).
+func saramaField(info *types.Info, e ast.Expr, group, name string) bool {
+	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	inner, ok := ast.Unparen(sel.X).(*ast.SelectorExpr)
+	if !ok || inner.Sel.Name != group {
+		return false
+	}
+	t := info.TypeOf(inner.X)
+	for _, p := range saramaPaths {
+		if isType(t, p, "Config") {
+			return true
+		}
+	}
+	return false
+}
+
+// saramaLowAcks reports whether e is sarama.NoResponse or
+// sarama.WaitForLocal (or the constant 0 or 1).
+func saramaLowAcks(info *types.Info, e ast.Expr) bool {
+	tv, ok := info.Types[e]
+	if !ok || tv.Value == nil {
+		return false
+	}
+	n, ok := constant.Int64Val(tv.Value)
+	return ok && (n == 0 || n == 1)
+}
+
+// kafkaGoWriterField reports whether e is w.RequiredAcks with w a kafka-go
+// Writer.
+func kafkaGoWriterField(info *types.Info, e ast.Expr) bool {
+	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == "RequiredAcks" && isType(info.TypeOf(sel.X), kafkagoPath, "Writer")
+}
+
+// kafkaGoLowAcks reports whether e is kafka.RequireNone or
+// kafka.RequireOne (or the constant 0 or 1).
+func kafkaGoLowAcks(info *types.Info, e ast.Expr) bool {
+	return saramaLowAcks(info, e)
+}
+
+// isConfluentMap reports whether t is confluent-kafka-go's ConfigMap or a
+// pointer to it.
+func isConfluentMap(t types.Type) bool {
+	for _, p := range confluentPaths {
+		if isType(t, p, "ConfigMap") {
+			return true
+		}
+	}
+	return false
+}
+
+// isConfluentMapIndex reports whether e is m[key] with m a ConfigMap.
+func isConfluentMapIndex(info *types.Info, e ast.Expr) bool {
+	ix, ok := ast.Unparen(e).(*ast.IndexExpr)
+	return ok && isConfluentMap(info.TypeOf(ix.X))
+}
+
+// configBool returns the boolean a ConfigMap value stands for: a constant
+// bool, or the string "true" or "false".
+func configBool(info *types.Info, e ast.Expr) (value, ok bool) {
+	if b, ok := constBool(info, e); ok {
+		return b, true
+	}
+	if s, ok := constString(info, e); ok {
+		switch strings.ToLower(s) {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// configString returns a constant ConfigMap value as text: a string, or an
+// integer.
+func configString(info *types.Info, e ast.Expr) (string, bool) {
+	tv, ok := info.Types[e]
+	if !ok || tv.Value == nil {
+		return "", false
+	}
+	switch tv.Value.Kind() {
+	case constant.String:
+		return constant.StringVal(tv.Value), true
+	case constant.Int:
+		return tv.Value.ExactString(), true
+	}
+	return "", false
+}
+
+// constBool returns the value of e when it is a constant bool.
+func constBool(info *types.Info, e ast.Expr) (value, ok bool) {
+	tv, ok := info.Types[e]
+	if !ok || tv.Value == nil || tv.Value.Kind() != constant.Bool {
+		return false, false
+	}
+	return constant.BoolVal(tv.Value), true
+}
+
+// isFuncIn reports whether fn is one of the package-level functions names
+// of one of the packages paths.
+func isFuncIn(fn *types.Func, paths []string, names ...string) bool {
+	for _, p := range paths {
+		if isFunc(fn, p, names...) {
+			return true
+		}
+	}
+	return false
+}
+
+// isNilExpr reports whether e is the untyped nil.
+func isNilExpr(info *types.Info, e ast.Expr) bool {
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	if !ok {
+		return false
+	}
+	_, isNil := info.ObjectOf(id).(*types.Nil)
+	return isNil
+}
+
+// hasField reports whether the struct literal lit sets the field name.
+func hasField(lit *ast.CompositeLit, name string) bool {
+	for _, el := range lit.Elts {
+		if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isIdent reports whether e is the identifier name.
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
