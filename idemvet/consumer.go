@@ -9,12 +9,13 @@ import (
 	"golang.org/x/tools/go/analysis"
 )
 
-// Consumer reports Kafka consume loops (franz-go or segmentio/kafka-go) that
-// write to a database without deduplicating the records, in the polling
-// function or in a function of the package it hands the records to.
+// Consumer reports Kafka consume loops (franz-go, segmentio/kafka-go,
+// sarama or confluent-kafka-go) that write to a database without
+// deduplicating the records, in the polling function or in a function of
+// the package it hands the records to.
 var Consumer = &analysis.Analyzer{
 	Name: "idemconsumer",
-	Doc:  "report a function that polls a kgo.Client (or reads a kafka-go Reader) and writes to a database without idem's inbox, itself or in a function of the package it hands the records to",
+	Doc:  "report a function that polls Kafka (franz-go, kafka-go, sarama, confluent-kafka-go) and writes to a database without idem's inbox, itself or in a function of the package it hands the records to",
 	Run:  runConsumer,
 }
 
@@ -131,8 +132,7 @@ func summarizeConsumer(pass *analysis.Pass, body *ast.BlockStmt) *consumerSummar
 		}
 		fn := callee(info, call)
 		switch {
-		case isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords"),
-			isMethod(fn, kafkagoPath, "Reader", "FetchMessage", "ReadMessage"):
+		case isPoll(fn):
 			s.polls = true
 		case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, call):
 			s.execs = append(s.execs, call)
@@ -196,8 +196,9 @@ func takesKafkaRecord(fn *types.Func) bool {
 }
 
 // isKafkaRecord reports whether t holds consumed Kafka records: franz-go's
-// Record, Fetches, Fetch, FetchTopic or FetchPartition, or kafka-go's
-// Message, also through pointers and slices.
+// Record, Fetches, Fetch, FetchTopic or FetchPartition, kafka-go's or
+// confluent-kafka-go's Message, sarama's ConsumerMessage, also through
+// pointers and slices.
 func isKafkaRecord(t types.Type) bool {
 	for t != nil {
 		switch u := t.(type) {
@@ -214,8 +215,44 @@ func isKafkaRecord(t types.Type) bool {
 	if !ok {
 		return false
 	}
-	return isNamed(n, kgoPath, "Record", "Fetches", "Fetch", "FetchTopic", "FetchPartition") ||
-		isNamed(n, kafkagoPath, "Message")
+	if isNamed(n, kgoPath, "Record", "Fetches", "Fetch", "FetchTopic", "FetchPartition") ||
+		isNamed(n, kafkagoPath, "Message") {
+		return true
+	}
+	for _, p := range saramaPaths {
+		if isNamed(n, p, "ConsumerMessage") {
+			return true
+		}
+	}
+	for _, p := range confluentPaths {
+		if isNamed(n, p, "Message") {
+			return true
+		}
+	}
+	return false
+}
+
+// isPoll reports whether fn receives Kafka records: franz-go's
+// PollFetches and PollRecords, kafka-go's FetchMessage and ReadMessage,
+// sarama's Messages of a ConsumerGroupClaim or PartitionConsumer (the
+// loop of a ConsumerGroupHandler's ConsumeClaim), confluent-kafka-go's
+// Poll and ReadMessage.
+func isPoll(fn *types.Func) bool {
+	if isMethod(fn, kgoPath, "Client", "PollFetches", "PollRecords") ||
+		isMethod(fn, kafkagoPath, "Reader", "FetchMessage", "ReadMessage") {
+		return true
+	}
+	for _, p := range saramaPaths {
+		if isMethod(fn, p, "ConsumerGroupClaim", "Messages") || isMethod(fn, p, "PartitionConsumer", "Messages") {
+			return true
+		}
+	}
+	for _, p := range confluentPaths {
+		if isMethod(fn, p, "Consumer", "Poll", "ReadMessage") {
+			return true
+		}
+	}
+	return false
 }
 
 // dedupWords name a function that deduplicates: markProcessed,

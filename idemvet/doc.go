@@ -136,8 +136,10 @@
 // are not seen.
 //
 // idemconsumer: a function (its function literals included) that calls
-// PollFetches or PollRecords on a kgo.Client, or FetchMessage or
-// ReadMessage on a segmentio/kafka-go Reader, and Exec or ExecContext on a
+// PollFetches or PollRecords on a kgo.Client, FetchMessage or ReadMessage
+// on a segmentio/kafka-go Reader, Messages on a sarama ConsumerGroupClaim
+// or PartitionConsumer (a ConsumerGroupHandler's ConsumeClaim), or Poll or
+// ReadMessage on a confluent-kafka-go Consumer, and Exec or ExecContext on a
 // pgx, pgxpool or database/sql handle, itself or in a function or method of
 // the package it hands the records to (called with a record, a fetch or a
 // slice of records as an argument, or given as the function value that

@@ -32,7 +32,8 @@ var all = &analysis.Analyzer{
 func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
 		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4",
-		"producersarama", "producersaramaok", "producerconfluent", "producerconfluentok", "producerkafkago")
+		"producersarama", "producersaramaok", "producerconfluent", "producerconfluentok", "producerkafkago",
+		"consumerother")
 }
 
 func TestAnalyzersValid(t *testing.T) {

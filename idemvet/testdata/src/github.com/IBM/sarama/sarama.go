@@ -38,3 +38,23 @@ func NewAsyncProducer(addrs []string, config *Config) (AsyncProducer, error) { r
 func NewConsumerGroup(addrs []string, groupID string, config *Config) (ConsumerGroup, error) {
 	return nil, nil
 }
+
+type ConsumerMessage struct {
+	Key, Value []byte
+	Topic      string
+	Partition  int32
+	Offset     int64
+}
+
+type ConsumerGroupSession interface {
+	MarkMessage(msg *ConsumerMessage, metadata string)
+}
+
+type ConsumerGroupClaim interface {
+	Topic() string
+	Messages() <-chan *ConsumerMessage
+}
+
+type PartitionConsumer interface {
+	Messages() <-chan *ConsumerMessage
+}

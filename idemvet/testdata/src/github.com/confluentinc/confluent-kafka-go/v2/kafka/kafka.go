@@ -14,3 +14,12 @@ func NewProducer(conf *ConfigMap) (*Producer, error) { return &Producer{}, nil }
 type Consumer struct{}
 
 func NewConsumer(conf *ConfigMap) (*Consumer, error) { return &Consumer{}, nil }
+
+type Message struct {
+	Key, Value []byte
+}
+
+type Event any
+
+func (*Consumer) Poll(timeoutMs int) Event                    { return nil }
+func (*Consumer) ReadMessage(timeoutMs int) (*Message, error) { return nil, nil }
