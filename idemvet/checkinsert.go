@@ -3,6 +3,9 @@ package idemvet
 import (
 	"fmt"
 	"go/ast"
+	"go/types"
+	"maps"
+	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
@@ -25,35 +28,156 @@ func runCheckInsert(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	assigns := assignments(pass)
 	r := newReporter(pass)
+	sums := &checkInsertSummaries{pass: pass, assigns: assigns, done: make(map[*types.Func]*checkInsertSummary)}
 	funcBodies(pass, func(body *ast.BlockStmt) {
-		checked := make(map[string]bool) // dedup tables a query read
+		checked := make(map[string]string) // dedup tables read: where ("" here)
 		ast.Inspect(body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
 			}
 			fn := callee(info, call)
-			if fn == nil || dbHandle(fn) == notDB || !contains(sqlNames, fn.Name()) {
+			// A function or method of the package that reads or inserts
+			// into a dedup table: repo.IsProcessed, then repo.MarkProcessed.
+			if sum := sums.of(fn); sum != nil {
+				for _, t := range sortedKeys(sum.inserts) {
+					if where, ok := checked[t]; ok {
+						r.report(call, fmt.Sprintf(msgCheckInsert, t)+checkedIn(where, fn))
+					}
+				}
+				for t := range sum.checks {
+					if _, ok := checked[t]; !ok {
+						checked[t] = fn.Name()
+					}
+				}
 				return true
 			}
-			q, ok := sqlArg(info, assigns, call)
+			q, isQuery, ok := dbSQL(info, assigns, call)
 			if !ok {
 				return true
 			}
-			if contains(queryNames, fn.Name()) {
+			if isQuery {
 				for _, t := range selectTables(q) {
 					if isDedupTable(t) {
-						checked[t] = true
+						if _, ok := checked[t]; !ok {
+							checked[t] = ""
+						}
 					}
 				}
 			}
-			if t, ok := insertTable(q); ok && checked[t] && !dedupSQL(q) && !onConflict(q) {
-				r.report(call, fmt.Sprintf(msgCheckInsert, t))
+			if t, ok := plainDedupInsert(q); ok {
+				if where, ok := checked[t]; ok {
+					r.report(call, fmt.Sprintf(msgCheckInsert, t)+checkedIn(where, nil))
+				}
 			}
 			return true
 		})
 	})
 	return nil, nil
+}
+
+// checkedIn says, for a report, where the check and the insert are when a
+// function of the package does one of them ("" when both are in the
+// reported function).
+func checkedIn(checkedBy string, insertedBy *types.Func) string {
+	switch {
+	case checkedBy != "" && insertedBy != nil:
+		return fmt.Sprintf(" (checked in %s, inserted in %s)", checkedBy, insertedBy.Name())
+	case checkedBy != "":
+		return fmt.Sprintf(" (checked in %s)", checkedBy)
+	case insertedBy != nil:
+		return fmt.Sprintf(" (inserted in %s)", insertedBy.Name())
+	}
+	return ""
+}
+
+// dbSQL returns the constant SQL of a call of a database handle's
+// Exec/Query/QueryRow (and ...Context), and whether it is a query.
+func dbSQL(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) (q string, isQuery, ok bool) {
+	fn := callee(info, call)
+	if fn == nil || dbHandle(fn) == notDB || !contains(sqlNames, fn.Name()) {
+		return "", false, false
+	}
+	q, ok = sqlArg(info, assigns, call)
+	return q, contains(queryNames, fn.Name()), ok
+}
+
+// plainDedupInsert returns the dedup table q inserts into without skipping
+// a row already there.
+func plainDedupInsert(q string) (string, bool) {
+	t, ok := insertTable(q)
+	if !ok || !isDedupTable(t) || dedupSQL(q) || onConflict(q) {
+		return "", false
+	}
+	return t, true
+}
+
+// checkInsertSummary is what a function of the package does to dedup
+// tables, itself or through the package's functions it calls (three calls
+// deep): the tables it reads, and those it inserts into without ON
+// CONFLICT.
+type checkInsertSummary struct {
+	checks, inserts map[string]bool
+}
+
+type checkInsertSummaries struct {
+	pass    *analysis.Pass
+	assigns map[types.Object][]assignment
+	done    map[*types.Func]*checkInsertSummary
+	depth   int
+}
+
+// of returns fn's summary, or nil when fn is not a function of the package
+// that touches a dedup table.
+func (c *checkInsertSummaries) of(fn *types.Func) *checkInsertSummary {
+	if s, ok := c.done[fn]; ok {
+		return s
+	}
+	decl := funcDecl(c.pass, fn)
+	if decl == nil || c.depth >= 3 {
+		return nil
+	}
+	c.done[fn] = nil // a recursive call adds nothing
+	c.depth++
+	defer func() { c.depth-- }()
+	s := &checkInsertSummary{checks: make(map[string]bool), inserts: make(map[string]bool)}
+	info := c.pass.TypesInfo
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if sub := c.of(callee(info, call)); sub != nil {
+			maps.Copy(s.checks, sub.checks)
+			maps.Copy(s.inserts, sub.inserts)
+			return true
+		}
+		q, isQuery, ok := dbSQL(info, c.assigns, call)
+		if !ok {
+			return true
+		}
+		if isQuery {
+			for _, t := range selectTables(q) {
+				if isDedupTable(t) {
+					s.checks[t] = true
+				}
+			}
+		}
+		if t, ok := plainDedupInsert(q); ok {
+			s.inserts[t] = true
+		}
+		return true
+	})
+	if len(s.checks) == 0 && len(s.inserts) == 0 {
+		s = nil
+	}
+	c.done[fn] = s
+	return s
+}
+
+// sortedKeys returns m's keys in order (reports in a stable order).
+func sortedKeys(m map[string]bool) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // selectTables returns the tables a query reads, in lower case without

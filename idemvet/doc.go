@@ -205,13 +205,17 @@
 // included, followed in the source by an Exec, Query or QueryRow (or a
 // Context form) whose constant SQL inserts into the same table without ON
 // CONFLICT or INSERT OR IGNORE: two concurrent deliveries both find no row.
-// Every such INSERT is reported. Dedup tables go by name, compared in
+// Every such INSERT is reported. The read and the insert may also be in
+// functions or methods of the package the function calls (repo.IsProcessed,
+// then repo.MarkProcessed; followed three calls deep): the call that
+// inserts is reported, naming both. Dedup tables go by name, compared in
 // lower case without schema or quotes: inbox, any name ending in _inbox,
 // any starting with processed_ (processed_events, processed_webhooks),
 // idempotency (idempotency_keys, idempotency_records) or dedup, and
 // webhook_event(s) alone or ending a name (stripe_webhook_events). Constant SQL is
-// read as idemtxwrite reads it. Other names, SQL built at run time, and a check in one function with the insert in
-// another are not seen.
+// read as idemtxwrite reads it. Other names, SQL built at run time, and a
+// check and an insert made through an interface or another package are not
+// seen.
 //
 // idemstaticid: a consumer group instance ID (static membership) that is a
 // non-empty constant string (a literal, a named constant of any package, a

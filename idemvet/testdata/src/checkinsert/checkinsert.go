@@ -195,3 +195,69 @@ func notDedupNames(ctx context.Context, tx pgx.Tx, id string) error {
 	_, err := tx.Exec(ctx, "INSERT INTO webhooks (id) VALUES ($1)", id)
 	return err
 }
+
+// The check and the insert in methods of a repository the handler calls.
+
+type repo struct{ pool *pgxpool.Pool }
+
+func (r *repo) isProcessed(ctx context.Context, id string) (bool, error) {
+	var seen bool
+	err := r.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM processed_events WHERE id = $1)", id).Scan(&seen)
+	return seen, err
+}
+
+func (r *repo) markProcessed(ctx context.Context, id string) error {
+	_, err := r.pool.Exec(ctx, "INSERT INTO processed_events (id) VALUES ($1)", id)
+	return err
+}
+
+func (r *repo) markProcessedOnce(ctx context.Context, id string) (bool, error) {
+	tag, err := r.pool.Exec(ctx, "INSERT INTO processed_events (id) VALUES ($1) ON CONFLICT DO NOTHING", id)
+	return tag.RowsAffected() == 1, err
+}
+
+func (r *repo) record(ctx context.Context, id string) error {
+	return r.markProcessed(ctx, id) // a helper of a helper
+}
+
+func handleSplit(ctx context.Context, r *repo, id string) error {
+	seen, err := r.isProcessed(ctx, id)
+	if err != nil || seen {
+		return err
+	}
+	return r.markProcessed(ctx, id) // want `check-then-insert on processed_events races: .* \(checked in isProcessed, inserted in markProcessed\)`
+}
+
+func handleDeeper(ctx context.Context, r *repo, id string) error {
+	if seen, _ := r.isProcessed(ctx, id); seen {
+		return nil
+	}
+	return r.record(ctx, id) // want `check-then-insert on processed_events races: .* \(checked in isProcessed, inserted in record\)`
+}
+
+func handleMixed(ctx context.Context, p *pgxpool.Pool, r *repo, id string) error {
+	if seen, _ := r.isProcessed(ctx, id); seen {
+		return nil
+	}
+	_, err := p.Exec(ctx, "INSERT INTO processed_events (id) VALUES ($1)", id) // want `check-then-insert on processed_events races: .* \(checked in isProcessed\)`
+	return err
+}
+
+// Not reported: the insert skips a row already there; the insert before
+// the read.
+
+func handleOnce(ctx context.Context, r *repo, id string) error {
+	if seen, _ := r.isProcessed(ctx, id); seen {
+		return nil
+	}
+	_, err := r.markProcessedOnce(ctx, id)
+	return err
+}
+
+func insertThenRead(ctx context.Context, r *repo, id string) error {
+	if err := r.markProcessed(ctx, id); err != nil {
+		return err
+	}
+	_, err := r.isProcessed(ctx, id)
+	return err
+}
