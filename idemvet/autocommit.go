@@ -12,7 +12,7 @@ import (
 // committed.
 var AutoCommit = &analysis.Analyzer{
 	Name: "idemautocommit",
-	Doc:  "report a kgo consumer group with autocommit on, and kafka-go's ReadMessage on a group reader: offsets are committed whether or not the database transaction committed",
+	Doc:  "report Kafka consumers whose offsets are committed whether or not the database transaction that applied the records committed: a kgo consumer group with autocommit on, kafka-go's ReadMessage on a group reader, a confluent-kafka-go group with automatic offset commits, and offsets committed or marked (any client) before the database write",
 	Run:  runAutoCommit,
 }
 
@@ -67,6 +67,14 @@ func runAutoCommit(pass *analysis.Pass) (any, error) {
 			return true
 		})
 	}
+	checkCommitOrder(pass, r)
+	var files []*ast.File
+	for _, f := range sourceFiles(pass) {
+		if !isTestFile(pass, f) {
+			files = append(files, f)
+		}
+	}
+	checkConfluentAutoCommit(pass, assigns, r, files)
 	return nil, nil
 }
 

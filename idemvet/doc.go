@@ -196,7 +196,21 @@
 // not seen (a parameter, a field nothing in the package assigns, an
 // exported field another package may set, another package's function's
 // result) is reported, even when it reads one partition without a group.
-// Test files are skipped: a test's consumer commits test offsets.
+// Also kafka.NewConsumer of confluent-kafka-go given a ConfigMap of the
+// package with a group.id, when no ConfigMap of the package sets
+// enable.auto.commit or enable.auto.offset.store to false (librdkafka
+// stores each polled message's offset and commits it on a timer). These
+// skip test files: a test's consumer commits test offsets.
+// And, in any file, an offset commit or mark made by hand (kgo
+// CommitRecords, CommitUncommittedOffsets, CommitOffsets,
+// CommitOffsetsSync, MarkCommitRecords; kafka-go CommitMessages; sarama's
+// session MarkMessage, MarkOffset, Commit; confluent-kafka-go Commit,
+// CommitMessage, CommitOffsets, StoreMessage, StoreOffsets) followed,
+// later in the same block, by a database write (Exec or ExecContext on a
+// pgx, pgxpool or database/sql handle, or Commit on a transaction of one):
+// the loop's offsets are committed before its records are applied. A
+// deferred commit, one in a goroutine or a function literal, and a write
+// made in a function the block calls are not seen.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

@@ -48,6 +48,8 @@ type ConsumerMessage struct {
 
 type ConsumerGroupSession interface {
 	MarkMessage(msg *ConsumerMessage, metadata string)
+	MarkOffset(topic string, partition int32, offset int64, metadata string)
+	Commit()
 }
 
 type ConsumerGroupClaim interface {

@@ -23,3 +23,6 @@ type Event any
 
 func (*Consumer) Poll(timeoutMs int) Event                    { return nil }
 func (*Consumer) ReadMessage(timeoutMs int) (*Message, error) { return nil, nil }
+
+func (*Consumer) CommitMessage(m *Message) error { return nil }
+func (*Consumer) StoreMessage(m *Message) error  { return nil }

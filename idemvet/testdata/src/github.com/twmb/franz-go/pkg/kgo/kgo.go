@@ -53,3 +53,6 @@ func (*Client) PollRecords(ctx context.Context, max int) Fetches              { 
 func (*Client) ProduceSync(ctx context.Context, rs ...*Record) ProduceResults { return nil }
 func (*Client) CommitUncommittedOffsets(ctx context.Context) error            { return nil }
 func (*Client) Close()                                                        {}
+
+func (*Client) CommitRecords(ctx context.Context, rs ...*Record) error { return nil }
+func (*Client) MarkCommitRecords(rs ...*Record)                        {}

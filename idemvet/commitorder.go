@@ -1,0 +1,161 @@
+package idemvet
+
+import (
+	"go/ast"
+	"go/types"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// The second half of idemautocommit: offsets committed by hand, but before
+// the database write that applies the records.
+
+const (
+	msgCommitBeforeWrite = "kafka offsets committed (or marked) before the database write that applies the records: commit them after the transaction commits, or a crash in between loses the records"
+	msgConfluentAuto     = "confluent-kafka-go consumer group commits polled offsets on a timer (enable.auto.commit with enable.auto.offset.store, librdkafka's defaults), whether or not the database transaction committed: set \"enable.auto.offset.store\": false and StoreMessage after the transaction commits (or \"enable.auto.commit\": false and CommitMessage)"
+)
+
+// isOffsetCommit reports whether fn commits or marks consumed offsets:
+// franz-go's CommitRecords, CommitUncommittedOffsets, CommitOffsets,
+// CommitOffsetsSync, MarkCommitRecords; kafka-go's CommitMessages;
+// sarama's MarkMessage, MarkOffset and Commit on a session (or an offset
+// manager's partition); confluent-kafka-go's Commit, CommitMessage,
+// CommitOffsets, StoreMessage and StoreOffsets.
+func isOffsetCommit(fn *types.Func) bool {
+	if isMethod(fn, kgoPath, "Client", "CommitRecords", "CommitUncommittedOffsets", "CommitOffsets", "CommitOffsetsSync", "MarkCommitRecords") ||
+		isMethod(fn, kafkagoPath, "Reader", "CommitMessages") {
+		return true
+	}
+	for _, p := range saramaPaths {
+		if isMethod(fn, p, "ConsumerGroupSession", "MarkMessage", "MarkOffset", "Commit") ||
+			isMethod(fn, p, "PartitionOffsetManager", "MarkOffset") {
+			return true
+		}
+	}
+	for _, p := range confluentPaths {
+		if isMethod(fn, p, "Consumer", "Commit", "CommitMessage", "CommitOffsets", "StoreMessage", "StoreOffsets") {
+			return true
+		}
+	}
+	return false
+}
+
+// isDBWrite reports whether call applies something to a database: Exec
+// (and ExecContext) on a pgx, pgxpool or database/sql handle, or Commit on
+// a transaction of one of them.
+func isDBWrite(info *types.Info, call *ast.CallExpr) bool {
+	fn := callee(info, call)
+	switch dbHandle(fn) {
+	case dbPool:
+		return contains(execNames, fn.Name())
+	case dbTx:
+		return contains(execNames, fn.Name()) || fn.Name() == "Commit"
+	}
+	return false
+}
+
+// checkCommitOrder reports, in every block of the package's functions, an
+// offset commit followed, later in the same block, by a database write: the
+// offsets of a loop iteration committed before its records were applied.
+// A deferred commit, or one run in a goroutine, is not considered.
+func checkCommitOrder(pass *analysis.Pass, r *reporter) {
+	info := pass.TypesInfo
+	for _, f := range sourceFiles(pass) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			block, ok := n.(*ast.BlockStmt)
+			if !ok {
+				return true
+			}
+			var commits []*ast.CallExpr
+			for _, st := range block.List {
+				switch st.(type) {
+				case *ast.DeferStmt, *ast.GoStmt:
+					continue
+				}
+				wrote := false
+				var here []*ast.CallExpr
+				ast.Inspect(st, func(n ast.Node) bool {
+					switch n := n.(type) {
+					case *ast.FuncLit:
+						return false // runs later, or elsewhere
+					case *ast.CallExpr:
+						if isOffsetCommit(callee(info, n)) {
+							here = append(here, n)
+						} else if isDBWrite(info, n) {
+							wrote = true
+						}
+					}
+					return true
+				})
+				if wrote {
+					for _, c := range commits {
+						r.report(c, msgCommitBeforeWrite)
+					}
+					commits = nil
+				}
+				commits = append(commits, here...)
+			}
+			return true
+		})
+	}
+}
+
+// checkConfluentAutoCommit reports kafka.NewConsumer given a ConfigMap of
+// the package (a literal, or a variable assigned one) with a group.id and
+// neither enable.auto.commit nor enable.auto.offset.store set to false
+// anywhere in the package.
+func checkConfluentAutoCommit(pass *analysis.Pass, assigns map[types.Object][]assignment, r *reporter, files []*ast.File) {
+	info := pass.TypesInfo
+	group, manual := false, false
+	setting := func(key string, v ast.Expr) {
+		switch key {
+		case "group.id":
+			group = true
+		case "enable.auto.commit", "enable.auto.offset.store":
+			if b, ok := configBool(info, v); !ok || !b {
+				manual = true
+			}
+		}
+	}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CompositeLit:
+				if isConfluentMap(info.TypeOf(n)) {
+					for _, el := range n.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							key, _ := constString(info, kv.Key)
+							setting(key, ast.Unparen(kv.Value))
+						}
+					}
+				}
+			case *ast.AssignStmt:
+				for i, l := range n.Lhs {
+					if len(n.Lhs) == len(n.Rhs) && isConfluentMapIndex(info, l) {
+						key, _ := constString(info, l.(*ast.IndexExpr).Index)
+						setting(key, ast.Unparen(n.Rhs[i]))
+					}
+				}
+			case *ast.CallExpr:
+				fn := callee(info, n)
+				if recv := recvType(fn); recv != nil && fn.Name() == "SetKey" && len(n.Args) == 2 && isConfluentMap(recv) {
+					key, _ := constString(info, n.Args[0])
+					setting(key, ast.Unparen(n.Args[1]))
+				}
+			}
+			return true
+		})
+	}
+	if !group || manual {
+		return
+	}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok && isFuncIn(callee(info, call), confluentPaths, "NewConsumer") &&
+				len(call.Args) == 1 && confluentMapFromPackage(info, assigns, call.Args[0]) {
+				r.report(call, msgConfluentAuto)
+			}
+			return true
+		})
+	}
+}

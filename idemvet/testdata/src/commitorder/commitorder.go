@@ -1,0 +1,87 @@
+package commitorder
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/IBM/sarama"
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func kgoCommitFirst(ctx context.Context, cl *kgo.Client, db *sql.DB) {
+	for {
+		fs := cl.PollFetches(ctx)
+		cl.CommitRecords(ctx, fs.Records()...) // want "kafka offsets committed \\(or marked\\) before the database write"
+		for _, r := range fs.Records() {
+			db.ExecContext(ctx, "INSERT INTO seen (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+		}
+	}
+}
+
+func kafkaGoCommitFirst(ctx context.Context, r *kafkago.Reader, db *sql.DB) error {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		if err := r.CommitMessages(ctx, m); err != nil { // want "before the database write"
+			return err
+		}
+		tx, _ := db.BeginTx(ctx, nil)
+		tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
+		tx.Commit()
+	}
+}
+
+type handler struct{ db *sql.DB }
+
+func (h handler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		sess.MarkMessage(msg, "") // want "before the database write"
+		h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+	}
+	return nil
+}
+
+func confluentStoreFirst(c *kafka.Consumer, db *sql.DB) {
+	for {
+		m, err := c.ReadMessage(100)
+		if err != nil {
+			continue
+		}
+		c.StoreMessage(m) // want "before the database write"
+		db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
+	}
+}
+
+// Not reported: the commit after the write (also when the write opens the
+// next iteration), a deferred commit.
+
+func kgoCommitAfter(ctx context.Context, cl *kgo.Client, db *sql.DB) {
+	for {
+		fs := cl.PollFetches(ctx)
+		tx, _ := db.BeginTx(ctx, nil)
+		for _, r := range fs.Records() {
+			tx.ExecContext(ctx, "INSERT INTO seen (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+		}
+		if tx.Commit() != nil {
+			continue
+		}
+		cl.CommitRecords(ctx, fs.Records()...)
+	}
+}
+
+func (h handler) markAfter(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+		sess.MarkMessage(msg, "")
+	}
+	return nil
+}
+
+func deferred(ctx context.Context, r *kafkago.Reader, db *sql.DB, m kafkago.Message) {
+	defer r.CommitMessages(ctx, m)
+	db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
+}
