@@ -55,6 +55,7 @@
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,
 // event.NewID and event.New, which count with any send (http.Client.Do,
 // http.Post, RoundTrip, (*idemclient.Client).Do, kgo Produce/ProduceSync,
+// kafka-go WriteMessages, sarama SendMessage/SendMessages, confluent Produce,
 // or a call of a function or method of the package that sends, directly
 // or through others of the package),
 // and the github.com/google/uuid constructors (New, NewString, NewRandom,

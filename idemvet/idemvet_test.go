@@ -33,7 +33,7 @@ func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
 		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4",
 		"producersarama", "producersaramaok", "producerconfluent", "producerconfluentok", "producerkafkago",
-		"consumerother", "commitorder", "confluentauto", "confluentmanual")
+		"consumerother", "commitorder", "confluentauto", "confluentmanual", "retrykeyother")
 }
 
 func TestAnalyzersValid(t *testing.T) {

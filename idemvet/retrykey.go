@@ -297,14 +297,29 @@ func newKey(info *types.Info, call *ast.CallExpr) keyKind {
 	return notKey
 }
 
-// isSend reports whether call sends an HTTP request or a Kafka record.
+// isSend reports whether call sends an HTTP request or a Kafka record
+// (franz-go, kafka-go's Writer, sarama's producers, confluent-kafka-go).
 func isSend(info *types.Info, call *ast.CallExpr) bool {
 	fn := callee(info, call)
-	return isFunc(fn, httpPath, "Post", "PostForm", "Get", "Head") ||
+	if isFunc(fn, httpPath, "Post", "PostForm", "Get", "Head") ||
 		isMethod(fn, httpPath, "Client", "Do", "Post", "PostForm", "Get", "Head") ||
 		isMethod(fn, httpPath, "RoundTripper", "RoundTrip") ||
 		isMethod(fn, idemclientPath, "Client", "Do") ||
-		isMethod(fn, kgoPath, "Client", "Produce", "ProduceSync", "TryProduce")
+		isMethod(fn, kgoPath, "Client", "Produce", "ProduceSync", "TryProduce") ||
+		isMethod(fn, kafkagoPath, "Writer", "WriteMessages") {
+		return true
+	}
+	for _, p := range saramaPaths {
+		if isMethod(fn, p, "SyncProducer", "SendMessage", "SendMessages") {
+			return true
+		}
+	}
+	for _, p := range confluentPaths {
+		if isMethod(fn, p, "Producer", "Produce") {
+			return true
+		}
+	}
+	return false
 }
 
 // keyHeaderValue returns the key that call attaches to a request as its

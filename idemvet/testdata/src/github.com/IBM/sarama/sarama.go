@@ -29,7 +29,10 @@ type Config struct {
 
 func NewConfig() *Config { return &Config{} }
 
-type SyncProducer interface{ Close() error }
+type SyncProducer interface {
+	SendMessage(msg *ProducerMessage) (partition int32, offset int64, err error)
+	Close() error
+}
 type AsyncProducer interface{ Close() error }
 type ConsumerGroup interface{ Close() error }
 
@@ -60,3 +63,15 @@ type ConsumerGroupClaim interface {
 type PartitionConsumer interface {
 	Messages() <-chan *ConsumerMessage
 }
+
+type ProducerMessage struct {
+	Topic string
+	Key   Encoder
+	Value Encoder
+}
+
+type Encoder interface{ Encode() ([]byte, error) }
+
+type ByteEncoder []byte
+
+func (b ByteEncoder) Encode() ([]byte, error) { return b, nil }
