@@ -116,21 +116,26 @@ type SagaExecutor interface {
 	SagaSetState(ctx context.Context, p *SagaSetStateParams) (changed bool, current string, err error)
 
 	// SagaStepRecord records that step p.Step of saga p.SagaID, of kind
-	// p.Kind, completed at p.Now with p.Result, in ONE statement (INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	// RETURNING), and returns inserted true when the row is new: the caller
-	// must now perform the step's effect in the same transaction. When the
-	// step is already recorded it returns inserted false and the stored
-	// result (then the existing row is read), whatever the saga's state.
+	// p.Kind, completed at p.Now with p.Result, with INSERT ... SELECT ...
+	// ON CONFLICT DO NOTHING RETURNING (no SELECT of the step before it),
+	// and returns inserted true when the row is new: the caller must now
+	// perform the step's effect in the same transaction. When the step is
+	// already recorded it returns inserted false and the stored result,
+	// whatever the saga's state.
 	//
-	// A new row is only inserted while the saga is in the state its kind
+	// A new row is only kept while the saga is in the state its kind
 	// requires: SagaRunning for StepForward, SagaCompensating for
-	// StepCompensation; otherwise a *SagaStateError. ErrNotFound when there
-	// is no such saga. On a backend with concurrent writers, the statement
-	// share-locks the saga's row until the transaction ends (so that
-	// SagaSetState waits for it), and a step that an uncommitted transaction
-	// recorded makes it wait for that transaction: then it reports the
-	// step as existing if that transaction committed, or inserts it if it
-	// rolled back.
+	// StepCompensation; otherwise a *SagaStateError, and nothing is
+	// recorded. ErrNotFound when there is no such saga. On a backend with
+	// concurrent writers, a step that an uncommitted transaction recorded
+	// makes it wait for that transaction, holding no lock on the saga's
+	// row meanwhile (so that transaction may still change the saga's
+	// state, as the last step's does): then it reports the step as
+	// existing if that transaction committed, or inserts it if it rolled
+	// back. It then share-locks the saga's row until the transaction ends
+	// (so that SagaSetState waits for it), waiting for an uncommitted state
+	// change, and refuses (undoing its insert) a step whose saga's state
+	// changed meanwhile.
 	SagaStepRecord(ctx context.Context, p *SagaStepRecordParams) (inserted bool, existingResult []byte, err error)
 
 	// SagaStepSetResult replaces the result of a recorded step with p.Result (the step's

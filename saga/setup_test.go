@@ -366,6 +366,10 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Trace/PanickingStepSpan", fn: testStepPanicSpan[TTx]},
 		{name: "DeleteFinished", fn: testDeleteFinished[TTx], isolated: true},
 		{name: "Cleanup/FinishedSagasSwept", fn: testCleanupFinished[TTx], isolated: true},
+		{name: "Race/StepsAndCompensate", fn: testRaceStepsAndCompensate[TTx]},
+		{name: "Race/AbortAndComplete", fn: testRaceAbortComplete[TTx]},
+		{name: "Race/FlakyCompensations", fn: testRaceCompensateFlaky[TTx]},
+		{name: "Race/RedeliveryAndComplete", fn: testRaceRedeliveryAndComplete[TTx]},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ import (
 // releases the savepoint of a step recorded with Savepoint, a rolled-back
 // transaction leaves nothing, concurrent duplicates record a step exactly
 // once and, on backends with concurrent writers, a duplicate waits for the
-// uncommitted transaction that recorded the step, a state change waits for
+// uncommitted transaction that recorded the step (without holding up that
+// transaction's own state change), a state change waits for
 // the transactions recording steps and a step waits for an uncommitted
 // state change (then is refused, or recorded if it rolled back); SagaSteps
 // orders by seq; SagaList filters by state;
@@ -51,6 +53,7 @@ func runSaga[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[T
 		{"ConcurrentTx/DuplicateWaitsForCommit", testSagaTxWaitsForCommit[TTx]},
 		{"ConcurrentTx/DuplicateRecordsAfterRollback", testSagaTxRecordsAfterRollback[TTx]},
 		{"ConcurrentTx/SetStateWaitsForStep", testSagaSetStateWaitsForStep[TTx]},
+		{"ConcurrentTx/DuplicateLetsStateChange", testSagaDuplicateLetsStateChange[TTx]},
 		{"ConcurrentTx/StepWaitsForStateChange", testSagaStepWaitsForStateChange[TTx]},
 		{"Step/Savepoint", testSagaStepSavepoint[TTx]},
 		{"List", testSagaList[TTx]},
@@ -434,13 +437,22 @@ type sagaRecordOutcome struct {
 // sagaRecordInBackground records the step in a new transaction, which it
 // leaves open until the test ends.
 func sagaRecordInBackground[TTx any](t *testing.T, drv driver.Driver[TTx], id, step string) <-chan sagaRecordOutcome {
+	done, _ := sagaRecordInBackgroundTx(t, drv, id, step, false)
+	return done
+}
+
+// sagaRecordInBackgroundTx is sagaRecordInBackground, with a savepoint
+// when savepoint is set, and returns the transaction's executor (use it
+// only once the outcome arrived).
+func sagaRecordInBackgroundTx[TTx any](t *testing.T, drv driver.Driver[TTx], id, step string, savepoint bool) (<-chan sagaRecordOutcome, driver.Executor) {
 	done := make(chan sagaRecordOutcome, 1)
 	tx := begin(t, drv)
+	ex := drv.UnwrapExecutor(tx)
 	go func() {
-		ok, existing, err := drv.UnwrapExecutor(tx).SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: driver.StepForward, Result: nil, Now: t0})
+		ok, existing, err := ex.SagaStepRecord(t.Context(), &driver.SagaStepRecordParams{SagaID: id, Step: step, Kind: driver.StepForward, Result: nil, Now: t0, Savepoint: savepoint})
 		done <- sagaRecordOutcome{ok, existing, err}
 	}()
-	return done
+	return done, ex
 }
 
 func sagaMustBlock[T any](t *testing.T, what string, done <-chan T) {
@@ -532,6 +544,42 @@ func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx])
 	// A forward step that starts after the change is refused.
 	if _, _, err := drv.Executor().SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "ship", Kind: driver.StepForward, Result: nil, Now: t0}); !errors.Is(err, driver.ErrSagaState) {
 		t.Errorf("forward step after the change: %v; want ErrSagaState", err)
+	}
+}
+
+// A duplicate that waits for the transaction that recorded the step does
+// not hold up that transaction's own state change (the last step's
+// transaction completes the saga; a step's failure aborts it): the change
+// goes through, and the duplicate then gets the stored result. A duplicate
+// that locked the saga before waiting for the step would deadlock with it.
+func testSagaDuplicateLetsStateChange[TTx any](t *testing.T, drv driver.Driver[TTx]) {
+	requireConcurrentWriters(t, drv)
+	ctx := t.Context()
+	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
+	tx := begin(t, drv)
+	ex := drv.UnwrapExecutor(tx)
+	fixture.SagaRecord(t, ex, "saga-1", "confirm", driver.StepForward, nil, t0)
+	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "confirm", Result: []byte("first")}); err != nil {
+		t.Fatalf("SagaStepSetResult: %v", err)
+	}
+	done := sagaRecordInBackground(t, drv, "saga-1", "confirm")
+	sagaMustBlock(t, "duplicate SagaStepRecord", done)
+	type outcome struct {
+		changed bool
+		err     error
+	}
+	changed := make(chan outcome, 1)
+	go func() {
+		ok, _, err := ex.SagaSetState(ctx, &driver.SagaSetStateParams{SagaID: "saga-1", From: []string{driver.SagaRunning}, To: driver.SagaCompleted, Now: t0})
+		changed <- outcome{ok, err}
+	}()
+	if o := sagaMustFinish(t, "SagaSetState of the transaction the duplicate waits for", changed); o.err != nil || !o.changed {
+		t.Fatalf("SagaSetState while a duplicate waits = %v, %v; want changed", o.changed, o.err)
+	}
+	commit(t, drv, tx)
+	o := sagaMustFinish(t, "duplicate SagaStepRecord", done)
+	if o.err != nil || o.inserted || string(o.existing) != "first" {
+		t.Errorf("duplicate after the first committed = %v, %q, %v; want not inserted, result first", o.inserted, o.existing, o.err)
 	}
 }
 
@@ -668,13 +716,21 @@ func testSagaDeleteFinished[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 // AbortTx and never be compensated.
 func testSagaStepWaitsForStateChange[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	requireConcurrentWriters(t, drv)
-	for _, end := range []string{"commit", "rollback"} {
-		t.Run(end, func(t *testing.T) {
-			id := "saga-" + end
+	for _, tc := range []struct {
+		end       string
+		savepoint bool
+	}{{"commit", false}, {"rollback", false}, {"commit", true}, {"rollback", true}} {
+		end := tc.end
+		name := end
+		if tc.savepoint {
+			name += "/savepoint"
+		}
+		t.Run(name, func(t *testing.T) {
+			id := "saga-" + strings.ReplaceAll(name, "/", "-")
 			fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt(id, t0))
 			tx := begin(t, drv)
 			fixture.SagaSetState(t, drv.UnwrapExecutor(tx), id, []string{driver.SagaRunning}, driver.SagaCompensating, t0)
-			done := sagaRecordInBackground(t, drv, id, "charge")
+			done, bg := sagaRecordInBackgroundTx(t, drv, id, "charge", tc.savepoint)
 			sagaMustBlock(t, "SagaStepRecord during an uncommitted state change", done)
 			if end == "commit" {
 				commit(t, drv, tx)
@@ -688,6 +744,15 @@ func testSagaStepWaitsForStateChange[TTx any](t *testing.T, drv driver.Driver[TT
 				t.Errorf("step after the state change committed = %v, %v; want a *SagaStateError with state %s", o.inserted, o.err, driver.SagaCompensating)
 			case end == "rollback" && (o.err != nil || !o.inserted):
 				t.Errorf("step after the state change rolled back = %v, %v; want inserted", o.inserted, o.err)
+			}
+			// The refused step left nothing in its transaction, which
+			// goes on.
+			steps, err := bg.SagaSteps(t.Context(), &driver.SagaStepsParams{SagaID: id})
+			if err != nil {
+				t.Fatalf("SagaSteps in the transaction of the step: %v", err)
+			}
+			if want := map[string]int{"commit": 0, "rollback": 1}[end]; len(steps) != want {
+				t.Errorf("steps in the transaction of the step after the state change %sed: %v; want %d", end, sagaStepNames(steps), want)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,59 +103,87 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 	return false, state, nil
 }
 
-// SagaStepRecord implements driver.SagaExecutor in one statement: the step
-// row is selected from the saga's row when the saga is in the state the kind
-// requires, locking that row FOR SHARE (so SagaSetState waits for this
-// transaction), and inserted unless the step exists. A concurrent
-// uncommitted insert of the same step makes the statement wait on the
-// primary key; afterwards the step is skipped (that transaction committed)
-// or inserted here (it rolled back). Only when nothing was inserted does a
-// second statement read why: the existing step, or the saga's state.
+// SagaStepRecord implements driver.SagaExecutor in one round trip: the
+// step row is selected from the saga's row when the saga is, as last
+// committed, in the state the kind requires, and inserted unless the step
+// exists (pgsql.SagaStepInsertSQL); then the saga's row is locked FOR SHARE
+// (so SagaSetState waits for this transaction) and read again with the
+// step's record (pgsql.SagaStepReadSQL). A concurrent uncommitted insert of
+// the same step makes the INSERT wait on the primary key, without a lock
+// on the saga's row, so that the transaction it waits for may still change
+// the saga's state; afterwards the step is skipped (that transaction
+// committed) or inserted here (it rolled back). A step inserted while a
+// state change committed is undone (rolled back to the savepoint, or
+// deleted) and refused.
 //
-// With p.Savepoint, SAVEPOINT travels with the INSERT in one round trip,
-// and, when nothing was inserted, RELEASE with the read.
+// With p.Savepoint, SAVEPOINT travels with the INSERT and the read, and
+// RELEASE (or ROLLBACK TO, for a step undone) follows in a round trip of
+// its own unless the step was inserted.
 func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
 	sagaID, step, kind, result, now := p.SagaID, p.Step, p.Kind, p.Result, p.Now
 	want, ok := driver.SagaStepState(kind)
 	if !ok {
 		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
 	}
-	var inserted bool
-	insert := e.d.expand(pgsql.SagaStepInsertSQL)
-	var err error
-	if p.Savepoint {
-		err = e.batch(ctx, pgsql.SagaSavepointSQL, func(b *pgx.Batch) {
-			b.Queue(insert, sagaID, step, kind, result, now, want).QueryRow(func(row pgx.Row) error { return row.Scan(&inserted) })
-		})
-	} else {
-		err = e.db.QueryRow(ctx, insert, sagaID, step, kind, result, now, want).Scan(&inserted)
-	}
-	if err == nil {
-		return true, nil, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return false, nil, mapErr("saga step record", err)
-	}
 	var (
-		state    string
-		recorded bool
-		existing []byte
+		inserted, found, recorded bool
+		state                     string
+		existing                  []byte
 	)
-	read := e.d.expand(pgsql.SagaStepReadSQL)
+	first := ""
 	if p.Savepoint {
-		err = e.batch(ctx, pgsql.SagaReleaseSQL, func(b *pgx.Batch) {
-			b.Queue(read, sagaID, step).QueryRow(func(row pgx.Row) error { return row.Scan(&state, &recorded, &existing) })
-		})
-	} else {
-		err = e.db.QueryRow(ctx, read, sagaID, step).Scan(&state, &recorded, &existing)
+		first = pgsql.SagaSavepointSQL
 	}
+	err := e.batch(ctx, first, func(b *pgx.Batch) {
+		b.Queue(e.d.expand(pgsql.SagaStepInsertSQL), sagaID, step, kind, result, now, want).QueryRow(func(row pgx.Row) error {
+			return noRows(row.Scan(&inserted))
+		})
+		b.Queue(e.d.expand(pgsql.SagaStepReadSQL), sagaID, step).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&state, &recorded, &existing)
+			found = err == nil
+			return noRows(err)
+		})
+	})
 	if err != nil {
 		return false, nil, mapErr("saga step record", err)
 	}
-	if recorded {
+	if inserted && state == want {
+		return true, nil, nil
+	}
+	// Nothing to keep: end the savepoint, undoing a step inserted under a
+	// state that changed before the lock.
+	var end []string
+	switch {
+	case inserted && p.Savepoint:
+		end = []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL}
+	case p.Savepoint:
+		end = []string{pgsql.SagaReleaseSQL}
+	}
+	if len(end) > 0 {
+		if _, err := e.db.Exec(ctx, strings.Join(end, "; ")); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
+	if inserted && !p.Savepoint {
+		if _, err := e.db.Exec(ctx, e.d.expand(pgsql.SagaStepDeleteSQL), sagaID, step); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
+	switch {
+	case !found:
+		return false, nil, fmt.Errorf("pgdriver: saga step record %q: %w", sagaID, driver.ErrNotFound)
+	case recorded && !inserted:
 		return false, existing, nil
 	}
 	return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
+}
+
+// noRows is err, or nil for pgx.ErrNoRows.
+func noRows(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
 }
 
 // SagaStepSetResult implements driver.SagaExecutor.

@@ -86,9 +86,13 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 	return false, state, nil
 }
 
-// SagaStepRecord implements driver.SagaExecutor in one statement (see
-// pgsql.SagaStepInsertSQL); only when nothing was inserted does a second
-// one read why.
+// SagaStepRecord implements driver.SagaExecutor in two statements (see
+// pgdriver's): pgsql.SagaStepInsertSQL records the step if the saga was in
+// the state its kind requires, without locking the saga's row (a duplicate
+// waits for the transaction that recorded the step, which may still change
+// the saga's state); pgsql.SagaStepReadSQL then locks the row FOR SHARE and
+// reads the state and the step's record. A step inserted while a state
+// change committed is undone and refused.
 func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
 	want, ok := driver.SagaStepState(p.Kind)
 	if !ok {
@@ -102,16 +106,8 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 	var inserted bool
 	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.SagaStepInsertSQL),
 		p.SagaID, p.Step, p.Kind, p.Result, p.Now, want).Scan(&inserted)
-	if err == nil {
-		return true, nil, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, nil, mapErr("saga step record", err)
-	}
-	if p.Savepoint {
-		if _, err := e.db.ExecContext(ctx, pgsql.SagaReleaseSQL); err != nil {
-			return false, nil, mapErr("saga step record", err)
-		}
 	}
 	var (
 		state    string
@@ -119,10 +115,35 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 		existing []byte
 	)
 	err = e.db.QueryRowContext(ctx, e.d.expand(pgsql.SagaStepReadSQL), p.SagaID, p.Step).Scan(&state, &recorded, &existing)
-	if err != nil {
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, nil, mapErr("saga step record", err)
 	}
-	if recorded {
+	if inserted && state == want {
+		return true, nil, nil
+	}
+	// Nothing to keep: end the savepoint, undoing a step inserted under a
+	// state that changed before the lock.
+	var end []string
+	switch {
+	case inserted && p.Savepoint:
+		end = []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL}
+	case p.Savepoint:
+		end = []string{pgsql.SagaReleaseSQL}
+	case inserted:
+		if _, err := e.db.ExecContext(ctx, e.d.expand(pgsql.SagaStepDeleteSQL), p.SagaID, p.Step); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
+	for _, q := range end {
+		if _, err := e.db.ExecContext(ctx, q); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
+	switch {
+	case !found:
+		return false, nil, fmt.Errorf("pgsqldriver: saga step record %q: %w", p.SagaID, driver.ErrNotFound)
+	case recorded && !inserted:
 		return false, existing, nil
 	}
 	return false, nil, &driver.SagaStateError{SagaID: p.SagaID, State: state, Want: []string{want}}
