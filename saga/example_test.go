@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
@@ -156,4 +157,82 @@ func ExampleCoordinator_Step() {
 	// ran=false result=charge-1
 	// ran=false result=charge-1
 	// charges: 1
+}
+
+// A saga stuck in Running (the event of its next step was lost, or its
+// consumer keeps failing) changes nothing by itself. List finds the
+// running sagas oldest first: a running saga's UpdatedAt is its start, as
+// its steps do not change it. Page with ListAfter, stop at the first one
+// started after the cutoff, and Get a candidate to see its last step.
+func ExampleCoordinator_List() {
+	dir, _ := os.MkdirTemp("", "idem-saga-example")
+	defer func() { _ = os.RemoveAll(dir) }()
+	drv, err := sqlitedriver.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = drv.Close() }()
+	ctx := context.Background()
+	if err := drv.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	now := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
+	sagas, err := saga.New(drv, &saga.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	noop := func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			panic(err)
+		}
+		if _, _, err := sagas.StartTx(ctx, tx, id, "order", nil); err != nil {
+			panic(err)
+		}
+		if _, _, err := sagas.StepTx(ctx, tx, id, "reserve-stock", noop); err != nil {
+			panic(err)
+		}
+		if id == "order-2" { // finished: not running
+			if err := sagas.CompleteTx(ctx, tx, id); err != nil {
+				panic(err)
+			}
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			panic(err)
+		}
+		now = now.Add(10 * time.Minute)
+	}
+	// A later step of order-1: its saga moves, its UpdatedAt does not.
+	if _, _, err := sagas.Step(ctx, "order-1", "charge-card", noop); err != nil {
+		panic(err)
+	}
+
+	// Running sagas started more than 15 minutes ago (now is 12:30).
+	cutoff := now.Add(-15 * time.Minute)
+	var after *saga.Saga
+pages:
+	for {
+		page, err := sagas.ListAfter(ctx, 100, after, saga.Running)
+		if err != nil {
+			panic(err)
+		}
+		for _, s := range page {
+			if !s.UpdatedAt.Before(cutoff) {
+				break pages // the rest started later
+			}
+			full, err := sagas.Get(ctx, s.ID)
+			if err != nil {
+				panic(err)
+			}
+			last := full.Steps[len(full.Steps)-1]
+			fmt.Printf("%s started %s, last step %s at %s\n", s.ID, s.UpdatedAt.Format("15:04"), last.Name, last.CompletedAt.Format("15:04"))
+		}
+		if len(page) < 100 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	// Output:
+	// order-1 started 12:00, last step charge-card at 12:30
 }

@@ -36,3 +36,45 @@ func TestListRefusesBadInput(t *testing.T) {
 		t.Errorf("ListAfter a saga without UpdatedAt = %+v, nil; want an error", list)
 	}
 }
+
+// Steps do not update a saga: a running saga keeps its start as
+// UpdatedAt, so List(Running) returns the oldest running sagas first, the
+// way to find stuck ones (docs/sagas.md, Finding stuck sagas).
+func testListRunningByStart[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	first, second := newSagaID(t), newSagaID(t)
+	f.start(t, c, first)
+	f.start(t, c, second)
+	started := mustGet(t, c, first)
+	run(t, c, first, "step-1", f.apply(first, "step-1"), true)
+	tx := f.begin(t)
+	if _, ran, err := c.StepTx(ctx, tx, first, "step-2", f.apply(first, "step-2")); err != nil || !ran {
+		t.Fatalf("StepTx = %v, %v", ran, err)
+	}
+	f.commit(t, tx)
+	s := mustGet(t, c, first)
+	if !s.UpdatedAt.Equal(started.UpdatedAt) || !s.UpdatedAt.Equal(s.CreatedAt) {
+		t.Errorf("running saga after two steps: UpdatedAt %s, CreatedAt %s; want its start %s", s.UpdatedAt, s.CreatedAt, started.UpdatedAt)
+	}
+	var ids []string
+	var after *saga.Saga
+	for {
+		page, err := c.ListAfter(ctx, 50, after, saga.Running)
+		if err != nil {
+			t.Fatalf("ListAfter(running): %v", err)
+		}
+		for _, s := range page {
+			if s.ID == first || s.ID == second {
+				ids = append(ids, s.ID)
+			}
+		}
+		if len(page) < 50 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	if len(ids) != 2 || ids[0] != first || ids[1] != second {
+		t.Errorf("List(running) order of the two sagas: %v; want [%s %s], the first started first", ids, first, second)
+	}
+}

@@ -104,6 +104,11 @@ func (c *Coordinator[TTx]) get(ctx context.Context, ex driver.SagaExecutor, saga
 // not updated, so it stays first: once limit of them are waiting, List
 // returns them only, round after round. Page with ListAfter instead.
 //
+// Only a change of state updates a saga, not its steps: a Running saga's
+// UpdatedAt is its start, and List(ctx, limit, Running) returns the oldest
+// running sagas first, the candidates for a saga stuck because the event
+// of its next step was lost (see ExampleCoordinator_List).
+//
 // No state, an unknown state or a limit under 1 is an error (see
 // ListAfter).
 func (c *Coordinator[TTx]) List(ctx context.Context, limit int, states ...State) ([]*Saga, error) {

@@ -370,6 +370,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Race/AbortAndComplete", fn: testRaceAbortComplete[TTx]},
 		{name: "Race/FlakyCompensations", fn: testRaceCompensateFlaky[TTx]},
 		{name: "Race/RedeliveryAndComplete", fn: testRaceRedeliveryAndComplete[TTx]},
+		{name: "List/RunningByStart", fn: testListRunningByStart[TTx]},
 	}
 }
 
