@@ -1,7 +1,9 @@
 package saga_test
 
 import (
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/saga"
 )
@@ -76,5 +78,74 @@ func testListRunningByStart[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	if len(ids) != 2 || ids[0] != first || ids[1] != second {
 		t.Errorf("List(running) order of the two sagas: %v; want [%s %s], the first started first", ids, first, second)
+	}
+}
+
+// ListAfter pages through the sagas in a state while others are started,
+// aborted and compensated: every saga that stayed in the state and was
+// not touched during the pass is listed exactly once.
+func testListAfterUnderChanges[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	abort := func(id string) {
+		tx := f.begin(t)
+		if err := c.AbortTx(ctx, tx, id); err != nil {
+			t.Errorf("AbortTx: %v", err)
+		}
+		f.commit(t, tx)
+	}
+	stable := map[string]bool{}
+	var moving []string
+	for i := range 60 {
+		id := newSagaID(t)
+		f.start(t, c, id)
+		abort(id)
+		if i%3 == 0 {
+			moving = append(moving, id)
+		} else {
+			stable[id] = true
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // new compensating sagas, and some moved on
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := newSagaID(t)
+			f.start(t, c, id)
+			abort(id)
+			if i < len(moving) {
+				if err := c.Compensate(ctx, moving[i], nil); err != nil {
+					t.Errorf("Compensate: %v", err)
+				}
+			}
+		}
+	})
+	seen := map[string]int{}
+	var after *saga.Saga
+	for {
+		page, err := c.ListAfter(ctx, 7, after, saga.Compensating)
+		if err != nil {
+			t.Fatalf("ListAfter: %v", err)
+		}
+		for _, s := range page {
+			seen[s.ID]++
+		}
+		if len(page) < 7 {
+			break
+		}
+		after = page[len(page)-1]
+		time.Sleep(time.Millisecond) // let the writer move things
+	}
+	close(stop)
+	wg.Wait()
+	for id := range stable {
+		if seen[id] != 1 {
+			t.Errorf("saga %s, compensating throughout, listed %d times; want once", id, seen[id])
+		}
 	}
 }

@@ -371,6 +371,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Race/FlakyCompensations", fn: testRaceCompensateFlaky[TTx]},
 		{name: "Race/RedeliveryAndComplete", fn: testRaceRedeliveryAndComplete[TTx]},
 		{name: "List/RunningByStart", fn: testListRunningByStart[TTx]},
+		{name: "List/PagesUnderChanges", fn: testListAfterUnderChanges[TTx], isolated: true},
 	}
 }
 
