@@ -132,10 +132,10 @@ type SagaExecutor interface {
 	// row meanwhile (so that transaction may still change the saga's
 	// state, as the last step's does): then it reports the step as
 	// existing if that transaction committed, or inserts it if it rolled
-	// back. It then share-locks the saga's row until the transaction ends
-	// (so that SagaSetState waits for it), waiting for an uncommitted state
-	// change, and refuses (undoing its insert) a step whose saga's state
-	// changed meanwhile.
+	// back. A step it inserted then share-locks the saga's row until the
+	// transaction ends (so that SagaSetState waits for it), waiting for an
+	// uncommitted state change, and is refused (its insert undone) if the
+	// saga's state changed meanwhile; a step found recorded locks nothing.
 	SagaStepRecord(ctx context.Context, p *SagaStepRecordParams) (inserted bool, existingResult []byte, err error)
 
 	// SagaStepSetResult replaces the result of a recorded step with p.Result (the step's

@@ -164,7 +164,8 @@ func (c *Coordinator[TTx]) ListAfter(ctx context.Context, limit int, after *Saga
 // On PostgreSQL, CompleteTx (like AbortTx and Compensate) waits for the other
 // open transactions that record a step of the saga. A duplicate of a step
 // that tx recorded (a second event, another consumer) waits for tx without
-// holding it up. Two transactions that both ran a step of one saga and then
+// holding it up, and so does a transaction that only went through steps
+// recorded before (a redelivery). Two transactions that both ran a step of one saga and then
 // both call CompleteTx deadlock; the database aborts one of them, whose
 // caller rolls back and retries (a redelivery), which is always safe.
 func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string) error {

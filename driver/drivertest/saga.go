@@ -552,17 +552,30 @@ func testSagaSetStateWaitsForStep[TTx any](t *testing.T, drv driver.Driver[TTx])
 // transaction completes the saga; a step's failure aborts it): the change
 // goes through, and the duplicate then gets the stored result. A duplicate
 // that locked the saga before waiting for the step would deadlock with it.
+//
+// The duplicate's transaction first went through an earlier step again,
+// recorded long before (a redelivered event that drives several steps):
+// that took no lock either.
 func testSagaDuplicateLetsStateChange[TTx any](t *testing.T, drv driver.Driver[TTx]) {
 	requireConcurrentWriters(t, drv)
 	ctx := t.Context()
 	fixture.SagaCreate(t, drv.Executor(), fixture.SagaAt("saga-1", t0))
+	fixture.SagaRecord(t, drv.Executor(), "saga-1", "reserve", driver.StepForward, nil, t0)
 	tx := begin(t, drv)
 	ex := drv.UnwrapExecutor(tx)
 	fixture.SagaRecord(t, ex, "saga-1", "confirm", driver.StepForward, nil, t0)
 	if err := ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "saga-1", Step: "confirm", Result: []byte("first")}); err != nil {
 		t.Fatalf("SagaStepSetResult: %v", err)
 	}
-	done := sagaRecordInBackground(t, drv, "saga-1", "confirm")
+	dup := drv.UnwrapExecutor(begin(t, drv))
+	if ok, _, err := dup.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "reserve", Kind: driver.StepForward, Now: t0, Savepoint: true}); err != nil || ok {
+		t.Fatalf("redelivered recorded step = %v, %v; want not inserted", ok, err)
+	}
+	done := make(chan sagaRecordOutcome, 1)
+	go func() {
+		ok, existing, err := dup.SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "saga-1", Step: "confirm", Kind: driver.StepForward, Now: t0, Savepoint: true})
+		done <- sagaRecordOutcome{ok, existing, err}
+	}()
 	sagaMustBlock(t, "duplicate SagaStepRecord", done)
 	type outcome struct {
 		changed bool

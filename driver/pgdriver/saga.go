@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,87 +102,76 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 	return false, state, nil
 }
 
-// SagaStepRecord implements driver.SagaExecutor in one round trip: the
-// step row is selected from the saga's row when the saga is, as last
-// committed, in the state the kind requires, and inserted unless the step
-// exists (pgsql.SagaStepInsertSQL); then the saga's row is locked FOR SHARE
-// (so SagaSetState waits for this transaction) and read again with the
-// step's record (pgsql.SagaStepReadSQL). A concurrent uncommitted insert of
-// the same step makes the INSERT wait on the primary key, without a lock
-// on the saga's row, so that the transaction it waits for may still change
-// the saga's state; afterwards the step is skipped (that transaction
+// SagaStepRecord implements driver.SagaExecutor in one statement
+// (pgsql.SagaStepInsertSQL): the step row is selected from the saga's row
+// when the saga is, as last committed, in the state the kind requires, and
+// inserted unless the step exists; then, only if it was inserted, the
+// saga's row is locked FOR SHARE (so SagaSetState waits for this
+// transaction) and its state read again. A concurrent uncommitted insert of
+// the same step makes the INSERT wait on the primary key, holding no lock
+// on the saga's row, so the transaction it waits for may still change the
+// saga's state; afterwards the step is skipped (that transaction
 // committed) or inserted here (it rolled back). A step inserted while a
 // state change committed is undone (rolled back to the savepoint, or
-// deleted) and refused.
+// deleted) and refused. Only when nothing was inserted does a second
+// statement read why: the existing step, or the saga's state.
 //
-// With p.Savepoint, SAVEPOINT travels with the INSERT and the read, and
-// RELEASE (or ROLLBACK TO, for a step undone) follows in a round trip of
-// its own unless the step was inserted.
+// With p.Savepoint, SAVEPOINT travels with the INSERT in one round trip,
+// and, when nothing was inserted, RELEASE with the read.
 func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
 	sagaID, step, kind, result, now := p.SagaID, p.Step, p.Kind, p.Result, p.Now
 	want, ok := driver.SagaStepState(kind)
 	if !ok {
 		return false, nil, fmt.Errorf("pgdriver: saga step record: unknown kind %q", kind)
 	}
-	var (
-		inserted, found, recorded bool
-		state                     string
-		existing                  []byte
-	)
-	first := ""
+	var state string
+	insert := e.d.expand(pgsql.SagaStepInsertSQL)
+	var err error
 	if p.Savepoint {
-		first = pgsql.SagaSavepointSQL
+		err = e.batch(ctx, pgsql.SagaSavepointSQL, func(b *pgx.Batch) {
+			b.Queue(insert, sagaID, step, kind, result, now, want).QueryRow(func(row pgx.Row) error { return row.Scan(&state) })
+		})
+	} else {
+		err = e.db.QueryRow(ctx, insert, sagaID, step, kind, result, now, want).Scan(&state)
 	}
-	err := e.batch(ctx, first, func(b *pgx.Batch) {
-		b.Queue(e.d.expand(pgsql.SagaStepInsertSQL), sagaID, step, kind, result, now, want).QueryRow(func(row pgx.Row) error {
-			return noRows(row.Scan(&inserted))
+	if err == nil {
+		if state == want {
+			return true, nil, nil
+		}
+		// The saga's state changed between the INSERT's snapshot and the
+		// lock: undo the step.
+		if p.Savepoint {
+			_, err = e.db.Exec(ctx, pgsql.SagaRollbackSavepointSQL+"; "+pgsql.SagaReleaseSQL)
+		} else {
+			_, err = e.db.Exec(ctx, e.d.expand(pgsql.SagaStepDeleteSQL), sagaID, step)
+		}
+		if err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+		return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, mapErr("saga step record", err)
+	}
+	var (
+		recorded bool
+		existing []byte
+	)
+	read := e.d.expand(pgsql.SagaStepReadSQL)
+	if p.Savepoint {
+		err = e.batch(ctx, pgsql.SagaReleaseSQL, func(b *pgx.Batch) {
+			b.Queue(read, sagaID, step).QueryRow(func(row pgx.Row) error { return row.Scan(&state, &recorded, &existing) })
 		})
-		b.Queue(e.d.expand(pgsql.SagaStepReadSQL), sagaID, step).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&state, &recorded, &existing)
-			found = err == nil
-			return noRows(err)
-		})
-	})
+	} else {
+		err = e.db.QueryRow(ctx, read, sagaID, step).Scan(&state, &recorded, &existing)
+	}
 	if err != nil {
 		return false, nil, mapErr("saga step record", err)
 	}
-	if inserted && state == want {
-		return true, nil, nil
-	}
-	// Nothing to keep: end the savepoint, undoing a step inserted under a
-	// state that changed before the lock.
-	var end []string
-	switch {
-	case inserted && p.Savepoint:
-		end = []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL}
-	case p.Savepoint:
-		end = []string{pgsql.SagaReleaseSQL}
-	}
-	if len(end) > 0 {
-		if _, err := e.db.Exec(ctx, strings.Join(end, "; ")); err != nil {
-			return false, nil, mapErr("saga step record", err)
-		}
-	}
-	if inserted && !p.Savepoint {
-		if _, err := e.db.Exec(ctx, e.d.expand(pgsql.SagaStepDeleteSQL), sagaID, step); err != nil {
-			return false, nil, mapErr("saga step record", err)
-		}
-	}
-	switch {
-	case !found:
-		return false, nil, fmt.Errorf("pgdriver: saga step record %q: %w", sagaID, driver.ErrNotFound)
-	case recorded && !inserted:
+	if recorded {
 		return false, existing, nil
 	}
 	return false, nil, &driver.SagaStateError{SagaID: sagaID, State: state, Want: []string{want}}
-}
-
-// noRows is err, or nil for pgx.ErrNoRows.
-func noRows(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	return err
 }
 
 // SagaStepSetResult implements driver.SagaExecutor.

@@ -86,13 +86,12 @@ func (e *executor) SagaSetState(ctx context.Context, p *driver.SagaSetStateParam
 	return false, state, nil
 }
 
-// SagaStepRecord implements driver.SagaExecutor in two statements (see
-// pgdriver's): pgsql.SagaStepInsertSQL records the step if the saga was in
-// the state its kind requires, without locking the saga's row (a duplicate
-// waits for the transaction that recorded the step, which may still change
-// the saga's state); pgsql.SagaStepReadSQL then locks the row FOR SHARE and
-// reads the state and the step's record. A step inserted while a state
-// change committed is undone and refused.
+// SagaStepRecord implements driver.SagaExecutor in one statement (see
+// pgsql.SagaStepInsertSQL and pgdriver's): the step is inserted without a
+// lock on the saga's row, which is then locked FOR SHARE only if the step
+// was inserted; a step inserted while a state change committed is undone
+// and refused. Only when nothing was inserted does a second statement read
+// why.
 func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordParams) (bool, []byte, error) {
 	want, ok := driver.SagaStepState(p.Kind)
 	if !ok {
@@ -103,47 +102,44 @@ func (e *executor) SagaStepRecord(ctx context.Context, p *driver.SagaStepRecordP
 			return false, nil, mapErr("saga step record", err)
 		}
 	}
-	var inserted bool
+	var state string
 	err := e.db.QueryRowContext(ctx, e.d.expand(pgsql.SagaStepInsertSQL),
-		p.SagaID, p.Step, p.Kind, p.Result, p.Now, want).Scan(&inserted)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		p.SagaID, p.Step, p.Kind, p.Result, p.Now, want).Scan(&state)
+	if err == nil {
+		if state == want {
+			return true, nil, nil
+		}
+		// The saga's state changed between the INSERT's snapshot and the
+		// lock: undo the step.
+		undo := []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL}
+		var args []any
+		if !p.Savepoint {
+			undo, args = []string{e.d.expand(pgsql.SagaStepDeleteSQL)}, []any{p.SagaID, p.Step}
+		}
+		for _, q := range undo {
+			if _, err := e.db.ExecContext(ctx, q, args...); err != nil {
+				return false, nil, mapErr("saga step record", err)
+			}
+		}
+		return false, nil, &driver.SagaStateError{SagaID: p.SagaID, State: state, Want: []string{want}}
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return false, nil, mapErr("saga step record", err)
 	}
+	if p.Savepoint {
+		if _, err := e.db.ExecContext(ctx, pgsql.SagaReleaseSQL); err != nil {
+			return false, nil, mapErr("saga step record", err)
+		}
+	}
 	var (
-		state    string
 		recorded bool
 		existing []byte
 	)
 	err = e.db.QueryRowContext(ctx, e.d.expand(pgsql.SagaStepReadSQL), p.SagaID, p.Step).Scan(&state, &recorded, &existing)
-	found := err == nil
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err != nil {
 		return false, nil, mapErr("saga step record", err)
 	}
-	if inserted && state == want {
-		return true, nil, nil
-	}
-	// Nothing to keep: end the savepoint, undoing a step inserted under a
-	// state that changed before the lock.
-	var end []string
-	switch {
-	case inserted && p.Savepoint:
-		end = []string{pgsql.SagaRollbackSavepointSQL, pgsql.SagaReleaseSQL}
-	case p.Savepoint:
-		end = []string{pgsql.SagaReleaseSQL}
-	case inserted:
-		if _, err := e.db.ExecContext(ctx, e.d.expand(pgsql.SagaStepDeleteSQL), p.SagaID, p.Step); err != nil {
-			return false, nil, mapErr("saga step record", err)
-		}
-	}
-	for _, q := range end {
-		if _, err := e.db.ExecContext(ctx, q); err != nil {
-			return false, nil, mapErr("saga step record", err)
-		}
-	}
-	switch {
-	case !found:
-		return false, nil, fmt.Errorf("pgsqldriver: saga step record %q: %w", p.SagaID, driver.ErrNotFound)
-	case recorded && !inserted:
+	if recorded {
 		return false, existing, nil
 	}
 	return false, nil, &driver.SagaStateError{SagaID: p.SagaID, State: state, Want: []string{want}}

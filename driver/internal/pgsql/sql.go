@@ -297,32 +297,37 @@ const (
 		RETURNING state`
 	SagaStateSQL = `SELECT state FROM {{table}}saga WHERE saga_id = $1`
 	// SagaStepInsertSQL records a step if the saga is, as last committed,
-	// in the state $6 its kind requires. It takes no lock on the saga's
-	// row (its foreign key check takes FOR KEY SHARE, which a state change
-	// does not wait for): a duplicate of a step an open transaction
-	// recorded waits for that transaction on the primary key, and if it
-	// held the saga's row meanwhile, that transaction's own state change
-	// (CompleteTx after the last step) would wait for it: a deadlock.
-	// SagaStepReadSQL, the next statement, takes the lock and reads the
-	// state again.
-	SagaStepInsertSQL = `INSERT INTO {{table}}saga_step (saga_id, step_name, kind, result, completed_at)
-		SELECT s.saga_id, $2, $3, $4, $5 FROM {{table}}saga s
-		WHERE s.saga_id = $1 AND s.state = $6
-		ON CONFLICT (saga_id, step_name) DO NOTHING
-		RETURNING true`
-	// SagaStepReadSQL follows SagaStepInsertSQL: it locks the saga's row
-	// FOR SHARE until the transaction ends (so SagaSetState waits for a
-	// step being recorded), waiting for an uncommitted state change, and
-	// returns the saga's state as it then stands with the step's record
-	// (this transaction's, or the one that committed it before).
+	// in the state $6 its kind requires, and returns the saga's state as it
+	// stands once its row is locked FOR SHARE until the transaction ends
+	// (so that SagaSetState waits for a step being recorded); no row when
+	// nothing was inserted. The lock is taken after the INSERT, and only
+	// when it inserted: a duplicate of a step an open transaction recorded
+	// waits for that transaction on the primary key holding no lock on the
+	// saga's row (the foreign key check takes FOR KEY SHARE, which a state
+	// change does not wait for), so that transaction's own state change
+	// (CompleteTx after the last step) does not wait for the duplicate,
+	// which would wait for it: a deadlock. The lock waits for an
+	// uncommitted state change and reads the state it left; a step
+	// inserted under a state that changed meanwhile must be undone.
+	SagaStepInsertSQL = `WITH ins AS (
+			INSERT INTO {{table}}saga_step (saga_id, step_name, kind, result, completed_at)
+			SELECT s.saga_id, $2, $3, $4, $5 FROM {{table}}saga s
+			WHERE s.saga_id = $1 AND s.state = $6
+			ON CONFLICT (saga_id, step_name) DO NOTHING
+			RETURNING 1
+		)
+		SELECT s.state FROM {{table}}saga s
+		WHERE s.saga_id = $1 AND EXISTS (SELECT 1 FROM ins)
+		FOR SHARE OF s`
+	// SagaStepReadSQL reads, when SagaStepInsertSQL inserted nothing, why:
+	// the step's record (the transaction that committed it first), or the
+	// saga's state. It locks nothing.
 	SagaStepReadSQL = `SELECT s.state, st.saga_id IS NOT NULL, st.result
 		FROM {{table}}saga s
 		LEFT JOIN {{table}}saga_step st ON st.saga_id = s.saga_id AND st.step_name = $2
-		WHERE s.saga_id = $1
-		FOR SHARE OF s`
+		WHERE s.saga_id = $1`
 	// SagaStepDeleteSQL undoes a step SagaStepInsertSQL just recorded,
-	// outside a savepoint, when SagaStepReadSQL found that the saga's
-	// state changed in between.
+	// outside a savepoint, when the saga's state changed before the lock.
 	SagaStepDeleteSQL = `DELETE FROM {{table}}saga_step WHERE saga_id = $1 AND step_name = $2`
 	// The savepoint of a step recorded by StepTx (SagaStepRecordParams.Savepoint).
 	SagaSavepointSQL         = `SAVEPOINT idem_saga_step`
