@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -19,7 +22,7 @@ import (
 // nothing; the saga ends Compensated.
 func testRaceStepsAndCompensate[TTx any](t *testing.T, f *fixture[TTx]) {
 	ctx := t.Context()
-	a, b := f.coordinator(t, nil), f.coordinator(t, nil)
+	a, b := f.coordinator(t, nil), f.replicaCoordinator(t)
 	for round := range 5 {
 		id := newSagaID(t)
 		f.start(t, a, id)
@@ -102,7 +105,7 @@ func testRaceStepsAndCompensate[TTx any](t *testing.T, f *fixture[TTx]) {
 // nothing.
 func testRaceAbortComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 	ctx := t.Context()
-	a, b := f.coordinator(t, nil), f.coordinator(t, nil)
+	a, b := f.coordinator(t, nil), f.replicaCoordinator(t)
 	for round := range 10 {
 		id := newSagaID(t)
 		f.start(t, a, id)
@@ -199,7 +202,7 @@ func testRaceCompensateFlaky[TTx any](t *testing.T, f *fixture[TTx]) {
 // first (an event that drives two steps), which holds up nothing either.
 func testRaceRedeliveryAndComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 	ctx := t.Context()
-	a, b := f.coordinator(t, nil), f.coordinator(t, nil)
+	a, b := f.coordinator(t, nil), f.replicaCoordinator(t)
 	id := newSagaID(t)
 	f.start(t, a, id)
 	run(t, a, id, "step-1", f.apply(id, "step-1"), true)
@@ -239,5 +242,50 @@ func testRaceRedeliveryAndComplete[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.mustEffects(t, id, "step-2", 1)
 	if s := mustGet(t, a, id); s.State != saga.Completed {
 		t.Errorf("state %s; want completed", s.State)
+	}
+}
+
+// TestTwoReplicas runs the Race scenarios with their two Coordinators on
+// two drivers of one database: two pools on PostgreSQL, two connections
+// (two processes, as far as SQLite's locking goes) on SQLite.
+func TestTwoReplicas(t *testing.T) {
+	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		f := setupSQLite(t)
+		drv, err := sqlitedriver.Open(childTarget(f.childEnv), nil)
+		if err != nil {
+			t.Fatalf("sqlitedriver.Open: %v", err)
+		}
+		t.Cleanup(func() { _ = drv.Close() })
+		f.replica = drv
+		runRaces(t, f)
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		testdb.RequirePostgres(t)
+		f := setupPostgres(t)
+		schema := childTarget(f.childEnv)
+		f.replica = pgDriver(t, testdb.Pool(t, schema, 8), schema)
+		runRaces(t, f)
+	})
+}
+
+// childTarget is the database a fixture's crash children are told to use
+// (the SQLite file, the PostgreSQL schema).
+func childTarget(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, envTarget+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func runRaces[TTx any](t *testing.T, f *fixture[TTx]) {
+	for _, sc := range scenarios[TTx]() {
+		if strings.HasPrefix(sc.name, "Race/") {
+			t.Run(sc.name, func(t *testing.T) { sc.fn(t, f) })
+		}
 	}
 }

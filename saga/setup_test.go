@@ -41,6 +41,23 @@ type fixture[TTx any] struct {
 	// childEnv tells a child process (crash tests) how to reach the
 	// database.
 	childEnv []string
+	// replica, if set, is a second driver on the same database (another
+	// pool, another SQLite connection): the Race scenarios run their
+	// second Coordinator on it.
+	replica driver.Driver[TTx]
+}
+
+// replicaCoordinator is a Coordinator on f.replica, or on f.drv without one.
+func (f *fixture[TTx]) replicaCoordinator(t *testing.T) *saga.Coordinator[TTx] {
+	t.Helper()
+	if f.replica == nil {
+		return f.coordinator(t, nil)
+	}
+	c, err := saga.New(f.replica, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatalf("saga.New: %v", err)
+	}
+	return c
 }
 
 // coordinator returns a Coordinator with fast compensation retries.
