@@ -2,6 +2,7 @@ package pgdriver_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -84,6 +85,76 @@ func TestUUIDArraysInEveryExecMode(t *testing.T) {
 				if n, err := drv.Executor().OutboxUnpark(ctx, &tt.p); err != nil || n != tt.want {
 					t.Errorf("OutboxUnpark(%+v) = %d, %v; want %d", tt.p, n, err, tt.want)
 				}
+			}
+		})
+	}
+}
+
+// A saga step is recorded, and found recorded, in every pgx query
+// execution mode: SagaStepInsertSQL uses its parameters in a data-modifying
+// CTE and again in the locking query, and none has a type but the one the
+// server infers.
+func TestSagaStepInEveryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 2)
+			cfg, err := pgxpool.ParseConfig(testdb.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 2
+			cfg.ConnConfig.RuntimeParams["search_path"] = schema
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+			ctx := t.Context()
+			if err := drv.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			if _, _, err := drv.Sagas().SagaCreate(ctx, &driver.Saga{ID: "s", Type: "t", State: driver.SagaRunning, CreatedAt: now, UpdatedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+			for _, savepoint := range []bool{true, false} {
+				step := "step-savepoint"
+				if !savepoint {
+					step = "step-plain"
+				}
+				tx, err := drv.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ex := drv.SagasTx(tx)
+				p := &driver.SagaStepRecordParams{SagaID: "s", Step: step, Kind: driver.StepForward, Now: now, Savepoint: savepoint}
+				if ok, _, err := ex.SagaStepRecord(ctx, p); err != nil || !ok {
+					t.Fatalf("SagaStepRecord(%s) = %v, %v; want inserted", step, ok, err)
+				}
+				if savepoint {
+					err = ex.SagaStepEnd(ctx, &driver.SagaStepEndParams{SagaID: "s", Step: step, Result: []byte("r")})
+				} else {
+					err = ex.SagaStepSetResult(ctx, &driver.SagaStepSetResultParams{SagaID: "s", Step: step, Result: []byte("r")})
+				}
+				if err != nil {
+					t.Fatalf("storing the result of %s: %v", step, err)
+				}
+				if err := drv.Commit(ctx, tx); err != nil {
+					t.Fatal(err)
+				}
+				if ok, res, err := drv.Sagas().SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "s", Step: step, Kind: driver.StepForward, Now: now}); err != nil || ok || string(res) != "r" {
+					t.Fatalf("SagaStepRecord(%s) again = %v, %q, %v; want the recorded result", step, ok, res, err)
+				}
+			}
+			if _, _, err := drv.Sagas().SagaStepRecord(ctx, &driver.SagaStepRecordParams{SagaID: "s", Step: "c", Kind: driver.StepCompensation, Now: now}); !errors.Is(err, driver.ErrSagaState) {
+				t.Fatalf("compensation of a running saga: %v; want ErrSagaState", err)
 			}
 		})
 	}
