@@ -289,3 +289,49 @@ func runRaces[TTx any](t *testing.T, f *fixture[TTx]) {
 		}
 	}
 }
+
+// A forward step that failed in a transaction that stays open (StepTx
+// rolled back to its savepoint) holds nothing on the saga: on PostgreSQL
+// a Compensate on another replica goes through at once, and the
+// transaction, still usable, is refused the step afterwards. (On SQLite
+// the open transaction holds the database's write lock.)
+func TestPostgresFailedStepHoldsNothing(t *testing.T) {
+	t.Parallel()
+	testdb.RequirePostgres(t)
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		testFailedStepHoldsNothing(t, setupPostgres(t))
+	})
+	t.Run("pgsqldriver", func(t *testing.T) {
+		t.Parallel()
+		testFailedStepHoldsNothing(t, setupPostgresSQL(t))
+	})
+}
+
+func testFailedStepHoldsNothing[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	a, b := f.coordinator(t, nil), f.replicaCoordinator(t)
+	id := newSagaID(t)
+	f.start(t, a, id)
+	run(t, a, id, "step-1", f.apply(id, "step-1"), true)
+	tx := f.begin(t)
+	_, _, err := a.StepTx(ctx, tx, id, "step-2", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if _, err := f.apply(id, "step-2")(ctx, tx); err != nil {
+			return nil, err
+		}
+		return nil, errBoom
+	})
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("failing StepTx: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Compensate(cctx, id, f.compensations(t, id, stepsN(2))); err != nil {
+		t.Fatalf("Compensate while the failed step's transaction is open: %v", err)
+	}
+	if _, _, err := a.StepTx(ctx, tx, id, "step-2", f.apply(id, "step-2")); !errors.Is(err, saga.ErrState) {
+		t.Errorf("StepTx after the saga was compensated: %v; want a *StateError", err)
+	}
+	f.commit(t, tx)
+	f.wantCompensated(t, a, id, 2)
+}
