@@ -30,6 +30,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	}{
 		{"sqlite", func(b *testing.B, cfg *Config) http.Handler { return benchWrap(b, testdb.SQLite(b), cfg) }},
 		{"postgres", func(b *testing.B, cfg *Config) http.Handler { return benchWrap(b, testdb.Postgres(b), cfg) }},
+		{"postgres-sql", func(b *testing.B, cfg *Config) http.Handler { return benchWrap(b, testdb.PostgresSQL(b), cfg) }},
 	}
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {

@@ -82,6 +82,15 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 	if tx == nil {
 		return errors.New("pgsqldriver: commit complete: not an open transaction of BeginClaim")
 	}
+	// The INSERT and the COMMIT are bounded by ctx, not by BeginClaim's.
+	done, live := d.endOn(ctx, tx)
+	defer done()
+	if !live {
+		// BeginClaim's context ended (the client went): database/sql
+		// rolls the transaction back.
+		_ = tx.Rollback()
+		return fmt.Errorf("pgsqldriver: commit complete: the transaction's context ended: %w: %w", driver.ErrTxDone, sql.ErrTxDone)
+	}
 	args := []any{p.Scope, p.Key, p.Fingerprint, p.Status, p.Headers, p.Body, p.CreatedAt, p.ExpiresAt}
 	query := pgsql.CompleteInsertSQL
 	if p.Replace {

@@ -33,6 +33,17 @@
 // row written at the claim: an extra write and migration on every request,
 // so there is no guard here.)
 //
+// Commit, Rollback and CommitComplete are bounded by their ctx, as
+// pgdriver's: a COMMIT that PostgreSQL does not answer is given up when
+// ctx ends (its outcome unknown) and its connection closed. database/sql
+// sends a *sql.Tx's COMMIT and ROLLBACK on the context the transaction
+// began with, so Begin and BeginClaim begin theirs on a context of the
+// driver's, which ends with the caller's until Commit, Rollback or
+// CommitComplete (database/sql still rolls the transaction back when the
+// caller's context ends before then). A *sql.Tx's own Commit and Rollback
+// stay bounded by the context of Begin. It costs about 3 us and 24
+// allocations a transaction.
+//
 // Choose pgdriver when the application uses pgx directly: it pipelines the
 // statements of a claim, of BeginClaim/CommitComplete and of the outbox
 // claim into one round trip each, where this driver sends them one by one

@@ -47,6 +47,7 @@ type Driver struct {
 	cfg         Config
 	names       *pgsql.Names
 	iso         pgsql.IsolationCheck
+	txs         txContexts // the contexts of Begin's transactions (see txctx.go)
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.
@@ -90,9 +91,12 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 	return &executor{d: d, db: tx, inTx: true}
 }
 
-// Begin implements driver.Driver.
+// Begin implements driver.Driver. As with database/sql's BeginTx, the
+// transaction is rolled back when ctx ends before Commit or Rollback; its
+// COMMIT and ROLLBACK are bounded by the ctx of Commit and Rollback (not
+// by ctx, as a *sql.Tx's own Commit and Rollback are).
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.begin(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pgsqldriver: begin: %w", err)
 	}
@@ -104,8 +108,12 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 // ignored; the pgx stdlib driver returns pgx.ErrTxCommitRollback) returns
 // an error wrapping both driver.ErrTxAborted and the driver's error:
 // nothing was committed. So does a deferred constraint that failed at
-// COMMIT (SQLSTATE class 23), wrapping the driver's error.
-func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
+// COMMIT (SQLSTATE class 23), wrapping the driver's error. The COMMIT is
+// given up when ctx ends (its outcome unknown; the connection is closed),
+// as pgdriver's.
+func (d *Driver) Commit(ctx context.Context, tx *sql.Tx) error {
+	done, _ := d.endOn(ctx, tx)
+	defer done()
 	if err := tx.Commit(); err != nil {
 		// ROLLBACK for COMMIT (a failed statement aborted the
 		// transaction), or a deferred constraint that failed at COMMIT:
@@ -118,8 +126,11 @@ func (d *Driver) Commit(_ context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// Rollback implements driver.Driver.
-func (d *Driver) Rollback(_ context.Context, tx *sql.Tx) error {
+// Rollback implements driver.Driver. The ROLLBACK is given up when ctx
+// ends (the connection is closed).
+func (d *Driver) Rollback(ctx context.Context, tx *sql.Tx) error {
+	done, _ := d.endOn(ctx, tx)
+	defer done()
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("pgsqldriver: rollback: %w", err)
 	}
@@ -131,7 +142,9 @@ var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
 // RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
 // wrapping driver.ErrTxDone when tx had already been committed or rolled
 // back (a COMMIT of the code run in it committed: there is no guard here).
-func (d *Driver) RollbackEnded(_ context.Context, tx *sql.Tx) error {
+func (d *Driver) RollbackEnded(ctx context.Context, tx *sql.Tx) error {
+	done, _ := d.endOn(ctx, tx)
+	defer done()
 	if err := tx.Rollback(); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("pgsqldriver: rollback: %w: %w", driver.ErrTxDone, err)

@@ -1,0 +1,131 @@
+package idemhttp_test
+
+import (
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idemkit/idem/driver/pgsqldriver"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/problem"
+)
+
+// TestCommitDeadline over pgsqldriver: database/sql sends a *sql.Tx's
+// COMMIT on the context the transaction began with (the request's, which
+// a waiting client never cancels), not on the one of Driver.Commit or
+// CommitComplete, so Config.CommitTimeout did not bound it: a COMMIT that
+// PostgreSQL did not answer held the request, its connection and the key
+// until the OS gave up on the socket. It is bounded as with pgdriver: 503
+// outcome-unknown within CommitTimeout, the connection given up, and a
+// retry replays what was committed or executes once.
+func TestSQLCommitDeadline(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"txclaim", "generic"} {
+		for _, fault := range []testdb.Fault{testdb.BlackHole, testdb.BlackHoleReply} {
+			name := path + "/commit-lost"
+			if fault == testdb.BlackHoleReply {
+				name = path + "/answer-lost"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				direct, schema := testdb.PostgresSQLSchema(t)
+				e := sqlEnvWith(t, direct, direct.DB(), false)
+				proxy := testdb.NewProxy(t)
+				db := stdlib.OpenDB(*proxy.ConnConfig(t, schema))
+				db.SetMaxOpenConns(4)
+				t.Cleanup(func() { _ = db.Close() })
+				proxied, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				marker := randomMarker("scdl-")
+				var calls atomic.Int64
+				handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					calls.Add(1)
+					if err := e.effect(r, "cdl"); err != nil {
+						http.Error(w, err.Error(), 500)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusCreated)
+					_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
+				})
+				var logs syncBuffer
+				mw, err := idemhttp.New(withoutTxClaimer[*sql.Tx](proxied, path == "generic"), &idemhttp.Config{
+					Scope: fixedScope, CommitTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Both paths send the COMMIT as a statement of its own.
+				f := proxy.Arm(fault, isSimpleCommit)
+
+				rr, took := sendTimed(t, mw.Handler(handler), "/pay", "k", 10*time.Second, f)
+				select {
+				case <-f.Fired():
+				default:
+					t.Fatalf("the fault did not fire; answer %d %s", rr.Code, rr.Body)
+				}
+				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown)
+				if took > 5*time.Second {
+					t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+				}
+				if !strings.Contains(logs.String(), "commit result unknown") || !strings.Contains(logs.String(), "CommitTimeout") {
+					t.Errorf("log does not say the COMMIT's outcome is unknown after CommitTimeout:\n%s", logs.String())
+				}
+				// The connection was given up and closed. (The pgx stdlib
+				// driver has no driver.Validator: database/sql keeps the
+				// closed connection idle, and discards it at its next use,
+				// which goes to a new connection.)
+				select {
+				case <-f.ClientClosed():
+				case <-time.After(20 * time.Second):
+					t.Fatal("the connection of the COMMIT that did not answer was not closed")
+				}
+				if st := db.Stats(); st.InUse != 0 {
+					t.Fatalf("%d connections in use after the request was answered: %+v", st.InUse, st)
+				}
+				if err := db.QueryRowContext(t.Context(), `SELECT 1`).Scan(new(int)); err != nil {
+					t.Fatalf("the pool after the faulted connection: %v", err)
+				}
+
+				retry := func(wait time.Duration) *httptest.ResponseRecorder {
+					mw, err := idemhttp.New(withoutTxClaimer[*sql.Tx](direct, path == "generic"), &idemhttp.Config{Scope: fixedScope, Wait: wait})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return send(mw.Handler(handler), "POST", "/pay", "k", `{}`)
+				}
+				if fault == testdb.BlackHole {
+					checkProblem(t, retry(500*time.Millisecond), http.StatusConflict, problem.TypeRequestInProgress)
+					if calls.Load() != 1 {
+						t.Fatalf("handler ran %d times while the first transaction was undecided", calls.Load())
+					}
+					f.Cut()
+					again := retry(10 * time.Second)
+					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "" {
+						t.Fatalf("retry once the session ended: %d %s; want the command executed", again.Code, again.Body)
+					}
+				} else {
+					again := retry(5 * time.Second)
+					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" ||
+						!strings.Contains(again.Body.String(), marker) {
+						t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
+							again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
+					}
+				}
+				if n := e.effects(t, "cdl"); n != 1 {
+					t.Fatalf("effects = %d, want exactly 1", n)
+				}
+			})
+		}
+	}
+}
