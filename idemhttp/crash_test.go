@@ -291,9 +291,20 @@ func TestNoTakeoverWhileOwnerAlive(t *testing.T) {
 
 // TestConnectionKilledBeforeCommit: the database connection dies between the
 // business write and the commit. Nothing is applied; the retry executes once.
+// On PostgreSQL over pgx and over database/sql (pgsqldriver).
 func TestConnectionKilledBeforeCommit(t *testing.T) {
 	t.Parallel()
-	e := pgEnv(t)
+	for _, b := range backendList {
+		if b.name == "postgres" || b.name == "postgres-generic" || b.name == "postgres-sql" {
+			t.Run(b.name, func(t *testing.T) {
+				t.Parallel()
+				connectionKilledBeforeCommit(t, b.mk(t))
+			})
+		}
+	}
+}
+
+func connectionKilledBeforeCommit(t *testing.T, e *env) {
 	var calls atomic.Int64
 	kill := true
 	h := e.wrap(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -212,6 +212,18 @@ func sqlEnvWith(t *testing.T, drv driver.Driver[*sql.Tx], db *sql.DB, hideTxClai
 			}
 			return n
 		},
+		kill: func(r *http.Request) error {
+			if name == "sqlite" || name == "sqlite-generic" {
+				return fmt.Errorf("kill: no server connection to kill on SQLite")
+			}
+			tx, _ := idemhttp.TxFromContext[*sql.Tx](r.Context())
+			var pid int
+			if err := tx.QueryRowContext(r.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			_, err := db.ExecContext(context.Background(), `SELECT pg_terminate_backend($1, 5000)`, pid)
+			return err
+		},
 		exec: func(t *testing.T, q string) {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)

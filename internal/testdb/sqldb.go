@@ -24,11 +24,21 @@ func SQLDB(t testing.TB, maxConns int) (*sql.DB, string) {
 // before the schema is dropped (cleanups run last first).
 func SQLPool(t testing.TB, schema string, maxConns int) *sql.DB {
 	t.Helper()
+	return SQLPoolParams(t, schema, maxConns, nil)
+}
+
+// SQLPoolParams is SQLPool whose sessions also have the run-time
+// parameters params (default_transaction_isolation, ...).
+func SQLPoolParams(t testing.TB, schema string, maxConns int, params map[string]string) *sql.DB {
+	t.Helper()
 	cfg, err := connConfig()
 	if err != nil {
 		t.Fatalf("parse dsn: %v", err)
 	}
 	cfg.RuntimeParams["search_path"] = schema
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
 	db := stdlib.OpenDB(*cfg)
 	if maxConns > 0 {
 		db.SetMaxOpenConns(maxConns)

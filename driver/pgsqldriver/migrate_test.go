@@ -1,0 +1,67 @@
+package pgsqldriver_test
+
+import (
+	"database/sql"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/pgsqldriver"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// Replicas of both drivers migrating one schema at once (a rollout): the
+// migration lock is shared, and every one succeeds, also those naming the
+// schema through search_path and one whose sessions default to REPEATABLE
+// READ.
+func TestConcurrentMigrateMixedDrivers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 2)
+	rrDB := testdb.SQLPoolParams(t, schema, 2, map[string]string{"default_transaction_isolation": "repeatable read"})
+	var migrators []func() error
+	for i := range 6 {
+		var db *sql.DB
+		if i == 5 {
+			db = rrDB
+		} else {
+			db = testdb.SQLPool(t, schema, 2)
+		}
+		cfg := &pgsqldriver.Config{Schema: schema}
+		if i%2 == 1 {
+			cfg = &pgsqldriver.Config{} // through search_path
+		}
+		drv, err := pgsqldriver.New(db, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		migrators = append(migrators, func() error { return drv.Migrate(ctx) })
+	}
+	for i := range 2 {
+		cfg := &pgdriver.Config{Schema: schema}
+		if i == 1 {
+			cfg = &pgdriver.Config{}
+		}
+		drv, err := pgdriver.New(testdb.Pool(t, schema, 2), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		migrators = append(migrators, func() error { return drv.Migrate(ctx) })
+	}
+	errs := make([]error, len(migrators))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, m := range migrators {
+		wg.Go(func() {
+			<-start
+			errs[i] = m()
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: Migrate: %v", i, err)
+		}
+	}
+}
