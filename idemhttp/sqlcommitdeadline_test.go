@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"database/sql"
 	"fmt"
 	"log/slog"
@@ -127,5 +128,64 @@ func TestSQLCommitDeadline(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// isSimpleRollback matches a simple-protocol ROLLBACK (a *sql.Tx's).
+func isSimpleRollback(b []byte) bool {
+	return len(b) > 6 && b[0] == 'Q' && bytes.EqualFold(bytes.TrimRight(b[5:], "\x00"), []byte("rollback"))
+}
+
+// A replay over pgsqldriver reads the record in BeginClaim's transaction
+// and rolls it back before answering. That ROLLBACK went out on the
+// request's context too: one PostgreSQL did not answer held the replay
+// for ever. It is bounded (idemhttp gives a rollback 5 s): the replay is
+// answered, and the connection given up.
+func TestSQLReplayRollbackDeadline(t *testing.T) {
+	t.Parallel()
+	direct, schema := testdb.PostgresSQLSchema(t)
+	proxy := testdb.NewProxy(t)
+	db := stdlib.OpenDB(*proxy.ConnConfig(t, schema))
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { _ = db.Close() })
+	proxied, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+	first, err := idemhttp.New[*sql.Tx](direct, &idemhttp.Config{Scope: fixedScope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr := send(first.Handler(handler), "POST", "/pay", "k", `{}`); rr.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", rr.Code, rr.Body)
+	}
+	mw, err := idemhttp.New[*sql.Tx](proxied, &idemhttp.Config{Scope: fixedScope, ReplayCacheBytes: idemhttp.NoReplayCache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := proxy.Arm(testdb.BlackHole, isSimpleRollback)
+	rr, took := sendTimed(t, mw.Handler(handler), "/pay", "k", 15*time.Second, f)
+	select {
+	case <-f.Fired():
+	default:
+		t.Fatalf("the fault did not fire; answer %d %s", rr.Code, rr.Body)
+	}
+	if rr.Code != http.StatusCreated || rr.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("replay: %d %q %s", rr.Code, rr.Header().Get(idemhttp.ReplayedHeader), rr.Body)
+	}
+	if took > 10*time.Second {
+		t.Errorf("replay answered after %s", took)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", calls.Load())
+	}
+	if st := db.Stats(); st.InUse != 0 {
+		t.Fatalf("%d connections in use after the replay: %+v", st.InUse, st)
 	}
 }
