@@ -27,7 +27,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 	if err := d.iso.Check(ctx, "pgsqldriver", func(ctx context.Context) (level string, err error) {
 		return level, tx.QueryRowContext(ctx, pgsql.TxIsolationSQL).Scan(&level)
 	}); err != nil {
-		_ = tx.Rollback()
+		_ = d.Rollback(ctx, tx)
 		return nil, nil, err
 	}
 	locked, err := d.claimLock(ctx, tx, p)
@@ -41,7 +41,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 			return tx, &driver.TxClaimResult{Locked: true, Record: rec}, nil
 		}
 	}
-	_ = tx.Rollback()
+	_ = d.Rollback(ctx, tx)
 	if err == nil || sqlState(err) == pgsql.CodeLockNotAvailable {
 		return nil, &driver.TxClaimResult{}, nil
 	}
