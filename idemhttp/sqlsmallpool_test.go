@@ -1,7 +1,12 @@
 package idemhttp_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,5 +45,48 @@ func TestSQLSmallPoolDuplicates(t *testing.T) {
 				t.Fatalf("10 duplicates on a pool of %d connections not answered within 30s: %+v", conns, db.Stats())
 			}
 		})
+	}
+}
+
+// The client goes away after the handler returned and before the record is
+// stored: database/sql rolls the transaction back as its context (the
+// request's) ends. CommitComplete says so (ErrTxDone, not an unknown
+// outcome): nothing applied, reported OutcomeNotStored, no "commit result
+// unknown" error logged, and the retry executes once. (pgdriver commits
+// there: its transaction does not end with the request's context.)
+func TestSQLClientGoneBeforeCommitComplete(t *testing.T) {
+	t.Parallel()
+	drv := testdb.PostgresSQL(t)
+	e := sqlEnvWith(t, drv, drv.DB(), false)
+	for i := range 20 {
+		key := fmt.Sprint("gone-", i)
+		ctx, cancel := context.WithCancel(t.Context())
+		var logs syncBuffer
+		var outcome atomic.Value
+		var calls atomic.Int64
+		h := e.wrap(t, &idemhttp.Config{
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			// Asked once the handler returned, the transaction open.
+			Store:     func(status int) bool { cancel(); return status < 500 },
+			OnOutcome: func(_ *http.Request, o idemhttp.Outcome) { outcome.Store(o) },
+		}, effectHandler(t, e, 201, &calls))
+		req := httptest.NewRequestWithContext(ctx, "POST", "/pay?label="+key, strings.NewReader(`{}`))
+		req.Header.Set(idemhttp.KeyHeader, key)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if o, _ := outcome.Load().(idemhttp.Outcome); o != idemhttp.OutcomeNotStored {
+			t.Fatalf("%s: outcome %v, want OutcomeNotStored; log:\n%s", key, o, logs.String())
+		}
+		if strings.Contains(logs.String(), "commit result unknown") {
+			t.Fatalf("%s: logged an unknown outcome for a transaction rolled back by database/sql:\n%s", key, logs.String())
+		}
+		if n := e.effects(t, key); n != 0 {
+			t.Fatalf("%s: effects = %d after the client went, want 0", key, n)
+		}
+		if rr := send(h, "POST", "/pay?label="+key, key, `{}`); rr.Code != 201 || rr.Header().Get(idemhttp.ReplayedHeader) != "" {
+			t.Fatalf("%s: retry %d %s; want it executed", key, rr.Code, rr.Body)
+		}
+		if n := e.effects(t, key); n != 1 {
+			t.Fatalf("%s: effects = %d after the retry, want 1", key, n)
+		}
 	}
 }
