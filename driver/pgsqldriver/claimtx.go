@@ -83,13 +83,13 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 		return errors.New("pgsqldriver: commit complete: not an open transaction of BeginClaim")
 	}
 	// The INSERT and the COMMIT are bounded by ctx, not by BeginClaim's.
-	done, live := d.endOn(ctx, tx)
+	done, ended := d.endOn(ctx, tx)
 	defer done()
-	if !live {
+	if ended != nil {
 		// BeginClaim's context ended (the client went): database/sql
 		// rolls the transaction back.
 		_ = tx.Rollback()
-		return fmt.Errorf("pgsqldriver: commit complete: the transaction's context ended: %w: %w", driver.ErrTxDone, sql.ErrTxDone)
+		return fmt.Errorf("pgsqldriver: commit complete: the transaction's context ended (%w): %w: %w", ended, driver.ErrTxDone, sql.ErrTxDone)
 	}
 	args := []any{p.Scope, p.Key, p.Fingerprint, p.Status, p.Headers, p.Body, p.CreatedAt, p.ExpiresAt}
 	query := pgsql.CompleteInsertSQL
@@ -111,6 +111,7 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 		return mapErr("commit complete", err)
 	}
 	if err := tx.Commit(); err != nil {
+		err = callerErr(err, nil, ctx)
 		if pgsql.IsConstraintClass(err) {
 			// A deferred constraint failed at COMMIT: rolled back.
 			return fmt.Errorf("pgsqldriver: commit complete: %w: %w", driver.ErrTxAborted, err)

@@ -112,9 +112,10 @@ func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
 // given up when ctx ends (its outcome unknown; the connection is closed),
 // as pgdriver's.
 func (d *Driver) Commit(ctx context.Context, tx *sql.Tx) error {
-	done, _ := d.endOn(ctx, tx)
+	done, ended := d.endOn(ctx, tx)
 	defer done()
 	if err := tx.Commit(); err != nil {
+		err = callerErr(err, ended, ctx)
 		// ROLLBACK for COMMIT (a failed statement aborted the
 		// transaction), or a deferred constraint that failed at COMMIT:
 		// the database refused it, nothing was committed.
@@ -129,10 +130,10 @@ func (d *Driver) Commit(ctx context.Context, tx *sql.Tx) error {
 // Rollback implements driver.Driver. The ROLLBACK is given up when ctx
 // ends (the connection is closed).
 func (d *Driver) Rollback(ctx context.Context, tx *sql.Tx) error {
-	done, _ := d.endOn(ctx, tx)
+	done, ended := d.endOn(ctx, tx)
 	defer done()
 	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("pgsqldriver: rollback: %w", err)
+		return fmt.Errorf("pgsqldriver: rollback: %w", callerErr(err, ended, ctx))
 	}
 	return nil
 }
@@ -143,13 +144,13 @@ var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
 // wrapping driver.ErrTxDone when tx had already been committed or rolled
 // back (a COMMIT of the code run in it committed: there is no guard here).
 func (d *Driver) RollbackEnded(ctx context.Context, tx *sql.Tx) error {
-	done, _ := d.endOn(ctx, tx)
+	done, ended := d.endOn(ctx, tx)
 	defer done()
 	if err := tx.Rollback(); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("pgsqldriver: rollback: %w: %w", driver.ErrTxDone, err)
 		}
-		return fmt.Errorf("pgsqldriver: rollback: %w", err)
+		return fmt.Errorf("pgsqldriver: rollback: %w", callerErr(err, ended, ctx))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package pgsqldriver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"runtime"
 	"sync"
 	"weak"
@@ -29,6 +30,7 @@ import (
 type txCtx struct {
 	cancel context.CancelFunc // ends it
 	unlink func() bool        // stops the caller's context from ending it
+	caller context.Context    // the caller's context
 }
 
 // txContexts maps the transactions of Begin to their txCtx. The keys are
@@ -42,13 +44,18 @@ type txContexts struct {
 // begin begins a transaction on db whose context ends with ctx until
 // endOn.
 func (d *Driver) begin(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	if err := ctx.Err(); err != nil { // as database/sql: nothing begun
+		return nil, err
+	}
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	tc := &txCtx{cancel: cancel, unlink: context.AfterFunc(ctx, cancel)}
+	tc := &txCtx{cancel: cancel, unlink: context.AfterFunc(ctx, cancel), caller: ctx}
 	tx, err := d.db.BeginTx(tctx, opts)
 	if err != nil {
 		tc.unlink()
 		cancel()
-		return nil, err
+		// Ended for ctx: ctx's own error (context.DeadlineExceeded for a
+		// deadline that passed while waiting for a connection).
+		return nil, callerErr(err, nil, ctx)
 	}
 	wp := weak.Make(tx)
 	d.txs.mu.Lock()
@@ -75,27 +82,45 @@ func (c *txContexts) forget(wp weak.Pointer[sql.Tx]) {
 
 // endOn makes ctx, instead of the context tx was begun with, bound tx's end
 // (its COMMIT or ROLLBACK): when ctx ends, the statement under way is
-// given up. done releases it, once tx has ended. live is false when the
-// context tx was begun with had already ended: database/sql rolls tx back
-// (now ended, the rollback may still be under way).
-func (d *Driver) endOn(ctx context.Context, tx *sql.Tx) (done func(), live bool) {
+// given up. done releases it, once tx has ended. ended is the error of the
+// context tx was begun with when that had already ended (nil otherwise):
+// database/sql rolls tx back then (the rollback may still be under way).
+func (d *Driver) endOn(ctx context.Context, tx *sql.Tx) (done func(), ended error) {
 	wp := weak.Make(tx)
 	d.txs.mu.Lock()
 	tc := d.txs.m[wp]
 	delete(d.txs.m, wp)
 	d.txs.mu.Unlock()
 	if tc == nil { // not begun by this driver, or ended already
-		return func() {}, true
+		return func() {}, nil
 	}
 	if !tc.unlink() {
 		// It ended (or is ending, on AfterFunc's goroutine): end it now,
 		// so that what follows sees it ended.
 		tc.cancel()
-		return func() {}, false
+		return func() {}, tc.caller.Err()
 	}
 	stop := context.AfterFunc(ctx, tc.cancel)
 	return func() {
 		stop()
 		tc.cancel()
-	}, true
+	}, nil
+}
+
+// callerErr returns the error of the context that ended a transaction's
+// (the caller's of Begin, ended, or the ctx of Commit or Rollback) for
+// err, a context.Canceled of the transaction's context, as database/sql
+// and pgx report a context that ended: context.DeadlineExceeded for a
+// deadline. Otherwise err.
+func callerErr(err, ended error, ctx context.Context) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if ended != nil {
+		return ended
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
 }

@@ -1,6 +1,8 @@
 package pgsqldriver_test
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -44,5 +46,42 @@ func TestTxContextsDropped(t *testing.T) {
 			t.Fatalf("%d transaction contexts still registered after their transactions were collected", pgsqldriver.OpenTxContexts(drv))
 		}
 		runtime.GC()
+	}
+}
+
+// Begin reports its context's own error, as database/sql's BeginTx does:
+// a deadline that passed while it waited for a connection is
+// context.DeadlineExceeded (not the context.Canceled of the context the
+// driver begins on), and a context already ended begins nothing.
+func TestBeginReportsItsContextsError(t *testing.T) {
+	t.Parallel()
+	db, schema := testdb.SQLDB(t, 1)
+	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := drv.Begin(t.Context()) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Rollback(context.Background(), held) }()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if tx, err := drv.Begin(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			_ = drv.Rollback(context.Background(), tx)
+		}
+		t.Fatalf("Begin waiting for a connection past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if err := drv.Rollback(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if tx, err := drv.Begin(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			if err == nil {
+				_ = drv.Rollback(context.Background(), tx)
+			}
+			t.Fatalf("Begin on an ended context: %v, want context.DeadlineExceeded", err)
+		}
 	}
 }
