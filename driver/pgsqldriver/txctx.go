@@ -23,8 +23,9 @@ import (
 // when the caller's ends (database/sql's rollback of a transaction whose
 // context ended is kept) until Commit, Rollback or CommitComplete, which
 // unlink it from the caller's and end it when their own ctx ends: the
-// statement under way is given up (pgx closes the connection) and the
-// connection is never put back in the pool.
+// statement under way is given up and pgx closes the connection (the pgx
+// stdlib driver has no driver.Validator: database/sql keeps the closed
+// connection idle and discards it at its next use, which takes another).
 
 // txCtx is the context a transaction of Begin or BeginClaim was begun on.
 type txCtx struct {
