@@ -155,6 +155,16 @@
 // the others were acknowledged, and their keys back off while the others
 // flow. A custom Publisher should do the same: report what is published,
 // fail the rest, and never let a later event of a failed key through.
+// When the outcome of such an event comes later (the broker wrote the
+// record after all, or failed it), a publisher that implements
+// [LatePublisher] (idemkafka.Publisher does) tells the relay: the event is
+// marked published instead of being published a second time, and its key
+// goes on at once (the relay is woken) instead of after its backoff, which
+// reaches a minute when the fault lasted. The relay applies such outcomes
+// only after the marks of their round committed, and marks an event
+// published only once the earlier events of its key in that round are; a
+// round that marks an event failed or parked finds it published by a late
+// outcome (this relay's or another's) and leaves it so.
 //
 // Such a key (a topic whose writes are denied, or that does not exist) fails
 // round after round while the other keys flow, so its failure is not logged

@@ -36,6 +36,10 @@ import (
 // yet): parking it would stop the event's key until someone redrives it,
 // while a retry publishes it once the cause is gone. The error text is
 // stored with the event (made valid UTF-8 without NUL bytes, cut to 4 KiB).
+//
+// A publisher that may learn an event's outcome after Publish returned it
+// failed (a broker client that keeps retrying a record it stopped waiting
+// for) can also implement LatePublisher, which the relay then uses.
 type Publisher interface {
 	Publish(ctx context.Context, events []event.Envelope) error
 }

@@ -76,6 +76,13 @@ type Relay[TTx any] struct {
 	// unless renewed (wall clock, unix nanoseconds).
 	lease      *relayLease
 	leaseUntil atomic.Int64
+
+	// latePub is pub when it is a LatePublisher (nil otherwise); late
+	// holds the outcomes it reported late, applied by applyLate (one at a
+	// time: lateMu).
+	latePub LatePublisher
+	late    *lateQueue
+	lateMu  sync.Mutex
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.
@@ -101,6 +108,10 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 		locking:  drv.Caps().ConcurrentWriters,
 		lag:      failureLog{anyText: true},
 		listener: failureLog{anyText: true},
+	}
+	if lp, ok := pub.(LatePublisher); ok {
+		r.latePub = lp
+		r.late = &lateQueue{signal: make(chan struct{}, 1)}
 	}
 	if !r.locking {
 		// Claims read outside a transaction: two relays would read the
@@ -184,6 +195,34 @@ func (r *Relay[TTx]) Run(ctx context.Context) error {
 		ch := make(chan struct{}, 1)
 		wakeUp = ch
 		fwg.Go(func() { r.forwardWake(fctx, r.cfg.Wake, ch) })
+	}
+	if r.late != nil {
+		// Late outcomes (see LatePublisher) are applied as they come, and
+		// wake the workers: the keys they free are claimable at once.
+		// Their wake-ups join the others'.
+		lctx, cancel := context.WithCancel(ctx)
+		var lwg sync.WaitGroup
+		defer lwg.Wait() // after cancel (deferred later, run earlier)
+		defer cancel()
+		lateWake := make(chan struct{}, 1)
+		merged := make(chan struct{}, 1)
+		other := wakeUp
+		wakeUp = merged
+		lwg.Go(func() { r.runLate(lctx, lateWake) })
+		lwg.Go(func() {
+			for {
+				select {
+				case <-lctx.Done():
+					return
+				case <-other:
+				case <-lateWake:
+				}
+				select {
+				case merged <- struct{}{}:
+				default:
+				}
+			}
+		})
 	}
 	if r.cfg.OnLag != nil {
 		// Rounds report the lag; one that does not end (a Publish
@@ -477,6 +516,12 @@ func (r *Relay[TTx]) RunOnce(ctx context.Context) (int, error) {
 		res roundResult
 		err error
 	)
+	if r.late != nil {
+		if _, lerr := r.applyLate(ctx); lerr != nil {
+			r.cfg.Logger.Warn("outbox: could not apply outcomes learned after publish gave up on them; their events are retried at their backoff",
+				"err", lerr)
+		}
+	}
 	if r.lease != nil {
 		res, err = r.runOnceLeased(ctx)
 	} else {

@@ -124,13 +124,27 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		}()
 	}
 
-	var pubErr error
+	var (
+		pubErr error
+		outs   []error
+		marked bool // the marks committed
+	)
 	if len(events) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		pubErr = r.pub.Publish(pctx, events)
+		if r.latePub != nil {
+			// The late outcomes (see LatePublisher) wait for the marks:
+			// an event marked published before them would fail its mark
+			// as failed; if they fail, its events are claimed again.
+			lr := &lateRound{q: r.late, rows: rows, events: events}
+			defer func() { lr.settle(marked, outs) }()
+			pubErr = r.latePub.PublishLate(pctx, events, lr.report)
+		} else {
+			pubErr = r.pub.Publish(pctx, events)
+		}
 		cancel()
 	}
-	o := r.sortOutcomes(rows, events, outcomes(pubErr, len(events)), ctx.Err() != nil)
+	outs = outcomes(pubErr, len(events))
+	o := r.sortOutcomes(rows, events, outs, ctx.Err() != nil)
 
 	// Mark what happened, even if ctx ended while publishing.
 	fctx, cancel := context.WithTimeout(detached, finishTimeout)
@@ -169,14 +183,16 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		f := &o.failed[i]
 		f.row.Attempts++
 		if f.park {
-			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: storedError(f.err), At: now}); err != nil {
+			// ErrNotFound: published meanwhile, by the late outcome of an
+			// earlier attempt (see LatePublisher), maybe another relay's.
+			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: storedError(f.err), At: now}); err != nil && !errors.Is(err, driver.ErrNotFound) {
 				return res, fmt.Errorf("outbox: park event %s: %w", f.row.EventID, err)
 			}
 			continue
 		}
 		f.retryIn = r.cfg.Backoff(f.row.Attempts)
 		at := now.Add(f.retryIn)
-		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: storedError(f.err), NextAttempt: at}); err != nil {
+		if err := ex.OutboxMarkFailed(fctx, &driver.OutboxMarkFailedParams{ID: f.row.ID, Error: storedError(f.err), NextAttempt: at}); err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return res, fmt.Errorf("outbox: mark event %s failed: %w", f.row.EventID, err)
 		}
 		if retryAt.IsZero() || at.Before(retryAt) {
@@ -187,6 +203,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		return res, fmt.Errorf("outbox: commit marks: %w", err)
 	}
 	inTx = false
+	marked = true
 	res.published = len(o.published)
 	res.retryAt = retryAt
 

@@ -1,0 +1,331 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+var errUnknown = errors.New("not acknowledged in time; outcome unknown")
+
+// latePublisher is an outbox.LatePublisher: each PublishLate call goes to
+// fn with the call's number (from 1); it records every event it is given.
+type latePublisher struct {
+	mu    sync.Mutex
+	calls int
+	seen  []uuid.UUID
+	fn    func(call int, events []event.Envelope, late func(int, error)) error
+}
+
+func (p *latePublisher) Publish(ctx context.Context, events []event.Envelope) error {
+	return p.PublishLate(ctx, events, nil)
+}
+
+func (p *latePublisher) PublishLate(_ context.Context, events []event.Envelope, late func(int, error)) error {
+	p.mu.Lock()
+	p.calls++
+	n := p.calls
+	for _, e := range events {
+		p.seen = append(p.seen, e.ID)
+	}
+	p.mu.Unlock()
+	return p.fn(n, events, late)
+}
+
+// given returns how many times the publisher was given event id.
+func (p *latePublisher) given(id uuid.UUID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.seen {
+		if s == id {
+			n++
+		}
+	}
+	return n
+}
+
+// marked collects OnPublished's events.
+type marked struct {
+	mu  sync.Mutex
+	ids []uuid.UUID
+}
+
+func (m *marked) on(evs []event.Envelope) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range evs {
+		m.ids = append(m.ids, e.ID)
+	}
+}
+
+func (m *marked) has(id uuid.UUID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.ids, id)
+}
+
+func allPublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) bool {
+	t.Helper()
+	_, ok, err := drv.Outbox().OutboxOldestUnpublished(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !ok
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// onEveryBackend runs a check on SQLite, pgdriver and pgsqldriver.
+func onEveryBackend(t *testing.T, onSQL func(*testing.T, driver.OutboxDriver[*sql.Tx]), onPgx func(*testing.T, driver.OutboxDriver[pgx.Tx])) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); onSQL(t, testdb.SQLite(t)) })
+	t.Run("pgdriver", func(t *testing.T) { t.Parallel(); onPgx(t, testdb.Postgres(t)) })
+	t.Run("pgsqldriver", func(t *testing.T) { t.Parallel(); onSQL(t, testdb.PostgresSQL(t)) })
+}
+
+// An event whose outcome was unknown when Publish returned, reported
+// published later, is marked published and not published again, even
+// though its backoff is an hour; the later event of its key, held behind
+// it (failed at once, as idemkafka does while the key's record waits), is
+// published at once, without waiting for the poll (an hour) either.
+func TestLateOutcomePublishedFreesTheKey(t *testing.T) {
+	t.Parallel()
+	onEveryBackend(t, checkLatePublished[*sql.Tx], checkLatePublished[pgx.Tx])
+}
+
+func checkLatePublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	d1, e1, other := mustEvent(t, "k"), mustEvent(t, "k"), mustEvent(t, "other")
+	var (
+		lateOf  = make(chan func(int, error), 1)
+		d1Index = make(chan int, 1)
+	)
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, late func(int, error)) error {
+		errs := make([]error, len(events))
+		if call > 1 {
+			return nil
+		}
+		for i, e := range events {
+			switch e.ID {
+			case d1.ID:
+				errs[i] = errUnknown
+				d1Index <- i
+			case e1.ID:
+				errs[i] = errUnknown // the key is held: no record, not reported late
+			}
+		}
+		lateOf <- late
+		return &outbox.PublishError{Errs: errs}
+	}}
+	var m marked
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		NoListen:     true,
+		OnPublished:  m.on,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1, e1, other)
+	runInBackground(t, relay)
+	late := <-lateOf
+	i := <-d1Index
+	eventually(t, 5*time.Second, "the other key published", func() bool { return m.has(other.ID) })
+	if m.has(d1.ID) || m.has(e1.ID) {
+		t.Fatal("events of the held key marked before their outcome")
+	}
+	late(i, nil)
+	took := eventually(t, 5*time.Second, "every event published", func() bool { return allPublished(t, drv) })
+	t.Logf("the held key drained %s after the late outcome (backoff and poll: 1h)", took)
+	if n := pub.given(d1.ID); n != 1 {
+		t.Errorf("event published late given to Publish %d times; want once (not published again)", n)
+	}
+	if n := pub.given(e1.ID); n != 2 {
+		t.Errorf("the key's next event given to Publish %d times; want twice (held, then published)", n)
+	}
+	if !m.has(d1.ID) {
+		t.Error("OnPublished not called for the event published late")
+	}
+}
+
+// An event reported failed late is retried at once, not after its backoff.
+// A late outcome reported before Publish returns waits for the round's
+// marks: applied before them, the round's mark of the event failed would
+// not find it pending.
+func TestLateOutcomeFailedRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	onEveryBackend(t, checkLateFailed[*sql.Tx], checkLateFailed[pgx.Tx])
+}
+
+func checkLateFailed[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	d1, d2, e1 := mustEvent(t, "k"), mustEvent(t, "k"), mustEvent(t, "j")
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, late func(int, error)) error {
+		if call > 1 {
+			return nil
+		}
+		errs := make([]error, len(events))
+		for i, e := range events {
+			errs[i] = errUnknown
+			switch e.ID {
+			case d1.ID:
+				late(i, errors.New("broker: NOT_LEADER_FOR_PARTITION")) // before Publish returns
+			case e1.ID:
+				late(i, nil) // published after all, before Publish returns
+			}
+		}
+		return &outbox.PublishError{Errs: errs}
+	}}
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		NoListen:     true,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1, d2, e1)
+	if _, err := relay.RunOnce(t.Context()); err == nil {
+		t.Fatal("first round: no error; want the publish failure")
+	}
+	// The next round applies the late outcomes first: d1 is due again and
+	// e1 is published.
+	if n, err := relay.RunOnce(t.Context()); err != nil || n != 2 {
+		t.Fatalf("second round: %d published, %v; want d1 and d2 published", n, err)
+	}
+	if !allPublished(t, drv) {
+		t.Fatal("events left unpublished")
+	}
+	if n := pub.given(e1.ID); n != 1 {
+		t.Errorf("event published late given to Publish %d times; want once", n)
+	}
+}
+
+// A late outcome never marks an event published before an earlier event of
+// its key: reported published while the earlier one's outcome is not known,
+// it is ignored (the event is published again after its head); once the
+// earlier one is reported published too, both are marked, in one go.
+func TestLateOutcomeKeepsTheKeyOrder(t *testing.T) {
+	t.Parallel()
+	onEveryBackend(t, checkLateOrder[*sql.Tx], checkLateOrder[pgx.Tx])
+}
+
+func checkLateOrder[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	d1, d2 := mustEvent(t, "k"), mustEvent(t, "k")
+	var late func(int, error)
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, l func(int, error)) error {
+		if call == 1 {
+			late = l
+			return &outbox.PublishError{Errs: []error{errUnknown, errUnknown}}
+		}
+		return errUnknown
+	}}
+	var m marked
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		NoListen:     true,
+		OnPublished:  m.on,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1, d2)
+	if _, err := relay.RunOnce(t.Context()); err == nil {
+		t.Fatal("first round: no error; want the publish failure")
+	}
+	late(1, nil) // d2 before d1: ignored
+	if n, err := relay.RunOnce(t.Context()); err != nil || n != 0 {
+		t.Fatalf("second round: %d published, %v; want nothing claimed (d1 backs off)", n, err)
+	}
+	if m.has(d2.ID) {
+		t.Fatal("d2 marked published while d1, earlier in its key, is pending")
+	}
+	late(0, nil)
+	late(1, nil)
+	if _, err := relay.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !m.has(d1.ID) || !m.has(d2.ID) || !allPublished(t, drv) {
+		t.Fatal("d1 and d2 reported published in order: not both marked")
+	}
+	if n := pub.given(d2.ID); n != 1 {
+		t.Errorf("d2 given to Publish %d times; want once", n)
+	}
+}
+
+// A late outcome of a round whose marks did not commit is dropped: the
+// round's events are claimed again. Applied, it would mark d2 published
+// while d1, published by that round but not marked, is pending: the key's
+// order would slip in the outbox.
+func TestLateOutcomeOfARolledBackRoundIsDropped(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	d1, d2 := mustEvent(t, "k"), mustEvent(t, "k")
+	var late func(int, error)
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, l func(int, error)) error {
+		if call == 1 {
+			late = l
+			return &outbox.PublishError{Errs: []error{nil, errUnknown}}
+		}
+		return nil
+	}}
+	fd := &flakyMarksDriver{Driver: drv}
+	fd.fail.Store(true)
+	relay, err := outbox.NewRelay(fd, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, drv, d1, d2)
+	if _, err := relay.RunOnce(t.Context()); err == nil {
+		t.Fatal("first round: no error; want its marks to fail")
+	}
+	late(1, nil)
+	fd.fail.Store(false)
+	if n, err := relay.RunOnce(t.Context()); err != nil || n != 2 {
+		t.Fatalf("second round: %d published, %v; want d1 and d2 claimed again and published", n, err)
+	}
+}
+
+// flakyMarksDriver fails the marks of published events while fail is set.
+type flakyMarksDriver struct {
+	driver.Driver[*sql.Tx]
+	fail atomic.Bool
+}
+
+func (d *flakyMarksDriver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor {
+	if d.fail.Load() {
+		return failMarks{d.Driver.OutboxTx(tx)}
+	}
+	return d.Driver.OutboxTx(tx)
+}
