@@ -152,15 +152,20 @@
 // stop the others: a Publish waits for its records at most
 // [PublisherConfig].StragglerTimeout (2s) after the broker acknowledged the
 // call's other records, then reports them failed with [ErrOutcomeUnknown]
-// (the client keeps them and may still write them; the relay publishes
-// them again later, same IDs). Until the broker tells their outcome, the
+// (the client keeps them and may still write them). When the broker tells
+// their outcome, [Publisher.PublishLate] (outbox.LatePublisher, which the
+// relay uses) reports it: the events written after all are marked
+// published instead of being published again, and their keys go on at
+// once instead of after their backoff. Until the broker tells it, the
 // later events of their keys fail at once without a record, so a key's
 // order holds and the stuck records never fill the client's buffer, shared
 // by every partition; measured with a relay on PostgreSQL at 3,000 events/s
 // over 1,000 keys and one of 6 partitions unanswered for 45s, the other
 // partitions were published at the speed they had before (they stopped for
-// the whole fault without it). A publisher given a PublisherConfig.Client
-// waits for every record, as before.
+// the whole fault without it). After a 45s fault, the stuck keys were
+// published as soon as the records' outcomes came instead of up to a
+// minute later, and none twice (hundreds before). A publisher given a
+// PublisherConfig.Client waits for every record, as before.
 //
 // # Topics
 //

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -117,8 +118,9 @@ type PublisherConfig struct {
 	// wait is shortened to as long as the call's acknowledged records took
 	// (at least 50ms, at most StragglerTimeout), and the events of their
 	// keys are not produced again (see Publish). A healthy but slow
-	// partition taken for a stuck one costs a retry of its events (copies
-	// the inboxes drop), not an event. Defaults to DefaultStragglerTimeout;
+	// partition taken for a stuck one costs a relay round for its events
+	// (their outcomes reach the relay as the broker tells them, see
+	// PublishLate), not an event. Defaults to DefaultStragglerTimeout;
 	// a negative value waits for every record, whatever ctx says (the
 	// behaviour before it existed), and so does a publisher given a Client
 	// (see Client).
@@ -128,6 +130,11 @@ type PublisherConfig struct {
 // DefaultStragglerTimeout is the default PublisherConfig.StragglerTimeout.
 const DefaultStragglerTimeout = 2 * time.Second
 
+// writtenTTL is how long the publisher remembers an event written after it
+// stopped waiting for its record (see Publisher.written): the relay marks
+// it published within milliseconds of learning it.
+const writtenTTL = time.Minute
+
 // minStragglerWait is the shortest wait for a straggler while records of
 // earlier calls wait unacknowledged in the client.
 const minStragglerWait = 50 * time.Millisecond
@@ -135,9 +142,11 @@ const minStragglerWait = 50 * time.Millisecond
 // ErrOutcomeUnknown is wrapped by the error of an event whose record the
 // broker has not acknowledged within PublisherConfig.StragglerTimeout (its
 // partition's leader does not answer): the record stays in the client,
-// which keeps retrying it, and may still be written; the relay publishes
-// the event again after its backoff (same event ID: consumers drop the
-// copy). It is also wrapped by the error of a later event of the same key
+// which keeps retrying it, and may still be written. When the client learns
+// the record's outcome, PublishLate reports it (the relay then marks the
+// event published, or retries it at once); without that, the relay
+// publishes the event again after its backoff (same event ID: consumers
+// drop the copy). It is also wrapped by the error of a later event of the same key
 // while such a record waits: the key is not produced again until the
 // broker told the outcome, so that its records never pile up in the client
 // and never overtake one another.
@@ -179,6 +188,16 @@ type Publisher struct {
 	// waitCap is half of the client's MaxBufferedRecords: with that many
 	// records waiting, Publish produces nothing more.
 	waitCap int64
+	// written holds the events whose records the broker acknowledged
+	// after Publish stopped waiting for them (guarded by waitMu, its size
+	// in writtenN): handed over again before the relay marked them (it
+	// learns it through PublishLate), they are reported published without
+	// a record, not written twice. Entries are forgotten when used, or
+	// after writtenTTL.
+	written     map[uuid.UUID]time.Time
+	writtenN    atomic.Int64
+	writtenPrun time.Time
+
 	// calls maps the records of the produce calls in flight to their
 	// call (*produceCall), for outcomeHook.
 	calls sync.Map
@@ -196,7 +215,7 @@ func (h outcomeHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	}
 }
 
-var _ outbox.Publisher = (*Publisher)(nil)
+var _ outbox.LatePublisher = (*Publisher)(nil)
 
 // recordOverhead is the room left in a record batch for the batch header
 // and the record's own framing when checking an event's size up front;
@@ -379,9 +398,12 @@ func (p *Publisher) Close() {
 // ErrOutcomeUnknown. The producer keeps such a record and retries it until
 // it learns the outcome, whatever ctx says (a record that reached a broker
 // may have been written; giving it up would break the idempotent
-// sequence), so it may still be written: the relay publishes the event
-// again after its backoff, with the same ID, and the consumers' inboxes
-// drop the copy. Meanwhile the events of its key fail at once with
+// sequence), so it may still be written. Through PublishLate (which the
+// relay uses), its outcome is reported once the client learns it: an
+// event written after all is marked published (not published again), and
+// its key goes on at once; through Publish, the relay publishes it again
+// after its backoff, with the same ID, and the consumers' inboxes drop the
+// copy. Meanwhile the events of its key fail at once with
 // ErrOutcomeUnknown, without a record: a key's records never pile up in
 // the client, and never overtake one another (kgo fails every record
 // buffered after a failed one in its partition). While such records wait,
@@ -404,6 +426,25 @@ func (p *Publisher) Close() {
 // defaults, and the records that wait for a partition that does not answer
 // are bounded at half of it, see above).
 func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
+	return p.PublishLate(ctx, events, nil)
+}
+
+// PublishLate is Publish, and implements outbox.LatePublisher: for each
+// event it reported failed with ErrOutcomeUnknown because its record was
+// not acknowledged in time (not for a later event of its key that failed
+// without a record), late, if not nil, is called once the client learns
+// the record's outcome: late(i, nil) when the broker acknowledged it
+// (acks=all) after all, late(i, err) when it failed. It is called from the
+// client's goroutine, after the event's key is released (the key's next
+// event is produced again), in the order of the records of a partition,
+// and never when the client is not the publisher's own (Client). The relay
+// marks such an event published instead of publishing it again, and lets
+// its key go on at once instead of after its backoff. An event whose record
+// was written so and that is handed over again within a minute (a relay
+// round that claimed it before the relay marked it) is reported published
+// without a new record, by Publish too: it is not written twice (nor
+// rewritten by a redrive within that minute).
+func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, late func(i int, err error)) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -417,7 +458,24 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	)
 	// Keys with a record still unacknowledged in the client (a partition
 	// whose leader does not answer) are not produced again until it is.
-	var waitingKeys map[string]bool
+	var (
+		waitingKeys map[string]bool
+		written     map[int]bool // events written already (see p.written)
+	)
+	if p.writtenN.Load() > 0 {
+		p.waitMu.Lock()
+		for i, e := range events {
+			if _, ok := p.written[e.ID]; ok {
+				delete(p.written, e.ID)
+				if written == nil {
+					written = map[int]bool{}
+				}
+				written[i] = true
+			}
+		}
+		p.writtenN.Store(int64(len(p.written)))
+		p.waitMu.Unlock()
+	}
 	if p.waiting.Load() > 0 {
 		p.waitMu.Lock()
 		for _, e := range events {
@@ -433,6 +491,11 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 	for i, e := range events {
 		if j, ok := failed[e.Key]; ok {
 			errs[i] = fmt.Errorf("%w: event %d of key %q failed", outbox.ErrSkipped, j, e.Key)
+			continue
+		}
+		if written[i] {
+			// Acknowledged after its Publish stopped waiting: published,
+			// and after the key's earlier events (its partition's order).
 			continue
 		}
 		if waitingKeys[e.Key] {
@@ -486,7 +549,7 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 			}
 		} else {
 			cl = p.cl.Load()
-			results = p.produce(ctx, cl, rs, index, events, errs)
+			results = p.produce(ctx, cl, rs, index, events, errs, late)
 			p.gate.leave(false)
 		}
 		for _, res := range results {
@@ -528,6 +591,9 @@ type produceCall struct {
 	results   kgo.ProduceResults
 	total     int                      // records produced
 	key       func(*kgo.Record) string // a record's event key
+	index     map[*kgo.Record]int      // a record's event
+	events    []event.Envelope         // the call's events
+	late      func(i int, err error)   // PublishLate's, or nil
 	last      time.Time                // when the last result came
 	abandoned bool                     // produce returned: the outcomes release the keys instead
 	wake      chan struct{}
@@ -538,7 +604,16 @@ func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 	c.mu.Lock()
 	if c.abandoned {
 		c.mu.Unlock()
+		if err == nil {
+			p.rememberWritten(c.events[c.index[r]].ID)
+		}
 		p.unwait(c.key(r))
+		if c.late != nil {
+			if err != nil {
+				err = fmt.Errorf("idemkafka: a record not acknowledged in time failed after all: %w", classify(r.Topic, err))
+			}
+			c.late(c.index[r], err)
+		}
 		return
 	}
 	c.results = append(c.results, kgo.ProduceResult{Record: r, Err: err})
@@ -568,7 +643,7 @@ func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 // it fails, so a key's records never overtake each other in the topic.
 // The outcomes come from outcomeHook, on the publisher's own client only:
 // with PublisherConfig.Client, produce waits for every record.
-func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Record, index map[*kgo.Record]int, events []event.Envelope, errs []error) kgo.ProduceResults {
+func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Record, index map[*kgo.Record]int, events []event.Envelope, errs []error, late func(int, error)) kgo.ProduceResults {
 	if p.straggler < 0 || !p.owned {
 		return cl.ProduceSync(ctx, rs...)
 	}
@@ -581,7 +656,8 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 		}
 		return nil
 	}
-	c := &produceCall{results: make(kgo.ProduceResults, 0, len(rs)), total: len(rs), key: func(r *kgo.Record) string { return events[index[r]].Key }, wake: make(chan struct{}, 1)}
+	c := &produceCall{results: make(kgo.ProduceResults, 0, len(rs)), total: len(rs), key: func(r *kgo.Record) string { return events[index[r]].Key },
+		index: index, events: events, late: late, wake: make(chan struct{}, 1)}
 	for _, r := range rs {
 		p.calls.Store(r, c)
 	}
@@ -683,6 +759,28 @@ func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Rec
 			"records", p.waiting.Load(), "straggler_timeout", p.straggler)
 	}
 	return true
+}
+
+// rememberWritten remembers that the record of event id, which a produce
+// stopped waiting for, was written (see Publisher.written), and forgets
+// the entries older than writtenTTL.
+func (p *Publisher) rememberWritten(id uuid.UUID) {
+	p.waitMu.Lock()
+	defer p.waitMu.Unlock()
+	now := time.Now()
+	if p.written == nil {
+		p.written = map[uuid.UUID]time.Time{}
+	}
+	if now.Sub(p.writtenPrun) > writtenTTL/10 {
+		p.writtenPrun = now
+		for k, at := range p.written {
+			if now.Sub(at) > writtenTTL {
+				delete(p.written, k)
+			}
+		}
+	}
+	p.written[id] = now
+	p.writtenN.Store(int64(len(p.written)))
 }
 
 // unwait releases a record of key that a produce stopped waiting for: the

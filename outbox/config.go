@@ -68,7 +68,8 @@ type RelayConfig struct {
 	// broker client may outlive its context (kgo's idempotent producer
 	// does, for records whose outcome is unsure, rather than risk a
 	// duplicate; idemkafka.Publisher returns StragglerTimeout after it
-	// instead, and sooner when only some partitions do not answer), and
+	// instead, and sooner when only some partitions do not answer, and
+	// tells the outcome later, see LatePublisher), and
 	// the connection to the database may be lost while
 	// publishing: so the claim also sets the transaction's
 	// idle_in_transaction_session_timeout to PublishTimeout + 20s (whatever
