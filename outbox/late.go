@@ -41,9 +41,11 @@ import (
 // are claimed again). late does not block.
 //
 // Without it (a Publisher of Publish only), such events are published
-// again at their next retry, and their keys wait for it. Outcomes the
-// relay learns while it is stopped (after Run returned) are lost, with the
-// same result.
+// again at their next retry, and their keys wait for it; so does a
+// wrapper around a LatePublisher (a PublisherFunc that counts, say) unless
+// it implements PublishLate too and passes late on. Outcomes learned
+// while the relay is stopped (after Run returned) wait for its next Run or
+// RunOnce, and are lost with the relay.
 type LatePublisher interface {
 	Publisher
 	PublishLate(ctx context.Context, events []event.Envelope, late func(i int, err error)) error
