@@ -329,3 +329,98 @@ func (d *flakyMarksDriver) OutboxTx(tx *sql.Tx) driver.OutboxExecutor {
 	}
 	return d.Driver.OutboxTx(tx)
 }
+
+// A round whose event was marked published while it published it (by the
+// late outcome of an earlier attempt, maybe another relay's) and that
+// failed it keeps it published, and its other marks: its mark failed finds
+// no pending row (driver.ErrNotFound), which used to fail the round and
+// roll its marks back (its events were published again).
+func TestRoundKeepsAnEventPublishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	onEveryBackend(t, checkPublishedMeanwhile[*sql.Tx], checkPublishedMeanwhile[pgx.Tx])
+}
+
+func checkPublishedMeanwhile[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	d1, other := mustEvent(t, "k"), mustEvent(t, "other")
+	var d1Row atomic.Int64
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, _ func(int, error)) error {
+		errs := make([]error, len(events))
+		for i, e := range events {
+			if e.ID != d1.ID {
+				continue
+			}
+			errs[i] = errUnknown
+			if call == 2 {
+				// Another relay marks it published meanwhile.
+				markPublished(t, drv, d1Row.Load())
+			}
+		}
+		return &outbox.PublishError{Errs: errs}
+	}}
+	var m marked
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff:     func(int) time.Duration { return 0 },
+		NoListen:    true,
+		OnPublished: m.on,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1)
+	if _, err := relay.RunOnce(t.Context()); err == nil {
+		t.Fatal("first round: no error; want the publish failure")
+	}
+	d1Row.Store(rowIDOf(t, drv, d1.ID))
+	enqueueTx(t, drv, other)
+	n, err := relay.RunOnce(t.Context())
+	if err == nil || n != 1 || !m.has(other.ID) {
+		t.Fatalf("second round: %d published, %v; want the other event marked and d1's failure reported", n, err)
+	}
+	if !allPublished(t, drv) {
+		t.Fatal("d1, marked published during the round, is pending again")
+	}
+}
+
+// rowIDOf returns the row ID of event id, which must be claimable, by a
+// claim rolled back.
+func rowIDOf[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], id uuid.UUID) int64 {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Rollback(ctx, tx) }()
+	rows, err := drv.OutboxTx(tx).OutboxClaimBatch(ctx, &driver.OutboxClaimBatchParams{Now: time.Now().Add(time.Hour), Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.EventID == id {
+			return r.ID
+		}
+	}
+	t.Fatalf("event %s not claimable", id)
+	return 0
+}
+
+// markPublished marks row id published in a transaction of its own, as a
+// relay applying a late outcome does.
+func markPublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], id int64) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer func() { _ = drv.Rollback(ctx, tx) }()
+	if err := drv.OutboxTx(tx).OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: []int64{id}, At: time.Now()}); err != nil {
+		t.Error(err)
+		return
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Error(err)
+	}
+}
