@@ -37,8 +37,10 @@
 // consumes from one that produces. The other Kafka clients, whose defaults
 // are not idempotent: for sarama (IBM/sarama, Shopify/sarama), a
 // sarama.NewConfig() given to NewSyncProducer or NewAsyncProducer
-// (directly, through a variable or returned by a function of the package;
-// reported where it is made), or nil given to them, when nothing in the
+// (directly, through a variable, through a struct field the package's
+// non-test files assign, as a publisher's config filled with the
+// package's default, or returned by a function of the package; reported
+// where it is made), or nil given to them, when nothing in the
 // package sets Producer.Idempotent to anything but false; any assignment of
 // false to Producer.Idempotent, or of NoResponse or WaitForLocal to
 // Producer.RequiredAcks. For confluent-kafka-go, kafka.NewProducer given a
@@ -49,7 +51,9 @@
 // acknowledgement) unless the package assigns a Writer's RequiredAcks
 // elsewhere, and RequiredAcks set to RequireNone or RequireOne. Test files
 // are skipped: a test's producer writes test records, to a fake broker or
-// with acks=0 on purpose.
+// with acks=0 on purpose. So are the client packages themselves (kgo,
+// kafka-go, sarama, confluent-kafka-go): sarama's NewConfig sets its own
+// defaults.
 //
 // idemretrykey: a key or event ID made inside a retry loop that also sends
 // the operation. Keys are idemclient.NewKey, (*idemclient.Client).NewKey,

@@ -21,6 +21,12 @@ const (
 )
 
 func runProducer(pass *analysis.Pass) (any, error) {
+	if isKafkaClientPackage(pass.Pkg.Path()) {
+		// The client's own code: sarama's NewConfig sets its defaults
+		// (acks from the leader), a wrapper of the client passes its
+		// config on. The rule is about the programs that use them.
+		return nil, nil
+	}
 	info := pass.TypesInfo
 	assigns := assignments(pass)
 	r := newReporter(pass)
@@ -199,4 +205,11 @@ func isBuiltin(info *types.Info, call *ast.CallExpr, name string) bool {
 	}
 	b, ok := info.Uses[id].(*types.Builtin)
 	return ok && b.Name() == name
+}
+
+// isKafkaClientPackage reports whether path is one of the Kafka client
+// packages idemproducer knows: franz-go's kgo, segmentio/kafka-go, sarama
+// (IBM, Shopify) or confluent-kafka-go.
+func isKafkaClientPackage(path string) bool {
+	return path == kgoPath || path == kafkagoPath || contains(saramaPaths, path) || contains(confluentPaths, path)
 }

@@ -101,6 +101,7 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 		return true
 	})
 
+	var fields map[types.Object][]assignment // struct fields, made on first use
 	inspect(func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.CallExpr:
@@ -109,7 +110,10 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 			case !saramaIdem && isFuncIn(fn, saramaPaths, "NewSyncProducer", "NewAsyncProducer") && len(n.Args) == 2:
 				// The config passed here, or made by NewConfig in the
 				// package: reported where it is made, once.
-				if c := saramaConfigCall(pass, assigns, n.Args[1], map[any]bool{}); c != nil {
+				if fields == nil {
+					fields = nonTestFieldAssignments(pass)
+				}
+				if c := saramaConfigCall(pass, assigns, fields, n.Args[1], map[any]bool{}); c != nil {
 					r.report(c, msgSaramaNoIdempotence)
 				} else if isNilExpr(info, n.Args[1]) {
 					r.report(n, msgSaramaNoIdempotence)
@@ -156,9 +160,11 @@ func confluentSetting(r *reporter, n ast.Node, key string, info *types.Info, v a
 }
 
 // saramaConfigCall returns the sarama.NewConfig() call e is, or the one a
-// variable of the package e names was assigned, or that a function of the
-// package e calls returns; nil when e comes from elsewhere.
-func saramaConfigCall(pass *analysis.Pass, assigns map[types.Object][]assignment, e ast.Expr, seen map[any]bool) *ast.CallExpr {
+// variable of the package e names was assigned, or a struct field e
+// selects (fields: what the package's non-test files assign to them), or
+// that a function of the package e calls returns; nil when e comes from
+// elsewhere.
+func saramaConfigCall(pass *analysis.Pass, assigns, fields map[types.Object][]assignment, e ast.Expr, seen map[any]bool) *ast.CallExpr {
 	info := pass.TypesInfo
 	switch e := ast.Unparen(e).(type) {
 	case *ast.CallExpr:
@@ -178,7 +184,7 @@ func saramaConfigCall(pass *analysis.Pass, assigns map[types.Object][]assignment
 				return false // its returns are its own
 			case *ast.ReturnStmt:
 				if found == nil && len(n.Results) > 0 {
-					found = saramaConfigCall(pass, assigns, n.Results[0], seen)
+					found = saramaConfigCall(pass, assigns, fields, n.Results[0], seen)
 				}
 			}
 			return found == nil
@@ -190,16 +196,54 @@ func saramaConfigCall(pass *analysis.Pass, assigns map[types.Object][]assignment
 			return nil
 		}
 		seen[v] = true
-		for _, a := range assigns[v] {
-			if a.Index != 0 {
-				continue
-			}
-			if c := saramaConfigCall(pass, assigns, a.Expr, seen); c != nil {
-				return c
-			}
+		return saramaConfigAssigned(pass, assigns, fields, assigns[v], seen)
+	case *ast.SelectorExpr:
+		// A struct field the package assigns (c.Config =
+		// DefaultConfig(), publisher{cfg: sarama.NewConfig()}), in a file
+		// that is not a test's: a config the package makes and puts
+		// there, whoever else may also set it.
+		s, ok := info.Selections[e]
+		if !ok || s.Kind() != types.FieldVal {
+			return nil
+		}
+		v, _ := s.Obj().(*types.Var)
+		if v == nil || seen[v] {
+			return nil
+		}
+		seen[v] = true
+		return saramaConfigAssigned(pass, assigns, fields, fields[v], seen)
+	}
+	return nil
+}
+
+// saramaConfigAssigned returns the first sarama.NewConfig() call that one of
+// the values as is or comes from, as saramaConfigCall finds it.
+func saramaConfigAssigned(pass *analysis.Pass, assigns, fields map[types.Object][]assignment, as []assignment, seen map[any]bool) *ast.CallExpr {
+	for _, a := range as {
+		if a.Index != 0 {
+			continue
+		}
+		if c := saramaConfigCall(pass, assigns, fields, a.Expr, seen); c != nil {
+			return c
 		}
 	}
 	return nil
+}
+
+// nonTestFieldAssignments is fieldAssignments without the assignments made
+// in test files: a test's config is not the program's.
+func nonTestFieldAssignments(pass *analysis.Pass) map[types.Object][]assignment {
+	m := fieldAssignments(pass)
+	for obj, as := range m {
+		kept := as[:0]
+		for _, a := range as {
+			if !strings.HasSuffix(pass.Fset.File(a.Expr.Pos()).Name(), "_test.go") {
+				kept = append(kept, a)
+			}
+		}
+		m[obj] = kept
+	}
+	return m
 }
 
 // confluentMapFromPackage reports whether e is a ConfigMap literal (or its

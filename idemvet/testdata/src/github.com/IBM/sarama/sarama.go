@@ -27,7 +27,19 @@ type Config struct {
 	}
 }
 
-func NewConfig() *Config { return &Config{} }
+// NewConfig sets sarama's defaults, acks from the leader only among them,
+// as the real one does: the client's own package is not checked.
+func NewConfig() *Config {
+	c := &Config{}
+	c.Producer.RequiredAcks = WaitForLocal
+	return c
+}
+
+// NewSyncProducerFromDefaults makes a producer with sarama's defaults, in
+// the client's own package: not reported either.
+func NewSyncProducerFromDefaults(addrs []string) (SyncProducer, error) {
+	return NewSyncProducer(addrs, NewConfig())
+}
 
 type SyncProducer interface {
 	SendMessage(msg *ProducerMessage) (partition int32, offset int64, err error)
