@@ -36,7 +36,9 @@
 // nor a function's parameters, nor tell a client that only
 // consumes from one that produces. The other Kafka clients, whose defaults
 // are not idempotent: for sarama (IBM/sarama, Shopify/sarama), a
-// sarama.NewConfig() given to NewSyncProducer or NewAsyncProducer
+// sarama.NewConfig() given to NewSyncProducer or NewAsyncProducer, or to
+// the sarama.NewClient (directly or through a variable) whose client
+// NewSyncProducerFromClient or NewAsyncProducerFromClient is given
 // (directly, through a variable, through a struct field the package's
 // non-test files assign, as a publisher's config filled with the
 // package's default, or returned by a function of the package; reported

@@ -118,6 +118,19 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 				} else if isNilExpr(info, n.Args[1]) {
 					r.report(n, msgSaramaNoIdempotence)
 				}
+			case !saramaIdem && isFuncIn(fn, saramaPaths, "NewSyncProducerFromClient", "NewAsyncProducerFromClient") && len(n.Args) == 1:
+				// The config of the client, made by sarama.NewClient in
+				// the package (directly or through a variable).
+				if fields == nil {
+					fields = nonTestFieldAssignments(pass)
+				}
+				if nc := saramaNewClient(info, assigns, n.Args[0]); nc != nil {
+					if c := saramaConfigCall(pass, assigns, fields, nc.Args[1], map[any]bool{}); c != nil {
+						r.report(c, msgSaramaNoIdempotence)
+					} else if isNilExpr(info, nc.Args[1]) {
+						r.report(n, msgSaramaNoIdempotence)
+					}
+				}
 			case !confluentIdem && isFuncIn(fn, confluentPaths, "NewProducer") && len(n.Args) == 1 &&
 				confluentMapFromPackage(info, assigns, n.Args[0]):
 				r.report(n, msgConfluentNoIdem)
@@ -212,6 +225,32 @@ func saramaConfigCall(pass *analysis.Pass, assigns, fields map[types.Object][]as
 		}
 		seen[v] = true
 		return saramaConfigAssigned(pass, assigns, fields, fields[v], seen)
+	}
+	return nil
+}
+
+// saramaNewClient returns the sarama.NewClient(addrs, config) call e is, or
+// that a local variable e names was assigned (client, err :=
+// sarama.NewClient(...)); nil otherwise.
+func saramaNewClient(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr) *ast.CallExpr {
+	switch e := ast.Unparen(e).(type) {
+	case *ast.CallExpr:
+		if isFuncIn(callee(info, e), saramaPaths, "NewClient") && len(e.Args) == 2 {
+			return e
+		}
+	case *ast.Ident:
+		v, ok := info.ObjectOf(e).(*types.Var)
+		if !ok || isParam(v) {
+			return nil
+		}
+		for _, a := range assigns[v] {
+			if a.Index != 0 {
+				continue
+			}
+			if call, ok := ast.Unparen(a.Expr).(*ast.CallExpr); ok && isFuncIn(callee(info, call), saramaPaths, "NewClient") && len(call.Args) == 2 {
+				return call
+			}
+		}
 	}
 	return nil
 }

@@ -48,3 +48,24 @@ type external struct {
 func (e external) producer(addrs []string) (sarama.SyncProducer, error) {
 	return sarama.NewSyncProducer(addrs, e.Config)
 }
+
+// A producer made from a client: the client's config is the producer's.
+func fromClient(addrs []string) (sarama.SyncProducer, error) {
+	cfg := sarama.NewConfig() // want "sarama producer without idempotence"
+	cfg.Producer.Return.Successes = true
+	client, err := sarama.NewClient(addrs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sarama.NewSyncProducerFromClient(client)
+}
+
+func asyncFromClient(addrs []string) {
+	client, _ := sarama.NewClient(addrs, nil)
+	sarama.NewAsyncProducerFromClient(client) // want "sarama producer without idempotence"
+}
+
+// A client from elsewhere: not reported.
+func fromCallersClient(client sarama.Client) (sarama.SyncProducer, error) {
+	return sarama.NewSyncProducerFromClient(client)
+}

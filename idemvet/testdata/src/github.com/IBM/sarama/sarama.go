@@ -50,6 +50,12 @@ type ConsumerGroup interface{ Close() error }
 
 func NewSyncProducer(addrs []string, config *Config) (SyncProducer, error)   { return nil, nil }
 func NewAsyncProducer(addrs []string, config *Config) (AsyncProducer, error) { return nil, nil }
+
+type Client interface{ Close() error }
+
+func NewClient(addrs []string, config *Config) (Client, error)        { return nil, nil }
+func NewSyncProducerFromClient(client Client) (SyncProducer, error)   { return nil, nil }
+func NewAsyncProducerFromClient(client Client) (AsyncProducer, error) { return nil, nil }
 func NewConsumerGroup(addrs []string, groupID string, config *Config) (ConsumerGroup, error) {
 	return nil, nil
 }
