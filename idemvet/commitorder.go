@@ -2,6 +2,7 @@ package idemvet
 
 import (
 	"go/ast"
+	"go/token"
 	"go/types"
 
 	"golang.org/x/tools/go/analysis"
@@ -73,15 +74,12 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 					continue
 				}
 				wrote := false
-				var here []*ast.CallExpr
 				ast.Inspect(st, func(n ast.Node) bool {
 					switch n := n.(type) {
 					case *ast.FuncLit:
 						return false // runs later, or elsewhere
 					case *ast.CallExpr:
-						if isOffsetCommit(callee(info, n)) {
-							here = append(here, n)
-						} else if isDBWrite(info, n) {
+						if !isOffsetCommit(callee(info, n)) && isDBWrite(info, n) {
 							wrote = true
 						}
 					}
@@ -93,11 +91,103 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 					}
 					commits = nil
 				}
-				commits = append(commits, here...)
+				commits = append(commits, flowingCommits(info, st)...)
 			}
 			return true
 		})
 	}
+}
+
+// flowingCommits returns the offset commits of st after which control may
+// go on to the statement that follows st: not those in a branch of an if,
+// or a case of a switch or select, that ends in a return, a continue or a
+// panic (or, in an if, a break): a record skipped, marked as done, while
+// the loop goes on to the next one.
+func flowingCommits(info *types.Info, st ast.Stmt) []*ast.CallExpr {
+	var out []*ast.CallExpr
+	all := func(n ast.Node) {
+		if n == nil { // no Init, Cond or Tag
+			return
+		}
+		ast.Inspect(n, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // runs later, or elsewhere
+			case *ast.CallExpr:
+				if isOffsetCommit(callee(info, n)) {
+					out = append(out, n)
+				}
+			}
+			return true
+		})
+	}
+	branch := func(list []ast.Stmt, breakLeaves bool) {
+		if leavesBranch(info, list, breakLeaves) {
+			return
+		}
+		for _, s := range list {
+			out = append(out, flowingCommits(info, s)...)
+		}
+	}
+	switch st := st.(type) {
+	case *ast.IfStmt:
+		all(st.Init)
+		all(st.Cond)
+		branch(st.Body.List, true)
+		switch e := st.Else.(type) {
+		case *ast.BlockStmt:
+			branch(e.List, true)
+		case *ast.IfStmt:
+			out = append(out, flowingCommits(info, e)...)
+		}
+	case *ast.BlockStmt:
+		branch(st.List, true)
+	case *ast.SwitchStmt:
+		all(st.Init)
+		all(st.Tag)
+		for _, c := range st.Body.List {
+			cc := c.(*ast.CaseClause)
+			for _, e := range cc.List {
+				all(e)
+			}
+			branch(cc.Body, false) // a break leaves the switch only
+		}
+	case *ast.TypeSwitchStmt:
+		all(st.Init)
+		all(st.Assign)
+		for _, c := range st.Body.List {
+			branch(c.(*ast.CaseClause).Body, false)
+		}
+	case *ast.SelectStmt:
+		for _, c := range st.Body.List {
+			cc := c.(*ast.CommClause)
+			all(cc.Comm)
+			branch(cc.Body, false)
+		}
+	default:
+		all(st)
+	}
+	return out
+}
+
+// leavesBranch reports whether the statements of a branch end by leaving
+// the enclosing block: a return, a continue, a panic, or (when breakLeaves:
+// the branch of an if, whose break leaves the loop or switch around the
+// block) a break.
+func leavesBranch(info *types.Info, list []ast.Stmt, breakLeaves bool) bool {
+	if len(list) == 0 {
+		return false
+	}
+	switch last := list[len(list)-1].(type) {
+	case *ast.ReturnStmt:
+		return true
+	case *ast.BranchStmt:
+		return last.Tok == token.CONTINUE || last.Tok == token.BREAK && breakLeaves
+	case *ast.ExprStmt:
+		call, ok := ast.Unparen(last.X).(*ast.CallExpr)
+		return ok && isBuiltin(info, call, "panic")
+	}
+	return false
 }
 
 // checkConfluentAutoCommit reports kafka.NewConsumer given a ConfigMap of

@@ -216,8 +216,11 @@
 // later in the same block, by a database write (Exec or ExecContext on a
 // pgx, pgxpool or database/sql handle, or Commit on a transaction of one):
 // the loop's offsets are committed before its records are applied. A
-// deferred commit, one in a goroutine or a function literal, and a write
-// made in a function the block calls are not seen.
+// commit in a branch of an if, or a case of a switch or select, that ends
+// in a return, a continue or a panic (in an if, a break too) does not
+// reach the write: a record skipped, marked as done, while the loop goes
+// on. A deferred commit, one in a goroutine or a function literal, and a
+// write made in a function the block calls are not seen.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

@@ -85,3 +85,52 @@ func deferred(ctx context.Context, r *kafkago.Reader, db *sql.DB, m kafkago.Mess
 	defer r.CommitMessages(ctx, m)
 	db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
 }
+
+// Not reported: a record skipped (marked or committed, then the loop goes
+// on to the next one or returns) before the write that applies the others.
+
+func (h handler) skipPoison(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		if len(msg.Value) == 0 {
+			sess.MarkMessage(msg, "")
+			continue
+		}
+		if msg.Topic == "" {
+			if len(msg.Key) == 0 {
+				sess.MarkMessage(msg, "")
+				return nil
+			}
+			sess.MarkMessage(msg, "")
+			break
+		}
+		switch msg.Topic {
+		case "audit":
+			sess.MarkMessage(msg, "")
+			continue
+		}
+		h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+		sess.MarkMessage(msg, "")
+	}
+	return nil
+}
+
+// Reported: a branch that goes on to the write, a case that breaks out of
+// the switch only (a commit in an if's init is kafkaGoCommitFirst's).
+
+func (h handler) markThenFallThrough(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		if len(msg.Value) == 0 {
+			sess.MarkMessage(msg, "") // want "before the database write"
+		} else {
+			sess.MarkMessage(msg, "") // this branch goes on to the next record
+			continue
+		}
+		switch msg.Topic {
+		case "audit":
+			sess.MarkMessage(msg, "") // want "before the database write"
+			break
+		}
+		h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+	}
+	return nil
+}
