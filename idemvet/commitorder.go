@@ -55,20 +55,28 @@ func isDBWrite(info *types.Info, call *ast.CallExpr) bool {
 	return false
 }
 
-// checkCommitOrder reports, in every block of the package's functions, an
-// offset commit followed, later in the same block, by a database write: the
+// checkCommitOrder reports, in every block of the package's functions (the
+// statements of a case of a switch or select too), an offset commit
+// followed, later in the same block, by a database write: the
 // offsets of a loop iteration committed before its records were applied.
 // A deferred commit, or one run in a goroutine, is not considered.
 func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 	info := pass.TypesInfo
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
-			block, ok := n.(*ast.BlockStmt)
-			if !ok {
+			var list []ast.Stmt
+			switch n := n.(type) {
+			case *ast.BlockStmt:
+				list = n.List
+			case *ast.CaseClause: // a case of a switch: a block of its own
+				list = n.Body
+			case *ast.CommClause: // case msg := <-claim.Messages():
+				list = n.Body
+			default:
 				return true
 			}
 			var commits []*ast.CallExpr
-			for _, st := range block.List {
+			for _, st := range list {
 				switch st.(type) {
 				case *ast.DeferStmt, *ast.GoStmt:
 					continue

@@ -213,8 +213,10 @@
 // CommitOffsetsSync, MarkCommitRecords; kafka-go CommitMessages; sarama's
 // session MarkMessage, MarkOffset, Commit; confluent-kafka-go Commit,
 // CommitMessage, CommitOffsets, StoreMessage, StoreOffsets) followed,
-// later in the same block, by a database write (Exec or ExecContext on a
-// pgx, pgxpool or database/sql handle, or Commit on a transaction of one):
+// later in the same block (the statements of a case of a switch or
+// select are one: case msg := <-claim.Messages():), by a database write
+// (Exec or ExecContext on a pgx, pgxpool or database/sql handle, or Commit
+// on a transaction of one):
 // the loop's offsets are committed before its records are applied. A
 // commit in a branch of an if, or a case of a switch or select, that ends
 // in a return, a continue or a panic (in an if, a break too) does not

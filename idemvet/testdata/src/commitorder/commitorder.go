@@ -134,3 +134,40 @@ func (h handler) markThenFallThrough(sess sarama.ConsumerGroupSession, claim sar
 	}
 	return nil
 }
+
+// sarama's own example's shape: the claim's messages received in a select.
+// The case's statements are a block of their own.
+func (h handler) selectLoop(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			sess.MarkMessage(msg, "") // want "before the database write"
+			h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+		case <-sess.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (h handler) selectLoopAfter(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case msg := <-claim.Messages():
+			h.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+			sess.MarkMessage(msg, "")
+		case <-sess.Context().Done():
+			return nil
+		}
+	}
+}
+
+func switchCase(ctx context.Context, r *kafkago.Reader, db *sql.DB, m kafkago.Message) {
+	switch m.Topic {
+	case "orders":
+		r.CommitMessages(ctx, m) // want "before the database write"
+		db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
+	}
+}

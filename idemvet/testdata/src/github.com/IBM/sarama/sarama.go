@@ -1,6 +1,8 @@
 // Package sarama is a stub of IBM/sarama for the idemvet tests.
 package sarama
 
+import "context"
+
 type RequiredAcks int16
 
 const (
@@ -68,6 +70,7 @@ type ConsumerMessage struct {
 }
 
 type ConsumerGroupSession interface {
+	Context() context.Context
 	MarkMessage(msg *ConsumerMessage, metadata string)
 	MarkOffset(topic string, partition int32, offset int64, metadata string)
 	Commit()
