@@ -260,8 +260,15 @@ func (r *Relay[TTx]) applyLate(ctx context.Context) (bool, error) {
 }
 
 // markLate marks rows ids published and the rows of failed due now (see
-// applyLate), in one transaction.
+// applyLate), in one transaction. It waits for this relay's rounds under
+// way and holds new ones back meanwhile (lateGate): a round's transaction
+// locks the rows it marks in another order, and a late outcome's rows are
+// often in one (claimed again once their backoff passed), so running both
+// at once deadlocked (PostgreSQL aborted one of them after
+// deadlock_timeout; seen in the end-to-end Kafka outage test).
 func (r *Relay[TTx]) markLate(ctx context.Context, ids []int64, failed []lateEntry) (err error) {
+	r.lateGate.Lock()
+	defer r.lateGate.Unlock()
 	tx, err := r.drv.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", err)

@@ -424,3 +424,78 @@ func markPublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], id int64
 		t.Error(err)
 	}
 }
+
+// A late outcome that arrives while a round of the same relay is under way
+// is applied once that round has ended, never during it: the round's
+// transaction and the late marks lock rows in different orders, and run at
+// once they deadlocked (seen in idemd's end-to-end Kafka outage test,
+// PostgreSQL aborting one of them after deadlock_timeout).
+//
+// PostgreSQL's drivers only: there several rounds of a relay run at once;
+// SQLite's relay runs one at a time under its lease.
+func TestLateOutcomeWaitsForTheRoundUnderWay(t *testing.T) {
+	t.Parallel()
+	t.Run("pgdriver", func(t *testing.T) { t.Parallel(); checkLateWaitsForRound(t, testdb.Postgres(t)) })
+	t.Run("pgsqldriver", func(t *testing.T) { t.Parallel(); checkLateWaitsForRound(t, testdb.PostgresSQL(t)) })
+}
+
+func checkLateWaitsForRound[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	d1, z := mustEvent(t, "k"), mustEvent(t, "z")
+	var (
+		lateOf     = make(chan func(int, error), 1)
+		inRound2   = make(chan struct{})
+		endRound2  = make(chan struct{})
+		round2Done atomic.Bool
+	)
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, late func(int, error)) error {
+		switch call {
+		case 1: // d1: outcome unknown, learned later
+			lateOf <- late
+			return &outbox.PublishError{Errs: []error{errUnknown}}
+		case 2: // z: a round under way when d1's outcome comes
+			close(inRound2)
+			<-endRound2
+			round2Done.Store(true)
+		}
+		return nil
+	}}
+	var m marked
+	wake := make(chan struct{}, 1)
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		NoListen:     true,
+		Wake:         wake,
+		OnPublished:  m.on,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1)
+	runInBackground(t, relay)
+	var ending sync.Once
+	end := func() { ending.Do(func() { close(endRound2) }) }
+	t.Cleanup(end) // before the relay's: a failed test does not hang in round 2
+	late := <-lateOf
+	enqueueTx(t, drv, z)
+	wake <- struct{}{}
+	select {
+	case <-inRound2:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second round")
+	}
+	late(0, nil)
+	time.Sleep(300 * time.Millisecond) // time enough to apply it, were it not held back
+	if m.has(d1.ID) {
+		t.Fatal("the late outcome was applied while a round was under way")
+	}
+	end()
+	eventually(t, 5*time.Second, "every event published", func() bool { return allPublished(t, drv) })
+	if !m.has(d1.ID) || !round2Done.Load() {
+		t.Fatal("the late outcome not applied after the round")
+	}
+	if n := pub.given(d1.ID); n != 1 {
+		t.Errorf("event published late given to Publish %d times; want once", n)
+	}
+}

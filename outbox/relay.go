@@ -83,6 +83,8 @@ type Relay[TTx any] struct {
 	latePub LatePublisher
 	late    *lateQueue
 	lateMu  sync.Mutex
+	// lateGate: rounds hold it shared, markLate exclusively.
+	lateGate sync.RWMutex
 }
 
 // NewRelay returns a relay that publishes the outbox of drv through pub.

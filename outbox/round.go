@@ -24,6 +24,12 @@ type roundResult struct {
 }
 
 func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
+	if r.late != nil {
+		// Late outcomes are marked between this relay's rounds, never
+		// while one holds its rows (see markLate).
+		r.lateGate.RLock()
+		defer r.lateGate.RUnlock()
+	}
 	if !r.locking {
 		r.mu.Lock()
 		defer r.mu.Unlock()
