@@ -152,29 +152,7 @@ func TestCommitDeadline(t *testing.T) {
 					}
 					return send(mw.Handler(handler), "POST", "/pay", "k", `{}`)
 				}
-				if fault == testdb.BlackHole {
-					// Nothing committed, and PostgreSQL's session still
-					// holds the key: retries are told to come back, never
-					// executed beside it...
-					checkProblem(t, retry(500*time.Millisecond), http.StatusConflict, problem.TypeRequestInProgress)
-					if calls.Load() != 1 {
-						t.Fatalf("handler ran %d times while the first transaction was undecided", calls.Load())
-					}
-					// ... until PostgreSQL sees the connection gone and
-					// rolls it back: the retry executes.
-					f.Cut()
-					again := retry(10 * time.Second)
-					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "" {
-						t.Fatalf("retry once the session ended: %d %s; want the command executed", again.Code, again.Body)
-					}
-				} else {
-					again := retry(5 * time.Second)
-					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" ||
-						!strings.Contains(again.Body.String(), marker) {
-						t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
-							again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
-					}
-				}
+				checkRetriesAfterLostCommit(t, fault, f, &calls, marker, retry)
 				if n := e.effects(t, "cdl"); n != 1 {
 					t.Fatalf("effects = %d, want exactly 1", n)
 				}
@@ -241,5 +219,33 @@ func TestLeaseCompleteDeadline(t *testing.T) {
 				t.Fatalf("handler ran %d times, want 1", calls.Load())
 			}
 		})
+	}
+}
+
+// checkRetriesAfterLostCommit checks the retries of a request whose COMMIT
+// was black-holed (fault): with nothing committed, and PostgreSQL's session
+// still holding the key, a retry is told to come back and never executed
+// beside it, until PostgreSQL sees the connection gone (f.Cut) and rolls it
+// back: then the retry executes. With the COMMIT's answer lost, the retry
+// replays what was committed.
+func checkRetriesAfterLostCommit(t *testing.T, fault testdb.Fault, f *testdb.Faulted, calls *atomic.Int64, marker string, retry func(wait time.Duration) *httptest.ResponseRecorder) {
+	t.Helper()
+	if fault == testdb.BlackHole {
+		checkProblem(t, retry(500*time.Millisecond), http.StatusConflict, problem.TypeRequestInProgress)
+		if calls.Load() != 1 {
+			t.Fatalf("handler ran %d times while the first transaction was undecided", calls.Load())
+		}
+		f.Cut()
+		again := retry(10 * time.Second)
+		if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "" {
+			t.Fatalf("retry once the session ended: %d %s; want the command executed", again.Code, again.Body)
+		}
+		return
+	}
+	again := retry(5 * time.Second)
+	if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" ||
+		!strings.Contains(again.Body.String(), marker) {
+		t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
+			again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
 	}
 }

@@ -107,24 +107,7 @@ func TestSQLCommitDeadline(t *testing.T) {
 					}
 					return send(mw.Handler(handler), "POST", "/pay", "k", `{}`)
 				}
-				if fault == testdb.BlackHole {
-					checkProblem(t, retry(500*time.Millisecond), http.StatusConflict, problem.TypeRequestInProgress)
-					if calls.Load() != 1 {
-						t.Fatalf("handler ran %d times while the first transaction was undecided", calls.Load())
-					}
-					f.Cut()
-					again := retry(10 * time.Second)
-					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "" {
-						t.Fatalf("retry once the session ended: %d %s; want the command executed", again.Code, again.Body)
-					}
-				} else {
-					again := retry(5 * time.Second)
-					if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" ||
-						!strings.Contains(again.Body.String(), marker) {
-						t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
-							again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
-					}
-				}
+				checkRetriesAfterLostCommit(t, fault, f, &calls, marker, retry)
 				if n := e.effects(t, "cdl"); n != 1 {
 					t.Fatalf("effects = %d, want exactly 1", n)
 				}
