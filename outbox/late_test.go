@@ -100,6 +100,27 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	return time.Since(start)
 }
 
+// newLateRelay returns a relay of drv through pub that neither polls nor
+// retries on its own within a test (poll and backoff: an hour), changed by
+// set (when not nil).
+func newLateRelay[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], pub outbox.Publisher, set func(*outbox.RelayConfig)) *outbox.Relay[TTx] {
+	t.Helper()
+	cfg := &outbox.RelayConfig{
+		PollInterval: time.Hour,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		NoListen:     true,
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+	if set != nil {
+		set(cfg)
+	}
+	relay, err := outbox.NewRelay(drv, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return relay
+}
+
 // onEveryBackend runs a check on SQLite, pgdriver and pgsqldriver.
 func onEveryBackend(t *testing.T, onSQL func(*testing.T, driver.OutboxDriver[*sql.Tx]), onPgx func(*testing.T, driver.OutboxDriver[pgx.Tx])) {
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); onSQL(t, testdb.SQLite(t)) })
@@ -141,16 +162,7 @@ func checkLatePublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		return &outbox.PublishError{Errs: errs}
 	}}
 	var m marked
-	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
-		PollInterval: time.Hour,
-		Backoff:      func(int) time.Duration { return time.Hour },
-		NoListen:     true,
-		OnPublished:  m.on,
-		Logger:       slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := newLateRelay(t, drv, pub, func(c *outbox.RelayConfig) { c.OnPublished = m.on })
 	enqueueTx(t, drv, d1, e1, other)
 	runInBackground(t, relay)
 	late := <-lateOf
@@ -200,15 +212,7 @@ func checkLateFailed[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		}
 		return &outbox.PublishError{Errs: errs}
 	}}
-	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
-		PollInterval: time.Hour,
-		Backoff:      func(int) time.Duration { return time.Hour },
-		NoListen:     true,
-		Logger:       slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := newLateRelay(t, drv, pub, nil)
 	enqueueTx(t, drv, d1, d2, e1)
 	if _, err := relay.RunOnce(t.Context()); err == nil {
 		t.Fatal("first round: no error; want the publish failure")
@@ -246,16 +250,7 @@ func checkLateOrder[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		return errUnknown
 	}}
 	var m marked
-	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
-		PollInterval: time.Hour,
-		Backoff:      func(int) time.Duration { return time.Hour },
-		NoListen:     true,
-		OnPublished:  m.on,
-		Logger:       slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := newLateRelay(t, drv, pub, func(c *outbox.RelayConfig) { c.OnPublished = m.on })
 	enqueueTx(t, drv, d1, d2)
 	if _, err := relay.RunOnce(t.Context()); err == nil {
 		t.Fatal("first round: no error; want the publish failure")
@@ -461,17 +456,7 @@ func checkLateWaitsForRound[TTx any](t *testing.T, drv driver.OutboxDriver[TTx])
 	}}
 	var m marked
 	wake := make(chan struct{}, 1)
-	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
-		PollInterval: time.Hour,
-		Backoff:      func(int) time.Duration { return time.Hour },
-		NoListen:     true,
-		Wake:         wake,
-		OnPublished:  m.on,
-		Logger:       slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := newLateRelay(t, drv, pub, func(c *outbox.RelayConfig) { c.Wake = wake; c.OnPublished = m.on })
 	enqueueTx(t, drv, d1)
 	runInBackground(t, relay)
 	var ending sync.Once
