@@ -66,11 +66,11 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 						saramaIdem = true
 					}
 				case saramaField(info, l, "Producer", "RequiredAcks"):
-					if saramaLowAcks(info, v) {
+					if lowAcksConst(info, v) {
 						r.report(n, msgSaramaLowAcks)
 					}
 				case kafkaGoWriterField(info, l):
-					if kafkaGoLowAcks(info, v) {
+					if lowAcksConst(info, v) {
 						r.report(n, msgKafkaGoAcks)
 					} else {
 						kafkaGoAcks = true
@@ -141,7 +141,7 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 			}
 			if isType(info.TypeOf(n), kafkagoPath, "Writer") {
 				for _, el := range n.Elts {
-					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && kafkaGoLowAcks(info, ast.Unparen(kv.Value)) {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && lowAcksConst(info, ast.Unparen(kv.Value)) {
 						r.report(kv, msgKafkaGoAcks)
 					}
 				}
@@ -329,9 +329,10 @@ func saramaField(info *types.Info, e ast.Expr, group, name string) bool {
 	return false
 }
 
-// saramaLowAcks reports whether e is sarama.NoResponse or
-// sarama.WaitForLocal (or the constant 0 or 1).
-func saramaLowAcks(info *types.Info, e ast.Expr) bool {
+// lowAcksConst reports whether e is a constant 0 or 1, acks below all:
+// sarama's NoResponse and WaitForLocal, kafka-go's RequireNone and
+// RequireOne.
+func lowAcksConst(info *types.Info, e ast.Expr) bool {
 	tv, ok := info.Types[e]
 	if !ok || tv.Value == nil {
 		return false
@@ -345,12 +346,6 @@ func saramaLowAcks(info *types.Info, e ast.Expr) bool {
 func kafkaGoWriterField(info *types.Info, e ast.Expr) bool {
 	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
 	return ok && sel.Sel.Name == "RequiredAcks" && isType(info.TypeOf(sel.X), kafkagoPath, "Writer")
-}
-
-// kafkaGoLowAcks reports whether e is kafka.RequireNone or
-// kafka.RequireOne (or the constant 0 or 1).
-func kafkaGoLowAcks(info *types.Info, e ast.Expr) bool {
-	return saramaLowAcks(info, e)
 }
 
 // isConfluentMap reports whether t is confluent-kafka-go's ConfigMap or a
