@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // Parameters of the scenarios (see e2eOrders and e2eKills for the soak).
@@ -66,6 +68,7 @@ func TestE2E(t *testing.T) {
 	}{
 		{"postgres/SIGTERM", func(t *testing.T) { restartScenario(t, "postgres", syscall.SIGTERM, e2eOrders(300)) }},
 		{"postgres/SIGKILL", func(t *testing.T) { restartScenario(t, "postgres", syscall.SIGKILL, e2eOrders(300)) }},
+		{"pgbouncer/SIGKILL", func(t *testing.T) { restartScenario(t, "pgbouncer", syscall.SIGKILL, e2eOrders(300)) }},
 		{"sqlite/SIGTERM", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGTERM, e2eOrders(150)) }},
 		{"sqlite/SIGKILL", func(t *testing.T) { restartScenario(t, "sqlite", syscall.SIGKILL, e2eOrders(150)) }},
 		{"postgres/replicas/SIGKILL", func(t *testing.T) { replicaScenario(t, e2eOrders(300), false) }},
@@ -84,13 +87,21 @@ func TestE2E(t *testing.T) {
 }
 
 // restartScenario sends n orders to one idemd on a fresh database (kind
-// "postgres", with the embedded broker's log in a -kafka-dir, or "sqlite")
+// "postgres", with the embedded broker's log in a -kafka-dir; "pgbouncer",
+// the same through PgBouncer in transaction mode, the relay LISTENing on a
+// direct connection (-db-listen); or "sqlite")
 // and stops it with sig at the kill points, restarting it each time on the
 // same address, database and broker log.
 func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
-	var db *pgDatabase
-	if kind == "postgres" {
+	var (
+		db      *pgDatabase
+		bouncer string
+	)
+	if kind == "postgres" || kind == "pgbouncer" {
 		db = newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	}
+	if kind == "pgbouncer" {
+		bouncer = testdb.PgBouncer(t) // stopped after idemd (cleanups run last first)
 	}
 	c := newCluster(t)
 	addr := freeAddr(t)
@@ -100,8 +111,17 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 		embedded string // the embedded broker's address, when set
 	)
 	switch kind {
-	case "postgres":
+	case "postgres", "pgbouncer":
 		args, state = commonArgs(addr, db.url.String()), db.state
+		if kind == "pgbouncer" {
+			u, err := url.Parse(bouncer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Path = "/" + db.name
+			u.RawQuery = "sslmode=disable&default_query_exec_mode=cache_describe" // PgBouncer 1.18 keeps no prepared statement
+			args = append(commonArgs(addr, u.String()), "-db-listen", db.url.String())
+		}
 		if hasFlag(t, "kafka-dir") {
 			args = append(args, "-kafka-dir", t.TempDir())
 		} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,6 +39,11 @@ const (
 	// COMMIT queued after it.
 	completeInsertSQL  = pgsql.CompleteInsertSQL
 	completeReplaceSQL = pgsql.CompleteReplaceSQL
+	// isolationAndPIDSQL reads the session's default isolation level (the
+	// level of the uncontended claim's implicit transactions) and the
+	// server process that runs the statement: through a pooler it is not
+	// the process ID the connection was given at its start.
+	isolationAndPIDSQL = `SELECT current_setting('default_transaction_isolation'), pg_backend_pid()`
 )
 
 // recordLockKey is the advisory lock of (scope, key) in this driver's table: a
@@ -62,19 +68,30 @@ func (d *Driver) recordLockKey(scope, key string) int64 {
 // replayOrLock instead: no BEGIN, a completed live record is returned
 // without any lock, and otherwise the key's session-level
 // pg_try_advisory_lock is taken, released with the COMMIT or ROLLBACK.
+// Not behind a pooler in transaction mode (Config.TransactionPooling,
+// or detected by the first claim), where the next statement may run in
+// another server session than the lock's: there every claim takes the
+// transaction-scoped lock.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.Tx, *driver.TxClaimResult, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgdriver: begin: %w", err)
 	}
 	if err := d.iso.Check(ctx, "pgdriver", func(ctx context.Context) (level string, err error) {
-		return level, conn.QueryRow(ctx, pgsql.DefaultIsolationSQL).Scan(&level)
+		// The first claim also tells whether the pool goes through a
+		// pooler: see Config.TransactionPooling.
+		var pid uint32
+		err = conn.QueryRow(ctx, isolationAndPIDSQL).Scan(&level, &pid)
+		if err == nil && pid != conn.Conn().PgConn().PID() {
+			d.pooled.Store(true)
+		}
+		return level, err
 	}); err != nil {
 		conn.Release()
 		return nil, nil, err
 	}
 	lock := d.recordLockKey(p.Scope, p.Key)
-	if p.Wait <= 0 && !p.Now.IsZero() {
+	if p.Wait <= 0 && !p.Now.IsZero() && !d.pooled.Load() {
 		return d.replayOrLock(ctx, conn, lock, p)
 	}
 	var (
@@ -154,7 +171,7 @@ func (d *Driver) replayOrLock(ctx context.Context, conn *pgxpool.Conn, lock int6
 	}
 	switch {
 	case locked.Valid && locked.Bool:
-		return &claimTx{conn: conn, lock: lock, sessionLock: true}, &driver.TxClaimResult{Locked: true, Record: rec}, nil
+		return &claimTx{conn: conn, lock: lock, sessionLock: true, pooled: &d.pooled}, &driver.TxClaimResult{Locked: true, Record: rec}, nil
 	case !locked.Valid && rec != nil && rec.State == driver.StateCompleted && rec.ExpiresAt.After(p.Now):
 		conn.Release()
 		return nil, &driver.TxClaimResult{Record: rec}, nil
@@ -264,6 +281,11 @@ type claimTx struct {
 	// sessionLock: the connection holds the session-level lock lock.
 	sessionLock bool
 	lock        int64
+	// pooled is the driver's: set when the unlock finds that the session
+	// does not hold the lock (a pooler moved the connection to another
+	// server session), so that later claims keep their locks in their
+	// transactions.
+	pooled *atomic.Bool
 }
 
 var _ pgx.Tx = (*claimTx)(nil)
@@ -332,6 +354,13 @@ func (t *claimTx) end(ctx context.Context, verb string) (pgconn.CommandTag, erro
 		if err == nil && t.begun && len(res) > 0 {
 			tag = res[0].CommandTag
 		}
+		if err == nil && t.sessionLock && t.pooled != nil && unlockRefused(res) {
+			// The lock was taken in another server session than this
+			// statement's: a pooler that detection missed. The lock stays
+			// with that session; the driver's next claims take
+			// transaction-scoped locks.
+			t.pooled.Store(true)
+		}
 	}
 	if err != nil {
 		// The connection's state is unknown: do not reuse it.
@@ -341,6 +370,16 @@ func (t *claimTx) end(ctx context.Context, verb string) (pgconn.CommandTag, erro
 	}
 	t.release()
 	return tag, err
+}
+
+// unlockRefused reports whether the last result of end's statements, the
+// unlock's, is false: the session did not hold the lock.
+func unlockRefused(res []*pgconn.Result) bool {
+	if len(res) == 0 {
+		return false
+	}
+	last := res[len(res)-1]
+	return len(last.Rows) == 1 && len(last.Rows[0]) == 1 && string(last.Rows[0][0]) == "f"
 }
 
 func (t *claimTx) Begin(ctx context.Context) (pgx.Tx, error) {

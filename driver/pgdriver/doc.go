@@ -21,6 +21,44 @@
 // Migrate), and the record claim and the relay's claim refuse another
 // level with an error that says what to change.
 //
+// # Behind a connection pooler
+//
+// A pooler in transaction mode (PgBouncer with pool_mode = transaction,
+// and the poolers that work like it) gives a client a server connection
+// for one transaction, or for one statement outside a transaction, so
+// nothing a session holds outlives it. idem's statements run in
+// transactions, with two exceptions that the driver handles:
+//
+//   - The uncontended claim of idemhttp's ModeTx takes the key's
+//     session-level advisory lock outside a transaction and releases it
+//     after the COMMIT. Through such a pooler the lock would be taken in
+//     one server session and its release sent to another: the lock would
+//     stay with a server connection that the pooler hands to other
+//     clients, so the key's retries would be answered 409 in progress, and
+//     concurrent duplicates would no longer wait for each other. The driver
+//     detects the pooler at its first claim (the server process running
+//     the statement is not the one the connection was given at its start,
+//     as every pooler that can cancel a query must arrange), or is told by
+//     Config.TransactionPooling, and then takes the lock inside the claim's
+//     transaction (pg_try_advisory_xact_lock, with BEGIN and the read of
+//     the record in one round trip). A replay that the middleware's cache
+//     does not hold then costs a second round trip, its ROLLBACK.
+//   - The relay's wake-ups (ListenOutbox): such a pooler passes a
+//     notification to a client only while the client runs a transaction.
+//     Set Config.ListenConnConfig to a direct connection to PostgreSQL;
+//     without it ListenOutbox returns an error wrapping
+//     errors.ErrUnsupported, and outbox.Relay polls instead
+//     (RelayConfig.PollInterval).
+//
+// Two settings are the pool's. PgBouncer before 1.21 does not keep a
+// prepared statement from one transaction to the next: connect with
+// default_query_exec_mode=cache_describe (or exec) in the URL; later
+// versions with max_prepared_statements above 0 keep pgx's default. And
+// PgBouncer does not pass a search_path given at connection start on:
+// name idem's schema in Config.Schema. The driver's whole shared test suite
+// and idemhttp's concurrent duplicates and retries run through PgBouncer
+// in transaction mode in CI.
+//
 // # The outbox tables
 //
 // An event enqueued with outbox.EnqueueTx is a row of outbox, written once.

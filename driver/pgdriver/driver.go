@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/idemkit/idem/driver/internal/stores"
 
@@ -44,6 +45,27 @@ type Config struct {
 	// Defaults to false: published events are kept until the cleaner
 	// removes them (see package cleanup).
 	OutboxDeletePublished bool
+
+	// TransactionPooling says that the pool reaches PostgreSQL through a
+	// pooler in transaction mode (PgBouncer's pool_mode = transaction, and
+	// others that hand a client a server connection per transaction), where
+	// nothing set in a session outlives a transaction. The driver then
+	// keeps every lock inside a transaction (see "Behind a connection
+	// pooler" in the package documentation). It detects such poolers by
+	// itself: a connection whose process ID (the one the server, or the
+	// pooler, gave at connection start) is not the process ID of the server
+	// session that runs its statements goes through a pooler. Set it only
+	// for a pooler that passes the server's process ID on. Defaults to
+	// false.
+	TransactionPooling bool
+
+	// ListenConnConfig is the connection ListenOutbox LISTENs on. Defaults
+	// to nil: a copy of the pool's connection config. Behind a pooler in
+	// transaction mode a notification reaches a client only while it runs
+	// a transaction, so ListenOutbox refuses the pool's config there
+	// (errors.ErrUnsupported: the relay polls): give it a direct connection
+	// to PostgreSQL (or the pooler's address in session mode).
+	ListenConnConfig *pgx.ConnConfig
 }
 
 func (c *Config) validate() error {
@@ -64,6 +86,9 @@ type Driver struct {
 
 	names *pgsql.Names // names, expansion of the shared SQL, lock keys
 	iso   pgsql.IsolationCheck
+	// pooled: the pool goes through a pooler in transaction mode
+	// (Config.TransactionPooling, or detected): no session-level lock.
+	pooled atomic.Bool
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.
@@ -85,6 +110,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	}
 	names := pgsql.NewNames(c.Schema, c.TablePrefix)
 	d := &Driver{pool: pool, cfg: c, table: names.Table, name: names.Name, names: names}
+	d.pooled.Store(c.TransactionPooling)
 	d.tableStores = stores.New[pgx.Tx](d)
 	return d, nil
 }

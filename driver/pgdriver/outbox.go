@@ -421,9 +421,10 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // latency optimisation, never the source of truth: the relay still polls, so
 // a lost notification delays an event by at most the poll interval.
 //
-// The listener holds a dedicated connection, opened with the pool's
-// connection config but outside the pool, so it takes no pool slot and a
-// busy pool never delays it (except, without Config.Schema, for the one
+// The listener holds a dedicated connection, opened with
+// Config.ListenConnConfig, or by default with the pool's connection config,
+// but outside the pool, so it takes no pool slot and a busy pool never
+// delays it (except, without Config.Schema, for the one
 // read of the outbox's schema through the pool, if no enqueue or claim of
 // the driver did it before: the pool's connections, not the listener's,
 // say which schema search_path finds). ListenOutbox returns once LISTEN is in effect:
@@ -435,6 +436,13 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // database is down) and sends one signal per reconnection, because
 // notifications sent while it was disconnected are lost. It stops and closes its
 // connection when ctx is done; the channel is never closed.
+//
+// Behind a pooler in transaction mode (Config.TransactionPooling, or the
+// pool's config reaching a server process other than the one its
+// connection was given) and without Config.ListenConnConfig it returns an
+// error wrapping errors.ErrUnsupported: such a pooler passes a server's
+// notifications to a client only while the client runs a transaction.
+// outbox.Relay then polls, and says so in its log.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
 	l, err := d.listenConn(ctx)
 	if err != nil {
@@ -444,6 +452,9 @@ func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan 
 	go pgsql.ListenLoop(ctx, "pgdriver", l, d.listenConn, wake, onError)
 	return wake, nil
 }
+
+// listenPooledHint says what to do when the pool goes through a pooler.
+const listenPooledHint = "set pgdriver.Config.ListenConnConfig to a direct connection to PostgreSQL"
 
 // listener is a dedicated connection LISTENing on the outbox channel.
 type listener struct{ conn *pgx.Conn }
@@ -461,9 +472,22 @@ func (l listener) Close() {
 
 // listenConn opens the listener's connection and LISTENs on it.
 func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
-	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	cc := d.cfg.ListenConnConfig
+	if cc == nil {
+		cc = d.pool.Config().ConnConfig
+		if d.cfg.TransactionPooling {
+			return nil, pgsql.ListenPooledError("pgdriver", listenPooledHint)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
+	}
+	if d.cfg.ListenConnConfig == nil {
+		if err := pgsql.CheckListenSession(ctx, conn, "pgdriver", listenPooledHint); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
 	}
 	// The schema is found through the pool, not this connection: the
 	// pool's connections may have a search_path of their own (set by

@@ -34,6 +34,15 @@ type Config struct {
 	// pgdriver.Config: nothing is kept for audits or outbox.Redrive, which
 	// then fails, and it is not faster). Defaults to false.
 	OutboxDeletePublished bool
+
+	// ListenConnConfig is the connection ListenOutbox LISTENs on. Defaults
+	// to nil: the settings of a connection of the *sql.DB. Behind a pooler
+	// in transaction mode (PgBouncer's pool_mode = transaction) a
+	// notification reaches a client only while it runs a transaction, so
+	// ListenOutbox refuses the *sql.DB's settings there
+	// (errors.ErrUnsupported: the relay polls): give it a direct connection
+	// to PostgreSQL. See "Behind a connection pooler" in package pgdriver.
+	ListenConnConfig *pgx.ConnConfig
 }
 
 // Driver is the PostgreSQL implementation of driver.Driver[*sql.Tx].

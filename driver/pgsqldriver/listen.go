@@ -26,7 +26,8 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // to onError, each failed attempt to reconnect's too (every 5s at most),
 // and onError(nil) once it has reconnected after errors. With another driver (lib/pq) it returns an error wrapping
 // errors.ErrUnsupported, and a relay polls every RelayConfig.PollInterval
-// instead.
+// instead; so it does behind a pooler in transaction mode, unless
+// Config.ListenConnConfig gives it a direct connection.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
 	l, err := d.listenConn(ctx)
 	if err != nil {
@@ -89,9 +90,18 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.ListenConnConfig != nil {
+		cfg = d.cfg.ListenConnConfig.Copy()
+	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)
+	}
+	if d.cfg.ListenConnConfig == nil {
+		if err := pgsql.CheckListenSession(ctx, pc, "pgsqldriver", "set pgsqldriver.Config.ListenConnConfig to a direct connection to PostgreSQL"); err != nil {
+			listener{pc}.Close()
+			return nil, err
+		}
 	}
 	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{names.OutboxChannel()}.Sanitize()); err != nil {
 		listener{pc}.Close()

@@ -162,7 +162,14 @@ func (a *App) openPostgres(ctx context.Context) error {
 		}
 		return fmt.Errorf("database %s unreachable: %s", a.cfg.DB, errMessage(err))
 	}
-	drv, err := pgdriver.New(pool, nil)
+	var dcfg pgdriver.Config
+	if a.cfg.DBListen != "" {
+		if dcfg.ListenConnConfig, err = pgx.ParseConfig(a.cfg.DBListen); err != nil {
+			pool.Close()
+			return fmt.Errorf("-db-listen: %s", errMessage(err))
+		}
+	}
+	drv, err := pgdriver.New(pool, &dcfg)
 	if err != nil {
 		pool.Close()
 		return err

@@ -61,6 +61,11 @@ type Config struct {
 	Addr string
 	// DB is the database. Defaults to the SQLite file ./idemd.db.
 	DB Database
+	// DBListen is the PostgreSQL URL the outbox relay LISTENs on for
+	// other replicas' events. Defaults to "": DB's. For a DB that goes
+	// through a pooler in transaction mode (PgBouncer), which passes no
+	// notification on between transactions: a direct connection.
+	DBListen string
 	// ShutdownTimeout bounds the whole shutdown (see Serve). Defaults to
 	// 15s.
 	ShutdownTimeout time.Duration
@@ -152,6 +157,7 @@ type setting struct {
 var settings = []setting{
 	{"addr", "IDEMD_ADDR", DefaultAddr, "listen address host:port (port 0 picks a free port)"},
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
+	{"db-listen", "IDEMD_DB_LISTEN", "", "PostgreSQL URL the outbox relay LISTENs on for other replicas' events (default: -db's); a direct one when -db goes through a pooler in transaction mode (PgBouncer)"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
@@ -296,6 +302,18 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, configErrorf("%s: %v", source("db"), err)
 	}
 	cfg.DB = db
+	if l := *values["db-listen"]; l != "" {
+		ldb, err := ParseDatabase(l)
+		switch {
+		case err != nil:
+			return Config{}, configErrorf("%s: %v", source("db-listen"), err)
+		case ldb.Kind != Postgres:
+			return Config{}, configErrorf("%s: not a postgres:// URL", source("db-listen"))
+		case db.Kind != Postgres:
+			return Config{}, configErrorf("%s: only with a PostgreSQL -db (SQLite has no LISTEN)", source("db-listen"))
+		}
+		cfg.DBListen = l
+	}
 	d, err := time.ParseDuration(*values["shutdown-timeout"])
 	if err != nil || d <= 0 {
 		return Config{}, configErrorf("%s: %q is not a positive duration like 15s", source("shutdown-timeout"), *values["shutdown-timeout"])

@@ -2,8 +2,11 @@ package pgsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Listener is what ListenLoop needs of a LISTENing connection: Wait blocks
@@ -74,4 +77,30 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 		}
 		signal()
 	}
+}
+
+// CheckListenSession returns an error wrapping errors.ErrUnsupported when
+// conn goes through a pooler: the server process running its statements
+// is not the one it was given at its start (a pooler that can cancel
+// queries gives each client a process ID of its own). In transaction mode
+// such a pooler passes a notification to a client only while the client
+// runs a transaction, so a LISTEN there would never wake anyone. name
+// prefixes the error ("pgdriver"); hint says how to give the listener a
+// connection of its own.
+func CheckListenSession(ctx context.Context, conn *pgx.Conn, name, hint string) error {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return fmt.Errorf("%s: outbox listen: %w", name, err)
+	}
+	if pid != conn.PgConn().PID() {
+		return ListenPooledError(name, hint)
+	}
+	return nil
+}
+
+// ListenPooledError is CheckListenSession's error.
+func ListenPooledError(name, hint string) error {
+	return fmt.Errorf("%s: outbox listen: the connection goes through a pooler (the server process running its statements "+
+		"is not the one it was given at its start), which in transaction mode delivers no notification between "+
+		"transactions: %s (the relay polls until then): %w", name, hint, errors.ErrUnsupported)
 }
