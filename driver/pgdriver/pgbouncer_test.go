@@ -15,6 +15,18 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
+// TestBehindPgBouncer runs its subtests through one PgBouncer in
+// transaction pooling mode (each PgBouncer takes connection slots of the
+// tests' for as long as it runs: see testdb.PgBouncer).
+func TestBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	bouncer := testdb.PgBouncer(t)
+	t.Run("ClaimsLeaveNoLock", func(t *testing.T) { behindPgBouncerClaimsLeaveNoLock(t, bouncer) })
+	t.Run("Driver", func(t *testing.T) { behindPgBouncerDriver(t, bouncer) })
+	t.Run("ListenOutbox", func(t *testing.T) { behindPgBouncerListenOutbox(t, bouncer) })
+	t.Run("UnlockRefusedTurnsToTransactionLocks", func(t *testing.T) { behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t, bouncer) })
+}
+
 // Behind PgBouncer in transaction pooling mode a client's statements
 // outside a transaction may each run on another server session, so a
 // session-level advisory lock taken by one statement may be held by a
@@ -23,9 +35,8 @@ import (
 // clients. The driver must notice the pooler and keep every lock inside a
 // transaction. Rolled-back claims (a handler that failed) must leave no
 // lock behind, and their retries must get the key.
-func TestBehindPgBouncerClaimsLeaveNoLock(t *testing.T) {
+func behindPgBouncerClaimsLeaveNoLock(t *testing.T, bouncer string) {
 	t.Parallel()
-	bouncer := testdb.PgBouncer(t)
 	drv, _ := testdb.PostgresBehindPgBouncer(t, bouncer, nil)
 	ctx := t.Context()
 	direct := testdb.Postgres(t).Pool()
@@ -102,9 +113,8 @@ func TestBehindPgBouncerClaimsLeaveNoLock(t *testing.T) {
 
 // The driver's whole shared suite through PgBouncer in transaction
 // pooling mode.
-func TestBehindPgBouncerDriver(t *testing.T) {
+func behindPgBouncerDriver(t *testing.T, bouncer string) {
 	t.Parallel()
-	bouncer := testdb.PgBouncer(t)
 	drivertest.Run(t, drivertest.Backend[pgx.Tx]{
 		New: func(t *testing.T) driver.Driver[pgx.Tx] {
 			drv, _ := testdb.PostgresBehindPgBouncer(t, bouncer, nil)
@@ -126,9 +136,8 @@ func TestBehindPgBouncerDriver(t *testing.T) {
 // ListenOutbox refuses it with errors.ErrUnsupported (the relay then polls
 // and says so), and listens on Config.ListenConnConfig, a direct
 // connection, when given one; enqueues through PgBouncer wake it.
-func TestBehindPgBouncerListenOutbox(t *testing.T) {
+func behindPgBouncerListenOutbox(t *testing.T, bouncer string) {
 	t.Parallel()
-	bouncer := testdb.PgBouncer(t)
 	ctx := t.Context()
 	drv, schema := testdb.PostgresBehindPgBouncer(t, bouncer, nil)
 	if _, err := drv.ListenOutbox(ctx, nil); !errors.Is(err, errors.ErrUnsupported) {
@@ -168,9 +177,8 @@ func TestBehindPgBouncerListenOutbox(t *testing.T) {
 // A pooler that the first claim's check misses (one that passes the
 // server's process ID on): the first unlock that finds its lock in another
 // session turns the driver's claims to transaction-scoped locks.
-func TestBehindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T) {
+func behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T, bouncer string) {
 	t.Parallel()
-	bouncer := testdb.PgBouncer(t)
 	drv, _ := testdb.PostgresBehindPgBouncer(t, bouncer, nil)
 	ctx := t.Context()
 	claim := func(key string) {

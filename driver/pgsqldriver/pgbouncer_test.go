@@ -16,11 +16,20 @@ import (
 	"github.com/idemkit/idem/outbox"
 )
 
-// The driver's whole shared suite through PgBouncer in transaction
-// pooling mode (see pgdriver's TestBehindPgBouncerDriver).
-func TestBehindPgBouncerDriver(t *testing.T) {
+// TestBehindPgBouncer runs its subtests through one PgBouncer in
+// transaction pooling mode (each PgBouncer takes connection slots of the
+// tests' for as long as it runs: see testdb.PgBouncer).
+func TestBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	bouncer := testdb.PgBouncer(t)
+	t.Run("Driver", func(t *testing.T) { behindPgBouncerDriver(t, bouncer) })
+	t.Run("ListenOutbox", func(t *testing.T) { behindPgBouncerListenOutbox(t, bouncer) })
+}
+
+// The driver's whole shared suite through PgBouncer in transaction
+// pooling mode (see pgdriver's TestBehindPgBouncerDriver).
+func behindPgBouncerDriver(t *testing.T, bouncer string) {
+	t.Parallel()
 	drivertest.Run(t, drivertest.Backend[*sql.Tx]{
 		New: func(t *testing.T) driver.Driver[*sql.Tx] {
 			drv, _ := testdb.PostgresSQLBehindPgBouncer(t, bouncer)
@@ -40,9 +49,8 @@ func TestBehindPgBouncerDriver(t *testing.T) {
 // Behind PgBouncer in transaction mode ListenOutbox refuses the *sql.DB's
 // settings (errors.ErrUnsupported: the relay polls) and listens on
 // Config.ListenConnConfig, a direct connection.
-func TestBehindPgBouncerListenOutbox(t *testing.T) {
+func behindPgBouncerListenOutbox(t *testing.T, bouncer string) {
 	t.Parallel()
-	bouncer := testdb.PgBouncer(t)
 	ctx := t.Context()
 	drv, schema := testdb.PostgresSQLBehindPgBouncer(t, bouncer)
 	if _, err := drv.ListenOutbox(ctx, nil); !errors.Is(err, errors.ErrUnsupported) {
