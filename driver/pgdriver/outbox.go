@@ -422,7 +422,8 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // a lost notification delays an event by at most the poll interval.
 //
 // The listener holds a dedicated connection, opened with
-// Config.ListenConnConfig, or by default with the pool's connection config,
+// Config.ListenConnConfig, or by default with the pool's connection config
+// and its BeforeConnect hook (which may fetch the password: an IAM token),
 // but outside the pool, so it takes no pool slot and a busy pool never
 // delays it (except, without Config.Schema, for the one
 // read of the outbox's schema through the pool, if no enqueue or claim of
@@ -479,7 +480,17 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 			return nil, pgsql.ListenPooledError("pgdriver", listenPooledHint)
 		}
 	}
-	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	cfg := cc.Copy()
+	if before := d.pool.Config().BeforeConnect; before != nil && d.cfg.ListenConnConfig == nil {
+		// The pool's hook, which may set what its connections must have
+		// and its config does not (a password fetched when connecting:
+		// an IAM token, a rotated secret). AfterConnect is not run: see
+		// the schema below.
+		if err := before(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("pgdriver: outbox listen: the pool's BeforeConnect: %w", err)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgdriver: outbox listen: connect: %w", err)
 	}

@@ -1263,3 +1263,45 @@ func rowsRead(t *testing.T, pool *pgxpool.Pool, query string, args ...any) (int,
 	plan, _ := json.MarshalIndent(out[0].Plan, "", "  ")
 	return read, string(plan)
 }
+
+// The listener's connection runs the pool's BeforeConnect, as the pool's
+// own connections do: a pool whose credentials come from it (an RDS IAM
+// token, a rotated password) must not leave the listener connecting
+// without them. Here the pool's URL names a role that does not exist and
+// BeforeConnect puts the real one in.
+func TestListenOutboxRunsThePoolsBeforeConnect(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 1)
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := cfg.ConnConfig.User
+	cfg.ConnConfig.User = "idem_no_such_role"
+	cfg.BeforeConnect = func(_ context.Context, c *pgx.ConnConfig) error {
+		c.User = user
+		return nil
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+	wake, err := drv.ListenOutbox(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListenOutbox on a pool whose BeforeConnect sets the role: %v", err)
+	}
+	select { // the signal of the first connection, if any
+	case <-wake:
+	default:
+	}
+	enqueue(t, drv, newEvent(t, "k", 1))
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Error("the listener was not woken by an enqueue")
+	}
+}
