@@ -42,6 +42,11 @@ type Config struct {
 	// ListenOutbox refuses the *sql.DB's settings there
 	// (errors.ErrUnsupported: the relay polls): give it a direct connection
 	// to PostgreSQL. See "Behind a connection pooler" in package pgdriver.
+	// Give it one too when the *sql.DB's connections get their password
+	// when they connect (stdlib.OptionBeforeConnect: an IAM token): the
+	// default copies the settings of one of its connections, password
+	// included, which may have expired by the time the listener
+	// reconnects.
 	ListenConnConfig *pgx.ConnConfig
 }
 
