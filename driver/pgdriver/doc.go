@@ -36,9 +36,10 @@
 //     stay with a server connection that the pooler hands to other
 //     clients, so the key's retries would be answered 409 in progress, and
 //     concurrent duplicates would no longer wait for each other. The driver
-//     detects the pooler at its first claim (the server process running
-//     the statement is not the one the connection was given at its start,
-//     as every pooler that can cancel a query must arrange), or is told by
+//     detects the pooler in Validate or at its first claim (the server
+//     process running the statement is not the one the connection was
+//     given at its start, as every pooler that can cancel a query must
+//     arrange; TransactionPooling reports it), or is told by
 //     Config.TransactionPooling, and then takes the lock inside the claim's
 //     transaction (pg_try_advisory_xact_lock, with BEGIN and the read of
 //     the record in one round trip). A replay that the middleware's cache

@@ -3,10 +3,6 @@ package pgdriver
 // RecordLockKey exposes the advisory lock of (scope, key) to the tests.
 func (d *Driver) RecordLockKey(scope, key string) int64 { return d.recordLockKey(scope, key) }
 
-// Pooled tells whether the driver takes its claims' locks in their
-// transactions (Config.TransactionPooling, or a pooler detected).
-func (d *Driver) Pooled() bool { return d.pooled.Load() }
-
 // ForgetPooled makes the driver forget a detected pooler, as if its first
 // claim had missed it.
 func (d *Driver) ForgetPooled() { d.pooled.Store(false) }

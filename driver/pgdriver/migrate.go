@@ -125,18 +125,37 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // Validate returns nil when the database has exactly the migrations of this
 // binary, else an error naming the pending versions, or the applied ones
 // this binary does not know (a newer idem migrated the database). For
-// readiness probes.
+// readiness probes. It also tells whether the pool goes through a pooler
+// (see TransactionPooling).
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
 	if err := migrate.Validate("pgdriver", s, err); err != nil {
 		return err
 	}
-	var level string
-	if err := d.pool.QueryRow(ctx, pgsql.DefaultIsolationSQL).Scan(&level); err != nil {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
 		return fmt.Errorf("pgdriver: read the isolation level: %w", err)
+	}
+	defer conn.Release()
+	var (
+		level string
+		pid   uint32
+	)
+	if err := conn.QueryRow(ctx, isolationAndPIDSQL).Scan(&level, &pid); err != nil {
+		return fmt.Errorf("pgdriver: read the isolation level: %w", err)
+	}
+	if pid != conn.Conn().PgConn().PID() {
+		d.pooled.Store(true)
 	}
 	return pgsql.IsolationError("pgdriver", level)
 }
+
+// TransactionPooling reports whether the driver keeps its claims' locks in
+// their transactions, as behind a pooler in transaction mode it must:
+// Config.TransactionPooling, or a pooler detected by Validate or by the
+// first claim (see "Behind a connection pooler" in the package
+// documentation).
+func (d *Driver) TransactionPooling() bool { return d.pooled.Load() }
 
 // lockKey returns the advisory lock that serialises migrators of one
 // schema (whatever their prefixes: they share CREATE SCHEMA), and inbox

@@ -21,6 +21,7 @@ import (
 func TestBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	bouncer := testdb.PgBouncer(t)
+	t.Run("ValidateDetects", func(t *testing.T) { behindPgBouncerValidateDetects(t, bouncer) })
 	t.Run("ClaimsLeaveNoLock", func(t *testing.T) { behindPgBouncerClaimsLeaveNoLock(t, bouncer) })
 	t.Run("Driver", func(t *testing.T) { behindPgBouncerDriver(t, bouncer) })
 	t.Run("ListenOutbox", func(t *testing.T) { behindPgBouncerListenOutbox(t, bouncer) })
@@ -195,7 +196,7 @@ func behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T, bouncer s
 		}
 	}
 	claim("first") // the detection
-	if !drv.Pooled() {
+	if !drv.TransactionPooling() {
 		t.Fatal("the first claim through PgBouncer did not detect the pooler")
 	}
 	direct := testdb.Postgres(t)
@@ -206,7 +207,7 @@ func behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T, bouncer s
 	if err := direct.Rollback(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	if direct.Pooled() {
+	if direct.TransactionPooling() {
 		t.Fatal("a claim on a direct connection detected a pooler")
 	}
 	drv.ForgetPooled()
@@ -228,9 +229,34 @@ func behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T, bouncer s
 	defer close(stop)
 	for i := range 200 {
 		claim(fmt.Sprint("k", i))
-		if drv.Pooled() {
+		if drv.TransactionPooling() {
 			return
 		}
 	}
 	t.Error("200 claims through PgBouncer, and no unlock was found refused")
+}
+
+// Validate (idemd runs it at start-up) tells a pool through PgBouncer from
+// a direct one, before any claim.
+func behindPgBouncerValidateDetects(t *testing.T, bouncer string) {
+	t.Parallel()
+	ctx := t.Context()
+	migrated, schema := testdb.PostgresBehindPgBouncer(t, bouncer, nil)
+	drv, err := pgdriver.New(migrated.Pool(), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !drv.TransactionPooling() {
+		t.Error("Validate through PgBouncer did not detect the pooler")
+	}
+	direct := testdb.Postgres(t)
+	if err := direct.Validate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if direct.TransactionPooling() {
+		t.Error("Validate on a direct pool detected a pooler")
+	}
 }

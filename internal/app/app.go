@@ -324,6 +324,17 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		// (idem's claims need READ COMMITTED): refused at start-up.
 		err = v.Validate(ctx)
 	}
+	if p, ok := drv.(interface{ TransactionPooling() bool }); ok && err == nil && p.TransactionPooling() {
+		msg := "database reached through a pooler: idem's claims keep their locks in their transactions"
+		switch {
+		case a.cfg.Kafka.Mode == KafkaOff:
+		case a.cfg.DBListen != "":
+			msg += "; the relay LISTENs on -db-listen"
+		default:
+			msg += "; the relay polls for other replicas' events every second (-db-listen: a direct URL for LISTEN)"
+		}
+		a.log.Info(msg, "db", a.cfg.DB.String())
+	}
 	for _, m := range st.migrate {
 		if err == nil {
 			err = m(ctx)
