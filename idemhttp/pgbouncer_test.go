@@ -84,22 +84,7 @@ func TestBehindPgBouncer(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusCreated)
 		}))
-		// Other clients' transactions move each request's statements
-		// between PgBouncer's server connections.
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, _ = b.Pool().Exec(t.Context(), "SELECT pg_sleep(0.001)")
-			}
-		}()
-		defer func() { close(stop); <-done }()
+		testdb.Churn(t, b.Pool()) // PgBouncer moves each request's statements between its server connections
 		const n = 40
 		for i := range n {
 			fail = true

@@ -3,7 +3,6 @@ package pgdriver_test
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,22 +41,7 @@ func behindPgBouncerClaimsLeaveNoLock(t *testing.T, bouncer string) {
 	ctx := t.Context()
 	direct := testdb.Postgres(t).Pool()
 
-	// Other clients' transactions, so that PgBouncer moves this one's
-	// statements between its server connections.
-	stop := make(chan struct{})
-	var churn sync.WaitGroup
-	for range 4 {
-		churn.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, _ = drv.Pool().Exec(ctx, "SELECT pg_sleep(0.001)")
-			}
-		})
-	}
+	stopChurn := testdb.Churn(t, drv.Pool()) // PgBouncer moves this client between server connections
 	const n = 60
 	claim := func(i int) (pgx.Tx, *driver.TxClaimResult) {
 		t.Helper()
@@ -79,8 +63,7 @@ func behindPgBouncerClaimsLeaveNoLock(t *testing.T, bouncer string) {
 			t.Fatalf("rollback %d: %v", i, err)
 		}
 	}
-	close(stop)
-	churn.Wait()
+	stopChurn()
 
 	held := 0
 	for i := range n {
@@ -211,22 +194,7 @@ func behindPgBouncerUnlockRefusedTurnsToTransactionLocks(t *testing.T, bouncer s
 		t.Fatal("a claim on a direct connection detected a pooler")
 	}
 	drv.ForgetPooled()
-	stop := make(chan struct{})
-	var churn sync.WaitGroup
-	for range 4 {
-		churn.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, _ = drv.Pool().Exec(ctx, "SELECT pg_sleep(0.001)")
-			}
-		})
-	}
-	defer churn.Wait()
-	defer close(stop)
+	testdb.Churn(t, drv.Pool())
 	for i := range 200 {
 		claim(fmt.Sprint("k", i))
 		if drv.TransactionPooling() {

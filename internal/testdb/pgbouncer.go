@@ -239,3 +239,29 @@ func PostgresSQLBehindPgBouncer(t testing.TB, bouncerURL string) (*pgsqldriver.D
 	}
 	return drv, schema
 }
+
+// Churn runs other clients' short transactions through pool (one through
+// PgBouncer) from 4 goroutines, so that PgBouncer moves a client's
+// statements outside a transaction between its server connections, as on
+// a busy service. It stops when stop is called or the test ends.
+func Churn(t testing.TB, pool *pgxpool.Pool) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, _ = pool.Exec(context.Background(), "SELECT pg_sleep(0.001)")
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
