@@ -32,7 +32,7 @@ var all = &analysis.Analyzer{
 func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
 		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4",
-		"producersarama", "producersaramaok", "producersaramafield", "github.com/IBM/sarama", "producerconfluent", "producerconfluentok", "producerkafkago",
+		"producersarama", "producersaramaok", "producersaramafield", "github.com/IBM/sarama", "producerconfluent", "producerconfluentok", "producerkafkago", "producerkafkagoset",
 		"consumerother", "commitorder", "confluentauto", "confluentmanual", "retrykeyother")
 }
 
