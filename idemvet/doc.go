@@ -51,7 +51,13 @@
 // false, acks or request.required.acks to 0 or 1. For segmentio/kafka-go,
 // a Writer literal without RequiredAcks (the default waits for no
 // acknowledgement) unless the package assigns a Writer's RequiredAcks
-// elsewhere, and RequiredAcks set to RequireNone or RequireOne. Test files
+// elsewhere, and RequiredAcks set to RequireNone or RequireOne, in a
+// literal or assigned after it (w.RequiredAcks = kafka.RequireOne: the
+// assignment is reported, not the literal it completes); and a
+// WriterConfig, the config of the older NewWriter, whose RequiredAcks is
+// set to 1 (the leader only), in a literal or assigned. NewWriter turns
+// RequiredAcks 0, the zero value, into RequireAll, so a WriterConfig
+// without it is not reported. Test files
 // are skipped: a test's producer writes test records, to a fake broker or
 // with acks=0 on purpose. So are the client packages themselves (kgo,
 // kafka-go, sarama, confluent-kafka-go): sarama's NewConfig sets its own

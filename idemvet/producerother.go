@@ -14,7 +14,9 @@ import (
 // not idempotent: sarama's config has Producer.Idempotent false and acks
 // from the leader only, librdkafka's enable.idempotence is false, and
 // kafka-go's Writer waits for no acknowledgement at all (and has no
-// idempotent mode).
+// idempotent mode). kafka-go's older constructor, NewWriter, is the
+// exception: it turns a WriterConfig's RequiredAcks 0 (the zero value)
+// into RequireAll, so there only 1, the leader, is below all.
 var (
 	saramaPaths    = []string{"github.com/IBM/sarama", "github.com/Shopify/sarama"}
 	confluentPaths = []string{"github.com/confluentinc/confluent-kafka-go/v2/kafka", "github.com/confluentinc/confluent-kafka-go/kafka"}
@@ -28,6 +30,7 @@ const (
 	msgConfluentOff        = "confluent-kafka-go producer with enable.idempotence off: set it to true; duplicates on retry otherwise"
 	msgConfluentLowAcks    = "confluent-kafka-go producer with acks below all: remove acks (enable.idempotence sets all); records are lost or duplicated on retry otherwise"
 	msgKafkaGoAcks         = "kafka-go Writer without RequiredAcks: kafka.RequireAll (its default waits for no acknowledgement, and it has no idempotent mode: records are lost, or duplicated on retry; deduplicate on the consumer side by event ID)"
+	msgKafkaGoConfigAcks   = "kafka-go WriterConfig with RequiredAcks 1 (the leader only): remove it or set -1, NewWriter's default, which waits for all replicas (kafka-go has no idempotent mode: records are lost, or duplicated on retry; deduplicate on the consumer side by event ID)"
 )
 
 // runOtherProducers reports the producers of sarama, confluent-kafka-go and
@@ -50,6 +53,10 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 	// What the package sets anywhere, in any of its functions: a config
 	// built in one function is often used in another.
 	saramaIdem, confluentIdem, kafkaGoAcks := false, false, false
+	// The variables and struct fields holding a kafka-go Writer whose
+	// RequiredAcks the package assigns: that assignment decides, and is
+	// reported when it is below all.
+	kafkaGoAcksSet := make(map[types.Object]bool)
 	inspect(func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.AssignStmt:
@@ -75,12 +82,26 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 					} else {
 						kafkaGoAcks = true
 					}
+					if obj := holder(info, l.(*ast.SelectorExpr).X); obj != nil {
+						kafkaGoAcksSet[obj] = true
+					}
+				case kafkaGoConfigField(info, l):
+					if leaderAcksConst(info, v) {
+						r.report(n, msgKafkaGoConfigAcks)
+					}
 				case isConfluentMapIndex(info, l):
 					key, _ := constString(info, l.(*ast.IndexExpr).Index)
 					confluentIdem = confluentSetting(r, n, key, info, v) || confluentIdem
 				}
 			}
 		case *ast.CompositeLit:
+			if isType(info.TypeOf(n), kafkagoPath, "WriterConfig") {
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && leaderAcksConst(info, ast.Unparen(kv.Value)) {
+						r.report(kv, msgKafkaGoConfigAcks)
+					}
+				}
+			}
 			if isConfluentMap(info.TypeOf(n)) {
 				for _, el := range n.Elts {
 					kv, ok := el.(*ast.KeyValueExpr)
@@ -102,6 +123,31 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 	})
 
 	var fields map[types.Object][]assignment // struct fields, made on first use
+
+	// The Writer literals stored in a variable or field whose RequiredAcks
+	// is assigned afterwards (w := &kafka.Writer{...}; w.RequiredAcks =
+	// ...): the assignment is judged, not the literal.
+	acksSetLater := make(map[*ast.CompositeLit]bool)
+	if !kafkaGoAcks {
+		for obj := range kafkaGoAcksSet {
+			as := assigns[obj]
+			if v, ok := obj.(*types.Var); ok && v.IsField() {
+				if fields == nil {
+					fields = nonTestFieldAssignments(pass)
+				}
+				as = fields[obj]
+			}
+			for _, a := range as {
+				e := ast.Unparen(a.Expr)
+				if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
+					e = ast.Unparen(u.X)
+				}
+				if lit, ok := e.(*ast.CompositeLit); ok && a.Index == 0 {
+					acksSetLater[lit] = true
+				}
+			}
+		}
+	}
 	inspect(func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.CallExpr:
@@ -136,7 +182,7 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 				r.report(n, msgConfluentNoIdem)
 			}
 		case *ast.CompositeLit:
-			if !kafkaGoAcks && isType(info.TypeOf(n), kafkagoPath, "Writer") && !hasField(n, "RequiredAcks") {
+			if !kafkaGoAcks && isType(info.TypeOf(n), kafkagoPath, "Writer") && !hasField(n, "RequiredAcks") && !acksSetLater[n] {
 				r.report(n, msgKafkaGoAcks)
 			}
 			if isType(info.TypeOf(n), kafkagoPath, "Writer") {
@@ -346,6 +392,46 @@ func lowAcksConst(info *types.Info, e ast.Expr) bool {
 func kafkaGoWriterField(info *types.Info, e ast.Expr) bool {
 	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
 	return ok && sel.Sel.Name == "RequiredAcks" && isType(info.TypeOf(sel.X), kafkagoPath, "Writer")
+}
+
+// kafkaGoConfigField reports whether e is c.RequiredAcks with c a kafka-go
+// WriterConfig.
+func kafkaGoConfigField(info *types.Info, e ast.Expr) bool {
+	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == "RequiredAcks" && isType(info.TypeOf(sel.X), kafkagoPath, "WriterConfig")
+}
+
+// leaderAcksConst reports whether e is the constant 1, acks from the
+// leader only: the one value of a kafka-go WriterConfig's RequiredAcks
+// below all (NewWriter turns 0 into all; other values are refused by the
+// broker).
+func leaderAcksConst(info *types.Info, e ast.Expr) bool {
+	tv, ok := info.Types[e]
+	if !ok || tv.Value == nil {
+		return false
+	}
+	n, ok := constant.Int64Val(tv.Value)
+	return ok && n == 1
+}
+
+// holder returns the variable, or the struct field, that the expression e
+// names (w, p.w, *w); nil otherwise.
+func holder(info *types.Info, e ast.Expr) types.Object {
+	e = ast.Unparen(e)
+	if star, ok := e.(*ast.StarExpr); ok {
+		e = ast.Unparen(star.X)
+	}
+	switch e := e.(type) {
+	case *ast.Ident:
+		if v, ok := info.ObjectOf(e).(*types.Var); ok {
+			return v
+		}
+	case *ast.SelectorExpr:
+		if s, ok := info.Selections[e]; ok && s.Kind() == types.FieldVal {
+			return s.Obj()
+		}
+	}
+	return nil
 }
 
 // isConfluentMap reports whether t is confluent-kafka-go's ConfigMap or a

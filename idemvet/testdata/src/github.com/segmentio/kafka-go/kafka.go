@@ -42,3 +42,21 @@ type Writer struct {
 }
 
 func (*Writer) WriteMessages(ctx context.Context, msgs ...Message) error { return nil }
+
+// WriterConfig is the configuration of NewWriter, kafka-go's older (and
+// deprecated) constructor. RequiredAcks is an int: -1 all, 1 the leader;
+// NewWriter turns 0 (the zero value) into RequireAll.
+type WriterConfig struct {
+	Brokers      []string
+	Topic        string
+	RequiredAcks int
+	Async        bool
+}
+
+func NewWriter(config WriterConfig) *Writer {
+	w := &Writer{Topic: config.Topic, RequiredAcks: RequiredAcks(config.RequiredAcks)}
+	if config.RequiredAcks == 0 {
+		w.RequiredAcks = RequireAll
+	}
+	return w
+}
