@@ -11,7 +11,7 @@
 //	// ... business writes in tx ...
 //	e, _ := event.New("OrderCreated.v1", orderID, order)
 //	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil { ... }
-//	err = drv.Commit(ctx, tx)
+//	err := drv.Commit(ctx, tx)
 //
 // The envelope's ID is generated once per business operation (event.New) and
 // stored with the event; the outbox table has a UNIQUE constraint on it, so a
