@@ -14,11 +14,15 @@ import (
 
 // cpuMeter reads the CPU time this process used and the CPU time of the
 // PostgreSQL backends serving the bench's pool (found by application_name;
-// on Linux, from /proc/<pid>/schedstat, in nanoseconds). The server must be
+// on Linux, from /proc/<pid>/schedstat, in nanoseconds). Behind PgBouncer,
+// whose server connections take the application_name of the client they
+// serve, these are PgBouncer's server connections, and PgBouncer itself
+// (pids). The server must be
 // on this machine for the backends' share; it reads 0 otherwise.
 type cpuMeter struct {
 	conn *pgx.Conn // the bench's own connection, not the pool's
-	app  string    // application_name of the pool's connections
+	apps []string  // application_name of the pools' connections
+	pids []int     // other processes to count with the backends (PgBouncer)
 }
 
 // cpuSnapshot is the CPU time used so far.
@@ -29,7 +33,7 @@ type cpuSnapshot struct {
 
 func (m *cpuMeter) snapshot(ctx context.Context) (cpuSnapshot, error) {
 	s := cpuSnapshot{self: selfCPU(), backends: map[int]time.Duration{}}
-	rows, err := m.conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", m.app)
+	rows, err := m.conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = ANY($1)", m.apps)
 	if err != nil {
 		return s, fmt.Errorf("backend pids: %w", err)
 	}
@@ -40,6 +44,11 @@ func (m *cpuMeter) snapshot(ctx context.Context) (cpuSnapshot, error) {
 	for _, pid := range pids {
 		if d, ok := schedCPU(int(pid)); ok {
 			s.backends[int(pid)] = d
+		}
+	}
+	for _, pid := range m.pids {
+		if d, ok := schedCPU(pid); ok {
+			s.backends[pid] = d
 		}
 	}
 	return s, nil

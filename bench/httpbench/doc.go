@@ -60,4 +60,27 @@
 //
 // With -sqlite (the default) a second table repeats a, b, c and e on a
 // SQLite file with its own bare baseline (sa..sd).
+//
+// With -pgbouncer, httpbench also starts a PgBouncer (the pgbouncer program,
+// 1.18 or later; as root it runs it as postgres) with pool_mode =
+// transaction and -conns server connections in front of -dsn's server, and
+// adds a, b and e through it to the same interleaved rounds: pa, pb and pe,
+// their ratios to pa, the bare handler behind the same PgBouncer. Their
+// pools (their own, two instances as for the duplicates) send no statement
+// prepared by name (pgx.QueryExecModeCacheDescribe: PgBouncer before 1.21
+// keeps none from one transaction to the next), and the search_path (and
+// -synchronous-commit), which PgBouncer does not pass on from a client's
+// connection start, is set by PgBouncer's connect_query on each server
+// connection. pgdriver notices the pooler at its first claim and takes the
+// key's lock inside the claim's transaction: an uncached replay (pe) is
+// BEGIN, the lock and the read in one round trip, then a ROLLBACK (sent on
+// the raw connection, which the RT/req and stmt/req columns do not see).
+// PG CPU/req counts PgBouncer's process and its server connections (it
+// sets the client's application_name on the server connection it hands
+// it). A line after the table gives pa/a, pb/b and pe/e: what going
+// through PgBouncer costs each. The duplicates
+// experiment then also runs on one and two idem instances through
+// PgBouncer.
+//
+//	go run ./bench/httpbench -pgbouncer -dup 100 -rounds 3 -sqlite=false
 package main

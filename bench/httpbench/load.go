@@ -31,8 +31,12 @@ type scenario struct {
 	// replays is the id of the scenario whose executed keys this one
 	// sends again.
 	replays string
-	// target is the least ratio to a this scenario should reach (0: none).
+	// target is the least ratio to its baseline this scenario should
+	// reach (0: none).
 	target float64
+	// base is the id of the baseline its ratio is to: "" is the table's
+	// first scenario (a); "pa" for the scenarios through PgBouncer.
+	base string
 	// next returns the request a client sends next.
 	next func(rng *rand.Rand) request
 	// ok reports whether the answer is the expected one.

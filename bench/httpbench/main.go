@@ -37,6 +37,7 @@ type options struct {
 	sqlite     bool
 	syncCommit string
 	cpuProfile string
+	pgbouncer  bool
 }
 
 func main() {
@@ -54,6 +55,7 @@ func main() {
 	flag.BoolVar(&o.sqlite, "sqlite", true, "also measure the SQLite driver (its own table, its own bare baseline)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the pool's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed rounds to this file")
+	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "also run a, b and e through a PgBouncer (pool_mode=transaction) that httpbench starts in front of -dsn's server (pa, pb, pe), and the duplicates through it")
 	flag.Parse()
 	if o.clients < 1 || o.rounds < 1 || o.duration <= 0 || o.slice <= 0 || o.warmup <= 0 || o.dupK < 1 || o.dup < 0 {
 		fmt.Fprintln(os.Stderr, "httpbench: -clients, -rounds, -duration, -slice, -warmup (replays need executed keys) and -dupk must be positive, -dup not negative")
@@ -150,6 +152,21 @@ func run(ctx context.Context, o options) (err error) {
 		mux.Handle("POST "+r.path, as(r.as, mw.Handler(idemBusinessHandler())))
 	}
 	mux.Handle("POST "+pathNaive, naiveMiddleware(pool, bareHandler(pool)))
+	apps := []string{app}
+	var bnc *bouncer
+	if o.pgbouncer {
+		bnc, err = startPgBouncer(ctx, o.dsn, schema, o.syncCommit, o.conns)
+		if err != nil {
+			return err
+		}
+		defer bnc.stop()
+		apps = append(apps, app+"_pgbouncer")
+		closePools, err := routeThroughPgBouncer(ctx, mux, bnc, apps[1], schema, counter, o)
+		defer closePools()
+		if err != nil {
+			return err
+		}
+	}
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	hc := &http.Client{
@@ -162,11 +179,11 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer hc.CloseIdleConnections()
 
-	scs, err := scenarios(runID, o.only)
+	scs, err := scenarios(runID, o.only, o.pgbouncer)
 	if err != nil {
 		return err
 	}
-	cond, err := conditions(ctx, pool, o)
+	cond, err := conditions(ctx, pool, o, bnc)
 	if err != nil {
 		return err
 	}
@@ -174,7 +191,10 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Println(cond)
 	fmt.Println()
 
-	m := &meter{conn: admin, counter: counter, cpu: &cpuMeter{conn: admin, app: app}}
+	m := &meter{conn: admin, counter: counter, cpu: &cpuMeter{conn: admin, apps: apps}}
+	if bnc != nil {
+		m.cpu.pids = []int{bnc.cmd.Process.Pid}
+	}
 	if err := drive(ctx, hc, srv.URL, m, scs, o); err != nil {
 		return err
 	}
@@ -197,6 +217,61 @@ func run(ctx context.Context, o options) (err error) {
 		return runSQLite(ctx, o, runID, hc)
 	}
 	return nil
+}
+
+// routeThroughPgBouncer serves pa, pb and pe's routes (and the second
+// instance's, for the duplicates) on mux, through bnc: two pools (two
+// instances) with the application_name app, their drivers on schema and
+// their middlewares, as on a direct connection. pgdriver notices the pooler
+// at its first claim. It returns a function that closes the pools.
+func routeThroughPgBouncer(ctx context.Context, mux *http.ServeMux, bnc *bouncer, app, schema string, counter *rtCounter, o options) (closePools func(), err error) {
+	var pools []*pgxpool.Pool
+	closePools = func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(bnc.url)
+	if err != nil {
+		return closePools, fmt.Errorf("parse pgbouncer url: %w", err)
+	}
+	cfg.MaxConns = int32(o.conns)
+	cfg.MinConns = int32(o.conns)
+	// PgBouncer passes application_name on (not search_path: its
+	// connect_query sets it), and before 1.21 keeps no prepared statement
+	// from one transaction to the next.
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	cfg.ConnConfig.Tracer = counter
+	drvs := make([]*pgdriver.Driver, 2)
+	for i := range drvs {
+		p, err := pgxpool.NewWithConfig(ctx, cfg.Copy())
+		if err != nil {
+			return closePools, fmt.Errorf("pool through pgbouncer: %w", err)
+		}
+		pools = append(pools, p)
+		if drvs[i], err = pgdriver.New(p, &pgdriver.Config{Schema: schema}); err != nil {
+			return closePools, err
+		}
+	}
+	shared := func(*http.Request) string { return "/payments" }
+	mux.Handle("POST "+pathPgbBare, bareHandler(pools[0]))
+	for _, r := range []struct {
+		path string
+		drv  *pgdriver.Driver
+		cfg  idemhttp.Config
+	}{
+		{pathPgbIdem, drvs[0], idemhttp.Config{Route: shared, Scope: principal}},
+		{pathPgbNoCache, drvs[0], idemhttp.Config{Route: shared, Scope: principal, ReplayCacheBytes: idemhttp.NoReplayCache}},
+		{pathPgbIdem2, drvs[1], idemhttp.Config{Route: shared, Scope: principal}},
+	} {
+		mw, err := idemhttp.New(r.drv, &r.cfg)
+		if err != nil {
+			return closePools, err
+		}
+		mux.Handle("POST "+r.path, as(pathPgbIdem, mw.Handler(idemBusinessHandler())))
+	}
+	return closePools, nil
 }
 
 // as serves h as if the request had been sent to path: the fingerprint

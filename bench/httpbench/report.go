@@ -17,7 +17,7 @@ import (
 )
 
 // conditions describes the machine and the settings of the run.
-func conditions(ctx context.Context, pool *pgxpool.Pool, o options) (string, error) {
+func conditions(ctx context.Context, pool *pgxpool.Pool, o options, bnc *bouncer) (string, error) {
 	var version, syncCommit, fsync string
 	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'),
 		current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&version, &syncCommit, &fsync)
@@ -31,14 +31,27 @@ func conditions(ctx context.Context, pool *pgxpool.Pool, o options) (string, err
 	fmt.Fprintf(&b, "            clients=%d (closed loop, HTTP/1.1 keep-alive over loopback), pool=%d conns, duration=%s per scenario x %d rounds,\n",
 		o.clients, o.conns, o.duration, o.rounds)
 	fmt.Fprintf(&b, "            scenarios interleaved in %s slices (random order), warm-up %s per scenario", o.slice, o.warmup)
+	if bnc != nil {
+		fmt.Fprintf(&b, ",\n            pa, pb, pe: through %s, pool_mode=transaction, %d server connections, in front of the same server;\n",
+			bnc.version, bnc.size)
+		fmt.Fprintf(&b, "            their pools: %d conns each, QueryExecModeCacheDescribe (no statement prepared across transactions), search_path by connect_query", o.conns)
+	}
 	return b.String(), nil
 }
 
 // printTable prints the medians over rounds and the targets. It returns
 // an error when requests failed: the ratios are then not valid.
 func printTable(w io.Writer, scs []*scenario) error {
-	base := scs[0]
+	baseOf := func(sc *scenario) *scenario {
+		for _, b := range scs {
+			if sc.base != "" && b.id == sc.base {
+				return b
+			}
+		}
+		return scs[0]
+	}
 	ratios := func(sc *scenario) []float64 {
+		base := baseOf(sc)
 		rs := make([]float64, len(sc.runs))
 		for i := range sc.runs {
 			rs[i] = sc.runs[i].rps / base.runs[i].rps
@@ -84,6 +97,28 @@ func printTable(w io.Writer, scs []*scenario) error {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "requests: all rounds; other columns: median over rounds; ratio: median of the per-round ratios to a")
 	fmt.Fprintln(w, "RT: round trips to PostgreSQL; WAL: cluster-wide; Go CPU: this process (HTTP clients included); PG CPU: the pool's backends")
+	if slices.ContainsFunc(scs, func(sc *scenario) bool { return sc.base != "" }) {
+		fmt.Fprintln(w, "p*: through PgBouncer (transaction mode), ratios to pa, the bare handler through it; PG CPU: PgBouncer's server connections and PgBouncer")
+		fmt.Fprintln(w, "    RT and stmt leave out what pgdriver sends on the raw connection (pgconn), unseen by pgx's tracer: pe's ROLLBACK, one more of each")
+		// What PgBouncer costs each path: a p* scenario against its
+		// direct twin, round by round.
+		var vs []string
+		for _, p := range scs {
+			i := slices.IndexFunc(scs, func(d *scenario) bool { return p.base != "" && "p"+d.id == p.id })
+			if i < 0 {
+				continue
+			}
+			d := scs[i]
+			rs := make([]float64, len(p.runs))
+			for r := range p.runs {
+				rs[r] = p.runs[r].rps / d.runs[r].rps
+			}
+			vs = append(vs, fmt.Sprintf("%s/%s %.2f (%.2f..%.2f)", p.id, d.id, median(rs), slices.Min(rs), slices.Max(rs)))
+		}
+		if len(vs) > 0 {
+			fmt.Fprintln(w, "through PgBouncer vs direct (throughput, median of per-round ratios):", strings.Join(vs, ", "))
+		}
+	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "failure:", n)
 	}
@@ -109,13 +144,13 @@ func printTable(w io.Writer, scs []*scenario) error {
 		got := median(ratios(sc))
 		verdict := "MISS"
 		switch {
-		case failedIn(sc) > 0 || failedIn(base) > 0:
+		case failedIn(sc) > 0 || failedIn(baseOf(sc)) > 0:
 			verdict = "INVALID"
 		case got >= sc.target:
 			verdict = "PASS"
 		}
 
-		fmt.Fprintf(w, "target %s/a >= %.2f: %.2f  %-4s  %s\n", sc.id, sc.target, got, verdict, sc.name)
+		fmt.Fprintf(w, "target %s/%s >= %.2f: %.2f  %-4s  %s\n", sc.id, baseOf(sc).id, sc.target, got, verdict, sc.name)
 	}
 	if len(invalid) > 0 {
 		return fmt.Errorf("requests failed in %s: the ratios are not valid", strings.Join(invalid, ", "))
@@ -131,6 +166,12 @@ func printDuplicates(ctx context.Context, w io.Writer, hc *http.Client, baseURL 
 		{name: "idem, two instances (alternating)", paths: []string{pathIdem, pathIdem2}, prefix: runID + "-dupidem2-", answers: map[string]int{}},
 		{name: "idem, generic path (before)", paths: []string{pathGeneric}, prefix: runID + "-dupgeneric-", answers: map[string]int{}},
 	}
+	if o.pgbouncer {
+		targets = append(targets,
+			&dupTarget{name: "PgBouncer: idem, one instance", paths: []string{pathPgbIdem}, prefix: runID + "-duppgb1-", answers: map[string]int{}},
+			&dupTarget{name: "PgBouncer: idem, two instances", paths: []string{pathPgbIdem, pathPgbIdem2}, prefix: runID + "-duppgb2-", answers: map[string]int{}},
+		)
+	}
 	res, err := duplicates(ctx, hc, baseURL, pool, targets, o.dup, o.dupK)
 	if err != nil {
 		return err
@@ -143,7 +184,13 @@ func printDuplicates(ctx context.Context, w io.Writer, hc *http.Client, baseURL 
 	}
 	fmt.Fprintf(w, "duplicate executions: naive %d of %d keys; idem one instance %d, two instances %d, generic path %d\n",
 		res[0].dupKeys, o.dup, res[1].dupKeys, res[2].dupKeys, res[3].dupKeys)
-	if res[1].dupKeys+res[2].dupKeys+res[3].dupKeys > 0 {
+	idemDups := res[1].dupKeys + res[2].dupKeys + res[3].dupKeys
+	if o.pgbouncer {
+		fmt.Fprintf(w, "duplicate executions through PgBouncer (transaction mode): idem one instance %d, two instances %d\n",
+			res[4].dupKeys, res[5].dupKeys)
+		idemDups += res[4].dupKeys + res[5].dupKeys
+	}
+	if idemDups > 0 {
 		return errors.New("idem executed a key more than once")
 	}
 	return nil

@@ -33,6 +33,12 @@ const (
 	// pathIdem2 is a second idem instance (its own pool and middleware)
 	// on the same schema, for the duplicates experiment.
 	pathIdem2 = "/idem2/payments"
+	// The same through PgBouncer (-pgbouncer): its own pools, drivers and
+	// middlewares, on the same schema.
+	pathPgbBare    = "/pgb/bare/payments"
+	pathPgbIdem    = "/pgb/idem/payments"
+	pathPgbNoCache = "/pgb/idemnc/payments"
+	pathPgbIdem2   = "/pgb/idem2/payments"
 )
 
 // scenarioSet builds scenarios with fresh and replayed keys.
@@ -87,11 +93,12 @@ func replayed(status int, h http.Header) bool {
 	return status == http.StatusCreated && h.Get(idemhttp.ReplayedHeader) == "true"
 }
 
-// scenarios returns the PostgreSQL scenarios in table order; only, if not
-// empty, keeps a (the baseline) and the listed ids.
-func scenarios(runID string, only string) ([]*scenario, error) {
+// scenarios returns the PostgreSQL scenarios in table order, with pa, pb
+// and pe (a, b and e through PgBouncer, their ratios to pa) when pooled;
+// only, if not empty, keeps a and pa (the baselines) and the listed ids.
+func scenarios(runID string, only string, pooled bool) ([]*scenario, error) {
 	set := scenarioSet{runID}
-	var idemDone, genericDone, naiveDone executed
+	var idemDone, genericDone, naiveDone, pgbDone executed
 	scs := []*scenario{
 		{id: "a", name: "bare (no idem)", path: pathBare, next: set.fresh("bare"), ok: created},
 		{id: "b", name: "idem first execution", path: pathIdem, next: set.fresh("idem"), ok: created,
@@ -114,11 +121,23 @@ func scenarios(runID string, only string) ([]*scenario, error) {
 		{id: "n", name: "naive interceptor replay", path: pathNaive, next: set.replay("naive", &naiveDone),
 			ok: func(status int, _ http.Header) bool { return status == http.StatusCreated }, replays: "d", info: true},
 	}
+	if pooled {
+		scs = append(scs,
+			&scenario{id: "pa", name: "bare via PgBouncer", path: pathPgbBare, next: set.fresh("pgbbare"), ok: created, base: "pa"},
+			&scenario{id: "pb", name: "idem first execution via PgBouncer", path: pathPgbIdem, next: set.fresh("pgbidem"), ok: created,
+				done: pgbDone.record, target: targetFirst, base: "pa"},
+			&scenario{id: "pe", name: "idem replay, cache off, via PgBouncer", path: pathPgbNoCache, next: set.replay("pgbidem", &pgbDone),
+				ok: replayed, replays: "pb", target: targetReplayNoCache, base: "pa"},
+		)
+	}
 	if only == "" {
 		return scs, nil
 	}
 
 	keep := map[string]bool{"a": true}
+	if pooled {
+		keep["pa"] = true
+	}
 	for id := range strings.SplitSeq(only, ",") {
 		keep[strings.TrimSpace(id)] = true
 	}
