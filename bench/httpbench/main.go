@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/pgbouncer"
 )
 
 // options are the command-line flags.
@@ -153,13 +154,13 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	mux.Handle("POST "+pathNaive, naiveMiddleware(pool, bareHandler(pool)))
 	apps := []string{app}
-	var bnc *bouncer
+	var bnc *pgbouncer.Process
 	if o.pgbouncer {
 		bnc, err = startPgBouncer(ctx, o.dsn, schema, o.syncCommit, o.conns)
 		if err != nil {
 			return err
 		}
-		defer bnc.stop()
+		defer bnc.Stop()
 		apps = append(apps, app+"_pgbouncer")
 		closePools, err := routeThroughPgBouncer(ctx, mux, bnc, apps[1], schema, counter, o)
 		defer closePools()
@@ -193,7 +194,7 @@ func run(ctx context.Context, o options) (err error) {
 
 	m := &meter{conn: admin, counter: counter, cpu: &cpuMeter{conn: admin, apps: apps}}
 	if bnc != nil {
-		m.cpu.pids = []int{bnc.cmd.Process.Pid}
+		m.cpu.pids = []int{bnc.Pid()}
 	}
 	if err := drive(ctx, hc, srv.URL, m, scs, o); err != nil {
 		return err
@@ -224,14 +225,14 @@ func run(ctx context.Context, o options) (err error) {
 // instances) with the application_name app, their drivers on schema and
 // their middlewares, as on a direct connection. pgdriver notices the pooler
 // at its first claim. It returns a function that closes the pools.
-func routeThroughPgBouncer(ctx context.Context, mux *http.ServeMux, bnc *bouncer, app, schema string, counter *rtCounter, o options) (closePools func(), err error) {
+func routeThroughPgBouncer(ctx context.Context, mux *http.ServeMux, bnc *pgbouncer.Process, app, schema string, counter *rtCounter, o options) (closePools func(), err error) {
 	var pools []*pgxpool.Pool
 	closePools = func() {
 		for _, p := range pools {
 			p.Close()
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(bnc.url)
+	cfg, err := pgxpool.ParseConfig(bnc.URL)
 	if err != nil {
 		return closePools, fmt.Errorf("parse pgbouncer url: %w", err)
 	}

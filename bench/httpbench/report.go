@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/pgbouncer"
 )
 
 // conditions describes the machine and the settings of the run.
-func conditions(ctx context.Context, pool *pgxpool.Pool, o options, bnc *bouncer) (string, error) {
+func conditions(ctx context.Context, pool *pgxpool.Pool, o options, bnc *pgbouncer.Process) (string, error) {
 	var version, syncCommit, fsync string
 	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'),
 		current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&version, &syncCommit, &fsync)
@@ -33,7 +35,7 @@ func conditions(ctx context.Context, pool *pgxpool.Pool, o options, bnc *bouncer
 	fmt.Fprintf(&b, "            scenarios interleaved in %s slices (random order), warm-up %s per scenario", o.slice, o.warmup)
 	if bnc != nil {
 		fmt.Fprintf(&b, ",\n            pa, pb, pe: through %s, pool_mode=transaction, %d server connections, in front of the same server;\n",
-			bnc.version, bnc.size)
+			bnc.Version, o.conns)
 		fmt.Fprintf(&b, "            their pools: %d conns each, QueryExecModeCacheDescribe (no statement prepared across transactions), search_path by connect_query", o.conns)
 	}
 	return b.String(), nil

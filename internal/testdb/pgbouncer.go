@@ -1,20 +1,11 @@
 package testdb
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/pgsqldriver"
+	"github.com/idemkit/idem/internal/pgbouncer"
 )
 
 // bouncerServerConns is the most PostgreSQL connections one PgBouncer of
@@ -42,63 +34,11 @@ const bouncerServerConns = 12
 func PgBouncer(t testing.TB) string {
 	t.Helper()
 	RequirePostgres(t)
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr == nil {
-			bin, err = "/usr/sbin/pgbouncer", nil
-		}
-	}
-	if err != nil {
+	if _, err := pgbouncer.Lookup(); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("pgbouncer is required under CI (apt-get install pgbouncer): %v", err)
+			t.Fatalf("pgbouncer is required under CI: %v", err)
 		}
-		t.Skipf("pgbouncer not installed (apt-get install pgbouncer; CI requires it): %v", err)
-	}
-	pg, err := pgx.ParseConfig(DSN())
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	port := freePort(t)
-	dir, err := os.MkdirTemp("", "idem-pgbouncer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	// PgBouncer refuses to run as root: as root, it runs as postgres (-u),
-	// which must read its files.
-	var args []string
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("pgbouncer refuses to run as root, and there is no user postgres to run it as: %v", err)
-		}
-		args = append(args, "-u", u.Username)
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// "*": every database of the server, under its own name (the
-	// end-to-end tests make one per test).
-	ini := fmt.Sprintf(`[databases]
-* = host=%[1]s port=%[2]d user=%[3]s
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %[4]d
-unix_socket_dir =
-auth_type = trust
-auth_file = %[5]s
-pool_mode = transaction
-max_client_conn = 500
-default_pool_size = %[6]d
-max_db_connections = %[6]d
-max_user_connections = %[6]d
-ignore_startup_parameters = extra_float_digits
-`, pg.Host, pg.Port, pg.User, port, filepath.Join(dir, "users.txt"), bouncerServerConns)
-	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(strconv.Quote(pg.User)+` ""`+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+		t.Skipf("skipped (CI requires it): %v", err)
 	}
 	for range bouncerServerConns {
 		release, err := acquireSlot(context.Background())
@@ -107,33 +47,17 @@ ignore_startup_parameters = extra_float_digits
 		}
 		t.Cleanup(release) // after the process is gone (cleanups run last first)
 	}
-	var log lockedBuffer
-	cmd := exec.Command(bin, append(args, filepath.Join(dir, "pgbouncer.ini"))...)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start pgbouncer: %v", err)
+	p, err := pgbouncer.Start(context.Background(), pgbouncer.Config{DSN: DSN(), PoolSize: bouncerServerConns})
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		p.Stop()
 		if t.Failed() {
-			t.Logf("pgbouncer's log:\n%s", log.String())
+			t.Logf("pgbouncer's log:\n%s", p.Log())
 		}
 	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer did not listen on %s: %v\n%s", addr, err, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	u := url.URL{Scheme: "postgres", User: url.User(pg.User), Host: addr, Path: "/" + pg.Database, RawQuery: "sslmode=disable"}
-	return u.String()
+	return p.URL
 }
 
 // BouncerPool opens a pool through the PgBouncer at bouncerURL (from
@@ -178,35 +102,6 @@ func PostgresBehindPgBouncer(t testing.TB, bouncerURL string, cfg *pgdriver.Conf
 		t.Fatalf("migrate: %v", err)
 	}
 	return drv, schema
-}
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's two output streams.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // BouncerSQLDB is BouncerPool for database/sql: a pool of pgx's stdlib
