@@ -36,7 +36,7 @@ type RelayConfig struct {
 	// Wake, if set, makes Run look for events at once whenever it receives
 	// a value (for example pgdriver.Driver.ListenOutbox, fed by PostgreSQL
 	// NOTIFY on every commit that enqueued events). When it is nil and the
-	// driver is a Notifier (pgdriver is), Run listens itself for as long
+	// driver is a Notifier (pgdriver and pgsqldriver are), Run listens itself for as long
 	// as it runs; otherwise it polls. After a database failure a wake-up
 	// ends the backoff early (the database is back); after a publish
 	// failure it does not. Closing Wake ends its wake-ups: Run logs a

@@ -126,7 +126,7 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 }
 
 // Notifier is implemented by drivers that signal committed outbox inserts
-// (pgdriver, with LISTEN/NOTIFY): ListenOutbox returns a channel that
+// (pgdriver and pgsqldriver, with LISTEN/NOTIFY): ListenOutbox returns a channel that
 // receives a value soon after such a commit, until ctx ends. A Relay whose
 // RelayConfig.Wake is nil listens on it by itself: Run calls ListenOutbox
 // in the background and polls until it returns (its connection may be
