@@ -29,40 +29,12 @@ func TestRunRecoversFromABlackHoledConnection(t *testing.T) {
 	t.Parallel()
 	t.Run("pgdriver", func(t *testing.T) {
 		t.Parallel()
-		direct, schema := testdb.Schema(t, 2)
-		p := testdb.NewProxy(t)
-		pool := p.Pool(t, schema, 1)
-		drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := drv.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		enq, err := pgdriver.New(direct, &pgdriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
+		drv, enq, p := proxiedPostgres(t, 1)
 		testRecoversFromABlackHole(t, drv, enq, p)
 	})
 	t.Run("pgsqldriver", func(t *testing.T) {
 		t.Parallel()
-		_, schema := testdb.Schema(t, 1)
-		p := testdb.NewProxy(t)
-		db := stdlib.OpenDB(*p.ConnConfig(t, schema))
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { _ = db.Close() })
-		drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := drv.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		enq, err := pgsqldriver.New(testdb.SQLPool(t, schema, 2), &pgsqldriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
+		drv, enq, p := proxiedPostgresSQL(t, 1)
 		testRecoversFromABlackHole[*sql.Tx](t, drv, enq, p)
 	})
 }
@@ -103,4 +75,45 @@ func testRecoversFromABlackHole[TTx any](t *testing.T, drv, enq driver.OutboxDri
 	second := mustEvent(t, "k")
 	enqueueTx(t, enq, second)
 	wait(second, 45*time.Second, "after the relay's connections were black-holed (new connections work)")
+}
+
+// proxiedPostgres returns a migrated pgdriver on a fresh schema whose pool
+// (conns connections) goes through a fault proxy, another driver on the
+// same schema with direct connections (to enqueue), and the proxy.
+func proxiedPostgres(t *testing.T, conns int32) (drv, direct *pgdriver.Driver, p *testdb.Proxy) {
+	t.Helper()
+	pool, schema := testdb.Schema(t, 2)
+	p = testdb.NewProxy(t)
+	drv, err := pgdriver.New(p.Pool(t, schema, conns), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if direct, err = pgdriver.New(pool, &pgdriver.Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	return drv, direct, p
+}
+
+// proxiedPostgresSQL is proxiedPostgres for pgsqldriver.
+func proxiedPostgresSQL(t *testing.T, conns int) (drv, direct *pgsqldriver.Driver, p *testdb.Proxy) {
+	t.Helper()
+	_, schema := testdb.Schema(t, 1)
+	p = testdb.NewProxy(t)
+	db := stdlib.OpenDB(*p.ConnConfig(t, schema))
+	db.SetMaxOpenConns(conns)
+	t.Cleanup(func() { _ = db.Close() })
+	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if direct, err = pgsqldriver.New(testdb.SQLPool(t, schema, 2), &pgsqldriver.Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	return drv, direct, p
 }

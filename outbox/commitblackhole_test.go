@@ -9,11 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem/driver"
-	"github.com/idemkit/idem/driver/pgdriver"
-	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
@@ -37,39 +34,12 @@ func TestRelayRecoversFromABlackHoledCommit(t *testing.T) {
 	t.Parallel()
 	t.Run("pgdriver", func(t *testing.T) {
 		t.Parallel()
-		direct, schema := testdb.Schema(t, 2)
-		p := testdb.NewProxy(t)
-		drv, err := pgdriver.New(p.Pool(t, schema, 2), &pgdriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := drv.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		enq, err := pgdriver.New(direct, &pgdriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
+		drv, enq, p := proxiedPostgres(t, 2)
 		testRecoversFromABlackHoledCommit(t, drv, enq, p)
 	})
 	t.Run("pgsqldriver", func(t *testing.T) {
 		t.Parallel()
-		_, schema := testdb.Schema(t, 1)
-		p := testdb.NewProxy(t)
-		db := stdlib.OpenDB(*p.ConnConfig(t, schema))
-		db.SetMaxOpenConns(2)
-		t.Cleanup(func() { _ = db.Close() })
-		drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := drv.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		enq, err := pgsqldriver.New(testdb.SQLPool(t, schema, 2), &pgsqldriver.Config{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
+		drv, enq, p := proxiedPostgresSQL(t, 2)
 		testRecoversFromABlackHoledCommit[*sql.Tx](t, drv, enq, p)
 	})
 }
