@@ -22,26 +22,10 @@ import (
 // without the server's description of the statement.
 func TestUUIDArraysInEveryExecMode(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgx.QueryExecMode{
-		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
-		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
-	} {
+	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			_, schema := testdb.Schema(t, 2)
-			cfg, err := pgxpool.ParseConfig(testdb.DSN())
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 2
-			cfg.ConnConfig.RuntimeParams["search_path"] = schema
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+			drv := driverInExecMode(t, mode)
 			ctx := t.Context()
 
 			tx, err := drv.Begin(ctx)
@@ -68,7 +52,7 @@ func TestUUIDArraysInEveryExecMode(t *testing.T) {
 
 			// OutboxUnpark's arguments, uuid[] and NULLs among them.
 			var id int64
-			if err := pool.QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, ids[0]).Scan(&id); err != nil {
+			if err := drv.Pool().QueryRow(ctx, `SELECT id FROM outbox WHERE event_id = $1`, ids[0]).Scan(&id); err != nil {
 				t.Fatal(err)
 			}
 			if err := drv.Executor().OutboxPark(ctx, &driver.OutboxParkParams{ID: id, Error: "poison", At: now}); err != nil {
@@ -96,26 +80,10 @@ func TestUUIDArraysInEveryExecMode(t *testing.T) {
 // server infers.
 func TestSagaStepInEveryExecMode(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgx.QueryExecMode{
-		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
-		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
-	} {
+	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			_, schema := testdb.Schema(t, 2)
-			cfg, err := pgxpool.ParseConfig(testdb.DSN())
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 2
-			cfg.ConnConfig.RuntimeParams["search_path"] = schema
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+			drv := driverInExecMode(t, mode)
 			ctx := t.Context()
 			if err := drv.Migrate(ctx); err != nil {
 				t.Fatal(err)
@@ -158,4 +126,30 @@ func TestSagaStepInEveryExecMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// execModes are every pgx query execution mode.
+var execModes = []pgx.QueryExecMode{
+	pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+	pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+}
+
+// driverInExecMode returns a migrated driver on a fresh schema whose pool
+// (2 connections) runs its queries in mode.
+func driverInExecMode(t *testing.T, mode pgx.QueryExecMode) *pgdriver.Driver {
+	t.Helper()
+	_, schema := testdb.Schema(t, 2)
+	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return newDriver(t, pool, &pgdriver.Config{Schema: schema})
 }
