@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/problem"
@@ -75,27 +77,11 @@ func TestCommitDeadline(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				direct := testdb.Postgres(t)
+				direct, proxied, proxy := proxiedPostgres(t)
 				e := pgEnvOn(t, direct)
-				schema := schemaOf(t, direct)
-				proxy := testdb.NewProxy(t)
-				pool := proxy.Pool(t, schema, 4)
-				proxied, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
-				if err != nil {
-					t.Fatal(err)
-				}
 				marker := randomMarker("cdl-")
 				var calls atomic.Int64
-				handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					calls.Add(1)
-					if err := e.effect(r, "cdl"); err != nil {
-						http.Error(w, err.Error(), 500)
-						return
-					}
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusCreated)
-					_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
-				})
+				handler := markedEffect(e, marker, &calls)
 				var logs syncBuffer
 				mw, err := idemhttp.New(withoutTxClaimer[pgx.Tx](proxied, path == "generic"), &idemhttp.Config{
 					Scope: fixedScope, CommitTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -137,10 +123,10 @@ func TestCommitDeadline(t *testing.T) {
 				case <-time.After(40 * time.Second):
 					t.Fatal("the connection of the COMMIT that did not answer was not closed")
 				}
-				for deadline := time.Now().Add(5 * time.Second); pool.Stat().TotalConns() != 0; time.Sleep(10 * time.Millisecond) {
+				for deadline := time.Now().Add(5 * time.Second); proxied.Pool().Stat().TotalConns() != 0; time.Sleep(10 * time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatalf("%d connections still in the pool (%d acquired) after the COMMIT's was closed",
-							pool.Stat().TotalConns(), pool.Stat().AcquiredConns())
+							proxied.Pool().Stat().TotalConns(), proxied.Pool().Stat().AcquiredConns())
 					}
 				}
 
@@ -175,13 +161,7 @@ func TestLeaseCompleteDeadline(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			direct := testdb.Postgres(t)
-			schema := schemaOf(t, direct)
-			proxy := testdb.NewProxy(t)
-			proxied, err := pgdriver.New(proxy.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
+			direct, proxied, proxy := proxiedPostgres(t)
 			marker := randomMarker("lcd-")
 			var calls atomic.Int64
 			handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -248,4 +228,49 @@ func checkRetriesAfterLostCommit(t *testing.T, fault testdb.Fault, f *testdb.Fau
 		t.Fatalf("retry of a committed command whose answer was lost: %d %q %s; want its replay",
 			again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
 	}
+}
+
+// proxiedPostgres returns a migrated pgdriver on a fresh schema, another on
+// the same schema whose pool (4 connections) goes through a fault proxy,
+// and the proxy.
+func proxiedPostgres(t *testing.T) (direct, proxied *pgdriver.Driver, proxy *testdb.Proxy) {
+	t.Helper()
+	direct = testdb.Postgres(t)
+	schema := schemaOf(t, direct)
+	proxy = testdb.NewProxy(t)
+	proxied, err := pgdriver.New(proxy.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, proxied, proxy
+}
+
+// proxiedPostgresSQL is proxiedPostgres for pgsqldriver.
+func proxiedPostgresSQL(t *testing.T) (direct, proxied *pgsqldriver.Driver, proxy *testdb.Proxy) {
+	t.Helper()
+	direct, schema := testdb.PostgresSQLSchema(t)
+	proxy = testdb.NewProxy(t)
+	db := stdlib.OpenDB(*proxy.ConnConfig(t, schema))
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { _ = db.Close() })
+	proxied, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, proxied, proxy
+}
+
+// markedEffect writes e's effect "cdl" and answers 201 with marker in its
+// body (for a fault proxy to find), counting its calls.
+func markedEffect(e *env, marker string, calls *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if err := e.effect(r, "cdl"); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
+	})
 }

@@ -128,13 +128,7 @@ func TestLeaseClaimLostToTheRequestsEnd(t *testing.T) {
 // waits executes.
 func TestLeaseClaimReplyLost(t *testing.T) {
 	t.Parallel()
-	direct := testdb.Postgres(t)
-	schema := schemaOf(t, direct)
-	proxy := testdb.NewProxy(t)
-	proxied, err := pgdriver.New(proxy.Pool(t, schema, 4), &pgdriver.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, proxied, proxy := proxiedPostgres(t)
 	var calls atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		calls.Add(1)

@@ -3,7 +3,6 @@ package idemhttp_test
 import (
 	"bytes"
 	"database/sql"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/problem"
@@ -38,28 +34,11 @@ func TestSQLCommitDeadline(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				direct, schema := testdb.PostgresSQLSchema(t)
+				direct, proxied, proxy := proxiedPostgresSQL(t)
 				e := sqlEnvWith(t, direct, direct.DB(), false)
-				proxy := testdb.NewProxy(t)
-				db := stdlib.OpenDB(*proxy.ConnConfig(t, schema))
-				db.SetMaxOpenConns(4)
-				t.Cleanup(func() { _ = db.Close() })
-				proxied, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
-				if err != nil {
-					t.Fatal(err)
-				}
 				marker := randomMarker("scdl-")
 				var calls atomic.Int64
-				handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					calls.Add(1)
-					if err := e.effect(r, "cdl"); err != nil {
-						http.Error(w, err.Error(), 500)
-						return
-					}
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusCreated)
-					_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
-				})
+				handler := markedEffect(e, marker, &calls)
 				var logs syncBuffer
 				mw, err := idemhttp.New(withoutTxClaimer[*sql.Tx](proxied, path == "generic"), &idemhttp.Config{
 					Scope: fixedScope, CommitTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -93,10 +72,10 @@ func TestSQLCommitDeadline(t *testing.T) {
 				case <-time.After(40 * time.Second):
 					t.Fatal("the connection of the COMMIT that did not answer was not closed")
 				}
-				if st := db.Stats(); st.InUse != 0 {
+				if st := proxied.DB().Stats(); st.InUse != 0 {
 					t.Fatalf("%d connections in use after the request was answered: %+v", st.InUse, st)
 				}
-				if err := db.QueryRowContext(t.Context(), `SELECT 1`).Scan(new(int)); err != nil {
+				if err := proxied.DB().QueryRowContext(t.Context(), `SELECT 1`).Scan(new(int)); err != nil {
 					t.Fatalf("the pool after the faulted connection: %v", err)
 				}
 
@@ -128,15 +107,7 @@ func isSimpleRollback(b []byte) bool {
 // answered, and the connection given up.
 func TestSQLReplayRollbackDeadline(t *testing.T) {
 	t.Parallel()
-	direct, schema := testdb.PostgresSQLSchema(t)
-	proxy := testdb.NewProxy(t)
-	db := stdlib.OpenDB(*proxy.ConnConfig(t, schema))
-	db.SetMaxOpenConns(4)
-	t.Cleanup(func() { _ = db.Close() })
-	proxied, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, proxied, proxy := proxiedPostgresSQL(t)
 	var calls atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		calls.Add(1)
@@ -170,7 +141,7 @@ func TestSQLReplayRollbackDeadline(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", calls.Load())
 	}
-	if st := db.Stats(); st.InUse != 0 {
+	if st := proxied.DB().Stats(); st.InUse != 0 {
 		t.Fatalf("%d connections in use after the replay: %+v", st.InUse, st)
 	}
 }
