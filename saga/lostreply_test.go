@@ -34,18 +34,7 @@ func TestPostgresLostReplies(t *testing.T) {
 	}
 	proxy := testdb.NewProxy(t)
 	proxied := pgDriver(t, proxy.Pool(t, schema, 4), schema)
-	f := &fixture[pgx.Tx]{drv: direct, effect: pgEffect, log: func(t *testing.T, sagaID string) []string {
-		t.Helper()
-		rows, err := pool.Query(t.Context(), `SELECT step FROM effect WHERE saga_id = $1 ORDER BY id`, sagaID)
-		if err != nil {
-			t.Fatalf("read effects: %v", err)
-		}
-		steps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("read effects: %v", err)
-		}
-		return steps
-	}}
+	f := &fixture[pgx.Tx]{drv: direct, effect: pgEffect, log: pgStepLog(pool)}
 	c := f.coordinator(t, nil)
 	cp, err := saga.New(proxied, &saga.Config{CompensationBackoff: 1})
 	if err != nil {

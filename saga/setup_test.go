@@ -252,18 +252,7 @@ func setupPostgres(t *testing.T) *fixture[pgx.Tx] {
 			_, err := tx.Exec(ctx, badStatement)
 			return err
 		},
-		log: func(t *testing.T, sagaID string) []string {
-			t.Helper()
-			rows, err := pool.Query(t.Context(), `SELECT step FROM effect WHERE saga_id = $1 ORDER BY id`, sagaID)
-			if err != nil {
-				t.Fatalf("read effects: %v", err)
-			}
-			steps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatalf("read effects: %v", err)
-			}
-			return steps
-		},
+		log: pgStepLog(pool),
 		outbox: func(t *testing.T, id uuid.UUID) []string {
 			t.Helper()
 			rows, err := pool.Query(t.Context(), `SELECT convert_from(payload, 'UTF8') FROM outbox WHERE event_id = $1`, id.String())
@@ -424,4 +413,21 @@ func stepsN(n int) []string {
 		out[i] = fmt.Sprintf("step-%d", i+1)
 	}
 	return out
+}
+
+// pgStepLog returns the steps whose effect a saga wrote in pool's effect
+// table, in order.
+func pgStepLog(pool *pgxpool.Pool) func(t *testing.T, sagaID string) []string {
+	return func(t *testing.T, sagaID string) []string {
+		t.Helper()
+		rows, err := pool.Query(t.Context(), `SELECT step FROM effect WHERE saga_id = $1 ORDER BY id`, sagaID)
+		if err != nil {
+			t.Fatalf("read effects: %v", err)
+		}
+		steps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("read effects: %v", err)
+		}
+		return steps
+	}
 }
