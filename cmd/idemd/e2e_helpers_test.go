@@ -39,6 +39,7 @@ import (
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/freeport"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 )
@@ -435,15 +436,15 @@ func clip(s string, n int) string {
 }
 
 // freeAddr returns a 127.0.0.1 address with a port free right now, so that
-// a restarted idemd listens where the clients keep retrying.
+// a restarted idemd listens where the clients keep retrying. The port is
+// outside the ephemeral range: a client connection of another test cannot
+// take it between a kill and the restart.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	return addr
 }
 
@@ -756,7 +757,8 @@ type pgProxy struct {
 
 func newPGProxy(t testing.TB, upstream string) *pgProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := freeport.Listen() // listened on again after a cut
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,7 +879,13 @@ func newKafkaGate() *kafkaGate {
 
 // listen is the kfake.ListenFn.
 func (g *kafkaGate) listen(network, address string) (net.Listener, error) {
-	ln, err := net.Listen(network, address)
+	var ln net.Listener
+	var err error
+	if network == "tcp" && (address == "127.0.0.1:0" || address == ":0") {
+		ln, err = freeport.Listen() // listened on again after a cut
+	} else {
+		ln, err = net.Listen(network, address)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/freeport"
 )
 
 // ErrNotInstalled is returned by Lookup and Start when there is no
@@ -93,7 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if out, err := exec.CommandContext(ctx, bin, "--version").Output(); err == nil {
 		p.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
 	}
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -179,16 +181,6 @@ func (p *Process) Stop() {
 
 // Log returns what PgBouncer wrote so far.
 func (p *Process) Log() string { return p.log.String() }
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // lockedBuffer is a bytes.Buffer safe for a process's two output streams.
 type lockedBuffer struct {
