@@ -49,11 +49,17 @@
 // ConfigMap written in the package when no ConfigMap of the package sets
 // enable.idempotence (literal, SetKey or index); enable.idempotence set to
 // false, acks or request.required.acks to 0 or 1. For segmentio/kafka-go,
-// a Writer literal without RequiredAcks (the default waits for no
-// acknowledgement) unless the package assigns a Writer's RequiredAcks
-// elsewhere, and RequiredAcks set to RequireNone or RequireOne, in a
-// literal or assigned after it (w.RequiredAcks = kafka.RequireOne: the
-// assignment is reported, not the literal it completes); and a
+// a Writer left with the zero RequiredAcks, which waits for no
+// acknowledgement: a Writer literal without RequiredAcks, new(kafka.Writer),
+// a variable declared var w kafka.Writer (not a pointer: var w
+// *kafka.Writer holds a writer made elsewhere) and assigned nothing else,
+// or a struct field of type kafka.Writer that the package writes through
+// (p.w.WriteMessages) and never assigns, unexported or of package main
+// (reported at its declaration), unless the package assigns a Writer's
+// RequiredAcks elsewhere; and RequiredAcks set to RequireNone or
+// RequireOne, in a literal or assigned after it (w.RequiredAcks =
+// kafka.RequireOne: the assignment is reported, not the Writer it
+// completes); and a
 // WriterConfig, the config of the older NewWriter, whose RequiredAcks is
 // set to 1 (the leader only), in a literal or assigned. NewWriter turns
 // RequiredAcks 0, the zero value, into RequireAll, so a WriterConfig

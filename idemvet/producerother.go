@@ -57,6 +57,9 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 	// RequiredAcks the package assigns: that assignment decides, and is
 	// reported when it is below all.
 	kafkaGoAcksSet := make(map[types.Object]bool)
+	// The struct fields holding a kafka-go Writer (not a pointer) that
+	// the package writes through: p.w.WriteMessages(...).
+	writtenFields := make(map[types.Object]bool)
 	inspect(func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.AssignStmt:
@@ -118,16 +121,24 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 				key, _ := constString(info, n.Args[0])
 				confluentIdem = confluentSetting(r, n, key, info, ast.Unparen(n.Args[1])) || confluentIdem
 			}
+			if isMethod(fn, kafkagoPath, "Writer", "WriteMessages") {
+				if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok {
+					if f := selectedField(info, sel.X); f != nil {
+						writtenFields[f] = true
+					}
+				}
+			}
 		}
 		return true
 	})
 
 	var fields map[types.Object][]assignment // struct fields, made on first use
 
-	// The Writer literals stored in a variable or field whose RequiredAcks
-	// is assigned afterwards (w := &kafka.Writer{...}; w.RequiredAcks =
-	// ...): the assignment is judged, not the literal.
-	acksSetLater := make(map[*ast.CompositeLit]bool)
+	// The Writer literals (and new(kafka.Writer) calls) stored in a
+	// variable or field whose RequiredAcks is assigned afterwards (w :=
+	// &kafka.Writer{...}; w.RequiredAcks = ...): the assignment is judged,
+	// not the literal.
+	acksSetLater := make(map[ast.Expr]bool)
 	if !kafkaGoAcks {
 		for obj := range kafkaGoAcksSet {
 			as := assigns[obj]
@@ -142,8 +153,13 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 				if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.AND {
 					e = ast.Unparen(u.X)
 				}
-				if lit, ok := e.(*ast.CompositeLit); ok && a.Index == 0 {
+				if a.Index != 0 {
+					continue
+				}
+				if lit, ok := e.(*ast.CompositeLit); ok {
 					acksSetLater[lit] = true
+				} else if call, ok := e.(*ast.CallExpr); ok && isNewWriter(info, call) {
+					acksSetLater[call] = true
 				}
 			}
 		}
@@ -151,6 +167,9 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 	inspect(func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.CallExpr:
+			if !kafkaGoAcks && isNewWriter(info, n) && !acksSetLater[n] {
+				r.report(n, msgKafkaGoAcks) // new(kafka.Writer): a zero Writer
+			}
 			fn := callee(info, n)
 			switch {
 			case !saramaIdem && isFuncIn(fn, saramaPaths, "NewSyncProducer", "NewAsyncProducer") && len(n.Args) == 2:
@@ -180,6 +199,41 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 			case !confluentIdem && isFuncIn(fn, confluentPaths, "NewProducer") && len(n.Args) == 1 &&
 				confluentMapFromPackage(info, assigns, n.Args[0]):
 				r.report(n, msgConfluentNoIdem)
+			}
+		case *ast.ValueSpec:
+			// var w kafka.Writer: a zero Writer, unless the variable is
+			// assigned another afterwards or its RequiredAcks is.
+			if kafkaGoAcks || len(n.Values) != 0 {
+				break
+			}
+			for _, name := range n.Names {
+				if v, ok := info.Defs[name].(*types.Var); ok && isWriterValue(v.Type()) && !kafkaGoAcksSet[v] && len(assigns[v]) == 0 {
+					r.report(name, msgKafkaGoAcks)
+				}
+			}
+		case *ast.StructType:
+			// A field of type kafka.Writer the package writes through: a
+			// zero Writer in every value of the struct, unless the package
+			// assigns the field (checked there) or its RequiredAcks. An
+			// exported field outside package main may be set by another
+			// package.
+			if kafkaGoAcks {
+				break
+			}
+			for _, fl := range n.Fields.List {
+				for _, name := range fl.Names {
+					v, ok := info.Defs[name].(*types.Var)
+					if !ok || !isWriterValue(v.Type()) || !writtenFields[v] || kafkaGoAcksSet[v] ||
+						v.Exported() && pass.Pkg.Name() != "main" {
+						continue
+					}
+					if fields == nil {
+						fields = nonTestFieldAssignments(pass)
+					}
+					if len(fields[v]) == 0 {
+						r.report(name, msgKafkaGoAcks)
+					}
+				}
 			}
 		case *ast.CompositeLit:
 			if !kafkaGoAcks && isType(info.TypeOf(n), kafkagoPath, "Writer") && !hasField(n, "RequiredAcks") && !acksSetLater[n] {
@@ -432,6 +486,36 @@ func holder(info *types.Info, e ast.Expr) types.Object {
 		}
 	}
 	return nil
+}
+
+// isWriterValue reports whether t is kafka-go's Writer itself, not a
+// pointer to one: a variable or field of that type holds a Writer.
+func isWriterValue(t types.Type) bool {
+	n, ok := types.Unalias(t).(*types.Named)
+	return ok && isNamed(n, kafkagoPath, "Writer")
+}
+
+// isNewWriter reports whether call is new(kafka.Writer): a zero Writer.
+func isNewWriter(info *types.Info, call *ast.CallExpr) bool {
+	if !isBuiltin(info, call, "new") || len(call.Args) != 1 {
+		return false
+	}
+	tv, ok := info.Types[call.Args[0]]
+	return ok && tv.IsType() && isWriterValue(tv.Type)
+}
+
+// selectedField returns the struct field e selects (p.w), or nil.
+func selectedField(info *types.Info, e ast.Expr) *types.Var {
+	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
+	if !ok {
+		return nil
+	}
+	s, ok := info.Selections[sel]
+	if !ok || s.Kind() != types.FieldVal {
+		return nil
+	}
+	v, _ := s.Obj().(*types.Var)
+	return v
 }
 
 // isConfluentMap reports whether t is confluent-kafka-go's ConfigMap or a
