@@ -32,7 +32,9 @@
 // kgo.DisableIdempotentWrite() or kgo.RequiredAcks(kgo.LeaderAck()) /
 // RequiredAcks(kgo.NoAck()), written in the call or in a slice of options
 // built in the package (literal, append, variable), or returned by a
-// function of the package. It does not see options from another package
+// function of the package; the acks also through variables, local or of
+// the package (var acks = kgo.LeaderAck(): any value assigned to them
+// counts). It does not see options from another package
 // nor a function's parameters, nor tell a client that only
 // consumes from one that produces. The other Kafka clients, whose defaults
 // are not idempotent: for sarama (IBM/sarama, Shopify/sarama), a
@@ -63,7 +65,15 @@
 // WriterConfig, the config of the older NewWriter, whose RequiredAcks is
 // set to 1 (the leader only), in a literal or assigned. NewWriter turns
 // RequiredAcks 0, the zero value, into RequireAll, so a WriterConfig
-// without it is not reported. Test files
+// without it is not reported. The acks of these three clients are
+// constants (a literal, a named constant of any package: const acks =
+// kafka.RequireOne) or package-level variables given one in their
+// declaration (var acks = sarama.WaitForLocal; also through another such
+// variable, or converted, kafka.RequiredAcks(n)) that nothing in the
+// package's non-test files writes again (an assignment, ++ or --, &acks
+// as flag.IntVar takes it, a pointer method such as UnmarshalText); a
+// local variable, a field or a variable assigned elsewhere is not
+// followed. Test files
 // are skipped: a test's producer writes test records, to a fake broker or
 // with acks=0 on purpose. So are the client packages themselves (kgo,
 // kafka-go, sarama, confluent-kafka-go): sarama's NewConfig sets its own

@@ -33,7 +33,7 @@ func TestAnalyzers(t *testing.T) {
 	analysistest.Run(t, analysistest.TestData(), all,
 		"producer", "retrykey", "randomid", "txwrite", "consumer", "floatmoney", "autocommit", "checkinsert", "staticid", "idiomatic", "ignore", "pgxv4",
 		"producersarama", "producersaramaok", "producersaramafield", "github.com/IBM/sarama", "producerconfluent", "producerconfluentok", "producerkafkago", "producerkafkagoset",
-		"producerkafkagozero", "producerkafkagozeroset", "producerkafkagozeromain",
+		"producerkafkagozero", "producerkafkagozeroset", "producerkafkagozeromain", "produceracks",
 		"consumerother", "commitorder", "confluentauto", "confluentmanual", "retrykeyother")
 }
 

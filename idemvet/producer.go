@@ -57,19 +57,24 @@ func runProducer(pass *analysis.Pass) (any, error) {
 }
 
 // lowAcks reports whether e is kgo.LeaderAck() or kgo.NoAck(), directly or
-// through a variable.
+// through variables, local or of the package (var acks = kgo.LeaderAck(),
+// var fast = acks): one of the values assigned to them is.
 func lowAcks(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr) bool {
+	return lowAcksSeen(info, assigns, e, make(map[types.Object]bool))
+}
+
+func lowAcksSeen(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr, seen map[types.Object]bool) bool {
 	switch e := ast.Unparen(e).(type) {
 	case *ast.CallExpr:
 		return isFunc(callee(info, e), kgoPath, "LeaderAck", "NoAck")
 	case *ast.Ident:
 		obj, ok := info.ObjectOf(e).(*types.Var)
-		if !ok {
+		if !ok || seen[obj] {
 			return false
 		}
+		seen[obj] = true
 		for _, a := range assigns[obj] {
-			if call, ok := ast.Unparen(a.Expr).(*ast.CallExpr); ok && a.Index == 0 &&
-				isFunc(callee(info, call), kgoPath, "LeaderAck", "NoAck") {
+			if a.Index == 0 && lowAcksSeen(info, assigns, a.Expr, seen) {
 				return true
 			}
 		}

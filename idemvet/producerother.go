@@ -38,6 +38,11 @@ const (
 // all. Test files are skipped, as for franz-go.
 func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignment, r *reporter) {
 	info := pass.TypesInfo
+	// The acks settings are constants, or package-level variables
+	// initialised with one.
+	inits := packageVarInits(pass)
+	lowAcksConst := func(e ast.Expr) bool { return acksIn(info, inits, e, 0, 1) }
+	leaderAcksConst := func(e ast.Expr) bool { return acksIn(info, inits, e, 1) }
 	var files []*ast.File
 	for _, f := range sourceFiles(pass) {
 		if !isTestFile(pass, f) {
@@ -76,11 +81,11 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 						saramaIdem = true
 					}
 				case saramaField(info, l, "Producer", "RequiredAcks"):
-					if lowAcksConst(info, v) {
+					if lowAcksConst(v) {
 						r.report(n, msgSaramaLowAcks)
 					}
 				case kafkaGoWriterField(info, l):
-					if lowAcksConst(info, v) {
+					if lowAcksConst(v) {
 						r.report(n, msgKafkaGoAcks)
 					} else {
 						kafkaGoAcks = true
@@ -89,18 +94,18 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 						kafkaGoAcksSet[obj] = true
 					}
 				case kafkaGoConfigField(info, l):
-					if leaderAcksConst(info, v) {
+					if leaderAcksConst(v) {
 						r.report(n, msgKafkaGoConfigAcks)
 					}
 				case isConfluentMapIndex(info, l):
 					key, _ := constString(info, l.(*ast.IndexExpr).Index)
-					confluentIdem = confluentSetting(r, n, key, info, v) || confluentIdem
+					confluentIdem = confluentSetting(r, n, key, info, inits, v) || confluentIdem
 				}
 			}
 		case *ast.CompositeLit:
 			if isType(info.TypeOf(n), kafkagoPath, "WriterConfig") {
 				for _, el := range n.Elts {
-					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && leaderAcksConst(info, ast.Unparen(kv.Value)) {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && leaderAcksConst(kv.Value) {
 						r.report(kv, msgKafkaGoConfigAcks)
 					}
 				}
@@ -112,14 +117,14 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 						continue
 					}
 					key, _ := constString(info, kv.Key)
-					confluentIdem = confluentSetting(r, kv, key, info, ast.Unparen(kv.Value)) || confluentIdem
+					confluentIdem = confluentSetting(r, kv, key, info, inits, ast.Unparen(kv.Value)) || confluentIdem
 				}
 			}
 		case *ast.CallExpr:
 			fn := callee(info, n)
 			if recv := recvType(fn); recv != nil && fn.Name() == "SetKey" && len(n.Args) == 2 && isConfluentMap(recv) {
 				key, _ := constString(info, n.Args[0])
-				confluentIdem = confluentSetting(r, n, key, info, ast.Unparen(n.Args[1])) || confluentIdem
+				confluentIdem = confluentSetting(r, n, key, info, inits, ast.Unparen(n.Args[1])) || confluentIdem
 			}
 			if isMethod(fn, kafkagoPath, "Writer", "WriteMessages") {
 				if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok {
@@ -241,7 +246,7 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 			}
 			if isType(info.TypeOf(n), kafkagoPath, "Writer") {
 				for _, el := range n.Elts {
-					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && lowAcksConst(info, ast.Unparen(kv.Value)) {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "RequiredAcks") && lowAcksConst(kv.Value) {
 						r.report(kv, msgKafkaGoAcks)
 					}
 				}
@@ -252,9 +257,9 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 }
 
 // confluentSetting reports a confluent-kafka-go setting key = v at n when it
-// turns idempotence off or lowers acks, and returns whether it turns
-// idempotence on.
-func confluentSetting(r *reporter, n ast.Node, key string, info *types.Info, v ast.Expr) bool {
+// turns idempotence off or lowers acks (a constant, or a package-level
+// variable of inits), and returns whether it turns idempotence on.
+func confluentSetting(r *reporter, n ast.Node, key string, info *types.Info, inits map[*types.Var]ast.Expr, v ast.Expr) bool {
 	switch key {
 	case "enable.idempotence":
 		if b, ok := configBool(info, v); ok {
@@ -265,7 +270,7 @@ func confluentSetting(r *reporter, n ast.Node, key string, info *types.Info, v a
 		}
 		return true // not a constant: it may be on
 	case "acks", "request.required.acks":
-		if s, ok := configString(info, v); ok && (s == "0" || s == "1") {
+		if s, ok := configString(constValue(info, inits, v)); ok && (s == "0" || s == "1") {
 			r.report(n, msgConfluentLowAcks)
 		}
 	}
@@ -429,16 +434,26 @@ func saramaField(info *types.Info, e ast.Expr, group, name string) bool {
 	return false
 }
 
-// lowAcksConst reports whether e is a constant 0 or 1, acks below all:
-// sarama's NoResponse and WaitForLocal, kafka-go's RequireNone and
-// RequireOne.
-func lowAcksConst(info *types.Info, e ast.Expr) bool {
-	tv, ok := info.Types[e]
-	if !ok || tv.Value == nil {
+// acksIn reports whether the value of e (a constant, or a package-level
+// variable of inits, see constValue) is an integer among want: 0 or 1 are
+// acks below all (sarama's NoResponse and WaitForLocal, kafka-go's
+// RequireNone and RequireOne), 1 alone for a kafka-go WriterConfig, whose
+// NewWriter turns 0 into all.
+func acksIn(info *types.Info, inits map[*types.Var]ast.Expr, e ast.Expr, want ...int64) bool {
+	v := constValue(info, inits, e)
+	if v == nil {
 		return false
 	}
-	n, ok := constant.Int64Val(tv.Value)
-	return ok && (n == 0 || n == 1)
+	n, ok := constant.Int64Val(v)
+	if !ok {
+		return false
+	}
+	for _, w := range want {
+		if n == w {
+			return true
+		}
+	}
+	return false
 }
 
 // kafkaGoWriterField reports whether e is w.RequiredAcks with w a kafka-go
@@ -453,19 +468,6 @@ func kafkaGoWriterField(info *types.Info, e ast.Expr) bool {
 func kafkaGoConfigField(info *types.Info, e ast.Expr) bool {
 	sel, ok := ast.Unparen(e).(*ast.SelectorExpr)
 	return ok && sel.Sel.Name == "RequiredAcks" && isType(info.TypeOf(sel.X), kafkagoPath, "WriterConfig")
-}
-
-// leaderAcksConst reports whether e is the constant 1, acks from the
-// leader only: the one value of a kafka-go WriterConfig's RequiredAcks
-// below all (NewWriter turns 0 into all; other values are refused by the
-// broker).
-func leaderAcksConst(info *types.Info, e ast.Expr) bool {
-	tv, ok := info.Types[e]
-	if !ok || tv.Value == nil {
-		return false
-	}
-	n, ok := constant.Int64Val(tv.Value)
-	return ok && n == 1
 }
 
 // holder returns the variable, or the struct field, that the expression e
@@ -554,18 +556,152 @@ func configBool(info *types.Info, e ast.Expr) (value, ok bool) {
 
 // configString returns a constant ConfigMap value as text: a string, or an
 // integer.
-func configString(info *types.Info, e ast.Expr) (string, bool) {
-	tv, ok := info.Types[e]
-	if !ok || tv.Value == nil {
+func configString(v constant.Value) (string, bool) {
+	if v == nil {
 		return "", false
 	}
-	switch tv.Value.Kind() {
+	switch v.Kind() {
 	case constant.String:
-		return constant.StringVal(tv.Value), true
+		return constant.StringVal(v), true
 	case constant.Int:
-		return tv.Value.ExactString(), true
+		return v.ExactString(), true
 	}
 	return "", false
+}
+
+// constValue returns the value of e when it is a constant (a literal, a
+// named constant of any package), a package-level variable of inits (see
+// packageVarInits) whose initialiser has one, or a conversion of one of
+// these to an integer or string type (kafka.RequiredAcks(acks)); nil
+// otherwise.
+func constValue(info *types.Info, inits map[*types.Var]ast.Expr, e ast.Expr) constant.Value {
+	for range 8 { // a chain of variables, var a = b; var b = 1, not a cycle
+		e = ast.Unparen(e)
+		if tv, ok := info.Types[e]; ok && tv.Value != nil {
+			return tv.Value
+		}
+		switch x := e.(type) {
+		case *ast.Ident:
+			v, ok := info.Uses[x].(*types.Var)
+			if !ok || inits[v] == nil {
+				return nil
+			}
+			e = inits[v]
+		case *ast.CallExpr:
+			fun, ok := info.Types[x.Fun]
+			if !ok || !fun.IsType() || len(x.Args) != 1 {
+				return nil
+			}
+			b, ok := fun.Type.Underlying().(*types.Basic)
+			if !ok || b.Info()&(types.IsInteger|types.IsString) == 0 {
+				return nil
+			}
+			v := constValue(info, inits, x.Args[0])
+			if v == nil || b.Info()&types.IsInteger != 0 && v.Kind() != constant.Int ||
+				b.Info()&types.IsString != 0 && v.Kind() != constant.String {
+				return nil // string(65) is "A", int("1") does not compile
+			}
+			return v
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// packageVarInits maps the package-level variables declared, in the
+// package's files other than its tests, with an initialiser of their own
+// (var acks = kafka.RequireOne; not var a, b = f()) to it, when nothing in
+// those files writes them again: no assignment, ++ or --, range
+// assignment, address taken (flag.IntVar(&acks, ...)) or method with a
+// pointer receiver (acks.UnmarshalText). Such a variable holds its
+// initialiser's value in every run of the program. Another package may
+// still set an exported one: its initialiser is the default.
+func packageVarInits(pass *analysis.Pass) map[*types.Var]ast.Expr {
+	info := pass.TypesInfo
+	inits := make(map[*types.Var]ast.Expr)
+	var files []*ast.File
+	for _, f := range pass.Files {
+		if !isTestFile(pass, f) {
+			files = append(files, f)
+		}
+	}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if len(vs.Values) != len(vs.Names) {
+					continue
+				}
+				for i, name := range vs.Names {
+					if v, ok := info.Defs[name].(*types.Var); ok {
+						inits[v] = vs.Values[i]
+					}
+				}
+			}
+		}
+	}
+	if len(inits) == 0 {
+		return inits
+	}
+	// written drops the variable at the root of e (v, v.f, v[i]).
+	var written func(e ast.Expr)
+	written = func(e ast.Expr) {
+		switch x := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			if v, ok := info.Uses[x].(*types.Var); ok {
+				delete(inits, v)
+			}
+		case *ast.SelectorExpr:
+			written(x.X)
+		case *ast.IndexExpr:
+			written(x.X)
+		}
+	}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, l := range n.Lhs {
+					written(l)
+				}
+			case *ast.IncDecStmt:
+				written(n.X)
+			case *ast.RangeStmt:
+				if n.Tok == token.ASSIGN {
+					if n.Key != nil {
+						written(n.Key)
+					}
+					if n.Value != nil {
+						written(n.Value)
+					}
+				}
+			case *ast.UnaryExpr:
+				if n.Op == token.AND {
+					written(n.X)
+				}
+			case *ast.SelectorExpr:
+				// A method with a pointer receiver called on an
+				// addressable value takes its address.
+				s, ok := info.Selections[n]
+				if !ok || s.Kind() != types.MethodVal && s.Kind() != types.MethodExpr {
+					break
+				}
+				recv := s.Obj().Type().(*types.Signature).Recv()
+				if _, ptr := recv.Type().Underlying().(*types.Pointer); ptr && s.Kind() == types.MethodVal && !s.Indirect() {
+					if _, isPtr := info.TypeOf(n.X).Underlying().(*types.Pointer); !isPtr {
+						written(n.X)
+					}
+				}
+			}
+			return true
+		})
+	}
+	return inits
 }
 
 // constBool returns the value of e when it is a constant bool.

@@ -35,6 +35,19 @@ const (
 	RequireAll  RequiredAcks = -1
 )
 
+// UnmarshalText sets acks from its name ("none", "one", "all") or number.
+func (acks *RequiredAcks) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "none", "0":
+		*acks = RequireNone
+	case "one", "1":
+		*acks = RequireOne
+	default:
+		*acks = RequireAll
+	}
+	return nil
+}
+
 type Writer struct {
 	Addr         string
 	Topic        string

@@ -1,0 +1,5 @@
+package produceracks
+
+func useAllAcksInTests() {
+	testedAcks = -1
+}
