@@ -152,7 +152,9 @@ type Config struct {
 
 	// Wait is how long a duplicate of an in-flight request waits for its
 	// outcome before answering 409 with Retry-After. Defaults to 5s; NoWait
-	// answers at once. At most 1h.
+	// answers at once. At most 1h. On PostgreSQL the wait is bounded by a
+	// lock_timeout of Wait, and the role's statement_timeout is off for it
+	// (a shorter one would cut it short).
 	Wait time.Duration
 	// RetryAfter is the Retry-After sent with 409 request-in-progress and
 	// 503 answers. Defaults to 1s.

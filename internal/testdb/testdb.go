@@ -99,6 +99,14 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 // on the same database). It is closed when the test ends.
 func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return PoolParams(t, schema, maxConns, nil)
+}
+
+// PoolParams is Pool whose sessions also have the run-time parameters
+// params (idle_in_transaction_session_timeout, statement_timeout, ...), as
+// a role or database configured by a DBA would give them.
+func PoolParams(t testing.TB, schema string, maxConns int32, params map[string]string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(DSN())
 	if err != nil {
 		t.Fatalf("parse dsn: %v", err)
@@ -107,6 +115,9 @@ func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	cfg.ConnConfig.DialFunc = dial
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {

@@ -14,10 +14,17 @@ const (
 
 // Lock timeouts: a transaction-local lock_timeout around a statement that
 // may wait, with the caller's own setting saved first and restored after.
+// The wait is bounded by that lock_timeout (the caller's wait budget,
+// idemhttp's Config.Wait): a statement_timeout of the role or database
+// (often shorter, set for runaway queries) is off for it, and saved and
+// restored with the lock_timeout, so that it does not cut the wait short
+// (57014, which a caller would take for a failing store).
 const (
-	SaveLockTimeoutSQL    = "SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)"
-	SetLockTimeoutSQL     = "SELECT set_config('lock_timeout', $1, true)"
-	RestoreLockTimeoutSQL = "SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)"
+	SaveLockTimeoutSQL = "SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true), " +
+		"set_config('idem.saved_statement_timeout', current_setting('statement_timeout'), true)"
+	SetLockTimeoutSQL     = "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', '0', true)"
+	RestoreLockTimeoutSQL = "SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true), " +
+		"set_config('statement_timeout', current_setting('idem.saved_statement_timeout'), true)"
 )
 
 // Idempotency records.
