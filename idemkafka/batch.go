@@ -293,10 +293,12 @@ func refusedAtCommit(err error) bool {
 
 // transientDB reports whether err, returned by a handler, is a database's
 // passing failure rather than the record's: PostgreSQL's serialization
-// failure, deadlock, lock and statement timeouts, shutdown, connection
-// classes and too many connections (by SQLSTATE, as pgx, pgconn and lib/pq
-// report it), SQLite's BUSY and LOCKED, driver.ErrLockTimeout, and a lost
-// or failing database connection: pgconn's errors that are safe to retry
+// failure, deadlock, lock and statement timeouts, shutdown, a session
+// ended by the server's idle_in_transaction_session_timeout (or
+// transaction_timeout, idle_session_timeout), connection classes and too
+// many connections (by SQLSTATE, as pgx, pgconn and lib/pq report it),
+// SQLite's BUSY and LOCKED, driver.ErrLockTimeout, and a lost or failing
+// database connection: pgconn's errors that are safe to retry
 // or timeouts, *net.OpError, io.ErrUnexpectedEOF, database/sql's
 // driver.ErrBadConn and sql.ErrConnDone. Any other error, an HTTP client's
 // (*url.Error) among them even when it wraps a network error, is the

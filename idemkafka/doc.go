@@ -70,8 +70,9 @@
 //     skips a record. The same holds when the dead-letter
 //     topic cannot be written, and when the handler returns a database's
 //     passing failure (a serialization failure, a deadlock, a lock or
-//     statement timeout, a lost database connection, SQLite busy, by
-//     SQLSTATE or code), or driver.ErrNotMigrated (its outbox.EnqueueTx
+//     statement timeout, a session ended by the server (a restart,
+//     pg_terminate_backend, idle_in_transaction_session_timeout), a lost
+//     database connection, SQLite busy, by SQLSTATE or code), or driver.ErrNotMigrated (its outbox.EnqueueTx
 //     found idem's tables missing): that is the database's fault, not the
 //     record's, so it is never dead-lettered. Any other handler error, an HTTP
 //     client's included, is the record's.

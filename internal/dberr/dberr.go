@@ -19,7 +19,9 @@ import (
 
 // Transient reports whether err is a database's passing failure rather
 // than the caller's: PostgreSQL's serialization failure, deadlock, lock and
-// statement timeouts, shutdown, connection classes and too many
+// statement timeouts, shutdown, a session ended by the server's
+// idle_in_transaction_session_timeout (25P03), transaction_timeout (25P04)
+// or idle_session_timeout (57P05), connection classes and too many
 // connections (by SQLSTATE, as pgx, pgconn and lib/pq report it), SQLite's
 // BUSY and LOCKED, driver.ErrLockTimeout, and a lost or failing database
 // connection: pgconn's errors that are safe to retry or timeouts,
@@ -36,6 +38,9 @@ func Transient(err error) bool {
 		switch code := st.SQLState(); {
 		case code == "40001", code == "40P01", code == "55P03", code == "57014",
 			code == "57P01", code == "57P02", code == "57P03", code == "53300",
+			// The server ended the session (FATAL): every statement
+			// after it fails with a lost connection, transient too.
+			code == "25P03", code == "25P04", code == "57P05",
 			strings.HasPrefix(code, "08"):
 			return true
 		}

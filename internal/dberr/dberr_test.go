@@ -24,6 +24,12 @@ func TestTransient(t *testing.T) {
 	}{
 		{fmt.Errorf("outbox insert: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}), true},
 		{&pgconn.PgError{Code: "08006"}, true},
+		// Sessions ended by the server's idle_in_transaction_session_timeout,
+		// transaction_timeout and idle_session_timeout.
+		{fmt.Errorf("inbox: event 5: %w", &pgconn.PgError{Severity: "FATAL", Code: "25P03"}), true},
+		{&pgconn.PgError{Severity: "FATAL", Code: "25P04"}, true},
+		{&pgconn.PgError{Severity: "FATAL", Code: "57P05"}, true},
+		{&pgconn.PgError{Code: "25P02"}, false}, // in failed sql transaction: the handler ignored an error
 		{&pgconn.PgError{Code: "40001"}, true},
 		{&pgconn.PgError{Code: "23505"}, false},
 		{fmt.Errorf("create order: %w", io.ErrUnexpectedEOF), true},
