@@ -25,6 +25,7 @@
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed or unanswered (CommitTimeout)    503 outcome-unknown: retry with the same key
+//	session ended while the handler paused         503 store-unavailable (idle_in_transaction_session_timeout): nothing was committed
 //	handler's statement failed (PostgreSQL)        500 transaction-aborted: nothing was committed
 //
 // Every error is RFC 9457 application/problem+json with Cache-Control:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -433,6 +434,28 @@ func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 		return false
 	}
 	m.reportCmd(cmd, OutcomeNotStored)
+	return true
+}
+
+// idleTimedOut answers 503 store-unavailable and returns true when err
+// says that PostgreSQL ended the transaction's session because it waited
+// for the handler longer than idle_in_transaction_session_timeout (or
+// idle_session_timeout): the server ends a session only while it waits
+// for the client, so nothing was committed (not outcome-unknown), and the
+// log says which setting the handler's pause outlasted.
+func (m *Middleware[TTx]) idleTimedOut(cmd *command, err error) bool {
+	if !dberr.IdleTimeout(err) {
+		return false
+	}
+	m.cfg.Logger.Error("idemhttp: PostgreSQL ended the request's session: its transaction waited for the handler "+
+		"(between two of its statements) longer than idle_in_transaction_session_timeout (or idle_session_timeout); "+
+		"nothing was committed, and a retry executes again. Raise the setting for the application's role or database "+
+		"above the handler's longest pause, or keep slow calls out of the transaction",
+		"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+	cmd.w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
+		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
+	m.reportCmd(cmd, OutcomeStoreError)
 	return true
 }
 

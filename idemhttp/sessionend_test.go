@@ -203,7 +203,14 @@ func sessionEnded(t *testing.T, e *sessionEnv, end func(t *testing.T, r *http.Re
 // TestIdleInTransactionTimeout: the role's
 // idle_in_transaction_session_timeout (1s) ends the session of a handler
 // that wrote its effect and then stayed idle in its transaction (a slow
-// call elsewhere) for longer.
+// call elsewhere) for longer. PostgreSQL ends such a session only while it
+// waits for the client (a last-moment timeout is caught before the next
+// statement runs): nothing of the COMMIT was run. The client was told 503
+// outcome-unknown ("may or may not have been applied") on pgdriver's and
+// pgsqldriver's fast path, and the log said "commit result unknown" (or
+// "store unavailable" on the generic path), not what to change. It gets
+// 503 store-unavailable (not executed, retry), and the log names the
+// setting.
 func TestIdleInTransactionTimeout(t *testing.T) {
 	t.Parallel()
 	forEachSession(t, map[string]string{"idle_in_transaction_session_timeout": "1s"}, func(t *testing.T, e *sessionEnv) {
@@ -214,7 +221,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 				return
 			}
 			waitGone(t, e.admin, pid)
-		}, "", "idle-in-transaction")
+		}, problem.TypeStoreUnavailable, "idle_in_transaction_session_timeout", "nothing was committed")
 	})
 }
 

@@ -89,7 +89,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	if err := m.complete(bg, ex, cmd, token, rec); err != nil {
 		err = m.commitTimedOut(bg, err)
 		m.rollbackHeld(ctx, cmd, tx)
-		if !m.handlerTxFailed(cmd, err) {
+		if !m.handlerTxFailed(cmd, err) && !m.idleTimedOut(cmd, err) {
 			m.storeUnavailable(cmd, err) // nothing committed: no COMMIT was sent
 		}
 		return
@@ -98,7 +98,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	if err := m.drv.Commit(bg, tx); err != nil {
 		err = m.commitTimedOut(bg, err)
 		m.rollback(ctx, tx)
-		if !m.handlerTxFailed(cmd, err) {
+		if !m.handlerTxFailed(cmd, err) && !m.idleTimedOut(cmd, err) {
 			m.outcomeUnknown(cmd, err)
 		}
 		return

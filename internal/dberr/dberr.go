@@ -74,3 +74,18 @@ func Transient(err error) bool {
 	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
+
+// IdleTimeout reports whether err is PostgreSQL's end of a session that
+// waited for its client longer than idle_in_transaction_session_timeout
+// (25P03) or idle_session_timeout (57P05). The server ends such a session
+// only while it waits for the client's next statement, and checks for a
+// timeout due at the moment a statement arrives before running it: nothing
+// the client sent after the pause ran, a COMMIT included.
+func IdleTimeout(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		return code == "25P03" || code == "57P05"
+	}
+	return false
+}

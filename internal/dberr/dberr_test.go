@@ -44,3 +44,21 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+func TestIdleTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("commit complete: %w", &pgconn.PgError{Severity: "FATAL", Code: "25P03"}), true},
+		{&pgconn.PgError{Severity: "FATAL", Code: "57P05"}, true},
+		{&pgconn.PgError{Severity: "FATAL", Code: "57P01"}, false}, // may strike during a COMMIT
+		{&pgconn.PgError{Severity: "FATAL", Code: "25P04"}, false}, // transaction_timeout: also while a statement runs
+		{errors.New("25P03"), false},
+	} {
+		if got := dberr.IdleTimeout(c.err); got != c.want {
+			t.Errorf("IdleTimeout(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
