@@ -49,8 +49,10 @@ type RecordClaimParams struct {
 	// ExpiresAt: when the record stops deduplicating.
 	ExpiresAt time.Time
 	// LockTimeout bounds how long the claim waits for a concurrent,
-	// uncommitted claim of the same key (PostgreSQL). Zero means the
-	// backend default (wait for the statement timeout).
+	// uncommitted claim of the same key (PostgreSQL): the session's
+	// statement_timeout is off for that wait, so that a shorter one does
+	// not cut it short. Zero means the backend default (wait for the
+	// statement timeout).
 	LockTimeout time.Duration
 }
 
@@ -141,7 +143,9 @@ type TxClaimer[TTx any] interface {
 type TxClaimParams struct {
 	Scope string
 	Key   string
-	// Wait bounds the wait for the lock; zero tries once.
+	// Wait bounds the wait for the lock (on PostgreSQL a lock_timeout,
+	// with the session's statement_timeout off for the wait); zero tries
+	// once.
 	Wait time.Duration
 	// Now, when not zero, lets BeginClaim answer a key with a completed
 	// record live at Now without the lock (see BeginClaim).
