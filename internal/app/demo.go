@@ -270,6 +270,9 @@ type demo struct {
 	client *idemclient.Client
 	orders []*demoOrder
 	pays   []*demoPayment
+	// kafkaFound: cfg.kafka is what idemd answered at GET /v1/kafka,
+	// asked again before step 3.
+	kafkaFound bool
 }
 
 // demoOrder is one order operation: what is sent, and what came back.
@@ -534,6 +537,13 @@ func (d *demo) run(ctx context.Context) (*demoReport, error) {
 	d.waitOrders(ctx, deadline)
 
 	settled := true
+	if d.kafkaFound {
+		// idemd may have been restarted since it was asked (a crash, a
+		// deploy), its embedded broker now on another free port.
+		kctx, kcancel := context.WithTimeout(ctx, 10*time.Second)
+		d.discoverKafka(kctx)
+		kcancel()
+	}
 	if d.cfg.kafka != "" {
 		d.log.Info("demo: producing the run's Kafka records again", "kafka", d.cfg.kafka, "topic", d.cfg.topic)
 		before := d.inboxDuplicates(ctx)
@@ -624,7 +634,7 @@ func (d *demo) health(ctx context.Context) error {
 
 // discoverKafka asks idemd (GET /v1/kafka) for its seed brokers and topic,
 // for step 3 without -kafka. An idemd that does not tell leaves step 3
-// skipped.
+// skipped, or, asked again, the brokers it told before.
 func (d *demo) discoverKafka(ctx context.Context) {
 	status, b, err := d.getRaw(ctx, "/v1/kafka")
 	if err != nil || status != http.StatusOK {
@@ -638,6 +648,7 @@ func (d *demo) discoverKafka(ctx context.Context) {
 		return
 	}
 	d.cfg.kafka = strings.Join(info.Seeds, ",")
+	d.kafkaFound = true
 	if !d.cfg.topicSet && CheckTopic(info.Topic) == nil {
 		d.cfg.topic = info.Topic
 	}

@@ -380,3 +380,47 @@ func TestDemoUnhealthy(t *testing.T) {
 		t.Fatalf("exit %d after %v, want an error naming the 503 at once\n%s\n%s", code, took, stdout.String(), stderr.String())
 	}
 }
+
+// An idemd restarted while the demo runs (killed and started again, as
+// the README's "Restarting" describes) comes back with its embedded broker
+// on another free port: the demo asks GET /v1/kafka again before step 3,
+// instead of reporting Kafka unreachable at the address the first idemd
+// had. Here /v1/kafka first names a port nobody listens on, then the
+// broker's.
+func TestDemoKafkaMovedWhileRunning(t *testing.T) {
+	t.Parallel()
+	a, _, _ := demoTarget(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	var asked sync.Mutex
+	first := true
+	restarted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/kafka" {
+			asked.Lock()
+			old := first
+			first = false
+			asked.Unlock()
+			if old {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"mode":"embedded","seeds":["`+gone+`"],"topic":"idemd.orders"}`)
+				return
+			}
+		}
+		a.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(restarted.Close)
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-url", restarted.URL, "-orders", "4", "-seed", "1"},
+		func(string) string { return "" }, nil, &stdout, &stderr)
+	out := stdout.String()
+	if code != 0 || !strings.Contains(out, "OK: no double effects, nothing lost") {
+		t.Fatalf("exit %d, want 0 and OK\n%s\n%s", code, out, stderr.String())
+	}
+	if sent := demoCell(t, demoRows(t, out), "kafka events", 0); sent == 0 {
+		t.Errorf("kafka events: no record produced again\n%s", out)
+	}
+}
