@@ -85,11 +85,15 @@ func TestOutboxSchemaFromSearchPath(t *testing.T) {
 
 // A relay of a version that named the lane locks after the prefix only
 // (without a schema) holds a lane exclusively: a relay of this version, on
-// the same tables, does not claim it meanwhile (a rolling upgrade).
+// the same tables, does not claim it meanwhile (a rolling upgrade). It runs
+// in a database of its own: the lanes' legacy lock class is the same for
+// every driver without a schema, so holding its locks in the shared test
+// database would stop the other tests' relays (advisory locks are per
+// database).
 func TestOutboxLegacyLaneLock(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, _ := testdb.Schema(t, 4)
+	pool := testdb.Database(t, 4)
 	drv := newMigrated(t, pool, nil)
 	enqueueKey(t, drv, "k")
 	h := fnv.New32a()

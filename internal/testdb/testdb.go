@@ -95,6 +95,47 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	return pool, schema
 }
 
+// Database creates a fresh database and returns a pool on it, for a test
+// whose advisory locks must not reach the other tests (advisory locks are
+// per database, whatever the schema). It is dropped when the test ends.
+func Database(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	RequirePostgres(t)
+	ctx := context.Background()
+	name := "idem_t_" + randHex(6)
+	admin, err := connect(ctx)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	_ = admin.Close(ctx)
+	cfg, err := pgxpool.ParseConfig(DSN())
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.ConnConfig.Database = name
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.DialFunc = dial
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		c, err := connect(context.Background())
+		if err != nil {
+			return
+		}
+		_, _ = c.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+		_ = c.Close(context.Background())
+	})
+	return pool
+}
+
 // Pool opens another pool whose search_path is schema (a second "process"
 // on the same database). It is closed when the test ends.
 func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
