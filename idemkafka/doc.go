@@ -168,6 +168,16 @@
 // minute later, and none twice (hundreds before). A publisher given a
 // PublisherConfig.Client waits for every record, as before.
 //
+// kgo retries, without telling why, a record whose partition answers a
+// retriable error: NOT_ENOUGH_REPLICAS while fewer replicas than the
+// topic's min.insync.replicas are in sync (acks=all cannot be met),
+// NOT_LEADER_OR_FOLLOWER during a leader election. Such events fail with
+// the context's deadline or ErrOutcomeUnknown and wait in the outbox until
+// the cluster heals; their error (the relay's "publish failed" line, the
+// events' last_error) then also says what the cluster's metadata shows of
+// their topic (partitions without a leader, replicas out of sync), asked
+// at most every 5s per topic and only after such a failure.
+//
 // # Topics
 //
 // Neither the publisher nor the consumer creates a topic, and neither

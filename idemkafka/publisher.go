@@ -198,6 +198,10 @@ type Publisher struct {
 	writtenN    atomic.Int64
 	writtenPrun time.Time
 
+	// diag caches what the cluster's metadata said of the topics whose
+	// records were not acknowledged in time (see explain).
+	diag diagnoses
+
 	// calls maps the records of the produce calls in flight to their
 	// call (*produceCall), for outcomeHook.
 	calls sync.Map
@@ -578,6 +582,7 @@ func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, la
 	if len(alone) > 0 {
 		p.produceAlone(ctx, events, alone, errs)
 	}
+	p.explain(ctx, p.cl.Load(), events, errs)
 	err := p.outcome(events, errs)
 	if err != nil && cl != nil && !p.renewIfFailed(ctx, cl) && len(gone) > 0 {
 		p.forgetTopics(ctx, cl, gone)
