@@ -163,8 +163,12 @@ type Publisher struct {
 	newClient func() (*kgo.Client, error)
 	clMu      sync.Mutex // Close against a renewal of the client
 	closed    bool
-	topic     func(event.Envelope) string
-	maxBytes  func(topic string) int32
+	// renewals counts the renewals of the client not logged since
+	// renewLogged (guarded by clMu).
+	renewals    int
+	renewLogged time.Time
+	topic       func(event.Envelope) string
+	maxBytes    func(topic string) int32
 	// maxBuffered is the client's MaxBufferedBytes (0: none).
 	maxBuffered int64
 	log         *slog.Logger
@@ -937,9 +941,34 @@ func (p *Publisher) renewIfFailed(ctx context.Context, cl *kgo.Client) bool {
 	}
 	p.cl.Store(ncl)
 	cl.Close()
-	p.log.Warn("idemkafka: the publisher's client failed its producer ID for good; publishing with a new client",
-		"err", err)
+	// While the cause lasts (an ACL missing), every failed Publish renews
+	// the client: its first renewal is logged, the next ones at most every
+	// renewLogInterval, with their count.
+	p.renewals++
+	if now := time.Now(); now.Sub(p.renewLogged) >= renewLogInterval {
+		p.log.Warn("idemkafka: the publisher's client failed its producer ID for good; publishing with a new client",
+			"err", withACLHint("", err), "renewals", p.renewals)
+		p.renewLogged, p.renewals = now, 0
+	}
 	return true
+}
+
+// renewLogInterval is how often the renewals of the publisher's client are
+// logged while they repeat.
+const renewLogInterval = 30 * time.Second
+
+// withACLHint returns err, a failure to produce to topic, with the
+// permission to grant when it is an authorization failure, and err
+// otherwise.
+func withACLHint(topic string, err error) error {
+	switch {
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fmt.Errorf("%w (grant the producer's principal IDEMPOTENT_WRITE on the cluster: "+
+			"idempotent producers need it on Kafka before 2.8, and WRITE on the topic)", err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		return fmt.Errorf("%w (grant the producer's principal WRITE and DESCRIBE on topic %q: an ACL; the events wait in the outbox meanwhile)", err, topic)
+	}
+	return err
 }
 
 // batchLevel reports whether a broker's error may concern a whole record
@@ -1053,7 +1082,7 @@ func classify(topic string, err error) error {
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return fmt.Errorf("idemkafka: produce to %s: %w: %w", topic, missingTopic(topic, true), err)
 	}
-	return fmt.Errorf("idemkafka: produce to %s: %w", topic, err)
+	return fmt.Errorf("idemkafka: produce to %s: %w", topic, withACLHint(topic, err))
 }
 
 // missingTopic is the error that says what to do about a topic the broker
