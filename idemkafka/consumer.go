@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -166,7 +167,9 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	if c.instanceID != "" {
 		c.opts = append(c.opts, kgo.InstanceID(c.instanceID))
 	}
+	userLog, _ := probe.OptValue(kgo.WithLogger).(kgo.Logger)
 	c.opts = append(c.opts,
+		kgo.WithLogger(resetLogger{inner: userLog, log: c.cfg.Logger, group: cfgv.Group}),
 		kgo.SeedBrokers(cfgv.Seeds...),
 		kgo.ConsumerGroup(cfgv.Group),
 		kgo.ConsumeTopics(cfgv.Topics...),
@@ -619,5 +622,40 @@ func (c *Consumer[TTx]) warnMissingTopics(ctx context.Context, cl *kgo.Client) {
 	if len(missingDLQ) > 0 {
 		c.cfg.Logger.Warn("idemkafka: the brokers do not have this consumer's dead-letter topics; a record that fails for good holds its partition until they exist: "+fix,
 			"group", c.cfg.Group, "topics", missingDLQ, "consumer", c.in.Consumer())
+	}
+}
+
+// resetLogger is the consumer client's kgo.Logger: it passes every line
+// on to the logger given in ExtraOpts (kgo.WithLogger), if any, at the
+// level that one asks for, and logs at WARN kgo's lines about an
+// OFFSET_OUT_OF_RANGE fetch. kgo resumes such a partition per
+// ConsumeResetOffset (the log start by default) without an error: the
+// records between the group's offset and the log start (deleted by
+// retention before the group consumed them, or lost by the broker) were
+// skipped without a word. kgo logs them at INFO or WARN, with the topic,
+// the partition and the offset the group was at; it logs at INFO only
+// about connections, metadata, group changes and failures, never per
+// record or per fetch, so asking for INFO costs nothing per record.
+type resetLogger struct {
+	inner kgo.Logger
+	log   *slog.Logger
+	group string
+}
+
+func (l resetLogger) Level() kgo.LogLevel {
+	if l.inner != nil && l.inner.Level() > kgo.LogLevelInfo {
+		return l.inner.Level()
+	}
+	return kgo.LogLevelInfo
+}
+
+func (l resetLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if strings.HasPrefix(msg, "received OFFSET_OUT_OF_RANGE") {
+		l.log.Warn("idemkafka: OFFSET_OUT_OF_RANGE: the partition no longer has the records at the group's offset (deleted by retention before the group consumed them, or lost by the broker); "+
+			"consuming resumes per ConsumeResetOffset (the log start by default): the records in between are skipped, never applied",
+			append([]any{"group", l.group, "kgo", msg}, keyvals...)...)
+	}
+	if l.inner != nil && level <= l.inner.Level() {
+		l.inner.Log(level, msg, keyvals...)
 	}
 }

@@ -94,6 +94,12 @@
 //   - A dead-letter copy too large for the dead-letter topic (or the
 //     client) is sent without its value, with HeaderDLQTruncated, pointing
 //     at the original in its topic.
+//   - A partition whose records at the group's offset are gone (deleted by
+//     retention while the group was down or behind, or lost by the broker)
+//     answers OFFSET_OUT_OF_RANGE, and kgo resumes per ConsumeResetOffset,
+//     the log start by default: the records in between are never applied.
+//     The consumer logs it at WARN (with the topic, the partition and the
+//     offset the group was at); kgo alone did not say it.
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
 //
