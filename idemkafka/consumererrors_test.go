@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testlog"
@@ -64,4 +66,63 @@ func TestConsumerOffsetOutOfRangeLogged(t *testing.T) {
 		t.Errorf("the kgo.WithLogger given in ExtraOpts did not get kgo's line; it got:\n%s", own.String())
 	}
 	t.Logf("applied %d events; skipped 5 deleted by retention; the line: %s", distinct(t, b, "billing"), warn)
+}
+
+// The group coordinator refuses the offset commits for 5s with the errors
+// a real cluster gives while the coordinator moves or the group
+// rebalances (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+// REBALANCE_IN_PROGRESS), then accepts them: every event is applied once,
+// the offsets reach the end without a restart, the failures are logged
+// without a flood, and a consumer started afterwards applies nothing
+// again. (kgo retries a commit refused so until it succeeds or the
+// consumer's commitTimeout, 30s, ends: the consumer applies nothing more
+// meanwhile, so the events wait for the coordinator, logged.)
+func TestOffsetCommitCoordinatorErrors(t *testing.T) {
+	t.Parallel()
+	for _, code := range []*kerr.Error{kerr.CoordinatorNotAvailable, kerr.NotCoordinator, kerr.RebalanceInProgress} {
+		t.Run(code.Message, func(t *testing.T) {
+			t.Parallel()
+			b := setupSQLite(t)
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			topic := kc.Topic(t, "orders", 2)
+			group := kafkatest.Name("g")
+			fault := fake.Fault(kfakeFault(kmsg.OffsetCommit, "", code, -1))
+			var logs testlog.Buffer
+			cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			c := start(t, b, "billing", cfg)
+			began := time.Now()
+			healed := time.AfterFunc(5*time.Second, fault.Remove)
+			defer healed.Stop()
+			evs := newEvents(t, 40, 8)
+			for i := 0; i < len(evs); i += 10 {
+				kc.Produce(t, topic, recordsOf(topic, evs[i:i+10]...)...)
+				time.Sleep(200 * time.Millisecond)
+			}
+			waitFor(t, 60*time.Second, "every event applied", func() bool { return distinct(t, b, "billing") == len(evs) })
+			applied := time.Since(began)
+			waitFor(t, 60*time.Second, "the offsets committed once the coordinator accepts", func() bool { return allCommitted(t, kc, group, topic) })
+			mustStop(t, c)
+			if fault.Hits() == 0 {
+				t.Fatal("no offset commit refused")
+			}
+			mustOnce(t, b, "billing", evs)
+			warns, _ := logLines(logs.String(), "WARN", "")
+			errs, _ := logLines(logs.String(), "ERROR", "")
+			t.Logf("%s for 5s: %d commits refused, %d WARN and %d ERROR lines; the 40 events applied %s after the first was produced",
+				code.Message, fault.Hits(), warns, errs, applied.Round(time.Millisecond))
+			if warns+errs > 10 {
+				t.Errorf("%d WARN and %d ERROR lines; want a few; logs:\n%s", warns, errs, logs.String())
+			}
+
+			again := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+			kc.Produce(t, topic, recordsOf(topic, newEvents(t, 1, 1)...)...)
+			waitFor(t, 30*time.Second, "a new event applied", func() bool { return distinct(t, b, "billing") == len(evs)+1 })
+			mustStop(t, again)
+			if s := again.stats.get(); s.applied != 1 || s.duplicates != 0 {
+				t.Errorf("the next consumer applied %d and skipped %d; want 1 and 0 (the offsets were committed)", s.applied, s.duplicates)
+			}
+		})
+	}
 }
