@@ -1,12 +1,9 @@
 package idemkafka_test
 
 import (
-	"context"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,27 +15,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemkit/idem/driver/pgdriver"
-	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
-	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
-// pgRelayRig is a PostgreSQL outbox (pgdriver) with a relay publishing it
-// through an idemkafka Publisher with the relay's and the client's
-// defaults: what a producing service runs in production.
-type pgRelayRig struct {
-	drv    *pgdriver.Driver
-	schema string
-	pub    *idemkafka.Publisher
-	relay  *outbox.Relay[pgx.Tx]
-	logs   *testlog.Buffer
-	stop   func()
-}
-
-func newPGRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *pgRelayRig {
+// newPGRelayRig is a relayRig on PostgreSQL (pgdriver) with the relay's
+// and the client's defaults: what a producing service runs in production.
+func newPGRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *relayRig[pgx.Tx] {
 	t.Helper()
 	testdb.RequirePostgres(t)
 	_, schema := testdb.Schema(t, 1)
@@ -49,87 +33,18 @@ func newPGRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox
 	if err := drv.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	r := &pgRelayRig{drv: drv, schema: schema, logs: &testlog.Buffer{}}
-	log := slog.New(slog.NewTextHandler(r.logs, nil))
-	r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: log, ExtraOpts: opts})
-	if cfg.Backoff == nil {
-		cfg.Backoff = func(int) time.Duration { return 50 * time.Millisecond }
-	}
-	cfg.Logger = log
-	relay, err := outbox.NewRelay(drv, r.pub, &cfg)
-	if err != nil {
-		t.Fatalf("NewRelay: %v", err)
-	}
-	r.relay = relay
-	return r
-}
-
-func (r *pgRelayRig) enqueue(t *testing.T, evs ...event.Envelope) {
-	t.Helper()
-	ctx := t.Context()
-	tx, err := r.drv.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, r.drv, tx, evs...); err != nil {
-		t.Fatalf("EnqueueTx: %v", err)
-	}
-	if err := r.drv.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (r *pgRelayRig) run(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := r.relay.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	r.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
-	t.Cleanup(r.stop)
-}
-
-func (r *pgRelayRig) rows(t *testing.T) []outboxRow {
-	t.Helper()
 	q := `SELECT o.event_id::text, coalesce(p.attempts, 0), p.id IS NULL, coalesce(p.parked_at IS NOT NULL, false), coalesce(p.last_error, '')
-		FROM ` + pgx.Identifier{r.schema, "outbox"}.Sanitize() + ` o LEFT JOIN ` + pgx.Identifier{r.schema, "outbox_pending"}.Sanitize() + ` p ON p.id = o.id
+		FROM ` + pgx.Identifier{schema, "outbox"}.Sanitize() + ` o LEFT JOIN ` + pgx.Identifier{schema, "outbox_pending"}.Sanitize() + ` p ON p.id = o.id
 		ORDER BY o.id`
-	rows, err := r.drv.Pool().Query(t.Context(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []outboxRow
-	for rows.Next() {
-		var o outboxRow
-		if err := rows.Scan(&o.EventID, &o.Attempts, &o.Published, &o.Parked, &o.LastError); err != nil {
-			t.Fatal(err)
+	r := &relayRig[pgx.Tx]{drv: drv, readRows: func(t *testing.T) []outboxRow {
+		rows, err := drv.Pool().Query(t.Context(), q)
+		if err == nil {
+			defer rows.Close()
 		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func (r *pgRelayRig) count(t *testing.T) (published, parked, failed int) {
-	t.Helper()
-	for _, o := range r.rows(t) {
-		switch {
-		case o.Published:
-			published++
-		case o.Parked:
-			parked++
-		}
-		if o.Attempts > 0 {
-			failed++
-		}
-	}
-	return published, parked, failed
+		return scanOutboxRows(t, rows, err)
+	}}
+	r.start(t, kc, topic, cfg, 50*time.Millisecond, opts)
+	return r
 }
 
 // logLines counts the log lines at level (slog's text "level=WARN") and

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
@@ -25,24 +26,41 @@ import (
 	"github.com/idemkit/idem/outbox"
 )
 
-// relayRig is an outbox on SQLite with a relay publishing it to a Kafka
-// topic through an idemkafka Publisher: what a producing service runs.
-type relayRig struct {
-	drv   *sqlitedriver.Driver
-	pub   *idemkafka.Publisher
-	relay *outbox.Relay[*sql.Tx]
-	logs  *testlog.Buffer
-	stop  func()
+// relayRig is an outbox with a relay publishing it to a Kafka topic
+// through an idemkafka Publisher: what a producing service runs. readRows
+// reads the delivery state of its events the driver's way.
+type relayRig[TTx any] struct {
+	drv      driver.OutboxDriver[TTx]
+	pub      *idemkafka.Publisher
+	relay    *outbox.Relay[TTx]
+	logs     *testlog.Buffer
+	stop     func()
+	readRows func(t *testing.T) []outboxRow
 }
 
-func newRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *relayRig {
+// newRelayRig is a relayRig on SQLite, its client retrying fast.
+func newRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, opts ...kgo.Opt) *relayRig[*sql.Tx] {
 	t.Helper()
 	b := setupSQLite(t)
-	r := &relayRig{drv: b.open(t).(*sqlitedriver.Driver), logs: &testlog.Buffer{}}
+	drv := b.open(t).(*sqlitedriver.Driver)
+	r := &relayRig[*sql.Tx]{drv: drv, readRows: func(t *testing.T) []outboxRow {
+		rows, err := drv.DB().QueryContext(t.Context(),
+			`SELECT event_id, attempts, published_at IS NOT NULL, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox ORDER BY id`)
+		return scanOutboxRows(t, rows, err)
+	}}
+	r.start(t, kc, topic, cfg, 20*time.Millisecond, append([]kgo.Opt{fastRetry}, opts...))
+	return r
+}
+
+// start makes the rig's Publisher and Relay (backoff unless cfg has one),
+// logging into r.logs.
+func (r *relayRig[TTx]) start(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.RelayConfig, backoff time.Duration, opts []kgo.Opt) {
+	t.Helper()
+	r.logs = &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
-	r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: log, ExtraOpts: append([]kgo.Opt{fastRetry}, opts...)})
+	r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: log, ExtraOpts: opts})
 	if cfg.Backoff == nil {
-		cfg.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
+		cfg.Backoff = func(int) time.Duration { return backoff }
 	}
 	cfg.Logger = log
 	relay, err := outbox.NewRelay(r.drv, r.pub, &cfg)
@@ -50,10 +68,9 @@ func newRelayRig(t *testing.T, kc *kafkatest.Cluster, topic string, cfg outbox.R
 		t.Fatalf("NewRelay: %v", err)
 	}
 	r.relay = relay
-	return r
 }
 
-func (r *relayRig) enqueue(t *testing.T, evs ...event.Envelope) {
+func (r *relayRig[TTx]) enqueue(t *testing.T, evs ...event.Envelope) {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := r.drv.Begin(ctx)
@@ -69,7 +86,7 @@ func (r *relayRig) enqueue(t *testing.T, evs ...event.Envelope) {
 }
 
 // run starts the relay's Run; stop ends it and waits.
-func (r *relayRig) run(t *testing.T) {
+func (r *relayRig[TTx]) run(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -91,14 +108,25 @@ type outboxRow struct {
 	LastError string
 }
 
-func (r *relayRig) rows(t *testing.T) []outboxRow {
+func (r *relayRig[TTx]) rows(t *testing.T) []outboxRow {
 	t.Helper()
-	rows, err := r.drv.DB().QueryContext(t.Context(),
-		`SELECT event_id, attempts, published_at IS NOT NULL, parked_at IS NOT NULL, coalesce(last_error, '') FROM outbox ORDER BY id`)
+	return r.readRows(t)
+}
+
+// rowsScanner is what *sql.Rows and pgx.Rows share for scanOutboxRows.
+type rowsScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanOutboxRows scans the rows of a query's (event_id, attempts,
+// published, parked, last_error), or fails t with its error.
+func scanOutboxRows[R rowsScanner](t *testing.T, rows R, err error) []outboxRow {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
 	var out []outboxRow
 	for rows.Next() {
 		var o outboxRow
@@ -115,7 +143,7 @@ func (r *relayRig) rows(t *testing.T) []outboxRow {
 
 // count returns how many rows are published, parked, and have failed at
 // least once.
-func (r *relayRig) count(t *testing.T) (published, parked, failed int) {
+func (r *relayRig[TTx]) count(t *testing.T) (published, parked, failed int) {
 	t.Helper()
 	for _, o := range r.rows(t) {
 		switch {
