@@ -8,6 +8,9 @@
 // Open configures the database the way idem's guarantees need it: WAL
 // journal, synchronous=FULL (a committed transaction survives power loss),
 // a busy timeout for other processes on the same file, foreign keys on,
+// a journal_size_limit of 64 MiB (the -wal file, grown while another
+// connection held a read snapshot, is cut back to it once the log starts
+// over instead of keeping its largest size),
 // write transactions started with BEGIN IMMEDIATE, and a single connection,
 // so that writers in this process are serialised instead of failing with
 // SQLITE_BUSY. The consequence: a handler that holds a transaction must do

@@ -30,6 +30,16 @@ type Config struct {
 	BusyTimeout time.Duration
 }
 
+// walSizeLimit is the journal_size_limit of the connections of Open (and
+// of DSN): the size, in bytes, the -wal file is cut back to when SQLite
+// starts the log over after a checkpoint. Under steady load the log stays
+// near the autocheckpoint's 1000 pages (about 4 MiB) anyway; a reader that
+// holds a snapshot for long (a backup, a report, a second process) keeps
+// it from being started over, and it grows with every commit meanwhile.
+// Without a limit it would keep that size on disk for as long as the
+// database is open.
+const walSizeLimit = 64 << 20
+
 var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // Driver is the SQLite implementation of driver.Driver[*sql.Tx].
@@ -65,6 +75,7 @@ func DSN(path string, busyTimeout time.Duration) string {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")
 	q.Set(txGuardParam, "1") // see txguard.go

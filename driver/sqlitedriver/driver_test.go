@@ -245,6 +245,8 @@ func TestPragmas(t *testing.T) {
 		"synchronous":  "2", // FULL: a commit survives power loss
 		"busy_timeout": "10000",
 		"foreign_keys": "1",
+		// the -wal file is cut back to 64 MiB after a long reader
+		"journal_size_limit": "67108864",
 	}
 	drv := open(t, testdb.SQLitePath(t), nil)
 	migrate(t, drv)
@@ -417,5 +419,81 @@ func TestBusyIsLockTimeout(t *testing.T) {
 		LeaseToken: "t", Now: time.Now(), LeaseExpiresAt: time.Now().Add(time.Minute), ExpiresAt: time.Now().Add(time.Hour)})
 	if !errors.Is(err, driver.ErrLockTimeout) {
 		t.Errorf("RecordClaim while another process writes: %v; want ErrLockTimeout", err)
+	}
+}
+
+// A reader that holds a snapshot (a backup, an operator's query, a second
+// process) keeps SQLite from reusing the -wal file from its start, so the
+// file grows with every commit while the reader lasts. Once the reader is
+// gone the file must come back under the journal size limit instead of
+// keeping its largest size for as long as the process runs.
+func TestWALShrinksAfterLongReader(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := testdb.SQLitePath(t)
+	drv := open(t, path, nil)
+	db := drv.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE scratch (b BLOB NOT NULL)`); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+
+	// Another connection, as another process, holds a read transaction.
+	reader, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatalf("open reader: %v", err)
+	}
+	defer reader.Close()
+	rtx, err := reader.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("reader begin: %v", err)
+	}
+	var n int
+	if err := rtx.QueryRowContext(ctx, `SELECT count(*) FROM scratch`).Scan(&n); err != nil {
+		t.Fatalf("reader select: %v", err)
+	}
+
+	const limit = 64 << 20
+	blob := bytes.Repeat([]byte{0x5a}, 256<<10)
+	write := func(txs, rows int) {
+		t.Helper()
+		for range txs {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			for range rows {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO scratch (b) VALUES (?)`, blob); err != nil {
+					t.Fatalf("insert: %v", err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM scratch WHERE rowid % 2 = 0`); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+		}
+	}
+	walSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatalf("stat -wal: %v", err)
+		}
+		return fi.Size()
+	}
+
+	write(20, 16) // about 80 MiB of pages while the reader holds its snapshot
+	if got := walSize(); got <= limit {
+		t.Fatalf("with a reader open the -wal file is %d bytes; want over %d (the test needs a grown file)", got, limit)
+	}
+	if err := rtx.Rollback(); err != nil {
+		t.Fatalf("reader rollback: %v", err)
+	}
+	// The reader is gone: the next commits checkpoint the log and start it
+	// over from its beginning.
+	write(3, 1)
+	if got := walSize(); got > limit {
+		t.Errorf("after the reader ended and later commits, the -wal file is %d bytes (%.0f MiB); want at most %d (64 MiB)", got, float64(got)/(1<<20), limit)
 	}
 }
