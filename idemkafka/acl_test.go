@@ -45,15 +45,7 @@ func TestRelayDeniedNamesPermission(t *testing.T) {
 			evs := newEvents(t, 60, 6)
 			r.enqueue(t, evs...)
 			r.run(t)
-			waitFor(t, 30*time.Second, "every key's head failed 3 times", func() bool {
-				n := 0
-				for _, o := range r.rows(t) {
-					if o.Attempts >= 3 {
-						n++
-					}
-				}
-				return n == 6
-			})
+			waitFor(t, 30*time.Second, "every key's head failed 3 times", func() bool { return r.failedAtLeast(t, 3) == 6 })
 			time.Sleep(2 * time.Second)
 			published, parked, failed := r.count(t)
 			var written int64

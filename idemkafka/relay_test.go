@@ -26,16 +26,7 @@ func TestRelayRepublishDropped(t *testing.T) {
 	ctx := t.Context()
 	drv := b.open(t)
 	evs := newEvents(t, 30, 5)
-	tx, err := drv.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, drv, tx, evs...); err != nil {
-		t.Fatalf("EnqueueTx: %v", err)
-	}
-	if err := drv.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	enqueue(t, drv, evs...)
 
 	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic})
 	var crashed atomic.Bool

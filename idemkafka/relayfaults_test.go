@@ -72,15 +72,21 @@ func (r *relayRig[TTx]) start(t *testing.T, kc *kafkatest.Cluster, topic string,
 
 func (r *relayRig[TTx]) enqueue(t *testing.T, evs ...event.Envelope) {
 	t.Helper()
+	enqueue(t, r.drv, evs...)
+}
+
+// enqueue writes evs into drv's outbox in one committed transaction.
+func enqueue[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], evs ...event.Envelope) {
+	t.Helper()
 	ctx := t.Context()
-	tx, err := r.drv.Begin(ctx)
+	tx, err := drv.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.EnqueueTx(ctx, r.drv, tx, evs...); err != nil {
+	if err := outbox.EnqueueTx(ctx, drv, tx, evs...); err != nil {
 		t.Fatalf("EnqueueTx: %v", err)
 	}
-	if err := r.drv.Commit(ctx, tx); err != nil {
+	if err := drv.Commit(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -141,6 +147,18 @@ func scanOutboxRows[R rowsScanner](t *testing.T, rows R, err error) []outboxRow 
 	return out
 }
 
+// failedAtLeast returns how many rows have failed at least attempts times.
+func (r *relayRig[TTx]) failedAtLeast(t *testing.T, attempts int) int {
+	t.Helper()
+	n := 0
+	for _, o := range r.rows(t) {
+		if o.Attempts >= attempts {
+			n++
+		}
+	}
+	return n
+}
+
 // count returns how many rows are published, parked, and have failed at
 // least once.
 func (r *relayRig[TTx]) count(t *testing.T) (published, parked, failed int) {
@@ -173,15 +191,7 @@ func TestRelayUnknownTopicWaitsForIt(t *testing.T) {
 	evs := newEvents(t, 12, 3)
 	r.enqueue(t, evs...)
 	r.run(t)
-	waitFor(t, 30*time.Second, "every key's head failed twice", func() bool {
-		n := 0
-		for _, o := range r.rows(t) {
-			if o.Attempts >= 2 {
-				n++
-			}
-		}
-		return n == 3
-	})
+	waitFor(t, 30*time.Second, "every key's head failed twice", func() bool { return r.failedAtLeast(t, 2) == 3 })
 	published, parked, _ := r.count(t)
 	if published != 0 || parked != 0 {
 		t.Fatalf("with the topic missing: %d published, %d parked; want none", published, parked)
@@ -220,15 +230,7 @@ func TestRelayTopicDeniedRetried(t *testing.T) {
 			evs := newEvents(t, 40, 10)
 			r.enqueue(t, evs...)
 			r.run(t)
-			waitFor(t, 30*time.Second, "every key's head failed 3 times", func() bool {
-				n := 0
-				for _, o := range r.rows(t) {
-					if o.Attempts >= 3 {
-						n++
-					}
-				}
-				return n == 10
-			})
+			waitFor(t, 30*time.Second, "every key's head failed 3 times", func() bool { return r.failedAtLeast(t, 3) == 10 })
 			published, parked, failed := r.count(t)
 			if published != 0 || parked != 0 || failed != 10 {
 				t.Fatalf("with the topic denied: %d published, %d parked, %d failed; want 0, 0 and one per key (10)", published, parked, failed)

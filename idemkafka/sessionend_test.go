@@ -192,16 +192,7 @@ func TestRelayBackendsTerminated(t *testing.T) {
 	ctx := t.Context()
 	evs := newEvents(t, 300, 12)
 	enq := b.open(t)
-	tx, err := enq.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.EnqueueTx(ctx, enq, tx, evs...); err != nil {
-		t.Fatalf("EnqueueTx: %v", err)
-	}
-	if err := enq.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	enqueue(t, enq, evs...)
 
 	app := kafkatest.Name("relay")
 	drv, err := pgdriver.New(testdb.PoolParams(t, schema, 4, map[string]string{"application_name": app}), &pgdriver.Config{Schema: schema})
