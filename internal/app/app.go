@@ -416,6 +416,8 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	if err != nil {
 		return nil, err
 	}
+	a.metrics.caches.use("payments", idemPayments.CacheStats)
+	a.metrics.caches.use("orders", idemOrders.CacheStats)
 	h := payments.NewHandler(st.payments, a.log)
 	o := orders.NewHandler(st.orders, drv, a.cfg.Kafka.Mode != KafkaOff, a.log)
 	mux := http.NewServeMux()

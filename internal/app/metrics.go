@@ -38,11 +38,15 @@ type metrics struct {
 	stuck       *prometheus.CounterVec
 	operator    prometheus.Gauge
 	waiting     prometheus.Gauge
+	// caches are the replay caches of the idempotency middlewares, read
+	// when scraped.
+	caches *cacheCollector
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:    prometheus.NewRegistry(),
+		caches: newCacheCollector("payments", "orders"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
@@ -125,7 +129,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting, m.caches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

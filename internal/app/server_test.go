@@ -78,6 +78,12 @@ func TestMetrics(t *testing.T) {
 			`idemd_http_requests_total{route="POST /v1/payments",status="409"} 1`,
 			`idemd_http_requests_total{route="POST /v1/payments",status="400"} 1`,
 			`idemd_http_request_duration_seconds_count{route="POST /v1/payments"} 4`,
+			// The replay and the mismatch are answered from memory.
+			`idemd_http_replay_cache_hits_total{endpoint="payments"} 2`,
+			`idemd_http_replay_cache_entries{endpoint="payments"} 1`,
+			`idemd_http_replay_cache_entries{endpoint="orders"} 0`,
+			`idemd_http_replay_cache_evictions_total{endpoint="payments"} 0`,
+			`idemd_http_replay_cache_max_bytes{endpoint="payments"} 3.3554432e+07`,
 		} {
 			if !strings.Contains(string(r.body), want+"\n") {
 				t.Errorf("metrics lack %s", want)
