@@ -42,7 +42,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 		}
 	}
 	_ = d.Rollback(ctx, tx)
-	if err == nil || sqlState(err) == pgsql.CodeLockNotAvailable {
+	if err == nil || pgsql.SQLState(err) == pgsql.CodeLockNotAvailable {
 		return nil, &driver.TxClaimResult{}, nil
 	}
 	return nil, nil, mapErr("begin claim", err)
@@ -105,7 +105,7 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 	}
 	if err != nil {
 		_ = tx.Rollback()
-		if sqlState(err) == pgsql.CodeUniqueViolation {
+		if pgsql.SQLState(err) == pgsql.CodeUniqueViolation {
 			return fmt.Errorf("pgsqldriver: commit complete: key stored by another writer: %w", driver.ErrLeaseLost)
 		}
 		return mapErr("commit complete", err)

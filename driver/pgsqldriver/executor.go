@@ -31,29 +31,19 @@ type executor struct {
 
 var _ driver.Executor = (*executor)(nil)
 
-// sqlState returns the SQLSTATE of err: the pgx stdlib driver returns a
-// *pgconn.PgError and lib/pq a *pq.Error, both with a SQLState method.
-func sqlState(err error) string {
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		return coded.SQLState()
-	}
-	return ""
-}
-
 // mapErr translates PostgreSQL errors into driver errors, keeping the cause.
 func mapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if sqlState(err) == pgsql.CodeLockNotAvailable {
+	if pgsql.SQLState(err) == pgsql.CodeLockNotAvailable {
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrLockTimeout, err)
 	}
-	if c := sqlState(err); c == pgsql.CodeUndefinedTable || c == pgsql.CodeInvalidSchema {
+	if c := pgsql.SQLState(err); c == pgsql.CodeUndefinedTable || c == pgsql.CodeInvalidSchema {
 		// Only idem's statements come here: its tables are missing.
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrNotMigrated, err)
 	}
-	if sqlState(err) == pgsql.CodeInFailedSQLTransaction {
+	if pgsql.SQLState(err) == pgsql.CodeInFailedSQLTransaction {
 		return fmt.Errorf("pgsqldriver: %s: %w: %w", op, driver.ErrTxAborted, err)
 	}
 	if errors.Is(err, sql.ErrTxDone) {

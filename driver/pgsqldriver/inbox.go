@@ -56,7 +56,7 @@ func (e *executor) inboxInsertAll(ctx context.Context, consumer, arg string, now
 	switch {
 	case err == nil:
 		return true, nil
-	case sqlState(err) == pgsql.CodeUniqueViolation:
+	case pgsql.SQLState(err) == pgsql.CodeUniqueViolation:
 		return false, nil
 	default:
 		return false, mapErr("inbox insert", err)

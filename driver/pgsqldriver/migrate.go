@@ -58,7 +58,7 @@ func (r readCommitted) Begin(ctx context.Context) (*sql.Tx, error) {
 // lockNotAvailable reports whether err is a lock_timeout (of pgx's stdlib
 // or lib/pq).
 func lockNotAvailable(err error) bool {
-	return sqlState(err) == pgsql.CodeLockNotAvailable
+	return pgsql.SQLState(err) == pgsql.CodeLockNotAvailable
 }
 
 // MigrateTx implements driver.Driver: it applies pending migrations in tx.
@@ -101,7 +101,7 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 			return v, s.Scan(&v)
 		})
 	}
-	if sqlState(err) == pgsql.CodeUndefinedTable {
+	if pgsql.SQLState(err) == pgsql.CodeUndefinedTable {
 		applied, err = nil, nil
 	}
 	if err != nil {

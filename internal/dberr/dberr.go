@@ -33,9 +33,8 @@ import (
 // except at COMMIT: a connection lost then leaves the outcome unknown, and
 // Transient does not tell the two apart.
 func Transient(err error) bool {
-	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		switch code := st.SQLState(); {
+	if code := SQLState(err); code != "" {
+		switch {
 		case code == "40001", code == "40P01", code == "55P03", code == "57014",
 			code == "57P01", code == "57P02", code == "57P03", code == "53300",
 			// The server ended the session (FATAL): every statement
@@ -82,10 +81,16 @@ func Transient(err error) bool {
 // timeout due at the moment a statement arrives before running it: nothing
 // the client sent after the pause ran, a COMMIT included.
 func IdleTimeout(err error) bool {
-	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		code := st.SQLState()
-		return code == "25P03" || code == "57P05"
+	code := SQLState(err)
+	return code == "25P03" || code == "57P05"
+}
+
+// SQLState returns the SQLSTATE of err (pgconn.PgError, lib/pq's Error or
+// any error with a SQLState method), or "".
+func SQLState(err error) string {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState()
 	}
-	return false
+	return ""
 }

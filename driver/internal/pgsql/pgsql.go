@@ -15,8 +15,8 @@ package pgsql
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/dberr"
 	"hash/fnv"
 	"math"
 	"regexp"
@@ -43,13 +43,7 @@ const (
 
 // SQLState returns the SQLSTATE of err (pgconn.PgError, or any error with
 // a SQLState method), or "".
-func SQLState(err error) string {
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		return coded.SQLState()
-	}
-	return ""
-}
+func SQLState(err error) string { return dberr.SQLState(err) }
 
 // IsConstraintClass reports whether err is an integrity constraint
 // violation (SQLSTATE class 23): at COMMIT, a deferred constraint that
