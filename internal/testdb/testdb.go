@@ -111,19 +111,7 @@ func Database(t testing.TB, maxConns int32) *pgxpool.Pool {
 		t.Fatalf("create database: %v", err)
 	}
 	_ = admin.Close(ctx)
-	cfg, err := pgxpool.ParseConfig(DSN())
-	if err != nil {
-		t.Fatalf("parse dsn: %v", err)
-	}
-	cfg.ConnConfig.Database = name
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	cfg.ConnConfig.DialFunc = dial
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pool: %v", err)
-	}
+	pool := newPool(t, maxConns, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = name })
 	t.Cleanup(func() {
 		pool.Close()
 		c, err := connect(context.Background())
@@ -148,6 +136,17 @@ func Pool(t testing.TB, schema string, maxConns int32) *pgxpool.Pool {
 // a role or database configured by a DBA would give them.
 func PoolParams(t testing.TB, schema string, maxConns int32, params map[string]string) *pgxpool.Pool {
 	t.Helper()
+	return newPool(t, maxConns, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		for k, v := range params {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+	})
+}
+
+// newPool opens a pool on DSN, changed by set, closed when the test ends.
+func newPool(t testing.TB, maxConns int32, set func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(DSN())
 	if err != nil {
 		t.Fatalf("parse dsn: %v", err)
@@ -155,10 +154,7 @@ func PoolParams(t testing.TB, schema string, maxConns int32, params map[string]s
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	for k, v := range params {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
+	set(cfg)
 	cfg.ConnConfig.DialFunc = dial
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
