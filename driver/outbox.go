@@ -73,7 +73,9 @@ type OutboxExecutor interface {
 	// up to (excluding) the first row of that key that is not due or is
 	// parked. Which keys a batch holds when not all fit is the backend's
 	// choice, but a claim whose p.Limit covers every claimable row returns
-	// them all, and one that finds any claimable row returns at least one.
+	// them all (unless p.MaxBytes cuts the batch short: see
+	// OutboxClaimBatchParams.MaxBytes), and one that finds any claimable
+	// row returns at least one.
 	//
 	// On a backend with concurrent writers (PostgreSQL) the method must run
 	// in a transaction (it returns an error otherwise) that stays open

@@ -68,6 +68,15 @@ type OutboxClaimBatchParams struct {
 	// (SET LOCAL), so the server ends a stalled relay's session and frees
 	// its lanes. Zero leaves the session's setting.
 	HoldTimeout time.Duration
+	// MaxBytes, if positive, bounds the payload bytes of the batch, so
+	// that a backlog of large events is not read into memory Limit events
+	// at a time: taking the rows in the order the backend reads them (ID
+	// order on SQLite; lane after lane on PostgreSQL, each key's in ID
+	// order), it stops before the first one that would bring the sum of
+	// the payloads over MaxBytes. The first row is always taken (an event
+	// larger than MaxBytes is claimed alone), and each key's rows are
+	// still the first ones of its queue. Zero bounds nothing.
+	MaxBytes int
 }
 
 // OutboxMarkPublishedParams are the inputs of

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"Insert/DuplicateEventIDIsNoOp", testOutboxDuplicateInsert[TTx]},
 		{"Claim/HeadsBlockTheirKeyOnly", testOutboxClaimHeads[TTx]},
 		{"Claim/Limit", testOutboxClaimLimit[TTx]},
+		{"Claim/MaxBytes", testOutboxClaimMaxBytes[TTx]},
 		{"Mark/FailedAndPark", testOutboxMarkFailedAndPark[TTx]},
 		{"Claim/FindsTheOneClaimableKey", testOutboxClaimOneClaimable[TTx]},
 		{"DeletePublishedBefore", testOutboxDeletePublished[TTx]},
@@ -588,6 +590,73 @@ func testOutboxMarkFailedAndPark[TTx any](t *testing.T, newDriver func(t *testin
 	}
 	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: nil, At: t0}); err != nil {
 		t.Errorf("MarkPublished(nil): %v", err)
+	}
+}
+
+// MaxBytes cuts the claim short of the rows whose payloads would pass it,
+// and never below one row: each key keeps a prefix of its queue, and an
+// event larger than the bound is claimed alone. Each bound is claimed twice
+// (PostgreSQL's drivers cut in Go or in the statement, depending on the
+// payloads the previous claim read); on SQLite, which reads in ID order,
+// the rows kept are the longest run of the first rows that fits.
+func testOutboxClaimMaxBytes[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	sizes := []int{100, 300, 50, 1000, 20, 200, 200, 5000, 10}
+	keys := []string{"A", "B", "A", "C", "B", "A", "D", "C", "A"}
+	var in []driver.OutboxRow
+	total := 0
+	for i, k := range keys {
+		r := obRow(t, k, i, t0)
+		r.Payload = []byte(`"` + strings.Repeat("x", sizes[i]-2) + `"`)
+		in = append(in, r)
+		total += sizes[i]
+	}
+	rows := obStored(t, drv, in...)
+	inIDOrder := !drv.Caps().ConcurrentWriters
+	for _, bound := range []int{0, 1 << 30, 1, 99, 100, 399, 400, 450, 1450, 1470, 1670, 1870, 6869, 6870, 6880, 1 << 30, 0} {
+		for range 2 {
+			tx := begin(t, drv)
+			got, err := drv.UnwrapExecutor(tx).OutboxClaimBatch(t.Context(), &driver.OutboxClaimBatchParams{Now: t0, Limit: 100, MaxBytes: bound})
+			rollback(t, drv, tx)
+			if err != nil {
+				t.Fatalf("OutboxClaimBatch(MaxBytes %d): %v", bound, err)
+			}
+			what := fmt.Sprintf("MaxBytes %d", bound)
+			if bound == 0 || bound >= total {
+				obWantIDs(t, what, got, rows...)
+				continue
+			}
+			sum := 0
+			for _, r := range got {
+				sum += len(r.Payload)
+			}
+			if len(got) == 0 || sum > bound && len(got) > 1 {
+				t.Errorf("%s: claimed %s, %d bytes of payloads; want at least one row, and more only within the bound", what, obFmt(got), sum)
+			}
+			next := map[string]int{}
+			for _, r := range got {
+				var queue []driver.OutboxRow
+				for _, q := range rows {
+					if q.Key == r.Key {
+						queue = append(queue, q)
+					}
+				}
+				if i := next[r.Key]; i >= len(queue) || queue[i].ID != r.ID {
+					t.Errorf("%s: claimed %s; the rows of key %s are not the first of its queue", what, obFmt(got), r.Key)
+				}
+				next[r.Key]++
+			}
+			if inIDOrder {
+				want, sum := rows, 0
+				for i, r := range rows {
+					if sum += len(r.Payload); sum > bound && i > 0 {
+						want = rows[:i]
+						break
+					}
+				}
+				obWantIDs(t, what, got, want...)
+			}
+		}
 	}
 }
 

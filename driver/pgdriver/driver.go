@@ -86,6 +86,8 @@ type Driver struct {
 
 	names *pgsql.Names // names, expansion of the shared SQL, lock keys
 	iso   pgsql.IsolationCheck
+	// read chooses the claims' read statement (see pgsql.ReadBound).
+	read pgsql.ReadBound
 	// pooled: the pool goes through a pooler in transaction mode
 	// (Config.TransactionPooling, or detected): no session-level lock.
 	pooled atomic.Bool

@@ -112,7 +112,11 @@ const lanesPerClaim = pgsql.LanesPerClaim
 //     pending and however long their queues are. The lanes it locked but
 //     did not need wait for the next claim. When the lanes it took yield
 //     no row (every key in them is backing off), it takes the next
-//     lanes, so a claim returns a row whenever one is claimable.
+//     lanes, so a claim returns a row whenever one is claimable. The rows
+//     are kept, in the order read, until their payloads would pass
+//     p.MaxBytes (the first always): see pgsql.ReadBound, which leaves
+//     the others out in Go while payloads are small (free) and in the
+//     statement while they are large (not sent).
 //
 // The rows are read by a second statement because under READ COMMITTED a
 // statement's snapshot is taken when it starts: a lane whose lock was
@@ -152,7 +156,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	// the next lanes are tried, in the same transaction, so that a claim
 	// returns a row whenever one is claimable.
 	for len(out) == 0 && len(tried) < OutboxLanes {
-		// Batch 1: the planner setting of the read (see outboxReadSQL),
+		// Batch 1: the planner setting of the read (see pgsql.OutboxReadSQL),
 		// then the lanes.
 		b1 := &pgx.Batch{}
 		if ms, ok := pgsql.HoldTimeoutMillis(p.HoldTimeout); ok && len(tried) == 0 {
@@ -176,12 +180,25 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		// Batch 2: the rows, then the setting back to the session's.
 		b2 := &pgx.Batch{}
 		if len(lanes) > 0 {
-			b2.Queue(e.d.expand(outboxReadSQL), lanes, now, limit).Query(func(rows pgx.Rows) error {
+			read, bounded := e.d.read.Statement(p.MaxBytes)
+			args := []any{lanes, now, limit}
+			if bounded {
+				args = append(args, p.MaxBytes)
+			}
+			b2.Queue(e.d.expand(read), args...).Query(func(rows pgx.Rows) error {
 				var err error
-				out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.OutboxRow, error) {
-					return scanOutboxRow(row)
+				out = pgsql.Cut(&e.d.read, p.MaxBytes, func() (driver.OutboxRow, int, bool) {
+					if err != nil || !rows.Next() {
+						return driver.OutboxRow{}, 0, false
+					}
+					var r driver.OutboxRow
+					r, err = scanOutboxRow(rows)
+					return r, len(r.Payload), err == nil
 				})
-				return err
+				if err != nil {
+					return err
+				}
+				return rows.Err()
 			})
 		}
 		b2.Queue(pgsql.OutboxBitmapDefaultSQL)
@@ -197,7 +214,7 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	return out, nil
 }
 
-// The statements of OutboxClaimBatch. outboxReadSQL runs with bitmap scans
+// The statements of OutboxClaimBatch. pgsql.OutboxReadSQL runs with bitmap scans
 // off (SET LOCAL, reset after it): the planner otherwise reads a whole lane
 // with a bitmap scan and sorts it whenever it expects the lane to hold not
 // much more than limit rows (2-4 ms instead of 1-2 ms for 500 rows of 1,000
@@ -206,7 +223,6 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 // reads the lane in ID order and stops at limit.
 const (
 	outboxLanesSQL = pgsql.OutboxLanesSQL
-	outboxReadSQL  = pgsql.OutboxReadSQL
 )
 
 // The first key of the lanes' advisory locks is a hash of the outbox

@@ -61,7 +61,9 @@ type Driver struct {
 	cfg         Config
 	names       *pgsql.Names
 	iso         pgsql.IsolationCheck
-	txs         txContexts // the contexts of Begin's transactions (see txctx.go)
+	// read chooses the claims' read statement (see pgsql.ReadBound).
+	read pgsql.ReadBound
+	txs  txContexts // the contexts of Begin's transactions (see txctx.go)
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.

@@ -100,11 +100,26 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		if len(lanes) == 0 {
 			break
 		}
-		rows, err = e.db.QueryContext(ctx, e.d.expand(pgsql.OutboxReadSQL), intArray(lanes), p.Now, p.Limit)
+		read, bounded := e.d.read.Statement(p.MaxBytes)
+		args := []any{intArray(lanes), p.Now, p.Limit}
+		if bounded {
+			args = append(args, p.MaxBytes)
+		}
+		rows, err = e.db.QueryContext(ctx, e.d.expand(read), args...)
 		if err != nil {
 			return nil, mapErr("outbox claim", err)
 		}
-		if out, err = collect(rows, scanOutboxRow); err != nil {
+		// As pgdriver: kept up to p.MaxBytes (pgsql.ReadBound).
+		var scanErr error
+		out = pgsql.Cut(&e.d.read, p.MaxBytes, func() (driver.OutboxRow, int, bool) {
+			if scanErr != nil || !rows.Next() {
+				return driver.OutboxRow{}, 0, false
+			}
+			var r driver.OutboxRow
+			r, scanErr = scanOutboxRow(rows)
+			return r, len(r.Payload), scanErr == nil
+		})
+		if err := errors.Join(scanErr, rows.Err(), rows.Close()); err != nil {
 			return nil, mapErr("outbox claim", err)
 		}
 		tried = append(tried, lanes...)

@@ -145,7 +145,8 @@ const outboxClaimSQL = `WITH RECURSIVE ` + outboxHeldKeysCTE + `,
 // There are no lanes and no locks,
 // which SQLite does not need with one writer: only one relay may claim per
 // database (outbox.Relay enforces it with the lease outbox.RelayLockName of
-// idem_lock). It is a single SELECT, so it runs in a transaction
+// idem_lock). It stops reading at p.MaxBytes of payloads. It is a single
+// SELECT, so it runs in a transaction
 // or outside one alike; the relay runs it outside, so that it does not hold
 // SQLite's single write lock while it publishes.
 func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
@@ -158,11 +159,20 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		return nil, mapErr("outbox claim", err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []driver.OutboxRow
+	var (
+		out   []driver.OutboxRow
+		bytes int
+	)
 	for rows.Next() {
 		r, err := scanOutboxRow(rows)
 		if err != nil {
 			return nil, mapErr("outbox claim", err)
+		}
+		// The rows come in ID order: those kept of each key are its
+		// first ones. SQLite steps the statement row by row, so the rows
+		// after the cut are never read.
+		if bytes += len(r.Payload); p.MaxBytes > 0 && bytes > p.MaxBytes && len(out) > 0 {
+			break
 		}
 		out = append(out, r)
 	}
