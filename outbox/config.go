@@ -18,6 +18,18 @@ type RelayConfig struct {
 	// to 500.
 	BatchSize int
 
+	// BatchBytes bounds the payload bytes of a batch: a claim stops
+	// taking events before the one that would bring the sum of their
+	// payloads over it (the rest wait for the next batch, in order), but
+	// always takes at least one, so an event larger than BatchBytes goes
+	// out alone. A relay's payloads then take a small multiple of
+	// Concurrency x BatchBytes (the claimed rows, the envelopes, the
+	// publisher's records: 95 MiB of heap at the defaults, draining
+	// 512 KiB events), whatever BatchSize and however large the backlog;
+	// without it, 500 events of 1 MiB are 500 MiB per batch. Defaults to
+	// 16 MiB (DefaultBatchBytes), which small events never reach.
+	BatchBytes int
+
 	// Concurrency is how many batches Run keeps in flight at once on a
 	// backend with concurrent writers (PostgreSQL): each claims its own
 	// lanes of the outbox, so that one batch is published while another is
@@ -135,6 +147,9 @@ type RelayConfig struct {
 	Now func() time.Time
 }
 
+// DefaultBatchBytes is the default RelayConfig.BatchBytes: 16 MiB.
+const DefaultBatchBytes = 16 << 20
+
 // minBackoff floors the wait of a relay after a failed round: a Backoff of
 // 0 must not make it retry a failing broker in a tight loop.
 const minBackoff = 10 * time.Millisecond
@@ -148,6 +163,9 @@ func DefaultBackoff(attempt int) time.Duration {
 func (c RelayConfig) withDefaults(concurrentWriters bool) RelayConfig {
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
 	}
 	switch {
 	case !concurrentWriters:
@@ -180,6 +198,9 @@ func (c RelayConfig) validate() error {
 	var errs []error
 	if c.BatchSize < 0 {
 		errs = append(errs, fmt.Errorf("BatchSize %d must not be negative", c.BatchSize))
+	}
+	if c.BatchBytes < 0 {
+		errs = append(errs, fmt.Errorf("BatchBytes %d must not be negative", c.BatchBytes))
 	}
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("negative Concurrency %d", c.Concurrency))

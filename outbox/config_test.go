@@ -27,7 +27,7 @@ func TestDefaultBackoff(t *testing.T) {
 func TestRelayConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := RelayConfig{}.withDefaults(true)
-	if c.BatchSize != 500 || c.Concurrency != 2 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
+	if c.BatchSize != 500 || c.BatchBytes != 16<<20 || c.Concurrency != 2 || c.PollInterval != time.Second || c.PublishTimeout != 30*time.Second ||
 		c.MaxAttempts != 0 || c.Backoff == nil || c.Logger == nil || c.Now == nil || c.Wake != nil {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -46,6 +46,7 @@ func TestRelayConfigValidate(t *testing.T) {
 	t.Parallel()
 	for _, c := range []RelayConfig{
 		{BatchSize: -1},
+		{BatchBytes: -1},
 		{PollInterval: -time.Second},
 		{MaxAttempts: -1},
 		{PublishTimeout: -time.Second},

@@ -68,7 +68,11 @@
 // RelayConfig.Concurrency batches (default 2) in flight at once, each on
 // its own lanes, so that publishing one batch overlaps reading and marking
 // the others; several relays (one per replica) share the lanes the same
-// way. A relay that stalls while holding lanes (a broker client that
+// way. A batch holds at most RelayConfig.BatchSize events (500) and
+// RelayConfig.BatchBytes of payloads (16 MiB; an event larger than that
+// goes alone), so the memory of a relay draining a backlog of large
+// events grows with Concurrency x BatchBytes, not with BatchSize x the
+// event size (500 MiB per batch of 1 MiB events). A relay that stalls while holding lanes (a broker client that
 // ignores its context, the network to the database lost) does not hold
 // them for good: the claim sets the transaction's
 // idle_in_transaction_session_timeout to RelayConfig.PublishTimeout + 20s,

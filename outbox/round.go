@@ -95,7 +95,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	}
 
 	rows, err := claimer.OutboxClaimBatch(claimCtx, &driver.OutboxClaimBatchParams{
-		Now: r.cfg.Now(), Limit: r.cfg.BatchSize, HoldTimeout: r.holdTimeout(),
+		Now: r.cfg.Now(), Limit: r.cfg.BatchSize, MaxBytes: r.cfg.BatchBytes, HoldTimeout: r.holdTimeout(),
 	})
 	if err != nil {
 		return res, r.claimError(ctx, claimCtx, fmt.Errorf("outbox: claim: %w", err))
