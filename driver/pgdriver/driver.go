@@ -166,13 +166,15 @@ func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// Rollback implements driver.Driver.
+// Rollback implements driver.Driver. A transaction whose session is over
+// (its connection closed, or ended by the server: pg_terminate_backend, a
+// restart) is not an error either: PostgreSQL rolled it back.
 func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
 	rollback := tx.Rollback
 	if ct, ok := tx.(*claimTx); ok { // BeginClaim's refuses its own Rollback
 		rollback = ct.rollback
 	}
-	if err := rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	if err := rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) && !pgsql.SessionEnded(err) {
 		return fmt.Errorf("pgdriver: rollback: %w", err)
 	}
 	return nil
@@ -182,7 +184,8 @@ var _ driver.EndedRollbacker[pgx.Tx] = (*Driver)(nil)
 
 // RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
 // wrapping driver.ErrTxDone when tx had already been committed or rolled
-// back (pgx.ErrTxClosed). A transaction of BeginClaim never is: it refuses
+// back (pgx.ErrTxClosed); nil, as Rollback, when its session is over. A
+// transaction of BeginClaim never is: it refuses
 // the Commit and Rollback of the code run in it.
 func (d *Driver) RollbackEnded(ctx context.Context, tx pgx.Tx) error {
 	rollback := tx.Rollback
@@ -192,6 +195,9 @@ func (d *Driver) RollbackEnded(ctx context.Context, tx pgx.Tx) error {
 	if err := rollback(ctx); err != nil {
 		if errors.Is(err, pgx.ErrTxClosed) {
 			return fmt.Errorf("pgdriver: rollback: %w: %w", driver.ErrTxDone, err)
+		}
+		if pgsql.SessionEnded(err) { // as Rollback
+			return nil
 		}
 		return fmt.Errorf("pgdriver: rollback: %w", err)
 	}

@@ -1,8 +1,11 @@
 package pgsqldriver_test
 
 import (
+	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,5 +57,55 @@ func TestCommitRefusedByDeferredConstraintIsErrTxAborted(t *testing.T) {
 	var st interface{ SQLState() string }
 	if !errors.Is(err, driver.ErrTxAborted) || !errors.As(err, &st) || st.SQLState() != "23503" {
 		t.Fatalf("Commit = %v; want driver.ErrTxAborted wrapping the foreign key violation (23503)", err)
+	}
+}
+
+// A transaction whose session PostgreSQL ended (pg_terminate_backend: a
+// restart, a failover, an operator) is over: the server rolled it back.
+// Rollback and RollbackEnded say so without an error, whether a statement
+// already found the connection gone or the ROLLBACK is the first to hear
+// of it, as pgdriver's: the callers (idemhttp, inbox, saga) logged
+// "rollback failed" for each killed connection.
+func TestRollbackOfKilledSessionIsNotAnError(t *testing.T) {
+	t.Parallel()
+	drv := testdb.PostgresSQL(t)
+	ctx := t.Context()
+	begins := map[string]func(t *testing.T) *sql.Tx{
+		"Begin": func(t *testing.T) *sql.Tx {
+			tx, err := drv.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		},
+		"BeginClaim": func(t *testing.T) *sql.Tx {
+			tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: t.Name(), Now: time.Now()})
+			if err != nil || !res.Locked {
+				t.Fatalf("BeginClaim = %v, %v; want locked", res, err)
+			}
+			return tx
+		},
+	}
+	rollbacks := map[string]func(*sql.Tx) error{
+		"Rollback":      func(tx *sql.Tx) error { return drv.Rollback(ctx, tx) },
+		"RollbackEnded": func(tx *sql.Tx) error { return drv.RollbackEnded(ctx, tx) },
+	}
+	for bname, begin := range begins {
+		for rname, rollback := range rollbacks {
+			for _, seen := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/statement_after_kill=%v", bname, rname, seen), func(t *testing.T) {
+					tx := begin(t)
+					testdb.TerminateSQL(t, drv.DB(), tx)
+					if seen {
+						if _, err := tx.ExecContext(ctx, `SELECT 1`); err == nil {
+							t.Fatal("a statement on the killed session succeeded")
+						}
+					}
+					if err := rollback(tx); err != nil {
+						t.Errorf("%s of a transaction whose session the server ended = %v; want nil (it is over)", rname, err)
+					}
+				})
+			}
+		}
 	}
 }

@@ -144,11 +144,13 @@ func (d *Driver) Commit(ctx context.Context, tx *sql.Tx) error {
 }
 
 // Rollback implements driver.Driver. The ROLLBACK is given up when ctx
-// ends (the connection is closed).
+// ends (the connection is closed). A transaction whose session is over (its
+// connection closed, or ended by the server: pg_terminate_backend, a
+// restart) is not an error: PostgreSQL rolled it back.
 func (d *Driver) Rollback(ctx context.Context, tx *sql.Tx) error {
 	done, ended := d.endOn(ctx, tx)
 	defer done()
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) && !pgsql.SessionEnded(err) {
 		return fmt.Errorf("pgsqldriver: rollback: %w", callerErr(err, ended, ctx))
 	}
 	return nil
@@ -158,13 +160,17 @@ var _ driver.EndedRollbacker[*sql.Tx] = (*Driver)(nil)
 
 // RollbackEnded implements driver.EndedRollbacker: Rollback, and an error
 // wrapping driver.ErrTxDone when tx had already been committed or rolled
-// back (a COMMIT of the code run in it committed: there is no guard here).
+// back (a COMMIT of the code run in it committed: there is no guard here);
+// nil, as Rollback, when its session is over.
 func (d *Driver) RollbackEnded(ctx context.Context, tx *sql.Tx) error {
 	done, ended := d.endOn(ctx, tx)
 	defer done()
 	if err := tx.Rollback(); err != nil {
 		if errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("pgsqldriver: rollback: %w: %w", driver.ErrTxDone, err)
+		}
+		if pgsql.SessionEnded(err) { // as Rollback
+			return nil
 		}
 		return fmt.Errorf("pgsqldriver: rollback: %w", callerErr(err, ended, ctx))
 	}

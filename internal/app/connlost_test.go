@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/internal/app"
@@ -90,5 +91,19 @@ func TestConnectionKilledInHandlerIs503(t *testing.T) {
 				t.Errorf("%d rows in %s, want 1", n, c.table)
 			}
 		})
+	}
+	// One line for the one failure: the handler's (database
+	// unavailable). The server rolled the killed session's transaction
+	// back; the ROLLBACK that finds the connection closed is no second
+	// failure to log.
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			if !strings.Contains(l, "database unavailable") {
+				t.Errorf("log line beside the handler's failure: %s", l)
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "database unavailable"); n != 2 {
+		t.Errorf("%d \"database unavailable\" lines for the two killed requests; want 2:\n%s", n, logs.String())
 	}
 }

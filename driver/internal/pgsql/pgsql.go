@@ -14,10 +14,13 @@ package pgsql
 
 import (
 	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
 	"embed"
+	"errors"
 	"fmt"
-	"github.com/idemkit/idem/internal/dberr"
 	"hash/fnv"
+	"io"
 	"math"
 	"regexp"
 	"slices"
@@ -25,9 +28,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // SQLSTATE codes the backends map to driver errors.
@@ -49,6 +56,28 @@ func SQLState(err error) string { return dberr.SQLState(err) }
 // violation (SQLSTATE class 23): at COMMIT, a deferred constraint that
 // failed, and the transaction was rolled back.
 func IsConstraintClass(err error) bool { return strings.HasPrefix(SQLState(err), "23") }
+
+// SessionEnded reports whether err, a ROLLBACK's, says the transaction's
+// session was already over: the connection closed (pgconn.ErrConnClosed,
+// database/sql's driver.ErrBadConn and sql.ErrConnDone, the server's EOF
+// or reset) or ended by the server with a FATAL (SQLSTATE 57P01 to 57P03,
+// 57P05, 25P03, 25P04, class 08). PostgreSQL rolls back the transaction of
+// a session that ends: there is nothing left to roll back, and the failure
+// was the statement's that found the session gone. A ROLLBACK that timed
+// out is not one: the server may still hold the transaction (its locks)
+// until it notices the connection closed.
+func SessionEnded(err error) bool {
+	switch code := SQLState(err); {
+	case code == "57P01", code == "57P02", code == "57P03", code == "57P05",
+		code == "25P03", code == "25P04", strings.HasPrefix(code, "08"):
+		return true
+	case code != "":
+		return false
+	}
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, sqldriver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // IdentRe is what Config.Schema and Config.TablePrefix must match.
 var IdentRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
