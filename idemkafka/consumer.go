@@ -68,6 +68,9 @@ type Consumer[TTx any] struct {
 	// groupFail limits the lines of the group loop's failures (see
 	// groupFailures).
 	groupFail groupFailures
+	// commitFail limits the lines of failed offset commits (see
+	// logCommit).
+	commitFail groupFailures
 }
 
 type topicPartition struct {
@@ -206,6 +209,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	clear(c.pending)
 	c.pendingMu.Unlock()
 	c.groupFail.joined() // a failure of an earlier Run ended with it
+	c.commitFail.joined()
 
 	// fencedCh wakes a backoff between failed polls when another member
 	// takes this one's instance ID: kgo joins again after its own retry
@@ -404,10 +408,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		cancel()
 		commitTime = time.Since(started)
 		c.settlePending(commits, commitErr)
-		if commitErr != nil {
-			c.cfg.Logger.Warn("idemkafka: offset commit failed; it is retried, and records redelivered meanwhile are skipped as duplicates",
-				"group", c.cfg.Group, "err", commitErr)
-		}
+		c.logCommit(commitErr)
 	}
 	if c.cfg.OnBatch == nil {
 		return gaveUp
@@ -532,7 +533,11 @@ func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked m
 	if recs := c.takePending(revoked); len(recs) > 0 {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		if err := cl.CommitRecords(cctx, recs...); err != nil {
-			c.cfg.Logger.Warn("idemkafka: offset commit of revoked partitions failed; the next owner skips the redelivered records",
+			level := slog.LevelWarn
+			if rebalanceRefusal(err) {
+				level = slog.LevelInfo
+			}
+			c.cfg.Logger.Log(ctx, level, "idemkafka: offset commit of revoked partitions failed; the next owner skips the redelivered records",
 				"group", c.cfg.Group, "err", err)
 		}
 		cancel()

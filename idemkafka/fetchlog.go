@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -106,4 +107,50 @@ func (c *Consumer[TTx]) logGroupJoined() {
 	}
 	c.cfg.Logger.Info("idemkafka: group joined again after failures; fetching",
 		"group", c.cfg.Group, "failures", g.failures, "over", time.Since(g.first).Round(time.Millisecond).String(), "since", g.first, "err", g.err)
+}
+
+// rebalanceRefusal reports whether err, an offset commit's, is the group's
+// refusal while it rebalances or after it did (the member's generation or
+// ID is no longer current): routine in Kafka, and over once the member has
+// joined again, which kgo does by itself. kgo retries the coordinator's
+// errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+// COORDINATOR_NOT_AVAILABLE) for its retry timeout before returning them:
+// one that comes back is an outage, not a move.
+func rebalanceRefusal(err error) bool {
+	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) ||
+		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.StaleMemberEpoch) ||
+		errors.Is(err, kerr.FencedMemberEpoch)
+}
+
+// logCommit logs the outcome of an offset commit of a poll, err nil for
+// one that succeeded. A commit refused by a rebalance (rebalanceRefusal)
+// is logged at INFO. Any other failure is a WARN when first seen; as the
+// pending commit is retried every pendingRetry (and at each poll), its
+// repeats are counted and logged at most every groupFailureLogInterval,
+// whatever their error, and the next commit that succeeds ends them with
+// an INFO line.
+func (c *Consumer[TTx]) logCommit(err error) {
+	if err == nil {
+		g, ok := c.commitFail.joined()
+		if ok {
+			c.cfg.Logger.Info("idemkafka: offset commits succeed again",
+				"group", c.cfg.Group, "failures", g.failures, "over", time.Since(g.first).Round(time.Millisecond).String(), "since", g.first, "err", g.err)
+		}
+		return
+	}
+	if rebalanceRefusal(err) {
+		c.cfg.Logger.Info("idemkafka: offset commit refused by a rebalance; it is retried, and records redelivered meanwhile are skipped as duplicates",
+			"group", c.cfg.Group, "err", err)
+		return
+	}
+	log, g := c.commitFail.failed(err, time.Now())
+	switch {
+	case !log:
+	case g.failures == 1:
+		c.cfg.Logger.Warn("idemkafka: offset commit failed; it is retried, and records redelivered meanwhile are skipped as duplicates",
+			"group", c.cfg.Group, "err", err)
+	default:
+		c.cfg.Logger.Warn("idemkafka: offset commits still failing; repeats are logged at most every "+groupFailureLogInterval.String(),
+			"group", c.cfg.Group, "err", err, "suppressed", g.suppressed, "failures", g.failures, "since", g.first)
+	}
 }
