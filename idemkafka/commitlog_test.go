@@ -71,3 +71,52 @@ func TestOffsetCommitRefusalsLogged(t *testing.T) {
 		})
 	}
 }
+
+// A consumer stopped while its offset commit waits for a group
+// coordinator that does not answer (COORDINATOR_NOT_AVAILABLE, which kgo
+// retries for its retry timeout, 30 s by default, as it does a coordinator
+// it cannot reach) returns within stopCommitGrace of the stop, with kgo's
+// defaults: it waited the whole 30 s, longer than idemd's whole shutdown
+// (15 s), which then gave up on the consumers with a WARN. The commit is
+// harmless to lose: the next owner gets the records again and its inbox
+// skips them.
+func TestStopDuringCoordinatorOutageIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 6, 2)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+
+	fault := fake.Fault(kfakeFault(kmsg.OffsetCommit, "", kerr.CoordinatorNotAvailable, -1))
+	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every event applied", func() bool { return distinct(t, b, "billing") == len(evs) })
+	waitFor(t, 10*time.Second, "an offset commit refused", func() bool { return fault.Hits() > 0 })
+	stopped := time.Now()
+	inst.cancel()
+	select {
+	case err := <-inst.done:
+		close(inst.done)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return within 60s of the stop")
+	}
+	if took, bound := time.Since(stopped), idemkafka.StopCommitGrace+2*time.Second; took > bound {
+		t.Errorf("Run returned %s after the stop, its commit waiting for the coordinator; want at most %s", took.Round(time.Millisecond), bound)
+	}
+	fault.Remove()
+	mustOnce(t, b, "billing", evs)
+
+	again := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
+	waitFor(t, 30*time.Second, "every partition committed", func() bool { return allCommitted(t, kc, group, topic) })
+	mustStop(t, again)
+	mustOnce(t, b, "billing", evs)
+	if s := again.stats.get(); s.applied != 0 || s.duplicates != len(evs) {
+		t.Errorf("second consumer applied %d, skipped %d; want 0 and %d", s.applied, s.duplicates, len(evs))
+	}
+}

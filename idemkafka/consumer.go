@@ -34,6 +34,13 @@ var ErrFenced = errors.New("idemkafka: fenced: another consumer joined the group
 // no new records, so a consumer lag left by a failed commit clears.
 const commitTimeout = 30 * time.Second
 
+// stopCommitGrace bounds an offset commit once Run's context has ended:
+// the commit of the stop's last cycle, or one in flight when the stop
+// came. A coordinator that does not answer (kgo retries it for its retry
+// timeout, 30 s by default) must not hold the stop longer than a service's
+// shutdown allows; the commit is harmless to lose.
+const stopCommitGrace = 5 * time.Second
+
 // pendingRetry is how long a poll waits for records while an offset commit
 // that failed is waiting to be retried.
 const pendingRetry = time.Second
@@ -188,7 +195,8 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 
 // Run joins the group and applies events until ctx is done, then finishes
 // the database transaction in flight, commits the offsets of what
-// committed, leaves the group (a static member, with an InstanceID, does not
+// committed (waiting at most 5 s for the group coordinator from then on:
+// offsets not committed are redelivered and skipped), leaves the group (a static member, with an InstanceID, does not
 // leave: its partitions wait for it to come back) and returns nil. A
 // transaction still waiting to begin (for a connection of an exhausted
 // pool, or a server that does not answer) is abandoned at once. Records
@@ -403,7 +411,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 			c.hooks.beforeCommit(commits)
 		}
 		started := time.Now()
-		cctx, cancel := context.WithTimeout(work, commitTimeout)
+		cctx, cancel := commitContext(ctx, work)
 		commitErr = cl.CommitRecords(cctx, commits...)
 		cancel()
 		commitTime = time.Since(started)
@@ -423,6 +431,35 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		c.cfg.OnBatch(ctx, *s)
 	}
 	return gaveUp
+}
+
+// commitContext returns the context of a poll's offset commit, derived from
+// work (which ignores ctx's end): it ends after commitTimeout, or
+// stopCommitGrace after ctx ends, whichever comes first.
+func commitContext(ctx, work context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithTimeout(work, commitTimeout)
+	var (
+		mu    sync.Mutex
+		done  bool
+		timer *time.Timer
+	)
+	unregister := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(stopCommitGrace, cancel)
+		}
+	})
+	return cctx, func() {
+		unregister()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // withPending adds to commits the pending record of every partition that

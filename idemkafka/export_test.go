@@ -7,3 +7,6 @@ import "github.com/twmb/franz-go/pkg/kgo"
 func SetBeforeCommit[TTx any](c *Consumer[TTx], fn func(records []*kgo.Record)) {
 	c.hooks.beforeCommit = fn
 }
+
+// StopCommitGrace is stopCommitGrace.
+const StopCommitGrace = stopCommitGrace
