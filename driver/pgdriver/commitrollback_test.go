@@ -1,6 +1,7 @@
 package pgdriver_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -111,6 +112,18 @@ func TestRollbackOfKilledSessionIsNotAnError(t *testing.T) {
 				})
 			}
 		}
+	}
+	// A ROLLBACK that did not run on a live session (its context ended:
+	// the server holds the transaction until it sees the connection
+	// closed) is still an error.
+	live, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := drv.Rollback(ended, live); err == nil {
+		t.Error("Rollback with its context ended on a live session = nil; want its error")
 	}
 	// A transaction that ended otherwise is still told apart.
 	tx, err := drv.Begin(ctx)
