@@ -50,6 +50,11 @@ const (
 	// ConsumerRebalanceTimeout bounds how long a rebalance waits for its
 	// members to rejoin (a dead one included).
 	ConsumerRebalanceTimeout = 10 * time.Second
+	// ConsumerFetchMaxWait is how long the consumers' fetches wait for
+	// records of idle partitions (kgo's default is 5 s): the partitions a
+	// rebalance adds (a replica died or left) are fetched only once the
+	// fetch in flight returns.
+	ConsumerFetchMaxWait = 500 * time.Millisecond
 )
 
 // pipeline sets up the order events' way to the projection: the embedded
@@ -71,6 +76,14 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 			// the rebalance timeout (kgo's default is 60 s, during which
 			// the whole group stops): batches are short, so 10 s.
 			kgo.RebalanceTimeout(ConsumerRebalanceTimeout),
+			// The partitions a rebalance adds are fetched once the
+			// fetch in flight returns: with kgo's 5 s, a replica whose
+			// own partitions were idle took a dead one's 5 s late.
+			// (Also, the embedded broker restored from its log may
+			// not wake a waiting fetch on new records.) A fetch
+			// returns as soon as records arrive, so this costs only
+			// idle consumers: a fetch per broker every 500 ms.
+			kgo.FetchMaxWait(ConsumerFetchMaxWait),
 		}
 	)
 	var broker *embeddedBroker
@@ -88,9 +101,6 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		a.kafka = KafkaEmbedded + " (" + strings.Join(seeds, ",") + ", log " + broker.dir + ")"
 		a.started = []any{"kafka", "embedded", "addr", strings.Join(seeds, ","), "log", broker.dir,
 			"new_log", broker.fresh, "topic", a.cfg.KafkaTopic, "partitions", EmbeddedPartitions}
-		// A broker restored from its log may not wake a waiting fetch
-		// on new records: poll it often (it is in-process).
-		extra = append(extra, kgo.FetchMaxWait(500*time.Millisecond))
 		closeDB := a.close
 		a.close = func() {
 			broker.close()
