@@ -189,13 +189,17 @@
 //
 // A database outage fails every round of Run (each worker retries at least
 // every StorageBackoffCeiling) and every lag query, so their lines are
-// limited the same way. A round that failed in the database is logged at
-// ERROR when its failure is first seen ("relay round failed", with err,
-// consecutive_failures and retry_in), grouped by error text as above and
-// shared by the workers: a failure with another text during the outage
-// (connections refused, then "the database system is starting up") is new
-// and logged at once. Its repeats are counted and logged at most every 30
-// seconds ("relay rounds still failing", with the latest error,
+// limited the same way. A round that failed in the database is logged
+// when its failure is first seen ("relay round failed", with err,
+// consecutive_failures and retry_in): at WARN when the failure is a
+// passing one (a connection lost or refused, the server restarting, a
+// failover: it usually ends within a round or two), at ERROR otherwise
+// (idem's tables missing, a bug). Failures are grouped by error text as
+// above and shared by the workers: a failure with another text during the
+// outage (connections refused, then "the database system is starting
+// up") is new and logged at once. Its repeats are counted and logged at
+// ERROR at most every 30 seconds ("relay rounds still failing", with the
+// latest error,
 // suppressed and failed_rounds), and the first round that goes through the
 // database again logs one INFO line ("relay rounds succeed again after
 // failed rounds", with failed_rounds and over, for all the texts

@@ -3,12 +3,14 @@ package outbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/internal/leaseowner"
 )
 
@@ -488,7 +490,15 @@ func (r *Relay[TTx]) logStorageFailure(err error, failures int, wait time.Durati
 	switch {
 	case !log:
 	case g.rounds == 1:
-		r.cfg.Logger.Error("outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
+		// A passing failure (a connection lost or refused, a restart, a
+		// failover) usually ends within a round or two: a WARN, and an
+		// ERROR only when it lasts (the summary below). Anything else
+		// needs someone at once.
+		level := slog.LevelError
+		if dberr.Transient(err) {
+			level = slog.LevelWarn
+		}
+		r.cfg.Logger.Log(context.Background(), level, "outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 	default:
 		r.cfg.Logger.Error("outbox: relay rounds still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
 			"err", err, "suppressed", g.suppressed, "failed_rounds", g.rounds, "since", g.first,

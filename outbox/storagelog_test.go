@@ -2,14 +2,17 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
@@ -31,6 +34,9 @@ type outageDriver[TTx any] struct {
 	// changeAt is the number of rounds left when the error changes (the
 	// server starting up after refusing connections); 0 for never.
 	changeAt int64
+	// notMigrated makes the rounds fail on idem's tables missing instead
+	// (driver.ErrNotMigrated): no passing failure.
+	notMigrated bool
 	// straggler, if set, makes the first round after the outage one that
 	// was in flight through the recovery: it fails once straggler is
 	// closed.
@@ -45,7 +51,7 @@ func (d *outageDriver[TTx]) round() error {
 	n := d.left.Add(-1)
 	if n == -1 && d.straggler != nil {
 		<-d.straggler
-		return fmt.Errorf("dial tcp 10.0.0.5:39999->10.0.0.9:5432: connect: connection refused")
+		return refused(39999)
 	}
 	if n < 0 {
 		if d.straggler != nil {
@@ -55,9 +61,21 @@ func (d *outageDriver[TTx]) round() error {
 	}
 	d.clock.Add(time.Second)
 	if n < d.changeAt {
-		return fmt.Errorf("FATAL: the database system is starting up (SQLSTATE 57P03) [conn %d]", n)
+		return &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: fmt.Sprintf("the database system is starting up [conn %d]", n)}
 	}
-	return fmt.Errorf("dial tcp 10.0.0.5:%d->10.0.0.9:5432: connect: connection refused", 40000+n)
+	if d.notMigrated {
+		return fmt.Errorf("outbox: claim: %w", driver.ErrNotMigrated)
+	}
+	return refused(40000 + int(n))
+}
+
+// refused is the error of a connection to the database refused, from the
+// local port port.
+func refused(port int) error {
+	return &net.OpError{Op: "dial", Net: "tcp",
+		Source: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: port},
+		Addr:   &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 5432},
+		Err:    errors.New("connect: connection refused")}
 }
 
 func (d *outageDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
@@ -99,10 +117,11 @@ func (e outageExecutor[TTx]) OutboxOldestUnpublished(ctx context.Context) (time.
 }
 
 // A database outage of 100 rounds, one a second, in Run (two workers on
-// PostgreSQL): the first failed round is logged at once, as is the first
-// round that fails otherwise (the server starting up, 10 rounds before the
-// end); their repeats are summarised at most every 30 s, with the number
-// of rounds not logged; and one INFO line says the rounds succeed again,
+// PostgreSQL): the first failed round is logged at once, at WARN (a
+// passing failure: connections refused), as is the first round that fails
+// otherwise (the server starting up, 10 rounds before the end); their
+// repeats are summarised at ERROR at most every 30 s, with the number of
+// rounds not logged; and one INFO line says the rounds succeed again,
 // after how many failed rounds and how long. It logged an ERROR per round.
 func TestRelayLogsADatabaseOutageOnce(t *testing.T) {
 	t.Parallel()
@@ -134,7 +153,7 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	var firsts, summaries, recoveries []logLine
 	for _, l := range logLines(t, &logs) {
 		switch {
-		case l.Level == "ERROR" && l.Msg == "outbox: relay round failed":
+		case l.Level == "WARN" && l.Msg == "outbox: relay round failed":
 			firsts = append(firsts, l)
 		case l.Level == "ERROR" && strings.HasPrefix(l.Msg, "outbox: relay rounds still failing"):
 			summaries = append(summaries, l)
@@ -146,7 +165,7 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	}
 	if len(firsts) != 2 || !strings.Contains(firsts[0].Err, "connection refused") || firsts[0].ConsecutiveFailures != 1 ||
 		!strings.Contains(firsts[1].Err, "starting up") {
-		t.Fatalf("%d ERROR lines for a first failed round (%+v); want 2: connection refused, then starting up", len(firsts), firsts)
+		t.Fatalf("%d WARN lines for a first failed round (%+v); want 2: connection refused, then starting up", len(firsts), firsts)
 	}
 	// Connections refused at 1..90 s: logged at 1 s, summarised at about
 	// 31 and 61 s (a second more or less: two workers fail at once on
@@ -165,6 +184,53 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	}
 	if r := recoveries[0]; r.FailedRounds != failedRounds || time.Duration(r.Over) < (failedRounds-2)*time.Second {
 		t.Errorf("recovery: %+v; want %d failed rounds over about %s", r, failedRounds, (failedRounds-1)*time.Second)
+	}
+}
+
+// A database that refuses the relay's connections for 5 s (a restart, a
+// failover, a killed connection) and comes back is a WARN line and an INFO
+// line: nothing for an on-call engineer to act on, and no ERROR. Only an
+// outage that lasts (the summary, at 30 s) is an ERROR, and so is a
+// failure a retry does not fix (idem's tables missing) at once.
+func TestRelayLogsAShortOutageWithoutError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		notMigrated bool
+		want        string // the level of the first failed round's line
+	}{
+		{"connections refused", false, "WARN"},
+		{"tables missing", true, "ERROR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				logs  testlog.Buffer
+				clock = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+				drv   = &outageDriver[pgx.Tx]{OutboxDriver: testdb.Postgres(t), clock: clock, notMigrated: c.notMigrated}
+			)
+			drv.left.Store(5)
+			stop := runOutage(t, drv, &logs)
+			deadline := time.Now().Add(10 * time.Second)
+			for drv.left.Load() > -3 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop()
+			levels := map[string][]string{}
+			for _, l := range logLines(t, &logs) {
+				levels[l.Level] = append(levels[l.Level], l.Msg)
+			}
+			first := levels[c.want]
+			if len(first) != 1 || first[0] != "outbox: relay round failed" {
+				t.Errorf("%s lines %q; want the first failed round's alone", c.want, first)
+			}
+			if c.want == "WARN" && len(levels["ERROR"]) > 0 {
+				t.Errorf("ERROR lines %q for a 5 s outage; want none", levels["ERROR"])
+			}
+			if got := levels["INFO"]; len(got) != 1 || !strings.HasPrefix(got[0], "outbox: relay rounds succeed again") {
+				t.Errorf("INFO lines %q; want the recovery alone", got)
+			}
+		})
 	}
 }
 
