@@ -377,9 +377,15 @@ type demoObject struct {
 // (idemd executed and committed it) and returns an error instead, as a
 // connection reset after the server answered would.
 type demoTransport struct {
-	next  http.RoundTripper
-	mu    sync.Mutex
-	drops map[string]int
+	next http.RoundTripper
+	// maxAttempts is the client's MaxAttempts: a response is never lost
+	// once a key has had that many attempts, so that no request's last
+	// attempt is (its answer would be lost for good, a failure of the
+	// demo's own making: seen when the earlier attempts met an idemd
+	// restarting).
+	maxAttempts int
+	mu          sync.Mutex
+	drops       map[string]int
 	// POST attempts to the orders and the payments, GET requests, and
 	// responses lost.
 	orderPosts, paymentPosts, gets, lost int
@@ -454,7 +460,7 @@ func (t *demoTransport) drop(key string) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.drops[key] <= 0 {
+	if t.drops[key] <= 0 || t.attempts[key] >= t.maxAttempts {
 		return false
 	}
 	t.drops[key]--
@@ -470,7 +476,7 @@ func newDemo(cfg demoConfig, log *slog.Logger) (*demo, error) {
 	u := binary.BigEndian.Uint32(rnd[:])
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = cfg.concurrency * demoDuplicates
-	tr := &demoTransport{next: base, drops: map[string]int{}}
+	tr := &demoTransport{next: base, maxAttempts: cfg.attempts, drops: map[string]int{}}
 	c, err := idemclient.New(&idemclient.Config{
 		HTTPClient:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		MaxAttempts: cfg.attempts,
