@@ -72,10 +72,17 @@
 //     passing failure (a serialization failure, a deadlock, a lock or
 //     statement timeout, a session ended by the server (a restart,
 //     pg_terminate_backend, idle_in_transaction_session_timeout), a lost
-//     database connection, SQLite busy, by SQLSTATE or code), or driver.ErrNotMigrated (its outbox.EnqueueTx
-//     found idem's tables missing): that is the database's fault, not the
-//     record's, so it is never dead-lettered. Any other handler error, an HTTP
-//     client's included, is the record's.
+//     database connection, a database that refuses writes (a hot standby
+//     after a failover, default_transaction_read_only), the server's
+//     resources (a full disk, out of memory, temp_file_limit) or an I/O
+//     error, SQLite busy, by SQLSTATE or code), driver.ErrNotMigrated (its
+//     outbox.EnqueueTx found idem's tables missing), or PostgreSQL refusing
+//     the role a privilege (42501: a GRANT revoked) or a login (class 28: a
+//     password rotated): that is the database's fault, not the record's, so
+//     it is never dead-lettered (a row-level security policy refusing a
+//     record is 42501 too: wrap it in [ErrPoison] to dead-letter the
+//     record). Any other handler error, an HTTP client's included, is the
+//     record's.
 //   - A COMMIT refused by a constraint violation (a foreign key or a
 //     constraint trigger declared DEFERRABLE INITIALLY DEFERRED, checked at
 //     COMMIT) is the records' fault too, though it names none: the batch's

@@ -253,7 +253,8 @@ func RequireJSON(what string, next http.Handler) http.Handler {
 // Unavailable reports whether err, from the database while a handler ran
 // in the idempotency middleware's transaction, is a passing failure of the
 // database (a connection lost or terminated, a restart, a serialization
-// failure, a busy SQLite: dberr.Transient) rather than a bug or bad data.
+// failure, a database that refuses writes, the server's resources, a
+// busy SQLite: dberr.Transient) rather than a bug or bad data.
 // The transaction is then rolled back, nothing committed: the handler
 // answers WriteUnavailable.
 func Unavailable(err error) bool { return dberr.Transient(err) }

@@ -21,13 +21,19 @@ import (
 // than the caller's: PostgreSQL's serialization failure, deadlock, lock and
 // statement timeouts, shutdown, a session ended by the server's
 // idle_in_transaction_session_timeout (25P03), transaction_timeout (25P04)
-// or idle_session_timeout (57P05), connection classes and too many
-// connections (by SQLSTATE, as pgx, pgconn and lib/pq report it), SQLite's
+// or idle_session_timeout (57P05), connection classes (08), a database
+// that refuses writes (25006 read_only_sql_transaction: a hot standby that
+// a pool reached after a failover, default_transaction_read_only set for
+// maintenance), the server's resources (class 53: a full disk, out of
+// memory, too many connections, a configuration limit such as
+// temp_file_limit) and system errors (class 58: an I/O error, a file
+// missing), all by SQLSTATE as pgx, pgconn and lib/pq report it; SQLite's
 // BUSY and LOCKED, driver.ErrLockTimeout, and a lost or failing database
 // connection: pgconn's errors that are safe to retry or timeouts,
 // *net.OpError, io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn and
 // sql.ErrConnDone. Any other error is not, an HTTP client's (*url.Error)
-// among them even when it wraps a network error.
+// among them even when it wraps a network error, and so is a privilege or
+// login refused (Misconfigured), which lasts until an operator acts.
 //
 // Each of these ends the transaction it happened in without committing it,
 // except at COMMIT: a connection lost then leaves the outcome unknown, and
@@ -40,7 +46,10 @@ func Transient(err error) bool {
 			// The server ended the session (FATAL): every statement
 			// after it fails with a lost connection, transient too.
 			code == "25P03", code == "25P04", code == "57P05",
-			strings.HasPrefix(code, "08"):
+			// Not writable now (a standby, read-only for a while).
+			code == "25006",
+			strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"),
+			strings.HasPrefix(code, "58"):
 			return true
 		}
 	}
@@ -72,6 +81,19 @@ func Transient(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+}
+
+// Misconfigured reports whether err is PostgreSQL refusing the role a
+// privilege (42501 insufficient_privilege: a GRANT revoked, a role
+// misconfigured) or a login (class 28: a password rotated under a running
+// service, a role set NOLOGIN, no pg_hba.conf entry). Retrying does not
+// help and no record or request is at fault: an operator must act, as
+// when idem's tables are missing (driver.ErrNotMigrated). 42501 is also
+// a row refused by a row-level security policy; a handler that relies
+// on one to refuse records must say so itself (idemkafka.ErrPoison).
+func Misconfigured(err error) bool {
+	code := SQLState(err)
+	return code == "42501" || strings.HasPrefix(code, "28")
 }
 
 // IdleTimeout reports whether err is PostgreSQL's end of a session that

@@ -32,6 +32,23 @@ func TestTransient(t *testing.T) {
 		{&pgconn.PgError{Code: "25P02"}, false}, // in failed sql transaction: the handler ignored an error
 		{&pgconn.PgError{Code: "40001"}, true},
 		{&pgconn.PgError{Code: "23505"}, false},
+		// The database refuses writes (a hot standby after a failover,
+		// default_transaction_read_only), or its server lacks a
+		// resource: never the record's fault.
+		{fmt.Errorf("inbox: %w", &pgconn.PgError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"}), true},
+		{&pgconn.PgError{Code: "53000"}, true},
+		{&pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device"}, true},
+		{&pgconn.PgError{Code: "53200", Message: "out of memory"}, true},
+		{&pgconn.PgError{Code: "53400", Message: "temporary file size exceeds temp_file_limit"}, true},
+		{&pgconn.PgError{Code: "58000"}, true},
+		{&pgconn.PgError{Code: "58030", Message: "could not read block"}, true},
+		{&pgconn.PgError{Code: "58P01"}, true},
+		{&pgconn.PgError{Code: "58P02"}, true},
+		// A configuration an operator fixes: not passing (Misconfigured).
+		{&pgconn.PgError{Code: "42501"}, false},
+		{&pgconn.PgError{Severity: "FATAL", Code: "28P01"}, false},
+		{&pgconn.PgError{Code: "54000"}, false}, // program_limit_exceeded: a record too large, say
+		{&pgconn.PgError{Code: "25001"}, false}, // active_sql_transaction: a bug
 		{fmt.Errorf("create order: %w", io.ErrUnexpectedEOF), true},
 		{op, true},
 		{sqldriver.ErrBadConn, true},
@@ -59,6 +76,25 @@ func TestIdleTimeout(t *testing.T) {
 	} {
 		if got := dberr.IdleTimeout(c.err); got != c.want {
 			t.Errorf("IdleTimeout(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestMisconfigured(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("inbox: event 0: %w", &pgconn.PgError{Code: "42501", Message: "permission denied for table effect"}), true},
+		{fmt.Errorf("begin: %w", &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"}), true},
+		{&pgconn.PgError{Severity: "FATAL", Code: "28000", Message: "role is not permitted to log in"}, true},
+		{&pgconn.PgError{Code: "25006"}, false},
+		{&pgconn.PgError{Code: "42P01"}, false},
+		{errors.New("permission denied"), false},
+	} {
+		if got := dberr.Misconfigured(c.err); got != c.want {
+			t.Errorf("Misconfigured(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
