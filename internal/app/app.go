@@ -152,6 +152,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("database %s: %s", a.cfg.DB, errMessage(err))
 	}
+	pcfg.PrepareConn = dropReadOnly
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err == nil {
 		err = pool.Ping(ctx)

@@ -1,11 +1,13 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -116,3 +118,43 @@ func redactURL(s string) string {
 func errMessage(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
+
+// dropReadOnly is the pool's PrepareConn: it destroys a connection whose
+// session is read-only and fails the acquire with readOnlySession, which
+// idem counts as the database's passing failure (503 store-unavailable,
+// a consumer's batch retried). PostgreSQL 14 and later report
+// in_hot_standby and default_transaction_read_only to the client when the
+// session starts and whenever they change: a map lookup, no round trip.
+//
+// Without it the pool kept, after a failover, the connections it had
+// opened to a hot standby (or while a DBA had set the database or role
+// read-only) until they expired (MaxConnLifetime, an hour), each command
+// refused with 25006 although the new primary took writes; now every
+// command reconnects until it reaches a writable session (with several
+// hosts in -db, target_session_attrs=read-write makes pgx pick the
+// primary). A server before 14 reports neither setting: nothing changes.
+func dropReadOnly(_ context.Context, conn *pgx.Conn) (bool, error) {
+	pc := conn.PgConn()
+	for _, p := range [...]string{"in_hot_standby", "default_transaction_read_only"} {
+		if pc.ParameterStatus(p) == "on" {
+			return false, &readOnlySession{param: p, host: pc.Conn().RemoteAddr().String()}
+		}
+	}
+	return true, nil
+}
+
+// readOnlySession is the error of an acquire that found a read-only
+// session (dropReadOnly); its SQLSTATE is PostgreSQL's for a write refused
+// in one (25006 read_only_sql_transaction).
+type readOnlySession struct {
+	param, host string
+}
+
+func (e *readOnlySession) Error() string {
+	return "the database session is read-only (" + e.param + " = on, server " + e.host +
+		"): a hot standby, or a database or role set read-only; connection dropped, the next command reconnects " +
+		"(with several hosts in -db, add target_session_attrs=read-write to reach the primary)"
+}
+
+// SQLState returns 25006 (read_only_sql_transaction).
+func (e *readOnlySession) SQLState() string { return "25006" }

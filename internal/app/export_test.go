@@ -7,3 +7,6 @@ import "time"
 func WithParkedInterval(d time.Duration) Option {
 	return func(a *App) { a.parkedEvery = d }
 }
+
+// DropReadOnly is the pool's PrepareConn.
+var DropReadOnly = dropReadOnly
