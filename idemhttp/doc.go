@@ -23,6 +23,7 @@
 //	Scope hook error, or an empty principal        401 unauthenticated; 413 / 400 as above when the hook read such a body
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
+//	role refused a privilege or a login            500 store-unavailable, no Retry-After (PostgreSQL 42501, class 28): nothing was committed
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
 //	commit failed or unanswered (CommitTimeout)    503 outcome-unknown: retry with the same key
 //	session ended while the handler paused         503 store-unavailable (idle_in_transaction_session_timeout): nothing was committed

@@ -373,17 +373,18 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 }
 
 // storeUnavailable answers 503: idem fails closed. When idem's tables are
-// missing (driver.ErrNotMigrated) it answers 500 without Retry-After
+// missing (driver.ErrNotMigrated), or PostgreSQL refuses the role a
+// privilege or a login (roleRefused), it answers 500 without Retry-After
 // instead, and logs the fix: retrying cannot help until an operator
-// migrates.
+// migrates, grants or fixes the credentials.
 func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 	if errors.Is(err, driver.ErrNotMigrated) {
 		m.cfg.Logger.Error("idemhttp: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with; every protected request fails until then",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
-		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeStoreUnavailable,
-			"Idempotency store not set up", "The server's idempotency store is not set up; the command was not executed. "+
-				"Retry with the same key once the server is fixed.")
-		m.reportCmd(cmd, OutcomeStoreError)
+		m.notSetUp(cmd)
+		return
+	}
+	if m.roleRefused(cmd, err) {
 		return
 	}
 	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
@@ -391,6 +392,34 @@ func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
 		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
 	m.reportCmd(cmd, OutcomeStoreError)
+}
+
+// notSetUp answers 500 store-unavailable without Retry-After: the store
+// is not usable until an operator acts, and nothing was executed.
+func (m *Middleware[TTx]) notSetUp(cmd *command) {
+	problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeStoreUnavailable,
+		"Idempotency store not set up", "The server's idempotency store is not set up; the command was not executed. "+
+			"Retry with the same key once the server is fixed.")
+	m.reportCmd(cmd, OutcomeStoreError)
+}
+
+// roleRefused answers 500 store-unavailable without Retry-After and
+// returns true when err says PostgreSQL refused the role a privilege on
+// idem's tables (42501 insufficient_privilege: a GRANT revoked) or a login
+// (class 28: a password rotated, a role set NOLOGIN; dberr.Misconfigured).
+// The server answered with an error, so nothing was committed (not
+// outcome-unknown, even from the COMMIT's round trip), and retrying cannot
+// help until an operator grants the privilege or fixes the credentials, as
+// when idem's tables are missing.
+func (m *Middleware[TTx]) roleRefused(cmd *command, err error) bool {
+	if !dberr.Misconfigured(err) {
+		return false
+	}
+	m.cfg.Logger.Error("idemhttp: PostgreSQL refused the application's role a privilege on idem's tables, or a login: "+
+		"grant the role back what it lost on the table the error names (or fix its password or LOGIN); every protected request fails until then",
+		"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+	m.notSetUp(cmd)
+	return true
 }
 
 // outcomeUnknown answers 503 when the commit's result is unknown.

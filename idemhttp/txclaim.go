@@ -189,7 +189,7 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		}
 		m.reportCmd(cmd, OutcomeNotStored)
 		return false
-	case m.handlerTxFailed(cmd, err), m.idleTimedOut(cmd, err):
+	case m.handlerTxFailed(cmd, err), m.idleTimedOut(cmd, err), m.roleRefused(cmd, err):
 		return false
 	case err != nil:
 		// The COMMIT was in the same round trip: it may have happened.

@@ -98,7 +98,7 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	if err := m.drv.Commit(bg, tx); err != nil {
 		err = m.commitTimedOut(bg, err)
 		m.rollback(ctx, tx)
-		if !m.handlerTxFailed(cmd, err) && !m.idleTimedOut(cmd, err) {
+		if !m.handlerTxFailed(cmd, err) && !m.idleTimedOut(cmd, err) && !m.roleRefused(cmd, err) {
 			m.outcomeUnknown(cmd, err)
 		}
 		return
