@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // OutboxChannel is the notification channel on which OutboxInsert signals
@@ -177,6 +178,12 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		if err := e.db.SendBatch(ctx, b1).Close(); err != nil {
 			return nil, mapErr("outbox claim: lanes", err)
 		}
+		if err := readOnly(e.db); err != nil {
+			// The marks would fail: publishing now would publish the
+			// same events again at every round while the database
+			// stays read-only.
+			return nil, fmt.Errorf("pgdriver: outbox claim: %w; nothing claimed or published", err)
+		}
 		// Batch 2: the rows, then the setting back to the session's.
 		b2 := &pgx.Batch{}
 		if len(lanes) > 0 {
@@ -212,6 +219,17 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 	}
 	slices.SortFunc(out, func(a, b driver.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// readOnly returns dberr.ReadOnly's error when db is a transaction whose
+// session PostgreSQL reports read-only (a hot standby, or
+// default_transaction_read_only): read from what the server reported
+// with its last answer, no round trip.
+func readOnly(db dbtx) error {
+	if tx, ok := db.(interface{ Conn() *pgx.Conn }); ok {
+		return dberr.ReadOnly(tx.Conn().PgConn().ParameterStatus)
+	}
+	return nil
 }
 
 // The statements of OutboxClaimBatch. pgsql.OutboxReadSQL runs with bitmap scans

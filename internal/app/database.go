@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // Database kinds.
@@ -120,11 +122,11 @@ func errMessage(err error) string {
 }
 
 // dropReadOnly is the pool's PrepareConn: it destroys a connection whose
-// session is read-only and fails the acquire with readOnlySession, which
-// idem counts as the database's passing failure (503 store-unavailable,
-// a consumer's batch retried). PostgreSQL 14 and later report
-// in_hot_standby and default_transaction_read_only to the client when the
-// session starts and whenever they change: a map lookup, no round trip.
+// session is read-only (dberr.ReadOnly: a hot standby, or a database or
+// role set read-only, as PostgreSQL 14 and later report it, without a
+// round trip) and fails the acquire with an error of SQLSTATE 25006, which
+// idem counts as the database's passing failure (503 store-unavailable, a
+// consumer's batch retried).
 //
 // Without it the pool kept, after a failover, the connections it had
 // opened to a hot standby (or while a DBA had set the database or role
@@ -132,29 +134,12 @@ func errMessage(err error) string {
 // refused with 25006 although the new primary took writes; now every
 // command reconnects until it reaches a writable session (with several
 // hosts in -db, target_session_attrs=read-write makes pgx pick the
-// primary). A server before 14 reports neither setting: nothing changes.
+// primary).
 func dropReadOnly(_ context.Context, conn *pgx.Conn) (bool, error) {
 	pc := conn.PgConn()
-	for _, p := range [...]string{"in_hot_standby", "default_transaction_read_only"} {
-		if pc.ParameterStatus(p) == "on" {
-			return false, &readOnlySession{param: p, host: pc.Conn().RemoteAddr().String()}
-		}
+	if err := dberr.ReadOnly(pc.ParameterStatus); err != nil {
+		return false, fmt.Errorf("%w (server %s); connection dropped, the next command reconnects "+
+			"(with several hosts in -db, add target_session_attrs=read-write to reach the primary)", err, pc.Conn().RemoteAddr())
 	}
 	return true, nil
 }
-
-// readOnlySession is the error of an acquire that found a read-only
-// session (dropReadOnly); its SQLSTATE is PostgreSQL's for a write refused
-// in one (25006 read_only_sql_transaction).
-type readOnlySession struct {
-	param, host string
-}
-
-func (e *readOnlySession) Error() string {
-	return "the database session is read-only (" + e.param + " = on, server " + e.host +
-		"): a hot standby, or a database or role set read-only; connection dropped, the next command reconnects " +
-		"(with several hosts in -db, add target_session_attrs=read-write to reach the primary)"
-}
-
-// SQLState returns 25006 (read_only_sql_transaction).
-func (e *readOnlySession) SQLState() string { return "25006" }

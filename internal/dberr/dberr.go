@@ -96,6 +96,35 @@ func Misconfigured(err error) bool {
 	return code == "42501" || strings.HasPrefix(code, "28")
 }
 
+// ReadOnly returns an error whose SQLSTATE is 25006
+// (read_only_sql_transaction, so Transient) when the session whose
+// reported run-time parameters status returns (pgconn's ParameterStatus)
+// is read-only, and nil otherwise: a hot standby (in_hot_standby), or
+// default_transaction_read_only set for the role, the database or the
+// server. PostgreSQL 14 and later report both to the client when the
+// session starts and whenever they change, with the ReadyForQuery of the
+// statement during which they did: reading them costs no round trip.
+// Before 14, and behind a pooler that does not pass them on, status
+// returns "" and ReadOnly nil.
+func ReadOnly(status func(name string) string) error {
+	for _, p := range [...]string{"in_hot_standby", "default_transaction_read_only"} {
+		if status(p) == "on" {
+			return &readOnlyError{param: p}
+		}
+	}
+	return nil
+}
+
+// readOnlyError is ReadOnly's error.
+type readOnlyError struct{ param string }
+
+func (e *readOnlyError) Error() string {
+	return "the database session is read-only (" + e.param + " = on): a hot standby, or a database or role set read-only"
+}
+
+// SQLState returns 25006 (read_only_sql_transaction).
+func (e *readOnlyError) SQLState() string { return "25006" }
+
 // IdleTimeout reports whether err is PostgreSQL's end of a session that
 // waited for its client longer than idle_in_transaction_session_timeout
 // (25P03) or idle_session_timeout (57P05). The server ends such a session

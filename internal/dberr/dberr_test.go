@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,6 +96,29 @@ func TestMisconfigured(t *testing.T) {
 	} {
 		if got := dberr.Misconfigured(c.err); got != c.want {
 			t.Errorf("Misconfigured(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status map[string]string
+		want   string // the parameter named, "" for nil
+	}{
+		{map[string]string{"in_hot_standby": "off", "default_transaction_read_only": "off"}, ""},
+		{map[string]string{}, ""}, // before PostgreSQL 14, or behind a pooler
+		{map[string]string{"in_hot_standby": "on", "default_transaction_read_only": "off"}, "in_hot_standby"},
+		{map[string]string{"in_hot_standby": "off", "default_transaction_read_only": "on"}, "default_transaction_read_only"},
+	} {
+		err := dberr.ReadOnly(func(k string) string { return c.status[k] })
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("ReadOnly(%v) = %v, want nil", c.status, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want+" = on")):
+			t.Errorf("ReadOnly(%v) = %v, want an error naming %s", c.status, err, c.want)
+		case c.want != "" && (!dberr.Transient(fmt.Errorf("begin: %w", err)) || dberr.SQLState(err) != "25006"):
+			t.Errorf("ReadOnly(%v) = %v: SQLSTATE %q; want 25006, transient", c.status, err, dberr.SQLState(err))
 		}
 	}
 }
