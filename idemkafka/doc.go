@@ -75,7 +75,8 @@
 //     database connection, a database that refuses writes (a hot standby
 //     after a failover, default_transaction_read_only), the server's
 //     resources (a full disk, out of memory, temp_file_limit) or an I/O
-//     error, SQLite busy, by SQLSTATE or code), driver.ErrNotMigrated (its
+//     error, SQLite busy, or its file read-only, full or failing, by SQLSTATE
+//     or code), driver.ErrNotMigrated (its
 //     outbox.EnqueueTx found idem's tables missing), or PostgreSQL refusing
 //     the role a privilege (42501: a GRANT revoked) or a login (class 28: a
 //     password rotated): that is the database's fault, not the record's, so

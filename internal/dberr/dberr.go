@@ -28,8 +28,11 @@ import (
 // memory, too many connections, a configuration limit such as
 // temp_file_limit) and system errors (class 58: an I/O error, a file
 // missing), all by SQLSTATE as pgx, pgconn and lib/pq report it; SQLite's
-// BUSY and LOCKED, driver.ErrLockTimeout, and a lost or failing database
-// connection: pgconn's errors that are safe to retry or timeouts,
+// BUSY and LOCKED, and its file that refuses writes or cannot grow or be
+// read (READONLY: a filesystem remounted read-only; FULL: a full disk;
+// IOERR, NOMEM, CANTOPEN, PROTOCOL); driver.ErrLockTimeout; and a lost or
+// failing database connection: pgconn's errors that are safe to retry or
+// timeouts,
 // *net.OpError, io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn and
 // sql.ErrConnDone. Any other error is not, an HTTP client's (*url.Error)
 // among them even when it wraps a network error, and so is a privilege or
@@ -53,11 +56,9 @@ func Transient(err error) bool {
 			return true
 		}
 	}
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		if c := coded.Code() & 0xff; c == 5 || c == 6 { // SQLITE_BUSY, SQLITE_LOCKED
-			return true
-		}
+	switch sqliteCode(err) {
+	case sqliteBusy, sqliteLocked, sqliteNoMem, sqliteReadOnly, sqliteIOErr, sqliteFull, sqliteCantOpen, sqliteProtocol:
+		return true
 	}
 	if errors.Is(err, driver.ErrLockTimeout) {
 		return true
@@ -91,9 +92,43 @@ func Transient(err error) bool {
 // when idem's tables are missing (driver.ErrNotMigrated). 42501 is also
 // a row refused by a row-level security policy; a handler that relies
 // on one to refuse records must say so itself (idemkafka.ErrPoison).
+// On SQLite: access to the file denied (PERM, AUTH), or a file that is
+// corrupt or not a database (CORRUPT, NOTADB).
 func Misconfigured(err error) bool {
-	code := SQLState(err)
-	return code == "42501" || strings.HasPrefix(code, "28")
+	if code := SQLState(err); code == "42501" || strings.HasPrefix(code, "28") {
+		return true
+	}
+	switch sqliteCode(err) {
+	case sqlitePerm, sqliteCorrupt, sqliteAuth, sqliteNotADB:
+		return true
+	}
+	return false
+}
+
+// SQLite's primary result codes (the low byte of an extended one).
+const (
+	sqlitePerm     = 3  // SQLITE_PERM: access permission denied
+	sqliteBusy     = 5  // SQLITE_BUSY
+	sqliteLocked   = 6  // SQLITE_LOCKED
+	sqliteNoMem    = 7  // SQLITE_NOMEM
+	sqliteReadOnly = 8  // SQLITE_READONLY: the file or its filesystem refuses writes
+	sqliteIOErr    = 10 // SQLITE_IOERR
+	sqliteCorrupt  = 11 // SQLITE_CORRUPT
+	sqliteFull     = 13 // SQLITE_FULL: the disk is full (or max_page_count reached)
+	sqliteCantOpen = 14 // SQLITE_CANTOPEN
+	sqliteProtocol = 15 // SQLITE_PROTOCOL: a file-locking protocol error
+	sqliteAuth     = 23 // SQLITE_AUTH
+	sqliteNotADB   = 26 // SQLITE_NOTADB
+)
+
+// sqliteCode returns the primary result code of a SQLite error (any error
+// with a Code() int method, as modernc.org/sqlite's *sqlite.Error), or 0.
+func sqliteCode(err error) int {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code() & 0xff
+	}
+	return 0
 }
 
 // ReadOnly returns an error whose SQLSTATE is 25006

@@ -56,9 +56,48 @@ func TestTransient(t *testing.T) {
 		{sql.ErrConnDone, true},
 		{&url.Error{Op: "Post", URL: "http://x", Err: op}, false},
 		{errors.New("bug"), false},
+		// SQLite (modernc.org/sqlite's errors have a Code method): busy,
+		// and a file that refuses writes or cannot grow: the database's.
+		{fmt.Errorf("inbox: %w", sqliteErr(5)), true},
+		{sqliteErr(5 | 2<<8), true}, // SQLITE_BUSY_SNAPSHOT
+		{sqliteErr(6), true},
+		{sqliteErr(8), true},         // SQLITE_READONLY
+		{sqliteErr(10 | 3<<8), true}, // SQLITE_IOERR_WRITE
+		{sqliteErr(13), true},        // SQLITE_FULL
+		{sqliteErr(7), true},         // SQLITE_NOMEM
+		{sqliteErr(14), true},        // SQLITE_CANTOPEN
+		{sqliteErr(19), false},       // SQLITE_CONSTRAINT: the record's
+		{sqliteErr(1), false},        // SQLITE_ERROR: a bad statement
+		{sqliteErr(11), false},       // SQLITE_CORRUPT: Misconfigured
 	} {
 		if got := dberr.Transient(c.err); got != c.want {
 			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// sqliteErr stands in for modernc.org/sqlite's *sqlite.Error.
+type sqliteErr int
+
+func (e sqliteErr) Error() string { return fmt.Sprintf("sqlite error (%d)", int(e)) }
+func (e sqliteErr) Code() int     { return int(e) }
+
+func TestMisconfiguredSQLite(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{sqliteErr(3), true},                           // SQLITE_PERM
+		{sqliteErr(11), true},                          // SQLITE_CORRUPT
+		{fmt.Errorf("begin: %w", sqliteErr(26)), true}, // SQLITE_NOTADB
+		{sqliteErr(23), true},                          // SQLITE_AUTH
+		{sqliteErr(13), false},
+		{sqliteErr(19), false},
+		{errors.New("bug"), false},
+	} {
+		if got := dberr.Misconfigured(c.err); got != c.want {
+			t.Errorf("Misconfigured(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
