@@ -2,13 +2,18 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
@@ -22,6 +27,46 @@ import (
 // the relay publishes each event once.
 func TestRelayDatabaseReadOnly(t *testing.T) {
 	t.Parallel()
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		relayReadOnly(t, func(t *testing.T, cfg *pgx.ConnConfig, schema string) driver.OutboxDriver[pgx.Tx] {
+			pcfg, err := pgxpool.ParseConfig(testdb.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			pcfg.MaxConns = 2
+			pcfg.ConnConfig = cfg
+			pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return drv
+		})
+	})
+	// database/sql reports no server parameter: the claim asks.
+	t.Run("pgsqldriver", func(t *testing.T) {
+		t.Parallel()
+		relayReadOnly(t, func(t *testing.T, cfg *pgx.ConnConfig, schema string) driver.OutboxDriver[*sql.Tx] {
+			db := stdlib.OpenDB(*cfg)
+			db.SetMaxOpenConns(2)
+			t.Cleanup(func() { _ = db.Close() })
+			drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return drv
+		})
+	})
+}
+
+// relayReadOnly runs TestRelayDatabaseReadOnly with the driver open makes
+// for a connection config (the relay's role's).
+func relayReadOnly[TTx any](t *testing.T, open func(t *testing.T, cfg *pgx.ConnConfig, schema string) driver.OutboxDriver[TTx]) {
 	ctx := context.Background()
 	owner, schema := testdb.Schema(t, 2)
 	mig, err := pgdriver.New(owner, &pgdriver.Config{Schema: schema})
@@ -64,21 +109,12 @@ func TestRelayDatabaseReadOnly(t *testing.T) {
 	}
 
 	exec(`ALTER ROLE ` + role + ` SET default_transaction_read_only = on`)
-	cfg, err := pgxpool.ParseConfig(testdb.DSN())
+	cfg, err := pgx.ParseConfig(testdb.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 2
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.User = role
+	drv := open(t, cfg, schema)
 	var (
 		mu   sync.Mutex
 		seen = map[string]int{}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // OutboxInsert implements driver.OutboxExecutor with pgdriver's statement
@@ -64,8 +65,15 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 			return nil, mapErr("outbox claim", err)
 		}
 	}
-	if _, err := e.db.ExecContext(ctx, pgsql.OutboxBitmapOffSQL); err != nil {
+	var bitmap, readOnly string
+	if err := e.db.QueryRowContext(ctx, pgsql.OutboxBitmapOffReadOnlySQL).Scan(&bitmap, &readOnly); err != nil {
 		return nil, mapErr("outbox claim", err)
+	}
+	if readOnly == "on" {
+		// The marks would fail: publishing now would publish the same
+		// events again at every round while the database stays
+		// read-only (as pgdriver, which reads what the server reported).
+		return nil, fmt.Errorf("pgsqldriver: outbox claim: %w; nothing claimed or published", dberr.ReadOnlySession("transaction_read_only"))
 	}
 	names, err := e.d.outboxNames(ctx, e.db)
 	if err != nil {

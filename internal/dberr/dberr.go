@@ -150,6 +150,11 @@ func ReadOnly(status func(name string) string) error {
 	return nil
 }
 
+// ReadOnlySession is ReadOnly's error for a session whose parameter param
+// (transaction_read_only, as a driver that cannot read what the server
+// reported asks it) is on.
+func ReadOnlySession(param string) error { return &readOnlyError{param: param} }
+
 // readOnlyError is ReadOnly's error.
 type readOnlyError struct{ param string }
 

@@ -175,6 +175,11 @@ const (
 	// OutboxReadSQL runs with bitmap scans off (OutboxBitmapOffSQL before
 	// it, OutboxBitmapDefaultSQL after it).
 	OutboxBitmapOffSQL = `SET LOCAL enable_bitmapscan = off`
+	// OutboxBitmapOffReadOnlySQL is OutboxBitmapOffSQL that also returns
+	// transaction_read_only ("on" on a hot standby, or with
+	// default_transaction_read_only): for a driver that cannot read what
+	// the server reports (database/sql), in the same round trip.
+	OutboxBitmapOffReadOnlySQL = `SELECT set_config('enable_bitmapscan', 'off', true), current_setting('transaction_read_only')`
 	// OutboxHoldTimeoutSQL sets idle_in_transaction_session_timeout for
 	// the claiming transaction ($1: milliseconds, as text; see
 	// HoldTimeoutMillis).
