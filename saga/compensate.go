@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // CompensationFunc undoes the forward step forward (whose Result is what the
@@ -38,6 +39,17 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 // is retried (Config.CompensationAttempts, with backoff); if it keeps
 // failing, Compensate marks the saga Failed and returns a
 // *CompensationError, and the next call resumes with it.
+//
+// A failure of the database is not a failed attempt, even when the
+// compensation's own statements get it: a passing one (dberr.Transient: a
+// connection lost to a failover or pg_terminate_backend, a serialization
+// failure or deadlock, a lock or statement timeout, a read-only database,
+// a full disk) or one an operator fixes (a privilege or login refused,
+// driver.ErrNotMigrated). Compensate returns it at once, the saga stays
+// Compensating (List finds it) and the next Compensate or Resume, once the
+// database is back, resumes with that compensation: call it again later,
+// as a recovery loop over List(Compensating, Failed) or a redelivered
+// event does.
 //
 // A compensation that panics is not retried: its transaction rolls back,
 // the panic goes on, and the saga stays Compensating with the compensations
@@ -151,6 +163,12 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 			// resumes here.
 			return fmt.Errorf("saga %q: compensate step %q: %w", sagaID, forward.Name, ctx.Err())
 		}
+		if dbFault(err) {
+			// The database failed, not the compensation (even inside
+			// it, a *StepError): not an attempt. The saga stays
+			// Compensating; the next call resumes here.
+			return fmt.Errorf("saga %q: compensate step %q: not attempted again, the database failed (the saga stays compensating): %w", sagaID, forward.Name, err)
+		}
 		c.cfg.Logger.Warn("saga: compensation failed", "saga", sagaID, "step", forward.Name, "attempt", attempt, "err", err)
 		if attempt >= c.cfg.CompensationAttempts {
 			break
@@ -165,6 +183,18 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 	cerr := &CompensationError{SagaID: sagaID, Step: forward.Name, Attempts: c.cfg.CompensationAttempts, Err: err}
 	c.markFailed(ctx, sagaID, cerr)
 	return cerr
+}
+
+// dbFault reports whether err is the database's fault rather than a
+// compensation's, as idemkafka tells them apart: a passing failure
+// (dberr.Transient: a connection lost, a serialization failure or
+// deadlock, a read-only or full database) or one that an operator fixes
+// (dberr.Misconfigured: a privilege or login refused;
+// driver.ErrNotMigrated). Another attempt in the same call would most
+// likely fail the same way, and marking the saga Failed would report a
+// compensation that nothing is wrong with.
+func dbFault(err error) bool {
+	return dberr.Transient(err) || dberr.Misconfigured(err) || errors.Is(err, driver.ErrNotMigrated)
 }
 
 // markFailed moves a compensating saga to Failed, so that List finds it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -508,4 +509,61 @@ func testCompensateFromInsideStep[TTx any](t *testing.T, f *fixture[TTx]) {
 	if s := mustGet(t, c, id); s.State != saga.Compensated {
 		t.Errorf("state %s; want compensated", s.State)
 	}
+}
+
+// The database fails under a compensation (its connection killed, as a
+// failover or pg_terminate_backend does) on more attempts than
+// Config.CompensationAttempts: once inside the compensation's own SQL (a
+// *StepError), once after it returned (the compensation's record or
+// COMMIT). Nothing is wrong with the compensation: no call gives a
+// *CompensationError, the saga never goes Failed (it stays Compensating,
+// listed for Resume), and the call after the database is back
+// compensates it, the compensation's effect applied once.
+func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
+	if f.kill == nil {
+		t.Skip("the backend has no connection to kill")
+	}
+	ctx := t.Context()
+	c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
+	id := f.runUntilFailure(t, c, 4)
+	comps := f.compensations(t, id, stepsN(4))
+	const faults = 3 // more than CompensationAttempts
+	var calls atomic.Int32
+	undo := comps["step-2"]
+	comps["step-2"] = func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
+		n := calls.Add(1)
+		res, err := undo(ctx, tx, fwd)
+		if err != nil || n > faults {
+			return res, err
+		}
+		f.kill(t, tx)
+		if n%2 == 1 {
+			// The compensation's next statement finds its connection gone.
+			return nil, f.effect(ctx, tx, id, "after the kill")
+		}
+		return res, nil // the saga's own statements find it gone
+	}
+	for i := 1; ; i++ {
+		err := c.Compensate(ctx, id, comps)
+		if err == nil {
+			break
+		}
+		if i > faults {
+			t.Fatalf("Compensate #%d: %v; want success once the database is back", i, err)
+		}
+		var ce *saga.CompensationError
+		if errors.As(err, &ce) || !dberr.Transient(err) {
+			t.Errorf("Compensate #%d under a database fault: %v; want the database's error, not a *CompensationError", i, err)
+		}
+		if s := mustGet(t, c, id); s.State != saga.Compensating || s.Compensated("step-2") || !s.Compensated("step-3") {
+			t.Fatalf("after Compensate #%d under a database fault: state %s, steps %v; want compensating with step-3 compensated only", i, s.State, stepNames(s))
+		}
+		if got := listed(t, c, id); got == nil || got.State != saga.Compensating {
+			t.Errorf("List(compensating, failed) after Compensate #%d has %+v; want the compensating saga", i, got)
+		}
+	}
+	if calls.Load() != faults+1 {
+		t.Errorf("compensation of step-2 ran %d times; want %d (one per call, the faults not retried within a call)", calls.Load(), faults+1)
+	}
+	f.wantCompensated(t, c, id, 4)
 }

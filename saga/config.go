@@ -16,6 +16,8 @@ type Config struct {
 	// CompensationAttempts is how many times Compensate runs one
 	// compensation (each attempt in its own transaction) before it gives
 	// up, marks the saga Failed and returns a *CompensationError.
+	// A failure of the database is not an attempt: Compensate returns
+	// it at once and the saga stays Compensating (see Compensate).
 	// Defaults to 3; at least 1.
 	CompensationAttempts int
 

@@ -81,7 +81,10 @@
 //     Resume read them, the Coordinator keeps nothing in memory. A
 //     compensation that keeps failing leaves the saga Failed with the
 //     compensations done so far recorded; the next Compensate (or Resume)
-//     continues from there.
+//     continues from there. A failure of the database (a connection lost,
+//     a serialization failure, a read-only or full database, a privilege
+//     refused, missing tables) is not the compensation's: Compensate
+//     returns it at once and the saga stays Compensating.
 //
 // # Driving a saga by events
 //

@@ -83,7 +83,8 @@ func (e *StepError) Unwrap() error { return e.Err }
 // CompensationError reports that Compensate stopped because the compensation
 // of Step kept failing (Config.CompensationAttempts times). The saga is then
 // in state Failed, its earlier compensations stay recorded, and the next
-// Compensate (or Resume) resumes with this one.
+// Compensate (or Resume) resumes with this one. A failure of the database
+// never gives one (see Compensate).
 type CompensationError struct {
 	SagaID string
 	// Step is the forward step whose compensation failed.

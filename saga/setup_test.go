@@ -354,6 +354,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/ConcurrentCalls", fn: testCompensateConcurrent[TTx]},
 		{name: "Compensate/FailsOnceInTheMiddle", fn: testCompensateFailsOnce[TTx]},
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
+		{name: "Compensate/DatabaseFaultNotAnAttempt", fn: testCompensateDatabaseFault[TTx]},
 		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
 		{name: "Compensate/FnErrorWrapsSagaSentinel", fn: testCompensateFnErrorWrapsSagaSentinel[TTx]},

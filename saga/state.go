@@ -30,7 +30,8 @@ const (
 	Compensating State = driver.SagaCompensating
 	// Compensated: every completed forward step was compensated. Final.
 	Compensated State = driver.SagaCompensated
-	// Failed: a compensation kept failing (a *CompensationError), or a
+	// Failed: a compensation kept failing (a *CompensationError, never
+	// for a failure of the database: the saga then stays Compensating), or a
 	// completed forward step had no entry in the Compensations map
 	// (ErrNoCompensation). Compensate (or Resume) resumes with it; nothing
 	// done so far is repeated.

@@ -1,7 +1,8 @@
 // Package dberr classifies the errors of database drivers (pgx, pgconn,
 // lib/pq, database/sql, SQLite) for the code that decides whether a
-// failure is worth retrying: idemkafka's batch handler and idemd's HTTP
-// handlers.
+// failure is worth retrying: idemkafka's batch handler, idemd's HTTP
+// handlers and saga's Compensate (a database fault is not a failed
+// attempt of a compensation).
 package dberr
 
 import (
