@@ -567,3 +567,47 @@ func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	f.wantCompensated(t, c, id, 4)
 }
+
+// The compensation's writes are refused a privilege (42501, a GRANT
+// revoked: the compensation runs as a role that may only read) on more
+// attempts than Config.CompensationAttempts: an operator must act, nothing
+// is wrong with the compensation. The saga stays Compensating, and the
+// call after the privilege is back compensates it once.
+func testCompensatePrivilegeRefused[TTx any](t *testing.T, f *fixture[TTx]) {
+	if f.exec == nil {
+		t.Skip("the backend has no roles")
+	}
+	ctx := t.Context()
+	c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
+	id := f.runUntilFailure(t, c, 3)
+	comps := f.compensations(t, id, stepsN(3))
+	var refused atomic.Bool
+	refused.Store(true)
+	var calls atomic.Int32
+	undo := comps["step-2"]
+	comps["step-2"] = func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
+		calls.Add(1)
+		if refused.Load() {
+			if err := f.exec(ctx, tx, `SET LOCAL ROLE pg_read_all_data`); err != nil {
+				t.Errorf("SET LOCAL ROLE: %v", err)
+			}
+		}
+		return undo(ctx, tx, fwd)
+	}
+	err := c.Compensate(ctx, id, comps)
+	var ce *saga.CompensationError
+	if errors.As(err, &ce) || !dberr.Misconfigured(err) {
+		t.Fatalf("Compensate with the privilege refused: %v; want the database's 42501, not a *CompensationError", err)
+	}
+	if s := mustGet(t, c, id); s.State != saga.Compensating || s.Compensated("step-2") {
+		t.Fatalf("after the refusal: state %s, steps %v; want compensating, step-2 not compensated", s.State, stepNames(s))
+	}
+	if calls.Load() != 1 {
+		t.Errorf("compensation of step-2 ran %d times in one call; want 1", calls.Load())
+	}
+	refused.Store(false) // the operator granted it again
+	if _, err := c.Resume(ctx, id, comps); err != nil {
+		t.Fatalf("Resume once the privilege is back: %v", err)
+	}
+	f.wantCompensated(t, c, id, 3)
+}

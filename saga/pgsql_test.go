@@ -32,7 +32,11 @@ func setupPostgresSQL(t *testing.T) *fixture[*sql.Tx] {
 		outbox: func(t *testing.T, id uuid.UUID) []string {
 			return testdb.Strings(t, db, `SELECT convert_from(payload, 'UTF8') FROM outbox WHERE event_id = $1`, id.String())
 		},
-		kill:     func(t *testing.T, tx *sql.Tx) { testdb.TerminateSQL(t, db, tx) },
+		kill: func(t *testing.T, tx *sql.Tx) { testdb.TerminateSQL(t, db, tx) },
+		exec: func(ctx context.Context, tx *sql.Tx, stmt string) error {
+			_, err := tx.ExecContext(ctx, stmt)
+			return err
+		},
 		childEnv: []string{envBackend + "=postgres", envTarget + "=" + schema},
 	}
 }

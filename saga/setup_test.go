@@ -38,6 +38,8 @@ type fixture[TTx any] struct {
 	// kill terminates the database connection of tx, as a crashed host
 	// would lose it. Nil for SQLite.
 	kill func(t *testing.T, tx TTx)
+	// exec runs a statement in tx. Nil for SQLite.
+	exec func(ctx context.Context, tx TTx, stmt string) error
 	// childEnv tells a child process (crash tests) how to reach the
 	// database.
 	childEnv []string
@@ -269,6 +271,10 @@ func setupPostgres(t *testing.T) *fixture[pgx.Tx] {
 			t.Helper()
 			testdb.Terminate(t, pool, tx)
 		},
+		exec: func(ctx context.Context, tx pgx.Tx, stmt string) error {
+			_, err := tx.Exec(ctx, stmt)
+			return err
+		},
 		childEnv: []string{envBackend + "=postgres", envTarget + "=" + schema},
 	}
 }
@@ -355,6 +361,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/FailsOnceInTheMiddle", fn: testCompensateFailsOnce[TTx]},
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
 		{name: "Compensate/DatabaseFaultNotAnAttempt", fn: testCompensateDatabaseFault[TTx]},
+		{name: "Compensate/PrivilegeRefusedNotAnAttempt", fn: testCompensatePrivilegeRefused[TTx]},
 		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
 		{name: "Compensate/FnErrorWrapsSagaSentinel", fn: testCompensateFnErrorWrapsSagaSentinel[TTx]},
