@@ -201,20 +201,7 @@ const (
 		LIMIT $3`
 	// OutboxReadSQL reads the lanes' pending rows (p), then joins each to
 	// its event (o) by primary key.
-	OutboxReadSQL = `SELECT ` + OutboxColumns + ` FROM unnest($1::smallint[]) AS l(lane)
-		CROSS JOIN LATERAL (
-			SELECT q.id, q.attempts, q.last_error, q.next_attempt_at, q.parked_at
-			FROM {{table}}outbox_pending q
-			WHERE q.lane = l.lane AND q.parked_at IS NULL
-			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending b
-				WHERE b.record_key = q.record_key AND b.id <= q.id
-				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
-			ORDER BY q.id
-			LIMIT $3) p
-		CROSS JOIN LATERAL (
-			SELECT * FROM {{table}}outbox e WHERE e.id = p.id OFFSET 0) o
-		LIMIT $3`
+	OutboxReadSQL = `SELECT ` + OutboxColumns + ` FROM unnest($1::smallint[]) AS l(lane)` + outboxReadRows
 
 	// OutboxReadBoundedSQL is OutboxReadSQL cut at $4 bytes of payloads:
 	// of the rows OutboxReadSQL returns, in the order it reads them (lane
@@ -231,7 +218,15 @@ const (
 		FROM (
 		SELECT r.*, sum(r.size) OVER w AS upto, row_number() OVER w AS n FROM (
 		SELECT ` + OutboxColumns + `, l.ord, p.id AS pid, octet_length(o.payload) AS size
-		FROM unnest($1::smallint[]) WITH ORDINALITY AS l(lane, ord)
+		FROM unnest($1::smallint[]) WITH ORDINALITY AS l(lane, ord)` + outboxReadRows + `) r
+		WINDOW w AS (ORDER BY r.ord, r.pid ROWS UNBOUNDED PRECEDING)) c
+		WHERE c.upto <= $4 OR c.n = 1`
+
+	// outboxReadRows is the part of OutboxReadSQL and OutboxReadBoundedSQL
+	// after the lanes (l): each lane's pending rows whose key has no
+	// earlier row backing off or parked (p), in ID order, joined each to
+	// its event (o).
+	outboxReadRows = `
 		CROSS JOIN LATERAL (
 			SELECT q.id, q.attempts, q.last_error, q.next_attempt_at, q.parked_at
 			FROM {{table}}outbox_pending q
@@ -244,9 +239,7 @@ const (
 			LIMIT $3) p
 		CROSS JOIN LATERAL (
 			SELECT * FROM {{table}}outbox e WHERE e.id = p.id OFFSET 0) o
-		LIMIT $3) r
-		WINDOW w AS (ORDER BY r.ord, r.pid ROWS UNBOUNDED PRECEDING)) c
-		WHERE c.upto <= $4 OR c.n = 1`
+		LIMIT $3`
 
 	// OutboxDeleteMarkedSQL deletes the published events that are still
 	// pending (pgdriver's Config.OutboxDeletePublished); the
