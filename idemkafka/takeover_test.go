@@ -1,10 +1,7 @@
 package idemkafka_test
 
 import (
-	"context"
-	"maps"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,37 +28,8 @@ func TestConsumerTakesOverLeftPartitionsAtOnce(t *testing.T) {
 	topic := kc.Topic(t, "orders", 3)
 	group := kafkatest.Name("g")
 
-	var (
-		mu    sync.Mutex
-		other = map[int32]bool{} // the partitions of the other member
-	)
-	track := func(add bool) func(context.Context, *kgo.Client, map[string][]int32) {
-		return func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, p := range ps[topic] {
-				if add {
-					other[p] = true
-				} else {
-					delete(other, p)
-				}
-			}
-		}
-	}
-	owned := func() []int32 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Sorted(maps.Keys(other))
-	}
-	member := kc.Client(t,
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topic),
-		kgo.HeartbeatInterval(200*time.Millisecond),
-		kgo.OnPartitionsAssigned(track(true)),
-		kgo.OnPartitionsRevoked(track(false)),
-		kgo.OnPartitionsLost(track(false)),
-	)
-	member.PauseFetchTopics(topic) // it never fetches
+	member := kc.IdleMember(t, group, topic, kgo.HeartbeatInterval(200*time.Millisecond))
+	owned := member.Owned
 	waitFor(t, 30*time.Second, "the other member owns every partition", func() bool { return len(owned()) == 3 })
 
 	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))

@@ -1,17 +1,12 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
@@ -36,36 +31,8 @@ func TestKafkaMovedPartitionsConsumedAtOnce(t *testing.T) {
 	cluster.CreateTopic(t, topic, 3)
 	cluster.CreateTopic(t, topic+".dlq", 1)
 
-	var (
-		mu    sync.Mutex
-		other = map[int32]bool{} // the partitions of the other member
-	)
-	track := func(add bool) func(context.Context, *kgo.Client, map[string][]int32) {
-		return func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, p := range ps[topic] {
-				if add {
-					other[p] = true
-				} else {
-					delete(other, p)
-				}
-			}
-		}
-	}
-	owned := func() []int32 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Sorted(maps.Keys(other))
-	}
-	member := cluster.Client(t,
-		kgo.ConsumerGroup(app.ProjectionGroup),
-		kgo.ConsumeTopics(topic),
-		kgo.OnPartitionsAssigned(track(true)),
-		kgo.OnPartitionsRevoked(track(false)),
-		kgo.OnPartitionsLost(track(false)),
-	)
-	member.PauseFetchTopics(topic) // it never fetches: its partitions' events wait for it
+	member := cluster.IdleMember(t, app.ProjectionGroup, topic)
+	owned := member.Owned
 	waitFor(t, "the other member owns every partition", func() bool { return len(owned()) == 3 })
 
 	dbArg, count := dbCounter(t, app.Postgres)

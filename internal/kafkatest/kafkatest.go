@@ -15,8 +15,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,6 +185,51 @@ func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// IdleMember is a member of a consumer group that never fetches: the
+// records of its partitions wait for it (a member that stalled, or whose
+// partitions a test wants moved later with Close).
+type IdleMember struct {
+	*kgo.Client
+	mu    sync.Mutex
+	owned map[int32]bool
+}
+
+// IdleMember joins group as a consumer of topic that never fetches, with
+// opts (kgo.HeartbeatInterval, say). It is closed when the test ends.
+func (c *Cluster) IdleMember(t testing.TB, group, topic string, opts ...kgo.Opt) *IdleMember {
+	t.Helper()
+	m := &IdleMember{owned: map[int32]bool{}}
+	track := func(add bool) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for _, p := range ps[topic] {
+				if add {
+					m.owned[p] = true
+				} else {
+					delete(m.owned, p)
+				}
+			}
+		}
+	}
+	m.Client = c.Client(t, append([]kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.OnPartitionsAssigned(track(true)),
+		kgo.OnPartitionsRevoked(track(false)),
+		kgo.OnPartitionsLost(track(false)),
+	}, opts...)...)
+	m.PauseFetchTopics(topic)
+	return m
+}
+
+// Owned returns the partitions of the topic the member owns, in order.
+func (m *IdleMember) Owned() []int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.owned))
 }
 
 // Produce writes rs synchronously with an idempotent producer and fails the
