@@ -167,6 +167,18 @@ var (
 	// nothing of it was (sqlitedriver turns a COMMIT of BeginClaim's
 	// transaction without the record into a rollback).
 	ErrTxDone = errors.New("idem/driver: transaction already committed or rolled back")
+	// ErrNotCommitted: the transaction ended without committing anything
+	// of it, and the driver knows it: the database answered the completed
+	// record's write, or the COMMIT itself, with an error (PostgreSQL
+	// rolls the transaction back: a COMMIT pipelined after a failed
+	// statement does not run), or the record's write failed and the COMMIT
+	// was never sent. A failure of the COMMIT's round trip itself (the
+	// connection lost, no answer, the context ended) is not one: the
+	// server may have committed. The driver wraps the database's error,
+	// which tells whether the failure passes (dberr.Transient) or needs an
+	// operator (dberr.Misconfigured). idemhttp answers store-unavailable
+	// for it, not outcome-unknown.
+	ErrNotCommitted = errors.New("idem/driver: the database refused the transaction's record or COMMIT; nothing was committed")
 	// ErrNotMigrated: one of idem's tables, or the schema they live in,
 	// does not exist (PostgreSQL's SQLSTATE 42P01 undefined_table or
 	// 3F000 invalid_schema_name, SQLite's "no such table"): the driver's

@@ -208,12 +208,19 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		}
 		if err != nil {
 			_ = ct.rollback(context.WithoutCancel(ctx))
-			return mapErr("commit complete", err)
+			if errors.Is(err, driver.ErrLeaseLost) {
+				return err
+			}
+			// The COMMIT was not sent: nothing was committed.
+			return fmt.Errorf("%w: %w", driver.ErrNotCommitted, mapErr("commit complete", err))
 		}
 		if err := ct.commit(ctx); err != nil {
 			if pgsql.IsConstraintClass(err) {
 				// A deferred constraint failed at COMMIT.
 				return fmt.Errorf("pgdriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+			}
+			if pgsql.Refused(err) {
+				return fmt.Errorf("%w: %w", driver.ErrNotCommitted, mapErr("commit complete", err))
 			}
 			return mapErr("commit complete", err)
 		}
@@ -256,6 +263,12 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		// A deferred constraint of the handler's tables failed at COMMIT:
 		// nothing was committed.
 		return fmt.Errorf("pgdriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+	}
+	if !committed && pgsql.Refused(err) {
+		// The server answered the record's INSERT (the COMMIT after it
+		// in the pipeline did not run) or the COMMIT with an error: the
+		// transaction was rolled back, the outcome is known.
+		return fmt.Errorf("%w: %w", driver.ErrNotCommitted, mapErr("commit complete", err))
 	}
 	if err == nil {
 		err = pgx.ErrTxCommitRollback

@@ -161,6 +161,9 @@ func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 		if errors.Is(err, pgx.ErrTxCommitRollback) || pgsql.IsConstraintClass(err) {
 			return fmt.Errorf("pgdriver: commit: %w: %w", driver.ErrTxAborted, err)
 		}
+		if pgsql.Refused(err) { // 40001 under SERIALIZABLE, a full disk: rolled back
+			return fmt.Errorf("pgdriver: commit: %w: %w", driver.ErrNotCommitted, err)
+		}
 		return fmt.Errorf("pgdriver: commit: %w", err)
 	}
 	return nil

@@ -108,13 +108,24 @@ func (d *Driver) CommitComplete(ctx context.Context, tx *sql.Tx, p *driver.TxCom
 		if pgsql.SQLState(err) == pgsql.CodeUniqueViolation {
 			return fmt.Errorf("pgsqldriver: commit complete: key stored by another writer: %w", driver.ErrLeaseLost)
 		}
-		return mapErr("commit complete", err)
+		if errors.Is(err, driver.ErrLeaseLost) {
+			return err
+		}
+		err = mapErr("commit complete", err)
+		if errors.Is(err, driver.ErrTxDone) {
+			return err // the handler ended the transaction: it may have committed
+		}
+		// The COMMIT was not sent: nothing was committed.
+		return fmt.Errorf("%w: %w", driver.ErrNotCommitted, err)
 	}
 	if err := tx.Commit(); err != nil {
 		err = callerErr(err, nil, ctx)
 		if pgsql.IsConstraintClass(err) {
 			// A deferred constraint failed at COMMIT: rolled back.
 			return fmt.Errorf("pgsqldriver: commit complete: %w: %w", driver.ErrTxAborted, err)
+		}
+		if pgsql.Refused(err) {
+			return fmt.Errorf("%w: %w", driver.ErrNotCommitted, mapErr("commit complete", err))
 		}
 		return mapErr("commit complete", err)
 	}

@@ -57,6 +57,23 @@ func SQLState(err error) string { return dberr.SQLState(err) }
 // failed, and the transaction was rolled back.
 func IsConstraintClass(err error) bool { return strings.HasPrefix(SQLState(err), "23") }
 
+// Refused reports whether err is PostgreSQL's ERROR (not FATAL or PANIC)
+// answer to a statement: the server went on, and the statement (a
+// COMMIT too) did not commit anything. An ERROR raised after a COMMIT's
+// commit record is written becomes a PANIC, and a FATAL (a shutdown, a
+// terminated backend) may follow a COMMIT that committed: neither is one.
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	sev := pgErr.SeverityUnlocalized // PostgreSQL 9.6 and later
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
+}
+
 // SessionEnded reports whether err, a ROLLBACK's, says the transaction's
 // session was already over: the connection closed (pgconn.ErrConnClosed,
 // database/sql's driver.ErrBadConn and sql.ErrConnDone, the server's EOF
