@@ -25,7 +25,8 @@
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	role refused a privilege or a login            500 store-unavailable, no Retry-After (PostgreSQL 42501, class 28): nothing was committed
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
-//	commit failed or unanswered (CommitTimeout)    503 outcome-unknown: retry with the same key
+//	record write or COMMIT refused by the server   503 store-unavailable + Retry-After (500, none, for 42501 / class 28): nothing was committed
+//	commit's connection lost or unanswered         503 outcome-unknown: retry with the same key
 //	session ended while the handler paused         503 store-unavailable (idle_in_transaction_session_timeout): nothing was committed
 //	handler's statement failed (PostgreSQL)        500 transaction-aborted: nothing was committed
 //

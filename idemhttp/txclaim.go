@@ -191,6 +191,11 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		return false
 	case m.handlerTxFailed(cmd, err), m.idleTimedOut(cmd, err), m.roleRefused(cmd, err):
 		return false
+	case errors.Is(err, driver.ErrNotCommitted):
+		// The server refused the record's write or the COMMIT: rolled
+		// back, the outcome is known.
+		m.storeUnavailable(cmd, err)
+		return false
 	case err != nil:
 		// The COMMIT was in the same round trip: it may have happened.
 		m.outcomeUnknown(cmd, err)

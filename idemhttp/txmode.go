@@ -98,7 +98,11 @@ func (m *Middleware[TTx]) executeTx(cmd *command, next http.Handler, tx TTx, ex 
 	if err := m.drv.Commit(bg, tx); err != nil {
 		err = m.commitTimedOut(bg, err)
 		m.rollback(ctx, tx)
-		if !m.handlerTxFailed(cmd, err) && !m.idleTimedOut(cmd, err) && !m.roleRefused(cmd, err) {
+		switch {
+		case m.handlerTxFailed(cmd, err), m.idleTimedOut(cmd, err), m.roleRefused(cmd, err):
+		case errors.Is(err, driver.ErrNotCommitted):
+			m.storeUnavailable(cmd, err) // the server refused the COMMIT: rolled back
+		default:
 			m.outcomeUnknown(cmd, err)
 		}
 		return
