@@ -35,14 +35,7 @@ func TestRecordWriteRefusedNotUnknown(t *testing.T) {
 		mk   func(t *testing.T) (*env, *pgxpool.Pool, string)
 	}{
 		{"postgres", func(t *testing.T) (*env, *pgxpool.Pool, string) {
-			owner, schema := testdb.Schema(t, 2)
-			mig, err := pgdriver.New(owner, &pgdriver.Config{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mig.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			owner, schema := migratedSchema(t)
 			drv, err := pgdriver.New(testdb.PoolParams(t, schema, 4, params), &pgdriver.Config{Schema: schema})
 			if err != nil {
 				t.Fatal(err)
@@ -199,14 +192,7 @@ func TestCommitRefusedNotUnknown(t *testing.T) {
 // TxClaimer) whose sessions have params and whose Commit runs
 // beforeCommit first, and a pool of the schema's owner.
 func serializablePG(t *testing.T, params map[string]string) (*env, *pgxpool.Pool) {
-	owner, schema := testdb.Schema(t, 2)
-	mig, err := pgdriver.New(owner, &pgdriver.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mig.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	owner, schema := migratedSchema(t)
 	drv, err := pgdriver.New(testdb.PoolParams(t, schema, 4, params), &pgdriver.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)

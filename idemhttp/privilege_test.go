@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
@@ -26,14 +28,7 @@ func TestPrivilegeRevoked(t *testing.T) {
 	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			owner, schema := testdb.Schema(t, 2)
-			mig, err := pgdriver.New(owner, &pgdriver.Config{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mig.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			owner, schema := migratedSchema(t)
 			app := testdb.DMLPool(t, owner, schema)
 			drv, err := pgdriver.New(app, &pgdriver.Config{Schema: schema})
 			if err != nil {
@@ -78,4 +73,19 @@ func TestPrivilegeRevoked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// migratedSchema creates a schema with idem's tables migrated, and returns
+// it with a pool of its owner (2 connections).
+func migratedSchema(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	owner, schema := testdb.Schema(t, 2)
+	mig, err := pgdriver.New(owner, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mig.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return owner, schema
 }
