@@ -321,6 +321,4 @@ func transientDB(err error) bool { return dberr.Transient(err) }
 // meanwhile would empty the topic into its dead-letter topic. A handler
 // whose row-level security policy refuses a record (also 42501) wraps
 // the error in ErrPoison to dead-letter it.
-func dbFault(err error) bool {
-	return transientDB(err) || errors.Is(err, driver.ErrNotMigrated) || dberr.Misconfigured(err)
-}
+func dbFault(err error) bool { return dberr.Fault(err) }

@@ -163,7 +163,7 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 			// resumes here.
 			return fmt.Errorf("saga %q: compensate step %q: %w", sagaID, forward.Name, ctx.Err())
 		}
-		if dbFault(err) {
+		if dberr.Fault(err) {
 			// The database failed, not the compensation (even inside
 			// it, a *StepError): not an attempt. The saga stays
 			// Compensating; the next call resumes here.
@@ -183,18 +183,6 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 	cerr := &CompensationError{SagaID: sagaID, Step: forward.Name, Attempts: c.cfg.CompensationAttempts, Err: err}
 	c.markFailed(ctx, sagaID, cerr)
 	return cerr
-}
-
-// dbFault reports whether err is the database's fault rather than a
-// compensation's, as idemkafka tells them apart: a passing failure
-// (dberr.Transient: a connection lost, a serialization failure or
-// deadlock, a read-only or full database) or one that an operator fixes
-// (dberr.Misconfigured: a privilege or login refused;
-// driver.ErrNotMigrated). Another attempt in the same call would most
-// likely fail the same way, and marking the saga Failed would report a
-// compensation that nothing is wrong with.
-func dbFault(err error) bool {
-	return dberr.Transient(err) || dberr.Misconfigured(err) || errors.Is(err, driver.ErrNotMigrated)
 }
 
 // markFailed moves a compensating saga to Failed, so that List finds it.

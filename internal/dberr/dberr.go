@@ -85,6 +85,16 @@ func Transient(err error) bool {
 		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
+// Fault reports whether err is the database's fault rather than its
+// caller's (a record's, a request's, a compensation's): a passing failure
+// (Transient), one an operator fixes (Misconfigured), or idem's tables
+// missing (driver.ErrNotMigrated). Retrying the same work at once would
+// most likely fail the same way, and blaming the work for it (a dead
+// letter, a saga marked Failed) would report work nothing is wrong with.
+func Fault(err error) bool {
+	return Transient(err) || Misconfigured(err) || errors.Is(err, driver.ErrNotMigrated)
+}
+
 // Misconfigured reports whether err is PostgreSQL refusing the role a
 // privilege (42501 insufficient_privilege: a GRANT revoked, a role
 // misconfigured) or a login (class 28: a password rotated under a running

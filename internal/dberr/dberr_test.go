@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/dberr"
 )
 
@@ -158,6 +159,24 @@ func TestReadOnly(t *testing.T) {
 			t.Errorf("ReadOnly(%v) = %v, want an error naming %s", c.status, err, c.want)
 		case c.want != "" && (!dberr.Transient(fmt.Errorf("begin: %w", err)) || dberr.SQLState(err) != "25006"):
 			t.Errorf("ReadOnly(%v) = %v: SQLSTATE %q; want 25006, transient", c.status, err, dberr.SQLState(err))
+		}
+	}
+}
+
+func TestFault(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57P01"}, true},                           // Transient
+		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "42501"}), true}, // Misconfigured
+		{fmt.Errorf("enqueue: %w", driver.ErrNotMigrated), true},
+		{&pgconn.PgError{Code: "23505"}, false},
+		{errors.New("bug"), false},
+	} {
+		if got := dberr.Fault(c.err); got != c.want {
+			t.Errorf("Fault(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
