@@ -144,9 +144,10 @@ type ConsumerConfig[TTx any] struct {
 	// a logger, session timeouts, ...). The consumer reads committed
 	// records only (FetchIsolationLevel(ReadCommitted()): events of a
 	// transaction its producer aborted are never applied) and fetches with
-	// FetchMaxWait(500ms) instead of kgo's 5 s (the partitions a rebalance
-	// hands over are fetched once the fetch in flight returns, so a member
-	// that dies is taken over at once); an option here may change either.
+	// FetchMaxWait(DefaultFetchMaxWait), 500 ms, instead of kgo's 5 s
+	// (the partitions a rebalance hands over are fetched once the fetch
+	// in flight returns, so a member that dies is taken over at once); an
+	// option here may change either.
 	// The consumer sets the seeds, the
 	// group, the topics, DisableAutoCommit and BlockRebalanceOnPoll after
 	// them, so those cannot be overridden. OnPartitionsAssigned, Revoked,

@@ -41,15 +41,15 @@ const commitTimeout = 30 * time.Second
 // shutdown allows; the commit is harmless to lose.
 const stopCommitGrace = 5 * time.Second
 
-// fetchMaxWait is how long a fetch of idle partitions waits for records
-// (kgo.FetchMaxWait; kgo's default is 5 s, the Java client's 500 ms).
-// kgo adds the partitions a cooperative rebalance hands over (a member
+// DefaultFetchMaxWait is how long a consumer's fetch of idle partitions
+// waits for records (kgo.FetchMaxWait, which ConsumerConfig.ExtraOpts may
+// set; kgo's default is 5 s, the Java client's 500 ms). kgo adds the partitions a cooperative rebalance hands over (a member
 // died or left) to the broker's fetch only once the fetch in flight
 // returns: with 5 s, a consumer whose own partitions were idle started on
 // a dead member's up to 5 s late. A fetch returns as soon as records
 // arrive, so this costs only idle consumers: a fetch per broker every
 // 500 ms.
-const fetchMaxWait = 500 * time.Millisecond
+const DefaultFetchMaxWait = 500 * time.Millisecond
 
 // pendingRetry is how long a poll waits for records while an offset commit
 // that failed is waiting to be retried.
@@ -182,9 +182,9 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 
 	// Records of transactions their producer aborted never happened: read
 	// committed ones only (kgo's default reads them all). Partitions
-	// handed over by a rebalance are fetched within fetchMaxWait.
+	// handed over by a rebalance are fetched within DefaultFetchMaxWait.
 	// ExtraOpts may say otherwise.
-	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(fetchMaxWait)}, cfgv.ExtraOpts...)
+	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(DefaultFetchMaxWait)}, cfgv.ExtraOpts...)
 	if c.instanceID != "" {
 		c.opts = append(c.opts, kgo.InstanceID(c.instanceID))
 	}

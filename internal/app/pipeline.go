@@ -51,10 +51,10 @@ const (
 	// members to rejoin (a dead one included).
 	ConsumerRebalanceTimeout = 10 * time.Second
 	// ConsumerFetchMaxWait is how long the consumers' fetches wait for
-	// records of idle partitions (kgo's default is 5 s): the partitions a
-	// rebalance adds (a replica died or left) are fetched only once the
-	// fetch in flight returns.
-	ConsumerFetchMaxWait = 500 * time.Millisecond
+	// records of idle partitions (idemkafka's default; kgo's is 5 s): the
+	// partitions a rebalance adds (a replica died or left) are fetched
+	// only once the fetch in flight returns.
+	ConsumerFetchMaxWait = idemkafka.DefaultFetchMaxWait
 )
 
 // pipeline sets up the order events' way to the projection: the embedded
@@ -76,14 +76,10 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 			// the rebalance timeout (kgo's default is 60 s, during which
 			// the whole group stops): batches are short, so 10 s.
 			kgo.RebalanceTimeout(ConsumerRebalanceTimeout),
-			// The partitions a rebalance adds are fetched once the
-			// fetch in flight returns: with kgo's 5 s, a replica whose
-			// own partitions were idle took a dead one's 5 s late.
-			// (Also, the embedded broker restored from its log may
-			// not wake a waiting fetch on new records.) A fetch
-			// returns as soon as records arrive, so this costs only
-			// idle consumers: a fetch per broker every 500 ms.
-			kgo.FetchMaxWait(ConsumerFetchMaxWait),
+			// Fetches wait ConsumerFetchMaxWait, idemkafka's default:
+			// a dead replica's partitions are fetched at once (and the
+			// embedded broker, restored from its log, may not wake a
+			// waiting fetch on new records).
 		}
 	)
 	var broker *embeddedBroker
