@@ -291,34 +291,34 @@ func refusedAtCommit(err error) bool {
 	return errors.Is(err, driver.ErrTxAborted)
 }
 
-// transientDB reports whether err, returned by a handler, is a database's
-// passing failure rather than the record's (dberr.Transient): PostgreSQL's
-// serialization failure, deadlock, lock and statement timeouts, shutdown,
-// a session ended by the server's idle_in_transaction_session_timeout (or
-// transaction_timeout, idle_session_timeout), connection classes, a
-// database that refuses writes (read_only_sql_transaction: a hot standby
-// after a failover, default_transaction_read_only), the server's
-// resources (a full disk, out of memory, too many connections, a
-// configuration limit) and system errors (an I/O error), by SQLSTATE as
-// pgx, pgconn and lib/pq report it; SQLite's BUSY and LOCKED,
-// driver.ErrLockTimeout, and a lost or failing database connection:
-// pgconn's errors that are safe to retry or timeouts, *net.OpError,
-// io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn and
-// sql.ErrConnDone. Any other error, an HTTP client's (*url.Error) among
-// them even when it wraps a network error, is the record's unless dbFault
-// says otherwise: it counts toward Retry.Attempts and is dead-lettered in
-// the end, so that one record whose call fails for good never stalls its
-// partition.
-func transientDB(err error) bool { return dberr.Transient(err) }
-
 // dbFault reports whether err, returned by a handler, is the database's
-// fault rather than the record's: a passing failure (transientDB); idem's
-// tables missing (driver.ErrNotMigrated, from the handler's
-// outbox.EnqueueTx on a database not migrated); or PostgreSQL refusing
-// the role a privilege (42501: a GRANT revoked) or a login (class 28: a
-// password rotated, a role set NOLOGIN; dberr.Misconfigured). No record
-// can fix these and an operator will: dead-lettering every record
-// meanwhile would empty the topic into its dead-letter topic. A handler
-// whose row-level security policy refuses a record (also 42501) wraps
-// the error in ErrPoison to dead-letter it.
+// fault rather than the record's (dberr.Fault):
+//   - a passing failure (dberr.Transient): PostgreSQL's serialization
+//     failure, deadlock, lock and statement timeouts, shutdown, a session
+//     ended by the server's idle_in_transaction_session_timeout (or
+//     transaction_timeout, idle_session_timeout), connection classes, a
+//     database that refuses writes (read_only_sql_transaction: a hot
+//     standby after a failover, default_transaction_read_only), the
+//     server's resources (a full disk, out of memory, too many
+//     connections, a configuration limit) and system errors (an I/O
+//     error), by SQLSTATE as pgx, pgconn and lib/pq report it; SQLite's
+//     BUSY and LOCKED, and its file full, read-only or failing;
+//     driver.ErrLockTimeout; a lost or failing database connection
+//     (pgconn's errors that are safe to retry or timeouts, *net.OpError,
+//     io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn and
+//     sql.ErrConnDone);
+//   - idem's tables missing (driver.ErrNotMigrated, from the handler's
+//     outbox.EnqueueTx on a database not migrated);
+//   - PostgreSQL refusing the role a privilege (42501: a GRANT revoked) or
+//     a login (class 28: a password rotated, a role set NOLOGIN;
+//     dberr.Misconfigured), or a SQLite file corrupt or denied.
+//
+// No record can fix these: they are retried and never dead-lettered
+// (dead-lettering every record meanwhile would empty the topic into its
+// dead-letter topic). Any other error, an HTTP client's (*url.Error) among
+// them even when it wraps a network error, is the record's: it counts
+// toward Retry.Attempts and is dead-lettered in the end, so that one
+// record whose call fails for good never stalls its partition. A handler
+// whose row-level security policy refuses a record (also 42501) wraps the
+// error in ErrPoison to dead-letter it.
 func dbFault(err error) bool { return dberr.Fault(err) }
