@@ -274,3 +274,91 @@ func markedEffect(e *env, marker string, calls *atomic.Int64) http.Handler {
 		_, _ = fmt.Fprintf(w, `{"marker":%q}`, marker)
 	})
 }
+
+// pgdriver pipelines the completed record's write, the COMMIT and the
+// release of the key's session-level lock in one round trip. When the
+// connection was lost after the server had answered the COMMIT, before the
+// unlock's answer (a server shutting down ends the session between the
+// two, or the connection breaks after the COMMIT's answer), the request was
+// answered 503 outcome-unknown although the COMMIT's answer said the
+// command was committed: now it is answered with the handler's response,
+// the connection (which may still hold the lock) is closed, and a retry
+// replays. Both ways of completing: a new record, and an expired record
+// replaced (its UPDATE, then the COMMIT with the unlock).
+func TestConnectionLostAfterCommitAnswered(t *testing.T) {
+	t.Parallel()
+	for _, expired := range []bool{false, true} {
+		name := "new"
+		if expired {
+			name = "expired"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			connectionLostAfterCommitAnswered(t, expired)
+		})
+	}
+}
+
+func connectionLostAfterCommitAnswered(t *testing.T, expired bool) {
+	direct, proxied, proxy := proxiedPostgres(t)
+	e := pgEnvOn(t, direct)
+	marker := randomMarker("lac-")
+	var calls atomic.Int64
+	handler := markedEffect(e, marker, &calls)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	want := int64(1)
+	if expired {
+		// A first execution whose record has expired by the time of the
+		// faulted one.
+		first, err := idemhttp.New(direct, &idemhttp.Config{Scope: fixedScope, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr := send(first.Handler(handler), "POST", "/pay", "k", `{}`); rr.Code != http.StatusCreated {
+			t.Fatalf("first execution: %d %s", rr.Code, rr.Body)
+		}
+		now.Add(int64(25 * time.Hour))
+		want = 2
+	}
+	var logs syncBuffer
+	mw, err := idemhttp.New(proxied, &idemhttp.Config{Scope: fixedScope, Now: clock, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The new record goes with the COMMIT; an expired one's UPDATE is a
+	// statement of its own, the COMMIT goes with the unlock.
+	match := func(b []byte) bool { return bytes.Contains(b, []byte(marker)) }
+	if expired {
+		match = func(b []byte) bool { return bytes.Contains(b, []byte("COMMIT; SELECT pg_advisory_unlock")) }
+	}
+	f := proxy.Arm(testdb.CutAfterCommit, match)
+	rr, _ := sendTimed(t, mw.Handler(handler), "/pay", "k", 10*time.Second, f)
+	select {
+	case <-f.Fired():
+	default:
+		t.Fatalf("the fault did not fire; answer %d %s", rr.Code, rr.Body)
+	}
+	if rr.Code != http.StatusCreated || !strings.Contains(rr.Body.String(), marker) {
+		t.Fatalf("answer: %d %s; want the handler's 201: the COMMIT was answered", rr.Code, rr.Body)
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("a committed command logged an error:\n%s", logs.String())
+	}
+	for deadline := time.Now().Add(5 * time.Second); proxied.Pool().Stat().TotalConns() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still in the pool after the lost one", proxied.Pool().Stat().TotalConns())
+		}
+	}
+	again := send(mw.Handler(handler), "POST", "/pay", "k", `{}`)
+	if again.Code != http.StatusCreated || again.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %s; want the replay", again.Code, again.Header().Get(idemhttp.ReplayedHeader), again.Body)
+	}
+	if calls.Load() != want {
+		t.Fatalf("handler ran %d times, want %d", calls.Load(), want)
+	}
+	if n := e.effects(t, "cdl"); n != int(want) {
+		t.Fatalf("effects = %d, want exactly %d", n, want)
+	}
+}

@@ -245,8 +245,12 @@ func (d *Driver) CommitComplete(ctx context.Context, tx pgx.Tx, p *driver.TxComp
 		b.Queue(unlockSQL, ct.lock)
 	}
 	err := ct.conn.SendBatch(ctx, b).Close()
-	if err == nil && committed {
-		ct.sessionLock = false
+	if committed {
+		// The server answered the COMMIT: committed, whatever became of
+		// the unlock after it. When its answer did not come (the
+		// connection lost right after the COMMIT's), the session may
+		// still hold the lock: the connection is closed, never pooled.
+		ct.sessionLock = err != nil
 		ct.release()
 		return nil
 	}
@@ -366,6 +370,15 @@ func (t *claimTx) end(ctx context.Context, verb string) (pgconn.CommandTag, erro
 		res, err = t.conn.Conn().PgConn().Exec(ctx, strings.Join(stmts, "; ")).ReadAll()
 		if err == nil && t.begun && len(res) > 0 {
 			tag = res[0].CommandTag
+		}
+		if err != nil && verb == "COMMIT" && t.begun && len(res) > 0 && res[0].Err == nil && res[0].CommandTag.String() == "COMMIT" {
+			// The server answered the COMMIT, then the unlock's answer
+			// did not come (the session ended between the two, or the
+			// connection broke after the COMMIT's answer): committed.
+			// The session may still hold the lock: closed, never pooled.
+			_ = t.conn.Conn().Close(context.WithoutCancel(ctx))
+			t.release()
+			return res[0].CommandTag, nil
 		}
 		if err == nil && t.sessionLock && t.pooled != nil && unlockRefused(res) {
 			// The lock was taken in another server session than this

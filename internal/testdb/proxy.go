@@ -49,6 +49,12 @@ const (
 	// executed them, and the client sees its connection break instead of
 	// the answer.
 	DropReply
+	// CutAfterCommit: the matching bytes reach the server; its reply is
+	// forwarded up to and including the CommandComplete of a COMMIT, then
+	// both sides are closed: the client hears the COMMIT succeed and
+	// loses the connection before the answers to the statements it
+	// pipelined after the COMMIT.
+	CutAfterCommit
 )
 
 // Faulted is an armed fault.
@@ -212,6 +218,7 @@ const (
 	forwarding int32 = iota
 	blackHoled
 	droppingReply
+	cuttingAfterCommit
 )
 
 func (pc *proxyConn) close() {
@@ -270,6 +277,8 @@ func (p *Proxy) toServer(pc *proxyConn) {
 				pc.state.Store(blackHoled)
 			case DropReply:
 				pc.state.Store(droppingReply)
+			case CutAfterCommit:
+				pc.state.Store(cuttingAfterCommit)
 			}
 			close(f.fired)
 		}
@@ -314,6 +323,12 @@ func (p *Proxy) toClient(pc *proxyConn) {
 				return
 			}
 			continue
+		case cuttingAfterCommit:
+			if i := bytes.Index(b, commitComplete); i >= 0 {
+				_, _ = pc.client.Write(b[:i+len(commitComplete)])
+				pc.close()
+				return
+			}
 		}
 		if _, err := pc.client.Write(b); err != nil {
 			pc.close()
@@ -321,6 +336,9 @@ func (p *Proxy) toClient(pc *proxyConn) {
 		}
 	}
 }
+
+// commitComplete is the CommandComplete message of a COMMIT.
+var commitComplete = []byte{'C', 0, 0, 0, 11, 'C', 'O', 'M', 'M', 'I', 'T', 0}
 
 // readyForQuery reports whether b ends with a ReadyForQuery message.
 func readyForQuery(b []byte) bool {
