@@ -99,7 +99,8 @@
 // clients and brokers (lost responses, concurrent duplicates, payments
 // re-sent under new keys, every Kafka record produced again) and prints
 // what it sent, what ran and what idemd holds; it exits 0 when there is no
-// double effect and nothing is lost. It takes idemd's TLS and SASL flags
+// double effect, nothing is lost and every amount idemd holds, charged and
+// projected is the one sent (their sums agree). It takes idemd's TLS and SASL flags
 // and environment variables for its Kafka client.
 //
 // "idemd outbox redrive -since 2h" (or -all; either with -key K1,K2 to

@@ -27,6 +27,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/orders"
+	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -47,7 +48,9 @@ took effect twice and nothing was lost:
      record again 2 or 3 times (same partition, key, value and headers):
      the consumers' inboxes must drop them
   4. waits for the sagas and the projection to settle, and reads what
-     idemd holds: orders, payments, sagas' charges, customer summaries
+     idemd holds: orders, payments, sagas' charges, customer summaries;
+     every amount must be the one sent, and the sums must agree (orders
+     to confirm = saga charges = summaries' total_amount)
 
 An operation answered 503 store-unavailable ("the command was not
 executed") on every attempt, idemd's database being down for longer than
@@ -1182,7 +1185,8 @@ func (d *demo) summaries(ctx context.Context) (map[int64]demoObject, error) {
 	return m, errors.Join(errs...)
 }
 
-// wantSummaries is what the summaries must say of the orders as they are.
+// wantSummaries is what the summaries must say of the orders in list,
+// by their status and Amount (the callers put the amount sent there).
 func (d *demo) wantSummaries(list []demoObject) map[int64]demoObject {
 	want := map[int64]demoObject{}
 	for _, c := range d.customers() {
@@ -1218,7 +1222,9 @@ func (d *demo) waitSummaries(ctx context.Context, deadline time.Time, settled bo
 	var list []demoObject
 	for _, o := range d.orders {
 		if o.exists {
-			list = append(list, o.final)
+			f := o.final
+			f.Amount = o.amount.StringFixed(orders.AmountScale) // the amount sent is due
+			list = append(list, f)
 		}
 	}
 	want := d.wantSummaries(list)
@@ -1360,6 +1366,17 @@ type demoRow struct {
 	note    string
 }
 
+// demoMoney is what the run's money adds up to, each sum in its place.
+type demoMoney struct {
+	// confirmed: the amounts the clients sent for the orders that must
+	// end CONFIRMED; charged: the saga charges held; projected: the
+	// summaries' total_amount.
+	confirmed, charged, projected decimal.Decimal
+	// paySent: the amounts sent for the payments held that a client was
+	// answered with; paid: the run's payments held (demo-psp).
+	paySent, paid decimal.Decimal
+}
+
 // demoReport is the outcome of a run.
 type demoReport struct {
 	cfg       demoConfig
@@ -1368,6 +1385,7 @@ type demoReport struct {
 	customers int
 	rows      []demoRow
 	problems  []string
+	money     demoMoney
 	kafka     demoKafka
 	// dropped is how many duplicates each inbox dropped during step 3,
 	// from idemd's /metrics; nil when unknown.
@@ -1404,12 +1422,12 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 
 	// Orders: one per operation.
 	row := demoRow{name: "orders", sent: ordersSent, distinct: len(d.orders), held: len(ords)}
-	returned := map[string]bool{}
+	answered := map[string]*demoOrder{} // order ID -> the operation answered with it
 	for i, o := range d.orders {
 		r.count(o.senders, &o.res)
 		ids := o.res.sortedIDs()
 		for _, id := range ids {
-			returned[id] = true
+			answered[id] = o
 		}
 		if len(ids) > 1 {
 			row.double += len(ids) - 1
@@ -1429,18 +1447,31 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		r.problemf("every order operation was refused (503 store-unavailable on each of its %d attempts): nothing was shown; is idemd's database up?",
 			d.cfg.attempts)
 	}
+	// due is the amount each order must have been held, charged and
+	// projected with: the one its client sent (or, for an order no client
+	// was answered, a double effect already, the one it holds).
+	due := make(map[int64]decimal.Decimal, len(ords))
 	for id, o := range ords {
-		if !returned[o.ID] {
+		held, _ := decimal.NewFromString(o.Amount)
+		due[id] = held
+		op := answered[o.ID]
+		if op == nil {
 			row.double++
 			r.problemf("order %d of customer %d was never answered to a client: created twice, or by an operation answered \"not executed\"",
 				id, o.CustomerID)
+			continue
+		}
+		due[id] = op.amount
+		if !held.Equal(op.amount) || o.CustomerID != op.customer {
+			r.problemf("order %d holds amount %s of customer %d; the client sent %s for customer %d",
+				id, o.Amount, o.CustomerID, op.amount.StringFixed(orders.AmountScale), op.customer)
 		}
 	}
 	r.rows = append(r.rows, row)
 
 	// Payments sent through the API: one per operation, whatever the key.
 	row = demoRow{name: "payments", sent: paysSent, distinct: len(d.pays)}
-	returned = map[string]bool{}
+	returned := map[string]*demoPayment{} // payment ID -> the operation answered with it
 	for i, p := range d.pays {
 		r.count(p.senders, &p.res)
 		if p.again {
@@ -1453,7 +1484,7 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		}
 		ids := p.res.sortedIDs()
 		for _, id := range ids {
-			returned[id] = true
+			returned[id] = p
 		}
 		if len(ids) > 1 {
 			row.double += len(ids) - 1
@@ -1467,15 +1498,25 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 			r.problemf("payment operation %d (%s) has no payment: %s", i, p.ext, strings.Join(p.res.errs, "; "))
 		}
 	}
+	var money demoMoney
 	sagaPays := map[string][]demoObject{} // external id -> payments
 	for id, p := range pays {
 		switch {
 		case p.Provider == demoProvider && strings.HasPrefix(p.ExternalID, "demo-"+d.runID+"-"):
 			row.held++
-			if !returned[p.ID] {
+			held, _ := decimal.NewFromString(p.Amount)
+			money.paid = money.paid.Add(held)
+			op := returned[p.ID]
+			if op == nil {
 				row.double++
 				r.problemf("payment %d (%s) was never answered to a client: created twice, or by an operation answered \"not executed\"",
 					id, p.ExternalID)
+				continue
+			}
+			money.paySent = money.paySent.Add(op.order.amount)
+			if !held.Equal(op.order.amount) || p.CustomerID != op.order.customer {
+				r.problemf("payment %d (%s) holds amount %s of customer %d; the client sent %s for customer %d",
+					id, p.ExternalID, p.Amount, p.CustomerID, op.order.amount.StringFixed(orders.AmountScale), op.order.customer)
 			}
 		case p.Provider == orders.SagaProvider:
 			sagaPays[p.ExternalID] = append(sagaPays[p.ExternalID], p)
@@ -1491,7 +1532,7 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 	charges := demoRow{name: "saga charges", sent: -1, refused: -1}
 	outcomes := demoRow{name: "order outcomes", sent: -1, distinct: len(ords), double: -1, refused: -1}
 	for id, o := range ords {
-		amount, _ := decimal.NewFromString(o.Amount)
+		amount := due[id]
 		want := orders.StatusConfirmed
 		if amount.GreaterThan(orders.PaymentLimit) {
 			want = orders.StatusRejected
@@ -1499,7 +1540,17 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		ps := sagaPays[orders.SagaID(id)]
 		delete(sagaPays, orders.SagaID(id))
 		charges.held += len(ps)
+		for _, p := range ps {
+			charged, _ := decimal.NewFromString(p.Amount)
+			money.charged = money.charged.Add(charged)
+			if !charged.Equal(amount) || p.CustomerID != o.CustomerID || p.Status != payments.StatusCaptured {
+				r.problemf("order %d (%s, customer %d) was charged %s to customer %d by payment %s (%s), want %s %s",
+					id, amount.StringFixed(orders.AmountScale), o.CustomerID, p.Amount, p.CustomerID, p.ID, p.Status,
+					amount.StringFixed(orders.AmountScale), payments.StatusCaptured)
+			}
+		}
 		if want == orders.StatusConfirmed {
+			money.confirmed = money.confirmed.Add(amount)
 			charges.distinct++
 			if len(ps) == 0 {
 				charges.lost++
@@ -1520,18 +1571,25 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 	for ext, ps := range sagaPays {
 		charges.held += len(ps)
 		charges.double += len(ps)
+		for _, p := range ps {
+			charged, _ := decimal.NewFromString(p.Amount)
+			money.charged = money.charged.Add(charged)
+		}
 		r.problemf("saga payment %s of the run's customers matches no order of the run", ext)
 	}
 	r.rows = append(r.rows, charges, outcomes)
 
 	// The projection: each order counted once, each outcome once.
 	list := make([]demoObject, 0, len(ords))
-	for _, o := range ords {
+	for id, o := range ords {
+		o.Amount = due[id].StringFixed(orders.AmountScale)
 		list = append(list, o)
 	}
 	proj := demoRow{name: "projection", sent: -1, refused: -1}
 	for c, w := range d.wantSummaries(list) {
 		g := sums[c]
+		total, _ := decimal.NewFromString(g.TotalAmount) // "" (no summary) is 0
+		money.projected = money.projected.Add(total)
 		for _, f := range [][2]int64{{w.Orders, g.Orders}, {w.Confirmed, g.Confirmed}, {w.Rejected, g.Rejected}} {
 			proj.distinct += int(f[0])
 			proj.held += int(f[1])
@@ -1543,6 +1601,18 @@ func (r *demoReport) fill(d *demo, ords, pays, sums map[int64]demoObject) {
 		}
 	}
 	r.rows = append(r.rows, proj)
+
+	// Money: the sums that must agree, whatever the counts say.
+	r.money = money
+	if !money.charged.Equal(money.confirmed) || !money.projected.Equal(money.confirmed) {
+		r.problemf("money: the orders to confirm amount to %s, their saga charges to %s and the summaries' total_amount to %s",
+			money.confirmed.StringFixed(orders.AmountScale), money.charged.StringFixed(orders.AmountScale),
+			money.projected.StringFixed(orders.AmountScale))
+	}
+	if !money.paid.Equal(money.paySent) {
+		r.problemf("money: the payments the clients were answered amount to %s as sent and to %s as held",
+			money.paySent.StringFixed(orders.AmountScale), money.paid.StringFixed(orders.AmountScale))
+	}
 
 	// Kafka: every event of the run there once (by event ID).
 	k := r.kafka
@@ -1621,6 +1691,9 @@ func (r *demoReport) print(w io.Writer) {
 			"(-attempts %d per request: idemd's database was unavailable for longer): not executed, so not lost\n",
 			refused, r.cfg.attempts)
 	}
+	m, f := r.money, func(d decimal.Decimal) string { return d.StringFixed(orders.AmountScale) }
+	_, _ = fmt.Fprintf(w, "money: orders to confirm %s as sent, saga charges %s, summaries' total_amount %s; payments %s as sent, %s held\n",
+		f(m.confirmed), f(m.charged), f(m.projected), f(m.paySent), f(m.paid))
 	_, _ = fmt.Fprintf(w, "reads: %d GET requests; %s in all\n", r.gets, r.elapsed.Round(100*time.Millisecond))
 	if r.ok() {
 		_, _ = fmt.Fprintf(w, "OK: no double effects, nothing lost\n")

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/orders"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -441,5 +445,91 @@ func TestDemoKeepsTheLastAttemptsAnswer(t *testing.T) {
 	out := stdout.String()
 	if code != 0 || !strings.Contains(out, "OK: no double effects, nothing lost") {
 		t.Fatalf("exit %d, want 0 and OK\n%s\n%s", code, out, stderr.String())
+	}
+}
+
+// demoAmountRe finds the "amount" of JSON bodies, which demoAddCent raises
+// by a cent: the money a server
+// with a rounding or a parsing bug would hold.
+var demoAmountRe = regexp.MustCompile(`"amount":"([0-9.]+)"`)
+
+func demoAddCent(b []byte) []byte {
+	return demoAmountRe.ReplaceAllFunc(b, func(m []byte) []byte {
+		d := decimal.RequireFromString(string(demoAmountRe.FindSubmatch(m)[1]))
+		return fmt.Appendf(nil, `"amount":%q`, d.Add(decimal.New(1, -2)).StringFixed(4))
+	})
+}
+
+// A server that holds other amounts than the clients sent (here, a proxy
+// adding a cent to every order and payment it forwards; the saga charges,
+// the summaries and the payments agree with the orders held) makes no
+// double effect and loses nothing, but it is wrong about money: the demo
+// compares what it holds with what was sent, and with the totals, and
+// fails. So does a saga charge of another amount than its order.
+func TestDemoChecksMoney(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		// post rewrites a POST's body, get a GET's answer.
+		post, get func(path string, b []byte) []byte
+		want      []string
+	}{
+		{
+			name: "amounts sent",
+			post: func(_ string, b []byte) []byte { return demoAddCent(b) },
+			want: []string{"holds amount", "the client sent", "as sent and to"},
+		},
+		{
+			name: "charge",
+			get: func(path string, b []byte) []byte {
+				if strings.HasPrefix(path, "/v1/payments/") && bytes.Contains(b, []byte(`"provider":"`+orders.SagaProvider+`"`)) {
+					return demoAddCent(b)
+				}
+				return b
+			},
+			want: []string{"was charged", "money: the orders to confirm amount to"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			a, _, _ := demoTarget(t)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && c.post != nil {
+					b, err := io.ReadAll(r.Body)
+					if err != nil {
+						t.Error(err)
+					}
+					b = c.post(r.URL.Path, b)
+					r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+				}
+				if r.Method == http.MethodGet && c.get != nil {
+					rec := httptest.NewRecorder()
+					a.Handler().ServeHTTP(rec, r)
+					b := c.get(r.URL.Path, rec.Body.Bytes())
+					for k, v := range rec.Header() {
+						w.Header()[k] = v
+					}
+					w.Header().Del("Content-Length")
+					w.WriteHeader(rec.Code)
+					_, _ = w.Write(b)
+					return
+				}
+				a.Handler().ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			var stdout, stderr bytes.Buffer
+			code := runDemo(context.Background(), []string{"-url", srv.URL, "-orders", "4", "-seed", "1", "-reproduce=false"},
+				func(string) string { return "" }, nil, &stdout, &stderr)
+			out := stdout.String()
+			t.Logf("\n%s", out)
+			if code != 1 || !strings.Contains(out, "FAILED") {
+				t.Fatalf("exit %d, want 1 and FAILED\n%s\n%s", code, out, stderr.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("no %q in the report\n%s", w, out)
+				}
+			}
+		})
 	}
 }
