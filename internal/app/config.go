@@ -45,6 +45,15 @@ const (
 	// DefaultSagaGiveUpAfter is how long an order may stay CREATED before
 	// its saga is aborted (not charged yet) or reported to an operator.
 	DefaultSagaGiveUpAfter = 15 * time.Minute
+	// WatchdogRedriveFor is how long after an order's creation the
+	// watchdog publishes its events again (orders.WatchdogConfig.RedriveFor)
+	// while the retention sweep runs: the inboxes forget an event
+	// cleanup.DefaultInboxTTL (72h) after they applied it, and a copy
+	// read after that would be applied again (the projection would count
+	// the order twice); the last 24h are for a consumer reading the last
+	// copy late. With -cleanup off the inboxes forget nothing, and the
+	// watchdog publishes them again for as long as the order is stuck.
+	WatchdogRedriveFor = cleanup.DefaultInboxTTL - 24*time.Hour
 	// EnvOTel is the environment variable of -otel.
 	EnvOTel = "IDEMD_OTEL"
 	// EnvOTLPEndpoint is OpenTelemetry's OTLP endpoint variable: set, it

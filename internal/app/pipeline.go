@@ -268,9 +268,14 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 	if err != nil {
 		return err
 	}
+	redriveFor := WatchdogRedriveFor
+	if a.cfg.Cleanup == CleanupOff {
+		redriveFor = 0 // the inboxes forget nothing
+	}
 	wd, err := orders.NewWatchdog(drv, ps, st.stale, orders.WatchdogConfig{
 		StuckAfter:  a.cfg.SagaStuckAfter,
 		GiveUpAfter: a.cfg.SagaGiveUpAfter,
+		RedriveFor:  redriveFor,
 		OnRound: func(s orders.WatchdogStats) {
 			a.metrics.watchdog(s)
 			if s.Redriven > 0 || s.Aborted > 0 {

@@ -36,7 +36,7 @@ const DeclinedPrefix = "declined:"
 type WatchdogConfig struct {
 	// StuckAfter is how long an order may stay CREATED before its events
 	// are published again from the outbox (same event IDs: the inboxes
-	// drop what was applied). Required.
+	// drop what was applied), every round until RedriveFor. Required.
 	StuckAfter time.Duration
 	// GiveUpAfter is how long an order may stay CREATED before the
 	// watchdog stops waiting: a saga that charged nothing is aborted (its
@@ -49,6 +49,16 @@ type WatchdogConfig struct {
 	// at the end of an outage (or before the first round) is late, and
 	// the consumers get GiveUpAfter to work through it.
 	GiveUpAfter time.Duration
+	// RedriveFor is how long after an order's creation its events may be
+	// published again; 0 means for ever, and it must exceed StuckAfter
+	// otherwise. Set it below the inboxes' retention (cleanup's Inbox.TTL)
+	// minus the longest a consumer may take to read a copy published
+	// again: the inboxes forget an event Inbox.TTL after they applied it
+	// (at the earliest, the order's creation), and a copy read after that
+	// is applied again (the projection counts the order twice). Past it,
+	// an order whose payment was captured is still reported to an
+	// operator every round, its events no longer published again.
+	RedriveFor time.Duration
 	// Interval is the time between rounds; 0 means StuckAfter/2, at
 	// least a second and at most 30 s.
 	Interval time.Duration
@@ -113,6 +123,9 @@ type Watchdog[TTx any] struct {
 func NewWatchdog[TTx any](drv driver.Driver[TTx], ps *PaymentSaga[TTx], list StaleLister, cfg WatchdogConfig, log *slog.Logger) (*Watchdog[TTx], error) {
 	if cfg.StuckAfter <= 0 || cfg.GiveUpAfter <= cfg.StuckAfter {
 		return nil, fmt.Errorf("orders: watchdog: want 0 < StuckAfter (%s) < GiveUpAfter (%s)", cfg.StuckAfter, cfg.GiveUpAfter)
+	}
+	if cfg.RedriveFor < 0 || (cfg.RedriveFor > 0 && cfg.RedriveFor <= cfg.StuckAfter) {
+		return nil, fmt.Errorf("orders: watchdog: want RedriveFor (%s) 0 (for ever) or above StuckAfter (%s)", cfg.RedriveFor, cfg.StuckAfter)
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = min(max(cfg.StuckAfter/2, time.Second), 30*time.Second)
@@ -186,8 +199,14 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 		}
 		for _, o := range stale {
 			after = o.ID
+			// Its events are published again only while the inboxes
+			// still remember the copies they applied: one they forgot
+			// would be applied again.
+			redrive := w.cfg.RedriveFor == 0 || now.Sub(o.CreatedAt) < w.cfg.RedriveFor
 			if o.CreatedAt.After(now.Add(-w.cfg.GiveUpAfter)) {
-				keys = append(keys, strconv.FormatInt(o.ID, 10))
+				if redrive {
+					keys = append(keys, strconv.FormatInt(o.ID, 10))
+				}
 				continue
 			}
 			if !readOldest {
@@ -239,8 +258,10 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 			case outcome == giveUpCharged:
 				st.Operator++
 				w.log.ErrorContext(ctx, "order watchdog: order stuck with a captured payment, needs an operator",
-					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
-				chargedKeys = append(chargedKeys, strconv.FormatInt(o.ID, 10)) // still worth a try
+					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt), "events_published_again", redrive)
+				if redrive {
+					chargedKeys = append(chargedKeys, strconv.FormatInt(o.ID, 10)) // still worth a try
+				}
 			case outcome == giveUpFailed:
 				st.Operator++
 				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; the compensator tries it again every round, an operator should look)",

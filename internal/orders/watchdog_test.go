@@ -12,8 +12,10 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/orders"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
 	paysqlite "github.com/idemkit/idem/internal/payments/sqlitestore"
@@ -424,5 +426,115 @@ func TestWatchdogReportsChargedOrdersDuringItsGrace(t *testing.T) {
 	}
 	if st.Operator != 1 || st.Waiting != 0 || st.Aborted != 0 {
 		t.Errorf("round right after the start, the order charged: %+v; want it reported to an operator", st)
+	}
+}
+
+// An order whose payment was captured but which was never confirmed (its
+// PaymentCaptured.v1 lost, or dead-lettered every time) is reported to an
+// operator every round, and its events were published again every round
+// for as long as it stayed so. Once the inboxes had forgotten its
+// OrderCreated.v1 (their retention sweep, 72 h after they applied it), the
+// next copy was applied again: the projection counted the order twice,
+// and once more every 72 h. The watchdog publishes an order's events again
+// only for RedriveFor after its creation.
+func TestWatchdogRedrivesNoLongerThanTheInboxesRemember(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newWatchdogFixture(t, 0)
+	sagas, err := saga.New(f.drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, f.ord, paysqlite.New(f.drv.DB()), slog.New(slog.DiscardHandler))
+	wd, err := orders.NewWatchdog(f.drv, ps, f.ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
+		RedriveFor: 48 * time.Hour, Now: startedAgo(time.Hour)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orders.NewWatchdog(f.drv, ps, f.ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
+		RedriveFor: time.Minute}, nil); err == nil {
+		t.Error("NewWatchdog accepted a RedriveFor that is not above StuckAfter: nothing would ever be published again")
+	}
+	projection, err := inbox.New(f.drv, &inbox.Config{Consumer: "projection"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := orders.Projection(f.ord)
+	// deliver publishes the outbox and applies what it published to the
+	// projection, through its inbox, as idemd's consumer does.
+	deliver := func() (applied int) {
+		t.Helper()
+		var published []inbox.Event
+		r, err := outbox.NewRelay(f.drv, outbox.PublisherFunc(func(_ context.Context, evs []event.Envelope) error {
+			for _, e := range evs {
+				published = append(published, inbox.Event{ID: e.ID, Payload: e})
+			}
+			return nil
+		}), &outbox.RelayConfig{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			n, err := r.RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		res, err := projection.ProcessBatch(ctx, published, func(ctx context.Context, tx *sql.Tx, e inbox.Event) error {
+			return project(ctx, tx, e.Payload.(event.Envelope))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Applied
+	}
+	o := f.order()
+	if n := deliver(); n != 1 {
+		t.Fatalf("%d events applied to the projection, want its OrderCreated.v1", n)
+	}
+	created, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txRunner(t, f.drv)(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, created) }) // charged
+	f.publishAll()                                                                    // its PaymentCaptured.v1 is lost
+
+	// 73 hours later: the order is still CREATED, and the inboxes' sweep
+	// forgot what they applied 72 h ago.
+	if _, err := f.drv.DB().ExecContext(ctx, `UPDATE customer_order SET created_at = ? WHERE id = ?`,
+		orders.FormatTime(time.Now().Add(-73*time.Hour)), o.ID); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(72*time.Hour + time.Minute)
+	sweep, err := cleanup.New(f.drv, &cleanup.Config{Now: func() time.Time { return later }, Logger: slog.New(slog.DiscardHandler),
+		Records: cleanup.RecordRetention{Disabled: true}, Outbox: cleanup.OutboxRetention{Disabled: true},
+		Sagas: cleanup.SagaRetention{Disabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := sweep.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	} else if rep.Deleted("processed_event") == 0 {
+		t.Fatalf("the sweep deleted nothing: %+v", rep)
+	}
+
+	st, err := wd.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Operator != 1 {
+		t.Errorf("round: %+v, want the charged order reported to an operator", st)
+	}
+	deliver()
+	sum, err := f.ord.Summary(ctx, o.CustomerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Redriven != 0 || sum.Orders != 1 {
+		t.Errorf("an order 73 h old: %d events published again, the projection counts %d orders; want none published again, 1 order",
+			st.Redriven, sum.Orders)
 	}
 }
