@@ -11,7 +11,9 @@ import (
 // CreateOrGet runs create. When create fails with a unique violation of c
 // (see Is), the row already exists, typically created by a concurrent or
 // earlier request for the same business operation: CreateOrGet runs get and
-// returns the existing row with created=false. Any other error of create is
+// returns the existing row with created=false. It may hold other details
+// than create was given (another operation took the key): compare them
+// before answering with it. Any other error of create is
 // returned as it is, and an error of get is returned wrapped.
 //
 // On PostgreSQL c must have a Name: PostgreSQL reports a unique violation

@@ -15,7 +15,11 @@
 // then create the row with CreateOrGet: on a violation of that constraint
 // (and only that one) it loads the row that won and reports created=false,
 // so the handler answers with the existing payment instead of failing or
-// creating a second one. Is recognises the violation on PostgreSQL (pgx:
+// creating a second one. The row that won holds the constraint's key, and
+// nothing more is known of it: compare it with what the request sent (the
+// amount, the currency, the customer) and answer 409 Conflict when they
+// differ. Answering 200 with it would tell a client whose payment was
+// never created that it exists. Is recognises the violation on PostgreSQL (pgx:
 // SQLSTATE 23505 and the constraint's Name) and on SQLite (modernc.org/sqlite:
 // extended code SQLITE_CONSTRAINT_UNIQUE or SQLITE_CONSTRAINT_PRIMARYKEY and
 // exactly the Table and Columns of the constraint, in index order). Name is

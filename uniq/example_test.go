@@ -9,11 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/problem"
 	"github.com/idemkit/idem/uniq"
 )
 
@@ -65,7 +67,10 @@ func ExampleCreateOrGet() {
 
 // In an idemhttp ModeTx handler: the payment, its event and the stored
 // response commit together; a request for an existing payment under
-// another key answers 200 with it, and emits nothing.
+// another key answers 200 with it, and emits nothing. One whose provider
+// and external id are taken by a payment with another amount or customer
+// is another operation: 409, nothing created (a 200 would tell its client
+// that its payment exists).
 //
 // With pgsqldriver or sqlitedriver the transaction is a *sql.Tx
 // (idemhttp.TxFromContext[*sql.Tx]): the same with uniq.CreateOrGetSQLTx.
@@ -88,9 +93,11 @@ func ExampleCreateOrGetTx_idemhttp() {
 		Columns: []string{"payment_provider", "external_payment_id"},
 	}
 	type payment struct {
-		ID         int64  `json:"id"`
-		Provider   string `json:"provider"`
-		ExternalID string `json:"external_payment_id"`
+		ID         int64           `json:"id"`
+		Provider   string          `json:"provider"`
+		ExternalID string          `json:"external_payment_id"`
+		Amount     decimal.Decimal `json:"amount"` // never a float
+		CustomerID int64           `json:"customer_id"`
 	}
 	mw, err := idemhttp.New(drv, &idemhttp.Config{
 		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-Client-ID"), nil }, // your auth's principal
@@ -99,23 +106,36 @@ func ExampleCreateOrGetTx_idemhttp() {
 		panic(err)
 	}
 	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		in := payment{Provider: "sber", ExternalID: "ext-42"} // decoded from r.Body
+		in := payment{Provider: "sber", ExternalID: "ext-42", Amount: decimal.RequireFromString("100.50"), CustomerID: 7} // decoded from r.Body
 		tx, _ := idemhttp.TxFromContext[pgx.Tx](r.Context())
 		// create runs in a savepoint of tx: a duplicate rolls back only
 		// the INSERT, and get reads the winner's row in tx.
 		p, created, err := uniq.CreateOrGetTx(r.Context(), tx, paymentKey,
 			func(ctx context.Context, tx pgx.Tx) (p payment, err error) {
 				p = in
-				err = tx.QueryRow(ctx, `INSERT INTO payment (payment_provider, external_payment_id)
-					VALUES ($1, $2) RETURNING id`, p.Provider, p.ExternalID).Scan(&p.ID)
+				err = tx.QueryRow(ctx, `INSERT INTO payment (payment_provider, external_payment_id, amount, customer_id)
+					VALUES ($1, $2, $3::numeric, $4) RETURNING id`, p.Provider, p.ExternalID, p.Amount.String(), p.CustomerID).Scan(&p.ID)
 				return p, err
 			},
 			func(ctx context.Context, tx pgx.Tx) (p payment, err error) {
-				p = in
-				err = tx.QueryRow(ctx, `SELECT id FROM payment
-					WHERE payment_provider = $1 AND external_payment_id = $2`, p.Provider, p.ExternalID).Scan(&p.ID)
+				// The stored row, whatever this request sent.
+				var amount string
+				p.Provider, p.ExternalID = in.Provider, in.ExternalID
+				err = tx.QueryRow(ctx, `SELECT id, amount::text, customer_id FROM payment
+					WHERE payment_provider = $1 AND external_payment_id = $2`, p.Provider, p.ExternalID).Scan(&p.ID, &amount, &p.CustomerID)
+				if err == nil {
+					p.Amount, err = decimal.NewFromString(amount)
+				}
 				return p, err
 			})
+		if err == nil && !created && (!p.Amount.Equal(in.Amount) || p.CustomerID != in.CustomerID) {
+			// Another operation holds this provider and external id.
+			// A 4xx is stored under the key: a retry gets it again.
+			problem.Write(w, problem.Problem{Type: problem.TypeConflict, Status: http.StatusConflict,
+				Title:  "Payment exists with other details",
+				Detail: "Nothing was created: payment " + strconv.FormatInt(p.ID, 10) + " has this provider and external_payment_id."})
+			return
+		}
 		if err == nil && created {
 			var e event.Envelope
 			if e, err = event.New("PaymentCreated.v1", strconv.FormatInt(p.ID, 10), p); err == nil {
