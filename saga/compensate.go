@@ -43,13 +43,22 @@ type Compensations[TTx any] map[string]CompensationFunc[TTx]
 // A failure of the database is not a failed attempt, even when the
 // compensation's own statements get it: a passing one (dberr.Transient: a
 // connection lost to a failover or pg_terminate_backend, a serialization
-// failure or deadlock, a lock or statement timeout, a read-only database,
-// a full disk) or one an operator fixes (a privilege or login refused,
-// driver.ErrNotMigrated). Compensate returns it at once, the saga stays
-// Compensating (List finds it) and the next Compensate or Resume, once the
-// database is back, resumes with that compensation: call it again later,
-// as a recovery loop over List(Compensating, Failed) or a redelivered
-// event does.
+// failure or deadlock, a read-only database, a full disk, a lock or
+// statement timeout of idem's own statements) or one an operator fixes (a
+// privilege or login refused, driver.ErrNotMigrated). Compensate returns
+// it at once, the saga stays Compensating (List finds it) and the next
+// Compensate or Resume, once the database is back, resumes with that
+// compensation: call it again later, as a recovery loop over
+// List(Compensating, Failed) or a redelivered event does.
+//
+// A statement of the compensation's function cancelled by statement_timeout
+// (57014) or lock_timeout (55P03) is a failed attempt all the same: a
+// statement that always runs longer than the limit, or waits for a lock
+// never released, would otherwise leave the saga Compensating for ever,
+// retried by every recovery round and never Failed. After
+// CompensationAttempts of them the saga is Failed with a
+// *CompensationError, where a recovery loop still retries it and an alert
+// on Failed sagas sees it.
 //
 // A compensation that panics is not retried: its transaction rolls back,
 // the panic goes on, and the saga stays Compensating with the compensations
@@ -163,10 +172,13 @@ func (c *Coordinator[TTx]) compensateStep(ctx context.Context, sagaID string, fo
 			// resumes here.
 			return fmt.Errorf("saga %q: compensate step %q: %w", sagaID, forward.Name, ctx.Err())
 		}
-		if dberr.Fault(err) {
+		if dberr.Fault(err) && (stepErr == nil || !dberr.Timeout(stepErr.Err)) {
 			// The database failed, not the compensation (even inside
 			// it, a *StepError): not an attempt. The saga stays
-			// Compensating; the next call resumes here.
+			// Compensating; the next call resumes here. A timeout of
+			// the compensation's own statement is an attempt: one that
+			// always runs out would otherwise stay Compensating for
+			// ever, retried by every recovery round, never Failed.
 			return fmt.Errorf("saga %q: compensate step %q: not attempted again, the database failed (the saga stays compensating): %w", sagaID, forward.Name, err)
 		}
 		c.cfg.Logger.Warn("saga: compensation failed", "saga", sagaID, "step", forward.Name, "attempt", attempt, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -610,4 +611,77 @@ func testCompensatePrivilegeRefused[TTx any](t *testing.T, f *fixture[TTx]) {
 		t.Fatalf("Resume once the privilege is back: %v", err)
 	}
 	f.wantCompensated(t, c, id, 3)
+}
+
+// A compensation whose own statement keeps running into statement_timeout
+// (57014: a query too slow for the limit, a missing index) or lock_timeout
+// (55P03: a row another transaction keeps locked) is a failed attempt, not
+// a fault of the database: otherwise a compensation that can never finish
+// would stay Compensating for ever, retried by every recovery round, with
+// no *CompensationError and no Failed state for an alert to see. After
+// CompensationAttempts attempts the saga is Failed (List finds it), and
+// the call after the cause is gone compensates it once.
+func testCompensateTimeoutIsAnAttempt[TTx any](t *testing.T, f *fixture[TTx]) {
+	if f.exec == nil {
+		t.Skip("SQLite has no statement or lock timeout (the compensation's transaction holds the only write lock)")
+	}
+	for _, tc := range []struct {
+		name, set, stmt, code string
+	}{
+		{"StatementTimeout", `SET LOCAL statement_timeout = '20ms'`, `SELECT pg_sleep(2)`, "57014"},
+		{"LockTimeout", `SET LOCAL lock_timeout = '20ms'`, `SELECT pg_advisory_xact_lock(hashtext('%s'))`, "55P03"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
+			id := f.runUntilFailure(t, c, 3)
+			stmt := tc.stmt
+			if strings.Contains(stmt, "%s") {
+				stmt = fmt.Sprintf(stmt, id)
+				// Another transaction keeps the lock the compensation needs.
+				holder := f.begin(t)
+				if err := f.exec(ctx, holder, stmt); err != nil {
+					t.Fatalf("take the lock: %v", err)
+				}
+				defer func() { _ = f.drv.Rollback(context.WithoutCancel(ctx), holder) }()
+			}
+			comps := f.compensations(t, id, stepsN(3))
+			var calls atomic.Int32
+			var blocked atomic.Bool
+			blocked.Store(true)
+			undo := comps["step-2"]
+			comps["step-2"] = func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
+				calls.Add(1)
+				if blocked.Load() {
+					if err := f.exec(ctx, tx, tc.set); err != nil {
+						return nil, err
+					}
+					if err := f.exec(ctx, tx, stmt); err != nil {
+						return nil, err
+					}
+					t.Errorf("%s did not time out", stmt)
+				}
+				return undo(ctx, tx, fwd)
+			}
+			err := c.Compensate(ctx, id, comps)
+			var ce *saga.CompensationError
+			if !errors.As(err, &ce) || dberr.SQLState(err) != tc.code {
+				t.Fatalf("Compensate whose compensation always times out: %v; want a *CompensationError wrapping %s", err, tc.code)
+			}
+			if n := calls.Load(); n != 2 {
+				t.Errorf("compensation of step-2 attempted %d times; want CompensationAttempts = 2", n)
+			}
+			if s := mustGet(t, c, id); s.State != saga.Failed || s.Compensated("step-2") || s.Compensated("step-1") {
+				t.Errorf("after the timeouts: state %s, steps %v; want failed, nothing compensated", s.State, stepNames(s))
+			}
+			if got := listed(t, c, id); got == nil || got.State != saga.Failed {
+				t.Errorf("List(compensating, failed) has %+v; want the failed saga", got)
+			}
+			blocked.Store(false) // an index added, the lock's holder gone
+			if _, err := c.Resume(ctx, id, comps); err != nil {
+				t.Fatalf("Resume once the compensation no longer times out: %v", err)
+			}
+			f.wantCompensated(t, c, id, 3)
+		})
+	}
 }

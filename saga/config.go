@@ -17,7 +17,9 @@ type Config struct {
 	// compensation (each attempt in its own transaction) before it gives
 	// up, marks the saga Failed and returns a *CompensationError.
 	// A failure of the database is not an attempt: Compensate returns
-	// it at once and the saga stays Compensating (see Compensate).
+	// it at once and the saga stays Compensating (see Compensate); but a
+	// statement of the compensation cancelled by statement_timeout or
+	// lock_timeout is one.
 	// Defaults to 3; at least 1.
 	CompensationAttempts int
 

@@ -84,7 +84,10 @@
 //     continues from there. A failure of the database (a connection lost,
 //     a serialization failure, a read-only or full database, a privilege
 //     refused, missing tables) is not the compensation's: Compensate
-//     returns it at once and the saga stays Compensating.
+//     returns it at once and the saga stays Compensating. A statement of
+//     the compensation cancelled by statement_timeout or lock_timeout is a
+//     failed attempt: one that always times out leaves the saga Failed,
+//     not Compensating for ever.
 //
 // # Driving a saga by events
 //

@@ -84,7 +84,8 @@ func (e *StepError) Unwrap() error { return e.Err }
 // of Step kept failing (Config.CompensationAttempts times). The saga is then
 // in state Failed, its earlier compensations stay recorded, and the next
 // Compensate (or Resume) resumes with this one. A failure of the database
-// never gives one (see Compensate).
+// never gives one, except a statement of the compensation cancelled by
+// statement_timeout or lock_timeout each time (see Compensate).
 type CompensationError struct {
 	SagaID string
 	// Step is the forward step whose compensation failed.

@@ -362,6 +362,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
 		{name: "Compensate/DatabaseFaultNotAnAttempt", fn: testCompensateDatabaseFault[TTx]},
 		{name: "Compensate/PrivilegeRefusedNotAnAttempt", fn: testCompensatePrivilegeRefused[TTx]},
+		{name: "Compensate/TimeoutIsAnAttempt", fn: testCompensateTimeoutIsAnAttempt[TTx]},
 		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
 		{name: "Compensate/FnErrorWrapsSagaSentinel", fn: testCompensateFnErrorWrapsSagaSentinel[TTx]},

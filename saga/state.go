@@ -31,7 +31,8 @@ const (
 	// Compensated: every completed forward step was compensated. Final.
 	Compensated State = driver.SagaCompensated
 	// Failed: a compensation kept failing (a *CompensationError, never
-	// for a failure of the database: the saga then stays Compensating), or a
+	// for a failure of the database, which leaves the saga Compensating,
+	// but for a statement of the compensation that keeps timing out), or a
 	// completed forward step had no entry in the Compensations map
 	// (ErrNoCompensation). Compensate (or Resume) resumes with it; nothing
 	// done so far is repeated.

@@ -91,8 +91,23 @@ func Transient(err error) bool {
 // missing (driver.ErrNotMigrated). Retrying the same work at once would
 // most likely fail the same way, and blaming the work for it (a dead
 // letter, a saga marked Failed) would report work nothing is wrong with.
+// saga's Compensate makes one exception: a Timeout of a compensation's own
+// statement is a failed attempt (a saga Failed is retried later, not
+// skipped as a dead letter is).
 func Fault(err error) bool {
 	return Transient(err) || Misconfigured(err) || errors.Is(err, driver.ErrNotMigrated)
+}
+
+// Timeout reports whether err is PostgreSQL cancelling a statement:
+// statement_timeout ran out (57014 query_canceled, also a cancel request:
+// pg_cancel_backend, a context that ended) or lock_timeout did (55P03
+// lock_not_available). Both are Transient. A caller that ran the statement
+// itself may count it against its own work rather than the database's: a
+// statement that always runs longer than the limit, or waits for a lock
+// that is never released, fails the same way on every retry.
+func Timeout(err error) bool {
+	code := SQLState(err)
+	return code == "57014" || code == "55P03"
 }
 
 // Misconfigured reports whether err is PostgreSQL refusing the role a

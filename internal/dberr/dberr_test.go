@@ -121,6 +121,27 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("step: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}), true},
+		{&pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}, true},
+		{&pgconn.PgError{Code: "40P01"}, false}, // a deadlock: passing, not the statement's
+		{&pgconn.PgError{Code: "08006"}, false},
+		{errors.New("57014"), false},
+	} {
+		if got := dberr.Timeout(c.err); got != c.want {
+			t.Errorf("Timeout(%v) = %v, want %v", c.err, got, c.want)
+		}
+		if c.want && !dberr.Transient(c.err) {
+			t.Errorf("Timeout(%v) but not Transient", c.err)
+		}
+	}
+}
+
 func TestMisconfigured(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
