@@ -512,17 +512,20 @@ func testCompensateFromInsideStep[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 }
 
-// The database fails under a compensation (its connection killed, as a
-// failover or pg_terminate_backend does) on more attempts than
-// Config.CompensationAttempts: once inside the compensation's own SQL (a
-// *StepError), once after it returned (the compensation's record or
-// COMMIT). Nothing is wrong with the compensation: no call gives a
-// *CompensationError, the saga never goes Failed (it stays Compensating,
-// listed for Resume), and the call after the database is back
-// compensates it, the compensation's effect applied once.
+// The database fails under a compensation (on PostgreSQL its connection
+// killed, as a failover or pg_terminate_backend does; SQLite's file refuses
+// writes, SQLITE_READONLY, as a filesystem remounted read-only does) on
+// more attempts than Config.CompensationAttempts: once inside the
+// compensation's own SQL (a *StepError), once after it returned (the
+// compensation's record or COMMIT). Nothing is wrong with the
+// compensation: no call gives a *CompensationError, the saga never goes
+// Failed (it stays Compensating, listed for Resume), and the call after
+// the database is back compensates it, the compensation's effect applied
+// once.
 func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
-	if f.kill == nil {
-		t.Skip("the backend has no connection to kill")
+	fault := f.kill
+	if fault == nil {
+		fault = func(t *testing.T, tx TTx) { f.readOnly(t.Context(), t, tx) }
 	}
 	ctx := t.Context()
 	c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
@@ -537,7 +540,7 @@ func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
 		if err != nil || n > faults {
 			return res, err
 		}
-		f.kill(t, tx)
+		fault(t, tx)
 		if n%2 == 1 {
 			// The compensation's next statement finds its connection gone.
 			return nil, f.effect(ctx, tx, id, "after the kill")
@@ -546,6 +549,9 @@ func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	for i := 1; ; i++ {
 		err := c.Compensate(ctx, id, comps)
+		if f.writable != nil {
+			f.writable(t) // the database is back
+		}
 		if err == nil {
 			break
 		}
@@ -569,26 +575,27 @@ func testCompensateDatabaseFault[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.wantCompensated(t, c, id, 4)
 }
 
-// The compensation's writes are refused a privilege (42501, a GRANT
-// revoked: the compensation runs as a role that may only read) on more
-// attempts than Config.CompensationAttempts: an operator must act, nothing
-// is wrong with the compensation. The saga stays Compensating, and the
-// call after the privilege is back compensates it once.
+// The compensation's writes are refused a privilege (PostgreSQL's 42501, a
+// GRANT revoked: the compensation runs as a role that may only read;
+// SQLite's SQLITE_AUTH, an authorizer that refuses them) on more attempts
+// than Config.CompensationAttempts: an operator must act, nothing is wrong
+// with the compensation. The saga stays Compensating, and the call after
+// the privilege is back compensates it once.
 func testCompensatePrivilegeRefused[TTx any](t *testing.T, f *fixture[TTx]) {
-	if f.exec == nil {
-		t.Skip("the backend has no roles")
-	}
 	ctx := t.Context()
 	c := f.coordinator(t, &saga.Config{CompensationAttempts: 2, CompensationBackoff: time.Millisecond})
 	id := f.runUntilFailure(t, c, 3)
 	comps := f.compensations(t, id, stepsN(3))
 	var refused atomic.Bool
 	refused.Store(true)
+	if f.authorize != nil {
+		f.authorize(t, func(table string) bool { return refused.Load() && table == "effect" })
+	}
 	var calls atomic.Int32
 	undo := comps["step-2"]
 	comps["step-2"] = func(ctx context.Context, tx TTx, fwd saga.StepRecord) ([]byte, error) {
 		calls.Add(1)
-		if refused.Load() {
+		if refused.Load() && f.exec != nil {
 			if err := f.exec(ctx, tx, `SET LOCAL ROLE pg_read_all_data`); err != nil {
 				t.Errorf("SET LOCAL ROLE: %v", err)
 			}

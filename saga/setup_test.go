@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"modernc.org/sqlite"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
@@ -40,6 +41,17 @@ type fixture[TTx any] struct {
 	kill func(t *testing.T, tx TTx)
 	// exec runs a statement in tx. Nil for SQLite.
 	exec func(ctx context.Context, tx TTx, stmt string) error
+	// readOnly makes SQLite's only connection refuse every write from the
+	// next statement of tx on (PRAGMA query_only: SQLITE_READONLY, as a
+	// filesystem remounted read-only gives) until writable; nil for
+	// PostgreSQL. The scenarios that use it are isolated: the shared
+	// database would refuse the other scenarios' writes too.
+	readOnly func(ctx context.Context, t *testing.T, tx TTx)
+	writable func(t *testing.T)
+	// authorize installs an authorizer on SQLite's only connection that
+	// refuses (SQLITE_AUTH) the writes to a table for which deny returns
+	// true, as a revoked privilege would; nil for PostgreSQL.
+	authorize func(t *testing.T, deny func(table string) bool)
 	// childEnv tells a child process (crash tests) how to reach the
 	// database.
 	childEnv []string
@@ -324,6 +336,42 @@ func setupSQLite(t *testing.T) *fixture[*sql.Tx] {
 		outbox: func(t *testing.T, id uuid.UUID) []string {
 			return query(t, `SELECT CAST(payload AS TEXT) FROM outbox WHERE event_id = ?`, id.String())
 		},
+		readOnly: func(ctx context.Context, t *testing.T, tx *sql.Tx) {
+			t.Helper()
+			if _, err := tx.ExecContext(ctx, `PRAGMA query_only = ON`); err != nil {
+				t.Fatalf("PRAGMA query_only = ON: %v", err)
+			}
+		},
+		writable: func(t *testing.T) {
+			t.Helper()
+			if _, err := db.ExecContext(t.Context(), `PRAGMA query_only = OFF`); err != nil {
+				t.Fatalf("PRAGMA query_only = OFF: %v", err)
+			}
+		},
+		authorize: func(t *testing.T, deny func(table string) bool) {
+			t.Helper()
+			conn, err := db.Conn(t.Context())
+			if err != nil {
+				t.Fatalf("the connection: %v", err)
+			}
+			defer func() { _ = conn.Close() }()
+			fn := func(action sqlite.AuthorizerActionCode, table, _, _, _ string) sqlite.AuthorizerReturnCode {
+				if (action == sqlite.AuthInsert || action == sqlite.AuthUpdate || action == sqlite.AuthDelete) && deny(table) {
+					return sqlite.AuthorizerDeny
+				}
+				return sqlite.AuthorizerOK
+			}
+			err = conn.Raw(func(dc any) error {
+				r, ok := dc.(sqlite.AuthorizerRegisterer)
+				if !ok {
+					return fmt.Errorf("%T has no authorizer", dc)
+				}
+				return r.RegisterAuthorizer(fn)
+			})
+			if err != nil {
+				t.Fatalf("RegisterAuthorizer: %v", err)
+			}
+		},
 		childEnv: []string{envBackend + "=sqlite", envTarget + "=" + path},
 	}
 }
@@ -360,8 +408,8 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Compensate/ConcurrentCalls", fn: testCompensateConcurrent[TTx]},
 		{name: "Compensate/FailsOnceInTheMiddle", fn: testCompensateFailsOnce[TTx]},
 		{name: "Compensate/TransientFailureRetried", fn: testCompensateRetried[TTx]},
-		{name: "Compensate/DatabaseFaultNotAnAttempt", fn: testCompensateDatabaseFault[TTx]},
-		{name: "Compensate/PrivilegeRefusedNotAnAttempt", fn: testCompensatePrivilegeRefused[TTx]},
+		{name: "Compensate/DatabaseFaultNotAnAttempt", fn: testCompensateDatabaseFault[TTx], isolated: true},
+		{name: "Compensate/PrivilegeRefusedNotAnAttempt", fn: testCompensatePrivilegeRefused[TTx], isolated: true},
 		{name: "Compensate/TimeoutIsAnAttempt", fn: testCompensateTimeoutIsAnAttempt[TTx]},
 		{name: "Compensate/RetriedAtEveryPoint", fn: testCompensateRetriedAtEveryPoint[TTx]},
 		{name: "Compensate/MissingCompensation", fn: testCompensateMissing[TTx]},
