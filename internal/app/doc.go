@@ -97,7 +97,8 @@
 //	PaymentCaptured.v1 -> step confirm-order: status CONFIRMED + OrderConfirmed.v1
 //	                      (ID saga.EventID("order-<id>", "confirm-order", "")); Complete
 //	after an Abort     -> the compensator (after the batch's commit, at start-up and
-//	                      every 5s) compensates Compensating and Failed sagas:
+//	                      every 5s) compensates Compensating sagas, and Failed
+//	                      ones (a compensation kept failing) once a minute:
 //	                      compensate:place-order sets status REJECTED + OrderRejected.v1
 //	                      (ID saga.EventID("order-<id>", "compensate:place-order", ""))
 //	                      in its transaction (a Failed saga with a completed charge,

@@ -79,6 +79,7 @@ type PaymentSaga[TTx any] struct {
 	orders   Store[TTx]
 	payments payments.Store[TTx]
 	log      *slog.Logger
+	now      func() time.Time
 
 	mu sync.Mutex
 	// failedAfter is where Recover's next page of Failed sagas starts (nil:
@@ -86,6 +87,9 @@ type PaymentSaga[TTx any] struct {
 	// so a list from the start would return only them once there are a
 	// page of them.
 	failedAfter *saga.Saga
+	// failedAt is when Recover last went through a page of Failed sagas
+	// (zero: never).
+	failedAt time.Time
 }
 
 // NewPaymentSaga returns the saga on the coordinator and the stores of one
@@ -94,7 +98,7 @@ func NewPaymentSaga[TTx any](sagas *saga.Coordinator[TTx], ord Store[TTx], pay p
 	if log == nil {
 		log = slog.Default()
 	}
-	return &PaymentSaga[TTx]{sagas: sagas, orders: ord, payments: pay, log: log}
+	return &PaymentSaga[TTx]{sagas: sagas, orders: ord, payments: pay, log: log, now: time.Now}
 }
 
 // Handle is the saga consumer's handler (idemkafka.ConsumerConfig.Handler):
@@ -272,13 +276,15 @@ func (p *PaymentSaga[TTx]) setStatus(ctx context.Context, tx TTx, sagaID, step s
 	return err
 }
 
-// Recover compensates the order sagas that are Compensating or Failed (at
-// most limit of each): those aborted by Handle, and those whose
-// compensation a crash or an error interrupted. It returns how many it
-// finished; the errors of the others are logged. A Failed saga with a
-// completed step that has no compensation (a charge) is left alone, for an
-// operator: compensating it again would fail the same way (it was logged
-// when it failed).
+// Recover compensates the order sagas that are Compensating (at most
+// limit): those aborted by Handle or the watchdog, and those whose
+// compensation a crash or a database failure interrupted; and, at most
+// once per FailedRetryInterval, a page of at most limit Failed sagas,
+// whose compensation kept failing. It returns how many it finished; the
+// errors of the others are logged. A Failed saga with a completed step
+// that has no compensation (a charge) is left alone, for an operator:
+// compensating it again would fail the same way (it was logged when it
+// failed).
 func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) {
 	// Compensating first, in a list of their own: Failed sagas left alone
 	// are never updated, so they would stay the least recently updated
@@ -288,19 +294,23 @@ func (p *PaymentSaga[TTx]) Recover(ctx context.Context, limit int) (int, error) 
 		return 0, err
 	}
 	p.mu.Lock()
-	after := p.failedAfter
+	now := p.now()
+	after, due := p.failedAfter, p.failedAt.IsZero() || now.Sub(p.failedAt) >= FailedRetryInterval
 	p.mu.Unlock()
-	failed, err := p.sagas.ListAfter(ctx, limit, after, saga.Failed)
-	if err != nil {
-		return 0, err
+	var failed []*saga.Saga
+	if due {
+		failed, err = p.sagas.ListAfter(ctx, limit, after, saga.Failed)
+		if err != nil {
+			return 0, err
+		}
+		var next *saga.Saga // a short page is the last: start again
+		if len(failed) == limit {
+			next = failed[len(failed)-1]
+		}
+		p.mu.Lock()
+		p.failedAfter, p.failedAt = next, now
+		p.mu.Unlock()
 	}
-	var next *saga.Saga // a short page is the last: start again
-	if len(failed) == limit {
-		next = failed[len(failed)-1]
-	}
-	p.mu.Lock()
-	p.failedAfter = next
-	p.mu.Unlock()
 	comps := p.Compensations()
 	done := 0
 	for _, s := range append(list, failed...) {
@@ -347,6 +357,12 @@ func uncompensable[TTx any](s *saga.Saga, comps saga.Compensations[TTx]) string 
 	}
 	return ""
 }
+
+// FailedRetryInterval is how often Recover goes through the Failed sagas
+// (a page of them): a Failed saga's compensation failed CompensationAttempts
+// times in a row, and trying it again after every consumer batch would
+// repeat those attempts, and their warnings, back to back.
+const FailedRetryInterval = time.Minute
 
 // RecoverBatch is how many sagas one Recover of RunCompensator handles.
 const RecoverBatch = 100

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,6 +364,11 @@ func TestRecoverPagesPastUncompensableSagas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	drv, _, ord, sagas, ps := sagaFixture(t)
+	// Every Recover finds FailedRetryInterval passed: each goes through
+	// a page of Failed sagas.
+	var rounds atomic.Int64
+	start := time.Now()
+	orders.SetClock(ps, func() time.Time { return start.Add(time.Duration(rounds.Add(1)) * orders.FailedRetryInterval) })
 	inTx := txRunner(t, drv)
 	handleNew := func(amount string) orders.Order {
 		t.Helper()
@@ -459,4 +465,66 @@ func sqliteStores(t *testing.T) (*sqlitedriver.Driver, *paysqlite.Store, *ordsql
 		}
 	}
 	return drv, pay, ord
+}
+
+// A Failed saga whose compensation keeps failing is tried again at most
+// once per FailedRetryInterval, not by every Recover: RunCompensator runs
+// one after every consumer batch that applied an event, so under steady
+// traffic every failing saga was compensated again, CompensationAttempts
+// attempts and their warnings each time, back to back, for ever. Once the
+// interval passed, the saga is tried again and compensated.
+func TestRecoverRetriesAFailedSagaAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv, pay, ord := sqliteStores(t)
+	logs := &testlog.Buffer{}
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	var clock atomic.Int64
+	start := time.Now()
+	orders.SetClock(ps, func() time.Time { return start.Add(time.Duration(clock.Load())) })
+	inTx := txRunner(t, drv)
+	var o orders.Order
+	inTx(func(tx *sql.Tx) (err error) {
+		o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: 1, Amount: decimal.RequireFromString("10000.0001"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+		return err
+	})
+	e, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTx(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, e) }) // above the limit: aborted
+	// Its compensation fails on every attempt while the table is away.
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order RENAME TO customer_order_away`); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func() int { return strings.Count(logs.String(), "saga: compensation failed") }
+	if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sagas.Get(ctx, orders.SagaID(o.ID)); err != nil || s.State != saga.Failed {
+		t.Fatalf("saga %+v, %v; want Failed", s, err)
+	}
+	first := attempts()
+	for range 10 { // ten consumer batches' wakes, within a second
+		if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := attempts() - first; n != 0 {
+		t.Errorf("10 Recovers right after the saga failed made %d more attempts of its compensation; want 0 before %s", n, orders.FailedRetryInterval)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order_away RENAME TO customer_order`); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(orders.FailedRetryInterval))
+	if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sagas.Get(ctx, orders.SagaID(o.ID)); err != nil || s.State != saga.Compensated {
+		t.Errorf("saga %v, %v after the interval; want Compensated", s.State, err)
+	}
 }
