@@ -102,7 +102,7 @@ func newMetrics() *metrics {
 		}, []string{"action"}),
 		operator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_needing_operator",
-			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
+			Help: "Orders with a captured payment or a failed saga that stayed CREATED past -saga-give-up-after, or whose saga was aborted but is still compensating a watchdog round later, at the watchdog's last complete round (the whole database's: aggregate replicas with max).",
 		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemd_orders_waiting_for_events",

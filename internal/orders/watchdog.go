@@ -84,7 +84,10 @@ type WatchdogStats struct {
 	Aborted int
 	// Operator: orders whose payment was captured, or whose saga failed
 	// (its compensation kept failing), but which did not move for
-	// GiveUpAfter.
+	// GiveUpAfter; and orders whose saga was aborted but is still
+	// compensating a round (Interval, at least 30 s) after this watchdog
+	// first found it so (the compensator keeps failing on the database,
+	// or is stuck).
 	Operator int
 	// Waiting: orders past GiveUpAfter not given up because the outbox
 	// holds events older than them that are not published yet (the
@@ -117,6 +120,10 @@ type Watchdog[TTx any] struct {
 	// watchdog's start): an order created before it is given up only
 	// GiveUpAfter after it.
 	late time.Time
+	// compensating holds the orders past GiveUpAfter whose saga the last
+	// rounds found aborted but not compensated yet, with when a round
+	// first did.
+	compensating map[int64]time.Time
 }
 
 // NewWatchdog returns a watchdog of the sagas of ps over drv's outbox.
@@ -139,7 +146,7 @@ func NewWatchdog[TTx any](drv driver.Driver[TTx], ps *PaymentSaga[TTx], list Sta
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Watchdog[TTx]{drv: drv, ps: ps, list: list, cfg: cfg, log: log, late: cfg.Now()}, nil
+	return &Watchdog[TTx]{drv: drv, ps: ps, list: list, cfg: cfg, log: log, late: cfg.Now(), compensating: map[int64]time.Time{}}, nil
 }
 
 // Run runs a round every Interval until ctx ends; it returns nil then.
@@ -165,6 +172,12 @@ func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 	}
 }
 
+// compensatingGrace is the least time the watchdog gives an aborted saga
+// to be compensated (a round, if longer) before it reports it: the
+// compensator is woken by the abort and normally finishes in
+// milliseconds, or a few seconds when an attempt is retried.
+const compensatingGrace = 30 * time.Second
+
 // redriveKeys is the most keys one Redrive names (SQLite binds each).
 const redriveKeys = 500
 
@@ -175,7 +188,23 @@ const unpublishedSlack = time.Minute
 // RunOnce looks at the orders CREATED more than StuckAfter ago once. On an
 // error it returns what it did so far, marked Partial.
 func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err error) {
-	defer func() { st.Partial = err != nil }()
+	// compensating: this round's orders whose saga is aborted but not
+	// compensated yet, with when a round first found them so.
+	compensating := map[int64]time.Time{}
+	defer func() {
+		st.Partial = err != nil
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if st.Partial {
+			// The orders the round did not reach are still as the
+			// last round found them.
+			for id, at := range compensating {
+				w.compensating[id] = at
+			}
+			return
+		}
+		w.compensating = compensating
+	}()
 	var (
 		// keys are the stuck orders whose events are redriven, and
 		// chargedKeys those reported to an operator that are redriven
@@ -251,10 +280,26 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 			case outcome == giveUpWouldAbort:
 				st.Waiting++
 				published = append(published, o.ID)
-			case outcome == giveUpMoved, outcome == giveUpAborting:
-				// It moved since the listing, or its abort (counted
-				// when it was made) waits for the compensator:
-				// nothing to do.
+			case outcome == giveUpMoved:
+				// It moved since the listing: nothing to do.
+			case outcome == giveUpAborting:
+				// Its abort (counted when it was made) waits for the
+				// compensator, which normally finishes within seconds:
+				// still waiting a round later, it cannot (its
+				// compensation fails on the database every time, or
+				// the compensator is stuck).
+				w.mu.Lock()
+				since, ok := w.compensating[o.ID]
+				w.mu.Unlock()
+				if !ok {
+					since = now
+				}
+				compensating[o.ID] = since
+				if now.Sub(since) >= max(w.cfg.Interval, compensatingGrace) {
+					st.Operator++
+					w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga was aborted but is still compensating (the compensator cannot REJECT it: see its 'compensation failed' warnings), an operator should look",
+						"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt), "seen_compensating_since", FormatTime(since))
+				}
 			case outcome == giveUpCharged:
 				st.Operator++
 				w.log.ErrorContext(ctx, "order watchdog: order stuck with a captured payment, needs an operator",
@@ -268,6 +313,7 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
 			default:
 				st.Aborted++
+				compensating[o.ID] = now
 				w.log.WarnContext(ctx, "order watchdog: saga aborted, nothing was charged; the order will be REJECTED",
 					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
 			}

@@ -538,3 +538,59 @@ func TestWatchdogRedrivesNoLongerThanTheInboxesRemember(t *testing.T) {
 			st.Redriven, sum.Orders)
 	}
 }
+
+// A saga aborted (by the watchdog, or by the saga itself) whose
+// compensation does not finish (the compensator keeps failing on a
+// database fault, or is hung on a connection that stopped answering)
+// leaves its order CREATED with the saga Compensating for ever. The
+// watchdog, which used to count it as "aborting, waiting for the
+// compensator" round after round, reports it to an operator (log and
+// gauge) once it finds it still compensating a round (Interval) after it
+// first saw it so; not before: the compensator normally finishes in
+// seconds.
+func TestWatchdogReportsASagaStuckCompensating(t *testing.T) {
+	t.Parallel()
+	drv, pay, ord := sqliteStores(t)
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	f := &watchdogFixture{t: t, drv: drv, ord: ord}
+	logs := &testlog.Buffer{}
+	f.shift(-31 * time.Minute)
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute, Interval: 30 * time.Second,
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.offset.Load())) }},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.shift(0)
+	o := f.order()
+	f.publishAll()
+	ctx := context.Background()
+	st, err := wd.RunOnce(ctx)
+	if err != nil || st.Aborted != 1 {
+		t.Fatalf("round 1: %+v, %v; want the saga aborted", st, err)
+	}
+	// No compensation finishes: the saga stays compensating.
+	f.shift(10 * time.Second)
+	if st, err = wd.RunOnce(ctx); err != nil || st.Operator != 0 {
+		t.Errorf("round 10 s after the abort: %+v, %v; want nothing reported yet", st, err)
+	}
+	f.shift(31 * time.Second)
+	if st, err = wd.RunOnce(ctx); err != nil || st.Operator != 1 {
+		t.Errorf("round 31 s after the abort, still compensating: %+v, %v; want it reported to an operator", st, err)
+	}
+	if !strings.Contains(logs.String(), "still compensating") || !strings.Contains(logs.String(), orders.SagaID(o.ID)) {
+		t.Errorf("no ERROR naming the saga stuck compensating in the logs:\n%s", logs)
+	}
+	// Compensated at last: nothing to report.
+	if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+		t.Fatal(err)
+	}
+	f.shift(time.Minute)
+	if st, err = wd.RunOnce(ctx); err != nil || st != (orders.WatchdogStats{}) {
+		t.Errorf("round after the compensation: %+v, %v; want nothing", st, err)
+	}
+}
