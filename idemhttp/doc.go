@@ -25,6 +25,7 @@
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	role refused a privilege or a login            500 store-unavailable, no Retry-After (PostgreSQL 42501, class 28): nothing was committed
 //	request deadline passed before the claim       503 store-unavailable + Retry-After; the handler does not run
+//	request cancelled (client gone, BaseContext)   503 store-unavailable + Retry-After, not net/http's empty 200; not executed
 //	record write or COMMIT refused by the server   503 store-unavailable + Retry-After (500, none, for 42501 / class 28): nothing was committed
 //	commit's connection lost or unanswered         503 outcome-unknown: retry with the same key
 //	session ended while the handler paused         503 store-unavailable (idle_in_transaction_session_timeout): nothing was committed
@@ -114,7 +115,9 @@
 // Config.Store decides what is stored: by default every status below 500
 // except 408, 425 and 429. Other outcomes, a panic and (ModeTx) a request
 // cancelled by the client roll the transaction back or release the key, so
-// a retry executes again; so does a panic of a hook that runs while the key
+// a retry executes again (a cancelled request is answered 503
+// store-unavailable with Retry-After: a context also ends with the client
+// still there, when the server's BaseContext ends at shutdown); so does a panic of a hook that runs while the key
 // is held (Config.Store, Config.Now, the spans of Config.Tracer), before or
 // after the handler, and the panic goes on. In ModeTx a handler that ended the transaction
 // itself gets 500 transaction-ended whatever it answered (with a driver

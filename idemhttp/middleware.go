@@ -89,30 +89,37 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next htt
 		m.serveTx(cmd, next)
 	}
 	if !cmd.reported {
+		// The request's context ended while the key was claimed or
+		// waited for: nothing ran to an outcome.
+		m.requestEnded(cmd)
 		if errors.Is(cmd.r.Context().Err(), context.DeadlineExceeded) {
-			// The request's deadline (a timeout middleware in front of
-			// idem) passed while the key was claimed or waited for: the
-			// client is still there and must not get net/http's empty 200.
-			m.deadlinePassed(cmd)
 			m.reportCmd(cmd, OutcomeStoreError)
 			return
 		}
-		// The client went away while the key was claimed or waited for:
-		// nothing ran to an outcome, nothing was answered.
 		m.reportCmd(cmd, OutcomeAbandoned)
 	}
 }
 
-// deadlinePassed answers 503 when the request's context reached its
-// deadline before the handler ran (or while it ran, in ModeTx, whose writes
-// were rolled back): nothing was executed. The caller reports the outcome.
-func (m *Middleware[TTx]) deadlinePassed(cmd *command) {
-	m.cfg.Logger.Warn("idemhttp: the request's deadline passed before the command could complete; nothing was executed",
-		"key", cmd.key, "scope", logScope(cmd.scope))
+// requestEnded answers 503 when the request's context ended before the
+// command could complete, before the handler ran (or while it ran, in
+// ModeTx, whose writes were rolled back): nothing was executed. Its
+// deadline passed (a timeout middleware in front of idem), or it was
+// cancelled: the client went away, and the answer is written to no one,
+// or the client is still there (a server whose BaseContext ends at
+// shutdown, a client that half-closed its side of the connection) and
+// must not get net/http's empty 200, which reads as success. The caller
+// reports the outcome.
+func (m *Middleware[TTx]) requestEnded(cmd *command) {
+	title, detail := "Request cancelled", "The request was cancelled before the key could be claimed or the command completed; "+
+		"the command was not executed. Retry with the same key."
+	if errors.Is(cmd.r.Context().Err(), context.DeadlineExceeded) {
+		m.cfg.Logger.Warn("idemhttp: the request's deadline passed before the command could complete; nothing was executed",
+			"key", cmd.key, "scope", logScope(cmd.scope))
+		title, detail = "Request deadline passed", "The request's deadline passed before the key could be claimed or the command completed; "+
+			"the command was not executed. Retry with the same key."
+	}
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
-	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
-		"Request deadline passed", "The request's deadline passed before the key could be claimed or the command completed; "+
-			"the command was not executed. Retry with the same key.")
+	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, title, detail)
 }
 
 // command is one protected request on its way through the middleware.

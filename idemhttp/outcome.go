@@ -24,9 +24,10 @@ const (
 	OutcomeStoreError
 	// OutcomeAbandoned: the client went away (the request's context was
 	// cancelled) while the key was being claimed or waited for: the
-	// handler did not run, nothing was stored and nothing answered. A
-	// request whose deadline passed instead is answered 503
-	// (OutcomeStoreError).
+	// handler did not run and nothing was stored. The request is
+	// answered 503 store-unavailable all the same, in case the client is
+	// still there (a server whose BaseContext ended). A request whose
+	// deadline passed instead counts as OutcomeStoreError.
 	OutcomeAbandoned
 )
 

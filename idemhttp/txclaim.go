@@ -184,9 +184,7 @@ func (m *Middleware[TTx]) executeTxClaim(cmd *command, next http.Handler, tc dri
 		// database/sql rolled the transaction back when the request's
 		// context ended, after the handler returned: nothing committed,
 		// and not the handler's doing.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			m.deadlinePassed(cmd)
-		}
+		m.requestEnded(cmd)
 		m.reportCmd(cmd, OutcomeNotStored)
 		return false
 	case m.handlerTxFailed(cmd, err), m.idleTimedOut(cmd, err), m.roleRefused(cmd, err):

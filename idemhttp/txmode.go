@@ -145,9 +145,7 @@ func (m *Middleware[TTx]) runInTx(cmd *command, next http.Handler, tx TTx) *reco
 	}
 	switch {
 	case ctx.Err() != nil: // the client is gone, or its deadline passed: nothing happened
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			m.deadlinePassed(cmd) // the writer is still there: not an empty 200
-		}
+		m.requestEnded(cmd) // not net/http's empty 200
 	case !store: // ctx was live when store was decided too
 		m.passNotStored(cmd, rec)
 	default: // too large to store
