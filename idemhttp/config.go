@@ -95,8 +95,9 @@ type Config struct {
 	// handler always see the client's whole body. A body over MaxBodyBytes
 	// reads as its first MaxBodyBytes bytes and then an
 	// *http.MaxBytesError. When the body could not be read whole, a hook
-	// that read it gets the body's answer (413, or 400 for a connection
-	// broken mid-body) instead of its own. A hook that does not read it
+	// that read it gets the body's answer (413, 408 for the server's read
+	// deadline passed, or 400 for a connection broken mid-body) instead of
+	// its own. A hook that does not read it
 	// answers before the body is read (401 on an error): a rejected
 	// client's body is neither uploaded nor buffered.
 	//

@@ -19,8 +19,9 @@
 //	same key while the first is still running     waits up to Config.Wait for its outcome, else 409 request-in-progress + Retry-After
 //	no key / malformed / two keys                  400 key-missing / key-malformed / key-multiple
 //	body larger than Config.MaxBodyBytes           413 body-too-large, whatever its size; the key is not claimed
+//	body not received within the read deadline     408 body-timeout (http.Server.ReadTimeout): send it again, same key
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
-//	Scope hook error, or an empty principal        401 unauthenticated; 413 / 400 as above when the hook read such a body
+//	Scope hook error, or an empty principal        401 unauthenticated; 413 / 408 / 400 as above when the hook read such a body
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	role refused a privilege or a login            500 store-unavailable, no Retry-After (PostgreSQL 42501, class 28): nothing was committed

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -218,10 +219,20 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 // rejectBody answers a body that could not be read whole (err).
 func (m *Middleware[TTx]) rejectBody(w http.ResponseWriter, r *http.Request, key string, err error) (*command, bool) {
 	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
+	switch {
+	case errors.As(err, &tooLarge):
 		problem.WriteError(w, http.StatusRequestEntityTooLarge, problem.TypeBodyTooLarge, "Request body too large",
 			fmt.Sprintf("The body exceeds %d bytes.", m.cfg.MaxBodyBytes))
-	} else {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The server's read deadline (http.Server.ReadTimeout, HTTP/1 or
+		// HTTP/2) passed mid-body: a slow or stalled upload, whose client
+		// is still there and reads this answer. Sending the request again
+		// is what it needs to do: 408, which clients retry, not a final
+		// 400.
+		m.cfg.Logger.Info("idemhttp: request body not received within the server's read deadline", "key", key, "path", r.URL.Path, "err", err)
+		problem.WriteError(w, http.StatusRequestTimeout, problem.TypeBodyTimeout, "Request body not received in time",
+			"The request body did not arrive within the server's read timeout; the command was not executed. Send the request again with the same key.")
+	default:
 		// The error names the connection's addresses: the log has it, the
 		// client does not.
 		m.cfg.Logger.Info("idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)

@@ -43,6 +43,10 @@ const (
 	// TypeBodyTooLarge (413): the request body exceeds the limit idem reads
 	// to fingerprint it.
 	TypeBodyTooLarge = TypeBase + "body-too-large"
+	// TypeBodyTimeout (408): the request body did not arrive within the
+	// server's read deadline (a slow or stalled upload); nothing was
+	// executed, and the same request may be sent again with the same key.
+	TypeBodyTimeout = TypeBase + "body-timeout"
 	// TypeResponseTooLarge (500): the handler's response exceeds what idem
 	// can store for replay.
 	TypeResponseTooLarge = TypeBase + "response-too-large"

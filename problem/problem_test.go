@@ -296,6 +296,7 @@ var slugs = map[string]string{
 	TypeKeyReused:          "key-reused",
 	TypeRequestInProgress:  "request-in-progress",
 	TypeBodyTooLarge:       "body-too-large",
+	TypeBodyTimeout:        "body-timeout",
 	TypeResponseTooLarge:   "response-too-large",
 	TypeStoreUnavailable:   "store-unavailable",
 	TypeOutcomeUnknown:     "outcome-unknown",

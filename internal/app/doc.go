@@ -31,11 +31,12 @@
 // has a Content-Encoding, and 413 body-too-large for a body over the
 // endpoint's limit (payments.MaxRequestBytes, orders.MaxRequestBytes: 64
 // KiB), one problem whatever the size, since each endpoint's middleware
-// has that limit as its MaxBodyBytes. Malformed (400) and invalid (422)
-// bodies are the key's stored outcome. A database that fails while a
-// handler runs (its connection lost or terminated, a restart, a
-// serialization failure, a database that refuses writes, a full disk, a
-// busy SQLite: dberr.Transient) answers 503 store-unavailable with
+// has that limit as its MaxBodyBytes; and 408 body-timeout for a body
+// that did not arrive within the server's 30 s read timeout. Malformed
+// (400) and invalid (422) bodies are the key's stored outcome. A database
+// that fails while a handler runs (its connection lost or terminated, a
+// restart, a serialization failure, a database that refuses writes, a
+// full disk, a busy SQLite: dberr.Transient) answers 503 store-unavailable with
 // Retry-After: the transaction is rolled back and the 5xx is not stored,
 // so a retry with the same key executes the command once; other failures
 // answer 500. A problem's detail never holds a network or database error:
