@@ -309,7 +309,8 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 				}
 			case outcome == giveUpFailed:
 				st.Operator++
-				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; the compensator tries it again every round, an operator should look)",
+				w.log.ErrorContext(ctx, "order watchdog: order stuck, its saga failed (a compensation kept failing; the compensator tries it again every "+
+					FailedRetryInterval.String()+" unless a step of it cannot be compensated, an operator should look)",
 					"order", o.ID, "saga", SagaID(o.ID), "created_at", FormatTime(o.CreatedAt))
 			default:
 				st.Aborted++

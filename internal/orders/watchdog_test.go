@@ -594,3 +594,65 @@ func TestWatchdogReportsASagaStuckCompensating(t *testing.T) {
 		t.Errorf("round after the compensation: %+v, %v; want nothing", st, err)
 	}
 }
+
+// The watchdog's ERROR for an order whose saga failed tells the operator
+// how often the compensator tries that saga again: FailedRetryInterval
+// (once a minute), not "every round" (every 30 s), as it did before the
+// compensator's retries of Failed sagas were spaced out.
+func TestWatchdogSaysHowOftenAFailedSagaIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv, pay, ord := sqliteStores(t)
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	f := &watchdogFixture{t: t, drv: drv, ord: ord}
+	o := f.order()
+	f.publishAll()
+	// Declined (over the limit) and aborted; its compensation fails on
+	// every attempt while the order table is away: the saga is Failed.
+	if _, err := drv.DB().ExecContext(ctx, `UPDATE customer_order SET amount = '10000.0001' WHERE id = ?`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	o.Amount = decimal.RequireFromString("10000.0001")
+	e, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txRunner(t, drv)(func(tx *sql.Tx) error { return ps.Handle(ctx, tx, e) })
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order RENAME TO customer_order_away`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Recover(ctx, orders.RecoverBatch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.DB().ExecContext(ctx, `ALTER TABLE customer_order_away RENAME TO customer_order`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sagas.Get(ctx, orders.SagaID(o.ID)); err != nil || s.State != saga.Failed {
+		t.Fatalf("saga %+v, %v; want Failed", s, err)
+	}
+	logs := &testlog.Buffer{}
+	wd, err := orders.NewWatchdog(drv, ps, ord, orders.WatchdogConfig{StuckAfter: time.Minute, GiveUpAfter: 30 * time.Minute,
+		Interval: 30 * time.Second, Now: startedAgo(time.Hour)}, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := wd.RunOnce(ctx); err != nil || st.Operator != 1 {
+		t.Fatalf("round: %+v, %v; want the order with a failed saga reported to an operator", st, err)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "its saga failed") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no ERROR about the failed saga in the logs:\n%s", logs)
+	}
+	if want := "every " + orders.FailedRetryInterval.String(); !strings.Contains(line, want) || strings.Contains(line, "every round") {
+		t.Errorf("the ERROR says how often the compensator retries the saga wrongly; want %q:\n%s", want, line)
+	}
+}
