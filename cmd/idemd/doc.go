@@ -121,7 +121,9 @@
 // record each version in idem_migration).
 //
 // Several replicas: run them all on one PostgreSQL with -kafka pointing at
-// a real cluster (the topic created beforehand, or auto-created). Relays
+// a real cluster (the topic and TOPIC.dlq created beforehand: idemd does
+// not start without them, even on a cluster that creates topics on
+// demand, since it asks for none to be created). Relays
 // share the outbox safely and the consumers share the topic's partitions
 // through the groups idemd-order-projection and idemd-order-saga (an
 // order's events share a partition, keyed by the order ID); a dead
