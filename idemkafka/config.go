@@ -146,8 +146,15 @@ type ConsumerConfig[TTx any] struct {
 	// transaction its producer aborted are never applied) and fetches with
 	// FetchMaxWait(DefaultFetchMaxWait), 500 ms, instead of kgo's 5 s
 	// (the partitions a rebalance hands over are fetched once the fetch
-	// in flight returns, so a member that dies is taken over at once); an
-	// option here may change either.
+	// in flight returns, so a member that dies is taken over at once),
+	// and reads the cluster's metadata every DefaultMetadataMaxAge, 10 s,
+	// instead of kgo's 5 minutes (partitions added to a topic are handed
+	// out only then); an option here may change any of them. Keep kgo's
+	// default ConsumeResetOffset, the log start: a partition without a
+	// committed offset (one added to the topic, or a group whose offsets
+	// expired or were deleted) is then consumed from its first record, the
+	// inbox dropping what it applied already; at the end, the records
+	// written there before the group took the partition are skipped.
 	// The consumer sets the seeds, the
 	// group, the topics, DisableAutoCommit and BlockRebalanceOnPoll after
 	// them, so those cannot be overridden. OnPartitionsAssigned, Revoked,

@@ -51,6 +51,28 @@ const stopCommitGrace = 5 * time.Second
 // 500 ms.
 const DefaultFetchMaxWait = 500 * time.Millisecond
 
+// DefaultMetadataMaxAge is how often the clients of consumers and
+// publishers read the cluster's metadata afresh (kgo.MetadataMaxAge, which
+// ConsumerConfig.ExtraOpts and PublisherConfig.ExtraOpts may set; kgo's
+// default, as the Java client's, is 5 minutes). Partitions an operator
+// adds to a topic are seen only then: a consumer group's leader rebalances
+// to hand them out at its next refresh, so with 5 minutes the records a
+// producer that knew of them already wrote there (a relay started since,
+// another replica) waited up to 5 minutes unconsumed; and the relays of
+// several replicas, each refreshing at its own time, sent a key's events
+// to its old or its new partition in turn for that long. The cost is one
+// small metadata request per client every 10 s. A kgo.MetadataMinAge
+// longer than that in ExtraOpts is the max age too.
+const DefaultMetadataMaxAge = 10 * time.Second
+
+// metadataMaxAge is the kgo.MetadataMaxAge of a client with the options
+// of view: DefaultMetadataMaxAge, or their kgo.MetadataMinAge if longer
+// (kgo refuses a max age below the min age).
+func metadataMaxAge(view *kgo.Client) kgo.Opt {
+	minAge, _ := view.OptValue(kgo.MetadataMinAge).(time.Duration)
+	return kgo.MetadataMaxAge(max(DefaultMetadataMaxAge, minAge))
+}
+
 // pendingRetry is how long a poll waits for records while an offset commit
 // that failed is waiting to be retried.
 const pendingRetry = time.Second
@@ -182,9 +204,11 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 
 	// Records of transactions their producer aborted never happened: read
 	// committed ones only (kgo's default reads them all). Partitions
-	// handed over by a rebalance are fetched within DefaultFetchMaxWait.
-	// ExtraOpts may say otherwise.
-	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(DefaultFetchMaxWait)}, cfgv.ExtraOpts...)
+	// handed over by a rebalance are fetched within DefaultFetchMaxWait,
+	// and partitions added to a topic are consumed within
+	// DefaultMetadataMaxAge. ExtraOpts may say otherwise.
+	c.opts = append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(DefaultFetchMaxWait),
+		metadataMaxAge(probe)}, cfgv.ExtraOpts...)
 	if c.instanceID != "" {
 		c.opts = append(c.opts, kgo.InstanceID(c.instanceID))
 	}

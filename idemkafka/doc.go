@@ -211,6 +211,20 @@
 // to start on it. A broker that cannot be reached gives another error,
 // which says so: a service may start anyway and let the clients retry.
 //
+// Partitions added to a topic (kafka-topics --alter --partitions, kadm's
+// CreatePartitions) are used by publishers, and handed out to consumers by
+// a rebalance, within [DefaultMetadataMaxAge] (10 s, kgo.MetadataMaxAge),
+// and consumed from their start (kgo's default ConsumeResetOffset): no
+// record is skipped. But Kafka hashes a key over the partition count, so
+// most keys' later events go to another partition than their earlier
+// ones, and a consumer may apply them before the earlier events still
+// waiting in the old partition (its lag then); within those 10 s the
+// relays of several replicas, each learning the new count at its own
+// time, may alternate a key between its two partitions. The inbox still
+// applies each event once; only the order of a key across the change is
+// lost. Where it matters, stop the events' flow first (docs/operations.md,
+// "Adding partitions to a topic").
+//
 // # Tests
 //
 // The package's tests run against franz-go's kfake broker over real TCP

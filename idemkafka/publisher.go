@@ -45,7 +45,10 @@ type PublisherConfig struct {
 	Topic func(e event.Envelope) string
 
 	// ExtraOpts are more kgo options for the publisher's client (TLS,
-	// SASL, compression, linger, ...). The client is idempotent with
+	// SASL, compression, linger, ...). The client reads the cluster's
+	// metadata every DefaultMetadataMaxAge (10 s; kgo.MetadataMaxAge here
+	// changes it), so it uses partitions added to a topic within that
+	// time. The client is idempotent with
 	// acks=all (franz-go's defaults); NewPublisher rejects options that
 	// change that (DisableIdempotentWrite, RequiredAcks other than
 	// AllISRAcks, AllowIdempotentProduceCancellation) with
@@ -295,6 +298,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 			return nil, err
 		}
 		cl = view
+		opts = append([]kgo.Opt{metadataMaxAge(view)}, opts...) // ExtraOpts may set another
 	}
 	if err := checkProducer(cl); err != nil {
 		return nil, err
