@@ -33,10 +33,14 @@ const diagnoseTimeout = 2 * time.Second
 // round after round asks the cluster at most this often per topic.
 const diagnoseTTL = 5 * time.Second
 
-// diagnosis is a topic's note, and when it was made.
+// diagnosis is a topic's note, and when it was made. answered: the
+// metadata request succeeded; missing: it said the brokers do not have the
+// topic.
 type diagnosis struct {
-	note string
-	at   time.Time
+	note     string
+	at       time.Time
+	answered bool
+	missing  bool
 }
 
 // diagnoses caches the notes of topics (see Publisher.explain).
@@ -68,25 +72,30 @@ func (p *Publisher) explain(ctx context.Context, cl *kgo.Client, events []event.
 		return
 	}
 	notes := p.diag.notesFor(ctx, cl, topics)
+	for t, d := range notes {
+		if d.missing {
+			p.forgetKnown(t)
+		}
+	}
 	for i, err := range errs {
 		if err != nil && unanswered(err) {
-			if note := notes[p.topic(events[i])]; note != "" {
+			if note := notes[p.topic(events[i])].note; note != "" {
 				errs[i] = fmt.Errorf("%w (%s)", err, note)
 			}
 		}
 	}
 }
 
-// notesFor returns the notes of topics, asking the cluster about those
+// notesFor returns the diagnoses of topics, asking the cluster about those
 // without a recent one.
-func (d *diagnoses) notesFor(ctx context.Context, cl *kgo.Client, topics []string) map[string]string {
+func (d *diagnoses) notesFor(ctx context.Context, cl *kgo.Client, topics []string) map[string]diagnosis {
 	now := time.Now()
-	out := make(map[string]string, len(topics))
+	out := make(map[string]diagnosis, len(topics))
 	var ask []string
 	d.mu.Lock()
 	for _, t := range topics {
 		if n, ok := d.notes[t]; ok && now.Sub(n.at) < diagnoseTTL {
-			out[t] = n.note
+			out[t] = n
 		} else {
 			ask = append(ask, t)
 		}
@@ -104,17 +113,18 @@ func (d *diagnoses) notesFor(ctx context.Context, cl *kgo.Client, topics []strin
 		req.Topics = append(req.Topics, rt)
 	}
 	resp, err := req.RequestWith(mctx, cl)
-	fresh := make(map[string]string, len(ask))
+	fresh := make(map[string]diagnosis, len(ask))
 	for _, t := range ask {
-		fresh[t] = "the cluster's metadata could not be read either: the brokers do not answer?"
+		fresh[t] = diagnosis{note: "the cluster's metadata could not be read either: the brokers do not answer?", at: now}
 		if err == nil {
-			fresh[t] = "the cluster's metadata does not list the topic"
+			fresh[t] = diagnosis{note: "the cluster's metadata does not list the topic", at: now, answered: true, missing: true}
 		}
 	}
 	if err == nil {
 		for _, rt := range resp.Topics {
 			if rt.Topic != nil && slices.Contains(ask, *rt.Topic) {
-				fresh[*rt.Topic] = topicNote(rt)
+				fresh[*rt.Topic] = diagnosis{note: topicNote(rt), at: now, answered: true,
+					missing: rt.ErrorCode == kerr.UnknownTopicOrPartition.Code}
 			}
 		}
 	}
@@ -124,7 +134,7 @@ func (d *diagnoses) notesFor(ctx context.Context, cl *kgo.Client, topics []strin
 		d.notes = map[string]diagnosis{}
 	}
 	for t, n := range fresh {
-		d.notes[t] = diagnosis{note: n, at: now}
+		d.notes[t] = n
 		out[t] = n
 	}
 	for t, n := range d.notes {

@@ -196,8 +196,11 @@
 //
 // Neither the publisher nor the consumer creates a topic, and neither
 // fails at start when one is missing: a publish to a missing topic fails
-// (UNKNOWN_TOPIC_OR_PARTITION, with the topic's name and the fix) and the
-// event waits in the outbox, a consumer of a missing topic WARNs once and
+// at once, without a record (UNKNOWN_TOPIC_OR_PARTITION, with the topic's
+// name and the fix: the publisher asks the cluster's metadata about a topic
+// at its first publish, and about a missing one at most every 5 s), and
+// the event waits in the outbox while the other topics' events flow; a
+// consumer of a missing topic WARNs once and
 // waits for it, and a record to dead-letter holds its partition until the
 // dead-letter topic (the topic followed by [DeadLetterSuffix], ".dlq")
 // exists. So a topic never created, or a typo in its name, on a cluster

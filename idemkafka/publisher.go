@@ -31,7 +31,12 @@ type PublisherConfig struct {
 	// them (CheckTopics does, at start-up: give it Publisher.Client()),
 	// and an event for a topic the cluster does not have fails to
 	// publish (UNKNOWN_TOPIC_OR_PARTITION, logged by the relay with the
-	// topic's name and the fix) and is retried until the topic is created. A cluster that creates topics on
+	// topic's name and the fix) and is retried until the topic is created.
+	// Publish asks the cluster's metadata whether it has a topic at its
+	// first event for it, then again only after a record of it failed as
+	// a missing topic's; while a topic is missing, its events fail at once,
+	// without a record, and it is asked about at most every 5 s: the other
+	// topics' events are not held. A cluster that creates topics on
 	// demand (auto.create.topics.enable, kfake.AllowAutoTopicCreation) does
 	// so only for a client that asks: add kgo.AllowAutoTopicCreation() to
 	// ExtraOpts.
@@ -205,6 +210,14 @@ type Publisher struct {
 	writtenN    atomic.Int64
 	writtenPrun time.Time
 
+	// known holds the topics the cluster's metadata listed (see
+	// checkTopic), guarded by knownMu. autoCreate: the client asks the
+	// brokers to create the topics it produces to
+	// (kgo.AllowAutoTopicCreation), so none is checked.
+	knownMu    sync.RWMutex
+	known      map[string]bool
+	autoCreate bool
+
 	// diag caches what the cluster's metadata said of the topics whose
 	// records were not acknowledged in time (see explain).
 	diag diagnoses
@@ -307,6 +320,7 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	p.produceHooks = hasProduceHook(cl)
+	p.autoCreate, _ = cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
 	p.maxBytes, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(topic string) int32)
 	p.maxBuffered, _ = cl.OptValue(kgo.MaxBufferedBytes).(int64)
 	if n, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64); n > 0 {
@@ -473,6 +487,7 @@ func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, la
 	var (
 		waitingKeys map[string]bool
 		written     map[int]bool // events written already (see p.written)
+		checked     string       // the topic checkTopic last found
 	)
 	if p.writtenN.Load() > 0 {
 		p.waitMu.Lock()
@@ -523,6 +538,11 @@ func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, la
 			continue
 		}
 		r, err := p.record(e)
+		if err == nil && r.Topic != checked {
+			if err = p.checkTopic(ctx, r.Topic); err == nil {
+				checked = r.Topic
+			}
+		}
 		if err != nil {
 			errs[i] = err
 			if failed == nil {
@@ -571,6 +591,9 @@ func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, la
 			i := index[res.Record]
 			if errors.Is(res.Err, kerr.UnknownTopicID) && !slices.Contains(gone, res.Record.Topic) {
 				gone = append(gone, res.Record.Topic)
+			}
+			if errors.Is(res.Err, kerr.UnknownTopicID) || errors.Is(res.Err, kerr.UnknownTopicOrPartition) {
+				p.forgetKnown(res.Record.Topic)
 			}
 			if res.Err != nil {
 				// Even a batch of one: another Publish call's records
@@ -880,6 +903,53 @@ func (p *Publisher) traceRecord(ctx context.Context, r *kgo.Record, e event.Enve
 		return
 	}
 	r.Context = prop.Extract(ctx, func(k string) string { return e.Headers[k] })
+}
+
+// checkTopic returns nil when the cluster's metadata lists topic, or
+// cannot be read (the client then tells what it finds), and the error of
+// an event for topic, not produced, when it does not (UNKNOWN_TOPIC_OR_PARTITION).
+// kgo waits for a topic it has no metadata for (UnknownTopicRetries
+// loads, MetadataMinAge apart: 20 s by default) before it fails its
+// records, so they were taken for records of a partition that does not
+// answer: every Publish with one waited the straggler timeout, or its
+// whole context when it had no other record, holding the relay's rounds
+// and their lanes, the other topics' keys included. A topic is asked about
+// at the first Publish to it, then remembered as found until a record of
+// it fails as a missing or deleted topic's would; a topic not found is
+// asked about again at most every diagnoseTTL (one metadata request),
+// its events failing at once meanwhile. Nothing is checked for a client
+// that creates topics on demand (kgo.AllowAutoTopicCreation).
+func (p *Publisher) checkTopic(ctx context.Context, topic string) error {
+	if p.autoCreate {
+		return nil
+	}
+	p.knownMu.RLock()
+	ok := p.known[topic]
+	p.knownMu.RUnlock()
+	if ok {
+		return nil
+	}
+	d := p.diag.notesFor(ctx, p.cl.Load(), []string{topic})[topic]
+	switch {
+	case d.missing:
+		return fmt.Errorf("idemkafka: produce to %s: %w: %w", topic, missingTopic(topic, true), kerr.UnknownTopicOrPartition)
+	case d.answered:
+		p.knownMu.Lock()
+		if p.known == nil {
+			p.known = map[string]bool{}
+		}
+		p.known[topic] = true
+		p.knownMu.Unlock()
+	}
+	return nil
+}
+
+// forgetKnown makes the next Publish to topic ask the cluster's metadata
+// whether it has it (see checkTopic).
+func (p *Publisher) forgetKnown(topic string) {
+	p.knownMu.Lock()
+	delete(p.known, topic)
+	p.knownMu.Unlock()
 }
 
 // forgetTopics makes cl forget what it knows of topics, which the broker

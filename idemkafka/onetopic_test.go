@@ -1,0 +1,188 @@
+package idemkafka_test
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/outbox"
+)
+
+// One topic of a relay's fails (missing on a cluster that does not create
+// topics, or its writes denied) while its other topic is healthy, with the
+// client's and the relay's defaults on PostgreSQL: the healthy topic's
+// events flow as before, the failing topic's events wait with an error
+// that names the cause, none parked, and once it is fixed they are
+// published, once each, in order. A missing topic held the healthy one:
+// kgo waits for a topic it has no metadata for (UnknownTopicRetries loads,
+// MetadataMinAge apart), so its records were taken for a partition that
+// does not answer: a round with some waited the straggler timeout (2 s),
+// a round with nothing else the whole PublishTimeout (30 s), holding its
+// lanes, their healthy keys included; the events failed with "outcome
+// unknown" or "context canceled" and were retried at once, round after
+// round.
+func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fault func(bad string) kfake.Fault
+		want  string // in the failing topic's last_error
+	}{
+		{"missing", nil, "UNKNOWN_TOPIC_OR_PARTITION"},
+		{"denied", func(bad string) kfake.Fault {
+			return kfakeFault(kmsg.Produce, bad, kerr.TopicAuthorizationFailed, -1)
+		}, "TOPIC_AUTHORIZATION_FAILED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc := kafkatest.New(t)
+			fake := kc.Fake(t)
+			good := kc.Topic(t, "orders", 3)
+			bad := kafkatest.Name("payments")
+			var fault *kfake.FaultHandle
+			if tc.fault != nil {
+				if err := fake.CreateTopic(bad, 3, nil); err != nil {
+					t.Fatal(err)
+				}
+				fault = fake.Fault(tc.fault(bad))
+			}
+			testdb.RequirePostgres(t)
+			_, schema := testdb.Schema(t, 1)
+			drv, err := pgdriver.New(testdb.Pool(t, schema, 8), &pgdriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			r := &relayRig[pgx.Tx]{drv: drv}
+			r.logs = &testlog.Buffer{}
+			log := slog.New(slog.NewTextHandler(r.logs, nil))
+			r.pub = newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, Logger: log, Topic: func(e event.Envelope) string {
+				if strings.HasPrefix(e.Key, "pay-") {
+					return bad
+				}
+				return good
+			}})
+			var (
+				mu        sync.Mutex
+				published = map[string]time.Time{}
+			)
+			relay, err := outbox.NewRelay(drv, r.pub, &outbox.RelayConfig{Logger: log, OnPublished: func(evs []event.Envelope) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, e := range evs {
+					published[e.ID.String()] = time.Now()
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.relay = relay
+			var badEvs []event.Envelope
+			for i := range 200 {
+				badEvs = append(badEvs, mustEvent(t, fmt.Sprintf("pay-%d", i%100), i))
+			}
+			r.enqueue(t, badEvs...)
+			r.run(t)
+			// The healthy topic's events, 20 keys every 100 ms for 10 s.
+			enq := map[string]time.Time{}
+			var goodEvs []event.Envelope
+			for n := range 100 {
+				evs := make([]event.Envelope, 20)
+				for i := range evs {
+					evs[i] = mustEvent(t, fmt.Sprintf("order-%d", i), n*20+i)
+				}
+				r.enqueue(t, evs...)
+				now := time.Now()
+				for _, e := range evs {
+					enq[e.ID.String()] = now
+				}
+				goodEvs = append(goodEvs, evs...)
+				time.Sleep(100 * time.Millisecond)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				mu.Lock()
+				n := 0
+				for _, e := range goodEvs {
+					if _, ok := published[e.ID.String()]; ok {
+						n++
+					}
+				}
+				mu.Unlock()
+				if n == len(goodEvs) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d events of the healthy topic published", n, len(goodEvs))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			var worst, sum time.Duration
+			mu.Lock()
+			for _, e := range goodEvs {
+				d := published[e.ID.String()].Sub(enq[e.ID.String()])
+				sum += d
+				worst = max(worst, d)
+			}
+			mu.Unlock()
+			t.Logf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst",
+				tc.name, (sum / time.Duration(len(goodEvs))).Round(time.Millisecond), worst.Round(time.Millisecond))
+			if avg := sum / time.Duration(len(goodEvs)); avg > 500*time.Millisecond || worst > 5*time.Second {
+				t.Errorf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst; want under 500ms and 5s; logs:\n%s",
+					tc.name, avg.Round(time.Millisecond), worst.Round(time.Millisecond), r.logs.String())
+			}
+			rows := readPGRows(t, drv, schema)
+			for _, o := range rows {
+				if o.Parked {
+					t.Errorf("event %s parked: %s", o.EventID, o.LastError)
+				}
+				if o.Attempts > 0 && !strings.Contains(o.LastError, tc.want) {
+					t.Errorf("event %s: last_error %q; want it to name %s", o.EventID, o.LastError, tc.want)
+				}
+			}
+			// Fixed: every event of the failing topic is published.
+			if fault != nil {
+				fault.Remove()
+			} else if err := fake.CreateTopic(bad, 3, nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 90*time.Second, "the failing topic's events published once it is fixed", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(published) == len(goodEvs)+len(badEvs)
+			})
+			r.stop()
+			mustPublished(t, kc.Records(t, good), goodEvs)
+			mustPublished(t, kc.Records(t, bad), badEvs)
+		})
+	}
+}
+
+// readPGRows reads the delivery state of the outbox's events in schema.
+func readPGRows(t *testing.T, drv *pgdriver.Driver, schema string) []outboxRow {
+	t.Helper()
+	q := `SELECT o.event_id::text, coalesce(p.attempts, 0), p.id IS NULL, coalesce(p.parked_at IS NOT NULL, false), coalesce(p.last_error, '')
+		FROM ` + pgx.Identifier{schema, "outbox"}.Sanitize() + ` o LEFT JOIN ` + pgx.Identifier{schema, "outbox_pending"}.Sanitize() + ` p ON p.id = o.id
+		ORDER BY o.id`
+	rows, err := drv.Pool().Query(t.Context(), q)
+	if err == nil {
+		defer rows.Close()
+	}
+	return scanOutboxRows(t, rows, err)
+}
