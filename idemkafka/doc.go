@@ -190,7 +190,12 @@
 // the cluster heals; their error (the relay's "publish failed" line, the
 // events' last_error) then also says what the cluster's metadata shows of
 // their topic (partitions without a leader, replicas out of sync), asked
-// at most every 5s per topic and only after such a failure.
+// at most every 5s per topic and only after such a failure. They are
+// stragglers too, so the other topics' events flow meanwhile: a Publish
+// whose records all wait so returns after StragglerTimeout once the broker
+// acknowledged other records, not at the end of its context, and an event
+// whose record the client gave up unsent as the Publish's context ended is
+// retried after its backoff, not at once.
 //
 // # Topics
 //

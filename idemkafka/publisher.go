@@ -120,6 +120,12 @@ type PublisherConfig struct {
 	// call has been acknowledged for that long (counted from the call's
 	// last acknowledgement, or from the end of ctx), Publish returns and
 	// reports the records still waiting as failed with ErrOutcomeUnknown.
+	// A call none of whose records is acknowledged counts from its start
+	// once the broker acknowledged another call's record since, or while
+	// a fault is known (records given up within the last minute): its
+	// records all went to a partition or topic that takes none (a leader
+	// that does not answer, NOT_ENOUGH_REPLICAS) while the others flow;
+	// otherwise (a slow or idle cluster) it waits for the end of ctx.
 	// Without it, one stuck partition held every relay round that had an
 	// event for it, which is nearly all of them (a relay's lanes mix the
 	// keys of every partition). While such records wait in the client, the
@@ -142,6 +148,12 @@ const DefaultStragglerTimeout = 2 * time.Second
 // stopped waiting for its record (see Publisher.written): the relay marks
 // it published within milliseconds of learning it.
 const writtenTTL = time.Minute
+
+// faultMemory is how long after a Publish stopped waiting for records
+// (ErrOutcomeUnknown) the straggler wait of a later Publish also starts
+// with the call, not only with its first acknowledgement, and is shortened
+// as while such records wait.
+const faultMemory = time.Minute
 
 // minStragglerWait is the shortest wait for a straggler while records of
 // earlier calls wait unacknowledged in the client.
@@ -194,8 +206,13 @@ type Publisher struct {
 	// waiting counts the records that Publish calls stopped waiting for
 	// (ErrOutcomeUnknown) and the client still holds; waitingKeys counts
 	// them by key. Guarded by waitMu, waiting also read without it.
-	waitMu      sync.Mutex
-	waiting     atomic.Int64
+	waitMu  sync.Mutex
+	waiting atomic.Int64
+	// abandonedAt is when a produce last stopped waiting for records
+	// (UnixNano; 0: never): see faultMemory. ackedAt is when the broker
+	// last acknowledged a record a produce waited for.
+	abandonedAt atomic.Int64
+	ackedAt     atomic.Int64
 	waitingKeys map[string]int
 	// waitCap is half of the client's MaxBufferedRecords: with that many
 	// records waiting, Publish produces nothing more.
@@ -419,7 +436,8 @@ func (p *Publisher) Close() {
 // A partition that does not answer (its leader hung, or cut off) does not
 // hold the others: once no record of the call has been acknowledged for
 // PublisherConfig.StragglerTimeout (2s by default, counted from the call's
-// last acknowledgement, or from the end of ctx), Publish returns with the
+// last acknowledgement, or from the end of ctx; see StragglerTimeout for a
+// call without any), Publish returns with the
 // events acknowledged so far published and the others failed with
 // ErrOutcomeUnknown. The producer keeps such a record and retries it until
 // it learns the outcome, whatever ctx says (a record that reached a broker
@@ -460,7 +478,10 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 // not acknowledged in time (not for a later event of its key that failed
 // without a record), late, if not nil, is called once the client learns
 // the record's outcome: late(i, nil) when the broker acknowledged it
-// (acks=all) after all, late(i, err) when it failed. It is called from the
+// (acks=all) after all, late(i, err) when it failed, but not when the
+// client gave it up unsent as ctx ended (kgo fails a record that may have
+// reached a broker only on the broker's answer; such an event is retried
+// after its backoff, the broker having told nothing). It is called from the
 // client's goroutine, after the event's key is released (the key's next
 // event is produced again), in the order of the records of a partition,
 // and never when the client is not the publisher's own (Client). The relay
@@ -644,7 +665,14 @@ func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 			p.rememberWritten(c.events[c.index[r]].ID)
 		}
 		p.unwait(c.key(r))
-		if c.late != nil {
+		// A record the client gave up when the call's context ended never
+		// left it (kgo fails a record that may have reached a broker only
+		// on the broker's answer: a partition between two retries of a
+		// retriable error, a topic it has no metadata for): the broker
+		// told nothing, and the event waits out its backoff, as Publish
+		// reported. Reported, it was retried at once and given up again,
+		// round after round.
+		if c.late != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			if err != nil {
 				err = fmt.Errorf("idemkafka: a record not acknowledged in time failed after all: %w", classify(r.Topic, err))
 			}
@@ -654,6 +682,9 @@ func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 	}
 	c.results = append(c.results, kgo.ProduceResult{Record: r, Err: err})
 	c.last = time.Now()
+	if err == nil {
+		p.ackedAt.Store(c.last.UnixNano())
+	}
 	n := len(c.results)
 	c.mu.Unlock()
 	// The waiter needs the first result (to start the straggler wait)
@@ -704,24 +735,32 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 	// waiting for.
 	go cl.ProduceSync(ctx, rs...)
 	var (
-		timer *time.Timer
 		done  = ctx.Done()
 		ended time.Time // when ctx ended
+		// timer is set to the deadline once armed (a result came, or ctx
+		// ended); before, it looks at the call every straggler wait.
+		timer = time.NewTimer(p.straggler)
+		armed bool
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	defer timer.Stop()
+	// fault reports whether records were given up within faultMemory, or
+	// still wait in the client: a partition or topic is known not to
+	// take records.
+	fault := func() bool {
+		return p.waiting.Load() > 0 || time.Since(time.Unix(0, p.abandonedAt.Load())) < faultMemory
+	}
 	// deadline is when the straggler wait ends, given the call's n results
-	// so far, the last at last (the zero time if none, and then only once
-	// ctx ended).
+	// so far, the last at last (counted from the call's start if none, or
+	// from the end of ctx if later).
 	deadline := func(n int, last time.Time) time.Time {
 		wait := p.straggler
-		if n > 0 && p.waiting.Load() > 0 {
+		if n > 0 && fault() {
 			// A partition is known not to answer: give the stragglers as
 			// long again as the others took.
 			wait = min(wait, max(minStragglerWait, last.Sub(start)))
+		}
+		if n == 0 {
+			last = start
 		}
 		if ended.After(last) {
 			last = ended
@@ -735,28 +774,35 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 		if n == len(rs) {
 			return c.results
 		}
-		if timer == nil && (n > 0 || !ended.IsZero()) {
-			timer = time.NewTimer(time.Until(deadline(n, last)))
-		}
-		var expired <-chan time.Time
-		if timer != nil {
-			expired = timer.C
+		if !armed && n > 0 {
+			timer.Reset(time.Until(deadline(n, last)))
+			armed = true
 		}
 		select {
 		case <-c.wake:
 		case <-done:
 			done, ended = nil, time.Now()
-			if timer != nil {
-				timer.Reset(time.Until(deadline(n, last)))
-			}
-		case <-expired:
+			timer.Reset(time.Until(deadline(n, last)))
+			armed = true
+		case <-timer.C:
 			// Results that came since the timer was set (the promises
 			// wake this loop for the first and the last only) move the
 			// deadline on.
 			c.mu.Lock()
 			n, last = len(c.results), c.last
 			c.mu.Unlock()
-			if d := time.Until(deadline(n, last)); d > 0 {
+			if !armed && n == 0 && p.ackedAt.Load() < start.UnixNano() && !fault() {
+				// Nothing acknowledged since the call began, here or in
+				// another call, and no fault known: the cluster is slow
+				// (or idle), not one of its partitions; wait on for ctx.
+				// A call whose records all went to a partition or topic
+				// that takes none while the others are written (a leader
+				// that does not answer, NOT_ENOUGH_REPLICAS, records that
+				// never leave the client) waited for its whole context,
+				// 30 s in a relay, holding its round's lanes and the
+				// other keys in them.
+				timer.Reset(p.straggler)
+			} else if d := time.Until(deadline(n, last)); d > 0 {
 				timer.Reset(d)
 			} else if p.abandon(c, rs, index, events, errs) {
 				return c.results
@@ -776,6 +822,7 @@ func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Rec
 		return false // the last came as the wait ended
 	}
 	c.abandoned = true
+	p.abandonedAt.Store(time.Now().UnixNano())
 	got := make(map[*kgo.Record]bool, len(c.results))
 	for _, res := range c.results {
 		got[res.Record] = true
