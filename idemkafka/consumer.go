@@ -281,6 +281,8 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	defer func() { stopCheck(); <-checkDone }() // before the client is closed
 
 	failedPolls := 0 // consecutive polls that returned only errors
+	// anew is when each topic was last consumed anew (see consumeAnew).
+	anew := map[string]time.Time{}
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if c.hasPending() {
@@ -304,7 +306,10 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			continue
 		}
 		fetchErr := false
-		var fenced, refused error
+		var (
+			fenced, refused error
+			gone            []string // topics the brokers no longer know by their IDs
+		)
 		fs.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
@@ -318,6 +323,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 				return
 			}
 			fetchErr = true
+			if errors.Is(err, kerr.UnknownTopicID) && topic != "" && !slices.Contains(gone, topic) {
+				gone = append(gone, topic)
+			}
 			if isGroupFailure(topic, err) {
 				c.logGroupFailure(topic, partition, err)
 				return
@@ -345,6 +353,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		}
 		gaveUp := c.cycle(ctx, cl, fs)
 		cl.AllowRebalance()
+		if len(gone) > 0 && ctx.Err() == nil {
+			c.consumeAnew(cl, gone, anew)
+		}
 		if ctx.Err() != nil {
 			// The stop's cycle has just tried the pending commits:
 			// another try in the revoke of Close would wait for a
@@ -372,6 +383,45 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			backoff.Sleep(ctx, backoff.Jitter(c.cfg.Retry.Backoff(c.cfg.Retry.Attempts)), fencedCh)
 		}
 	}
+}
+
+// consumeAnewInterval is the least time between two purges of one topic
+// by consumeAnew: a broker that does not know a topic's ID yet (its
+// metadata lagging) answers UNKNOWN_TOPIC_ID too, for a while.
+const consumeAnewInterval = 10 * time.Second
+
+// consumeAnew makes cl consume topics anew, the brokers no longer knowing
+// them by the IDs cl fetches them with (UNKNOWN_TOPIC_ID: deleted, and
+// maybe created again by an operator fixing its partitions or settings).
+// kgo fetches a topic by the ID it first learned and never consumes a new
+// instance of it (franz-go's README, "Topic recreation"): the consumer
+// failed every fetch of it, logging each, until restarted, and the new
+// topic's records waited. Purged and added again, the topic is consumed
+// from the group's offsets for it, which Kafka deleted with the topic: so
+// from its start (ConsumeResetOffset), once it exists. The commits left
+// pending for it (offsets of the old instance) are dropped first: landing
+// on the new one, they would skip its records. anew (when each topic was
+// last purged) limits it to one purge per topic every consumeAnewInterval.
+func (c *Consumer[TTx]) consumeAnew(cl *kgo.Client, topics []string, anew map[string]time.Time) {
+	now := time.Now()
+	topics = slices.DeleteFunc(topics, func(t string) bool { return now.Sub(anew[t]) < consumeAnewInterval })
+	if len(topics) == 0 {
+		return
+	}
+	for _, t := range topics {
+		anew[t] = now
+	}
+	c.pendingMu.Lock()
+	for k := range c.pending {
+		if slices.Contains(topics, k.topic) {
+			delete(c.pending, k)
+		}
+	}
+	c.pendingMu.Unlock()
+	cl.PurgeTopicsFromConsuming(topics...)
+	cl.AddConsumeTopics(topics...)
+	c.cfg.Logger.Warn("idemkafka: the brokers no longer know the topics by their IDs (deleted, maybe created again): consuming them anew, from the group's offsets, or from their start once they exist",
+		"group", c.cfg.Group, "topics", topics)
 }
 
 // fenceHook signals ch when the group session ends because another member

@@ -108,6 +108,13 @@
 //     the log start by default: the records in between are never applied.
 //     The consumer logs it at WARN (with the topic, the partition and the
 //     offset the group was at); kgo alone did not say it.
+//   - A topic deleted while consumed (and maybe created again, to change
+//     its partitions or settings) answers UNKNOWN_TOPIC_ID: kgo fetches a
+//     topic by the ID it first learned and never consumes a new instance
+//     of it, so the consumer purges the topic from its client and
+//     subscribes to it again (WARN), dropping the offsets it had left to
+//     commit for it: the new topic is consumed from its start (Kafka
+//     deleted the group's offsets with the old one), once it exists.
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
 //
