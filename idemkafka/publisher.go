@@ -206,17 +206,17 @@ type Publisher struct {
 	// waiting counts the records that Publish calls stopped waiting for
 	// (ErrOutcomeUnknown) and the client still holds; waitingKeys counts
 	// them by key. Guarded by waitMu, waiting also read without it.
-	waitMu  sync.Mutex
-	waiting atomic.Int64
+	waitMu      sync.Mutex
+	waiting     atomic.Int64
+	waitingKeys map[string]int
+	// waitCap is half of the client's MaxBufferedRecords: with that many
+	// records waiting, Publish produces nothing more.
+	waitCap int64
 	// abandonedAt is when a produce last stopped waiting for records
 	// (UnixNano; 0: never): see faultMemory. ackedAt is when the broker
 	// last acknowledged a record a produce waited for.
 	abandonedAt atomic.Int64
 	ackedAt     atomic.Int64
-	waitingKeys map[string]int
-	// waitCap is half of the client's MaxBufferedRecords: with that many
-	// records waiting, Publish produces nothing more.
-	waitCap int64
 	// written holds the events whose records the broker acknowledged
 	// after Publish stopped waiting for them (guarded by waitMu, its size
 	// in writtenN): handed over again before the relay marked them (it
