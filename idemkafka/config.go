@@ -154,7 +154,9 @@ type ConsumerConfig[TTx any] struct {
 	// committed offset (one added to the topic, or a group whose offsets
 	// expired or were deleted) is then consumed from its first record, the
 	// inbox dropping what it applied already; at the end, the records
-	// written there before the group took the partition are skipped.
+	// written there before the group took the partition are skipped, and
+	// Run WARNs at start (kgo.NewOffset().AfterMilli starts a new group at
+	// a time, and new partitions at their start).
 	// The consumer sets the seeds, the
 	// group, the topics, DisableAutoCommit and BlockRebalanceOnPoll after
 	// them, so those cannot be overridden. OnPartitionsAssigned, Revoked,

@@ -98,6 +98,10 @@ type Consumer[TTx any] struct {
 	// in ExtraOpts), empty for a dynamic member.
 	instanceID string
 
+	// resetAtEnd: ExtraOpts set kgo.ConsumeResetOffset at the log's end
+	// (see Run's warning).
+	resetAtEnd bool
+
 	// pending holds, per owned partition, the last applied record whose
 	// offset commit failed, until a commit of it or a later record of the
 	// partition succeeds, or the partition is revoked or lost.
@@ -201,6 +205,9 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	c.userRevoked, _ = probe.OptValue(kgo.OnPartitionsRevoked).(partitionsCallback)
 	c.userLost, _ = probe.OptValue(kgo.OnPartitionsLost).(partitionsCallback)
 	c.userBlocked, _ = probe.OptValue(kgo.OnPartitionsCallbackBlocked).(func(context.Context, *kgo.Client))
+	if o, ok := probe.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); ok && o.EpochOffset().Offset == -1 {
+		c.resetAtEnd = true // NewOffset(), AtEnd(), with or without Relative
+	}
 
 	// Records of transactions their producer aborted never happened: read
 	// committed ones only (kgo's default reads them all). Partitions
@@ -270,6 +277,14 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Logger.Info("idemkafka: consumer started", "group", c.cfg.Group, "topics", c.cfg.Topics, "consumer", c.in.Consumer())
+	if c.resetAtEnd {
+		// Java's auto.offset.reset=latest, and as silent: kgo applies it
+		// to every partition without an offset, not only at the group's
+		// first start.
+		c.cfg.Logger.Warn("idemkafka: kgo.ConsumeResetOffset is at the log's end: a partition without a committed offset (added to a topic, a group whose offsets were deleted or expired) or past its retention is consumed from its end, and the records written there before are never applied; "+
+			"kgo's default, the log start, skips nothing (the inbox drops what was applied); to start a new group at the end of its topics, use kgo.NewOffset().AfterMilli(a time)",
+			"group", c.cfg.Group, "topics", c.cfg.Topics)
+	}
 	// One look at the topics, beside the polls: a consumer of a missing
 	// topic would wait silently.
 	checkCtx, stopCheck := context.WithCancel(ctx)

@@ -2,6 +2,8 @@ package idemkafka_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -113,6 +116,41 @@ func TestMetadataMaxAgeOptions(t *testing.T) {
 			kc.Produce(t, topic, recordsOf(topic, evs...)...)
 			waitFor(t, 30*time.Second, "the consumer applies", func() bool { return distinct(t, b, "billing") >= len(evs) })
 			mustStop(t, inst)
+		})
+	}
+}
+
+// A consumer whose ExtraOpts set kgo.ConsumeResetOffset at the log's end
+// (Java's auto.offset.reset=latest, a habit) skips the records written to
+// a partition before its group took it (a partition added to the topic, a
+// group deleted): Run says so at start, which it did not.
+func TestConsumeResetOffsetAtEndWarned(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+		warn bool
+	}{
+		{"default", nil, false},
+		{"start", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, false},
+		{"end", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())}, true},
+		{"end relative", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd().Relative(-10))}, true},
+		{"after a time", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().UnixMilli()))}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setupSQLite(t)
+			logs := &testlog.Buffer{}
+			cfg := consumerConfig(kc, b, "billing", kafkatest.Name("g"), nil, topic)
+			cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			cfg.ExtraOpts = append(cfg.ExtraOpts, tc.opts...)
+			inst := start(t, b, "billing", cfg)
+			waitFor(t, 10*time.Second, "the consumer started", func() bool { return strings.Contains(logs.String(), "consumer started") })
+			mustStop(t, inst)
+			if warned := strings.Contains(logs.String(), "ConsumeResetOffset is at the log's end"); warned != tc.warn {
+				t.Errorf("warned %v; want %v; logs:\n%s", warned, tc.warn, logs.String())
+			}
 		})
 	}
 }
