@@ -155,7 +155,11 @@ type Config struct {
 	// outcome before answering 409 with Retry-After. Defaults to 5s; NoWait
 	// answers at once. At most 1h. On PostgreSQL the wait is bounded by a
 	// lock_timeout of Wait, and the role's statement_timeout is off for it
-	// (a shorter one would cut it short).
+	// (a shorter one would cut it short). In ModeTx on a driver.TxClaimer
+	// (idem's drivers) one duplicate per key and middleware waits in the
+	// store, holding a connection; the others wait in memory for its turn,
+	// so that copies of one slow request cannot take every connection of
+	// the pool from other principals.
 	Wait time.Duration
 	// RetryAfter is the Retry-After sent with 409 request-in-progress and
 	// 503 answers. Defaults to 1s.

@@ -30,6 +30,7 @@ type Middleware[TTx any] struct {
 	cfg           Config
 	replayHeaders []string
 	cache         *replayCache // nil when disabled (cache.go)
+	waits         waitGates    // one duplicate per key waits in the store (waitgate.go)
 }
 
 // New returns a middleware storing its records through drv. cfg may be nil

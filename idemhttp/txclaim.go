@@ -27,10 +27,32 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 	ctx := cmd.r.Context()
 	waited := false
 	lost := 0 // records stored by another writer while the handler ran
+	// turn is the key's turn to wait in the store (waitGates) while this
+	// request holds it: given back once the claim returned, or when a
+	// hook or the driver panics.
+	var turn func()
+	defer func() {
+		if turn != nil {
+			turn()
+		}
+	}()
 	for polls := 0; ; polls++ {
 		p := &driver.TxClaimParams{Scope: cmd.scope, Key: cmd.key, Now: m.cfg.Now()}
 		if waited {
-			// Another transaction holds the key: wait for it, bounded.
+			// Another transaction holds the key: wait for it, bounded,
+			// holding a connection only when no other duplicate of this
+			// middleware waits for it already.
+			if p.Wait = m.waitLeft(cmd); p.Wait <= 0 {
+				m.inProgress(cmd)
+				return
+			}
+			var ok bool
+			if turn, ok = m.waits.acquire(ctx, cacheKey{cmd.scope, cmd.key}, p.Wait); !ok {
+				if ctx.Err() == nil {
+					m.inProgress(cmd)
+				}
+				return
+			}
 			if p.Wait = m.waitLeft(cmd); p.Wait <= 0 {
 				m.inProgress(cmd)
 				return
@@ -38,6 +60,12 @@ func (m *Middleware[TTx]) serveTxClaim(tc driver.TxClaimer[TTx], cmd *command, n
 		}
 		span := m.span(cmd, "idem.http.claim")
 		tx, res, err := tc.BeginClaim(ctx, p)
+		if turn != nil {
+			// The next duplicate waits for this request's lock, if it
+			// got it.
+			turn()
+			turn = nil
+		}
 		if err == nil && res.Locked {
 			switch m.lockedTx(cmd, next, tc, tx, res.Record, span) {
 			case lockedAnswered:
