@@ -47,7 +47,13 @@
 // is a demonstration, not authentication); a request without Authorization
 // belongs to one shared anonymous principal; any other Authorization is
 // rejected with 401. Idempotency keys are scoped by principal, so two
-// principals using the same key execute independently.
+// principals using the same key execute independently. The GET endpoints
+// of payments, orders and summaries answer any principal: there is no
+// ownership. /metrics, /healthz, /livez and /v1/kafka (which names the
+// Kafka brokers) need no Authorization and share -addr with the API:
+// behind a public ingress or load balancer, route only the /v1/payments,
+// /v1/orders and /v1/customers paths, and scrape and probe the others
+// from the internal network.
 //
 // The database is PostgreSQL for a postgres:// URL and SQLite otherwise;
 // idem's tables and the domain tables live in the same database, so that in
