@@ -85,8 +85,11 @@ type Config struct {
 	// hash of the Authorization header: a client that refreshes its token
 	// between two attempts of one operation gets a new scope, and its retry
 	// executes again; requests authenticated another way (cookies, mTLS,
-	// an API-key header) all share the anonymous scope. New logs a warning
-	// when Scope is not set.
+	// an API-key header) all share the anonymous scope; and the hash is a
+	// fast, unsalted one, kept in every record and log line of the key: of
+	// a guessable credential (HTTP Basic with a password) it lets whoever
+	// reads the table or the logs find the password offline. New logs a
+	// warning when Scope is not set.
 	//
 	// Scope may read r.Body (an authenticator checking an HMAC signature
 	// over it) and leave it read, closed or replaced: its first read has

@@ -14,7 +14,9 @@ const AnonymousPrincipal = "anonymous"
 
 // DefaultScope identifies the principal by the Authorization header: the
 // first 16 bytes of its SHA-256, hex-encoded, so that credentials are never
-// stored. Requests without the header share AnonymousPrincipal.
+// stored as they are. It is unsalted: a guessable credential (HTTP Basic
+// with a password) can be found from it offline; records and log lines
+// hold it. Requests without the header share AnonymousPrincipal.
 func DefaultScope(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
