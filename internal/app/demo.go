@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,6 +121,8 @@ var errLostResponse = errors.New("demo: response lost on purpose after the serve
 // demoConfig is the configuration of idemd demo.
 type demoConfig struct {
 	url, kafka, topic, token string
+	// shownURL is url for messages: its password (user info) hidden.
+	shownURL string
 	// auth is how step 3 connects to Kafka: idemd's TLS and SASL
 	// settings, with the same flags and environment variables.
 	auth                KafkaAuth
@@ -221,7 +224,7 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 	case fs.NArg() > 0:
 		return demoConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case !strings.HasPrefix(cfg.url, "http://") && !strings.HasPrefix(cfg.url, "https://"):
-		return demoConfig{}, fmt.Errorf("-url %q: want http://host:port", cfg.url)
+		return demoConfig{}, fmt.Errorf("-url %s: want http://host:port", redactURL(cfg.url))
 	case cfg.orders < 1 || cfg.orders > 100_000:
 		return demoConfig{}, fmt.Errorf("-orders %d: want 1 to 100000", cfg.orders)
 	case cfg.concurrency < 1 || cfg.concurrency > 256:
@@ -232,6 +235,12 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 		return demoConfig{}, fmt.Errorf("-timeout %s: want a positive duration like 2m", cfg.timeout)
 	}
 	cfg.url = strings.TrimRight(cfg.url, "/")
+	u, err := url.Parse(cfg.url)
+	if err != nil {
+		// Its message quotes the URL, password included.
+		return demoConfig{}, fmt.Errorf("-url %s: not a URL (percent-encode a /, ?, # or @ in its password): want http://host:port", redactURL(cfg.url))
+	}
+	cfg.shownURL = u.Redacted()
 	if cfg.kafka = strings.TrimSpace(cfg.kafka); cfg.kafka != "" {
 		k, err := ParseKafka(cfg.kafka)
 		if err != nil || k.Mode != KafkaBrokers {
@@ -600,7 +609,7 @@ func (d *demo) health(ctx context.Context) error {
 			break
 		}
 		if !waited {
-			d.log.Info("demo: idemd does not answer yet; waiting for it", "url", d.cfg.url, "up_to", demoStartWait.String())
+			d.log.Info("demo: idemd does not answer yet; waiting for it", "url", d.cfg.shownURL, "up_to", demoStartWait.String())
 		}
 		select {
 		case <-wctx.Done():
@@ -609,14 +618,14 @@ func (d *demo) health(ctx context.Context) error {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("idemd at %s: stopped while waiting for it to answer: %w", d.cfg.url, err)
+			return fmt.Errorf("idemd at %s: stopped while waiting for it to answer: %w", d.cfg.shownURL, err)
 		}
-		return fmt.Errorf("idemd at %s does not answer (waited %s): %w", d.cfg.url, demoStartWait, err)
+		return fmt.Errorf("idemd at %s does not answer (waited %s): %w", d.cfg.shownURL, demoStartWait, err)
 	}
 	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer hcancel()
 	if status != http.StatusOK {
-		return fmt.Errorf("idemd at %s: GET /healthz answered %d", d.cfg.url, status)
+		return fmt.Errorf("idemd at %s: GET /healthz answered %d", d.cfg.shownURL, status)
 	}
 	// With -kafka off no saga and no projection run: nothing would settle.
 	// One attempt: idemclient would retry the 503.
@@ -628,12 +637,12 @@ func (d *demo) health(ctx context.Context) error {
 	d.authorize(req)
 	resp, err := (&http.Client{Transport: d.tr}).Do(req)
 	if err != nil {
-		return fmt.Errorf("idemd at %s: %w", d.cfg.url, err)
+		return fmt.Errorf("idemd at %s: %w", d.cfg.shownURL, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	_ = resp.Body.Close()
 	if resp.StatusCode == http.StatusServiceUnavailable {
-		return fmt.Errorf("idemd at %s runs with -kafka off: no order saga and no projection to check", d.cfg.url)
+		return fmt.Errorf("idemd at %s runs with -kafka off: no order saga and no projection to check", d.cfg.shownURL)
 	}
 	if d.cfg.reproduce && d.cfg.kafka == "" {
 		d.discoverKafka(hctx)
@@ -1653,7 +1662,7 @@ func (r *demoReport) print(w io.Writer) {
 	if r.cfg.kafka == "" {
 		kafka = "no kafka"
 	}
-	_, _ = fmt.Fprintf(w, "idemd demo against %s (%s)\n", r.cfg.url, kafka)
+	_, _ = fmt.Fprintf(w, "idemd demo against %s (%s)\n", r.cfg.shownURL, kafka)
 	_, _ = fmt.Fprintf(w, "run %s, seed %d: %d orders of %d customers (customer_id %d..%d)\n\n",
 		r.runID, r.cfg.seed, r.cfg.orders, r.customers, r.base+1, r.base+int64(r.customers))
 	const format = "%-16s %8s %9s %6s %15s %5s %8s\n"

@@ -533,3 +533,29 @@ func TestDemoChecksMoney(t *testing.T) {
 		})
 	}
 }
+
+// A password in -url (user info, for a proxy with HTTP Basic in front of
+// idemd) is never printed: not in the log line while waiting, not in the
+// error, not in a malformed URL's error, nor in a refused -url's.
+func TestDemoURLPasswordNotShown(t *testing.T) {
+	t.Parallel()
+	const secret = "Zq9SecretPW"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	for _, url := range []string{
+		strings.Replace(srv.URL, "http://", "http://user:"+secret+"@", 1), // 503 at once
+		"http://user:" + secret + "@127.0.0.1:1",                          // waits, then ctx ends
+		"http://user:" + secret + "/x@127.0.0.1:1",                        // a malformed URL
+		"user:" + secret + "@127.0.0.1:1",                                 // refused: no scheme
+	} {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		code := runDemo(ctx, []string{"-url", url, "-orders", "1", "-seed", "1"}, func(string) string { return "" }, nil, &stdout, &stderr)
+		cancel()
+		if out := stdout.String() + stderr.String(); code == 0 || strings.Contains(out, secret) {
+			t.Errorf("-url %s: exit %d, output shows the password:\n%s", url, code, out)
+		}
+	}
+}
