@@ -221,3 +221,14 @@ func mustRefuse(t *testing.T, args []string, env map[string]string, mention stri
 		t.Errorf("message %q: want one line mentioning %q, no password", msg, mention)
 	}
 }
+
+// The hint for a keyword/value connection string does not tell a service
+// that verifies its database's certificate to turn TLS off: the URL it
+// suggests keeps the string's parameters, sslmode included.
+func TestKeywordDSNHintKeepsTLS(t *testing.T) {
+	t.Parallel()
+	_, err := app.ParseDatabase("host=db.example user=app password=secret sslmode=verify-full")
+	if err == nil || strings.Contains(err.Error(), "sslmode=disable") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("error %v: want a hint that neither turns TLS off nor shows the password", err)
+	}
+}

@@ -87,7 +87,8 @@ func sqlitePath(p string) (Database, error) {
 	case keywordDSNRe.MatchString(p):
 		// Not quoted back: it may hold a password.
 		return Database{}, errors.New("the database looks like a PostgreSQL keyword/value connection string (host=... user=...), " +
-			"which would be taken for a SQLite file name: give a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=disable")
+			"which would be taken for a SQLite file name: give a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=MODE, " +
+			"with the string's other parameters (sslmode, sslrootcert, ...) as query parameters")
 	}
 	return Database{Kind: SQLite, Path: p}, nil
 }
