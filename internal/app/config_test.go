@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"strings"
@@ -230,5 +232,24 @@ func TestKeywordDSNHintKeepsTLS(t *testing.T) {
 	_, err := app.ParseDatabase("host=db.example user=app password=secret sslmode=verify-full")
 	if err == nil || strings.Contains(err.Error(), "sslmode=disable") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error %v: want a hint that neither turns TLS off nor shows the password", err)
+	}
+}
+
+// Credentials written into -kafka (user:password@host:port, as in some
+// clients' URLs) are refused without being quoted back, by idemd and by
+// idemd demo.
+func TestKafkaCredentialsNotShown(t *testing.T) {
+	t.Parallel()
+	const secret = "Zq9SecretPW"
+	for _, v := range []string{"u:" + secret + "@kafka-1:9092", "kafka-1:9092,sasl_ssl://u:" + secret + "@kafka-2:9093"} {
+		_, err := app.ParseKafka(v)
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("ParseKafka(%q): %v: want an error without the password", v, err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := app.Run(context.Background(), []string{"demo", "-kafka", v}, func(string) string { return "" }, &stdout, &stderr)
+		if out := stdout.String() + stderr.String(); code != 2 || strings.Contains(out, secret) {
+			t.Errorf("idemd demo -kafka %q: exit %d, want 2 without the password:\n%s", v, code, out)
+		}
 	}
 }

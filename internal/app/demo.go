@@ -244,7 +244,7 @@ func parseDemo(args []string, getenv func(string) string) (demoConfig, error) {
 	if cfg.kafka = strings.TrimSpace(cfg.kafka); cfg.kafka != "" {
 		k, err := ParseKafka(cfg.kafka)
 		if err != nil || k.Mode != KafkaBrokers {
-			return demoConfig{}, fmt.Errorf("-kafka %q: want the seed brokers host:port[,host:port...] of the running idemd", cfg.kafka)
+			return demoConfig{}, fmt.Errorf("-kafka %q: want the seed brokers host:port[,host:port...] of the running idemd", hideUserInfo(cfg.kafka))
 		}
 		cfg.kafka = k.Brokers
 	}

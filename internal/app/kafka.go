@@ -70,11 +70,30 @@ func ParseKafka(s string) (Kafka, error) {
 			_, _ = fmt.Sscan(m[3], &port)
 		}
 		if m == nil || port < 1 || port > 65535 {
+			if strings.Contains(s, "@") {
+				// USER:PASSWORD@HOST:PORT, as in some clients' URLs: not
+				// quoted back.
+				return Kafka{}, fmt.Errorf("bad Kafka broker %q in %q: want embedded, off or host:port[,host:port...] like kafka-1:9092; "+
+					"credentials are not read from it: give -kafka-sasl, -kafka-sasl-user and %s or -kafka-sasl-password-file",
+					hideUserInfo(b), hideUserInfo(s), EnvKafkaSASLPassword)
+			}
 			return Kafka{}, fmt.Errorf("bad Kafka broker %q in %q: want embedded, off or host:port[,host:port...] like kafka-1:9092", b, s)
 		}
 		seeds = append(seeds, b)
 	}
 	return Kafka{Mode: KafkaBrokers, Brokers: strings.Join(seeds, ",")}, nil
+}
+
+// hideUserInfo is a -kafka value with what precedes each broker's '@' (a
+// user and password) hidden.
+func hideUserInfo(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		if at := strings.LastIndexByte(p, '@'); at >= 0 {
+			parts[i] = "(hidden)" + p[at:]
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // CheckTopic applies Kafka's rules for topic names (idemkafka.CheckTopic):
