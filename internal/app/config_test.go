@@ -253,3 +253,16 @@ func TestKafkaCredentialsNotShown(t *testing.T) {
 		}
 	}
 }
+
+// A PostgreSQL URL that lost its scheme (//user:password@host/db) is not
+// taken for a SQLite file name and printed, password included: it is
+// refused without being quoted back.
+func TestURLWithoutSchemeNotShown(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"//app:Zq9SecretPW@db:5432/pay", "sqlite://app:Zq9SecretPW@db:5432/pay"} {
+		d, err := app.ParseDatabase(v)
+		if err == nil || strings.Contains(err.Error(), "Zq9SecretPW") {
+			t.Errorf("ParseDatabase(%q) = %v, %v: want an error without the password", v, d, err)
+		}
+	}
+}

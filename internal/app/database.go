@@ -36,6 +36,9 @@ var (
 	// ("host=db user=app password=..."), which pgx accepts but -db does
 	// not: it would be taken for a SQLite file name.
 	keywordDSNRe = regexp.MustCompile(`(?i)(^|\s)(host|hostaddr|port|user|password|dbname|sslmode|service|connect_timeout)\s*=`)
+	// userInfoRe finds a URL that lost its scheme ("//app:secret@db/pay"):
+	// USER:PASSWORD@ in the first segment of what would be a file name.
+	userInfoRe = regexp.MustCompile(`^(//)?[^/@:]*:[^/@]*@`)
 )
 
 // ParseDatabase reads the -db setting:
@@ -44,7 +47,9 @@ var (
 //   - sqlite:PATH (sqlite:///abs/path works too): SQLite file PATH.
 //   - anything without a scheme: a SQLite file path.
 //
-// Any other scheme is an error, as is a PATH containing '?'.
+// Any other scheme is an error, as is a PATH containing '?', one that looks
+// like a keyword/value connection string, or one that looks like a URL
+// without its scheme (USER:PASSWORD@HOST...).
 func ParseDatabase(s string) (Database, error) {
 	if strings.TrimSpace(s) == "" {
 		return Database{}, fmt.Errorf("no database given")
@@ -84,6 +89,10 @@ func sqlitePath(p string) (Database, error) {
 		return Database{}, fmt.Errorf("an in-memory SQLite database (%s) loses everything at a restart: give a file path", p)
 	case strings.ContainsAny(p, "?#"):
 		return Database{}, fmt.Errorf("SQLite path %q must not contain '?' or '#'", p)
+	case userInfoRe.MatchString(p):
+		// Not quoted back: it holds a password.
+		return Database{}, errors.New("the database looks like a URL without its scheme (USER:PASSWORD@HOST...), " +
+			"which would be taken for a SQLite file name: give postgres://USER:PASSWORD@HOST:PORT/DBNAME")
 	case keywordDSNRe.MatchString(p):
 		// Not quoted back: it may hold a password.
 		return Database{}, errors.New("the database looks like a PostgreSQL keyword/value connection string (host=... user=...), " +
