@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -55,12 +56,18 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		st.Failures++
 		st.Err = err
 		dbFails++
+		// A partition already reported stalled is logged at ERROR
+		// every stallAfter instead (trackStall).
+		level := slog.LevelWarn
+		if c.stallReported(p.Topic, p.Partition) {
+			level = slog.LevelDebug
+		}
 		if dbFails >= attempts {
-			c.cfg.Logger.Warn("idemkafka: giving up on the batch for now; the partition is rewound and polled again",
+			c.cfg.Logger.Log(ctx, level, "idemkafka: giving up on the batch for now; the partition is rewound and polled again",
 				"topic", p.Topic, "partition", p.Partition, "tries", dbFails, "err", err)
 			return false
 		}
-		c.cfg.Logger.Warn("idemkafka: batch failed; retrying",
+		c.cfg.Logger.Log(ctx, level, "idemkafka: batch failed; retrying",
 			"topic", p.Topic, "partition", p.Partition, "try", dbFails, "err", err)
 		return sleep(ctx, c.cfg.Retry.Backoff(dbFails))
 	}
@@ -89,6 +96,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 					// owner, as after a database failure.
 					break
 				}
+				st.stuck = recs[pos]
 				if !transient(err) {
 					break
 				}
@@ -128,6 +136,9 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			ee *inbox.EventError
 			be *inbox.BulkError
 			i  = -1 // the record the handler failed on
+			// at is the record a database failure is on: the one
+			// the handler's database fault named, else the first.
+			at = recs[pos]
 		)
 		// oneAtATime: one of several records is at fault, but which one
 		// is not known; nothing of [pos, end) is applied. The next rounds
@@ -167,6 +178,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			// deadlock, a lock or statement timeout, a lost
 			// connection, idem's tables missing. Retried as a
 			// database failure, never dead-lettered.
+			at = recs[i]
 			i = -1
 		}
 		if i < 0 && ctx.Err() != nil {
@@ -175,6 +187,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			break
 		}
 		if i < 0 {
+			st.stuck = at
 			// The database failed: nothing of [pos, end) is applied
 			// (or, after a failed COMMIT, maybe all of it: a redelivery
 			// is skipped then). Retry the same records.

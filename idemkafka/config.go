@@ -183,7 +183,9 @@ type ConsumerConfig[TTx any] struct {
 	// again every few seconds, is logged when it starts, then at most
 	// every 30 seconds with the tries not logged, and at INFO when the
 	// group is joined again; a fetch error of a topic or partition is
-	// logged each time.
+	// logged each time. A partition that applies nothing for a minute (a
+	// record failing on a database fault at every try) is logged at ERROR,
+	// then every minute while it lasts, instead of at every try.
 	Logger *slog.Logger
 
 	// OnBatch, if set, is called once per partition batch, after its
@@ -250,6 +252,10 @@ type BatchStats struct {
 	// included), plus the poll's offset commit, which all its partitions
 	// share.
 	Duration time.Duration
+
+	// stuck is the record the batch's last database (or dead-letter
+	// topic) failure was on.
+	stuck *kgo.Record
 }
 
 func (c ConsumerConfig[TTx]) withDefaults() ConsumerConfig[TTx] {

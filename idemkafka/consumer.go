@@ -114,6 +114,27 @@ type Consumer[TTx any] struct {
 	// commitFail limits the lines of failed offset commits (see
 	// logCommit).
 	commitFail groupFailures
+
+	// stalls holds the owned partitions that made no progress since a
+	// poll's tries of them all failed (see trackStall); nStalls is its
+	// length, read without the lock on the hot path.
+	stallMu    sync.Mutex
+	stalls     map[topicPartition]*stall
+	nStalls    atomic.Int32
+	stallAfter time.Duration
+}
+
+// stallAfter is how long a partition goes without progress (its first
+// record failing on a database or dead-letter topic fault, retried for
+// ever) before the consumer logs it at ERROR, and then how often it logs it
+// again while the stall lasts.
+const stallAfter = time.Minute
+
+// stall is a partition that has not moved on.
+type stall struct {
+	since  time.Time // the start of the first poll of it that applied nothing
+	logged time.Time // the last ERROR line; zero before the first
+	tries  int       // failed tries since
 }
 
 type topicPartition struct {
@@ -149,7 +170,7 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	if cfgv.Group == "" {
 		cfgv.Group = in.Consumer()
 	}
-	c := &Consumer[TTx]{in: in, cfg: cfgv.withDefaults()}
+	c := &Consumer[TTx]{in: in, cfg: cfgv.withDefaults(), stallAfter: stallAfter}
 
 	// Check the options on a client that never runs (see optionsView):
 	// NewConsumer does no I/O, also when ExtraOpts name topics (a client
@@ -259,6 +280,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	clear(c.pending)
 	c.pendingMu.Unlock()
 	c.groupFail.joined() // a failure of an earlier Run ended with it
+	c.clearStalls(nil)
 	c.commitFail.joined()
 
 	// fencedCh wakes a backoff between failed polls when another member
@@ -481,6 +503,9 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		}
 		// The partition's own time; the commit, shared, is added below.
 		stats[i].Duration = time.Since(started)
+		if ctx.Err() == nil {
+			c.trackStall(p, started, done, stats[i])
+		}
 		stats[i].Topic, stats[i].Partition, stats[i].Records = p.Topic, p.Partition, len(p.Records)
 		if done > 0 {
 			commits = append(commits, p.Records[done-1])
@@ -624,6 +649,112 @@ func (c *Consumer[TTx]) takePending(ps map[string][]int32) []*kgo.Record {
 	return out
 }
 
+// trackStall records what a poll did to partition p, whose records it
+// started applying at started and of which it handled the first done: a
+// partition that applied nothing (its first record failed every try on a
+// database or dead-letter topic fault, and was rewound) is stalled from
+// the first such poll until one applies a record. It is logged at ERROR
+// once it has been stalled c.stallAfter, then every c.stallAfter while it
+// lasts (the per-try warnings are at DEBUG meanwhile), and at INFO when it
+// moves again.
+func (c *Consumer[TTx]) trackStall(p kgo.FetchTopicPartition, started time.Time, done int, st BatchStats) {
+	if done > 0 && c.nStalls.Load() == 0 {
+		return
+	}
+	k := topicPartition{p.Topic, p.Partition}
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	s := c.stalls[k]
+	if done > 0 {
+		if s == nil {
+			return
+		}
+		delete(c.stalls, k)
+		c.nStalls.Store(int32(len(c.stalls)))
+		if !s.logged.IsZero() {
+			c.cfg.Logger.Info("idemkafka: partition moves again",
+				"group", c.cfg.Group, "consumer", c.in.Consumer(), "topic", p.Topic, "partition", p.Partition,
+				"offset", p.Records[0].Offset, "stalled_for", time.Since(s.since).Round(time.Millisecond), "tries", s.tries)
+		}
+		return
+	}
+	if s == nil {
+		if c.stalls == nil {
+			c.stalls = map[topicPartition]*stall{}
+		}
+		s = &stall{since: started}
+		c.stalls[k] = s
+		c.nStalls.Store(int32(len(c.stalls)))
+	}
+	s.tries += st.Failures
+	now := time.Now()
+	if now.Sub(s.since) < c.stallAfter || (!s.logged.IsZero() && now.Sub(s.logged) < c.stallAfter) {
+		return
+	}
+	s.logged = now
+	r := st.stuck
+	if r == nil {
+		r = p.Records[0]
+	}
+	var id string
+	if e, err := Envelope(r); err == nil {
+		id = e.ID.String()
+	}
+	c.cfg.Logger.Error("idemkafka: partition stalled: its next record keeps failing on a database (or dead-letter topic) fault, which is retried, never dead-lettered; "+
+		"it waits until the fault passes (a lock held by a stuck transaction, a statement over statement_timeout, the database down)",
+		"group", c.cfg.Group, "consumer", c.in.Consumer(), "topic", p.Topic, "partition", p.Partition,
+		"offset", r.Offset, "event_id", id, "stalled_for", now.Sub(s.since).Round(time.Millisecond), "tries", s.tries, "err", st.Err)
+}
+
+// stallReported reports whether the partition is stalled and was logged
+// at ERROR.
+func (c *Consumer[TTx]) stallReported(topic string, partition int32) bool {
+	if c.nStalls.Load() == 0 {
+		return false
+	}
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	s := c.stalls[topicPartition{topic, partition}]
+	return s != nil && !s.logged.IsZero()
+}
+
+// clearStalls forgets the stalls of ps (all of them if ps is nil): the
+// partitions are no longer owned, and their next owner tracks them.
+func (c *Consumer[TTx]) clearStalls(ps map[string][]int32) {
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	if ps == nil {
+		clear(c.stalls)
+	}
+	for topic, parts := range ps {
+		for _, p := range parts {
+			delete(c.stalls, topicPartition{topic, p})
+		}
+	}
+	c.nStalls.Store(int32(len(c.stalls)))
+}
+
+// Stalled returns how long the longest-stalled partition this consumer
+// owns has gone without progress: from the start of the first poll that
+// applied none of its records (every try of its next record failed on a
+// database or dead-letter topic fault, retried for ever and never
+// dead-lettered) until now; 0 when every partition moved on at its last
+// poll. It grows between polls, so a gauge read at scrape time alerts on a
+// partition stuck behind one record even while a try of it runs. Safe
+// for concurrent use.
+func (c *Consumer[TTx]) Stalled() time.Duration {
+	if c.nStalls.Load() == 0 {
+		return 0
+	}
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	var worst time.Duration
+	for _, s := range c.stalls {
+		worst = max(worst, time.Since(s.since))
+	}
+	return worst
+}
+
 // partitions returns the non-empty partitions of fs, each once, with its
 // records in offset order.
 func partitions(fs kgo.Fetches) []kgo.FetchTopicPartition {
@@ -667,6 +798,7 @@ func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked m
 	if len(revoked) > 0 {
 		c.cfg.Logger.Info("idemkafka: partitions revoked", "group", c.cfg.Group, "partitions", revoked)
 	}
+	c.clearStalls(revoked)
 	if recs := c.takePending(revoked); len(recs) > 0 {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		if err := cl.CommitRecords(cctx, recs...); err != nil {
@@ -695,6 +827,7 @@ func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[str
 		c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
 	}
 	c.takePending(lost)
+	c.clearStalls(lost)
 	if c.userLost != nil {
 		c.userLost(ctx, cl, lost)
 	}

@@ -84,6 +84,15 @@
 //     record is 42501 too: wrap it in [ErrPoison] to dead-letter the
 //     record). Any other handler error, an HTTP client's included, is the
 //     record's.
+//   - So one record whose own statement always fails on such a fault (a
+//     row locked by a transaction that never ends: lock_timeout, 55P03; a
+//     statement over statement_timeout, 57014) stalls its partition until
+//     an operator removes the cause. A partition that has applied nothing
+//     for a minute is logged at ERROR ("idemkafka: partition stalled",
+//     naming the topic, partition, offset, event ID and error), again
+//     every minute while it lasts (its per-try warnings drop to DEBUG
+//     meanwhile), and at INFO when it moves again; [Consumer.Stalled]
+//     measures it for a gauge to alert on.
 //   - A COMMIT refused by a constraint violation (a foreign key or a
 //     constraint trigger declared DEFERRABLE INITIALLY DEFERRED, checked at
 //     COMMIT) is the records' fault too, though it names none: the batch's

@@ -1,6 +1,10 @@
 package idemkafka
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // SetBeforeCommit installs a hook that runs after a poll's batches
 // committed in the database and before their offsets are committed.
@@ -10,3 +14,7 @@ func SetBeforeCommit[TTx any](c *Consumer[TTx], fn func(records []*kgo.Record)) 
 
 // StopCommitGrace is stopCommitGrace.
 const StopCommitGrace = stopCommitGrace
+
+// SetStallAfter sets how long a partition goes without progress before the
+// consumer reports it stalled (a minute by default).
+func SetStallAfter[TTx any](c *Consumer[TTx], d time.Duration) { c.stallAfter = d }

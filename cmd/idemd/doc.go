@@ -141,7 +141,10 @@
 // idemd_outbox_lag_seconds, its parked events as idemd_outbox_parked_total
 // (and those parked now, every 10s, as idemd_outbox_parked_events),
 // each consumer's work as idemd_inbox_events_total{consumer, result} and
-// each consumer group's lag (every 10s) as idemd_kafka_consumer_lag{group}.
+// each consumer group's lag (every 10s) as idemd_kafka_consumer_lag{group},
+// and how long a consumer's partition has been stalled behind a record
+// failing on a database fault as
+// idemd_kafka_consumer_stalled_seconds{consumer}.
 // idemd's own metrics start with idemd_; the Go runtime's and the
 // process's (go_*, process_*) are exported too.
 //

@@ -164,6 +164,9 @@
 // idemd_kafka_consumer_lag{group} and
 // idemd_kafka_consumer_lag_failures_total{group} (records the consumer
 // groups have not consumed, measured every 10s),
+// idemd_kafka_consumer_stalled_seconds{consumer} (how long a partition of
+// the consumer has applied nothing, behind a record failing on a database
+// fault),
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the
 // projection's and the saga's, labelled with their inbox names),

@@ -41,12 +41,15 @@ type metrics struct {
 	// caches are the replay caches of the idempotency middlewares, read
 	// when scraped.
 	caches *cacheCollector
+	// stalled is each consumer's Stalled, read when scraped.
+	stalled *stallCollector
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg:    prometheus.NewRegistry(),
-		caches: newCacheCollector("payments", "orders"),
+		reg:     prometheus.NewRegistry(),
+		caches:  newCacheCollector("payments", "orders"),
+		stalled: newStallCollector(ProjectionInbox, SagaInbox),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
@@ -129,7 +132,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting, m.caches,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting, m.caches, m.stalled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -213,6 +213,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		return err
 	}
 	a.consume = consumer.Run
+	a.metrics.stalled.use(ProjectionInbox, consumer.Stalled)
 	// The consumer groups' lag, measured by a client of its own (no
 	// group) at a steady pace, whatever the scrapes.
 	admin, err := kgo.NewClient(append(slices.Clone(clientOpts), kgo.SeedBrokers(seeds...))...)
@@ -268,6 +269,7 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 	if err != nil {
 		return err
 	}
+	a.metrics.stalled.use(SagaInbox, consumer.Stalled)
 	redriveFor := WatchdogRedriveFor
 	if a.cfg.Cleanup == CleanupOff {
 		redriveFor = 0 // the inboxes forget nothing

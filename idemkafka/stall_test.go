@@ -1,0 +1,179 @@
+package idemkafka_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// logLine is one line a recordLog kept.
+type logLine struct {
+	at    time.Time
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+// recordLog is a slog handler that keeps every line at INFO and above.
+type recordLog struct {
+	mu    *sync.Mutex
+	lines *[]logLine
+}
+
+func newRecordLog() recordLog { return recordLog{mu: &sync.Mutex{}, lines: &[]logLine{}} }
+
+func (h recordLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h recordLog) Handle(_ context.Context, r slog.Record) error {
+	l := logLine{at: r.Time, level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		l.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	h.mu.Lock()
+	*h.lines = append(*h.lines, l)
+	h.mu.Unlock()
+	return nil
+}
+func (h recordLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordLog) WithGroup(string) slog.Handler      { return h }
+
+// find returns the lines with a message starting with prefix.
+func (h recordLog) find(prefix string) []logLine {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []logLine
+	for _, l := range *h.lines {
+		if strings.HasPrefix(l.msg, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// since counts the lines at WARN and above logged after t.
+func (h recordLog) since(t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, l := range *h.lines {
+		if l.level >= slog.LevelWarn && l.at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// One record whose own statement always hits lock_timeout (55P03: a row
+// locked by a transaction that never ends) stalls its partition for good:
+// a database fault is never dead-lettered. The consumer says so at ERROR
+// once the partition has not moved for the stall bound (with the topic,
+// partition, offset, event ID and cause), then at most once per bound,
+// Stalled reports it for a gauge, and the per-try warnings stop; once the
+// lock is released the record is applied once, nothing is dead-lettered,
+// and an INFO line ends the incident. Before, the consumer logged three
+// WARN lines per try round for ever (about 15 a second here) and never an
+// ERROR, and nothing measured the stall.
+func TestStalledPartitionReported(t *testing.T) {
+	t.Parallel()
+	_, schema := testdb.Schema(t, 1)
+	b := postgresAt(t, schema, true)
+	admin := testdb.Pool(t, schema, 2)
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, `CREATE TABLE stall_lock (id int PRIMARY KEY); INSERT INTO stall_lock VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := admin.Begin(ctx) // a stuck transaction holding the row
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT id FROM stall_lock WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 3, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+	stuck := evs[1] // offset 1
+
+	logs := newRecordLog()
+	cfg := consumerConfig(kc, b, "billing", group, nil, topic)
+	cfg.Logger = slog.New(logs)
+	cfg.Handler = func(ctx context.Context, tx pgx.Tx, e event.Envelope) error {
+		if e.ID == stuck.ID {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '50ms'`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT id FROM stall_lock WHERE id = 1 FOR UPDATE`); err != nil {
+				return err
+			}
+		}
+		return b.effect(ctx, tx, "billing", e)
+	}
+	const bound = 500 * time.Millisecond
+	var c *idemkafka.Consumer[pgx.Tx]
+	inst := start(t, b, "billing", cfg, func(cc *idemkafka.Consumer[pgx.Tx]) {
+		c = cc
+		idemkafka.SetStallAfter(c, bound)
+	})
+
+	const stalledMsg = "idemkafka: partition stalled"
+	waitFor(t, 20*time.Second, "the stall's ERROR", func() bool { return len(logs.find(stalledMsg)) > 0 })
+	first := logs.find(stalledMsg)[0]
+	if first.level != slog.LevelError {
+		t.Errorf("stall logged at %v; want ERROR", first.level)
+	}
+	want := map[string]string{"topic": topic, "partition": "0", "offset": "1", "event_id": stuck.ID.String()}
+	for k, v := range want {
+		if first.attrs[k] != v {
+			t.Errorf("stall line: %s=%q; want %q (%v)", k, first.attrs[k], v, first.attrs)
+		}
+	}
+	if !strings.Contains(first.attrs["err"], "55P03") {
+		t.Errorf("stall line's err %q does not name the cause (55P03)", first.attrs["err"])
+	}
+	if s := c.Stalled(); s < bound {
+		t.Errorf("Stalled() = %v while the partition is stalled; want at least %v", s, bound)
+	}
+
+	// Bounded log volume while it lasts.
+	from := time.Now()
+	const window = 3 * time.Second
+	time.Sleep(window)
+	lines := logs.since(from)
+	t.Logf("%d WARN/ERROR lines in %v of a stalled partition", lines, window)
+	if limit := int(window/bound) + 2; lines > limit {
+		t.Errorf("%d WARN/ERROR lines in %v of a stalled partition; want at most %d (one ERROR per %v)", lines, window, limit, bound)
+	}
+	if s := c.Stalled(); s < window {
+		t.Errorf("Stalled() = %v after %v stalled; want it to grow", s, window)
+	}
+
+	// The lock goes: the partition moves on, every event applied once.
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "committed", func() bool { return allCommitted(t, kc, group, topic) })
+	waitFor(t, 5*time.Second, "the stall's end", func() bool { return len(logs.find("idemkafka: partition moves again")) > 0 })
+	if s := c.Stalled(); s != 0 {
+		t.Errorf("Stalled() = %v after the partition moved on; want 0", s)
+	}
+	mustStop(t, inst)
+	mustOnce(t, b, "billing", evs)
+	if s := inst.stats.get(); s.dead != 0 {
+		t.Errorf("%d dead-lettered; want 0 (a database fault is never the record's)", s.dead)
+	}
+}
