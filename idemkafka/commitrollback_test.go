@@ -126,5 +126,7 @@ func setupPostgresSQL(t testing.TB) *backend[*sql.Tx] {
 			}
 			return n
 		},
+		// A crash child runs pgdriver on the same schema.
+		env: []string{envBackend + "=postgres", envTarget + "=" + schema},
 	}
 }
