@@ -2,6 +2,7 @@ package idemkafka_test
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
@@ -175,5 +177,32 @@ func TestStalledPartitionReported(t *testing.T) {
 	mustOnce(t, b, "billing", evs)
 	if s := inst.stats.get(); s.dead != 0 {
 		t.Errorf("%d dead-lettered; want 0 (a database fault is never the record's)", s.dead)
+	}
+}
+
+// A consumer stopped while a partition is stalled owns no partition any
+// more, a static member's (which does not leave the group) included:
+// Stalled reports 0, not a stall that grows for ever on a gauge of a
+// consumer that is gone (the next owner reports it).
+func TestStalledClearedAtStop(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 1, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+	hook := func(event.Envelope) error {
+		return &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}
+	}
+	cfg := consumerConfig(kc, b, "billing", group, hook, topic)
+	cfg.InstanceID = "replica-0" // a static member does not leave the group when it stops
+	var c *idemkafka.Consumer[*sql.Tx]
+	inst := start(t, b, "billing", cfg, func(cc *idemkafka.Consumer[*sql.Tx]) { c = cc })
+	waitFor(t, 20*time.Second, "a stall", func() bool { return c.Stalled() > 0 })
+	mustStop(t, inst)
+	if s := c.Stalled(); s != 0 {
+		t.Errorf("Stalled() = %v after Run returned; want 0", s)
 	}
 }
