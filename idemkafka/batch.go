@@ -38,10 +38,15 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		envs     = make([]event.Envelope, len(recs)) // evs[i].Payload is &envs[i]
 		decErrs  = make([]error, len(recs))
 		attempts = c.cfg.Retry.Attempts
-		fail     = failure{idx: -1}
-		dbFails  int // consecutive database or dead-letter failures
-		single   int // records before it are applied one at a time
-		tried    bool
+		// dbAttempts bounds the tries of a database (or dead-letter
+		// topic) failure before the partition is rewound: one for a
+		// partition already stalled (a poll gave up on it and it has
+		// not moved since), until it moves.
+		dbAttempts = attempts
+		fail       = failure{idx: -1}
+		dbFails    int // consecutive database or dead-letter failures
+		single     int // records before it are applied one at a time
+		tried      bool
 	)
 	for i, r := range recs {
 		envs[i], decErrs[i] = Envelope(r)
@@ -62,7 +67,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		if c.stallReported(p.Topic, p.Partition) {
 			level = slog.LevelDebug
 		}
-		if dbFails >= attempts {
+		if dbFails >= dbAttempts {
 			c.cfg.Logger.Log(ctx, level, "idemkafka: giving up on the batch for now; the partition is rewound and polled again",
 				"topic", p.Topic, "partition", p.Partition, "tries", dbFails, "err", err)
 			return false
@@ -72,6 +77,9 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		return sleep(ctx, c.cfg.Retry.Backoff(dbFails))
 	}
 
+	if c.stalled(p.Topic, p.Partition) {
+		dbAttempts = 1
+	}
 	pos := 0
 	for pos < len(recs) {
 		if tried && ctx.Err() != nil {
@@ -104,7 +112,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			}
 			st.DeadLettered++
 			pos++
-			dbFails = 0
+			dbFails, dbAttempts = 0, attempts
 			fail = failure{idx: -1}
 			continue
 		}
@@ -128,7 +136,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 				fail = failure{idx: -1}
 			}
 			pos = end
-			dbFails = 0
+			dbFails, dbAttempts = 0, attempts
 			continue
 		}
 

@@ -202,7 +202,9 @@ type Retry struct {
 	// times a batch is tried when the database fails before the consumer
 	// gives up for this poll, rewinds the partition and, after one more
 	// backoff (Backoff(Attempts)), polls again (so a database outage never
-	// skips a record: it only slows the partition down). Defaults to 5.
+	// skips a record: it only slows the partition down); the later polls
+	// of a partition that a poll gave up on try it once each, until it
+	// moves. Defaults to 5.
 	Attempts int
 	// Backoff returns the pause before retry n (n >= 1 is the number of
 	// failed tries so far). Defaults to DefaultBackoff. The consumer waits

@@ -706,6 +706,17 @@ func (c *Consumer[TTx]) trackStall(p kgo.FetchTopicPartition, started time.Time,
 		"offset", r.Offset, "event_id", id, "stalled_for", now.Sub(s.since).Round(time.Millisecond), "tries", s.tries, "err", st.Err)
 }
 
+// stalled reports whether the partition is stalled: a poll gave up on it
+// and none has applied a record of it since.
+func (c *Consumer[TTx]) stalled(topic string, partition int32) bool {
+	if c.nStalls.Load() == 0 {
+		return false
+	}
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	return c.stalls[topicPartition{topic, partition}] != nil
+}
+
 // stallReported reports whether the partition is stalled and was logged
 // at ERROR.
 func (c *Consumer[TTx]) stallReported(topic string, partition int32) bool {

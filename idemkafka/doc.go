@@ -50,9 +50,10 @@
 //     rebalance timeout (kgo.RebalanceTimeout, 60 s by default) evicts the
 //     member: it loses its partitions, its offset commit is refused and
 //     the new owner's redelivery is skipped by the inbox. The whole poll
-//     counts, all its partitions in turn: during a database outage each
-//     of them takes up to Retry.Attempts tries and their backoffs before
-//     the partition is rewound: keep the rebalance timeout above the
+//     counts, all its partitions in turn: at the start of a database
+//     outage each of them takes up to Retry.Attempts tries and their
+//     backoffs before the partition is rewound (then one try per poll
+//     while it stays stalled, below): keep the rebalance timeout above the
 //     partitions of a poll × Retry.Attempts × (a failed try + its
 //     backoff), or lower Retry.
 //   - A handler error on record i of a batch rolls the batch back; the
@@ -92,7 +93,11 @@
 //     naming the topic, partition, offset, event ID and error), again
 //     every minute while it lasts (its per-try warnings drop to DEBUG
 //     meanwhile), and at INFO when it moves again; [Consumer.Stalled]
-//     measures it for a gauge to alert on.
+//     measures it for a gauge to alert on. A partition is tried once per
+//     poll, not Retry.Attempts times, from the poll after the first that
+//     gave up on it until it moves: the partitions of a poll are applied
+//     in turn, so each try of a record waiting on a lock holds the
+//     consumer's other partitions up for the lock wait.
 //   - A COMMIT refused by a constraint violation (a foreign key or a
 //     constraint trigger declared DEFERRABLE INITIALLY DEFERRED, checked at
 //     COMMIT) is the records' fault too, though it names none: the batch's

@@ -206,3 +206,52 @@ func TestStalledClearedAtStop(t *testing.T) {
 		t.Errorf("Stalled() = %v after Run returned; want 0", s)
 	}
 }
+
+// Once a partition is stalled (a poll's Retry.Attempts tries of its next
+// record all failed on a database fault), each later poll tries it once
+// before rewinding it, not Retry.Attempts times: every try of a record
+// stuck on a lock holds the consumer's other partitions up for as long as
+// the lock wait, and the retries of a fault that lasts would only repeat
+// it. Before, every poll tried it 5 times (with their backoffs) again.
+func TestStalledPartitionTriedOncePerPoll(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	topic := kc.Topic(t, "orders", 1)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	group := kafkatest.Name("g")
+	evs := newEvents(t, 1, 1)
+	kc.Produce(t, topic, recordsOf(topic, evs...)...)
+	hook := func(event.Envelope) error {
+		return &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}
+	}
+	cfg := consumerConfig(kc, b, "billing", group, hook, topic)
+	cfg.Retry = idemkafka.Retry{Attempts: 5, Backoff: func(int) time.Duration { return 10 * time.Millisecond }}
+	var (
+		mu    sync.Mutex
+		tries []int // failed tries of each poll of the partition
+	)
+	cfg.OnBatch = func(_ context.Context, s idemkafka.BatchStats) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries = append(tries, s.Failures)
+	}
+	inst := start(t, b, "billing", cfg)
+	waitFor(t, 20*time.Second, "5 polls", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(tries) >= 5
+	})
+	mustStop(t, inst)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("failed tries per poll: %v", tries)
+	if tries[0] != 5 {
+		t.Errorf("first poll: %d failed tries; want Retry.Attempts (5)", tries[0])
+	}
+	for i, n := range tries[1 : len(tries)-1] { // the last one may be cut short by the stop
+		if n != 1 {
+			t.Errorf("poll %d of the stalled partition: %d failed tries; want 1", i+2, n)
+		}
+	}
+}
