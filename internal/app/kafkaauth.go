@@ -173,6 +173,11 @@ func parseKafkaAuth(value func(string) string, given func(string) bool, source f
 		if pw == "" {
 			return KafkaAuth{}, fmt.Errorf("%s: the file %s is empty", source("kafka-sasl-password-file"), pwFile)
 		}
+		if strings.ContainsAny(pw, "\r\n") {
+			// Sent whole, the brokers would refuse it with no hint why.
+			return KafkaAuth{}, fmt.Errorf("%s: the file %s holds more than one line; it must hold the password alone, on one line",
+				source("kafka-sasl-password-file"), pwFile)
+		}
 		k.SASLPassword = Secret(pw)
 	case pwEnv != "":
 		k.SASLPassword = Secret(pwEnv)

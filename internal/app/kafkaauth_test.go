@@ -169,6 +169,7 @@ func TestParseConfigKafkaAuthErrors(t *testing.T) {
 	t.Parallel()
 	pki := newPKI(t)
 	emptyPW := writeFile(t, "empty", "\n")
+	twoLines := writeFile(t, "two-lines", "s3cret\nold-s3cret\n")
 	pwFile := writeFile(t, "password", "secret")
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	pw := map[string]string{"IDEMD_KAFKA_SASL_PASSWORD": "secret"}
@@ -197,6 +198,10 @@ func TestParseConfigKafkaAuthErrors(t *testing.T) {
 		{"password file unreadable", with("-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "u", "-kafka-sasl-password-file", missing), nil,
 			"-kafka-sasl-password-file"},
 		{"password file empty", with("-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "u", "-kafka-sasl-password-file", emptyPW), nil, "empty"},
+		// A file of two lines (an old password left under the new one, a
+		// key=value file) was sent whole as the password: the brokers
+		// refused it, for a reason the error could not tell.
+		{"password file of two lines", with("-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "u", "-kafka-sasl-password-file", twoLines), nil, "one line"},
 		{"password twice", with("-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "u", "-kafka-sasl-password-file", pwFile), pw, "not both"},
 		{"user without sasl", with("-kafka-sasl-user", "u"), nil, "without -kafka-sasl"},
 		{"password without sasl", k, pw, "IDEMD_KAFKA_SASL_PASSWORD without -kafka-sasl"},
