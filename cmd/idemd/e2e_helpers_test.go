@@ -220,6 +220,22 @@ func rejoinDelay(log string) (d time.Duration, ok bool) {
 	return d, len(started) > 0
 }
 
+// assignedAfter reads a process's text log: the longest time, over its
+// consumer groups that were assigned partitions at or after since, from
+// since to the first such assignment. ok is false when none was.
+func assignedAfter(log string, since time.Time) (d time.Duration, ok bool) {
+	seen := map[string]bool{}
+	for _, m := range consumerLogRe.FindAllStringSubmatch(log, -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil || at.Before(since) || m[2] != "partitions assigned" || seen[m[3]] {
+			continue
+		}
+		seen[m[3]] = true
+		d, ok = max(d, at.Sub(since)), true
+	}
+	return d, ok
+}
+
 // relayLogRe matches the text log lines of the relay's warnings and errors.
 var relayLogRe = regexp.MustCompile(`(?m)^time=(\S+) level=(WARN|ERROR) msg="(outbox: [^"]*)"(?:.* err="((?:[^"\\]|\\.)*)")?`)
 

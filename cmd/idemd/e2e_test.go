@@ -292,6 +292,14 @@ func replicaScenario(t *testing.T, n int, static bool) {
 				if static {
 					how = "restarted at once, a static member"
 				}
+				if !static {
+					// Where the time went: until the survivor's consumers
+					// took the dead replica's partitions (its session
+					// timeout, then a rebalance), then the backlog.
+					if j, ok := assignedAfter(replicas[1-victim].Load().stderr.String(), killed); ok {
+						how += fmt.Sprintf(", assigned to %s %.1f s after the kill", names[1-victim], j.Seconds())
+					}
+				}
 				t.Logf("failover: %.1f s (SIGKILL of %s at %d of %d orders answered; %d orders to settle; %s)",
 					d.Seconds(), names[victim], plan.last(), n, len(before), how)
 				if d > failoverLimit {
