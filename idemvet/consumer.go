@@ -70,8 +70,21 @@ func runConsumer(pass *analysis.Pass) (any, error) {
 		// The functions the records reach, then everything those call:
 		// a dedup in any of them (a helper that marks the event as
 		// processed) covers the writes.
-		reached := followCalls(decls, summary, s.recordCalls, func(s *consumerSummary) []*types.Func { return s.recordCalls })
-		for _, fn := range followCalls(decls, summary, append(reached, s.calls...), func(s *consumerSummary) []*types.Func { return s.calls }) {
+		// What is derived from a record (decoded into a variable of the
+		// service's type, a field of it) reaches the functions it is
+		// given to; in those, every parameter is the record's.
+		derived := make(map[*types.Func][]*types.Func)
+		fromParams := func(fn *types.Func, s *consumerSummary) []*types.Func {
+			out, ok := derived[fn]
+			if !ok {
+				out = append(derivedCalls(pass, decls[fn], fn), s.recordCalls...)
+				derived[fn] = out
+			}
+			return out
+		}
+		start := append(derivedCalls(pass, body, nil), s.recordCalls...)
+		reached := followCalls(decls, summary, start, fromParams)
+		for _, fn := range followCalls(decls, summary, append(reached, s.calls...), func(_ *types.Func, s *consumerSummary) []*types.Func { return s.calls }) {
 			if summary(decls[fn]).dedup {
 				return
 			}
@@ -91,7 +104,7 @@ func runConsumer(pass *analysis.Pass) (any, error) {
 // followCalls returns the package's functions (with a body in decls)
 // reachable from start through next, at most consumerMaxDepth calls deep,
 // each once, start included.
-func followCalls(decls map[*types.Func]*ast.BlockStmt, summary func(*ast.BlockStmt) *consumerSummary, start []*types.Func, next func(*consumerSummary) []*types.Func) []*types.Func {
+func followCalls(decls map[*types.Func]*ast.BlockStmt, summary func(*ast.BlockStmt) *consumerSummary, start []*types.Func, next func(*types.Func, *consumerSummary) []*types.Func) []*types.Func {
 	var out []*types.Func
 	seen := make(map[*types.Func]bool)
 	level := start
@@ -104,7 +117,7 @@ func followCalls(decls map[*types.Func]*ast.BlockStmt, summary func(*ast.BlockSt
 			}
 			seen[fn] = true
 			out = append(out, fn)
-			nextLevel = append(nextLevel, next(summary(body))...)
+			nextLevel = append(nextLevel, next(fn, summary(body))...)
 		}
 		level = nextLevel
 	}
@@ -196,7 +209,8 @@ func takesKafkaRecord(fn *types.Func) bool {
 }
 
 // isKafkaRecord reports whether t holds consumed Kafka records: franz-go's
-// Record, Fetches, Fetch, FetchTopic or FetchPartition, kafka-go's or
+// Record, Fetches, Fetch, FetchTopic, FetchPartition or
+// FetchTopicPartition (what EachPartition hands its callback), kafka-go's or
 // confluent-kafka-go's Message, sarama's ConsumerMessage, also through
 // pointers and slices.
 func isKafkaRecord(t types.Type) bool {
@@ -215,7 +229,7 @@ func isKafkaRecord(t types.Type) bool {
 	if !ok {
 		return false
 	}
-	if isNamed(n, kgoPath, "Record", "Fetches", "Fetch", "FetchTopic", "FetchPartition") ||
+	if isNamed(n, kgoPath, "Record", "Fetches", "Fetch", "FetchTopic", "FetchPartition", "FetchTopicPartition") ||
 		isNamed(n, kafkagoPath, "Message") {
 		return true
 	}
@@ -318,4 +332,182 @@ func isAdminSQL(info *types.Info, call *ast.CallExpr) bool {
 		return len(f) > 0 && contains(adminWords, strings.ToUpper(f[0]))
 	}
 	return false
+}
+
+// derivedCalls returns the functions and methods of the package that body
+// calls with something derived from a Kafka record: a value of a record
+// type, a variable assigned from one (o, err := decode(m.Value)), one a
+// call given a record fills in (json.Unmarshal(m.Value, &o)), a field of
+// either; the variables of params (a function the records reached: its
+// parameters are theirs) count as records. Neither a length (len(recs)),
+// an error nor a context is derived: what is handed a count or a decoding
+// error is not applying the record.
+func derivedCalls(pass *analysis.Pass, body *ast.BlockStmt, params *types.Func) []*types.Func {
+	info := pass.TypesInfo
+	tainted := make(map[types.Object]bool)
+	if params != nil {
+		if sig, ok := params.Type().(*types.Signature); ok {
+			for v := range sig.Params().Variables() {
+				if carriesRecord(v.Type()) {
+					tainted[v] = true
+				}
+			}
+		}
+	}
+	mentions := func(e ast.Node) bool {
+		found := false
+		ast.Inspect(e, func(n ast.Node) bool {
+			if found {
+				return false
+			}
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if isBuiltin(info, n, "len") || isBuiltin(info, n, "cap") {
+					return false
+				}
+			case *ast.Ident:
+				if obj := info.ObjectOf(n); obj != nil && tainted[obj] {
+					found = true
+				}
+			}
+			if e, ok := n.(ast.Expr); ok && isKafkaRecord(info.TypeOf(e)) {
+				found = true
+			}
+			return !found
+		})
+		return found
+	}
+	taint := func(e ast.Expr) bool {
+		id := rootIdent(e)
+		if id == nil {
+			return false
+		}
+		v, ok := info.ObjectOf(id).(*types.Var)
+		// Only a local variable: a field of the receiver set from a
+		// record (c.last = m.Offset) does not make every method of c
+		// the record's.
+		if !ok || v.Kind() != types.LocalVar || tainted[v] || !carriesRecord(v.Type()) {
+			return false
+		}
+		tainted[v] = true
+		return true
+	}
+	// Until nothing more is derived: assignments may come in any order in
+	// a loop.
+	for changed := true; changed; {
+		changed = false
+		ast.Inspect(body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, r := range n.Rhs {
+					if mentions(r) {
+						for _, l := range n.Lhs {
+							changed = taint(l) || changed
+						}
+						break
+					}
+				}
+			case *ast.ValueSpec:
+				for _, r := range n.Values {
+					if mentions(r) {
+						for _, id := range n.Names {
+							changed = taint(id) || changed
+						}
+						break
+					}
+				}
+			case *ast.RangeStmt:
+				if mentions(n.X) {
+					if n.Key != nil {
+						changed = taint(n.Key) || changed
+					}
+					if n.Value != nil {
+						changed = taint(n.Value) || changed
+					}
+				}
+			case *ast.CallExpr:
+				// json.Unmarshal(m.Value, &o), dec.Decode(&o),
+				// proto.Unmarshal(m.Value, o): what a call given a record
+				// fills in (through a pointer other than &x, only a call of
+				// another package: a decoder, not the package's own
+				// handler given the pool).
+				if callMentions(info, n, mentions) {
+					fn := callee(info, n)
+					for _, a := range n.Args {
+						if u, ok := ast.Unparen(a).(*ast.UnaryExpr); ok && u.Op == token.AND {
+							changed = taint(u.X) || changed
+						} else if _, ok := info.TypeOf(a).Underlying().(*types.Pointer); ok && fn != nil && fn.Pkg() != pass.Pkg && !mentions(a) {
+							changed = taint(a) || changed
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	var out []*types.Func
+	ast.Inspect(body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if fn := callee(info, call); fn != nil && fn.Pkg() == pass.Pkg && callMentions(info, call, mentions) {
+			out = append(out, fn)
+		}
+		return true
+	})
+	return out
+}
+
+// callMentions reports whether an argument of call, or the value whose
+// method it calls (o.Apply(ctx)), is derived from a record.
+func callMentions(info *types.Info, call *ast.CallExpr, mentions func(ast.Node) bool) bool {
+	for _, a := range call.Args {
+		if mentions(a) {
+			return true
+		}
+	}
+	if sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr); ok {
+		if s, ok := info.Selections[sel]; ok && s.Kind() == types.MethodVal {
+			return mentions(sel.X)
+		}
+	}
+	return false
+}
+
+// carriesRecord reports whether a variable of type t may hold what is
+// derived from a record: not an error, a context or a boolean.
+func carriesRecord(t types.Type) bool {
+	if t == nil {
+		return false
+	}
+	if isType(t, "context", "Context") {
+		return false
+	}
+	if b, ok := t.Underlying().(*types.Basic); ok && b.Kind() == types.Bool {
+		return false
+	}
+	return !types.Identical(t, types.Universe.Lookup("error").Type())
+}
+
+// rootIdent returns the variable an assignment's left side writes to, or
+// part of: o in o, o.Amount, o.Items[i], *o.
+func rootIdent(e ast.Expr) *ast.Ident {
+	for {
+		switch x := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			if x.Name == "_" {
+				return nil
+			}
+			return x
+		case *ast.SelectorExpr:
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.StarExpr:
+			e = x.X
+		default:
+			return nil
+		}
+	}
 }

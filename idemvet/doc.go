@@ -171,8 +171,11 @@
 // ReadMessage on a confluent-kafka-go Consumer, and Exec or ExecContext on a
 // pgx, pgxpool or database/sql handle, itself or in a function or method of
 // the package it hands the records to (called with a record, a fetch or a
-// slice of records as an argument, or given as the function value that
-// EachRecord calls, followed up to four calls deep), when neither that
+// slice of records, or something derived from one: a field of it, a
+// variable assigned from one or that a call given one fills in, as
+// json.Unmarshal(m.Value, &o) fills o; or given as the function value that
+// EachRecord calls; in such a function every parameter is the record's;
+// followed up to four calls deep), when neither that
 // function, nor those, nor anything of the package they call (up to four
 // calls deep, record or not) uses the inbox or idemkafka packages, constant
 // SQL (a literal, or a named constant of any package) with ON CONFLICT ...
@@ -181,8 +184,10 @@
 // duplicate, idempot, inbox (markProcessed, repo.AlreadySeen). Every such
 // Exec is reported. Records handed over through an interface, a function
 // value held in a field or variable, a channel or another goroutine's
-// queue are not followed, nor are writes in a helper given only a field of
-// the record (r.Value).
+// queue are not followed, nor is what is stored in a field of the
+// receiver (c.last = m.Offset). A length (len(recs)), an error (a
+// decode's) and a context are not derived from a record: a function given
+// only those is not the consumer's.
 //
 // idemfloatmoney: a float32 or float64 (or pointer) struct field with a
 // json or db tag, and a float variable or field passed to Exec, Query or

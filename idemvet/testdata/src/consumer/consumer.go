@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
@@ -294,4 +295,139 @@ func audit(ctx context.Context, pool *pgxpool.Pool, n int) {
 
 func countOnly(ctx context.Context, cl *kgo.Client, pool *pgxpool.Pool) {
 	audit(ctx, pool, len(cl.PollFetches(ctx).Records()))
+}
+
+// The commonest shape: the record decoded into a type of the service,
+// then handed to a repository method of the package. What is derived from
+// a record (decoded into a variable, a field of it) reaches the functions
+// it is given to, and what they pass on.
+
+type order struct {
+	ID     string
+	Amount int64
+}
+
+type store struct{ pool *pgxpool.Pool }
+
+func (s *store) saveOrder(ctx context.Context, o order) error {
+	return s.insert(ctx, o.ID, o.Amount)
+}
+
+func (s *store) insert(ctx context.Context, id string, amount int64) error {
+	_, err := s.pool.Exec(ctx, "INSERT INTO orders (id, amount) VALUES ($1, $2)", id, amount) // want "without deduplication"
+	return err
+}
+
+func decode(b []byte, o *order) error { return nil }
+
+type worker struct {
+	cl    *kgo.Client
+	store *store
+}
+
+func (w *worker) run(ctx context.Context) error {
+	for {
+		fetches := w.cl.PollFetches(ctx)
+		for _, rec := range fetches.Records() {
+			var o order
+			if err := decode(rec.Value, &o); err != nil {
+				continue
+			}
+			if err := w.store.saveOrder(ctx, o); err != nil {
+				return err
+			}
+		}
+		w.cl.CommitUncommittedOffsets(ctx)
+	}
+}
+
+type account struct{ db *sql.DB }
+
+func (a *account) credit(ctx context.Context, key []byte) {
+	a.db.ExecContext(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", key) // want "without deduplication"
+}
+
+func (a *account) consume(ctx context.Context, r *kafka.Reader) {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return
+		}
+		a.credit(ctx, m.Key)
+		r.CommitMessages(ctx, m)
+	}
+}
+
+// franz-go's EachPartition hands its callback a FetchTopicPartition.
+func (w *worker) partition(ctx context.Context, p kgo.FetchTopicPartition) {
+	for _, r := range p.Records {
+		w.store.pool.Exec(ctx, "UPDATE stock SET n = n - 1 WHERE sku = $1", r.Key) // want "without deduplication"
+	}
+}
+
+func (w *worker) runPartitions(ctx context.Context) {
+	for {
+		w.cl.PollFetches(ctx).EachPartition(func(p kgo.FetchTopicPartition) {
+			w.partition(ctx, p)
+		})
+	}
+}
+
+// A decoder of another package that fills in a pointer (proto.Unmarshal).
+type protoConsumer struct{ store *store }
+
+func (c *protoConsumer) apply(ctx context.Context, o *order) {
+	c.store.pool.Exec(ctx, "UPDATE accounts SET balance = balance + $2 WHERE id = $1", o.ID, o.Amount) // want "without deduplication"
+}
+
+func (c *protoConsumer) run(ctx context.Context, r *kafka.Reader) {
+	for {
+		m, _ := r.FetchMessage(ctx)
+		o := &order{}
+		if json.Unmarshal(m.Value, o) == nil {
+			c.apply(ctx, o)
+		}
+	}
+}
+
+// Not reported: what is called with something not derived from a record
+// (a count, the client, the receiver whose field holds the last offset),
+// and the error of a decode, which is no record.
+
+func (w *worker) logError(ctx context.Context, err error) {
+	w.store.pool.Exec(ctx, "INSERT INTO consumer_errors (msg) VALUES ($1)", err.Error())
+}
+
+func (w *worker) heartbeat(ctx context.Context, n int) {
+	w.store.pool.Exec(ctx, "UPDATE consumers SET seen = now(), polled = $1", n)
+}
+
+func (w *worker) runQuiet(ctx context.Context) {
+	for {
+		fs := w.cl.PollFetches(ctx)
+		w.heartbeat(ctx, len(fs.Records()))
+		for _, rec := range fs.Records() {
+			var o order
+			if err := decode(rec.Value, &o); err != nil {
+				w.logError(ctx, err)
+			}
+		}
+	}
+}
+
+type offsets struct {
+	pool *pgxpool.Pool
+	last int64
+}
+
+func (c *offsets) flush(ctx context.Context) {
+	c.pool.Exec(ctx, "UPDATE progress SET n = n + 1")
+}
+
+func (c *offsets) run(ctx context.Context, r *kafka.Reader) {
+	for {
+		m, _ := r.FetchMessage(ctx)
+		c.last = m.Offset
+		c.flush(ctx)
+	}
 }

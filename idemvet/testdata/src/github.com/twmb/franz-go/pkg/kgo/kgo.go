@@ -31,14 +31,33 @@ func DisableAutoCommit() GroupOpt                { return option{} }
 func AutoCommitMarks() GroupOpt                  { return option{} }
 func InstanceID(id string) GroupOpt              { return option{} }
 
+type RecordHeader struct {
+	Key   string
+	Value []byte
+}
+
 type Record struct {
 	Key, Value []byte
+	Headers    []RecordHeader
+	Topic      string
+}
+
+type FetchPartition struct {
+	Partition int32
+	Records   []*Record
+}
+
+type FetchTopicPartition struct {
+	Topic string
+	FetchPartition
 }
 
 type Fetches []struct{}
 
-func (Fetches) EachRecord(fn func(*Record)) {}
-func (Fetches) Records() []*Record          { return nil }
+func (Fetches) EachRecord(fn func(*Record))                {}
+func (Fetches) EachPartition(fn func(FetchTopicPartition)) {}
+func (Fetches) Records() []*Record                         { return nil }
+func (Fetches) IsClientClosed() bool                       { return false }
 
 type ProduceResults []struct{}
 
