@@ -57,11 +57,14 @@ func isDBWrite(info *types.Info, call *ast.CallExpr) bool {
 
 // checkCommitOrder reports, in every block of the package's functions (the
 // statements of a case of a switch or select too), an offset commit
-// followed, later in the same block, by a database write: the
-// offsets of a loop iteration committed before its records were applied.
+// followed, later in the same block, by a database write (there, in a
+// function of the package called there, or in a callback a call there
+// runs: see dbWrites): the offsets of a loop iteration committed before
+// its records were applied.
 // A deferred commit, or one run in a goroutine, is not considered.
 func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 	info := pass.TypesInfo
+	w := &dbWrites{pass: pass, done: make(map[*types.Func]bool)}
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			var list []ast.Stmt
@@ -81,19 +84,7 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 				case *ast.DeferStmt, *ast.GoStmt:
 					continue
 				}
-				wrote := false
-				ast.Inspect(st, func(n ast.Node) bool {
-					switch n := n.(type) {
-					case *ast.FuncLit:
-						return false // runs later, or elsewhere
-					case *ast.CallExpr:
-						if !isOffsetCommit(callee(info, n)) && isDBWrite(info, n) {
-							wrote = true
-						}
-					}
-					return true
-				})
-				if wrote {
+				if w.in(st) {
 					for _, c := range commits {
 						r.report(c, msgCommitBeforeWrite)
 					}
@@ -104,6 +95,70 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 			return true
 		})
 	}
+}
+
+// dbWrites tells whether statements write to a database: an Exec or a
+// transaction's Commit (isDBWrite), in the statement itself, in a function
+// literal a call of it is given (a transaction helper's callback,
+// pgx.BeginFunc's: run by the call, not later; time.AfterFunc's excepted),
+// or in a function or method of the package it calls (a handler, a
+// repository), and in what those call.
+type dbWrites struct {
+	pass *analysis.Pass
+	done map[*types.Func]bool // functions of the package: whether they write
+}
+
+func (w *dbWrites) in(n ast.Node) bool {
+	info := w.pass.TypesInfo
+	wrote := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if wrote {
+			return false
+		}
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false // runs later, or elsewhere (a callback: below)
+		case *ast.CallExpr:
+			fn := callee(info, n)
+			if isOffsetCommit(fn) {
+				return true
+			}
+			if isDBWrite(info, n) || w.function(fn) {
+				wrote = true
+				return false
+			}
+			if isFunc(fn, timePath, "AfterFunc") {
+				return true
+			}
+			for _, a := range n.Args {
+				if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok && w.in(lit.Body) {
+					wrote = true
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return wrote
+}
+
+// function tells whether fn, a function or method of the package, writes
+// to a database, itself or in what it calls.
+func (w *dbWrites) function(fn *types.Func) bool {
+	if fn == nil || fn.Pkg() != w.pass.Pkg {
+		return false
+	}
+	if v, ok := w.done[fn]; ok {
+		return v
+	}
+	w.done[fn] = false // a recursive call adds nothing
+	decl := funcDecl(w.pass, fn)
+	if decl == nil {
+		return false
+	}
+	v := w.in(decl.Body)
+	w.done[fn] = v
+	return v
 }
 
 // flowingCommits returns the offset commits of st after which control may

@@ -243,13 +243,17 @@
 // later in the same block (the statements of a case of a switch or
 // select are one: case msg := <-claim.Messages():), by a database write
 // (Exec or ExecContext on a pgx, pgxpool or database/sql handle, or Commit
-// on a transaction of one):
+// on a transaction of one), also one made in a function or method of the
+// package the block calls (a handler, a repository, and what they call) or
+// in a function literal a call of the block is given and runs (a
+// transaction helper's callback, pgx.BeginFunc's; not time.AfterFunc's):
 // the loop's offsets are committed before its records are applied. A
 // commit in a branch of an if, or a case of a switch or select, that ends
 // in a return, a continue or a panic (in an if, a break too) does not
 // reach the write: a record skipped, marked as done, while the loop goes
 // on. A deferred commit, one in a goroutine or a function literal, and a
-// write made in a function the block calls are not seen.
+// write made in another package (a repository of its own package) are not
+// seen.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

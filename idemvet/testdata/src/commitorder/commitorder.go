@@ -3,9 +3,12 @@ package commitorder
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -170,4 +173,96 @@ func switchCase(ctx context.Context, r *kafkago.Reader, db *sql.DB, m kafkago.Me
 		r.CommitMessages(ctx, m) // want "before the database write"
 		db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
 	}
+}
+
+// The write in a function or method of the package the loop calls after
+// the mark (a handler, a repository), or in a function literal a call runs
+// (a transaction helper, pgx.BeginFunc): still after the commit.
+
+type store struct{ db *sql.DB }
+
+func (s *store) saveOrder(ctx context.Context, id []byte) error {
+	_, err := s.db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", id)
+	return err
+}
+
+func (s *store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+type orders struct{ store *store }
+
+func (h *orders) handle(ctx context.Context, msg *sarama.ConsumerMessage) error {
+	return h.store.saveOrder(ctx, msg.Key)
+}
+
+func (h *orders) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		sess.MarkMessage(msg, "") // want "before the database write"
+		if err := h.handle(sess.Context(), msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *orders) commitThenTx(ctx context.Context, cl *kgo.Client) {
+	for {
+		recs := cl.PollFetches(ctx).Records()
+		if err := cl.CommitRecords(ctx, recs...); err != nil { // want "before the database write"
+			continue
+		}
+		h.store.inTx(ctx, func(tx *sql.Tx) error {
+			for _, r := range recs {
+				tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+			}
+			return nil
+		})
+	}
+}
+
+func commitThenBeginFunc(c *kafka.Consumer, pool *pgxpool.Pool) {
+	for {
+		m, err := c.ReadMessage(100)
+		if err != nil {
+			continue
+		}
+		c.CommitMessage(m) // want "before the database write"
+		pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(context.Background(), "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", m.Key)
+			return err
+		})
+	}
+}
+
+// Not reported: the handler that writes runs before the mark, a function
+// literal started later (a goroutine, a timer), a helper that does not
+// write.
+
+func (h *orders) handleThenMark(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		if err := h.handle(sess.Context(), msg); err != nil {
+			return err
+		}
+		sess.MarkMessage(msg, "")
+		h.log(msg)
+	}
+	return nil
+}
+
+func (h *orders) log(msg *sarama.ConsumerMessage) {}
+
+func (h *orders) later(ctx context.Context, r *kafkago.Reader, m kafkago.Message) {
+	r.CommitMessages(ctx, m)
+	time.AfterFunc(time.Second, func() {
+		h.store.saveOrder(ctx, m.Key)
+	})
 }
