@@ -305,7 +305,7 @@ func checkConfluentAutoCommit(pass *analysis.Pass, assigns map[types.Object][]as
 	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if call, ok := n.(*ast.CallExpr); ok && isFuncIn(callee(info, call), confluentPaths, "NewConsumer") &&
-				len(call.Args) == 1 && confluentMapFromPackage(info, assigns, call.Args[0]) {
+				len(call.Args) == 1 && confluentMapFromPackage(pass, assigns, call.Args[0]) {
 				r.report(call, msgConfluentAuto)
 			}
 			return true

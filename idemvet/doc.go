@@ -48,7 +48,10 @@
 // package sets Producer.Idempotent to anything but false; any assignment of
 // false to Producer.Idempotent, or of NoResponse or WaitForLocal to
 // Producer.RequiredAcks. For confluent-kafka-go, kafka.NewProducer given a
-// ConfigMap written in the package when no ConfigMap of the package sets
+// ConfigMap written in the package (a literal, a variable assigned one,
+// what a function of the package returns; not one a setting with a key
+// not constant is written to, for k, v := range overrides { cfg[k] = v },
+// which may hold any setting) when no ConfigMap of the package sets
 // enable.idempotence (literal, SetKey or index); enable.idempotence set to
 // false, acks or request.required.acks to 0 or 1. For segmentio/kafka-go,
 // a Writer left with the zero RequiredAcks, which waits for no
@@ -231,7 +234,7 @@
 // exported field another package may set, another package's function's
 // result) is reported, even when it reads one partition without a group.
 // Also kafka.NewConsumer of confluent-kafka-go given a ConfigMap of the
-// package with a group.id, when no ConfigMap of the package sets
+// package (as for kafka.NewProducer) with a group.id, when no ConfigMap of the package sets
 // enable.auto.commit or enable.auto.offset.store to false (librdkafka
 // stores each polled message's offset and commits it on a timer). These
 // skip test files: a test's consumer commits test offsets.

@@ -202,7 +202,7 @@ func runOtherProducers(pass *analysis.Pass, assigns map[types.Object][]assignmen
 					}
 				}
 			case !confluentIdem && isFuncIn(fn, confluentPaths, "NewProducer") && len(n.Args) == 1 &&
-				confluentMapFromPackage(info, assigns, n.Args[0]):
+				confluentMapFromPackage(pass, assigns, n.Args[0]):
 				r.report(n, msgConfluentNoIdem)
 			}
 		case *ast.ValueSpec:
@@ -391,27 +391,108 @@ func nonTestFieldAssignments(pass *analysis.Pass) map[types.Object][]assignment 
 }
 
 // confluentMapFromPackage reports whether e is a ConfigMap literal (or its
-// address), or a variable of the package assigned one: its settings are
-// all in the package.
-func confluentMapFromPackage(info *types.Info, assigns map[types.Object][]assignment, e ast.Expr) bool {
+// address), a variable of the package assigned one, or what a function of
+// the package returns (every return one of these): its settings are all in
+// the package. A map that a setting with a key not constant is written to
+// (for k, v := range overrides { cfg[k] = v }: a configuration file's
+// librdkafka section) is not: it may hold any setting.
+func confluentMapFromPackage(pass *analysis.Pass, assigns map[types.Object][]assignment, e ast.Expr) bool {
+	return confluentMapSeen(pass, assigns, confluentDynamicKeys(pass), e, make(map[any]bool))
+}
+
+func confluentMapSeen(pass *analysis.Pass, assigns map[types.Object][]assignment, dynamic map[types.Object]bool, e ast.Expr, seen map[any]bool) bool {
+	info := pass.TypesInfo
 	switch e := ast.Unparen(e).(type) {
 	case *ast.UnaryExpr:
-		return e.Op == token.AND && confluentMapFromPackage(info, assigns, e.X)
+		return e.Op == token.AND && confluentMapSeen(pass, assigns, dynamic, e.X, seen)
+	case *ast.StarExpr:
+		return confluentMapSeen(pass, assigns, dynamic, e.X, seen)
 	case *ast.CompositeLit:
 		return isConfluentMap(info.TypeOf(e))
 	case *ast.Ident:
 		v, ok := info.ObjectOf(e).(*types.Var)
-		if !ok || isParam(v) || len(assigns[v]) == 0 {
+		if !ok || isParam(v) || len(assigns[v]) == 0 || dynamic[v] {
 			return false
 		}
+		if seen[v] {
+			return true // a cycle adds nothing
+		}
+		seen[v] = true
 		for _, a := range assigns[v] {
-			if a.Index != 0 || !confluentMapFromPackage(info, assigns, a.Expr) {
+			if a.Index != 0 || !confluentMapSeen(pass, assigns, dynamic, a.Expr, seen) {
 				return false
 			}
 		}
 		return true
+	case *ast.CallExpr:
+		fn := callee(info, e)
+		decl := funcDecl(pass, fn)
+		if decl == nil {
+			return false
+		}
+		if seen[fn] {
+			return true
+		}
+		seen[fn] = true
+		multi := fn.Type().(*types.Signature).Results().Len() > 1
+		all, returns := true, false
+		ast.Inspect(decl.Body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // its returns are its own
+			case *ast.ReturnStmt:
+				returns = true
+				if len(n.Results) == 0 || len(n.Results) == 1 && multi ||
+					!confluentMapSeen(pass, assigns, dynamic, n.Results[0], seen) {
+					all = false
+				}
+			}
+			return all
+		})
+		return returns && all
 	}
 	return false
+}
+
+// confluentDynamicKeys returns the variables holding a ConfigMap that a
+// setting whose key is not a constant is written to: cfg[k] = v,
+// (*cfg)[k] = v, cfg.SetKey(k, v).
+func confluentDynamicKeys(pass *analysis.Pass) map[types.Object]bool {
+	info := pass.TypesInfo
+	m := make(map[types.Object]bool)
+	add := func(x ast.Expr) {
+		if id := rootIdent(x); id != nil {
+			if obj := info.ObjectOf(id); obj != nil {
+				m[obj] = true
+			}
+		}
+	}
+	for _, f := range pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, l := range n.Lhs {
+					if isConfluentMapIndex(info, l) {
+						ix := ast.Unparen(l).(*ast.IndexExpr)
+						if _, ok := constString(info, ix.Index); !ok {
+							add(ix.X)
+						}
+					}
+				}
+			case *ast.CallExpr:
+				fn := callee(info, n)
+				if recv := recvType(fn); recv != nil && fn.Name() == "SetKey" && len(n.Args) == 2 && isConfluentMap(recv) {
+					if _, ok := constString(info, n.Args[0]); !ok {
+						if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok {
+							add(sel.X)
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	return m
 }
 
 // saramaField reports whether e is X.group.name with X a sarama Config (or

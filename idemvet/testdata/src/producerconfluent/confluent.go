@@ -26,3 +26,20 @@ func off() {
 func fromCaller(cfg *kafka.ConfigMap) {
 	kafka.NewProducer(cfg)
 }
+
+func producerConfig(brokers string) *kafka.ConfigMap {
+	cfg := kafka.ConfigMap{"bootstrap.servers": brokers, "acks": "all"}
+	return &cfg
+}
+
+func fromHelper() {
+	kafka.NewProducer(producerConfig("k:9092")) // want "confluent-kafka-go producer without enable.idempotence"
+}
+
+func withOverrides(overrides map[string]kafka.ConfigValue) {
+	cfg := producerConfig("k:9092")
+	for k, v := range overrides {
+		(*cfg)[k] = v
+	}
+	kafka.NewProducer(cfg)
+}
