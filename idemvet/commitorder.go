@@ -17,13 +17,13 @@ const (
 )
 
 // isOffsetCommit reports whether fn commits or marks consumed offsets:
-// franz-go's CommitRecords, CommitUncommittedOffsets, CommitOffsets,
-// CommitOffsetsSync, MarkCommitRecords; kafka-go's CommitMessages;
+// franz-go's CommitRecords, CommitUncommittedOffsets, CommitMarkedOffsets,
+// CommitOffsets, CommitOffsetsSync, MarkCommitRecords, MarkCommitOffsets; kafka-go's CommitMessages;
 // sarama's MarkMessage, MarkOffset and Commit on a session (or an offset
 // manager's partition); confluent-kafka-go's Commit, CommitMessage,
 // CommitOffsets, StoreMessage and StoreOffsets.
 func isOffsetCommit(fn *types.Func) bool {
-	if isMethod(fn, kgoPath, "Client", "CommitRecords", "CommitUncommittedOffsets", "CommitOffsets", "CommitOffsetsSync", "MarkCommitRecords") ||
+	if isMethod(fn, kgoPath, "Client", "CommitRecords", "CommitUncommittedOffsets", "CommitMarkedOffsets", "CommitOffsets", "CommitOffsetsSync", "MarkCommitRecords", "MarkCommitOffsets") ||
 		isMethod(fn, kafkagoPath, "Reader", "CommitMessages") {
 		return true
 	}

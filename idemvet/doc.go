@@ -234,14 +234,16 @@
 // exported field another package may set, another package's function's
 // result) is reported, even when it reads one partition without a group.
 // Also kafka.NewConsumer of confluent-kafka-go given a ConfigMap of the
-// package (as for kafka.NewProducer) with a group.id, when no ConfigMap of the package sets
-// enable.auto.commit or enable.auto.offset.store to false (librdkafka
+// package (as for kafka.NewProducer) with a group.id, when no ConfigMap
+// of the package sets enable.auto.commit or enable.auto.offset.store to
+// false (librdkafka
 // stores each polled message's offset and commits it on a timer). These
 // skip test files: a test's consumer commits test offsets.
 // And, in any file, an offset commit or mark made by hand (kgo
-// CommitRecords, CommitUncommittedOffsets, CommitOffsets,
-// CommitOffsetsSync, MarkCommitRecords; kafka-go CommitMessages; sarama's
-// session MarkMessage, MarkOffset, Commit; confluent-kafka-go Commit,
+// CommitRecords, CommitUncommittedOffsets, CommitMarkedOffsets,
+// CommitOffsets, CommitOffsetsSync, MarkCommitRecords, MarkCommitOffsets;
+// kafka-go CommitMessages; sarama's session MarkMessage, MarkOffset,
+// Commit; confluent-kafka-go Commit,
 // CommitMessage, CommitOffsets, StoreMessage, StoreOffsets) followed,
 // later in the same block (the statements of a case of a switch or
 // select are one: case msg := <-claim.Messages():), by a database write

@@ -266,3 +266,15 @@ func (h *orders) later(ctx context.Context, r *kafkago.Reader, m kafkago.Message
 		h.store.saveOrder(ctx, m.Key)
 	})
 }
+
+// With kgo.AutoCommitMarks: the marked offsets committed by hand.
+func commitMarkedFirst(ctx context.Context, cl *kgo.Client, db *sql.DB) {
+	for {
+		recs := cl.PollFetches(ctx).Records()
+		cl.CommitMarkedOffsets(ctx) // want "before the database write"
+		for _, r := range recs {
+			db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+			cl.MarkCommitRecords(r)
+		}
+	}
+}

@@ -75,3 +75,4 @@ func (*Client) Close()                                                        {}
 
 func (*Client) CommitRecords(ctx context.Context, rs ...*Record) error { return nil }
 func (*Client) MarkCommitRecords(rs ...*Record)                        {}
+func (*Client) CommitMarkedOffsets(ctx context.Context) error          { return nil }
