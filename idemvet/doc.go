@@ -129,8 +129,14 @@
 // fmt.Errorf(...), errors.New(...), errors.Join(...), a composite literal
 // or a package's error variable. A loop that makes one operation per
 // count but leaves on a failure tested otherwise (a status code, then a
-// bare return or return nil) is reported by mistake. A key made in a
-// helper the loop calls is not seen. The operation that a retry library
+// bare return or return nil) is reported by mistake. A function of the
+// package the loop calls that sets the key to one it makes itself, on
+// every call (an API client's newRequest that does
+// req.Header.Set("Idempotency-Key", uuid.NewString()), directly or through
+// another function of the package), is reported at its call when the loop
+// sets no key of its own; not when it reads the request's key first
+// (Header.Get: a default for a request without one), nor when the key it
+// sets cannot be followed. The operation that a retry library
 // runs once per attempt is checked as a retry loop's body: the function
 // literal (or a variable assigned one once) given to
 // github.com/cenkalti/backoff's Retry, RetryNotify, RetryWithData, ...,

@@ -1,6 +1,7 @@
 package idemvet
 
 import (
+	"fmt"
 	"go/ast"
 	"go/token"
 	"go/types"
@@ -18,7 +19,10 @@ var RetryKey = &analysis.Analyzer{
 	Run:  runRetryKey,
 }
 
-const msgRetryKey = "idempotency key created inside a retry loop: create it once per operation, before the loop"
+const (
+	msgRetryKey       = "idempotency key created inside a retry loop: create it once per operation, before the loop"
+	msgRetryKeyHelper = "idempotency key created inside a retry loop (by %s): create it once per operation, before the loop, and set it on every attempt's request"
+)
 
 // workMethods are methods that take the next unit of work; a loop calling
 // one handles one operation per iteration and is not a retry loop.
@@ -60,6 +64,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				keys      []*ast.CallExpr
 				keyValues []ast.Expr // values the loop sends as an Idempotency-Key
 				sends     bool
+				fresh     []*ast.CallExpr // calls of a helper that makes a new key
 			)
 			ast.Inspect(body, func(m ast.Node) bool {
 				call, ok := m.(*ast.CallExpr)
@@ -83,12 +88,22 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 							keyValues = append(keyValues, call.Args[i])
 						}
 					}
+					if h.freshKey && !inNestedLoop(body, call) {
+						fresh = append(fresh, call)
+					}
 				}
 				if newKey(info, call) != notKey && !inNestedLoop(body, call) {
 					keys = append(keys, call)
 				}
 				return true
 			})
+			// A helper that stamps the request with a new key, when the
+			// loop sets none itself (which would replace it).
+			if sends && len(keyValues) == 0 {
+				for _, c := range fresh {
+					r.report(c, fmt.Sprintf(msgRetryKeyHelper, callee(info, c).Name()))
+				}
+			}
 			var trace *uuidTracer // the UUID constructors whose value is a key
 			for _, k := range keys {
 				switch newKey(info, k) {
@@ -186,17 +201,26 @@ func retryOperation(info *types.Info, assigns map[types.Object][]assignment, cal
 type sendHelper struct {
 	sends     bool
 	keyParams []int
+	// freshKey is set when it sets the key to one it makes on every
+	// call (req.Header.Set("Idempotency-Key", uuid.NewString()) in an
+	// API client's request helper), itself or through another function
+	// of the package, and does not keep a key the request already has.
+	freshKey bool
 }
 
 // sendHelpers finds the functions of the package that send.
 type sendHelpers struct {
+	pass  *analysis.Pass
 	info  *types.Info
 	decls map[*types.Func]*ast.FuncDecl
 	done  map[*types.Func]*sendHelper // nil while in progress
+	// assigns and fields are built on first use (a helper that sets a
+	// key).
+	assigns, fields map[types.Object][]assignment
 }
 
 func newSendHelpers(pass *analysis.Pass) *sendHelpers {
-	h := &sendHelpers{info: pass.TypesInfo, decls: make(map[*types.Func]*ast.FuncDecl), done: make(map[*types.Func]*sendHelper)}
+	h := &sendHelpers{pass: pass, info: pass.TypesInfo, decls: make(map[*types.Func]*ast.FuncDecl), done: make(map[*types.Func]*sendHelper)}
 	for _, f := range pass.Files {
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
@@ -228,6 +252,8 @@ func (h *sendHelpers) of(fn *types.Func, depth int) *sendHelper {
 		}
 	}
 	s := &sendHelper{}
+	var keys []ast.Expr // the values it sets as the key
+	keepsKey := false   // it reads the key the request has
 	addParam := func(e ast.Expr) {
 		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
 			if i, ok := params[h.info.Uses[id]]; ok && !slices.Contains(s.keyParams, i) {
@@ -246,9 +272,14 @@ func (h *sendHelpers) of(fn *types.Func, depth int) *sendHelper {
 		if v := keyHeaderValue(h.info, call); v != nil {
 			s.sends = true
 			addParam(v)
+			keys = append(keys, v)
+		}
+		if readsKeyHeader(h.info, call) {
+			keepsKey = true
 		}
 		if g := h.of(callee(h.info, call), depth+1); g != nil {
 			s.sends = s.sends || g.sends
+			s.freshKey = s.freshKey || g.freshKey
 			for _, i := range g.keyParams {
 				if i < len(call.Args) {
 					s.sends = true
@@ -258,11 +289,52 @@ func (h *sendHelpers) of(fn *types.Func, depth int) *sendHelper {
 		}
 		return true
 	})
+	if len(keys) > 0 && !s.freshKey {
+		s.freshKey = h.makesKey(decl, keys)
+	}
+	if keepsKey {
+		s.freshKey = false // a default for a request without a key
+	}
 	if !s.sends {
 		s = nil
 	}
 	h.done[fn] = s
 	return s
+}
+
+// makesKey reports whether one of keys, the values decl sets as the key,
+// is computed from a UUID, key or event ID constructor called in decl's
+// body (not one stored in a field by a constructor run once), and all of
+// it can be followed.
+func (h *sendHelpers) makesKey(decl *ast.FuncDecl, keys []ast.Expr) bool {
+	if h.assigns == nil {
+		h.assigns, h.fields = assignments(h.pass), fieldAssignments(h.pass)
+	}
+	t := &uuidTracer{info: h.info, loop: decl.Body.Pos(), body: decl.Body, decls: h.decls,
+		assigns: h.assigns, fields: h.fields,
+		seen: make(map[types.Object]bool), out: make(map[*ast.CallExpr]bool)}
+	for _, k := range keys {
+		t.uuidSources(k, 0, 0)
+	}
+	if t.opaque {
+		return false
+	}
+	for c := range t.out {
+		if decl.Body.Pos() <= c.Pos() && c.End() <= decl.Body.End() {
+			return true
+		}
+	}
+	return false
+}
+
+// readsKeyHeader reports whether call reads a request's Idempotency-Key
+// (or X-Idempotency-Key) header: Header.Get or Values.
+func readsKeyHeader(info *types.Info, call *ast.CallExpr) bool {
+	if !isMethod(callee(info, call), httpPath, "Header", "Get", "Values") || len(call.Args) != 1 {
+		return false
+	}
+	name, ok := constString(info, call.Args[0])
+	return ok && (strings.EqualFold(name, "Idempotency-Key") || strings.EqualFold(name, "X-Idempotency-Key"))
 }
 
 // keyKind classifies a call that makes a fresh identifier.
@@ -380,7 +452,7 @@ func (t *uuidTracer) uuidSources(e ast.Expr, index, depth int) {
 	switch e := ast.Unparen(e).(type) {
 	case *ast.BasicLit:
 	case *ast.CallExpr:
-		if newKey(info, e) == plainUUID {
+		if newKey(info, e) != notKey {
 			if index == 0 {
 				t.out[e] = true
 			}
