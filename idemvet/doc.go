@@ -91,7 +91,8 @@
 // or through others of the package),
 // and the github.com/google/uuid constructors (New, NewString, NewRandom,
 // NewUUID, NewV6, NewV7, their FromReader forms, NewDCE...: every function
-// that makes a new UUID per call), which count only when their
+// that makes a new UUID per call; github.com/gofrs/uuid's NewV1, NewV4,
+// NewV6 and NewV7), which count only when their
 // value is the key the loop sends: the value of Header.Set/Add of an
 // Idempotency-Key (or X-Idempotency-Key) header or the key of
 // idemclient.WithKey (also the
@@ -144,11 +145,12 @@
 // github.com/sethvargo/go-retry's Do, DoValue, Constant, Exponential and
 // Fibonacci.
 //
-// idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString() (also
-// through uuid.Must, .String(), a local variable, or a function of the
-// package that returns one) stored in
-// event.Envelope.ID (also through a struct that embeds event.Envelope) or
-// in a field named EventID of type uuid.UUID or string, by a composite
+// idemrandomid: uuid.New(), uuid.NewRandom() or uuid.NewString()
+// (github.com/gofrs/uuid: uuid.NewV4()) (also through uuid.Must,
+// .String(), a local variable, or a function of the package that returns
+// one) stored in event.Envelope.ID (also through a struct that embeds
+// event.Envelope) or in a field named EventID of type uuid.UUID (either
+// package's) or string, by a composite
 // literal (keyed or not) or an assignment. Test files are skipped: they build fixtures
 // and check that v4 IDs are rejected. Other field names, values that pass
 // through another package's functions or a function's parameters, and

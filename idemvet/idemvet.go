@@ -45,6 +45,10 @@ const (
 	timePath       = "time"
 )
 
+// gofrsUUIDPaths are the import paths of github.com/gofrs/uuid, whose
+// NewV4 makes a random UUID as google/uuid's New does.
+var gofrsUUIDPaths = []string{"github.com/gofrs/uuid", "github.com/gofrs/uuid/v5"}
+
 // callee returns the function or method call invokes, or nil (builtins,
 // conversions, calls of function values). For an instance of a generic
 // function or method it returns the generic one.

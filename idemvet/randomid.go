@@ -92,7 +92,7 @@ func structOf(t types.Type) *types.Struct {
 
 // isEventIDField reports whether field holds an event ID: the ID field
 // of event.Envelope (also promoted through an embedded Envelope), or a
-// uuid.UUID or string field named EventID.
+// uuid.UUID (google's or gofrs') or string field named EventID.
 func isEventIDField(field *types.Var) bool {
 	if isField(field, eventPath, "Envelope", "ID") {
 		return true
@@ -104,12 +104,18 @@ func isEventIDField(field *types.Var) bool {
 	if isType(t, uuidPath, "UUID") {
 		return true
 	}
+	for _, p := range gofrsUUIDPaths {
+		if isType(t, p, "UUID") {
+			return true
+		}
+	}
 	b, ok := t.Underlying().(*types.Basic)
 	return ok && b.Kind() == types.String
 }
 
 // isRandomUUID reports whether e is a random UUID: a call of uuid.New,
-// NewRandom or NewString, possibly wrapped in uuid.Must or followed by
+// NewRandom or NewString (github.com/gofrs/uuid: NewV4), possibly wrapped
+// in uuid.Must or followed by
 // .String(), a variable assigned one, or a call of a function of the
 // package that returns one. index is the result of e wanted when e is a
 // call; depth bounds the search through variables and functions.
@@ -128,10 +134,13 @@ func isRandomUUID(pass *analysis.Pass, assigns map[types.Object][]assignment, e 
 			return false
 		}
 		switch {
-		case isFunc(fn, uuidPath, "New", "NewRandom", "NewString", "NewRandomFromReader"):
+		case isFunc(fn, uuidPath, "New", "NewRandom", "NewString", "NewRandomFromReader"),
+			isFuncIn(fn, gofrsUUIDPaths, "NewV4"):
 			return true
 		case isFunc(fn, uuidPath, "Must") && len(e.Args) == 1,
-			isMethod(fn, uuidPath, "UUID", "String", "URN"):
+			isFuncIn(fn, gofrsUUIDPaths, "Must") && len(e.Args) == 1,
+			isMethod(fn, uuidPath, "UUID", "String", "URN"),
+			isMethodIn(fn, gofrsUUIDPaths, "UUID", "String"):
 			var inner ast.Expr
 			if len(e.Args) == 1 {
 				inner = e.Args[0]
@@ -174,4 +183,15 @@ func returnsRandomUUID(pass *analysis.Pass, assigns map[types.Object][]assignmen
 		return !found
 	})
 	return found
+}
+
+// isMethodIn reports whether fn is one of the methods names of the type
+// typ of one of the packages paths.
+func isMethodIn(fn *types.Func, paths []string, typ string, names ...string) bool {
+	for _, p := range paths {
+		if isMethod(fn, p, typ, names...) {
+			return true
+		}
+	}
+	return false
 }

@@ -355,6 +355,10 @@ var uuidConstructors = []string{
 	"NewV6", "NewV7", "NewV7FromReader",
 }
 
+// gofrsUUIDConstructors are the functions of github.com/gofrs/uuid that
+// make a new UUID on every call (NewV3 and NewV5 derive one from a name).
+var gofrsUUIDConstructors = []string{"NewV1", "NewV4", "NewV6", "NewV7"}
+
 // newKey classifies call by the identifier it makes.
 func newKey(info *types.Info, call *ast.CallExpr) keyKind {
 	fn := callee(info, call)
@@ -363,7 +367,8 @@ func newKey(info *types.Info, call *ast.CallExpr) keyKind {
 		isFunc(fn, idemclientPath, "NewKey"),
 		isMethod(fn, idemclientPath, "Client", "NewKey"):
 		return idemKey
-	case isFunc(fn, uuidPath, uuidConstructors...):
+	case isFunc(fn, uuidPath, uuidConstructors...),
+		isFuncIn(fn, gofrsUUIDPaths, gofrsUUIDConstructors...):
 		return plainUUID
 	}
 	return notKey
