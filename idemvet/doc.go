@@ -172,8 +172,11 @@
 // (a Stmt's calls have none): a constant, or a variable (not a parameter)
 // assigned one constant once (query := "SELECT ..."; a q += " FOR UPDATE" makes it
 // unknown, and the call is reported).
-// Handlers that take the transaction in a helper, or pass the pool to one,
-// are not seen.
+// A call of a function or method of the package that does one of these
+// writes through a pool, itself or through others of the package (a
+// repository's s.store.Create(ctx, o) not given the transaction), is
+// reported at the call. Handlers that take the transaction in a helper,
+// or pass the pool to another package's function, are not seen.
 //
 // idemconsumer: a function (its function literals included) that calls
 // PollFetches or PollRecords on a kgo.Client, FetchMessage or ReadMessage

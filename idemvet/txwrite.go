@@ -1,6 +1,7 @@
 package idemvet
 
 import (
+	"fmt"
 	"go/ast"
 	"go/types"
 
@@ -16,8 +17,9 @@ var TxWrite = &analysis.Analyzer{
 }
 
 const (
-	msgTxEnd  = "handler commits/rolls back idem's transaction: return an error/status instead; the middleware commits"
-	msgTxPool = "write through the pool bypasses the idempotent transaction: use the tx from the request context"
+	msgTxEnd    = "handler commits/rolls back idem's transaction: return an error/status instead; the middleware commits"
+	msgTxPool   = "write through the pool bypasses the idempotent transaction: use the tx from the request context"
+	msgTxPoolIn = "write through the pool bypasses the idempotent transaction (in %s): give it the tx from the request context"
 )
 
 // poolMethods are the methods of a pool or connection that run a statement
@@ -28,6 +30,7 @@ func runTxWrite(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	assigns := assignments(pass)
 	r := newReporter(pass)
+	pw := &poolWriters{pass: pass, assigns: assigns, done: make(map[*types.Func]bool)}
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			var (
@@ -47,7 +50,7 @@ func runTxWrite(pass *analysis.Pass) (any, error) {
 				return true
 			}
 			if body != nil && sig != nil && isHandler(sig) {
-				checkHandler(info, assigns, r, body)
+				checkHandler(info, assigns, pw, r, body)
 			}
 			return true
 		})
@@ -71,7 +74,7 @@ func isHandler(sig *types.Signature) bool {
 
 // checkHandler reports in a handler body that takes the transaction with
 // idemhttp.TxFromContext.
-func checkHandler(info *types.Info, assigns map[types.Object][]assignment, r *reporter, body *ast.BlockStmt) {
+func checkHandler(info *types.Info, assigns map[types.Object][]assignment, pw *poolWriters, r *reporter, body *ast.BlockStmt) {
 	txs := make(map[types.Object]bool)
 	found := false
 	ast.Inspect(body, func(n ast.Node) bool {
@@ -140,20 +143,64 @@ func checkHandler(info *types.Info, assigns map[types.Object][]assignment, r *re
 			}
 			return true
 		}
-		fn := callee(info, call)
-		if isFunc(fn, pgxPath, "BeginFunc", "BeginTxFunc") && len(call.Args) > 1 && isPoolHandle(info.TypeOf(call.Args[1])) {
-			r.report(call, msgTxPool) // a transaction of its own on the pool
-			return true
+		if poolWrite(info, assigns, call) {
+			r.report(call, msgTxPool)
+		} else if fn := callee(info, call); pw.writes(fn) {
+			// A repository of the package, not given the transaction.
+			r.report(call, fmt.Sprintf(msgTxPoolIn, fn.Name()))
 		}
-		if fn == nil || dbHandle(fn) != dbPool || !contains(poolMethods, fn.Name()) {
-			return true
-		}
-		if q, ok := sqlArg(info, assigns, call); ok && isReadOnlySQL(q) && fn.Name() != "Exec" && fn.Name() != "ExecContext" {
-			return true // a read beside the transaction
-		}
-		r.report(call, msgTxPool)
 		return true
 	})
+}
+
+// poolWrite reports whether call writes through a pool or connection
+// beside a transaction: a statement other than a read (a constant SELECT
+// without a locking clause, see isReadOnlySQL, through Query or QueryRow),
+// a transaction of its own (Begin, or pgx.BeginFunc on a pool).
+func poolWrite(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) bool {
+	fn := callee(info, call)
+	if isFunc(fn, pgxPath, "BeginFunc", "BeginTxFunc") && len(call.Args) > 1 && isPoolHandle(info.TypeOf(call.Args[1])) {
+		return true // a transaction of its own on the pool
+	}
+	if fn == nil || dbHandle(fn) != dbPool || !contains(poolMethods, fn.Name()) {
+		return false
+	}
+	if q, ok := sqlArg(info, assigns, call); ok && isReadOnlySQL(q) && fn.Name() != "Exec" && fn.Name() != "ExecContext" {
+		return false // a read beside the transaction
+	}
+	return true
+}
+
+// poolWriters tells which functions and methods of the package write
+// through a pool (poolWrite), themselves or through others of the package.
+type poolWriters struct {
+	pass    *analysis.Pass
+	assigns map[types.Object][]assignment
+	done    map[*types.Func]bool
+}
+
+func (p *poolWriters) writes(fn *types.Func) bool {
+	if fn == nil || fn.Pkg() != p.pass.Pkg {
+		return false
+	}
+	if v, ok := p.done[fn]; ok {
+		return v
+	}
+	p.done[fn] = false // a recursive call adds nothing
+	decl := funcDecl(p.pass, fn)
+	if decl == nil {
+		return false
+	}
+	info := p.pass.TypesInfo
+	v := false
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok && !v {
+			v = poolWrite(info, p.assigns, call) || p.writes(callee(info, call))
+		}
+		return !v
+	})
+	p.done[fn] = v
+	return v
 }
 
 // isPoolHandle reports whether t is a pgx pool or connection (what

@@ -185,3 +185,59 @@ func (s *Server) BeginFunc(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 }
+
+// A repository of the package that writes through the pool, called by a
+// handler that took the request's transaction: its write commits whatever
+// the transaction does (reported at the call).
+
+type orderStore struct{ pool *pgxpool.Pool }
+
+func (st *orderStore) create(ctx context.Context, id int) error {
+	_, err := st.pool.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+	return err
+}
+
+func (st *orderStore) get(ctx context.Context, id int) (int, error) {
+	var n int
+	err := st.pool.QueryRow(ctx, "SELECT n FROM orders WHERE id = $1", id).Scan(&n)
+	return n, err
+}
+
+func (st *orderStore) createTx(ctx context.Context, tx pgx.Tx, id int) error {
+	_, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+	return err
+}
+
+func (st *orderStore) audit(ctx context.Context, id int) {
+	st.create(ctx, -id)
+}
+
+type api struct{ store *orderStore }
+
+func (a *api) CreateViaRepo(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	_ = tx
+	if err := a.store.create(ctx, 1); err != nil { // want `write through the pool bypasses the idempotent transaction \(in create\)`
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	a.store.audit(ctx, 1) // want `write through the pool bypasses the idempotent transaction \(in audit\)`
+	w.WriteHeader(http.StatusCreated)
+}
+
+// Not reported: the repository given the transaction, a read through the
+// pool, and a handler without idem's transaction.
+
+func (a *api) CreateInTx(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	tx, _ := idemhttp.TxFromContext[pgx.Tx](ctx)
+	if _, err := a.store.get(ctx, 1); err != nil {
+		return
+	}
+	a.store.createTx(ctx, tx, 1)
+}
+
+func (a *api) CreatePlain(w http.ResponseWriter, r *http.Request) {
+	a.store.create(r.Context(), 1)
+}
