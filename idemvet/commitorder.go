@@ -13,6 +13,7 @@ import (
 
 const (
 	msgCommitBeforeWrite = "kafka offsets committed (or marked) before the database write that applies the records: commit them after the transaction commits, or a crash in between loses the records"
+	msgCommitHandOff     = "kafka offsets committed (or marked) for records handed to another goroutine that may not have applied them yet: commit after the workers are done (wait for them), or in the worker after its transaction commits"
 	msgConfluentAuto     = "confluent-kafka-go consumer group commits polled offsets on a timer (enable.auto.commit with enable.auto.offset.store, librdkafka's defaults), whether or not the database transaction committed: set \"enable.auto.offset.store\": false and StoreMessage after the transaction commits (or \"enable.auto.commit\": false and CommitMessage)"
 )
 
@@ -79,7 +80,21 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 				return true
 			}
 			var commits []*ast.CallExpr
+			handedOff := false // records handed to other goroutines, not waited for
 			for _, st := range list {
+				if handedOff {
+					for _, c := range flowingCommits(info, st) {
+						r.report(c, msgCommitHandOff)
+					}
+				}
+				switch {
+				case handsOffRecords(info, st):
+					// Also when it waits too: select { case jobs <- m:
+					// case <-ctx.Done(): }
+					handedOff = true
+				case waitsForWorkers(info, st):
+					handedOff = false
+				}
 				switch st.(type) {
 				case *ast.DeferStmt, *ast.GoStmt:
 					continue
@@ -159,6 +174,87 @@ func (w *dbWrites) function(fn *types.Func) bool {
 	v := w.in(decl.Body)
 	w.done[fn] = v
 	return v
+}
+
+// handsOffRecords reports whether st hands Kafka records to other
+// goroutines: a channel send of a record (a worker pool's queue), or a go
+// statement given one (go h.apply(ctx, r)) or whose function literal uses
+// one; also in the loops and branches of st.
+func handsOffRecords(info *types.Info, st ast.Stmt) bool {
+	found := false
+	ast.Inspect(st, func(n ast.Node) bool {
+		if found {
+			return false
+		}
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false // runs later, or elsewhere
+		case *ast.SendStmt:
+			found = holdsRecord(info, n.Value)
+		case *ast.GoStmt:
+			if lit, ok := ast.Unparen(n.Call.Fun).(*ast.FuncLit); ok {
+				found = holdsRecord(info, lit.Body)
+			}
+			for _, a := range n.Call.Args {
+				found = found || holdsRecord(info, a)
+			}
+			return false
+		}
+		return !found
+	})
+	return found
+}
+
+// holdsRecord reports whether n uses a Kafka record (a value of a record
+// type: a record, a fetch, a message, a slice of them), not only its
+// length.
+func holdsRecord(info *types.Info, n ast.Node) bool {
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if found {
+			return false
+		}
+		if call, ok := n.(*ast.CallExpr); ok && (isBuiltin(info, call, "len") || isBuiltin(info, call, "cap")) {
+			return false
+		}
+		if e, ok := n.(ast.Expr); ok && isKafkaRecord(info.TypeOf(e)) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// waitsForWorkers reports whether st waits for other goroutines: a call
+// of a method named Wait (sync.WaitGroup's, errgroup.Group's, a worker
+// pool's), a receive from a channel (their answers), or a select.
+func waitsForWorkers(info *types.Info, st ast.Stmt) bool {
+	found := false
+	ast.Inspect(st, func(n ast.Node) bool {
+		if found {
+			return false
+		}
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.GoStmt:
+			return false // the goroutine waits, not st
+		case *ast.UnaryExpr:
+			found = n.Op == token.ARROW
+		case *ast.SelectStmt:
+			found = true
+		case *ast.RangeStmt:
+			if t := info.TypeOf(n.X); t != nil {
+				_, found = t.Underlying().(*types.Chan)
+			}
+		case *ast.CallExpr:
+			if sel, ok := ast.Unparen(n.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Wait" {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // flowingCommits returns the offset commits of st after which control may

@@ -269,7 +269,12 @@
 // reach the write: a record skipped, marked as done, while the loop goes
 // on. A deferred commit, one in a goroutine or a function literal, and a
 // write made in another package (a repository of its own package) are not
-// seen.
+// seen. Also an offset commit or mark later in a block that handed
+// records to other goroutines (a channel send of a record, a worker
+// pool's queue, also in a select; a go statement given a record or whose
+// function literal uses one) without waiting for them since (a call of a
+// method named Wait, as sync.WaitGroup's and errgroup's, or a receive
+// from a channel): the workers may not have applied them.
 //
 // idemcheckinsert: in one function (its function literals included), a
 // Query, QueryRow, QueryContext or QueryRowContext on a pgx, pgxpool or

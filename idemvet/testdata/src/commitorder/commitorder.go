@@ -3,6 +3,7 @@ package commitorder
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -277,4 +278,96 @@ func commitMarkedFirst(ctx context.Context, cl *kgo.Client, db *sql.DB) {
 			cl.MarkCommitRecords(r)
 		}
 	}
+}
+
+// Records handed to other goroutines (a worker pool's channel, go
+// statements), then committed or marked at once: the workers' writes may
+// not have happened, and a crash loses the records.
+
+type pool struct {
+	jobs chan *sarama.ConsumerMessage
+	db   *sql.DB
+}
+
+func (p *pool) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		p.jobs <- msg
+		sess.MarkMessage(msg, "") // want "committed \\(or marked\\) for records handed to another goroutine"
+	}
+	return nil
+}
+
+func (p *pool) selectSend(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case msg := <-claim.Messages():
+			select {
+			case p.jobs <- msg:
+			case <-sess.Context().Done():
+				return nil
+			}
+			sess.MarkMessage(msg, "") // want "handed to another goroutine"
+		case <-sess.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (p *pool) apply(ctx context.Context, r *kgo.Record) {
+	p.db.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", r.Key)
+}
+
+func (p *pool) fanOut(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		for _, r := range fs.Records() {
+			go p.apply(ctx, r)
+		}
+		cl.CommitUncommittedOffsets(ctx) // want "handed to another goroutine"
+	}
+}
+
+// Not reported: the commit after the workers are waited for (a WaitGroup,
+// an errgroup, their answers received), and a goroutine that marks its own
+// record once applied.
+
+func (p *pool) fanOutWait(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		var wg sync.WaitGroup
+		for _, r := range fs.Records() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.apply(ctx, r)
+			}()
+		}
+		wg.Wait()
+		cl.CommitUncommittedOffsets(ctx)
+	}
+}
+
+func (p *pool) fanOutDone(ctx context.Context, cl *kgo.Client, done chan error) {
+	for {
+		recs := cl.PollFetches(ctx).Records()
+		for _, r := range recs {
+			go func() { p.apply(ctx, r); done <- nil }()
+		}
+		for range recs {
+			if err := <-done; err != nil {
+				return
+			}
+		}
+		cl.CommitRecords(ctx, recs...)
+	}
+}
+
+func (p *pool) markInWorker(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for msg := range claim.Messages() {
+		go func() {
+			p.db.Exec("INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", msg.Key)
+			sess.MarkMessage(msg, "")
+		}()
+	}
+	return nil
 }
