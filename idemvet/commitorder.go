@@ -179,7 +179,8 @@ func (w *dbWrites) function(fn *types.Func) bool {
 // handsOffRecords reports whether st hands Kafka records to other
 // goroutines: a channel send of a record (a worker pool's queue), or a go
 // statement given one (go h.apply(ctx, r)) or whose function literal uses
-// one; also in the loops and branches of st.
+// one; also in the loops and branches of st, and in a function literal a
+// call of st runs (EachPartition's callback).
 func handsOffRecords(info *types.Info, st ast.Stmt) bool {
 	found := false
 	ast.Inspect(st, func(n ast.Node) bool {
@@ -188,7 +189,14 @@ func handsOffRecords(info *types.Info, st ast.Stmt) bool {
 		}
 		switch n := n.(type) {
 		case *ast.FuncLit:
-			return false // runs later, or elsewhere
+			return false // runs later, or elsewhere (a callback: below)
+		case *ast.CallExpr:
+			// A callback the call runs: fs.EachPartition(func(p) { go ... }).
+			for _, a := range n.Args {
+				if lit, ok := ast.Unparen(a).(*ast.FuncLit); ok && handsOffRecords(info, lit.Body) {
+					found = true
+				}
+			}
 		case *ast.SendStmt:
 			found = holdsRecord(info, n.Value)
 		case *ast.GoStmt:

@@ -272,7 +272,8 @@
 // seen. Also an offset commit or mark later in a block that handed
 // records to other goroutines (a channel send of a record, a worker
 // pool's queue, also in a select; a go statement given a record or whose
-// function literal uses one) without waiting for them since (a call of a
+// function literal uses one; also in a callback a call runs, as
+// EachPartition's) without waiting for them since (a call of a
 // method named Wait, as sync.WaitGroup's and errgroup's, or a receive
 // from a channel): the workers may not have applied them.
 //

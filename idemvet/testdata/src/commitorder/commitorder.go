@@ -327,6 +327,20 @@ func (p *pool) fanOut(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
+func (p *pool) perPartition(ctx context.Context, cl *kgo.Client) {
+	for {
+		fs := cl.PollFetches(ctx)
+		fs.EachPartition(func(part kgo.FetchTopicPartition) {
+			go func() {
+				for _, r := range part.Records {
+					p.apply(ctx, r)
+				}
+			}()
+		})
+		cl.CommitUncommittedOffsets(ctx) // want "handed to another goroutine"
+	}
+}
+
 // Not reported: the commit after the workers are waited for (a WaitGroup,
 // an errgroup, their answers received), and a goroutine that marks its own
 // record once applied.
