@@ -67,7 +67,7 @@ func runAutoCommit(pass *analysis.Pass) (any, error) {
 			return true
 		})
 	}
-	checkCommitOrder(pass, r)
+	checkCommitOrder(pass, assigns, r)
 	var files []*ast.File
 	for _, f := range sourceFiles(pass) {
 		if !isTestFile(pass, f) {

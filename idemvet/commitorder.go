@@ -43,17 +43,36 @@ func isOffsetCommit(fn *types.Func) bool {
 }
 
 // isDBWrite reports whether call applies something to a database: Exec
-// (and ExecContext) on a pgx, pgxpool or database/sql handle, or Commit on
-// a transaction of one of them.
-func isDBWrite(info *types.Info, call *ast.CallExpr) bool {
+// (and ExecContext) on a pgx, pgxpool or database/sql handle, a Query or
+// QueryRow on one whose constant SQL writes (isWriteQuery), or Commit on a
+// transaction of one of them.
+func isDBWrite(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) bool {
 	fn := callee(info, call)
 	switch dbHandle(fn) {
 	case dbPool:
-		return contains(execNames, fn.Name())
+		return contains(execNames, fn.Name()) || isWriteQuery(info, assigns, call)
 	case dbTx:
-		return contains(execNames, fn.Name()) || fn.Name() == "Commit"
+		return contains(execNames, fn.Name()) || fn.Name() == "Commit" || isWriteQuery(info, assigns, call)
 	}
 	return false
+}
+
+// isWriteQuery reports whether call is a Query or QueryRow (and their
+// Context forms) on a database handle whose constant SQL (see sqlArg)
+// writes: INSERT ... RETURNING, as pgx code often inserts, an UPDATE or
+// DELETE with RETURNING, a WITH that modifies; not a read (isReadOnlySQL)
+// nor SQL that is not constant.
+func isWriteQuery(info *types.Info, assigns map[types.Object][]assignment, call *ast.CallExpr) bool {
+	fn := callee(info, call)
+	if dbHandle(fn) == notDB || !contains(queryNames, fn.Name()) {
+		return false
+	}
+	q, ok := sqlArg(info, assigns, call)
+	if !ok || isReadOnlySQL(q) {
+		return false
+	}
+	words := sqlWords(q)
+	return len(words) > 0 && contains([]string{"INSERT", "UPDATE", "DELETE", "MERGE", "WITH"}, words[0])
 }
 
 // checkCommitOrder reports, in every block of the package's functions (the
@@ -63,9 +82,9 @@ func isDBWrite(info *types.Info, call *ast.CallExpr) bool {
 // runs: see dbWrites): the offsets of a loop iteration committed before
 // its records were applied.
 // A deferred commit, or one run in a goroutine, is not considered.
-func checkCommitOrder(pass *analysis.Pass, r *reporter) {
+func checkCommitOrder(pass *analysis.Pass, assigns map[types.Object][]assignment, r *reporter) {
 	info := pass.TypesInfo
-	w := &dbWrites{pass: pass, done: make(map[*types.Func]bool)}
+	w := &dbWrites{pass: pass, assigns: assigns, done: make(map[*types.Func]bool)}
 	for _, f := range sourceFiles(pass) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			var list []ast.Stmt
@@ -119,8 +138,9 @@ func checkCommitOrder(pass *analysis.Pass, r *reporter) {
 // or in a function or method of the package it calls (a handler, a
 // repository), and in what those call.
 type dbWrites struct {
-	pass *analysis.Pass
-	done map[*types.Func]bool // functions of the package: whether they write
+	pass    *analysis.Pass
+	assigns map[types.Object][]assignment
+	done    map[*types.Func]bool // functions of the package: whether they write
 }
 
 func (w *dbWrites) in(n ast.Node) bool {
@@ -138,7 +158,7 @@ func (w *dbWrites) in(n ast.Node) bool {
 			if isOffsetCommit(fn) {
 				return true
 			}
-			if isDBWrite(info, n) || w.function(fn) {
+			if isDBWrite(info, w.assigns, n) || w.function(fn) {
 				wrote = true
 				return false
 			}

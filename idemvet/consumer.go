@@ -43,6 +43,7 @@ type consumerSummary struct {
 func runConsumer(pass *analysis.Pass) (any, error) {
 	info := pass.TypesInfo
 	r := newReporter(pass)
+	assigns := assignments(pass)
 	decls := make(map[*types.Func]*ast.BlockStmt)
 	for _, f := range sourceFiles(pass) {
 		for _, d := range f.Decls {
@@ -57,7 +58,7 @@ func runConsumer(pass *analysis.Pass) (any, error) {
 	summary := func(body *ast.BlockStmt) *consumerSummary {
 		s, ok := summaries[body]
 		if !ok {
-			s = summarizeConsumer(pass, body)
+			s = summarizeConsumer(pass, assigns, body)
 			summaries[body] = s
 		}
 		return s
@@ -124,7 +125,7 @@ func followCalls(decls map[*types.Func]*ast.BlockStmt, summary func(*ast.BlockSt
 	return out
 }
 
-func summarizeConsumer(pass *analysis.Pass, body *ast.BlockStmt) *consumerSummary {
+func summarizeConsumer(pass *analysis.Pass, assigns map[types.Object][]assignment, body *ast.BlockStmt) *consumerSummary {
 	info := pass.TypesInfo
 	s := &consumerSummary{}
 	local := func(fn *types.Func) bool { return fn != nil && fn.Pkg() == pass.Pkg }
@@ -147,7 +148,8 @@ func summarizeConsumer(pass *analysis.Pass, body *ast.BlockStmt) *consumerSummar
 		switch {
 		case isPoll(fn):
 			s.polls = true
-		case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, call):
+		case dbHandle(fn) != notDB && contains(execNames, fn.Name()) && !isAdminSQL(info, call),
+			isWriteQuery(info, assigns, call):
 			s.execs = append(s.execs, call)
 		}
 		if fn != nil && dedupName(fn.Name()) {

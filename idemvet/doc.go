@@ -183,7 +183,9 @@
 // on a segmentio/kafka-go Reader, Messages on a sarama ConsumerGroupClaim
 // or PartitionConsumer (a ConsumerGroupHandler's ConsumeClaim), or Poll or
 // ReadMessage on a confluent-kafka-go Consumer, and Exec or ExecContext on a
-// pgx, pgxpool or database/sql handle, itself or in a function or method of
+// pgx, pgxpool or database/sql handle (or Query or QueryRow, and their
+// Context forms, whose constant SQL writes: INSERT ... RETURNING, an
+// UPDATE or DELETE, a WITH that modifies), itself or in a function or method of
 // the package it hands the records to (called with a record, a fetch or a
 // slice of records, or something derived from one: a field of it, a
 // variable assigned from one or that a call given one fills in, as
@@ -258,8 +260,9 @@
 // CommitMessage, CommitOffsets, StoreMessage, StoreOffsets) followed,
 // later in the same block (the statements of a case of a switch or
 // select are one: case msg := <-claim.Messages():), by a database write
-// (Exec or ExecContext on a pgx, pgxpool or database/sql handle, or Commit
-// on a transaction of one), also one made in a function or method of the
+// (Exec or ExecContext on a pgx, pgxpool or database/sql handle, a Query
+// or QueryRow whose constant SQL writes, or Commit on a transaction of
+// one), also one made in a function or method of the
 // package the block calls (a handler, a repository, and what they call) or
 // in a function literal a call of the block is given and runs (a
 // transaction helper's callback, pgx.BeginFunc's; not time.AfterFunc's):

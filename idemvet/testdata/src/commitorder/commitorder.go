@@ -385,3 +385,22 @@ func (p *pool) markInWorker(sess sarama.ConsumerGroupSession, claim sarama.Consu
 	}
 	return nil
 }
+
+func commitThenReturning(ctx context.Context, r *kafkago.Reader, pool *pgxpool.Pool) {
+	for {
+		m, _ := r.FetchMessage(ctx)
+		r.CommitMessages(ctx, m) // want "before the database write"
+		var id int64
+		pool.QueryRow(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING id", m.Key).Scan(&id)
+	}
+}
+
+// Not reported: a read after the commit.
+func commitThenRead(ctx context.Context, r *kafkago.Reader, pool *pgxpool.Pool) {
+	for {
+		m, _ := r.FetchMessage(ctx)
+		r.CommitMessages(ctx, m)
+		var n int64
+		pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n)
+	}
+}
