@@ -97,7 +97,9 @@
 // Idempotency-Key (or X-Idempotency-Key) header or the key of
 // idemclient.WithKey (also the
 // argument of a function of the package that sets its parameter as the
-// key, as charge(ctx, key, body) does), directly or
+// key, as charge(ctx, key, body) does), or, in a loop that sends, an event
+// ID (a field named EventID of type string or UUID, event.Envelope's ID,
+// in a composite literal or assigned), directly or
 // computed from it (id.String(), a concatenation, a call's argument, an
 // index or slice such as id[:] or id.String()[:8]) through local variables
 // and struct fields the package assigns, since a UUID may be a per-attempt

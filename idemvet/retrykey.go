@@ -65,8 +65,44 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				keyValues []ast.Expr // values the loop sends as an Idempotency-Key
 				sends     bool
 				fresh     []*ast.CallExpr // calls of a helper that makes a new key
+				idValues  []assignment    // values the loop stores as an event ID
 			)
 			ast.Inspect(body, func(m ast.Node) bool {
+				switch m := m.(type) {
+				case *ast.CompositeLit: // orderPlaced{EventID: ...}
+					st := structOf(info.TypeOf(m))
+					for i, el := range m.Elts {
+						var field *types.Var
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if id, ok := kv.Key.(*ast.Ident); ok {
+								field, _ = info.ObjectOf(id).(*types.Var)
+							}
+							el = kv.Value
+						} else if st != nil && i < st.NumFields() {
+							field = st.Field(i)
+						}
+						if field != nil && field.IsField() && isEventIDField(field) {
+							idValues = append(idValues, assignment{el, 0})
+						}
+					}
+				case *ast.AssignStmt: // e.ID, _ = uuid.NewV7()
+					for i, l := range m.Lhs {
+						sel, ok := ast.Unparen(l).(*ast.SelectorExpr)
+						if !ok {
+							continue
+						}
+						field, _ := info.ObjectOf(sel.Sel).(*types.Var)
+						if field == nil || !field.IsField() || !isEventIDField(field) {
+							continue
+						}
+						switch {
+						case len(m.Lhs) == len(m.Rhs):
+							idValues = append(idValues, assignment{m.Rhs[i], 0})
+						case len(m.Rhs) == 1:
+							idValues = append(idValues, assignment{m.Rhs[0], i})
+						}
+					}
+				}
 				call, ok := m.(*ast.CallExpr)
 				if !ok {
 					return true
@@ -105,6 +141,7 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 				}
 			}
 			var trace *uuidTracer // the UUID constructors whose value is a key
+			var ids *uuidTracer   // the UUID constructors whose value is an event ID
 			for _, k := range keys {
 				switch newKey(info, k) {
 				case idemKey:
@@ -128,6 +165,28 @@ func runRetryKey(pass *analysis.Pass) (any, error) {
 						}
 					}
 					if trace.out[k] || trace.opaque {
+						r.report(k, msgRetryKey)
+						break
+					}
+					// An event ID (an EventID field, event.Envelope's ID)
+					// made on every attempt of a loop that sends: every
+					// retry is a new event to the consumers' dedup. Only a
+					// UUID followed to the ID counts.
+					if !sends || len(idValues) == 0 {
+						break
+					}
+					if ids == nil {
+						if fields == nil {
+							fields = fieldAssignments(pass)
+						}
+						ids = &uuidTracer{info: info, loop: loop.Pos(), body: body, decls: helpers.decls,
+							assigns: assigns, fields: fields,
+							seen: make(map[types.Object]bool), out: make(map[*ast.CallExpr]bool)}
+						for _, v := range idValues {
+							ids.uuidSources(v.Expr, v.Index, 0)
+						}
+					}
+					if ids.out[k] {
 						r.report(k, msgRetryKey)
 					}
 				}
