@@ -172,7 +172,9 @@ func (d *Driver) Executor() driver.Executor {
 	return &executor{d: d, db: d.onDB()}
 }
 
-// UnwrapExecutor implements driver.Driver.
+// UnwrapExecutor implements driver.Driver. The executor of a nil tx runs
+// nothing: each of its statements fails (it never runs them outside a
+// transaction, apart from the caller's writes).
 func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 	return &executor{d: d, db: d.inTx(tx)}
 }

@@ -10,14 +10,14 @@ import (
 	"github.com/idemkit/idem/driver"
 )
 
-// dbtx is what *sql.DB and *sql.Tx have in common.
-type dbtx interface {
+// rawdb runs the statements of prepared that are not prepared: *sql.DB,
+// *sql.Tx, or nilTx.
+type rawdb interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// execer runs a statement that returns no rows: dbtx, or prepared.
+// execer runs a statement that returns no rows: rawdb, or prepared.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }

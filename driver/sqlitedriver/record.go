@@ -21,7 +21,7 @@ const recordColumns = `scope, idempotency_key, fingerprint, state, http_status, 
 // and a wait that runs out is driver.ErrLockTimeout, as is a busy timeout
 // that runs out first.
 func (e *executor) RecordClaim(ctx context.Context, p *driver.RecordClaimParams) (*driver.RecordClaimResult, error) {
-	if e.db.tx == nil && p.LockTimeout > 0 {
+	if e.db.outsideTx() && p.LockTimeout > 0 {
 		tx, release, err := e.d.beginWithin(ctx, p.LockTimeout, false)
 		if errors.Is(err, errConnWait) {
 			return nil, fmt.Errorf("sqlitedriver: claim: %w: %w", driver.ErrLockTimeout, err)

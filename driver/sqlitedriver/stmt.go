@@ -3,6 +3,7 @@ package sqlitedriver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,17 +187,44 @@ type prepared struct {
 	// raw is the database or the transaction: it runs a statement that is
 	// not prepared (yet), and, used directly, one whose text is built per
 	// call (not worth keeping).
-	raw dbtx
+	raw rawdb
 	tx  *sql.Tx // set in a transaction
 }
 
-// onDB runs statements on the database; inTx runs them in tx.
-func (d *Driver) onDB() prepared           { return prepared{c: d.stmts, raw: d.db} }
-func (d *Driver) inTx(tx *sql.Tx) prepared { return prepared{c: d.stmts, raw: tx, tx: tx} }
+// onDB runs statements on the database; inTx runs them in tx. inTx(nil)
+// runs none: each fails with errNilTx. (A nil *sql.Tx is a caller's
+// transaction not threaded through; the cache would otherwise run the
+// statements on the database, each committed on its own, and the others
+// would panic.)
+func (d *Driver) onDB() prepared { return prepared{c: d.stmts, raw: d.db} }
+func (d *Driver) inTx(tx *sql.Tx) prepared {
+	if tx == nil {
+		return prepared{raw: nilTx{}}
+	}
+	return prepared{c: d.stmts, raw: tx, tx: tx}
+}
+
+// outsideTx reports whether p runs statements on the database, outside any
+// transaction.
+func (p prepared) outsideTx() bool { return p.tx == nil && p.c != nil }
+
+// errNilTx is the error of every statement run in a nil *sql.Tx.
+var errNilTx = errors.New("sqlitedriver: no transaction (a nil *sql.Tx)")
+
+// nilTx is the raw of inTx(nil): it runs nothing.
+type nilTx struct{}
+
+func (nilTx) ExecContext(context.Context, string, ...any) (sql.Result, error) { return nil, errNilTx }
+func (nilTx) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errNilTx
+}
 
 // acquire returns query's prepared statement for this executor and what to
 // call once done with it (its rows closed), or nil: run the text.
 func (p prepared) acquire(ctx context.Context, query string) (*sql.Stmt, func()) {
+	if p.c == nil { // inTx(nil)
+		return nil, nil
+	}
 	cs := p.c.get(ctx, query, p.tx != nil)
 	if cs == nil {
 		return nil, nil
