@@ -19,6 +19,37 @@
 // with IDs from event.DerivedID or event.StepID) stores nothing new
 // (R-DIST-IDEM-X2).
 //
+// # What EnqueueTx refuses, and what it does not check
+//
+// EnqueueTx returns an error, and stores nothing of the call, for a nil tx
+// and for an envelope that fails event.Envelope.ValidateStorable (the
+// error names the event's position in the call and wraps the event
+// package's sentinel: ErrInvalidID, ErrInvalidType, ErrEmptyKey,
+// ErrInvalidKey, ErrInvalidText, ...). A transaction already committed or
+// rolled back gives an error wrapping driver.ErrTxDone; on PostgreSQL, one
+// that an earlier failed statement aborted, driver.ErrTxAborted. Any other
+// error is the database's, wrapped. After an error, roll the transaction back
+// rather than commit it: the events are not in it (a context that ended
+// before the INSERT was sent leaves a transaction that would commit the
+// business write alone), on PostgreSQL the failed INSERT has aborted it,
+// and on SQLite a call of more than 500 events may have stored some.
+//
+// EnqueueTx returns nil for an envelope whose ID the outbox already holds
+// (pending, parked, or published and not yet deleted by the retention
+// sweep), and stores nothing for it, whatever its type, key or payload: the first
+// stored version of an ID is the only one published, and the caller is not
+// told. An ID belongs to one business operation; two operations given one
+// ID (a DerivedID with the same parent and name for two events) lose the
+// second event.
+//
+// EnqueueTx does not bound the payload's size. An event the broker can
+// never take (larger than its max.message.bytes) is parked by the relay
+// as poison when the publisher says so (idemkafka.Publisher does), and
+// holds up the later events of its key until an operator unparks it: see
+// "Failures, backoff and poison events". Nor can it tell that tx belongs
+// to another database than drv's: the events are stored where tx writes,
+// and a relay of drv's database never sees them.
+//
 // # The relay
 //
 // A [Relay] claims batches of committed, unpublished events, hands them to a
