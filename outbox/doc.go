@@ -115,6 +115,17 @@
 // round, which is logged and retried on another connection, instead of
 // holding the relay until TCP gives up.
 //
+// Clocks: on PostgreSQL no relay decision needs the relays' clocks to
+// agree (the lanes are locks, the hold timeout is the server's). Each
+// relay stamps a failed event's retry time (now + Backoff) and its
+// publications with its own RelayConfig.Now, and compares retry times
+// with it: a relay whose clock is ahead of another's retries that one's
+// failed events early, one behind, late, by the difference; order and
+// delivery are not affected. The lag (OnLag) is the relay's clock minus
+// the time EnqueueTx read on the enqueuing process's clock: an enqueuer
+// whose clock is behind the relay's adds the difference to the lag (an
+// alert on lag then fires early), one ahead hides as much of it.
+//
 // SQLite has no concurrent writers: there the batch is the lowest pending
 // IDs, read outside a transaction and marked in a short one, so the relay
 // does not hold SQLite's single write lock while it publishes, and one
