@@ -1127,9 +1127,15 @@ func testRelayEnqueueInvalid[TTx any](t *testing.T, newDriver func(t *testing.T)
 	if err := outbox.EnqueueTx(ctx, drv, tx); err != nil {
 		t.Errorf("Enqueue of nothing: %v", err)
 	}
+	// No transaction (one not threaded through): refused, not stored on
+	// its own outside the business transaction.
+	var none TTx
+	if err := outbox.EnqueueTx(ctx, drv, none, good); err == nil {
+		t.Error("Enqueue with a nil transaction succeeded")
+	}
 	commit(t, drv, tx)
 	if obPending(t, drv) {
-		t.Error("a batch with an invalid envelope stored some of it")
+		t.Error("a batch with an invalid envelope, or one without a transaction, stored some of it")
 	}
 }
 
