@@ -46,9 +46,14 @@
 // never take (larger than its max.message.bytes) is parked by the relay
 // as poison when the publisher says so (idemkafka.Publisher does), and
 // holds up the later events of its key until an operator unparks it: see
-// "Failures, backoff and poison events". Nor can it tell that tx belongs
-// to another database than drv's: the events are stored where tx writes,
-// and a relay of drv's database never sees them.
+// "Failures, backoff and poison events". So is an event with a header
+// name that the publisher's record format reserves, and unparking it does
+// not help while the format stays: with CloudEvents headers
+// (event.HeaderFormatCloudEvents or HeaderFormatBoth), idemkafka refuses
+// extra headers named "ce_..." in any case, which EnqueueTx, not knowing
+// the format, accepts. Nor can EnqueueTx tell that tx belongs to another
+// database than drv's: the events are stored where tx writes, and a relay
+// of drv's database never sees them.
 //
 // # The relay
 //
