@@ -196,7 +196,11 @@
 // failure are not held up. When rounds keep failing (the broker is down) Run
 // also backs off as a whole, instead of trying one event after another in a
 // tight loop; a round that published some events is not a failed round, so
-// a key that keeps failing does not slow the relay down for the others.
+// a key that keeps failing does not slow the relay down for the others. A
+// round whose every event the publisher skipped (holding the whole batch
+// back: a circuit breaker, a rate limit) is a failed round too, though no
+// attempt is counted: Run backs off, and RunOnce returns an error wrapping
+// ErrSkipped.
 //
 // A round's events come from every partition of the topic (a lane holds
 // many keys), so a publisher that waited for every event of the round

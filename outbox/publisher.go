@@ -60,7 +60,10 @@ var (
 	ErrPoison = event.ErrPoison
 	// ErrSkipped marks an event the publisher did not try because it gave
 	// up at an earlier one. The relay retries it at its next round without
-	// counting a failed attempt.
+	// counting a failed attempt. A publisher may skip a whole batch (a
+	// circuit breaker open, a rate limit): that round counts as failed, and
+	// Run backs off before the next (RelayConfig.Backoff), as after a
+	// failed publish.
 	ErrSkipped = errors.New("outbox: event skipped after an earlier failure")
 )
 

@@ -225,6 +225,14 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		res.publishFailed = true
 		return res, fmt.Errorf("outbox: %d of %d events not published: %w", len(events)-len(o.published), len(events), pubErr)
 	}
+	if len(o.published) == 0 && o.skipped > 0 && ctx.Err() == nil {
+		// The publisher held back every event (ErrSkipped: a circuit
+		// breaker, a rate limit). No attempt is counted, but the round
+		// failed: Run backs off instead of handing the same batch over
+		// again at once, round after round.
+		res.publishFailed = true
+		return res, fmt.Errorf("outbox: the publisher skipped all %d events: %w", len(events), pubErr)
+	}
 	return res, nil
 }
 

@@ -1,0 +1,95 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/outbox"
+)
+
+// A publisher that holds back a whole batch, every event ErrSkipped (a
+// circuit breaker open, a rate limit: "not now", without counting an
+// attempt against MaxAttempts), made Run hand the same batch over again at
+// once, round after round: 240 to 446 Publish calls in 500ms (one driver to
+// another), a busy loop on the database and the broker client. Such a round is a failed round: Run backs
+// off, RunOnce returns an error, and no attempt is counted, so the events
+// go out once the publisher takes them.
+func TestRunBacksOffWhenThePublisherSkipsEverything(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		testSkipAll[*sql.Tx](t, testdb.SQLite(t))
+	})
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		testSkipAll[pgx.Tx](t, testdb.Postgres(t))
+	})
+	t.Run("pgsqldriver", func(t *testing.T) {
+		t.Parallel()
+		testSkipAll[*sql.Tx](t, testdb.PostgresSQL(t))
+	})
+}
+
+func testSkipAll[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
+	a, b := mustEvent(t, "skip-a"), mustEvent(t, "skip-b")
+	enqueueTx(t, drv, a, b)
+	var (
+		calls     atomic.Int32
+		skip      atomic.Bool
+		published atomic.Int32
+	)
+	skip.Store(true)
+	pub := outbox.PublisherFunc(func(_ context.Context, es []event.Envelope) error {
+		calls.Add(1)
+		if !skip.Load() {
+			published.Add(int32(len(es)))
+			return nil
+		}
+		errs := make([]error, len(es))
+		for i := range errs {
+			errs[i] = outbox.ErrSkipped
+		}
+		return &outbox.PublishError{Errs: errs}
+	})
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff:     func(int) time.Duration { return 100 * time.Millisecond },
+		MaxAttempts: 1, // a skip is no attempt: nothing is parked
+		NoListen:    true,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n, err := relay.RunOnce(t.Context()); n != 0 || !errors.Is(err, outbox.ErrSkipped) {
+		t.Errorf("RunOnce with every event skipped = %d, %v; want 0 and an error wrapping ErrSkipped", n, err)
+	}
+	calls.Store(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if err := relay.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// A round per backoff (50-100ms) and worker: at most 20 in 500ms.
+	if n := calls.Load(); n < 1 || n > 30 {
+		t.Errorf("Publish called %d times in 500ms while it skipped every event, with a 100ms backoff; want a few", n)
+	}
+
+	skip.Store(false)
+	if n, err := relay.RunOnce(t.Context()); n != 2 || err != nil || published.Load() != 2 {
+		t.Errorf("RunOnce once the publisher takes the events = %d, %v (%d published); want 2, nil", n, err, published.Load())
+	}
+	if n, err := outbox.CountParked(t.Context(), drv); n != 0 || err != nil {
+		t.Errorf("CountParked = %d, %v; want 0 (skips are not attempts)", n, err)
+	}
+}
