@@ -199,8 +199,9 @@
 // a key that keeps failing does not slow the relay down for the others. A
 // round whose every event the publisher skipped (holding the whole batch
 // back: a circuit breaker, a rate limit) is a failed round too, though no
-// attempt is counted: Run backs off, and RunOnce returns an error wrapping
-// ErrSkipped.
+// attempt is counted: Run backs off, RunOnce returns an error wrapping
+// ErrSkipped, and a WARN line says so ("the publisher skipped every event
+// of the round"), its repeats limited as a publish failure's below.
 //
 // A round's events come from every partition of the topic (a lane holds
 // many keys), so a publisher that waited for every event of the round

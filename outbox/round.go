@@ -231,7 +231,12 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		// failed: Run backs off instead of handing the same batch over
 		// again at once, round after round.
 		res.publishFailed = true
-		return res, fmt.Errorf("outbox: the publisher skipped all %d events: %w", len(events), pubErr)
+		err := fmt.Errorf("outbox: the publisher skipped all %d events: %w", len(events), pubErr)
+		if log, g := r.failures.failed(storedError(err), r.cfg.Now()); log {
+			r.cfg.Logger.Warn("outbox: the publisher skipped every event of the round; backing off (repeats are logged at most every "+failureLogInterval.String()+")",
+				"events", len(events), "skipped_rounds", g.rounds, "suppressed", g.suppressed, "err", err)
+		}
+		return res, err
 	}
 	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -22,8 +24,8 @@ import (
 // attempt against MaxAttempts), made Run hand the same batch over again at
 // once, round after round: 240 to 446 Publish calls in 500ms (one driver to
 // another), a busy loop on the database and the broker client. Such a round is a failed round: Run backs
-// off, RunOnce returns an error, and no attempt is counted, so the events
-// go out once the publisher takes them.
+// off, RunOnce returns an error, a warning says so (once per 30s), and no
+// attempt is counted, so the events go out once the publisher takes them.
 func TestRunBacksOffWhenThePublisherSkipsEverything(t *testing.T) {
 	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
@@ -47,6 +49,7 @@ func testSkipAll[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		calls     atomic.Int32
 		skip      atomic.Bool
 		published atomic.Int32
+		logs      testlog.Buffer
 	)
 	skip.Store(true)
 	pub := outbox.PublisherFunc(func(_ context.Context, es []event.Envelope) error {
@@ -65,7 +68,7 @@ func testSkipAll[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		Backoff:     func(int) time.Duration { return 100 * time.Millisecond },
 		MaxAttempts: 1, // a skip is no attempt: nothing is parked
 		NoListen:    true,
-		Logger:      slog.New(slog.DiscardHandler),
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +86,12 @@ func testSkipAll[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 	// A round per backoff (50-100ms) and worker: at most 20 in 500ms.
 	if n := calls.Load(); n < 1 || n > 30 {
 		t.Errorf("Publish called %d times in 500ms while it skipped every event, with a 100ms backoff; want a few", n)
+	}
+
+	// Not silent, and not a line per round: one warning (the repeats
+	// within 30s are counted).
+	if n := strings.Count(logs.String(), "skipped every event of the round"); n != 1 {
+		t.Errorf("%d warnings of the skipped rounds; want 1; logs:\n%s", n, logs.String())
 	}
 
 	skip.Store(false)
