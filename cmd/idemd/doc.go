@@ -157,7 +157,9 @@
 // publishes what is left in the outbox, stops the consumers (which commit
 // their batch in flight), publishes what they emitted, closes the embedded
 // broker and the database, and exits 0, all within -shutdown-timeout; a
-// second signal kills it at once. Exit code 2 means bad configuration, 1 a
+// second signal kills it at once. A signal during start-up (connecting to
+// or migrating the database, reaching Kafka) stops it at once, exit 0.
+// Exit code 2 means bad configuration, 1 a
 // runtime failure (such as an unreachable database).
 //
 // The endpoints and the wiring are in internal/app; the domains in

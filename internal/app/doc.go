@@ -5,8 +5,9 @@
 //
 // Run is the whole program; cmd/idemd only connects it to the process's
 // arguments, environment, standard streams and signals. Exit codes: 0 after
-// a clean shutdown (or -h), 1 when the database is unreachable or the server
-// fails, 2 for bad configuration (flags, environment, an IDEMD_ variable
+// a clean shutdown (or -h, or a signal during start-up, before serving), 1
+// when the database is unreachable or the server fails, 2 for bad
+// configuration (flags, environment, an IDEMD_ variable
 // idemd does not read when Options.Environ is set, as cmd/idemd sets it),
 // each failure reported as one line on stderr.
 //

@@ -81,6 +81,15 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 	if a != nil {
 		metrics.set(a.metrics.reg)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The signal, not the database or Kafka, ended the start: what
+		// New was waiting for failed with "context canceled". Nothing
+		// was served and nothing is left half done (each migration runs
+		// in a transaction), so this is the stop that was asked for.
+		_ = ln.Close()
+		_, _ = fmt.Fprintln(stderr, "idemd: stopped during start-up by a signal, before serving")
+		return 0
+	}
 	if err != nil {
 		_ = ln.Close()
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,4 +262,80 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// blackHole returns the address of a listener that accepts connections and
+// never answers: a database that does not answer yet (or any more).
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A signal while idemd starts (here: while it waits for a database that
+// does not answer; a Kubernetes pod deleted during its start) stops it at
+// once, as asked: exit 0 and a line that says so. It used to exit 1 with
+// "database ... unreachable: context canceled", blaming the database.
+func TestRunStoppedDuringStartup(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr testlog.Buffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-kafka", "off",
+			"-db", "postgres://postgres@" + blackHole(t) + "/test?sslmode=disable"}, envOf(nil), &stdout, &stderr)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case code := <-exited:
+		t.Fatalf("Run returned %d before the signal; stderr %q", code, stderr.String())
+	default:
+	}
+	signalled := time.Now()
+	cancel() // SIGTERM
+	select {
+	case code := <-exited:
+		if took := time.Since(signalled); took > 2*time.Second {
+			t.Errorf("Run returned %v after the signal, want at once", took)
+		}
+		if code != 0 {
+			t.Errorf("exit code %d, want 0 (stopped as asked)", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of the signal")
+	}
+	if stdout.String() != "" {
+		t.Errorf("stdout %q, want nothing (idemd never listened)", stdout.String())
+	}
+	if e := stderr.String(); !strings.Contains(e, "stopped during start-up by a signal") || strings.Contains(e, "unreachable") ||
+		strings.Contains(e, "context canceled") {
+		t.Errorf("stderr %q: want a line saying idemd stopped during start-up, not blaming the database", e)
+	}
 }
