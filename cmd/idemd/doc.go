@@ -160,7 +160,8 @@
 // second signal kills it at once. A signal during start-up (connecting to
 // or migrating the database, reaching Kafka) stops it at once, exit 0.
 // Exit code 2 means bad configuration, 1 a
-// runtime failure (such as an unreachable database).
+// runtime failure (such as a database still unreachable after 30 s of
+// retries).
 //
 // The endpoints and the wiring are in internal/app; the domains in
 // internal/payments and internal/orders.

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/apijson"
+	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/internal/orders"
 	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
 	ordsqlite "github.com/idemkit/idem/internal/orders/sqlitestore"
@@ -96,8 +97,10 @@ func (a *App) fail(err error) {
 }
 
 // New opens and migrates the database of cfg, starts the embedded Kafka
-// broker if configured, and builds the handler. The caller must Close the
-// App. log may be nil (slog.Default()).
+// broker if configured, and builds the handler. A PostgreSQL database that
+// does not accept connections yet is retried until ctx ends (see
+// reachDatabase): bound ctx. The caller must Close the App. log may be nil
+// (slog.Default()).
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if log == nil {
 		log = slog.Default()
@@ -155,7 +158,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 	pcfg.PrepareConn = dropReadOnly
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err == nil {
-		err = pool.Ping(ctx)
+		err = a.reachDatabase(ctx, pool.Ping)
 	}
 	if err != nil {
 		if pool != nil {
@@ -215,6 +218,50 @@ func (a *App) openSQLite(ctx context.Context) error {
 			return dbIdentity{Where: "sqlite:" + abs, Instance: inst}, err
 		},
 	})
+}
+
+// Start-up retries of an unreachable database: the first after
+// reachFirstWait, each next one twice as late, at most reachMaxWait apart.
+const (
+	reachFirstWait = 250 * time.Millisecond
+	reachMaxWait   = 4 * time.Second
+)
+
+// reachDatabase pings the database until it answers, retrying its passing
+// failures (dberr.Transient: a refused connection, a name that does not
+// resolve yet, a server starting up or out of connections) with backoff
+// until ctx ends (the start-up bound, or the signal): a database that
+// starts after idemd (a sidecar proxy, a cluster coming up) is waited for
+// rather than failing the start, which a supervisor such as Kubernetes
+// would repeat with a growing back-off. Any other failure (a password or
+// a database name refused) returns at once. On ctx's end it returns the
+// last failure, which says why the database did not answer.
+func (a *App) reachDatabase(ctx context.Context, ping func(context.Context) error) error {
+	start := time.Now()
+	var last error
+	for attempt, wait := 1, reachFirstWait; ; attempt, wait = attempt+1, min(2*wait, reachMaxWait) {
+		err := ping(ctx)
+		if err == nil {
+			if attempt > 1 {
+				a.log.Info("database reachable", "database", a.cfg.DB.String(), "attempts", attempt, "waited", since(start))
+			}
+			return nil
+		}
+		if ctx.Err() != nil && last != nil {
+			return fmt.Errorf("%w (tried %d times in %s)", last, attempt-1, since(start))
+		}
+		if !dberr.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		last = err
+		a.log.Warn("database unreachable at start-up; retrying", "database", a.cfg.DB.String(),
+			"attempt", attempt, "retry_in", wait.String(), "err", errMessage(err))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (tried %d times in %s)", last, attempt, since(start))
+		case <-time.After(wait):
+		}
+	}
 }
 
 // dbIdentity names a database for the embedded broker's log: where it is,

@@ -10,3 +10,10 @@ func WithParkedInterval(d time.Duration) Option {
 
 // DropReadOnly is the pool's PrepareConn.
 var DropReadOnly = dropReadOnly
+
+// WithStartTimeout is opts with the start-up bound d instead of
+// startTimeout.
+func WithStartTimeout(opts Options, d time.Duration) Options {
+	opts.startTimeout = d
+	return opts
+}

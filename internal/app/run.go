@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// startTimeout bounds connecting to and migrating the database.
+// startTimeout bounds connecting to (an unreachable database is retried
+// until then) and migrating the database, and reaching Kafka.
 const startTimeout = 30 * time.Second
 
 // Run is idemd: it parses args and the environment, opens the database,
@@ -60,7 +61,11 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1
 	}
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	bound := startTimeout
+	if opts.startTimeout > 0 {
+		bound = opts.startTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, bound)
 	metrics := &lazyGatherer{}
 	tel := startTelemetry(sctx, cfg, opts, getenv, log, metrics)
 	// The last flush counts in -shutdown-timeout, from the moment ctx ends

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -44,7 +45,6 @@ func TestRunStartupFailures(t *testing.T) {
 		{"bad flag", []string{"-port", "80"}, nil, 2, "-port"},
 		{"bad addr", []string{"-addr", "8080"}, nil, 2, "listen address"},
 		{"unknown scheme", nil, map[string]string{"IDEMD_DB": "mongodb://db"}, 2, "unknown database scheme"},
-		{"unreachable postgres", []string{"-addr", "127.0.0.1:0", "-db", "postgres://postgres:secret@127.0.0.1:1/test?connect_timeout=5"}, nil, 1, "unreachable"},
 		{"sqlite in a missing directory", []string{"-addr", "127.0.0.1:0", "-db", "/nonexistent/dir/x.db"}, nil, 1, "/nonexistent/dir/x.db"},
 		{"address in use", []string{"-addr", busy.Addr().String(), "-db", testdb.SQLitePath(t)}, nil, 1, "address already in use"},
 	}
@@ -337,5 +337,120 @@ func TestRunStoppedDuringStartup(t *testing.T) {
 	if e := stderr.String(); !strings.Contains(e, "stopped during start-up by a signal") || strings.Contains(e, "unreachable") ||
 		strings.Contains(e, "context canceled") {
 		t.Errorf("stderr %q: want a line saying idemd stopped during start-up, not blaming the database", e)
+	}
+}
+
+// forwardLater returns an address that refuses connections until after,
+// then forwards them to target: a database that starts after idemd (a
+// sidecar proxy, a cluster starting up).
+func forwardLater(t *testing.T, target string, after time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // refused until then
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	wg.Go(func() {
+		select {
+		case <-stop:
+			return
+		case <-time.After(after):
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen again on %s: %v", addr, err)
+			return
+		}
+		go func() { <-stop; _ = ln.Close() }()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	})
+	return addr
+}
+
+// A database that does not accept connections yet when idemd starts (its
+// sidecar proxy starting beside it, the cluster coming up) is waited for
+// within the start-up bound, retrying with backoff: idemd used to exit 1 at
+// the first refused connection, and Kubernetes restarted it with a growing
+// back-off (CrashLoopBackOff, up to 5 min) after the database was back.
+func TestRunWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	dbArg, _ := dbSetting(t, app.Postgres)
+	u, err := url.Parse(dbArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = forwardLater(t, u.Host, 1500*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-kafka", "off", "-db", u.String()}, envOf(nil), stdout, stderr)
+	}()
+	for deadline := time.Now().Add(15 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
+		select {
+		case code := <-exited:
+			t.Fatalf("Run returned %d before the database accepted connections; stderr %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen line 15 s after the start; stderr %s", stderr.String())
+		}
+	}
+	if e := stderr.String(); !strings.Contains(e, "database unreachable at start-up; retrying") || !strings.Contains(e, "connection refused") {
+		t.Errorf("stderr lacks the retries and their error: %s", e)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("exit code %d; stderr %s", code, stderr.String())
+	}
+}
+
+// A database still unreachable at the end of the start-up bound stops
+// idemd (exit 1) with the last failure, which says why, and how long it
+// was tried.
+func TestRunDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr testlog.Buffer
+	start := time.Now()
+	code := app.RunWith(context.Background(), []string{"-addr", "127.0.0.1:0", "-kafka", "off",
+		"-db", "postgres://postgres:secret@127.0.0.1:1/test?connect_timeout=5"}, envOf(nil), &stdout, &stderr,
+		app.WithStartTimeout(app.Options{}, 2*time.Second))
+	took := time.Since(start)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1; stderr %s", code, stderr.String())
+	}
+	if took < 2*time.Second || took > 5*time.Second {
+		t.Errorf("Run returned after %v, want the start-up bound (2 s) of retries", took)
+	}
+	if stdout.String() != "" {
+		t.Errorf("stdout %q, want nothing", stdout.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	last := lines[len(lines)-1]
+	if !regexp.MustCompile(`^idemd: database postgres://postgres:xxxxx@127\.0\.0\.1:1/test\?connect_timeout=5 unreachable: .*connection refused \(tried [3-9] times in [0-9.]+s\)$`).MatchString(last) {
+		t.Errorf("last line %q: want the database unreachable, why, and how long it was tried", last)
+	}
+	if retries := strings.Count(stderr.String(), "database unreachable at start-up; retrying"); retries < 3 || retries != len(lines)-1 {
+		t.Errorf("%d retry lines among %d: want one per failed try before the last line:\n%s", retries, len(lines), stderr.String())
+	}
+	if strings.Contains(stderr.String(), "secret") {
+		t.Errorf("stderr shows the password: %s", stderr.String())
 	}
 }

@@ -26,6 +26,8 @@ type Options struct {
 	// (exit 2) when it holds an IDEMD_ variable they do not read, a typo
 	// that would leave a setting at its default. -h still answers.
 	Environ func() []string
+	// startTimeout replaces startTimeout when set (tests).
+	startTimeout time.Duration
 }
 
 // TelemetrySetup is what Options.Telemetry gets.
