@@ -141,8 +141,9 @@
 // creates topics, nor asks a cluster to). Config.KafkaAuth gives every client of a real cluster (the
 // start-up check, the relay, the consumers, idemd demo's) the same TLS and
 // SASL options; the start-up check tells refused credentials, a failed TLS
-// handshake and a missing topic ACL from an unreachable cluster. KafkaOff
-// runs no relay and no consumer (and no saga).
+// handshake and a missing topic ACL from an unreachable cluster, which it
+// tries again within the start-up bound (as a database not reachable
+// yet). KafkaOff runs no relay and no consumer (and no saga).
 //
 // Serve runs the relay, the projection's consumer, the saga's consumer
 // (with its compensator) and the stuck-order watchdog (orders.Watchdog)

@@ -110,7 +110,7 @@ func CheckTopic(t string) error {
 	return nil
 }
 
-// kafkaCheckTimeout bounds checkKafka.
+// kafkaCheckTimeout bounds each try of checkKafka.
 const kafkaCheckTimeout = 10 * time.Second
 
 // checkKafka asks the cluster for topic and its dead-letter topic
@@ -124,7 +124,35 @@ const kafkaCheckTimeout = 10 * time.Second
 // never creates topics nor asks the cluster to, so the events would wait
 // in the outbox, and a record the consumers cannot apply would hold its
 // partition, until an operator created them.
+//
+// A cluster that no broker of answers (connections refused, names that do
+// not resolve yet, no answer within kafkaCheckTimeout: a cluster starting
+// beside idemd) is tried again with backoff until ctx ends (the start-up
+// bound), as reachDatabase does, rather than failing the start for a
+// supervisor to repeat with a growing back-off.
 func checkKafka(ctx context.Context, a *App, seeds []string, topic string) error {
+	start := time.Now()
+	for attempt, wait := 1, reachFirstWait; ; attempt, wait = attempt+1, min(2*wait, reachMaxWait) {
+		err := checkKafkaOnce(ctx, a, seeds, topic)
+		var ke *kafkaError
+		if err == nil || !errors.As(err, &ke) || !ke.unreachable {
+			return err
+		}
+		if ctx.Err() == nil {
+			a.log.Warn("kafka unreachable at start-up; retrying", "kafka", strings.Join(seeds, ","),
+				"attempt", attempt, "retry_in", wait.String(), "err", ke.msg)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+				continue
+			}
+		}
+		return &kafkaError{msg: fmt.Sprintf("%s (tried %d times in %s)", ke.msg, attempt, since(start)), unreachable: true}
+	}
+}
+
+// checkKafkaOnce is one try of checkKafka, within kafkaCheckTimeout.
+func checkKafkaOnce(ctx context.Context, a *App, seeds []string, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, kafkaCheckTimeout)
 	defer cancel()
 	auth := a.cfg.KafkaAuth

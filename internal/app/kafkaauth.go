@@ -337,7 +337,13 @@ func (h *connFailures) get() (error, bool) {
 
 // kafkaError is a Kafka cluster that idemd could not use at start-up; its
 // message names the cluster.
-type kafkaError struct{ msg string }
+type kafkaError struct {
+	msg string
+	// unreachable: no broker answered (the cluster's refusals, its
+	// missing topics and their errors are not), which checkKafka
+	// retries within the start-up bound.
+	unreachable bool
+}
 
 func (e *kafkaError) Error() string { return e.msg }
 
@@ -345,15 +351,10 @@ func (e *kafkaError) Error() string { return e.msg }
 // (and its dead-letter topic) from the cluster of seeds: the credentials,
 // the TLS handshake, TLS or SASL missing, an ACL, or else unreachable.
 func kafkaCheckError(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) error {
-	return &kafkaError{msg: kafkaCheckMessage(seeds, auth, topic, err, seen)}
-}
-
-// kafkaCheckMessage is kafkaCheckError's message.
-func kafkaCheckMessage(seeds string, auth KafkaAuth, topic string, err error, seen *connFailures) string {
 	if msg := kafkaRefusal(seeds, auth, topic, err, seen); msg != "" {
-		return msg
+		return &kafkaError{msg: msg}
 	}
-	return fmt.Sprintf("kafka %s unreachable (checked at start-up, for up to %s): %s", seeds, kafkaCheckTimeout, errMessage(kafkaCause(err, seen)))
+	return &kafkaError{msg: fmt.Sprintf("kafka %s unreachable: %s", seeds, errMessage(kafkaCause(err, seen))), unreachable: true}
 }
 
 // kafkaCause is the cause of err, a request to the cluster that failed:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 )
@@ -452,5 +453,44 @@ func TestRunDatabaseUnreachable(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "secret") {
 		t.Errorf("stderr shows the password: %s", stderr.String())
+	}
+}
+
+// A Kafka cluster that does not accept connections yet when idemd starts
+// (the cluster coming up beside it) is waited for within the start-up
+// bound, as the database is: idemd used to stop at once (exit 1, "kafka
+// ... unreachable (checked at start-up, for up to 10s)" 0.3 s after a
+// refused connection).
+func TestRunWaitsForKafka(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-late")
+	cluster.CreateTopic(t, topic, 1)
+	cluster.CreateTopic(t, topic+".dlq", 1)
+	seed := forwardLater(t, cluster.Seeds[0], 1500*time.Millisecond)
+	dbArg, _ := dbSetting(t, app.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", dbArg, "-kafka", seed, "-kafka-topic", topic}, envOf(nil), stdout, stderr)
+	}()
+	for deadline := time.Now().Add(15 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
+		select {
+		case code := <-exited:
+			t.Fatalf("Run returned %d before Kafka accepted connections; stderr %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen line 15 s after the start; stderr %s", stderr.String())
+		}
+	}
+	if e := stderr.String(); !strings.Contains(e, "kafka unreachable at start-up; retrying") || !strings.Contains(e, "connection refused") {
+		t.Errorf("stderr lacks the retries and their error: %s", e)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("exit code %d; stderr %s", code, stderr.String())
 	}
 }
