@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -228,8 +229,9 @@ const (
 )
 
 // reachDatabase pings the database until it answers, retrying its passing
-// failures (dberr.Transient: a refused connection, a name that does not
-// resolve yet, a server starting up or out of connections) with backoff
+// failures (dberr.Transient: a refused connection, a server starting up or
+// out of connections; and a host name that does not resolve, yet: a
+// StatefulSet's pod gets its DNS name once ready) with backoff
 // until ctx ends (the start-up bound, or the signal): a database that
 // starts after idemd (a sidecar proxy, a cluster coming up) is waited for
 // rather than failing the start, which a supervisor such as Kubernetes
@@ -250,7 +252,8 @@ func (a *App) reachDatabase(ctx context.Context, ping func(context.Context) erro
 		if ctx.Err() != nil && last != nil {
 			return fmt.Errorf("%w (tried %d times in %s)", last, attempt-1, since(start))
 		}
-		if !dberr.Transient(err) || ctx.Err() != nil {
+		var dns *net.DNSError
+		if retry := dberr.Transient(err) || errors.As(err, &dns); !retry || ctx.Err() != nil {
 			return err
 		}
 		last = err

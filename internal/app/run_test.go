@@ -425,34 +425,45 @@ func TestRunWaitsForTheDatabase(t *testing.T) {
 
 // A database still unreachable at the end of the start-up bound stops
 // idemd (exit 1) with the last failure, which says why, and how long it
-// was tried.
+// was tried: a refused connection, or a host name that does not resolve
+// (yet: a StatefulSet's database pod gets its DNS name only once ready),
+// which used to stop idemd at once.
 func TestRunDatabaseUnreachable(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr testlog.Buffer
-	start := time.Now()
-	code := app.RunWith(context.Background(), []string{"-addr", "127.0.0.1:0", "-kafka", "off",
-		"-db", "postgres://postgres:secret@127.0.0.1:1/test?connect_timeout=5"}, envOf(nil), &stdout, &stderr,
-		app.WithStartTimeout(app.Options{}, 2*time.Second))
-	took := time.Since(start)
-	if code != 1 {
-		t.Errorf("exit code %d, want 1; stderr %s", code, stderr.String())
-	}
-	if took < 2*time.Second || took > 5*time.Second {
-		t.Errorf("Run returned after %v, want the start-up bound (2 s) of retries", took)
-	}
-	if stdout.String() != "" {
-		t.Errorf("stdout %q, want nothing", stdout.String())
-	}
-	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-	last := lines[len(lines)-1]
-	if !regexp.MustCompile(`^idemd: database postgres://postgres:xxxxx@127\.0\.0\.1:1/test\?connect_timeout=5 unreachable: .*connection refused \(tried [3-9] times in [0-9.]+s\)$`).MatchString(last) {
-		t.Errorf("last line %q: want the database unreachable, why, and how long it was tried", last)
-	}
-	if retries := strings.Count(stderr.String(), "database unreachable at start-up; retrying"); retries < 3 || retries != len(lines)-1 {
-		t.Errorf("%d retry lines among %d: want one per failed try before the last line:\n%s", retries, len(lines), stderr.String())
-	}
-	if strings.Contains(stderr.String(), "secret") {
-		t.Errorf("stderr shows the password: %s", stderr.String())
+	for _, c := range []struct{ name, host, shown, why string }{
+		{"refused", "127.0.0.1:1", `127\.0\.0\.1:1`, "connection refused"},
+		{"unresolved", "db.idemd-test.invalid:5432", `db\.idemd-test\.invalid:5432`, `lookup db\.idemd-test\.invalid`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr testlog.Buffer
+			start := time.Now()
+			code := app.RunWith(context.Background(), []string{"-addr", "127.0.0.1:0", "-kafka", "off",
+				"-db", "postgres://postgres:secret@" + c.host + "/test?connect_timeout=5"}, envOf(nil), &stdout, &stderr,
+				app.WithStartTimeout(app.Options{}, 2*time.Second))
+			took := time.Since(start)
+			if code != 1 {
+				t.Errorf("exit code %d, want 1; stderr %s", code, stderr.String())
+			}
+			if took < 2*time.Second || took > 5*time.Second {
+				t.Errorf("Run returned after %v, want the start-up bound (2 s) of retries; stderr %s", took, stderr.String())
+			}
+			if stdout.String() != "" {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			last := lines[len(lines)-1]
+			if !regexp.MustCompile(`^idemd: database postgres://postgres:xxxxx@` + c.shown + `/test\?connect_timeout=5 unreachable: .*` +
+				c.why + `.* \(tried [3-9] times in [0-9.]+s\)$`).MatchString(last) {
+				t.Errorf("last line %q: want the database unreachable, why, and how long it was tried", last)
+			}
+			if retries := strings.Count(stderr.String(), "database unreachable at start-up; retrying"); retries < 3 || retries != len(lines)-1 {
+				t.Errorf("%d retry lines among %d: want one per failed try before the last line:\n%s", retries, len(lines), stderr.String())
+			}
+			if strings.Contains(stderr.String(), "secret") {
+				t.Errorf("stderr shows the password: %s", stderr.String())
+			}
+		})
 	}
 }
 
