@@ -76,13 +76,42 @@ func Transient(err error) bool {
 	var pg interface{ SafeToRetry() bool }
 	if errors.As(err, &pg) {
 		var ne net.Error
-		if pg.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		if pg.SafeToRetry() || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) ||
+			connClosed(err) {
 			return true
 		}
 	}
 	var op *net.OpError
 	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+}
+
+// connClosed reports whether err's chain holds pgconn.ErrConnClosed,
+// matched by its text so that this package needs no pgx: the connection
+// was lost (its server side closed while it sat in the pool, or earlier
+// in the same operation), after the statement may have been sent, so
+// pgconn does not call it safe to retry; it is a lost connection all the
+// same.
+func connClosed(err error) bool {
+	for err != nil {
+		if err.Error() == "conn closed" {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if connClosed(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // Fault reports whether err is the database's fault rather than its

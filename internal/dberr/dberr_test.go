@@ -1,6 +1,7 @@
 package dberr_test
 
 import (
+	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
@@ -10,11 +11,14 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/dberr"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 func TestTransient(t *testing.T) {
@@ -198,6 +202,55 @@ func TestFault(t *testing.T) {
 	} {
 		if got := dberr.Fault(c.err); got != c.want {
 			t.Errorf("Fault(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// TestTransientConnectionLost: a pooled connection whose server side went
+// away (a proxy or the server restarted while it sat idle) fails its next
+// statement with pgx's "conn closed" (pgconn.ErrConnClosed, not safe to
+// retry since the statement may have been sent): a lost connection,
+// transient like the reset it follows. It was classified as the work's
+// own error (the relay logged ERROR, the consumer counted an attempt).
+func TestTransientConnectionLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := testdb.NewProxy(t)
+	pool := p.Pool(t, "public", 1)
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"exec", func() error { _, err := pool.Exec(ctx, "SELECT 1"); return err }},
+		{"in a transaction", func() error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, "SELECT 1")
+			return err
+		}},
+		{"batch", func() error {
+			b := &pgx.Batch{}
+			b.Queue("SELECT 1")
+			b.Queue("SELECT 2")
+			return pool.SendBatch(ctx, b).Close()
+		}},
+	} {
+		if _, err := pool.Exec(ctx, "SELECT 1"); err != nil { // a connection, idle in the pool
+			t.Fatal(err)
+		}
+		for _, f := range p.BlackHoleAll() {
+			f.Cut()
+		}
+		time.Sleep(100 * time.Millisecond) // the close reaches the client
+		err := c.run()
+		if err == nil {
+			t.Fatalf("%s: no error on a connection whose server side was closed", c.name)
+		}
+		if !dberr.Transient(err) {
+			t.Errorf("%s: Transient(%v) = false on a lost connection", c.name, err)
 		}
 	}
 }
