@@ -221,7 +221,11 @@ type Config struct {
 	// header or a body)
 	// and its children idem.http.claim, idem.http.execute (the handler's
 	// context, so the events it enqueues carry this trace),
-	// idem.http.replay and idem.http.conflict. The span is a child of the
+	// idem.http.replay and idem.http.conflict. A failure of the store or
+	// of the command's transaction that decides the answer (503, 500
+	// transaction-aborted), or a 5xx of the handler, is recorded on the
+	// request span, and on the claim or execute span it happened in. The
+	// span is a child of the
 	// request context's span: continue an incoming traceparent before the
 	// middleware (otelhttp, or an observe.Propagator's Extract). Nil (the
 	// default) traces nothing and allocates nothing.

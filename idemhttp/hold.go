@@ -70,7 +70,9 @@ func (m *Middleware[TTx]) holdGuard(cmd *command, tx TTx, ex driver.RecordExecut
 	if h.span == nil || h.span == observe.NoopSpan {
 		return // untraced: a panic goes on untouched
 	}
-	endPanicking(h.span, recover())
+	s := h.span
+	h.span = nil // ended: traceFailure no longer records on it
+	endPanicking(s, recover())
 }
 
 // undoHeld undoes the claim of cmd's key for holdGuard, while a panic

@@ -192,6 +192,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	}
 	rec.flush(cmd.w)
 	if err != nil {
+		m.traceFailure(cmd, err)
 		m.reportCmd(cmd, OutcomeNotStored) // executed, but a retry may execute again
 		return
 	}

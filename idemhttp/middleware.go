@@ -397,6 +397,7 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 // instead, and logs the fix: retrying cannot help until an operator
 // migrates, grants or fixes the credentials.
 func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
+	m.traceFailure(cmd, err)
 	if errors.Is(err, driver.ErrNotMigrated) {
 		m.cfg.Logger.Error("idemhttp: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with; every protected request fails until then",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
@@ -434,6 +435,7 @@ func (m *Middleware[TTx]) roleRefused(cmd *command, err error) bool {
 	if !dberr.Misconfigured(err) {
 		return false
 	}
+	m.traceFailure(cmd, err)
 	m.cfg.Logger.Error("idemhttp: PostgreSQL refused the application's role a privilege on idem's tables, or a login: "+
 		"grant the role back what it lost on the table the error names (or fix its password or LOGIN); every protected request fails until then",
 		"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
@@ -443,6 +445,7 @@ func (m *Middleware[TTx]) roleRefused(cmd *command, err error) bool {
 
 // outcomeUnknown answers 503 when the commit's result is unknown.
 func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
+	m.traceFailure(cmd, err)
 	m.cfg.Logger.Error("idemhttp: commit result unknown", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown,
@@ -481,6 +484,7 @@ func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 	default:
 		return false
 	}
+	m.traceFailure(cmd, err)
 	m.reportCmd(cmd, OutcomeNotStored)
 	return true
 }
@@ -495,6 +499,7 @@ func (m *Middleware[TTx]) idleTimedOut(cmd *command, err error) bool {
 	if !dberr.IdleTimeout(err) {
 		return false
 	}
+	m.traceFailure(cmd, err)
 	m.cfg.Logger.Error("idemhttp: PostgreSQL ended the request's session: its transaction waited for the handler "+
 		"(between two of its statements) longer than idle_in_transaction_session_timeout (or idle_session_timeout); "+
 		"nothing was committed, and a retry executes again. Raise the setting for the application's role or database "+
@@ -513,6 +518,10 @@ func (m *Middleware[TTx]) idleTimedOut(cmd *command, err error) bool {
 // MaxResponseBytes was not kept whole: its status (and Retry-After) go out
 // with a problem body instead, saying "stored": false.
 func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
+	if m.cfg.Tracer != nil && rec.statusCode() >= 500 {
+		// A server error, as HTTP's semantic conventions count it.
+		m.traceFailure(cmd, fmt.Errorf("idemhttp: the handler answered %d; not stored", rec.statusCode()))
+	}
 	if !rec.overflow {
 		rec.flush(cmd.w)
 		return

@@ -17,11 +17,14 @@ import (
 // return observe.NoopSpan and allocate nothing.
 
 // requestTrace is the request span and the outcome reported for it, in the
-// request's context.
+// request's context; err is the failure of the store or of the command's
+// transaction that decided the outcome (traceFailure), recorded on the
+// span when it ends.
 type requestTrace struct {
 	span    observe.Span
 	outcome Outcome
 	set     bool
+	err     error
 }
 
 type requestTraceKey struct{}
@@ -41,7 +44,11 @@ func (m *Middleware[TTx]) serveTraced(w http.ResponseWriter, r *http.Request, ne
 				observe.Bool("idem.replayed", rt.outcome == OutcomeReplayed))
 		}
 		span.SetAttributes(attrs...)
-		endPanicking(span, recover())
+		p := recover()
+		if p == nil && rt.err != nil {
+			span.RecordError(rt.err)
+		}
+		endPanicking(span, p)
 	}()
 	m.serve(w, r, next)
 }
@@ -71,6 +78,27 @@ func (m *Middleware[TTx]) spanRoute(r *http.Request) string {
 func traceOutcome(r *http.Request, o Outcome) {
 	if rt, ok := r.Context().Value(requestTraceKey{}).(*requestTrace); ok {
 		rt.outcome, rt.set = o, true
+	}
+}
+
+// traceFailure records err, the failure of the store or of the command's
+// transaction that decides cmd's answer (503 store-unavailable or
+// outcome-unknown, 500 transaction-aborted, a response not stored), on its
+// execute span while that is open, and on its request span, which ends
+// failed: without it only a failed claim's span said so, and a command
+// whose COMMIT failed looked like one that went well. The first failure
+// of a request is the one recorded. Untraced, it does nothing.
+func (m *Middleware[TTx]) traceFailure(cmd *command, err error) {
+	if m.cfg.Tracer == nil || err == nil {
+		return
+	}
+	rt, ok := cmd.r.Context().Value(requestTraceKey{}).(*requestTrace)
+	if !ok || rt.err != nil {
+		return
+	}
+	rt.err = err
+	if s := cmd.held.span; s != nil {
+		s.RecordError(err)
 	}
 }
 

@@ -1,15 +1,18 @@
 package idemhttp_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/observe/observetest"
+	"github.com/idemkit/idem/problem"
 )
 
 // The middleware's spans: a request span with the outcome, and its claim,
@@ -178,6 +181,150 @@ func TestTracingRouteFromPattern(t *testing.T) {
 		}
 		if got := reqs[0].Attr("http.route"); got != want {
 			t.Errorf("%q: http.route = %v, want %q", pattern, got, want)
+		}
+	}
+}
+
+// A request the middleware answers with a failure of its store or of the
+// command's transaction ends its spans failed, with the error: the request
+// span, and the execute span when the failure came after the handler ran.
+// Before, only the claim span of a failed claim said so: a request
+// answered 503 because its connection broke before COMMIT, or 500 because
+// its transaction was aborted, showed in a trace backend as a request
+// that went well (idem.outcome aside).
+func TestTracingStoreFailures(t *testing.T) {
+	t.Parallel()
+	// The store is closed before the claim: 503 store-unavailable.
+	t.Run("claim", func(t *testing.T) {
+		t.Parallel()
+		for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+			t.Run(mode.String(), func(t *testing.T) {
+				t.Parallel()
+				forEach(t, func(t *testing.T, e *env) {
+					rec := &observetest.Recorder{}
+					var calls atomic.Int64
+					h := e.wrap(t, &idemhttp.Config{Mode: mode, Tracer: rec, Logger: slog.New(slog.DiscardHandler)}, effectHandler(t, e, 201, &calls))
+					e.closeStore()
+					if rr := send(h, "POST", "/pay", "k", `{}`); rr.Code != http.StatusServiceUnavailable {
+						t.Fatalf("status %d, want 503", rr.Code)
+					}
+					// A claim span when the claim failed (not when the
+					// Begin before it did), ended failed.
+					checkFailedSpans(t, rec, "store_error", "idem.http.request")
+					for _, s := range rec.Named("idem.http.claim") {
+						if s.Err() == nil {
+							t.Error("claim span without the store's error")
+						}
+					}
+				})
+			})
+		}
+	})
+	// The handler's connection is killed before COMMIT: 503.
+	t.Run("commit", func(t *testing.T) {
+		t.Parallel()
+		for _, b := range backendList {
+			if !strings.HasPrefix(b.name, "postgres") {
+				continue
+			}
+			t.Run(b.name, func(t *testing.T) {
+				t.Parallel()
+				e := b.mk(t)
+				rec := &observetest.Recorder{}
+				h := e.wrap(t, &idemhttp.Config{Tracer: rec, Logger: slog.New(slog.DiscardHandler)}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if err := e.effect(r, "killed"); err != nil {
+						t.Error(err)
+					}
+					if err := e.kill(r); err != nil {
+						t.Error(err)
+					}
+					w.WriteHeader(http.StatusCreated)
+				}))
+				if rr := send(h, "POST", "/pay", "k", `{}`); rr.Code != http.StatusServiceUnavailable {
+					t.Fatalf("status %d, want 503", rr.Code)
+				}
+				checkFailedSpans(t, rec, "store_error", "idem.http.request", "idem.http.execute")
+			})
+		}
+	})
+	// A statement of the handler aborts the transaction: 500
+	// transaction-aborted.
+	t.Run("aborted", func(t *testing.T) {
+		t.Parallel()
+		for _, b := range backendList {
+			if !strings.HasPrefix(b.name, "postgres") {
+				continue
+			}
+			t.Run(b.name, func(t *testing.T) {
+				t.Parallel()
+				e := b.mk(t)
+				e.exec(t, `CREATE TABLE uq (v TEXT PRIMARY KEY)`)
+				e.exec(t, `INSERT INTO uq (v) VALUES ('taken')`)
+				rec := &observetest.Recorder{}
+				h := e.wrap(t, &idemhttp.Config{Tracer: rec, Logger: slog.New(slog.DiscardHandler)}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_ = e.txExec(r, `INSERT INTO uq (v) VALUES ('taken')`)
+					w.WriteHeader(http.StatusConflict)
+				}))
+				checkProblem(t, send(h, "POST", "/pay", "k", `{}`), http.StatusInternalServerError, problem.TypeTransactionAborted)
+				checkFailedSpans(t, rec, "not_stored", "idem.http.request", "idem.http.execute")
+			})
+		}
+	})
+}
+
+// A handler's 5xx, passed on and not stored, ends the request and execute
+// spans failed, as HTTP's semantic conventions count a server's 5xx; a 4xx
+// not stored (429) does not.
+func TestTracingHandlerServerError(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+				rec := &observetest.Recorder{}
+				mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Mode: mode, Tracer: rec})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+				if rr := send(h, "POST", "/pay", "k", `{}`); rr.Code != status {
+					t.Fatalf("status %d, want %d", rr.Code, status)
+				}
+				for _, name := range []string{"idem.http.request", "idem.http.execute"} {
+					spans := rec.Named(name)
+					if len(spans) != 1 || !spans[0].Ended() {
+						t.Fatalf("%s spans %v; want one, ended", name, spans)
+					}
+					if failed := spans[0].Err() != nil; failed != (status >= 500) {
+						t.Errorf("handler answered %d: %s span error %v", status, name, spans[0].Err())
+					}
+				}
+			}
+		})
+	}
+}
+
+// checkFailedSpans checks that rec holds one request span, with outcome,
+// and that each span named in failed is ended with an error.
+func checkFailedSpans(t *testing.T, rec *observetest.Recorder, outcome string, failed ...string) {
+	t.Helper()
+	if reqs := rec.Named("idem.http.request"); len(reqs) != 1 || reqs[0].Attr("idem.outcome") != outcome {
+		t.Fatalf("request spans %v; want one with outcome %s", reqs, outcome)
+	}
+	for _, name := range failed {
+		spans := rec.Named(name)
+		if len(spans) == 0 {
+			t.Errorf("no %s span", name)
+		}
+		for _, s := range spans {
+			if !s.Ended() || s.Err() == nil {
+				t.Errorf("%s span: ended %v, error %v; want ended with the store's error", name, s.Ended(), s.Err())
+			}
+		}
+	}
+	for _, s := range rec.Spans() {
+		if !s.Ended() {
+			t.Errorf("%s span not ended", s.Name)
 		}
 	}
 }

@@ -25,7 +25,12 @@
 //     children idem.http.claim (the claim of the key), idem.http.execute
 //     (the handler, the stored response and the commit), idem.http.replay
 //     (a stored response written again) and idem.http.conflict (a key in
-//     progress or reused with another request).
+//     progress or reused with another request). A request answered with a
+//     failure of the store or of its transaction (503 store-unavailable or
+//     outcome-unknown, 500 transaction-aborted, a response not stored), or
+//     with a 5xx of its handler, ends failed with that error, as does its
+//     idem.http.claim or idem.http.execute span, wherever the failure
+//     happened.
 //   - idem.outbox.enqueue: outbox.EnqueueTx, with the default Tracer.
 //   - idem.outbox.relay.batch: one relay round that claimed events.
 //   - idem.inbox.batch: one inbox call (Process, ProcessBatch, ProcessBulk
