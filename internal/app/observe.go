@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -55,7 +56,11 @@ func (a *App) observe(next http.Handler) http.Handler {
 			// is cut, once the request is logged and counted.
 			cut := p != nil && sw.status != 0
 			if p != nil {
-				a.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				// With the stack (the panicking frames are still on it,
+				// re-panicked by the middleware or not): the line is what
+				// an operator reports, and net/http's own, which this
+				// recover replaces, had it.
+				a.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
 				if sw.status == 0 {
 					problem.WriteError(sw, http.StatusInternalServerError, "", "Internal error", "")
 				}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 )
 
@@ -55,5 +60,51 @@ func TestHandlerPanic(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `"msg":"request"`); n != 2 {
 		t.Errorf("%d access log lines, want 2:\n%s", n, logs)
+	}
+	// The line is what an operator reports (docs/operations.md): it
+	// carries the goroutine's stack, down to the handler that panicked.
+	for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var line struct {
+			Msg, Panic, Stack string
+		}
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if line.Msg == "handler panic" && !strings.Contains(line.Stack, "TestHandlerPanic.func") {
+			t.Errorf("handler panic %q logged with the stack %q; want the handler's frames", line.Panic, line.Stack)
+		}
+	}
+}
+
+// A panic under the idempotency middleware, which undoes the claim and
+// panics on with it, is logged with the handler's frames too.
+func TestHandlerPanicStackThroughMiddleware(t *testing.T) {
+	t.Parallel()
+	logs := &testlog.Buffer{}
+	a := &App{log: slog.New(slog.NewJSONHandler(logs, nil)), metrics: newMetrics()}
+	mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Scope: func(*http.Request) (string, error) { return "p", nil }, OnOutcome: a.metrics.outcome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })))
+	rr := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+	req.Header.Set(idemhttp.KeyHeader, "k")
+	a.observe(mux).ServeHTTP(rr, req)
+	if rr.Code != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", rr.Code)
+	}
+	var line struct{ Msg, Stack string }
+	for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		if err := json.Unmarshal([]byte(l), &line); err == nil && line.Msg == "handler panic" {
+			break
+		}
+	}
+	if line.Msg != "handler panic" || !strings.Contains(line.Stack, "TestHandlerPanicStackThroughMiddleware.func") {
+		t.Errorf("handler panic line %q with the stack %q; want the handler's frames:\n%s", line.Msg, line.Stack, logs)
+	}
+	if got := testutil.ToFloat64(a.metrics.outcomes.WithLabelValues("not_stored")); got != 1 {
+		t.Errorf(`idemd_http_outcomes_total{outcome="not_stored"} = %v, want 1`, got)
 	}
 }
