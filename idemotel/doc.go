@@ -29,5 +29,7 @@
 // through OpenTelemetry under their Prometheus names. The exporters connect
 // lazily: a collector that is not there costs dropped batches and a logged
 // error, never a failed start. An endpoint variable that is not an http://
-// or https:// URL with a host fails Setup.
+// or https:// URL with a host fails Setup, as does an
+// OTEL_EXPORTER_OTLP_PROTOCOL (or a signal's own) that is not an OTLP/HTTP
+// encoding (grpc).
 package idemotel

@@ -357,3 +357,58 @@ func writeCert(t *testing.T) string {
 	}
 	return path
 }
+
+// OTEL_EXPORTER_OTLP_PROTOCOL (or the signal's own) set to grpc, as an
+// OpenTelemetry operator or a collector's gRPC port (4317) suggests, is
+// refused by name: the OTLP/HTTP exporters read it, warn at a level
+// nobody sees and send OTLP/HTTP all the same, so every batch failed
+// against a gRPC receiver. The HTTP encodings are accepted.
+func TestSetupRejectsGRPCProtocol(t *testing.T) {
+	t.Cleanup(func() { observe.SetDefault(nil, nil) })
+	observe.SetDefault(nil, nil)
+	for _, tc := range []struct {
+		env      map[string]string
+		gatherer bool
+		name     string
+	}{
+		{map[string]string{idemotel.EnvProtocol: "grpc"}, false, idemotel.EnvProtocol},
+		{map[string]string{idemotel.EnvTracesProtocol: "grpc"}, false, idemotel.EnvTracesProtocol},
+		{map[string]string{idemotel.EnvProtocol: "http/protobuf", idemotel.EnvTracesProtocol: "grpc"}, false, idemotel.EnvTracesProtocol},
+		{map[string]string{idemotel.EnvMetricsProtocol: "grpc"}, true, idemotel.EnvMetricsProtocol},
+		{map[string]string{idemotel.EnvProtocol: "http"}, false, idemotel.EnvProtocol},
+	} {
+		tc.env[idemotel.EnvEndpoint] = "http://127.0.0.1:1"
+		var g promclient.Gatherer
+		if tc.gatherer {
+			g = promclient.NewRegistry()
+		}
+		tel, err := idemotel.Setup(context.Background(), idemotel.Config{Getenv: func(k string) string { return tc.env[k] }, Gatherer: g})
+		if err == nil {
+			_ = tel.Shutdown(context.Background())
+			t.Errorf("Setup(%v): no error", tc.env)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "4318") {
+			t.Errorf("Setup(%v): %v; want the variable %s named, and the OTLP/HTTP port", tc.env, err, tc.name)
+		}
+		if observe.DefaultTracer() != nil {
+			t.Errorf("Setup(%v) failed but installed observe's default Tracer", tc.env)
+			observe.SetDefault(nil, nil)
+		}
+	}
+	for _, env := range []map[string]string{
+		{idemotel.EnvProtocol: "http/protobuf"},
+		{idemotel.EnvProtocol: "http/json"},
+		{idemotel.EnvProtocol: "grpc", idemotel.EnvTracesProtocol: "http/protobuf"}, // no metrics exporter
+	} {
+		env[idemotel.EnvEndpoint] = "http://127.0.0.1:1"
+		tel, err := idemotel.Setup(context.Background(), idemotel.Config{Getenv: func(k string) string { return env[k] }})
+		if err != nil {
+			t.Errorf("Setup(%v): %v", env, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = tel.Shutdown(ctx)
+		cancel()
+	}
+}

@@ -34,6 +34,12 @@ const (
 	// EnvResourceAttributes may name the service too (service.name=...),
 	// below OTEL_SERVICE_NAME and above Config.ServiceName.
 	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
+	// EnvProtocol and the signals' own variables choose the OTLP
+	// transport: Setup's exporters speak OTLP/HTTP only, so grpc (or
+	// anything but http/protobuf and http/json) fails Setup.
+	EnvProtocol        = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvTracesProtocol  = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvMetricsProtocol = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
 )
 
 // Enabled reports whether telemetry is on: flag (idemd's -otel) or a set
@@ -79,6 +85,8 @@ type Telemetry struct {
 // not there is logged, never fatal. An endpoint variable that is not an
 // http:// or https:// URL with a host (collector:4318, a scheme forgotten)
 // is an error: the exporter would ignore it or send every batch nowhere.
+// So is an OTEL_EXPORTER_OTLP_PROTOCOL (or the signal's own) that is not
+// http/protobuf or http/json: grpc would be sent OTLP/HTTP all the same.
 // On any error nothing is installed: OpenTelemetry's and observe's globals
 // (providers, propagator, error handler) stay as they were. Call Shutdown,
 // with a deadline, at exit to flush.
@@ -87,12 +95,18 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
+	if err := checkProtocol(getenv, EnvTracesProtocol); err != nil {
+		return nil, err
+	}
 	traceURL, err := endpoint(getenv, EnvTracesEndpoint, "/v1/traces")
 	if err != nil {
 		return nil, err
 	}
 	var metricURL string
 	if cfg.Gatherer != nil {
+		if err := checkProtocol(getenv, EnvMetricsProtocol); err != nil {
+			return nil, err
+		}
 		if metricURL, err = endpoint(getenv, EnvMetricsEndpoint, "/v1/metrics"); err != nil {
 			return nil, err
 		}
@@ -212,6 +226,26 @@ func checkEndpoint(name, v string) error {
 		return fmt.Errorf("idemotel: %s=%q: want an http:// or https:// URL with a host, such as http://collector:4318", name, u.Redacted())
 	}
 	return nil
+}
+
+// checkProtocol returns an error naming the variable when a signal's OTLP
+// protocol (signalVar, else EnvProtocol) is set to anything but an OTLP/HTTP
+// encoding. The OTLP/HTTP exporters read these variables themselves, and
+// take grpc (what a collector's port 4317 speaks, and what OpenTelemetry
+// operators often set) for http/protobuf with a warning OpenTelemetry's
+// default logger does not show: every batch then went, as OTLP/HTTP, to a
+// gRPC receiver, and failed.
+func checkProtocol(getenv func(string) string, signalVar string) error {
+	name, v := signalVar, getenv(signalVar)
+	if v == "" {
+		name, v = EnvProtocol, getenv(EnvProtocol)
+	}
+	switch v {
+	case "", "http/protobuf", "http/json":
+		return nil
+	}
+	return fmt.Errorf("idemotel: %s=%q: idem exports OTLP over HTTP only: set http/protobuf (or http/json), or unset it, "+
+		"and point the endpoint at the collector's OTLP/HTTP port (4318), not its gRPC port (4317)", name, v)
 }
 
 // resourceServiceName returns the service.name of an
