@@ -69,7 +69,13 @@ func (a *App) observe(next http.Handler) http.Handler {
 				defer panic(http.ErrAbortHandler)
 			}
 			status := sw.status
-			if status == 0 {
+			switch {
+			case cut:
+				// Whatever status went out, the client gets no
+				// complete response: a server error, counted and
+				// logged as one (the 5xx ratio alert covers panics).
+				status = http.StatusInternalServerError
+			case status == 0:
 				status = http.StatusOK
 			}
 			route := r.Pattern // set by the ServeMux on this request
@@ -87,6 +93,9 @@ func (a *App) observe(next http.Handler) http.Handler {
 				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 				slog.Bool("replayed", sw.Header().Get(idemhttp.ReplayedHeader) == "true"),
 				slog.Int("bytes", sw.bytes),
+			}
+			if cut {
+				attrs = append(attrs, slog.Bool("cut", true))
 			}
 			if key := r.Header.Get(idemhttp.KeyHeader); key != "" {
 				// What the request is looked up by (its idempotency

@@ -61,6 +61,17 @@ func TestHandlerPanic(t *testing.T) {
 	if n := strings.Count(logs.String(), `"msg":"request"`); n != 2 {
 		t.Errorf("%d access log lines, want 2:\n%s", n, logs)
 	}
+	// Both count as the server errors they are (the 5xx ratio alert covers
+	// panics), the one whose response had started too: its client got no
+	// complete response, whatever status went out before the cut.
+	for _, route := range []string{"GET /early", "GET /late"} {
+		if got := testutil.ToFloat64(a.metrics.requests.WithLabelValues(route, "500")); got != 1 {
+			t.Errorf(`idemd_http_requests_total{route=%q,status="500"} = %v, want 1`, route, got)
+		}
+	}
+	if !strings.Contains(logs.String(), `"path":"/late","route":"GET /late","status":500,`) || !strings.Contains(logs.String(), `"cut":true`) {
+		t.Errorf("the cut response's access line does not say 500, cut:\n%s", logs)
+	}
 	// The line is what an operator reports (docs/operations.md): it
 	// carries the goroutine's stack, down to the handler that panicked.
 	for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
