@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -485,5 +488,74 @@ func checkLateWaitsForRound[TTx any](t *testing.T, drv driver.OutboxDriver[TTx])
 	}
 	if n := pub.given(d1.ID); n != 1 {
 		t.Errorf("event published late given to Publish %d times; want once", n)
+	}
+}
+
+// A round that parks an event (poison, or its MaxAttempts-th failure) that
+// was marked published while the round published it (by the late outcome
+// of an earlier attempt, maybe another relay's) parks nothing: its park
+// finds no pending row. It neither logs the event parked nor reports it
+// to OnPark: both said so of a published event, and an operator went
+// looking for a park that blocked nothing (idemd counted it in
+// idemd_outbox_parked_total).
+func TestRoundReportsNoParkOfAnEventPublishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, poison := range []bool{true, false} {
+		t.Run(map[bool]string{true: "poison", false: "max-attempts"}[poison], func(t *testing.T) {
+			t.Parallel()
+			onEveryBackend(t,
+				func(t *testing.T, drv driver.OutboxDriver[*sql.Tx]) { checkNoParkOfPublished(t, drv, poison) },
+				func(t *testing.T, drv driver.OutboxDriver[pgx.Tx]) { checkNoParkOfPublished(t, drv, poison) })
+		})
+	}
+}
+
+func checkNoParkOfPublished[TTx any](t *testing.T, drv driver.OutboxDriver[TTx], poison bool) {
+	d1 := mustEvent(t, "k")
+	var d1Row atomic.Int64
+	pub := &latePublisher{fn: func(call int, events []event.Envelope, _ func(int, error)) error {
+		errs := make([]error, len(events))
+		for i, e := range events {
+			if e.ID != d1.ID {
+				continue
+			}
+			errs[i] = errUnknown
+			if call == 2 {
+				// Another relay marks it published meanwhile, and this
+				// attempt fails it for good.
+				markPublished(t, drv, d1Row.Load())
+				if poison {
+					errs[i] = fmt.Errorf("%w: too large", outbox.ErrPoison)
+				}
+			}
+		}
+		return &outbox.PublishError{Errs: errs}
+	}}
+	var parks atomic.Int64
+	logs := &testlog.Buffer{}
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{
+		Backoff:     func(int) time.Duration { return 0 },
+		MaxAttempts: 2,
+		NoListen:    true,
+		OnPark:      func(event.Envelope, int, error) { parks.Add(1) },
+		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueTx(t, drv, d1)
+	if _, err := relay.RunOnce(t.Context()); err == nil {
+		t.Fatal("first round: no error; want the publish failure")
+	}
+	d1Row.Store(rowIDOf(t, drv, d1.ID))
+	_, _ = relay.RunOnce(t.Context())
+	if !allPublished(t, drv) {
+		t.Fatal("d1, marked published during the round, is pending again")
+	}
+	if n, err := outbox.CountParked(t.Context(), drv); err != nil || n != 0 {
+		t.Fatalf("CountParked = %d, %v; want 0", n, err)
+	}
+	if parks.Load() != 0 || strings.Contains(logs.String(), "parked as poison") {
+		t.Errorf("OnPark called %d times for an event published, not parked; logs:\n%s", parks.Load(), logs)
 	}
 }

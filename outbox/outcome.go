@@ -14,6 +14,9 @@ type failedRow struct {
 	err     error
 	park    bool
 	retryIn time.Duration
+	// gone: its park found no pending row (published meanwhile by a late
+	// outcome): nothing was parked, nothing to log or report.
+	gone bool
 }
 
 // sorted is what a round learned from Publish.
@@ -87,6 +90,9 @@ func (r *Relay[TTx]) sortOutcomes(rows []driver.OutboxRow, events []event.Envelo
 func (r *Relay[TTx]) logFailures(s sorted) {
 	var retried []failedRow
 	for _, f := range s.failed {
+		if f.gone {
+			continue
+		}
 		if !f.park {
 			retried = append(retried, f)
 			continue

@@ -191,7 +191,11 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		if f.park {
 			// ErrNotFound: published meanwhile, by the late outcome of an
 			// earlier attempt (see LatePublisher), maybe another relay's.
-			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: storedError(f.err), At: now}); err != nil && !errors.Is(err, driver.ErrNotFound) {
+			// Then nothing is parked: neither logged nor reported to
+			// OnPark.
+			if err := ex.OutboxPark(fctx, &driver.OutboxParkParams{ID: f.row.ID, Error: storedError(f.err), At: now}); errors.Is(err, driver.ErrNotFound) {
+				f.gone = true
+			} else if err != nil {
 				return res, fmt.Errorf("outbox: park event %s: %w", f.row.EventID, err)
 			}
 			continue
