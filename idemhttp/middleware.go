@@ -95,6 +95,8 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next htt
 		// waited for: nothing ran to an outcome.
 		m.requestEnded(cmd)
 		if errors.Is(cmd.r.Context().Err(), context.DeadlineExceeded) {
+			// A server-side timeout, unlike a client gone: a failure.
+			m.traceFailure(cmd, context.Cause(cmd.r.Context()))
 			m.reportCmd(cmd, OutcomeStoreError)
 			return
 		}

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
@@ -229,6 +231,29 @@ func TestTracingStoreFailures(t *testing.T) {
 					}
 				})
 			})
+		}
+	})
+	// The request's deadline has passed before its claim: 503 (a
+	// server-side timeout, not a client gone, which is no server error).
+	t.Run("deadline", func(t *testing.T) {
+		t.Parallel()
+		for _, mode := range []idemhttp.Mode{idemhttp.ModeTx, idemhttp.ModeLease} {
+			rec := &observetest.Recorder{}
+			mw, err := idemhttp.New(testdb.SQLite(t), &idemhttp.Config{Mode: mode, Tracer: rec, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{}`)).WithContext(ctx)
+			req.Header.Set("Idempotency-Key", "k")
+			rr := httptest.NewRecorder()
+			h.ServeHTTP(rr, req)
+			cancel()
+			if rr.Code != http.StatusServiceUnavailable {
+				t.Fatalf("%s: status %d, want 503", mode, rr.Code)
+			}
+			checkFailedSpans(t, rec, "store_error", "idem.http.request")
 		}
 	})
 	// The handler's connection is killed before COMMIT: 503.
