@@ -45,7 +45,14 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TT
 	if t := observe.DefaultTracer(); t != nil {
 		var span observe.Span
 		ctx, span = t.Start(ctx, "idem.outbox.enqueue", observe.Int("idem.events", len(events)))
-		defer func() { observe.End(span, err) }()
+		defer func() {
+			// A panic (of the driver) ends the span failed, and goes on.
+			if p := recover(); p != nil {
+				observe.End(span, fmt.Errorf("panic: %v", p))
+				panic(p)
+			}
+			observe.End(span, err)
+		}()
 	}
 	trace := traceHeaders(ctx)
 	now := time.Now()

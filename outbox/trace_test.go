@@ -2,8 +2,11 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
@@ -136,5 +139,29 @@ func TestRelayBatchSpanOnPublisherPanic(t *testing.T) {
 	}
 	if b := batches[0]; !b.Ended() || b.Err() == nil {
 		t.Errorf("relay batch span: ended %v, error %v; want ended with the panic", b.Ended(), b.Err())
+	}
+}
+
+// EnqueueTx that panics (here a nil pgx.Tx, which pgdriver calls): the
+// panic goes on, and the idem.outbox.enqueue span is ended with it as its
+// error, as the relay's, the inbox's and the middleware's spans are, not
+// as an enqueue that went well.
+// Not parallel: it sets observe's process-wide default.
+func TestEnqueueSpanOnPanic(t *testing.T) {
+	rec := &observetest.Recorder{}
+	observe.SetDefault(rec, observetest.Propagator{})
+	defer observe.SetDefault(nil, nil)
+	drv := testdb.Postgres(t)
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Error("EnqueueTx with a nil transaction did not panic")
+			}
+		}()
+		_ = outbox.EnqueueTx(t.Context(), drv, pgx.Tx(nil), mustEvent(t, "k1"))
+	}()
+	enq := rec.Named("idem.outbox.enqueue")
+	if len(enq) != 1 || !enq[0].Ended() || enq[0].Err() == nil || !strings.Contains(enq[0].Err().Error(), "panic") {
+		t.Fatalf("enqueue spans %+v; want one, ended with the panic as its error", enq)
 	}
 }
