@@ -2,12 +2,12 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/observe"
@@ -142,26 +142,37 @@ func TestRelayBatchSpanOnPublisherPanic(t *testing.T) {
 	}
 }
 
-// EnqueueTx that panics (here a nil pgx.Tx, which pgdriver calls): the
-// panic goes on, and the idem.outbox.enqueue span is ended with it as its
-// error, as the relay's, the inbox's and the middleware's spans are, not
-// as an enqueue that went well.
+// panickyInsertDriver is a real driver whose outbox insert panics, as a
+// driver's bug would.
+type panickyInsertDriver struct{ driver.Driver[*sql.Tx] }
+
+func (panickyInsertDriver) OutboxTx(*sql.Tx) driver.OutboxExecutor { panic("driver bug") }
+
+// EnqueueTx whose driver panics: the panic goes on, and the
+// idem.outbox.enqueue span is ended with it as its error, as the relay's,
+// the inbox's and the middleware's spans are, not as an enqueue that went
+// well.
 // Not parallel: it sets observe's process-wide default.
 func TestEnqueueSpanOnPanic(t *testing.T) {
 	rec := &observetest.Recorder{}
 	observe.SetDefault(rec, observetest.Propagator{})
 	defer observe.SetDefault(nil, nil)
-	drv := testdb.Postgres(t)
+	drv := panickyInsertDriver{testdb.SQLite(t)}
+	tx, err := drv.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = drv.Rollback(t.Context(), tx) }()
 	func() {
 		defer func() {
-			if r := recover(); r == nil {
-				t.Error("EnqueueTx with a nil transaction did not panic")
+			if r := recover(); r != "driver bug" {
+				t.Errorf("recovered %v; want the driver's panic", r)
 			}
 		}()
-		_ = outbox.EnqueueTx(t.Context(), drv, pgx.Tx(nil), mustEvent(t, "k1"))
+		_ = outbox.EnqueueTx(t.Context(), drv, tx, mustEvent(t, "k1"))
 	}()
 	enq := rec.Named("idem.outbox.enqueue")
-	if len(enq) != 1 || !enq[0].Ended() || enq[0].Err() == nil || !strings.Contains(enq[0].Err().Error(), "panic") {
+	if len(enq) != 1 || !enq[0].Ended() || enq[0].Err() == nil || !strings.Contains(enq[0].Err().Error(), "driver bug") {
 		t.Fatalf("enqueue spans %+v; want one, ended with the panic as its error", enq)
 	}
 }
