@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/txbegin"
+	"github.com/idemkit/idem/internal/txnil"
 )
 
 // Event is one event of a batch: its ID, which the inbox deduplicates on,
@@ -65,6 +66,9 @@ func (ib *Inbox[TTx]) ProcessBatch(ctx context.Context, events []Event, fn func(
 // tx back: tx holds the dedup rows of events whose effects did not all
 // happen.
 func (ib *Inbox[TTx]) ProcessBatchTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, e Event) error) (res BatchResult, err error) {
+	if txnil.Is(tx) {
+		return BatchResult{}, errNilTx
+	}
 	ctx, span := ib.startSpan(ctx, "ProcessBatchTx", events)
 	defer endSpan(span, &res, &err)
 	started := time.Now()
@@ -110,6 +114,9 @@ func (ib *Inbox[TTx]) ProcessBulk(ctx context.Context, events []Event, fn func(c
 // commits nor rolls back. If it returns an error the caller must roll tx
 // back: tx holds the dedup rows of events whose effects did not all happen.
 func (ib *Inbox[TTx]) ProcessBulkTx(ctx context.Context, tx TTx, events []Event, fn func(ctx context.Context, tx TTx, fresh []Event) error) (res BatchResult, err error) {
+	if txnil.Is(tx) {
+		return BatchResult{}, errNilTx
+	}
 	ctx, span := ib.startSpan(ctx, "ProcessBulkTx", events)
 	defer endSpan(span, &res, &err)
 	started := time.Now()

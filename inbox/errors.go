@@ -12,6 +12,10 @@ import (
 // but the first would be silently skipped.
 var ErrNilEventID = errors.New("inbox: event ID is the nil UUID")
 
+// errNilTx is the error of ProcessTx, ProcessBatchTx and ProcessBulkTx
+// given a nil transaction: on PostgreSQL the driver would panic on it.
+var errNilTx = errors.New("inbox: nil transaction (ProcessTx, ProcessBatchTx and ProcessBulkTx record the events in the caller's transaction: pass the one of the handler's effect)")
+
 // EventError says which event a batch failed on. The handler's error (or
 // ErrNilEventID) is in Err; errors.Is and errors.As see through EventError.
 // Nothing of the batch was committed. An EventError wrapping the context's

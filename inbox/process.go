@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idemkit/idem/internal/txnil"
 )
 
 // Process applies the event eventID once: in a new transaction it records
@@ -47,8 +49,13 @@ func (ib *Inbox[TTx]) Process(ctx context.Context, eventID uuid.UUID, fn func(ct
 // If ProcessTx returns an error the caller must roll tx back: tx holds the
 // dedup row of an event whose effect failed, and committing it would mark
 // the event processed without its effect. A duplicate, (false, nil), writes
-// nothing and leaves tx usable.
+// nothing and leaves tx usable. A nil tx (a transaction not threaded
+// through) is refused with an error, before fn; so it is by ProcessBatchTx
+// and ProcessBulkTx.
 func (ib *Inbox[TTx]) ProcessTx(ctx context.Context, tx TTx, eventID uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
+	if txnil.Is(tx) {
+		return false, errNilTx
+	}
 	started := time.Now()
 	events := []Event{{ID: eventID}}
 	ctx, span := ib.startSpan(ctx, "ProcessTx", events)

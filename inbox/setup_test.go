@@ -178,6 +178,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{"ConsumersApplyOnceEach", testConsumers[TTx]},
 		{"NilEventIDRejected", testNilEventID[TTx]},
 		{"ProcessTxJoinsCallerTx", testProcessTx[TTx]},
+		{"NilTxRefused", testNilTxRefused[TTx]},
 		{"Batch/Duplicates", testBatchDuplicates[TTx]},
 		{"Batch/FailureRollsBackAll", testBatchFailure[TTx]},
 		{"Batch/NilEventID", testBatchNilID[TTx]},

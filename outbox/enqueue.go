@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -36,7 +36,7 @@ import (
 // and the consumer's inbox continues the trace. The caller's Headers maps
 // are not modified.
 func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TTx, events ...event.Envelope) (err error) {
-	if nilTx(tx) {
+	if txnil.Is(tx) {
 		return errNilTx
 	}
 	if len(events) == 0 {
@@ -78,22 +78,6 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TT
 
 // errNilTx is EnqueueTx's error for a nil transaction.
 var errNilTx = errors.New("outbox: enqueue: nil transaction (EnqueueTx writes in the caller's transaction: pass the one of the business write)")
-
-// nilTx reports whether tx is nil: a nil interface (pgx.Tx) or a nil
-// pointer (*sql.Tx). A driver given one would panic, or (database/sql on
-// SQLite, whose prepared statements can run on the database) store the
-// events outside any transaction, committed on their own whatever becomes
-// of the business write.
-func nilTx[TTx any](tx TTx) bool {
-	v := reflect.ValueOf(any(tx))
-	switch v.Kind() {
-	case reflect.Invalid:
-		return true
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.UnsafePointer:
-		return v.IsNil()
-	}
-	return false
-}
 
 // traceHeaders returns the trace-context headers of ctx from the default
 // propagator (nil without one, or when ctx has no trace context).

@@ -40,8 +40,10 @@
 //
 // Names follow one rule, as in every idem package: a method ending in Tx
 // (StartTx, StepTx, EmitTx, CompleteTx, AbortTx, GetTx) joins the caller's
-// transaction and never commits it; the same name without Tx (Step, Get,
-// Compensate, Resume) opens and commits transactions of its own.
+// transaction and never commits it (a nil transaction, one not threaded
+// through, is refused with an error: nothing is written); the same name
+// without Tx (Step, Get, Compensate, Resume) opens and commits transactions
+// of its own.
 //
 // # Guarantees
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -51,6 +52,9 @@ func (c *Coordinator[TTx]) EmitTx(ctx context.Context, tx TTx, sagaID, stepName,
 	}
 	if env.SagaID != "" && env.SagaID != sagaID {
 		return env, fmt.Errorf("saga %q: emit %s: the envelope belongs to saga %q", sagaID, env.Type, env.SagaID)
+	}
+	if txnil.Is(tx) {
+		return env, nilTxError(sagaID, "step "+stepName+": emit "+env.Type)
 	}
 	env.ID = EventID(sagaID, stepName, name)
 	env.SagaID = sagaID

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/txnil"
 )
 
 // Coordinator runs the steps and compensations of sagas stored through one
@@ -54,6 +55,9 @@ func (c *Coordinator[TTx]) StartTx(ctx context.Context, tx TTx, sagaID, sagaType
 	if err := checkName("saga type", sagaType); err != nil {
 		return nil, false, err
 	}
+	if txnil.Is(tx) {
+		return nil, false, nilTxError(sagaID, "start")
+	}
 	now := c.cfg.Now()
 	stored, created, err := c.drv.SagasTx(tx).SagaCreate(ctx, &driver.Saga{
 		ID: sagaID, Type: sagaType, State: driver.SagaRunning, Data: data, CreatedAt: now, UpdatedAt: now,
@@ -74,6 +78,9 @@ func (c *Coordinator[TTx]) Get(ctx context.Context, sagaID string) (*Saga, error
 
 // GetTx is Get inside the caller's transaction: it sees what tx wrote.
 func (c *Coordinator[TTx]) GetTx(ctx context.Context, tx TTx, sagaID string) (*Saga, error) {
+	if txnil.Is(tx) {
+		return nil, nilTxError(sagaID, "get")
+	}
 	return c.get(ctx, c.drv.SagasTx(tx), sagaID)
 }
 
@@ -169,6 +176,9 @@ func (c *Coordinator[TTx]) ListAfter(ctx context.Context, limit int, after *Saga
 // both call CompleteTx deadlock; the database aborts one of them, whose
 // caller rolls back and retries (a redelivery), which is always safe.
 func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string) error {
+	if txnil.Is(tx) {
+		return nilTxError(sagaID, "complete")
+	}
 	return c.setState(ctx, c.drv.SagasTx(tx), sagaID, "complete", []State{Running}, Completed, Completed)
 }
 
@@ -181,6 +191,9 @@ func (c *Coordinator[TTx]) CompleteTx(ctx context.Context, tx TTx, sagaID string
 // Aborting a saga that is already compensating, compensated or failed is a
 // no-op; a completed saga gives a *StateError.
 func (c *Coordinator[TTx]) AbortTx(ctx context.Context, tx TTx, sagaID string) error {
+	if txnil.Is(tx) {
+		return nilTxError(sagaID, "abort")
+	}
 	return c.setState(ctx, c.drv.SagasTx(tx), sagaID, "abort", []State{Running}, Compensating,
 		Compensating, Compensated, Failed)
 }
@@ -207,6 +220,15 @@ func states(ss []State) []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// errNilTx is the error of a ...Tx method given a nil transaction.
+var errNilTx = errors.New("nil transaction (a method ending in Tx joins the caller's transaction: pass the one it must write in)")
+
+// nilTxError refuses a nil transaction: on PostgreSQL the driver would
+// panic on it.
+func nilTxError(sagaID, op string) error {
+	return fmt.Errorf("saga %q: %s: %w", sagaID, op, errNilTx)
 }
 
 // wrapErr turns driver errors into this package's.

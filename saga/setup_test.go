@@ -401,6 +401,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "StepTx/CancelledUndoBounded", fn: testStepTxCancelledUndoBounded[TTx]},
 		{name: "Step/SagaNotStarted", fn: testStepNotStarted[TTx]},
 		{name: "Step/InvalidNames", fn: testStepInvalidNames[TTx]},
+		{name: "Tx/NilTransactionRefused", fn: testNilTxRefused[TTx]},
 		{name: "Step/RefusedOnceAborted", fn: testStepRefusedOnceAborted[TTx]},
 		{name: "Complete", fn: testComplete[TTx]},
 		{name: "Compensate/FailureAtStepN", fn: testCompensateFailureAtN[TTx]},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -59,6 +60,9 @@ func (c *Coordinator[TTx]) StepTx(ctx context.Context, tx TTx, sagaID, stepName 
 	}
 	if fn == nil {
 		return nil, false, fmt.Errorf("saga %q: step %q: nil function", sagaID, stepName)
+	}
+	if txnil.Is(tx) {
+		return nil, false, nilTxError(sagaID, "step "+stepName)
 	}
 	return c.step(ctx, tx, sagaID, stepName, driver.StepForward, fn, true)
 }

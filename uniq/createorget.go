@@ -55,7 +55,10 @@ func CreateOrGet[T any](ctx context.Context, c Constraint,
 // A panic in create rolls the savepoint back and goes on. When the
 // savepoint itself cannot be taken, released or rolled back to (a broken
 // connection, a transaction already aborted), that error is returned,
-// joined with create's, and get does not run: tx is then not usable.
+// joined with create's, and get does not run: tx is then not usable. A nil
+// tx (idemhttp.TxFromContext found none) is refused with an error before
+// create runs; so it is by CreateOrGetSQLTx, SavepointTx and
+// SavepointSQLTx.
 func CreateOrGetTx[T any](ctx context.Context, tx pgx.Tx, c Constraint,
 	create, get func(ctx context.Context, tx pgx.Tx) (T, error),
 ) (v T, created bool, err error) {

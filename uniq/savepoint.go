@@ -47,10 +47,17 @@ func joinSavepoint(fnErr, spErr error) error {
 	return errors.Join(fnErr, spErr)
 }
 
+// errNilTx is the error of the savepoint helpers, and of CreateOrGetTx and
+// CreateOrGetSQLTx, given a nil transaction, on which they would panic.
+var errNilTx = errors.New("uniq: savepoint: nil transaction (pass the transaction to run in, such as idemhttp.TxFromContext's, checking that it found one)")
+
 // pgSavepoint runs fn in a savepoint of tx. fnErr is fn's error; spErr is a
 // failure of the savepoint itself (taking, releasing or rolling back to it),
 // after which tx may not be usable.
 func pgSavepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) (fnErr, spErr error) {
+	if tx == nil {
+		return nil, errNilTx
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("uniq: savepoint: %w", err)
@@ -84,6 +91,9 @@ var savepointSeq atomic.Uint64
 
 // sqlSavepoint is pgSavepoint for a *sql.Tx.
 func sqlSavepoint(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) (fnErr, spErr error) {
+	if tx == nil {
+		return nil, errNilTx
+	}
 	name := "uniq_sp_" + strconv.FormatUint(savepointSeq.Add(1), 10)
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
 		return nil, fmt.Errorf("uniq: savepoint: %w", err)
