@@ -131,6 +131,10 @@
 //     rolled-back attempt stays: only the provider's side (a capture without
 //     an order, found by its idempotency key) can find it.
 //   - Keep step names stable: a renamed step is a new step and runs again.
+//     Give every step of a saga its own name: a second, different step
+//     under a name already recorded (one name for every item of a loop) is
+//     taken for a redelivery of the first and skipped, returning the
+//     first one's result with ran false and no error.
 //   - Keep finished sagas at least as long as their events can be
 //     redelivered. The cleaner of package cleanup deletes a saga that
 //     finished (Completed or Compensated), with its steps,

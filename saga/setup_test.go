@@ -402,6 +402,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Step/SagaNotStarted", fn: testStepNotStarted[TTx]},
 		{name: "Step/InvalidNames", fn: testStepInvalidNames[TTx]},
 		{name: "Tx/NilTransactionRefused", fn: testNilTxRefused[TTx]},
+		{name: "Step/SameNameTwiceSkipped", fn: testStepSameNameTwice[TTx]},
 		{name: "Step/RefusedOnceAborted", fn: testStepRefusedOnceAborted[TTx]},
 		{name: "Complete", fn: testComplete[TTx]},
 		{name: "Compensate/FailureAtStepN", fn: testCompensateFailureAtN[TTx]},

@@ -657,3 +657,19 @@ func testStepTxCancelledUndoBounded[TTx any](t *testing.T, f *fixture[TTx]) {
 	f.rollback(t, tx)
 	f.mustEffects(t, id, "charge", 0)
 }
+
+// The name is all StepTx knows of a step: a second, different step under
+// a name already recorded is skipped as a redelivery of the first, with
+// its result, without an error (docs/sagas.md, Steps: give every step its
+// own name).
+func testStepSameNameTwice[TTx any](t *testing.T, f *fixture[TTx]) {
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	run(t, c, id, "notify", f.apply(id, "notify"), true)
+	res := run(t, c, id, "notify", f.apply(id, "notify-again"), false)
+	if string(res) != string(resultOf("notify")) {
+		t.Errorf("the second step under the name got %q; want the first one's result", res)
+	}
+	f.mustLog(t, id, "notify")
+}
