@@ -403,6 +403,7 @@ func scenarios[TTx any]() []scenario[TTx] {
 		{name: "Step/InvalidNames", fn: testStepInvalidNames[TTx]},
 		{name: "Tx/NilTransactionRefused", fn: testNilTxRefused[TTx]},
 		{name: "Step/SameNameTwiceSkipped", fn: testStepSameNameTwice[TTx]},
+		{name: "StepTx/AbortInsideFailedStepUndone", fn: testStepTxAbortInsideFailedStep[TTx]},
 		{name: "Step/RefusedOnceAborted", fn: testStepRefusedOnceAborted[TTx]},
 		{name: "Complete", fn: testComplete[TTx]},
 		{name: "Compensate/FailureAtStepN", fn: testCompensateFailureAtN[TTx]},

@@ -13,6 +13,14 @@ import (
 // which the step is recorded, and returns the step's result (what later
 // steps and the step's compensation need: a reservation ID, a charge ID), or
 // nil.
+//
+// It may start more than once before the step is recorded: an attempt that
+// failed (an error, a panic) or whose transaction rolled back (a failed
+// COMMIT, a crash before it) runs again at the next delivery. Effects
+// outside tx (an HTTP charge) must therefore be idempotent themselves,
+// keyed for example by EventID(sagaID, stepName, "charge"). Whatever it
+// wrote through tx before failing is undone, a call of AbortTx with tx
+// included: abort the saga after StepTx returned the *StepError.
 type StepFunc[TTx any] func(ctx context.Context, tx TTx) (result []byte, err error)
 
 // StepTx runs the forward step stepName of saga sagaID once, in the caller's

@@ -673,3 +673,35 @@ func testStepSameNameTwice[TTx any](t *testing.T, f *fixture[TTx]) {
 	}
 	f.mustLog(t, id, "notify")
 }
+
+// A step's function that aborts the saga through tx and then fails has
+// its abort undone with the rest of what it wrote (StepFunc's doc): the
+// saga is still running; AbortTx after StepTx returned the *StepError
+// sticks.
+func testStepTxAbortInsideFailedStep[TTx any](t *testing.T, f *fixture[TTx]) {
+	ctx := t.Context()
+	c := f.coordinator(t, nil)
+	id := newSagaID(t)
+	f.start(t, c, id)
+	tx := f.begin(t)
+	_, _, err := c.StepTx(ctx, tx, id, "charge", func(ctx context.Context, tx TTx) ([]byte, error) {
+		if err := c.AbortTx(ctx, tx, id); err != nil {
+			t.Errorf("AbortTx inside the step: %v", err)
+		}
+		return nil, errBoom
+	})
+	var se *saga.StepError
+	if !errors.As(err, &se) {
+		t.Fatalf("StepTx = %v; want a *StepError", err)
+	}
+	if s, err := c.GetTx(ctx, tx, id); err != nil || s.State != saga.Running {
+		t.Fatalf("after the failed step the saga is %v (%v); want running: the abort inside it was undone", s, err)
+	}
+	if err := c.AbortTx(ctx, tx, id); err != nil {
+		t.Fatalf("AbortTx after the StepError: %v", err)
+	}
+	f.commit(t, tx)
+	if s := mustGet(t, c, id); s.State != saga.Compensating {
+		t.Errorf("saga %s; want compensating", s.State)
+	}
+}
