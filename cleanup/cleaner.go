@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/leaseowner"
+	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -37,7 +38,7 @@ type Cleaner[TTx any] struct {
 // without a reason, a bad cron expression, partition mode on a driver without
 // it) is an error here, never a surprise at 03:00.
 func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
-	if drv == nil {
+	if txnil.Is(drv) { // nil, or a nil *Driver from an Open whose error was ignored
 		return nil, errors.New("cleanup: nil driver")
 	}
 	var c Config

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/dberr"
+	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/problem"
 )
 
@@ -36,7 +37,7 @@ type Middleware[TTx any] struct {
 // New returns a middleware storing its records through drv. cfg may be nil
 // for the defaults; an invalid cfg is an error.
 func New[TTx any](drv driver.RecordDriver[TTx], cfg *Config) (*Middleware[TTx], error) {
-	if drv == nil {
+	if txnil.Is(drv) { // nil, or a nil *Driver from an Open whose error was ignored
 		return nil, errors.New("idemhttp: nil driver")
 	}
 	var c Config

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/txbegin"
+	"github.com/idemkit/idem/internal/txnil"
 )
 
 // Inbox deduplicates the events of one consumer. TTx is the transaction type
@@ -21,7 +22,7 @@ type Inbox[TTx any] struct {
 // New returns an inbox storing its processed_event rows through drv, whose
 // migrations must have run. cfg is required (Consumer has no default).
 func New[TTx any](drv driver.InboxDriver[TTx], cfg *Config) (*Inbox[TTx], error) {
-	if drv == nil {
+	if txnil.Is(drv) { // nil, or a nil *Driver from an Open whose error was ignored
 		return nil, errors.New("inbox: nil driver")
 	}
 	if cfg == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/internal/leaseowner"
+	"github.com/idemkit/idem/internal/txnil"
 )
 
 // ErrRunning is returned by Run when the relay is already running.
@@ -92,7 +93,7 @@ type Relay[TTx any] struct {
 // NewRelay returns a relay that publishes the outbox of drv through pub.
 // cfg may be nil; see RelayConfig for the defaults.
 func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayConfig) (*Relay[TTx], error) {
-	if drv == nil {
+	if txnil.Is(drv) { // nil, or a nil *Driver from an Open whose error was ignored
 		return nil, errors.New("outbox: nil driver")
 	}
 	if pub == nil {

@@ -24,7 +24,7 @@ type Coordinator[TTx any] struct {
 // New returns a Coordinator storing sagas through drv, whose migrations must
 // have run. cfg may be nil.
 func New[TTx any](drv driver.SagaDriver[TTx], cfg *Config) (*Coordinator[TTx], error) {
-	if drv == nil {
+	if txnil.Is(drv) { // nil, or a nil *Driver from an Open whose error was ignored
 		return nil, errors.New("saga: nil driver")
 	}
 	var c Config

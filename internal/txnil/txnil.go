@@ -1,6 +1,8 @@
 // Package txnil tells whether a caller's transaction is nil, for the ...Tx
 // entry points of idem's packages, which join a transaction they are given
-// and must refuse none at all.
+// and must refuse none at all, and for the constructors (saga.New,
+// inbox.New, outbox.NewRelay, idemhttp.New, cleanup.New), which refuse a
+// nil driver, also a nil *Driver left by an Open whose error was ignored.
 package txnil
 
 import "reflect"

@@ -1,0 +1,18 @@
+package cleanup_test
+
+import (
+	"testing"
+
+	"github.com/idemkit/idem/cleanup"
+	"github.com/idemkit/idem/driver/sqlitedriver"
+)
+
+// TestNewTypedNilDriver: a nil *Driver left by an Open whose error was
+// ignored is refused at New, not taken and panicking at the first call.
+func TestNewTypedNilDriver(t *testing.T) {
+	t.Parallel()
+	var drv *sqlitedriver.Driver
+	if _, err := cleanup.New(drv, nil); err == nil {
+		t.Error("New with a nil *sqlitedriver.Driver succeeded")
+	}
+}
