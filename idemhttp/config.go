@@ -78,7 +78,14 @@ type Config struct {
 	// unauthenticated, before the key is claimed, with the error's text as
 	// the problem's detail: the client reads it. An empty principal
 	// returned without an error is refused the same way (401): it would
-	// put every request without one in a single shared key space.
+	// put every request without one in a single shared key space. An
+	// error returned once the request's context has ended (a lookup made
+	// with it, cut by a timeout middleware's deadline or a cancellation)
+	// answers 503 store-unavailable with Retry-After instead, as the
+	// credentials were not at fault. A lookup that can fail otherwise (a
+	// key store unreachable) belongs in the authentication middleware
+	// before idem, which answers that failure itself: Scope's errors are
+	// all 401, with their text sent.
 	//
 	// Set it to the authenticated principal's stable ID (what your
 	// authentication middleware found). The default, DefaultScope, is a

@@ -115,16 +115,22 @@ func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next htt
 // must not get net/http's empty 200, which reads as success. The caller
 // reports the outcome.
 func (m *Middleware[TTx]) requestEnded(cmd *command) {
+	m.answerEnded(cmd.w, cmd.r, cmd.key, cmd.scope)
+}
+
+// answerEnded is requestEnded's answer; scope is "" when the request
+// ended before it was known (while Config.Scope ran).
+func (m *Middleware[TTx]) answerEnded(w http.ResponseWriter, r *http.Request, key, scope string) {
 	title, detail := "Request cancelled", "The request was cancelled before the key could be claimed or the command completed; "+
 		"the command was not executed. Retry with the same key."
-	if errors.Is(cmd.r.Context().Err(), context.DeadlineExceeded) {
+	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 		m.cfg.Logger.Warn("idemhttp: the request's deadline passed before the command could complete; nothing was executed",
-			"key", cmd.key, "scope", logScope(cmd.scope))
+			"key", key, "scope", logScope(scope))
 		title, detail = "Request deadline passed", "The request's deadline passed before the key could be claimed or the command completed; "+
 			"the command was not executed. Retry with the same key."
 	}
-	cmd.w.Header().Set("Retry-After", m.retryAfter())
-	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, title, detail)
+	w.Header().Set("Retry-After", m.retryAfter())
+	problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, title, detail)
 }
 
 // command is one protected request on its way through the middleware.
@@ -185,6 +191,20 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		return m.rejectBody(w, r, key, scopeBody.err)
 	}
 	if err != nil {
+		if r.Context().Err() != nil {
+			// The request's context ended while the hook ran (it looked
+			// the principal up with it): the credentials are not at
+			// fault, and a 401, which clients do not retry, would drop
+			// the operation. Answered as the other points where the
+			// context ends before the claim.
+			m.answerEnded(w, r, key, "")
+			if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+				m.report(r, OutcomeStoreError)
+			} else {
+				m.report(r, OutcomeAbandoned)
+			}
+			return nil, false
+		}
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
 	}
 	if principal == "" {
