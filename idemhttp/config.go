@@ -120,8 +120,15 @@ type Config struct {
 	// covers the method, the request target (path and query) and the body,
 	// so one key sent to /accounts/1 and then /accounts/2 is a mismatch.
 	// Defaults to DefaultRoute: the ServeMux pattern, or the URL path when
-	// the request was not routed by a ServeMux (set it to chi's
-	// RoutePattern with chi).
+	// the request was not routed by a ServeMux. chi sets Request.Pattern
+	// too (checked with v5.5.0), once it has routed the request: with the
+	// middleware mounted on the routes (r.With, r.Group, r.Route)
+	// DefaultRoute gives chi's pattern. Mounted with r.Use on the top
+	// router, the middleware runs before chi routes: DefaultRoute gives
+	// the URL path, and chi's RouteContext(ctx).RoutePattern() is still
+	// "". A Route that returns "" puts every endpoint of a principal and
+	// method in one scope (a key used on one answers 409 key-reused on
+	// another); the middleware logs a warning the first time.
 	Route func(*http.Request) string
 
 	// MaxBodyBytes caps the request body read for the fingerprint; a larger

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -32,6 +33,8 @@ type Middleware[TTx any] struct {
 	replayHeaders []string
 	cache         *replayCache // nil when disabled (cache.go)
 	waits         waitGates    // one duplicate per key waits in the store (waitgate.go)
+	// emptyRouteWarned: Config.Route returned "" once, and it was logged.
+	emptyRouteWarned atomic.Bool
 }
 
 // New returns a middleware storing its records through drv. cfg may be nil
@@ -227,6 +230,16 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		r.Body = newBodyReader(body)
 	}
 	route := m.cfg.Route(r)
+	if route == "" && !m.emptyRouteWarned.Load() && m.emptyRouteWarned.CompareAndSwap(false, true) {
+		// chi's RoutePattern read before chi routed the request (the
+		// middleware mounted with r.Use on the top router) is "": the
+		// scope keeps it (records stored under it must be found again),
+		// but every endpoint of a principal and method shares it.
+		m.cfg.Logger.Warn("idemhttp: Config.Route returned an empty route: every endpoint of a principal and method shares one key space "+
+			"(a key used on one answers 409 key-reused on another). With chi, mount the middleware on the routes "+
+			"(r.With, r.Group, r.Route) rather than with r.Use on the top router, where nothing is routed yet, or leave Route to DefaultRoute",
+			"method", r.Method, "path", r.URL.Path)
+	}
 	// The scope is per route pattern; the fingerprint covers the concrete
 	// target, so one key sent to /accounts/1 and then /accounts/2 is a
 	// mismatch, never a replay of the other account's response.
