@@ -25,6 +25,18 @@ type keyKey struct{}
 // uniq.CreateOrGetSQLTx for a create-or-get): on PostgreSQL a failed
 // statement aborts the whole transaction, and the request answers 500
 // transaction-aborted.
+//
+// The transaction lives as long as the handler runs: the middleware commits
+// it once the handler has returned. Work the handler leaves running (a 202
+// answered, the rest in a goroutine) must not use it: after the COMMIT it
+// fails (pgx: "tx is closed"), and during it the two share one connection,
+// which neither pgx.Tx nor *sql.Tx allows (pgx's connection then panics or
+// hangs, and is not given back to the pool). Such work opens a transaction
+// of its own, or is handed over through the outbox.
+//
+// ok is false outside a ModeTx middleware, or when TTx is not the driver's
+// transaction type (pgx.Tx for pgdriver, *sql.Tx for pgsqldriver and
+// sqlitedriver).
 func TxFromContext[TTx any](ctx context.Context) (TTx, bool) {
 	tx, ok := ctx.Value(txKey{}).(TTx)
 	return tx, ok

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -100,7 +101,14 @@ func ExampleCreateOrGetTx_idemhttp() {
 		CustomerID int64           `json:"customer_id"`
 	}
 	mw, err := idemhttp.New(drv, &idemhttp.Config{
-		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-Client-ID"), nil }, // your auth's principal
+		// The principal your authentication middleware found (mounted
+		// before idem, below), never a header the client chooses: a
+		// client naming another's principal would get its stored
+		// responses. "" answers 401.
+		Scope: func(r *http.Request) (string, error) {
+			client, _ := r.Context().Value(clientIDKey{}).(string)
+			return client, nil
+		},
 	})
 	if err != nil {
 		panic(err)
@@ -153,6 +161,27 @@ func ExampleCreateOrGetTx_idemhttp() {
 		_ = json.NewEncoder(w).Encode(p)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /payments", mw.Handler(create))
+	mux.Handle("POST /payments", authenticate(mw.Handler(create)))
 	_ = http.ListenAndServe("127.0.0.1:8080", mux)
+}
+
+// clientIDKey holds the authenticated client's ID in a request's context.
+type clientIDKey struct{}
+
+// authenticate stands for your authentication middleware: it checks the
+// credentials and puts the client's stable ID in the context.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client, ok := clientOf(r.Header.Get("Authorization")) // your token or API key check
+		if !ok {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIDKey{}, client)))
+	})
+}
+
+func clientOf(authorization string) (string, bool) {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	return token, ok && token != "" // a real check looks the token up
 }
