@@ -82,10 +82,12 @@ type Config struct {
 	// error returned once the request's context has ended (a lookup made
 	// with it, cut by a timeout middleware's deadline or a cancellation)
 	// answers 503 store-unavailable with Retry-After instead, as the
-	// credentials were not at fault. A lookup that can fail otherwise (a
-	// key store unreachable) belongs in the authentication middleware
-	// before idem, which answers that failure itself: Scope's errors are
-	// all 401, with their text sent.
+	// credentials were not at fault. So does an error that says the
+	// lookup could not be made now: one wrapping ErrScopeUnavailable (a
+	// key store unreachable), or a database's (a refused or lost
+	// connection, a timeout, a privilege refused), with a detail of its
+	// own rather than the error's text, which is logged at WARN. Any other
+	// error is the credentials' (401, its text sent).
 	//
 	// Set it to the authenticated principal's stable ID (what your
 	// authentication middleware found). The default, DefaultScope, is a

@@ -23,6 +23,8 @@
 //	body unreadable (connection broken mid-body)   400 validation; the read error is logged, not sent
 //	Scope hook error, or an empty principal        401 unauthenticated; 413 / 408 / 400 as above when the hook read such a body
 //	Scope hook error once the request's ctx ended  503 store-unavailable + Retry-After, as for a deadline or cancellation below
+//	Scope hook error wrapping ErrScopeUnavailable,  503 store-unavailable + Retry-After; the error is logged, not sent
+//	or a database's (connection, timeout)
 //	store unreachable                              503 store-unavailable + Retry-After; the handler does not run
 //	idem's tables missing (Migrate not run)        500 store-unavailable, no Retry-After; the handler does not run
 //	role refused a privilege or a login            500 store-unavailable, no Retry-After (PostgreSQL 42501, class 28): nothing was committed

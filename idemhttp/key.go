@@ -22,6 +22,13 @@ var (
 	ErrKeyMalformed = errors.New("idemhttp: malformed Idempotency-Key")
 )
 
+// ErrScopeUnavailable, wrapped in an error of Config.Scope, says that the
+// principal could not be looked up now (the store of API keys or secrets
+// is unreachable): the request is answered 503 store-unavailable with
+// Retry-After, not 401, which clients do not retry. The error's text is
+// logged, not sent.
+var ErrScopeUnavailable = errors.New("idemhttp: the request's principal cannot be looked up now")
+
 // ParseKey returns the idempotency key of a request's headers.
 //
 // The header must appear exactly once (ErrKeyMissing, ErrKeyMultiple).

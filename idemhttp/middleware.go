@@ -208,6 +208,17 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 			}
 			return nil, false
 		}
+		if errors.Is(err, ErrScopeUnavailable) || dberr.Fault(err) {
+			// The lookup could not be made now: not the credentials'
+			// fault. Its error (an address, a host) stays in the log.
+			m.cfg.Logger.Warn("idemhttp: Config.Scope could not look the principal up; answering 503",
+				"key", key, "path", r.URL.Path, "err", err)
+			w.Header().Set("Retry-After", m.retryAfter())
+			problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "Principal lookup unavailable",
+				"The request's principal could not be looked up now; the command was not executed. Retry with the same key.")
+			m.report(r, OutcomeStoreError)
+			return nil, false
+		}
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated", err.Error())
 	}
 	if principal == "" {
