@@ -124,6 +124,9 @@ type TxClaimer[TTx any] interface {
 	// p.Now, that record: a backend may answer it without taking the lock
 	// or opening a transaction (a completed record does not change until
 	// it expires), and the caller replays it (or answers the mismatch).
+	// A backend with concurrent writers answers it so, at least, when the
+	// lock is held by another transaction (a concurrent retry of the
+	// completed request) and p.Wait is zero: drivertest checks it.
 	BeginClaim(ctx context.Context, p *TxClaimParams) (tx TTx, res *TxClaimResult, err error)
 	// CommitComplete stores the completed record in tx and commits tx.
 	// With p.Replace it replaces the existing record, which must still be

@@ -146,6 +146,18 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 	if !res.Locked {
 		t.Fatal("the key's lock is still held after its claim committed")
 	}
+	if drv.Caps().ConcurrentWriters {
+		// While another transaction holds the lock (a concurrent retry of
+		// the completed request, on any replica), a claim with Now still
+		// answers the completed record: a caller that does not wait
+		// (idemhttp.NoWait) would otherwise answer 409 in progress for a
+		// request completed long ago, and one that waits would queue
+		// behind every replay.
+		_, res2 := claim("n1", t0.Add(time.Minute))
+		if res2.Locked || res2.Record == nil || res2.Record.State != driver.StateCompleted {
+			t.Fatalf("BeginClaim(completed key, Now) while its lock is held = %+v; want the completed record, not locked", res2)
+		}
+	}
 	rollback(t, drv, tx)
 
 	// The first statement of the claim's transaction runs inside it: rolled

@@ -19,6 +19,14 @@ var _ driver.TxClaimer[*sql.Tx] = (*Driver)(nil)
 // with p.Wait, a lock_timeout and pg_advisory_xact_lock), then the read of
 // the record, a statement of its own after the lock's, so that under READ
 // COMMITTED it sees what the lock's previous holder committed.
+//
+// A replay takes the lock too, for a moment. When the lock is taken by
+// someone else (a concurrent retry of a completed request, on any replica)
+// and p.Wait is zero with p.Now set, the record is read anyway, one more
+// round trip on that path only: a completed record live at p.Now is
+// returned unlocked and the caller replays it, where it would otherwise
+// wait for the lock (idemhttp's Config.Wait), or, with idemhttp.NoWait,
+// answer 409 request-in-progress for a request that completed long ago.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.Tx, *driver.TxClaimResult, error) {
 	tx, err := d.Begin(ctx)
 	if err != nil {
@@ -39,6 +47,18 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (*sql.
 		}
 		if err == nil {
 			return tx, &driver.TxClaimResult{Locked: true, Record: rec}, nil
+		}
+	}
+	if err == nil && !locked && p.Wait <= 0 && !p.Now.IsZero() {
+		// Not locked: answer a completed live record without the lock
+		// (a completed record does not change until it expires).
+		rec, rerr := scanRecord(tx.QueryRowContext(ctx, d.expand(pgsql.ClaimReadSQL), p.Scope, p.Key))
+		if rerr == nil && rec.State == driver.StateCompleted && rec.ExpiresAt.After(p.Now) {
+			_ = d.Rollback(ctx, tx)
+			return nil, &driver.TxClaimResult{Record: rec}, nil
+		}
+		if rerr != nil && !errors.Is(rerr, sql.ErrNoRows) {
+			err = rerr
 		}
 	}
 	_ = d.Rollback(ctx, tx)
