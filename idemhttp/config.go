@@ -178,7 +178,12 @@ type Config struct {
 	// (idem's drivers) one duplicate per key and middleware waits in the
 	// store, holding a connection; the others wait in memory for its turn,
 	// so that copies of one slow request cannot take every connection of
-	// the pool from other principals.
+	// the pool from other principals. Count those connections when sizing
+	// a small pool: a handler that takes a second connection besides its
+	// transaction's (a read on the *sql.DB or pool instead of
+	// TxFromContext's transaction) waits for one while duplicates hold the
+	// others, up to Wait, and the duplicate then answers 409 instead of the
+	// replay (a pool of 2: 2.8s of a 3s Wait, for one duplicate).
 	Wait time.Duration
 	// RetryAfter is the Retry-After sent with 409 request-in-progress and
 	// 503 answers. Defaults to 1s.
