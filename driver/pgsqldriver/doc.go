@@ -71,5 +71,16 @@
 // array literals in text and errors are read through their SQLState()
 // method, so lib/pq should work too, but it is untested. With lib/pq,
 // keep its default (unnamed prepared statements) and do not use
-// binary_parameters.
+// binary_parameters. lib/pq does not end a statement when its context
+// ends: it sends PostgreSQL a cancel request and goes on waiting for the
+// answer. So the bounds above do not hold with it: a COMMIT (or any
+// statement) that PostgreSQL does not answer (a network partition that
+// resets nothing, a hung server) holds the caller, its connection and,
+// in idemhttp, the request and its key past Config.CommitTimeout, until
+// the operating system gives up on the socket (with lib/pq v1.12.3 and
+// a COMMIT black-holed, idemhttp with a CommitTimeout of 1s had not
+// answered 20s later; over the pgx stdlib driver it answers 503
+// outcome-unknown within about 1s). Use the pgx stdlib driver where
+// that matters, and keep TCP keepalives short (docs/problems.md,
+// outcome-unknown).
 package pgsqldriver
