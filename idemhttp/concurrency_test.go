@@ -27,13 +27,18 @@ func slowEffect(t *testing.T, e *env, calls *atomic.Int64, d time.Duration) http
 // hammer sends n identical requests at once to the handlers (round robin)
 // and returns the responses.
 func hammer(n int, hs ...http.Handler) []*httptest.ResponseRecorder {
+	return hammerKey(n, "one-key", "c", hs...)
+}
+
+// hammerKey is hammer with key, and the effect labelled label.
+func hammerKey(n int, key, label string, hs ...http.Handler) []*httptest.ResponseRecorder {
 	out := make([]*httptest.ResponseRecorder, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			out[i] = send(hs[i%len(hs)], "POST", "/pay?label=c", "one-key", `{"amount":"1.00"}`)
+			out[i] = send(hs[i%len(hs)], "POST", "/pay?label="+label, key, `{"amount":"1.00"}`)
 		})
 	}
 	close(start)

@@ -70,6 +70,31 @@ func TestBehindPgBouncer(t *testing.T) {
 		checkExactlyOnce(t, ea, &calls, hammer(100, ha, hb), false)
 	})
 
+	// Concurrent retries of a completed request with NoWait (no replay
+	// cache: each reads the store) are all replayed. Behind a pooler every
+	// claim takes the key's lock, a replay's too, for a moment: a retry
+	// finding it taken by another retry answered 409 request-in-progress.
+	t.Run("concurrent replays", func(t *testing.T) {
+		var calls atomic.Int64
+		cfg := &idemhttp.Config{Mode: idemhttp.ModeTx, Wait: idemhttp.NoWait, ReplayCacheBytes: idemhttp.NoReplayCache}
+		ha := ea.wrap(t, cfg, effectHandler(t, ea, 201, &calls))
+		hb := eb.wrap(t, cfg, effectHandler(t, eb, 201, &calls))
+		if rr := send(ha, "POST", "/pay?label=r", "replayed-key", `{"amount":"1.00"}`); rr.Code != http.StatusCreated {
+			t.Fatalf("first request: %d %s", rr.Code, rr.Body)
+		}
+		notReplayed := 0
+		for range 3 {
+			for _, rr := range hammerKey(40, "replayed-key", "r", ha, hb) {
+				if rr.Code != http.StatusCreated || rr.Header().Get(idemhttp.ReplayedHeader) != "true" {
+					notReplayed++
+				}
+			}
+		}
+		if notReplayed > 0 || calls.Load() != 1 {
+			t.Fatalf("%d of 120 concurrent retries of a completed request not answered with its replay; handler calls %d, want 1", notReplayed, calls.Load())
+		}
+	})
+
 	t.Run("retry after a failure", func(t *testing.T) {
 		var calls atomic.Int64
 		fail := true

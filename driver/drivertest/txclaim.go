@@ -153,8 +153,12 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 		// (idemhttp.NoWait) would otherwise answer 409 in progress for a
 		// request completed long ago, and one that waits would queue
 		// behind every replay.
-		_, res2 := claim("n1", t0.Add(time.Minute))
+		tx2, res2 := claim("n1", t0.Add(time.Minute))
+		if res2.Locked {
+			rollback(t, drv, tx2)
+		}
 		if res2.Locked || res2.Record == nil || res2.Record.State != driver.StateCompleted {
+			rollback(t, drv, tx) // the key's lock, or the test's cleanup waits for its connection
 			t.Fatalf("BeginClaim(completed key, Now) while its lock is held = %+v; want the completed record, not locked", res2)
 		}
 	}

@@ -71,7 +71,9 @@ func (d *Driver) recordLockKey(scope, key string) int64 {
 // Not behind a pooler in transaction mode (Config.TransactionPooling,
 // or detected by the first claim), where the next statement may run in
 // another server session than the lock's: there every claim takes the
-// transaction-scoped lock.
+// transaction-scoped lock, and one that finds it taken (without p.Wait,
+// with p.Now) still answers a completed record live at p.Now, read in the
+// same pipeline.
 func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.Tx, *driver.TxClaimResult, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
@@ -130,6 +132,12 @@ func (d *Driver) BeginClaim(ctx context.Context, p *driver.TxClaimParams) (pgx.T
 	if !locked {
 		if err := tx.rollback(ctx); err != nil {
 			return nil, nil, err
+		}
+		if p.Wait <= 0 && !p.Now.IsZero() && rec != nil && rec.State == driver.StateCompleted && rec.ExpiresAt.After(p.Now) {
+			// The lock is taken (behind a pooler, by a concurrent
+			// replay of the same completed request): the record read
+			// in the same pipeline is answered, as replayOrLock does.
+			return nil, &driver.TxClaimResult{Record: rec}, nil
 		}
 		return nil, &driver.TxClaimResult{}, nil
 	}
