@@ -65,8 +65,10 @@ func TestPostgresLostReplies(t *testing.T) {
 	f.mustEffects(t, id, "step-1", 1)
 	run(t, c, id, "step-2", f.apply(id, "step-2"), true)
 
-	// A compensation whose COMMIT reply is lost: Compensate retries it,
-	// finds it recorded, and goes on.
+	// A compensation whose COMMIT reply is lost: a lost connection is the
+	// database's fault, not an attempt, so Compensate returns it at once
+	// and the saga stays compensating; the next call finds the
+	// compensation recorded (its COMMIT took effect) and goes on.
 	comps := f.compensations(t, id, stepsN(2))
 	inner := comps["step-2"]
 	comps["step-2"] = func(ctx context.Context, tx pgx.Tx, fwd saga.StepRecord) ([]byte, error) {
@@ -74,13 +76,20 @@ func TestPostgresLostReplies(t *testing.T) {
 		fault = proxy.Arm(testdb.DropReply, isCommit)
 		return res, err
 	}
-	if err := cp.Compensate(ctx, id, comps); err != nil {
-		t.Fatalf("Compensate with a lost COMMIT reply: %v", err)
-	}
+	err = cp.Compensate(ctx, id, comps)
 	select {
 	case <-fault.Fired():
 	default:
-		t.Fatal("the fault did not fire during Compensate")
+		t.Fatalf("the fault did not fire during Compensate (%v)", err)
+	}
+	if err == nil {
+		t.Fatal("Compensate with a lost COMMIT reply = nil; want the database's fault")
+	}
+	if s, err := c.Get(ctx, id); err != nil || s.State != saga.Compensating {
+		t.Fatalf("after a lost COMMIT reply: Get = %+v, %v; want the saga %s", s, err, saga.Compensating)
+	}
+	if err := cp.Compensate(ctx, id, comps); err != nil {
+		t.Fatalf("Compensate again: %v", err)
 	}
 	f.wantCompensated(t, c, id, 3)
 
