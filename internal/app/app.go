@@ -122,6 +122,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	for _, o := range opts {
 		o(a)
 	}
+	if a.tracer != nil {
+		// The lines logged in a span's context carry its IDs.
+		a.log = withTraceIDs(a.log, a.propagator)
+	}
 	var err error
 	switch cfg.DB.Kind {
 	case Postgres:
@@ -486,7 +490,7 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	mux.HandleFunc("GET /livez", a.livez)
 	mux.HandleFunc("GET /v1/kafka", a.kafkaInfo)
 	mux.Handle("GET /metrics", a.metrics.handler())
-	return a.continueTrace(a.observe(problemRouting(mux))), nil
+	return a.observe(problemRouting(mux)), nil
 }
 
 // wakeRelay signals a.enqueued after next returns: the middleware has then

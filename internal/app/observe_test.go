@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/observe/observetest"
 )
 
 // A handler that panics is logged and counted. Before its response
@@ -60,6 +61,9 @@ func TestHandlerPanic(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `"msg":"request"`); n != 2 {
 		t.Errorf("%d access log lines, want 2:\n%s", n, logs)
+	}
+	if strings.Contains(logs.String(), "trace_id") {
+		t.Errorf("untraced, a line carries a trace_id:\n%s", logs)
 	}
 	// Both count as the server errors they are (the 5xx ratio alert covers
 	// panics), the one whose response had started too: its client got no
@@ -117,5 +121,70 @@ func TestHandlerPanicStackThroughMiddleware(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a.metrics.outcomes.WithLabelValues("not_stored")); got != 1 {
 		t.Errorf(`idemd_http_outcomes_total{outcome="not_stored"} = %v, want 1`, got)
+	}
+}
+
+// Traced, a panic is a failed server span, and its "handler panic" and
+// "request" lines carry the span's IDs; so does a 5xx. A request that no
+// route matches is a span named after its method alone.
+func TestServerSpan(t *testing.T) {
+	t.Parallel()
+	logs := &testlog.Buffer{}
+	rec := &observetest.Recorder{}
+	a := &App{metrics: newMetrics(), tracer: rec, propagator: observetest.Propagator{}}
+	a.log = withTraceIDs(slog.New(slog.NewJSONHandler(logs, nil)), a.propagator)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) { panic("early") })
+	mux.HandleFunc("GET /fail/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	h := a.observe(problemRouting(mux))
+	for _, path := range []string{"/panic", "/fail/7", "/nowhere"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+	}
+	spans := rec.Spans()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans; want 3", len(spans))
+	}
+	for i, want := range []struct {
+		name, route string
+		status      int64
+		failed      bool
+	}{
+		{"GET /panic", "/panic", 500, true},
+		{"GET /fail/{id}", "/fail/{id}", 502, true},
+		{"GET", "", 404, false},
+	} {
+		s := spans[i]
+		route, _ := s.Attr("http.route").(string)
+		if s.Name != want.name || route != want.route || s.Attr("http.response.status_code") != want.status ||
+			(s.Err() != nil) != want.failed || !s.Ended() {
+			t.Errorf("span %d: %s route %q status %v error %v ended %v; want %+v", i, s.Name, route,
+				s.Attr("http.response.status_code"), s.Err(), s.Ended(), want)
+		}
+	}
+	var lines int
+	for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var line struct {
+			Msg     string
+			Path    string
+			TraceID string `json:"trace_id"`
+			SpanID  string `json:"span_id"`
+		}
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		want := spans[0]
+		switch line.Path {
+		case "/fail/7":
+			want = spans[1]
+		case "/nowhere":
+			want = spans[2]
+		}
+		lines++
+		if line.TraceID != want.TraceID || line.SpanID != want.SpanID {
+			t.Errorf("%s line of %s: trace_id %q span_id %q; want %s %s", line.Msg, line.Path, line.TraceID, line.SpanID, want.TraceID, want.SpanID)
+		}
+	}
+	if lines != 4 { // the panic's two lines, one per other request
+		t.Errorf("%d log lines; want 4:\n%s", lines, logs)
 	}
 }

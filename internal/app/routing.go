@@ -6,17 +6,30 @@ import (
 	"github.com/idemkit/idem/problem"
 )
 
-// problemRouting serves mux, answering its own 404 (no route) and 405 (route
+// router serves mux, answering its own 404 (no route) and 405 (route
 // exists for other methods, Allow header kept) as problem+json instead of
 // text/plain. Handlers' own responses are untouched.
-func problemRouting(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern != "" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		mux.ServeHTTP(&routingErrorWriter{ResponseWriter: w, r: r}, r)
-	})
+type router struct{ mux *http.ServeMux }
+
+func problemRouting(mux *http.ServeMux) *router { return &router{mux: mux} }
+
+// pattern returns the pattern of mux that r matches, "" when none does.
+func (rt *router) pattern(r *http.Request) string {
+	_, pattern := rt.mux.Handler(r)
+	return pattern
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt.serve(w, r, rt.pattern(r))
+}
+
+// serve serves r, whose pattern (rt.pattern) is known: routed once.
+func (rt *router) serve(w http.ResponseWriter, r *http.Request, pattern string) {
+	if pattern != "" {
+		rt.mux.ServeHTTP(w, r)
+		return
+	}
+	rt.mux.ServeHTTP(&routingErrorWriter{ResponseWriter: w, r: r}, r)
 }
 
 // routingErrorWriter replaces a 404 or 405 written by the ServeMux with a

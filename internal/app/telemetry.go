@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +45,10 @@ type Telemetry struct {
 	// relay, the saga coordinator and the cleaner.
 	Tracer observe.Tracer
 	// Propagator continues the trace of an incoming request's
-	// traceparent header.
+	// traceparent header (its server span is the caller's child), and
+	// reads the trace_id and span_id of the log lines logged in a span's
+	// context: with a Propagator that writes no traceparent, or none,
+	// lines carry no IDs.
 	Propagator observe.Propagator
 	// Shutdown, if set, flushes the exporters at exit.
 	Shutdown func(context.Context) error
@@ -118,18 +120,4 @@ func stopTelemetry(t *Telemetry, log *slog.Logger, deadline time.Time) {
 	if err := t.Shutdown(ctx); err != nil {
 		log.Warn("telemetry: last flush failed", "err", err)
 	}
-}
-
-// continueTrace makes an incoming request's W3C traceparent the parent of
-// the spans of its handling (the middleware's idem.http.request).
-func (a *App) continueTrace(next http.Handler) http.Handler {
-	if a.tracer == nil || a.propagator == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(observe.TraceParent) != "" {
-			r = r.WithContext(a.propagator.Extract(r.Context(), r.Header.Get))
-		}
-		next.ServeHTTP(w, r)
-	})
 }
