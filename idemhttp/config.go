@@ -251,7 +251,10 @@ type Config struct {
 	// middleware (otelhttp, or an observe.Propagator's Extract). Nil (the
 	// default) traces nothing and allocates nothing.
 	Tracer observe.Tracer
-	// Logger receives warnings and errors. Defaults to slog.Default().
+	// Logger receives warnings and errors. Those about a request are
+	// logged with its context (slog's Context variants), so that a
+	// handler can add what the context carries, such as the IDs of its
+	// span. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now. Replicas should run NTP: lease
 	// and expiry times are compared across processes.

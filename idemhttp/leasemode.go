@@ -170,7 +170,7 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	}
 	err := m.completeBounded(bg, ex, cmd, token, rec)
 	for n := 1; n < completeAttempts && err != nil && !errors.Is(err, driver.ErrLeaseLost); n++ {
-		m.cfg.Logger.Warn("idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		m.cfg.Logger.WarnContext(cmd.r.Context(), "idemhttp: storing the response failed; retrying", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		_ = pause(bg, time.Duration(n)*completeRetryDelay)
 		if err = m.completeBounded(bg, ex, cmd, token, rec); errors.Is(err, driver.ErrLeaseLost) && m.storedEarlier(bg, ex, cmd) {
 			// The failed attempt had committed (its answer was lost):
@@ -181,10 +181,10 @@ func (m *Middleware[TTx]) executeLease(cmd *command, next http.Handler, ex drive
 	cmd.decided() // stored, or left to its lease (see completeAttempts)
 	if err != nil {
 		if errors.Is(err, driver.ErrLeaseLost) {
-			m.cfg.Logger.Error("idemhttp: lease lost before the response was stored; another request may have executed the command too",
+			m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: lease lost before the response was stored; another request may have executed the command too",
 				"key", cmd.key, "scope", logScope(cmd.scope))
 		} else {
-			m.cfg.Logger.Error("idemhttp: response not stored; a retry after the lease expires executes again",
+			m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: response not stored; a retry after the lease expires executes again",
 				"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		}
 	} else {
@@ -228,7 +228,7 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 		mu.Lock()
 		defer mu.Unlock()
 		expired = true
-		m.cfg.Logger.Error("idemhttp: lease expired (not renewed in time) while the handler runs; its context is cancelled",
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: lease expired (not renewed in time) while the handler runs; its context is cancelled",
 			"key", cmd.key, "scope", logScope(cmd.scope))
 		lost(fmt.Errorf("%w: not renewed in time", driver.ErrLeaseLost))
 	})
@@ -260,18 +260,18 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 				expiry.Reset(until.Sub(m.cfg.Now()))
 				mu.Unlock()
 			case errors.Is(err, driver.ErrLeaseLost):
-				m.cfg.Logger.Error("idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", logScope(cmd.scope))
+				m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: lease lost while the handler runs; its context is cancelled", "key", cmd.key, "scope", logScope(cmd.scope))
 				lost(driver.ErrLeaseLost)
 				return
 			case !m.cfg.Now().Before(until):
 				// Not renewed in time: the lease has ended, and another
 				// request may take the key over now.
-				m.cfg.Logger.Error("idemhttp: lease expired (renewals failed) while the handler runs; its context is cancelled",
+				m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: lease expired (renewals failed) while the handler runs; its context is cancelled",
 					"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 				lost(fmt.Errorf("%w: not renewed in time: %w", driver.ErrLeaseLost, err))
 				return
 			default:
-				m.cfg.Logger.Warn("idemhttp: lease renewal failed", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+				m.cfg.Logger.WarnContext(cmd.r.Context(), "idemhttp: lease renewal failed", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 			}
 		}
 	})
@@ -306,7 +306,7 @@ func (m *Middleware[TTx]) release(ctx context.Context, ex driver.RecordExecutor,
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
 	defer cancel()
 	if err := ex.RecordRelease(ctx, &driver.RecordReleaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token}); err != nil {
-		m.cfg.Logger.Warn("idemhttp: release failed; the key frees when its lease expires",
+		m.cfg.Logger.WarnContext(cmd.r.Context(), "idemhttp: release failed; the key frees when its lease expires",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	}
 }

@@ -127,7 +127,7 @@ func (m *Middleware[TTx]) answerEnded(w http.ResponseWriter, r *http.Request, ke
 	title, detail := "Request cancelled", "The request was cancelled before the key could be claimed or the command completed; "+
 		"the command was not executed. Retry with the same key."
 	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-		m.cfg.Logger.Warn("idemhttp: the request's deadline passed before the command could complete; nothing was executed",
+		m.cfg.Logger.WarnContext(r.Context(), "idemhttp: the request's deadline passed before the command could complete; nothing was executed",
 			"key", key, "scope", logScope(scope))
 		title, detail = "Request deadline passed", "The request's deadline passed before the key could be claimed or the command completed; "+
 			"the command was not executed. Retry with the same key."
@@ -211,7 +211,7 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		if errors.Is(err, ErrScopeUnavailable) || dberr.Fault(err) {
 			// The lookup could not be made now: not the credentials'
 			// fault. Its error (an address, a host) stays in the log.
-			m.cfg.Logger.Warn("idemhttp: Config.Scope could not look the principal up; answering 503",
+			m.cfg.Logger.WarnContext(r.Context(), "idemhttp: Config.Scope could not look the principal up; answering 503",
 				"key", key, "path", r.URL.Path, "err", err)
 			w.Header().Set("Retry-After", m.retryAfter())
 			problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "Principal lookup unavailable",
@@ -225,7 +225,7 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		// No principal is not a principal: every such request would share
 		// one key space, and a client reusing another's key would get the
 		// other's stored response. Fail closed, as for a hook error.
-		m.cfg.Logger.Error("idemhttp: Config.Scope returned an empty principal without an error; answering 401",
+		m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: Config.Scope returned an empty principal without an error; answering 401",
 			"path", r.URL.Path)
 		return reject(http.StatusUnauthorized, problem.TypeUnauthenticated, "Unauthenticated",
 			"The request's principal could not be identified.")
@@ -246,7 +246,7 @@ func (m *Middleware[TTx]) parse(w http.ResponseWriter, r *http.Request) (*comman
 		// middleware mounted with r.Use on the top router) is "": the
 		// scope keeps it (records stored under it must be found again),
 		// but every endpoint of a principal and method shares it.
-		m.cfg.Logger.Warn("idemhttp: Config.Route returned an empty route: every endpoint of a principal and method shares one key space "+
+		m.cfg.Logger.WarnContext(r.Context(), "idemhttp: Config.Route returned an empty route: every endpoint of a principal and method shares one key space "+
 			"(a key used on one answers 409 key-reused on another). With chi, mount the middleware on the routes "+
 			"(r.With, r.Group, r.Route) rather than with r.Use on the top router, where nothing is routed yet, or leave Route to DefaultRoute",
 			"method", r.Method, "path", r.URL.Path)
@@ -277,13 +277,13 @@ func (m *Middleware[TTx]) rejectBody(w http.ResponseWriter, r *http.Request, key
 		// is still there and reads this answer. Sending the request again
 		// is what it needs to do: 408, which clients retry, not a final
 		// 400.
-		m.cfg.Logger.Info("idemhttp: request body not received within the server's read deadline", "key", key, "path", r.URL.Path, "err", err)
+		m.cfg.Logger.InfoContext(r.Context(), "idemhttp: request body not received within the server's read deadline", "key", key, "path", r.URL.Path, "err", err)
 		problem.WriteError(w, http.StatusRequestTimeout, problem.TypeBodyTimeout, "Request body not received in time",
 			"The request body did not arrive within the server's read timeout; the command was not executed. Send the request again with the same key.")
 	default:
 		// The error names the connection's addresses: the log has it, the
 		// client does not.
-		m.cfg.Logger.Info("idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)
+		m.cfg.Logger.InfoContext(r.Context(), "idemhttp: request body unreadable", "key", key, "path", r.URL.Path, "err", err)
 		problem.WriteError(w, http.StatusBadRequest, problem.TypeValidation, "Unreadable request body",
 			"The request body could not be read.")
 	}
@@ -420,7 +420,7 @@ func (m *Middleware[TTx]) replay(cmd *command, rec *driver.Record) {
 	defer span.End()
 	h := cmd.w.Header()
 	if err := decodeHeaders(rec.Headers, h); err != nil {
-		m.cfg.Logger.Error("idemhttp: stored headers unreadable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: stored headers unreadable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	}
 	h.Set(ReplayedHeader, "true")
 	cmd.w.WriteHeader(rec.Status)
@@ -446,7 +446,7 @@ func (m *Middleware[TTx]) inProgress(cmd *command) {
 func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 	m.traceFailure(cmd, err)
 	if errors.Is(err, driver.ErrNotMigrated) {
-		m.cfg.Logger.Error("idemhttp: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with; every protected request fails until then",
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with; every protected request fails until then",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		m.notSetUp(cmd)
 		return
@@ -454,7 +454,7 @@ func (m *Middleware[TTx]) storeUnavailable(cmd *command, err error) {
 	if m.roleRefused(cmd, err) {
 		return
 	}
-	m.cfg.Logger.Error("idemhttp: store unavailable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+	m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: store unavailable", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable,
 		"Idempotency store unavailable", "The command was not executed. Retry with the same key.")
@@ -483,7 +483,7 @@ func (m *Middleware[TTx]) roleRefused(cmd *command, err error) bool {
 		return false
 	}
 	m.traceFailure(cmd, err)
-	m.cfg.Logger.Error("idemhttp: PostgreSQL refused the application's role a privilege on idem's tables, or a login: "+
+	m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: PostgreSQL refused the application's role a privilege on idem's tables, or a login: "+
 		"grant the role back what it lost on the table the error names (or fix its password or LOGIN); every protected request fails until then",
 		"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	m.notSetUp(cmd)
@@ -493,7 +493,7 @@ func (m *Middleware[TTx]) roleRefused(cmd *command, err error) bool {
 // outcomeUnknown answers 503 when the commit's result is unknown.
 func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 	m.traceFailure(cmd, err)
-	m.cfg.Logger.Error("idemhttp: commit result unknown", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
+	m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: commit result unknown", "key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 	cmd.w.Header().Set("Retry-After", m.retryAfter())
 	problem.WriteError(cmd.w, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown,
 		"Outcome unknown", "The command may or may not have been applied. Retry with the same key: it is either replayed or executed once.")
@@ -511,19 +511,19 @@ func (m *Middleware[TTx]) outcomeUnknown(cmd *command, err error) {
 func (m *Middleware[TTx]) handlerTxFailed(cmd *command, err error) bool {
 	switch {
 	case errors.Is(err, driver.ErrTxDone) && errors.Is(err, driver.ErrTxAborted):
-		m.cfg.Logger.Error("idemhttp: the handler committed or rolled back the middleware's transaction itself; the store rolled it back: nothing was committed, and a retry executes again",
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: the handler committed or rolled back the middleware's transaction itself; the store rolled it back: nothing was committed, and a retry executes again",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionEnded,
 			"Transaction ended by the handler", "The command ended the idempotency middleware's transaction itself; "+
 				"nothing was committed. Retrying with the same key executes it again.")
 	case errors.Is(err, driver.ErrTxAborted):
-		m.cfg.Logger.Error("idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx, uniq.SavepointSQLTx); nothing was committed",
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: the handler's transaction was aborted by a failed statement (run statements that may fail in a savepoint: uniq.SavepointTx, uniq.SavepointSQLTx); nothing was committed",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionAborted,
 			"Transaction aborted", "A statement of the command failed and aborted its transaction; nothing was committed. "+
 				"Retrying with the same key executes it again.")
 	case errors.Is(err, driver.ErrTxDone):
-		m.cfg.Logger.Error("idemhttp: the handler committed or rolled back the middleware's transaction itself; its response was not stored, and a retry executes again",
+		m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: the handler committed or rolled back the middleware's transaction itself; its response was not stored, and a retry executes again",
 			"key", cmd.key, "scope", logScope(cmd.scope), "err", err)
 		problem.WriteError(cmd.w, http.StatusInternalServerError, problem.TypeTransactionEnded,
 			"Transaction ended by the handler", "The command ended the idempotency middleware's transaction itself; "+
@@ -547,7 +547,7 @@ func (m *Middleware[TTx]) idleTimedOut(cmd *command, err error) bool {
 		return false
 	}
 	m.traceFailure(cmd, err)
-	m.cfg.Logger.Error("idemhttp: PostgreSQL ended the request's session: its transaction waited for the handler "+
+	m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: PostgreSQL ended the request's session: its transaction waited for the handler "+
 		"(between two of its statements) longer than idle_in_transaction_session_timeout (or idle_session_timeout); "+
 		"nothing was committed, and a retry executes again. Raise the setting for the application's role or database "+
 		"above the handler's longest pause, or keep slow calls out of the transaction",
@@ -573,7 +573,7 @@ func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 		rec.flush(cmd.w)
 		return
 	}
-	m.cfg.Logger.Warn("idemhttp: failure response too large to pass on", "key", cmd.key, "scope", logScope(cmd.scope),
+	m.cfg.Logger.WarnContext(cmd.r.Context(), "idemhttp: failure response too large to pass on", "key", cmd.key, "scope", logScope(cmd.scope),
 		"status", rec.statusCode(), "limit", m.cfg.MaxResponseBytes)
 	if ra := rec.header.Get("Retry-After"); ra != "" {
 		cmd.w.Header().Set("Retry-After", ra)
@@ -587,7 +587,7 @@ func (m *Middleware[TTx]) passNotStored(cmd *command, rec *recorder) {
 }
 
 func (m *Middleware[TTx]) writeTooLarge(w http.ResponseWriter, cmd *command, detail string) {
-	m.cfg.Logger.Error("idemhttp: response too large to store", "key", cmd.key, "scope", logScope(cmd.scope), "limit", m.cfg.MaxResponseBytes)
+	m.cfg.Logger.ErrorContext(cmd.r.Context(), "idemhttp: response too large to store", "key", cmd.key, "scope", logScope(cmd.scope), "limit", m.cfg.MaxResponseBytes)
 	problem.WriteError(w, http.StatusInternalServerError, problem.TypeResponseTooLarge,
 		"Response too large to store", detail)
 }

@@ -174,7 +174,7 @@ func (m *Middleware[TTx]) rollback(ctx context.Context, tx TTx) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := m.drv.Rollback(ctx, tx); err != nil {
-		m.cfg.Logger.Warn("idemhttp: rollback failed", "err", err)
+		m.cfg.Logger.WarnContext(ctx, "idemhttp: rollback failed", "err", err)
 	}
 }
 
@@ -194,7 +194,7 @@ func (m *Middleware[TTx]) rollbackEnded(ctx context.Context, tx TTx) error {
 		return err
 	}
 	if err != nil {
-		m.cfg.Logger.Warn("idemhttp: rollback failed", "err", err)
+		m.cfg.Logger.WarnContext(ctx, "idemhttp: rollback failed", "err", err)
 	}
 	return nil
 }
