@@ -141,7 +141,10 @@ type RelayConfig struct {
 	// event that failed with it is published again; so are the rounds of
 	// Run that fail in the database and the lag queries that fail, with an
 	// INFO line when the database answers again (see the package doc).
-	// Defaults to slog.Default().
+	// The lines about a round's events (parked, failed, published again,
+	// skipped, out of order) are logged in the context of its
+	// idem.outbox.relay.batch span (slog's Context variants), so that a
+	// handler can add the span's IDs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -87,7 +88,7 @@ func (r *Relay[TTx]) sortOutcomes(rows []driver.OutboxRow, events []event.Envelo
 // of its repeats at most every failureLogInterval, and a line when an event
 // that failed with it is published (or it has not been seen for
 // failureQuietAfter).
-func (r *Relay[TTx]) logFailures(s sorted) {
+func (r *Relay[TTx]) logFailures(ctx context.Context, s sorted) {
 	var retried []failedRow
 	for _, f := range s.failed {
 		if f.gone {
@@ -97,7 +98,7 @@ func (r *Relay[TTx]) logFailures(s sorted) {
 			retried = append(retried, f)
 			continue
 		}
-		r.cfg.Logger.Error("outbox: event parked as poison; the later events of its key wait until it is unparked",
+		r.cfg.Logger.ErrorContext(ctx, "outbox: event parked as poison; the later events of its key wait until it is unparked",
 			"event_id", f.row.EventID, "key", f.row.Key, "type", f.row.EventType,
 			"attempts", f.row.Attempts, "err", f.err)
 		if r.cfg.OnPark != nil {
@@ -130,19 +131,19 @@ func (r *Relay[TTx]) logFailures(s sorted) {
 		switch {
 		case !log:
 		case g.rounds == 1:
-			r.cfg.Logger.Warn("outbox: publish failed; the failed events and the later events of their keys wait for a retry",
+			r.cfg.Logger.WarnContext(ctx, "outbox: publish failed; the failed events and the later events of their keys wait for a retry",
 				"failed", len(fs), "skipped", s.skipped, "published", len(s.published),
 				"first_event_id", f.row.EventID, "first_key", f.row.Key, "first_attempt", f.row.Attempts,
 				"first_retry_in", f.retryIn, "err", f.err)
 		default:
-			r.cfg.Logger.Warn("outbox: publish still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
+			r.cfg.Logger.WarnContext(ctx, "outbox: publish still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
 				"suppressed", g.suppressed, "failed_rounds", g.rounds, "since", g.first,
 				"failed", len(fs), "first_event_id", f.row.EventID, "first_key", f.row.Key, "first_attempt", f.row.Attempts,
 				"first_retry_in", f.retryIn, "err", f.err)
 		}
 	}
 	for _, g := range r.failures.published(s.recovered, failedNow) {
-		r.cfg.Logger.Info("outbox: published again after failed rounds",
+		r.cfg.Logger.InfoContext(ctx, "outbox: published again after failed rounds",
 			"failed_rounds", g.rounds, "over", now.Sub(g.first), "since", g.first, "err", g.err)
 	}
 }

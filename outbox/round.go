@@ -220,9 +220,9 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 	if len(o.events) > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(o.events)
 	}
-	r.logFailures(o)
+	r.logFailures(ctx, o)
 	if o.disordered > 0 {
-		r.cfg.Logger.Error("outbox: the publisher published events of a key after an earlier event of that key failed; per-key order is broken",
+		r.cfg.Logger.ErrorContext(ctx, "outbox: the publisher published events of a key after an earlier event of that key failed; per-key order is broken",
 			"events", o.disordered)
 	}
 	if o.firstErr != nil {
@@ -237,7 +237,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		res.publishFailed = true
 		err := fmt.Errorf("outbox: the publisher skipped all %d events: %w", len(events), pubErr)
 		if log, g := r.failures.failed(storedError(err), r.cfg.Now()); log {
-			r.cfg.Logger.Warn("outbox: the publisher skipped every event of the round; backing off (repeats are logged at most every "+failureLogInterval.String()+")",
+			r.cfg.Logger.WarnContext(ctx, "outbox: the publisher skipped every event of the round; backing off (repeats are logged at most every "+failureLogInterval.String()+")",
 				"events", len(events), "skipped_rounds", g.rounds, "suppressed", g.suppressed, "err", err)
 		}
 		return res, err
