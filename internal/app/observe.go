@@ -65,6 +65,9 @@ func (a *App) observe(next http.Handler) http.Handler {
 		defer func() {
 			p := recover()
 			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				if span != nil {
+					endServerSpan(span, r.Pattern, sw.status, p)
+				}
 				panic(p)
 			}
 			// A panic after the response started: the client must not
@@ -161,10 +164,13 @@ func (a *App) startServerSpan(r *http.Request, pattern string) (*http.Request, o
 }
 
 // endServerSpan ends span, the server span of a request that pattern
-// routed ("" for none) and whose answer was status: a 5xx or a panic
-// marks it failed.
+// routed ("" for none) and whose answer was status (0: none, the handler
+// aborted): a 5xx or a panic marks it failed.
 func endServerSpan(span observe.Span, pattern string, status int, panicked any) {
-	attrs := []observe.Attr{observe.Int("http.response.status_code", status)}
+	var attrs []observe.Attr
+	if status > 0 {
+		attrs = append(attrs, observe.Int("http.response.status_code", status))
+	}
 	if i := strings.IndexByte(pattern, '/'); i >= 0 {
 		// The path template: the method is http.request.method, as on
 		// idem.http.request.

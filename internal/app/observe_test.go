@@ -136,13 +136,28 @@ func TestServerSpan(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) { panic("early") })
 	mux.HandleFunc("GET /fail/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	mux.HandleFunc("GET /abort", func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })
 	h := a.observe(problemRouting(mux))
 	for _, path := range []string{"/panic", "/fail/7", "/nowhere"} {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
 	}
+	func() {
+		defer func() {
+			if err, _ := recover().(error); !errors.Is(err, http.ErrAbortHandler) {
+				t.Errorf("GET /abort panicked with %v; want http.ErrAbortHandler, as net/http expects", err)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/abort", nil))
+	}()
 	spans := rec.Spans()
-	if len(spans) != 3 {
-		t.Fatalf("%d spans; want 3", len(spans))
+	if len(spans) != 4 {
+		t.Fatalf("%d spans; want 4", len(spans))
+	}
+	// An aborted handler (http.ErrAbortHandler) is not logged, but its
+	// span ends, failed.
+	if s := spans[3]; s.Name != "GET /abort" || !s.Ended() || s.Err() == nil || s.Attr("http.response.status_code") != nil {
+		t.Errorf("aborted request's span %s ended %v error %v status %v; want GET /abort ended failed, without a status",
+			s.Name, s.Ended(), s.Err(), s.Attr("http.response.status_code"))
 	}
 	for i, want := range []struct {
 		name, route string
