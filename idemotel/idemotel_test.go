@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/observe"
@@ -64,6 +65,36 @@ func TestTracerAndPropagator(t *testing.T) {
 	}
 	if c.Status().Code.String() != "Error" || len(p.Attributes()) != 3 || len(c.Attributes()) != 1 {
 		t.Errorf("status %v, producer attributes %v, consumer attributes %v", c.Status(), p.Attributes(), c.Attributes())
+	}
+}
+
+// observe.StartKind starts spans of OpenTelemetry's kind; Start's are
+// internal.
+func TestSpanKinds(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tr := idemotel.NewTracer(tp)
+	want := map[string]trace.SpanKind{
+		"internal": trace.SpanKindInternal, "server": trace.SpanKindServer, "client": trace.SpanKindClient,
+		"producer": trace.SpanKindProducer, "consumer": trace.SpanKindConsumer, "start": trace.SpanKindInternal,
+	}
+	for name, kind := range map[string]observe.Kind{"internal": observe.KindInternal, "server": observe.KindServer,
+		"client": observe.KindClient, "producer": observe.KindProducer, "consumer": observe.KindConsumer} {
+		_, s := observe.StartKind(context.Background(), tr, kind, name, observe.String("k", "v"))
+		s.End()
+	}
+	_, s := tr.Start(context.Background(), "start")
+	s.End()
+	for _, sp := range rec.Ended() {
+		if sp.SpanKind() != want[sp.Name()] {
+			t.Errorf("span %s: kind %v, want %v", sp.Name(), sp.SpanKind(), want[sp.Name()])
+		}
+	}
+	if n := len(rec.Ended()); n != len(want) {
+		t.Errorf("%d spans, want %d", n, len(want))
+	}
+	if _, s := observe.StartKind(context.Background(), nil, observe.KindServer, "none"); s != observe.NoopSpan {
+		t.Errorf("StartKind with a nil Tracer = %v, want NoopSpan", s)
 	}
 }
 

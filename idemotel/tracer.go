@@ -33,6 +33,27 @@ func (t tracer) Start(ctx context.Context, name string, attrs ...observe.Attr) (
 	return ctx, span{s: s}
 }
 
+// StartKind starts a span of the OpenTelemetry kind of kind.
+func (t tracer) StartKind(ctx context.Context, kind observe.Kind, name string, attrs ...observe.Attr) (context.Context, observe.Span) {
+	ctx, s := t.t.Start(ctx, name, trace.WithAttributes(convert(attrs)...), trace.WithSpanKind(spanKind(kind)))
+	return ctx, span{s: s}
+}
+
+// spanKind is OpenTelemetry's kind of kind.
+func spanKind(kind observe.Kind) trace.SpanKind {
+	switch kind {
+	case observe.KindServer:
+		return trace.SpanKindServer
+	case observe.KindClient:
+		return trace.SpanKindClient
+	case observe.KindProducer:
+		return trace.SpanKindProducer
+	case observe.KindConsumer:
+		return trace.SpanKindConsumer
+	}
+	return trace.SpanKindInternal
+}
+
 type span struct{ s trace.Span }
 
 func (s span) SetAttributes(attrs ...observe.Attr) { s.s.SetAttributes(convert(attrs)...) }

@@ -91,6 +91,41 @@ func Start(ctx context.Context, t Tracer, name string, attrs ...Attr) (context.C
 	return t.Start(ctx, name, attrs...)
 }
 
+// Kind is the role of a span in a trace, as OpenTelemetry's span kinds.
+// Spans started with Start are internal.
+type Kind int
+
+// The span kinds.
+const (
+	KindInternal Kind = iota
+	// KindServer: the span of a request served (an HTTP server's).
+	KindServer
+	// KindClient: the span of a request sent.
+	KindClient
+	// KindProducer: the span that hands a message to a broker.
+	KindProducer
+	// KindConsumer: the span that processes a message received.
+	KindConsumer
+)
+
+// KindTracer is a Tracer that also starts spans of a given kind; trace
+// backends build their service maps and request metrics from server,
+// client, producer and consumer spans.
+type KindTracer interface {
+	Tracer
+	StartKind(ctx context.Context, kind Kind, name string, attrs ...Attr) (context.Context, Span)
+}
+
+// StartKind starts a span of kind with t when it is a KindTracer, an
+// internal one otherwise (Start), and returns ctx and NoopSpan when t is
+// nil.
+func StartKind(ctx context.Context, t Tracer, kind Kind, name string, attrs ...Attr) (context.Context, Span) {
+	if kt, ok := t.(KindTracer); ok {
+		return kt.StartKind(ctx, kind, name, attrs...)
+	}
+	return Start(ctx, t, name, attrs...)
+}
+
 // End records err on s if it is not nil, then ends s.
 func End(s Span, err error) {
 	if err != nil {

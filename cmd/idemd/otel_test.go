@@ -126,6 +126,9 @@ func TestOneOrderIsOneTrace(t *testing.T) {
 	if server.Parent().SpanID().String() != callerSpan || !server.Parent().IsRemote() {
 		t.Errorf("server span parent %v; want the caller's remote span %s", server.Parent(), callerSpan)
 	}
+	if server.SpanKind() != trace.SpanKindServer {
+		t.Errorf("server span kind %v; want server (trace backends build request metrics and service maps from it)", server.SpanKind())
+	}
 	if attr(server, "http.route") != "/v1/orders" || attr(server, "http.response.status_code") != "201" {
 		t.Errorf("server span attributes %v", server.Attributes())
 	}

@@ -159,7 +159,7 @@ func (a *App) startServerSpan(r *http.Request, pattern string) (*http.Request, o
 	case !strings.Contains(pattern, " "):
 		name = method + " " + pattern // a pattern without a method
 	}
-	ctx, span := a.tracer.Start(ctx, name, observe.String("http.request.method", method))
+	ctx, span := observe.StartKind(ctx, a.tracer, observe.KindServer, name, observe.String("http.request.method", method))
 	return r.WithContext(ctx), span
 }
 
