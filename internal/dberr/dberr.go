@@ -86,29 +86,16 @@ func Transient(err error) bool {
 		errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
-// connClosed reports whether err's chain holds pgconn.ErrConnClosed,
-// matched by its text so that this package needs no pgx: the connection
+// connClosed reports whether err's chain (followed through errors.Unwrap,
+// as pgx and idem wrap) holds pgconn.ErrConnClosed, matched by its text so that this package needs no pgx: the connection
 // was lost (its server side closed while it sat in the pool, or earlier
 // in the same operation), after the statement may have been sent, so
 // pgconn does not call it safe to retry; it is a lost connection all the
 // same.
 func connClosed(err error) bool {
-	for err != nil {
+	for ; err != nil; err = errors.Unwrap(err) {
 		if err.Error() == "conn closed" {
 			return true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if connClosed(e) {
-					return true
-				}
-			}
-			return false
-		default:
-			return false
 		}
 	}
 	return false
