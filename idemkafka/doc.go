@@ -214,7 +214,14 @@
 // at most every 5s per topic and only after such a failure. They are
 // stragglers too, so the other topics' events flow meanwhile: a Publish
 // whose records all wait so returns after StragglerTimeout once the broker
-// acknowledged other records, not at the end of its context, and an event
+// acknowledged other records, not at the end of its context. Those must be
+// acknowledged while it waits, or a record must have been given up within
+// the last minute: a Publish of the failing topic's records alone, with
+// nothing else in flight and no such fault known (the first one after the
+// topic began to refuse, typically), cannot tell a topic that refuses from
+// a slow cluster and waits for its context once (the relay's
+// PublishTimeout, 30 s), holding its round; the rounds after it give up
+// within StragglerTimeout for as long as the fault lasts. An event
 // whose record the client gave up unsent as the Publish's context ended is
 // retried after its backoff, not at once.
 //
