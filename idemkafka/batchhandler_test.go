@@ -225,9 +225,7 @@ func TestBatchHandlerDatabaseDownRewinds(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 10, 3)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 

@@ -39,9 +39,7 @@ func TestOffsetCommitRefusalsLogged(t *testing.T) {
 			b := setupSQLite(t)
 			kc := kafkatest.New(t)
 			fake := kc.Fake(t)
-			topic := kc.Topic(t, "orders", 1)
-			kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-			group := kafkatest.Name("g")
+			topic, group := consumedTopic(t, kc, 1)
 			evs := newEvents(t, 10, 2)
 			kc.Produce(t, topic, recordsOf(topic, evs...)...)
 
@@ -85,9 +83,7 @@ func TestStopDuringCoordinatorOutageIsBounded(t *testing.T) {
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
 	fake := kc.Fake(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 6, 2)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 

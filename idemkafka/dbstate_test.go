@@ -108,9 +108,7 @@ func refusedFor(t *testing.T, want string, refuse, allow func(admin *pgxpool.Poo
 	admin := testdb.Pool(t, schema, 1)
 	role := appRole(t, admin, schema)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 16, 4)
 
 	refuse(admin, role)

@@ -185,9 +185,7 @@ func TestDatabaseDownRewinds(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 10, 3)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 
@@ -242,9 +240,7 @@ func TestDatabaseDownOneAttemptBacksOff(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	kc.Produce(t, topic, recordsOf(topic, newEvents(t, 5, 2)...)...)
 
 	drv := &beginClock[*sqlTx]{Driver: b.open(t)}
@@ -605,9 +601,7 @@ func TestPoisonRecordLoggedAsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 3, 1)
 	failing, poison := evs[0], evs[1]
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)

@@ -151,9 +151,7 @@ func TestNotMigratedHandlerErrorNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	kc.Produce(t, topic, recordsOf(topic, newEvents(t, 2, 2)...)...)
 	var tries atomic.Int32
 	hook := func(event.Envelope) error {

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem/driver/pgsqldriver"
-	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testdb"
@@ -38,9 +37,7 @@ func TestCommitAnswerLostPostgresSQL(t *testing.T) {
 	t.Parallel()
 	b := setupPostgresSQL(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 20, 4)
 
 	proxy := testdb.NewProxy(t)

@@ -388,6 +388,15 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// consumedTopic creates an "orders" topic of partitions partitions and its
+// dead-letter topic on kc, and names a consumer group for it.
+func consumedTopic(t *testing.T, kc *kafkatest.Cluster, partitions int32) (topic, group string) {
+	t.Helper()
+	topic = kc.Topic(t, "orders", partitions)
+	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
+	return topic, kafkatest.Name("g")
+}
+
 // newEvents returns n events spread over keys aggregates; event i's
 // payload is {"n": i}.
 func newEvents(t testing.TB, n, keys int) []event.Envelope {

@@ -32,9 +32,7 @@ func sqliteRefusedFor(t *testing.T, want string, refuse func(ctx context.Context
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 16, 4)
 
 	var refused atomic.Bool

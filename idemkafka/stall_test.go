@@ -104,9 +104,7 @@ func TestStalledPartitionReported(t *testing.T) {
 	}
 
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 3, 1)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 	stuck := evs[1] // offset 1
@@ -188,9 +186,7 @@ func TestStalledClearedAtStop(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 1, 1)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 	hook := func(event.Envelope) error {
@@ -217,9 +213,7 @@ func TestStalledPartitionTriedOncePerPoll(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
 	kc := kafkatest.New(t)
-	topic := kc.Topic(t, "orders", 1)
-	kc.CreateTopic(t, topic+idemkafka.DeadLetterSuffix, 1)
-	group := kafkatest.Name("g")
+	topic, group := consumedTopic(t, kc, 1)
 	evs := newEvents(t, 1, 1)
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 	hook := func(event.Envelope) error {
