@@ -5,6 +5,11 @@
 //	go run ./bench/httpbench -clients 16 -duration 10s -rounds 5 -dup 500
 //	go run ./bench/httpbench -scenarios b,c -dup 0 -sqlite=false -cpuprofile cpu.out
 //
+// The profile's samples carry the label scenario=<id> (clients and server
+// alike, since scenarios take turns), so one scenario's Go CPU can be read
+// on its own: go tool pprof -tagfocus=scenario=b. Unlabelled samples are the
+// runtime's own (GC workers, the scheduler).
+//
 // It creates a private schema (dropped at exit), starts an HTTP server on
 // 127.0.0.1:0 in the same process and drives it over loopback with -clients
 // concurrent HTTP clients in a closed loop (each sends its next request when

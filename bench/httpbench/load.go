@@ -7,8 +7,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"runtime/pprof"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -123,6 +125,7 @@ type sample struct {
 // over; requests in flight then finish and count.
 func load(ctx context.Context, hc *http.Client, baseURL string, sc *scenario, clients int, d time.Duration) sample {
 	ws := make([]worker, clients)
+	current.Store(&sc.id)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -130,6 +133,7 @@ func load(ctx context.Context, hc *http.Client, baseURL string, sc *scenario, cl
 		wg.Add(1)
 		go func(w *worker, seed uint64) {
 			defer wg.Done()
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("scenario", sc.id)))
 			rng := rand.New(rand.NewPCG(seed, uint64(start.UnixNano())))
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				req := sc.next(rng)
@@ -210,4 +214,18 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// current is the scenario being driven: a CPU profile's samples are
+// labelled with it ("scenario"), server side too, since scenarios take
+// turns.
+var current atomic.Pointer[string]
+
+func labelled(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := current.Load(); id != nil {
+			pprof.SetGoroutineLabels(pprof.WithLabels(r.Context(), pprof.Labels("scenario", *id)))
+		}
+		h.ServeHTTP(w, r)
+	})
 }

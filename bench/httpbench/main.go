@@ -168,7 +168,7 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(labelled(mux))
 	defer srv.Close()
 	hc := &http.Client{
 		Transport: &http.Transport{
