@@ -302,7 +302,7 @@ func TestStartBatchSkipsTraceContextThePropagatorRefuses(t *testing.T) {
 		t.Fatalf("TraceID(%q) is empty; the test needs one TraceID accepts", refused)
 	}
 	hs := []string{refused, good}
-	_, s := observe.StartBatch(context.Background(), tr, idemotel.Propagator(nil), "batch", len(hs),
+	_, s := observe.StartBatch(context.Background(), tr, observe.KindConsumer, idemotel.Propagator(nil), "batch", len(hs),
 		func(i int, k string) string {
 			if k == observe.TraceParent {
 				return hs[i]

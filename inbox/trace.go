@@ -13,7 +13,7 @@ func (ib *Inbox[TTx]) startSpan(ctx context.Context, op string, events []Event) 
 	if ib.cfg.Tracer == nil {
 		return ctx, observe.NoopSpan
 	}
-	return observe.StartBatch(ctx, ib.cfg.Tracer, observe.DefaultPropagator(), "idem.inbox.batch", len(events),
+	return observe.StartBatch(ctx, ib.cfg.Tracer, observe.KindConsumer, observe.DefaultPropagator(), "idem.inbox.batch", len(events),
 		func(i int, k string) string { return events[i].Headers[k] },
 		observe.String("idem.consumer", ib.cfg.Consumer),
 		observe.String("idem.inbox.op", op),
@@ -50,7 +50,7 @@ func (ib *Inbox[TTx]) traced(fn func(ctx context.Context, tx TTx, e Event) error
 		if p := observe.DefaultPropagator(); p != nil && observe.TraceID(e.Headers[observe.TraceParent]) != "" {
 			parent = p.Extract(ctx, func(k string) string { return e.Headers[k] })
 		}
-		hctx, span := t.Start(parent, "idem.inbox.handle", observe.String("idem.consumer", ib.cfg.Consumer))
+		hctx, span := observe.StartKind(parent, t, observe.KindConsumer, "idem.inbox.handle", observe.String("idem.consumer", ib.cfg.Consumer))
 		if parent != ctx {
 			span.AddLink(ctx)
 		}

@@ -206,13 +206,16 @@ func isHex(s string, n int) bool {
 // the first message's producer span; otherwise it is a child of ctx.
 // Either way, it links to the producer span of every message that has one
 // (once per distinct traceparent). With a nil t it returns ctx and
-// NoopSpan; with a nil p it reads no trace context.
-func StartBatch(ctx context.Context, t Tracer, p Propagator, name string, n int, header func(i int, key string) string, attrs ...Attr) (context.Context, Span) {
+// NoopSpan; with a nil p it reads no trace context. The span is of kind
+// when t is a KindTracer (StartKind): KindConsumer for a batch received
+// and processed, KindClient for one sent whose own context the messages do
+// not carry.
+func StartBatch(ctx context.Context, t Tracer, kind Kind, p Propagator, name string, n int, header func(i int, key string) string, attrs ...Attr) (context.Context, Span) {
 	if t == nil {
 		return ctx, NoopSpan
 	}
 	if p == nil || header == nil {
-		return t.Start(ctx, name, attrs...)
+		return StartKind(ctx, t, kind, name, attrs...)
 	}
 	var (
 		links   []context.Context
@@ -248,7 +251,7 @@ func StartBatch(ctx context.Context, t Tracer, p Propagator, name string, n int,
 	if len(links) > 0 && !mixed {
 		parent = links[0]
 	}
-	sctx, span := t.Start(parent, name, attrs...)
+	sctx, span := StartKind(parent, t, kind, name, attrs...)
 	for _, l := range links {
 		span.AddLink(l)
 	}

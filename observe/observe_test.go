@@ -17,7 +17,7 @@ func TestNilTracerIsNoopAndAllocatesNothing(t *testing.T) {
 			t.Fatal("Start(nil tracer) changed the context")
 		}
 		observe.End(s, nil)
-		c, s = observe.StartBatch(ctx, nil, nil, "batch", 3, nil)
+		c, s = observe.StartBatch(ctx, nil, observe.KindConsumer, nil, "batch", 3, nil)
 		if c != ctx {
 			t.Fatal("StartBatch(nil tracer) changed the context")
 		}
@@ -81,7 +81,7 @@ func TestStartBatch(t *testing.T) {
 				hs[i] = map[string]string{observe.TraceParent: sc.Traceparent()}
 			}
 		}
-		_, s := observe.StartBatch(ctx, rec, observetest.Propagator{}, "b", len(hs), func(i int, k string) string { return hs[i][k] })
+		_, s := observe.StartBatch(ctx, rec, observe.KindConsumer, observetest.Propagator{}, "b", len(hs), func(i int, k string) string { return hs[i][k] })
 		s.End()
 		return s.(*observetest.Span)
 	}
@@ -107,7 +107,7 @@ func TestStartBatch(t *testing.T) {
 	// batch continues the trace of the valid one.
 	bad := map[string]string{observe.TraceParent: "00-" + b.TraceID + "-0000000000000000-01"}
 	hs := []map[string]string{bad, {observe.TraceParent: a.Traceparent()}}
-	_, sp := observe.StartBatch(ctx, rec, observetest.Propagator{}, "b", len(hs), func(i int, k string) string { return hs[i][k] })
+	_, sp := observe.StartBatch(ctx, rec, observe.KindConsumer, observetest.Propagator{}, "b", len(hs), func(i int, k string) string { return hs[i][k] })
 	sp.End()
 	s = sp.(*observetest.Span)
 	if s.TraceID != a.TraceID || s.Parent != a || len(s.Links) != 1 {

@@ -44,7 +44,7 @@ func EnqueueTx[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], tx TT
 	}
 	if t := observe.DefaultTracer(); t != nil {
 		var span observe.Span
-		ctx, span = t.Start(ctx, "idem.outbox.enqueue", observe.Int("idem.events", len(events)))
+		ctx, span = observe.StartKind(ctx, t, observe.KindProducer, "idem.outbox.enqueue", observe.Int("idem.events", len(events)))
 		defer func() {
 			// A panic (of the driver) ends the span failed, and goes on.
 			if p := recover(); p != nil {

@@ -116,7 +116,7 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 
 	if r.cfg.Tracer != nil {
 		var span observe.Span
-		ctx, span = observe.StartBatch(ctx, r.cfg.Tracer, observe.DefaultPropagator(), "idem.outbox.relay.batch", len(events),
+		ctx, span = observe.StartBatch(ctx, r.cfg.Tracer, observe.KindClient, observe.DefaultPropagator(), "idem.outbox.relay.batch", len(events),
 			func(i int, k string) string { return events[i].Headers[k] },
 			observe.Int("idem.events", res.claimed))
 		defer func() {

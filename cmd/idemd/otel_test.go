@@ -129,6 +129,31 @@ func TestOneOrderIsOneTrace(t *testing.T) {
 	if server.SpanKind() != trace.SpanKindServer {
 		t.Errorf("server span kind %v; want server (trace backends build request metrics and service maps from it)", server.SpanKind())
 	}
+	// The messaging spans carry the kinds trace backends draw their
+	// producer -> consumer edges from: the enqueue creates the message
+	// (its context travels with it), the relay sends it (its own context
+	// does not), the inbox processes it.
+	for name, want := range map[string]trace.SpanKind{
+		"idem.outbox.enqueue":     trace.SpanKindProducer,
+		"idem.outbox.relay.batch": trace.SpanKindClient,
+		"idem.inbox.batch":        trace.SpanKindConsumer,
+		"idem.inbox.handle":       trace.SpanKindConsumer,
+		"idem.saga.step":          trace.SpanKindInternal,
+	} {
+		n := 0
+		for _, s := range spans {
+			if s.Name() != name {
+				continue
+			}
+			n++
+			if s.SpanKind() != want {
+				t.Errorf("span %s kind %v; want %v", name, s.SpanKind(), want)
+			}
+		}
+		if n == 0 {
+			t.Errorf("no %s span", name)
+		}
+	}
 	if attr(server, "http.route") != "/v1/orders" || attr(server, "http.response.status_code") != "201" {
 		t.Errorf("server span attributes %v", server.Attributes())
 	}
