@@ -94,9 +94,24 @@ func testSkipAll[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 		t.Errorf("%d warnings of the skipped rounds; want 1; logs:\n%s", n, logs.String())
 	}
 
+	// Once the publisher takes them, they go out within moments; not
+	// always in the very next round (seen: 0 for up to 0.4s, 17 times in
+	// 80 runs on a loaded machine): Run's last rounds, cut short by its
+	// end, may hold the rows a moment longer.
 	skip.Store(false)
-	if n, err := relay.RunOnce(t.Context()); n != 2 || err != nil || published.Load() != 2 {
-		t.Errorf("RunOnce once the publisher takes the events = %d, %v (%d published); want 2, nil", n, err, published.Load())
+	total := 0
+	for deadline := time.Now().Add(10 * time.Second); total < 2 && time.Now().Before(deadline); {
+		n, err := relay.RunOnce(t.Context())
+		if err != nil {
+			t.Fatalf("RunOnce once the publisher takes the events: %v", err)
+		}
+		total += n
+		if n == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if total != 2 || published.Load() != 2 {
+		t.Errorf("RunOnce once the publisher takes the events published %d (the publisher got %d) within 10s; want 2", total, published.Load())
 	}
 	if n, err := outbox.CountParked(t.Context(), drv); n != 0 || err != nil {
 		t.Errorf("CountParked = %d, %v; want 0 (skips are not attempts)", n, err)
