@@ -66,11 +66,12 @@
 // partitioned processed_event, but the cleaner's partition mode needs
 // pgdriver.
 //
-// Only the pgx stdlib driver ("github.com/jackc/pgx/v5/stdlib") is tested.
 // The driver uses no pgx type: array parameters are sent as PostgreSQL
 // array literals in text and errors are read through their SQLState()
-// method, so lib/pq should work too, but it is untested. With lib/pq,
-// keep its default (unnamed prepared statements) and do not use
+// method. Its tests run over the pgx stdlib driver
+// ("github.com/jackc/pgx/v5/stdlib"), and the driver conformance suite
+// (package drivertest) over lib/pq v1.12.3 too (TestDriverLibPQ). With
+// lib/pq, keep its default (unnamed prepared statements) and do not use
 // binary_parameters. lib/pq does not end a statement when its context
 // ends: it sends PostgreSQL a cancel request and goes on waiting for the
 // answer. So the bounds above do not hold with it: a COMMIT (or any
