@@ -273,3 +273,44 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, what string) {
 	w.Header().Set("Retry-After", "1")
 	problem.WriteError(w, http.StatusServiceUnavailable, problem.TypeStoreUnavailable, "Database unavailable", detail)
 }
+
+// DetailLoneSurrogate is the field error of a string that HasLoneSurrogate.
+const DetailLoneSurrogate = `must not contain a lone UTF-16 surrogate escape (like "\ud800"): it is not a character`
+
+// HasLoneSurrogate reports whether the JSON string v (valid JSON, as a
+// Decoder returned it) escapes a UTF-16 surrogate that is not half of a
+// pair: a high one (\ud800 to \udbff) not followed by a low one, or a low
+// one (\udc00 to \udfff) alone. encoding/json decodes each as U+FFFD, so
+// "e\ud800" and "e\udbff" would become one text: the handlers refuse such a
+// string rather than store another than the client sent.
+func HasLoneSurrogate(v []byte) bool {
+	// esc decodes the \uXXXX escape at i, if there is one.
+	esc := func(i int) (r rune, ok bool) {
+		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		r, ok := esc(i)
+		if !ok {
+			i++ // a two-character escape: \" \\ \/ \b \f \n \r \t
+			continue
+		}
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		case r >= 0xD800 && r <= 0xDBFF:
+			if lo, ok := esc(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6 // the low half
+		}
+		i += 5
+	}
+	return false
+}

@@ -212,3 +212,34 @@ func TestRequireJSONRefusesOtherCharsets(t *testing.T) {
 		}
 	}
 }
+
+func TestHasLoneSurrogate(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		v    string
+		want bool
+	}{
+		{`""`, false},
+		{`"abc"`, false},
+		{`"\ud83d\ude00"`, false},        // a pair
+		{`"\uD83D\uDE00x\u00e9"`, false}, // upper-case hex
+		{`"\\ud800"`, false},             // a backslash, then text
+		{`"\\\ud83d\ude00"`, false},
+		{`"\"\n\u0041"`, false},
+		{"\"\U0001F600\"", false}, // not escaped
+		{`"\ud800"`, true},
+		{`"\udbff"`, true},
+		{`"\udc00"`, true},
+		{`"\udfffx"`, true},
+		{`"\ud800\u0041"`, true},
+		{`"\ud800\ud800\udc00"`, true},
+		{`"\udc00\ud800"`, true},
+		{`"\ud800\n"`, true},
+		{`"\\\ud800"`, true},
+		{`"a\ud83d\ude00\ud83d"`, true},
+	} {
+		if got := HasLoneSurrogate([]byte(tt.v)); got != tt.want {
+			t.Errorf("HasLoneSurrogate(%s) = %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}

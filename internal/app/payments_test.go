@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"regexp"
 	"testing"
@@ -247,5 +248,49 @@ func TestValidation(t *testing.T) {
 				t.Errorf("%d payment rows after invalid requests, want 0", n)
 			}
 		})
+	})
+}
+
+// A lone UTF-16 surrogate escape ("\ud800") is not text: encoding/json
+// reads it as U+FFFD, so "e\ud800" and "e\udbff" were one external payment
+// id, and the second charge, sent with its own key, was answered 200 with
+// the first one's payment: one payment for two charges, under an
+// external_payment_id neither client sent. Both are now 422, as is an
+// order's SKU so spelt.
+func TestLoneSurrogateEscapeRejected(t *testing.T) {
+	t.Parallel()
+	body := func(ext string) string {
+		return `{"provider":"sber","external_payment_id":"` + ext + `","amount":"100.50","customer_id":42}`
+	}
+	databases(t, func(t *testing.T, e *env) {
+		for i, tt := range []struct{ path, body, field string }{
+			{"/v1/payments", body(`e\ud800`), "external_payment_id"},
+			{"/v1/payments", body(`e\udbff`), "external_payment_id"},
+			{"/v1/payments", body(`e\udc00\ud800`), "external_payment_id"},
+			{"/v1/payments", body(`e\ud800\u0041`), "external_payment_id"},
+			{"/v1/payments", `{"provider":"sber\udfff","external_payment_id":"e","amount":"1","customer_id":1}`, "provider"},
+			{"/v1/orders", `{"customer_id":1,"amount":"1","items":[{"sku":"a\ud800","quantity":1}]}`, "items[0].sku"},
+		} {
+			r := e.do(http.MethodPost, tt.path, map[string]string{"Idempotency-Key": fmt.Sprint("lone-", i)}, tt.body)
+			if r.status != http.StatusUnprocessableEntity {
+				t.Errorf("POST %s %s: %d %s, want 422", tt.path, tt.body, r.status, r.body)
+				continue
+			}
+			if typ := r.problemType(t); typ != problem.TypeValidation {
+				t.Errorf("type %q", typ)
+			}
+			errs, _ := r.json(t)["errors"].([]any)
+			if len(errs) != 1 || errs[0].(map[string]any)["field"] != tt.field {
+				t.Errorf("POST %s %s: errors %v, want one for %s", tt.path, tt.body, errs, tt.field)
+			}
+		}
+		if n := e.count(); n != 0 {
+			t.Errorf("%d payments stored, want 0", n)
+		}
+		// A surrogate pair is one character, and accepted.
+		r := e.do(http.MethodPost, "/v1/payments", map[string]string{"Idempotency-Key": "pair"}, body(`e\ud83d\ude00`))
+		if r.status != http.StatusCreated || r.json(t)["external_payment_id"] != "e\U0001F600" {
+			t.Errorf("surrogate pair: %d %s, want 201 with e\U0001F600", r.status, r.body)
+		}
 	})
 }

@@ -150,6 +150,8 @@ func parseSKU(v json.RawMessage) (string, string) {
 		return "", "must be a string"
 	}
 	switch n := utf8.RuneCountInString(s); {
+	case apijson.HasLoneSurrogate(v): // read as U+FFFD: not what was sent
+		return "", apijson.DetailLoneSurrogate
 	case n == 0:
 		return "", "must not be empty"
 	case n > MaxSKULen:

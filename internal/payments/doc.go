@@ -14,7 +14,9 @@
 // systems sending one payment cannot spell its provider two ways and
 // create it twice; for the same reason the provider and the external
 // payment id must be in Unicode normalization form C and hold no
-// invisible format character (U+200B, U+FEFF, ...): 422 otherwise.
+// invisible format character (U+200B, U+FEFF, ...) nor lone UTF-16
+// surrogate escape ("\ud800", which JSON decoders read as U+FFFD, so that
+// "e\ud800" and "e\udbff" would be one identity): 422 otherwise.
 // Providers starting with ReservedProviderPrefix are
 // idemd's own (the order saga's charges) and refused (422).
 //

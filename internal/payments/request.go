@@ -127,6 +127,10 @@ func parseText(v json.RawMessage) (string, string) {
 		return "", "must be a string"
 	}
 	switch {
+	case apijson.HasLoneSurrogate(v):
+		// Read as U+FFFD: "e\ud800" and "e\udbff" would be one
+		// identity, a second charge answered with the first payment.
+		return "", apijson.DetailLoneSurrogate
 	case strings.TrimSpace(s) == "":
 		return "", "must not be empty"
 	case strings.TrimSpace(s) != s:
