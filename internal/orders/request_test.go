@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeCreate(t *testing.T) {
@@ -104,9 +105,22 @@ func TestDecodeCreateManyInvalidItems(t *testing.T) {
 	}
 }
 
+// FuzzDecodeCreate: the decoder never panics, a rejection is a 4xx
+// RequestError, and what it accepts is within the table's limits and is
+// the text the client sent (no U+FFFD in place of a lone surrogate escape).
 func FuzzDecodeCreate(f *testing.F) {
-	f.Add(`{"customer_id":42,"amount":"19.90","items":[{"sku":"A-1","quantity":2}]}`)
-	f.Add(`{"items":[[],{}]}`)
+	for _, seed := range []string{
+		`{"customer_id":42,"amount":"19.90","items":[{"sku":"A-1","quantity":2}]}`,
+		`{"items":[[],{}]}`,
+		`{"customer_id":1,"amount":"1","items":[{"sku":"a\ud800","quantity":1}]}`,
+		`{"customer_id":1,"amount":"1","items":[{"sku":"\ud83d\ude00\ufffd","quantity":1000}]}`,
+		`{"customer_id":9223372036854775807,"amount":"999999999999999.9999","items":[{"sku":"a","quantity":1}]}`,
+		`{"customer_id":1,"amount":"1","items":[{"sku":"a","quantity":1,"quantity":2}]}`,
+		`{"customer_id":1,"amount":1e2,"items":[null,1,"a",{"sku":1}]} x`,
+		`[]`, ``, `{}`,
+	} {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, body string) {
 		o, err := DecodeCreate(strings.NewReader(body))
 		if err != nil {
@@ -119,9 +133,13 @@ func FuzzDecodeCreate(f *testing.F) {
 		if o.CustomerID <= 0 || !o.Amount.IsPositive() || o.Amount.Exponent() < -AmountScale || len(o.Items) < 1 || len(o.Items) > MaxItems {
 			t.Errorf("accepted %+v", o)
 		}
+		sent := strings.Contains(body, "\uFFFD") || strings.Contains(strings.ToLower(body), `\ufffd`)
 		for _, it := range o.Items {
 			if it.SKU == "" || it.Quantity < 1 || it.Quantity > MaxQuantity {
 				t.Errorf("accepted item %+v", it)
+			}
+			if strings.ContainsRune(it.SKU, utf8.RuneError) && !sent {
+				t.Errorf("accepted SKU %q: U+FFFD the body did not hold", it.SKU)
 			}
 		}
 	})

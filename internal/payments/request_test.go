@@ -2,8 +2,13 @@ package payments
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 func TestDecodeCreate(t *testing.T) {
@@ -129,18 +134,43 @@ func TestDecodeCreateReportsEveryField(t *testing.T) {
 	}
 }
 
-// FuzzDecodeCreate: the decoder never panics, and whatever it accepts is
-// within the limits of the payment table.
+// FuzzDecodeCreate: the decoder never panics, a rejection is a 4xx
+// RequestError (a 422 names known fields only), and whatever it accepts is
+// within the limits of the payment table, in the one spelling of each
+// identity the handler allows, and is text the client sent (no U+FFFD a
+// decoder put in place of a lone surrogate escape).
 func FuzzDecodeCreate(f *testing.F) {
-	f.Add(`{"provider":"sber","external_payment_id":"e1","amount":"100.50","customer_id":42}`)
-	f.Add(`{"provider":"p","external_payment_id":"e","amount":"999999999999999.9999","customer_id":1}`)
-	f.Add(`{"amount":1e400}`)
+	for _, seed := range []string{
+		`{"provider":"sber","external_payment_id":"e1","amount":"100.50","customer_id":42}`,
+		`{"provider":"p","external_payment_id":"e","amount":"999999999999999.9999","customer_id":1}`,
+		`{"amount":1e400}`,
+		`{"provider":"p","external_payment_id":"e\ud800","amount":"1","customer_id":1}`,
+		`{"provider":"p","external_payment_id":"e\ud83d\ude00","amount":"1","customer_id":1}`,
+		`{"provider":"p","external_payment_id":"e\ufffd","amount":"0.0001","customer_id":9223372036854775807}`,
+		`{"provider":"p","external_payment_id":"caf\u00e9","amount":"000100.5","customer_id":1}`,
+		"{\"provider\":\"p\",\"external_payment_id\":\"e\u0301\",\"amount\":\"1\",\"customer_id\":1}",
+		`{"provider":"Sber","external_payment_id":" e","amount":"-1","customer_id":-1}`,
+		`{"provider":"p","external_payment_id":"e","amount":"1","customer_id":1} {}`,
+		`{"provider":"p","provider":"q"}`,
+		`{"provider":[[[[]]]],"x":1}`,
+		`[]`, ``, `null`, `{}`, `{"customer_id":1e2,"amount":"1E2"}`,
+	} {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, body string) {
 		p, err := DecodeCreate(strings.NewReader(body))
 		if err != nil {
 			var re *RequestError
 			if !errors.As(err, &re) || re.Status < 400 || re.Status > 499 {
 				t.Fatalf("error %v is not a 4xx RequestError", err)
+			}
+			for _, fe := range re.Fields {
+				if !slices.Contains(requestFields, fe.Field) || fe.Detail == "" {
+					t.Errorf("field error %+v", fe)
+				}
+			}
+			if re.Status == 422 && len(re.Fields) == 0 {
+				t.Errorf("422 without field errors: %s", re.Detail)
 			}
 			return
 		}
@@ -149,6 +179,19 @@ func FuzzDecodeCreate(f *testing.F) {
 		}
 		if p.CustomerID <= 0 || p.Provider == "" || p.ExternalID == "" {
 			t.Errorf("accepted %+v", p)
+		}
+		if strings.ToLower(p.Provider) != p.Provider || strings.HasPrefix(p.Provider, ReservedProviderPrefix) {
+			t.Errorf("accepted provider %q", p.Provider)
+		}
+		sent := strings.Contains(body, "\uFFFD") || strings.Contains(strings.ToLower(body), `\ufffd`)
+		for _, s := range []string{p.Provider, p.ExternalID} {
+			if strings.TrimSpace(s) != s || utf8.RuneCountInString(s) > MaxTextLen || !norm.NFC.IsNormalString(s) ||
+				strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) >= 0 {
+				t.Errorf("accepted text %q", s)
+			}
+			if strings.ContainsRune(s, utf8.RuneError) && !sent {
+				t.Errorf("accepted %q: U+FFFD the body did not hold", s)
+			}
 		}
 	})
 }
