@@ -9,6 +9,7 @@
 package apijson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/problem"
@@ -115,6 +117,23 @@ func WriteRequestError(w http.ResponseWriter, err error, invalidTitle string) {
 		p.Title = re.Title
 	}
 	problem.Write(w, p)
+}
+
+// CheckBody answers the bodies that cannot hold the JSON object a handler
+// reads with a 400 that says what is wrong with them, not only that they
+// are not an object: one that is not valid UTF-8, one that starts with a
+// byte order mark (which JSON between systems must not have, RFC 8259, 8.1;
+// some Windows tools add it) and one that is empty or white space only.
+func CheckBody(body []byte) *RequestError {
+	switch {
+	case !utf8.Valid(body):
+		return BadRequest("the body is not valid UTF-8")
+	case bytes.HasPrefix(body, []byte("\uFEFF")):
+		return BadRequest("the body starts with a byte order mark (U+FEFF): send the JSON without it (RFC 8259, 8.1)")
+	case len(bytes.Trim(body, " \t\r\n")) == 0:
+		return BadRequest("the body is empty: it must be a JSON object")
+	}
+	return nil
 }
 
 // Object reads a JSON object of the known fields from dec, as raw values:

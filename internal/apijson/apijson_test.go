@@ -243,3 +243,24 @@ func TestHasLoneSurrogate(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckBody(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ body, mention string }{
+		{"", "empty"},
+		{" \t\r\n", "empty"},
+		{"\uFEFF{}", "byte order mark"},
+		{"{\"a\":\"\xff\"}", "UTF-8"},
+		{"{}", ""},
+		{" {} ", ""},
+		{"{\"a\":\"\uFEFF\"}", ""},
+	} {
+		rerr := CheckBody([]byte(tt.body))
+		switch {
+		case tt.mention == "" && rerr != nil:
+			t.Errorf("CheckBody(%q) = %v, want nil", tt.body, rerr)
+		case tt.mention != "" && (rerr == nil || rerr.Status != http.StatusBadRequest || !strings.Contains(rerr.Detail, tt.mention)):
+			t.Errorf("CheckBody(%q) = %v, want a 400 mentioning %q", tt.body, rerr, tt.mention)
+		}
+	}
+}

@@ -32,6 +32,9 @@ type contractCase struct {
 	typ   string
 	allow string // the Allow header of a 405
 	field string // the first errors[].field of a 422
+	// mention is a text the problem's detail must hold: what the client
+	// must change.
+	mention string
 }
 
 func payment(provider, ext, amount, customer string) string {
@@ -40,6 +43,12 @@ func payment(provider, ext, amount, customer string) string {
 
 func order(customer, amount, items string) string {
 	return `{"customer_id":` + customer + `,"amount":` + amount + `,"items":` + items + `}`
+}
+
+// with returns c whose detail must mention s.
+func with(c contractCase, s string) contractCase {
+	c.mention = s
+	return c
 }
 
 func contractCases() []contractCase {
@@ -93,8 +102,8 @@ func contractCases() []contractCase {
 		{name: "empty bearer", method: http.MethodGet, path: pay + "/1", header: map[string]string{"Authorization": "Bearer "}, status: 401, typ: problem.TypeUnauthenticated},
 
 		// Bodies that are not one JSON object of known members: 400.
-		p("empty body", ``, 400, ""),
-		p("whitespace", " \n", 400, ""),
+		with(p("empty body", ``, 400, ""), "empty"),
+		with(p("whitespace", " \n", 400, ""), "empty"),
 		p("null", `null`, 400, ""),
 		p("array", `[]`, 400, ""),
 		p("string", `"x"`, 400, ""),
@@ -108,11 +117,12 @@ func contractCases() []contractCase {
 		p("field in other case", `{"Provider":"sber","external_payment_id":"e","amount":"1","customer_id":1}`, 400, ""),
 		p("duplicate field", `{"provider":"sber","provider":"sber","external_payment_id":"e","amount":"1","customer_id":1}`, 400, ""),
 		p("invalid UTF-8", "{\"provider\":\"sber\",\"external_payment_id\":\"e\xff\",\"amount\":\"1\",\"customer_id\":1}", 400, ""),
-		p("byte order mark", "\uFEFF"+text(`"e"`), 400, ""),
+		with(p("byte order mark", "\uFEFF"+text(`"e"`), 400, ""), "byte order mark"),
 		p("deep nesting", `{"provider":`+strings.Repeat("[", 20_000)+strings.Repeat("]", 20_000)+`}`, 400, ""),
 		p("NaN", `{"amount":NaN}`, 400, ""),
 		p("leading zero number", customer(`01`), 400, ""),
-		o("empty body", ``, 400, ""),
+		with(o("empty body", ``, 400, ""), "empty"),
+		with(o("byte order mark", "\uFEFF{}", 400, ""), "byte order mark"),
 		o("trailing garbage", order(`1`, `"1"`, `[{"sku":"a","quantity":1}]`)+`]`, 400, ""),
 		o("unknown field", `{"customer_id":1,"amount":"1","currency":"EUR","items":[{"sku":"a","quantity":1}]}`, 400, ""),
 		o("unknown item field", item(`{"sku":"a","quantity":1,"price":"1"}`), 400, ""),
@@ -393,6 +403,9 @@ func checkContract(t *testing.T, c contractCase, r response, types map[string]bo
 	}
 	if title, _ := m["title"].(string); title == "" {
 		t.Errorf("%s: no title: %s", c.name, r.body)
+	}
+	if detail, _ := m["detail"].(string); !strings.Contains(detail, c.mention) {
+		t.Errorf("%s: detail %q does not mention %q", c.name, detail, c.mention)
 	}
 	if c.field != "" {
 		errs, _ := m["errors"].([]any)

@@ -40,8 +40,8 @@ func DecodeCreate(r io.Reader) (NewOrder, error) {
 	if rerr != nil {
 		return NewOrder{}, rerr
 	}
-	if !utf8.Valid(body) {
-		return NewOrder{}, badRequest("the body is not valid UTF-8")
+	if rerr := apijson.CheckBody(body); rerr != nil {
+		return NewOrder{}, rerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

@@ -99,8 +99,8 @@ func DecodeCreate(r io.Reader) (NewPayment, error) {
 // members splits a JSON object into its raw members, rejecting anything
 // that is not exactly one object with known, distinct member names.
 func members(body []byte) (map[string]json.RawMessage, *RequestError) {
-	if !utf8.Valid(body) {
-		return nil, badRequest("the body is not valid UTF-8")
+	if rerr := apijson.CheckBody(body); rerr != nil {
+		return nil, rerr
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
