@@ -156,9 +156,9 @@ func Object(dec *json.Decoder, what string, known []string) (map[string]json.Raw
 		}
 		switch {
 		case !slices.Contains(known, name):
-			return nil, BadRequest("unknown field %q in %s (known: %s)", name, what, strings.Join(known, ", "))
+			return nil, BadRequest("unknown field %s in %s (known: %s)", quoteName(name), what, strings.Join(known, ", "))
 		case out[name] != nil:
-			return nil, BadRequest("duplicate field %q in %s", name, what)
+			return nil, BadRequest("duplicate field %s in %s", quoteName(name), what)
 		}
 		out[name] = v
 	}
@@ -166,6 +166,27 @@ func Object(dec *json.Decoder, what string, known []string) (map[string]json.Raw
 		return nil, malformed(err)
 	}
 	return out, nil
+}
+
+// maxQuotedName is the number of characters of a member name a detail
+// quotes.
+const maxQuotedName = 64
+
+// quoteName quotes a member name for a detail, cut to maxQuotedName
+// characters: the client's 64 KiB name would otherwise be echoed, several
+// times its size once escaped, in a problem stored under its key.
+func quoteName(name string) string {
+	if utf8.RuneCountInString(name) <= maxQuotedName {
+		return strconv.Quote(name)
+	}
+	n := 0
+	for i := range name {
+		if n == maxQuotedName {
+			return strconv.Quote(name[:i]) + "... (" + strconv.Itoa(len(name)) + " bytes)"
+		}
+		n++
+	}
+	return strconv.Quote(name)
 }
 
 // malformed is the 400 of a JSON syntax error, which describes the
