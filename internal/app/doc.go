@@ -163,6 +163,7 @@
 // idemd_outbox_lag_seconds (age of the oldest unpublished event),
 // idemd_outbox_parked_total (events parked as poison),
 // idemd_outbox_parked_events (events parked now, counted every 10s),
+// idemd_outbox_relay_active (1 while this replica's relay publishes),
 // idemd_kafka_consumer_lag{group} and
 // idemd_kafka_consumer_lag_failures_total{group} (records the consumer
 // groups have not consumed, measured every 10s),

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -21,6 +22,25 @@ import (
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/orders"
 )
+
+// exercisedMetrics is what idemd registers: every hook called once, and
+// one request through the access log, so that the vectors without
+// initial children have a series to gather.
+func exercisedMetrics() *metrics {
+	m := newMetrics()
+	a := &App{metrics: m, log: slog.New(slog.DiscardHandler)}
+	a.observe(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).
+		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/livez", nil))
+	m.outcome(nil, idemhttp.OutcomeExecuted)
+	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 1}}})
+	m.lag(time.Second)
+	m.park(event.Envelope{}, 1, errors.New("poison"))
+	m.relayLease(true)
+	m.groupLag.WithLabelValues(SagaGroup).Set(1) // kafkalag.go
+	m.batch(ProjectionInbox, idemkafka.BatchStats{Applied: 1})
+	m.watchdog(orders.WatchdogStats{Stuck: 1, Operator: 1, Waiting: 1})
+	return m
+}
 
 // TestOperationsMetrics keeps the metrics table of docs/operations.md true
 // to what idemd serves at /metrics: every idemd_ metric registered is in
@@ -70,21 +90,7 @@ func TestOperationsMetrics(t *testing.T) {
 		t.Fatalf("read %d metrics from docs/operations.md's table; the parser no longer matches it", len(documented))
 	}
 
-	// What idemd registers: every hook called once, and one request
-	// through the access log, so that the vectors without initial
-	// children have a series to gather.
-	m := newMetrics()
-	a := &App{metrics: m, log: slog.New(slog.DiscardHandler)}
-	a.observe(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).
-		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/livez", nil))
-	m.outcome(nil, idemhttp.OutcomeExecuted)
-	m.sweep(cleanup.Report{Tables: []cleanup.TableReport{{Table: cleanup.TableInbox, Deleted: 1}}})
-	m.lag(time.Second)
-	m.park(event.Envelope{}, 1, errors.New("poison"))
-	m.relayLease(true)
-	m.groupLag.WithLabelValues(SagaGroup).Set(1) // kafkalag.go
-	m.batch(ProjectionInbox, idemkafka.BatchStats{Applied: 1})
-	m.watchdog(orders.WatchdogStats{Stuck: 1, Operator: 1, Waiting: 1})
+	m := exercisedMetrics()
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -142,16 +148,28 @@ func TestOperationsMetrics(t *testing.T) {
 			t.Errorf("docs/operations.md documents %s, which idemd does not register", name)
 		}
 	}
-	// Every name the runbook uses, in its alerts as anywhere else.
-	for _, name := range slices.Compact(slices.Sorted(slices.Values(regexp.MustCompile(`idemd_[a-z_]+`).FindAllString(string(doc), -1)))) {
-		base := name
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if b, ok := strings.CutSuffix(name, suffix); ok && registered[b].typ == "histogram" {
-				base = b
-			}
+	// Every name the runbook uses, in its alerts as anywhere else, and
+	// every one the README, the other docs and the package doc name
+	// (idemd_instance is a table).
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append(files, "../../README.md", "doc.go") {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if _, ok := registered[base]; !ok {
-			t.Errorf("docs/operations.md uses %s, which idemd does not register", name)
+		for _, name := range slices.Compact(slices.Sorted(slices.Values(regexp.MustCompile(`idemd_[a-z_]+`).FindAllString(string(text), -1)))) {
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(name, suffix); ok && registered[b].typ == "histogram" {
+					base = b
+				}
+			}
+			if _, ok := registered[base]; !ok && name != "idemd_instance" {
+				t.Errorf("%s uses %s, which idemd does not register", strings.TrimPrefix(file, "../../"), name)
+			}
 		}
 	}
 }

@@ -230,7 +230,7 @@ func TestRunSweepsExpiredRecords(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no sweep deleted the expired record; metrics:\n%s\nstderr %s", grepLines(string(body), "idem_cleanup"), stderr.String())
+			t.Fatalf("no sweep deleted the expired record; metrics:\n%s\nstderr %s", grepLines(string(body), "idemd_cleanup"), stderr.String())
 		}
 	}
 	var keys []string
