@@ -341,10 +341,11 @@ func TestRunStoppedDuringStartup(t *testing.T) {
 	}
 }
 
-// forwardLater returns an address that refuses connections until after,
-// then forwards them to target: a database that starts after idemd (a
-// sidecar proxy, a cluster starting up).
-func forwardLater(t *testing.T, target string, after time.Duration) string {
+// forwardWhen returns an address that refuses connections until open
+// (polled) reports true, then forwards them to target: a database or a
+// broker that starts after idemd (a sidecar proxy, a cluster starting
+// up).
+func forwardWhen(t *testing.T, target string, open func() bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -356,10 +357,12 @@ func forwardLater(t *testing.T, target string, after time.Duration) string {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	wg.Go(func() {
-		select {
-		case <-stop:
-			return
-		case <-time.After(after):
+		for !open() {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -396,10 +399,14 @@ func TestRunWaitsForTheDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = forwardLater(t, u.Host, 1500*time.Millisecond)
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
+	// Refused until idemd retried (a fixed delay was over before idemd
+	// first tried on a loaded machine).
+	u.Host = forwardWhen(t, u.Host, func() bool {
+		return strings.Contains(stderr.String(), "database unreachable at start-up; retrying")
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	exited := make(chan int, 1)
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-kafka", "off", "-db", u.String()}, envOf(nil), stdout, stderr)
@@ -478,11 +485,15 @@ func TestRunWaitsForKafka(t *testing.T) {
 	topic := kafkatest.Name("idemd-late")
 	cluster.CreateTopic(t, topic, 1)
 	cluster.CreateTopic(t, topic+".dlq", 1)
-	seed := forwardLater(t, cluster.Seeds[0], 1500*time.Millisecond)
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
+	// Refused until idemd retried (a fixed delay was over before idemd
+	// first tried on a loaded machine).
+	seed := forwardWhen(t, cluster.Seeds[0], func() bool {
+		return strings.Contains(stderr.String(), "kafka unreachable at start-up; retrying")
+	})
 	dbArg, _ := dbSetting(t, app.Postgres)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	exited := make(chan int, 1)
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", dbArg, "-kafka", seed, "-kafka-topic", topic}, envOf(nil), stdout, stderr)
