@@ -16,10 +16,13 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/google/uuid"
 
@@ -265,7 +268,10 @@ var idempotent = []string{http.MethodGet, http.MethodHead, http.MethodPut, http.
 // Do sends req, adding an Idempotency-Key when its method needs one, and
 // retries it with the same key and body as the package documentation
 // describes. req is not modified; the attempts are clones of it carrying
-// req's context. Like http.Client.Do, Do closes req.Body.
+// req's context. Like http.Client.Do, Do closes req.Body. req passed to Do
+// again is the same operation: it is sent with the key Do generated for it
+// and the body Do read from it the first time (see "Retry helpers of your
+// own" in the package documentation).
 func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	key, err := c.key(req)
 	if err != nil {
@@ -336,7 +342,16 @@ func (c *Client) key(req *http.Request) (string, error) {
 	if !slices.Contains(c.cfg.Methods, method(req)) {
 		return "", nil
 	}
-	return c.NewKey()
+	if key, ok := generatedKeys.load(req); ok {
+		// The request was passed to Do before (a retry helper of the
+		// caller's): the same operation, under the same key.
+		return key, nil
+	}
+	key, err := c.NewKey()
+	if err != nil {
+		return "", err
+	}
+	return generatedKeys.keep(req, key), nil
 }
 
 // method is req's method; "" is GET, as net/http sends it.
@@ -359,6 +374,27 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		_ = req.Body.Close()
 		return req.GetBody, nil
 	}
+	if rb, ok := bufferedBodies.load(req); ok && sameBody(rb.from, req.Body) {
+		// The request was passed to Do before, which read its body (it
+		// reads nothing now, or only what followed MaxBodyBytes): the
+		// same operation, with the same bytes, or the same refusal.
+		_ = req.Body.Close()
+		if rb.err != nil {
+			return nil, rb.err
+		}
+		return bytesBody(rb.b), nil
+	}
+	from := req.Body
+	b, err := c.readBody(req)
+	bufferedBodies.set(req, readBody{from: from, b: b, err: err})
+	if err != nil {
+		return nil, err
+	}
+	return bytesBody(b), nil
+}
+
+// readBody reads and closes req.Body, at most MaxBodyBytes of it.
+func (c *Client) readBody(req *http.Request) ([]byte, error) {
 	// min: MaxBodyBytes+1 must not overflow (math.MaxInt64 for "no limit").
 	b, err := io.ReadAll(io.LimitReader(req.Body, min(c.cfg.MaxBodyBytes, math.MaxInt64-1)+1))
 	_ = req.Body.Close()
@@ -372,7 +408,80 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		// net/http would refuse every attempt.
 		return nil, fmt.Errorf("idemclient: request ContentLength %d, but its body has %d bytes", req.ContentLength, len(b))
 	}
-	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
+	return b, nil
+}
+
+// bytesBody gives b as the body of each attempt.
+func bytesBody(b []byte) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// A request passed to Do again (by a retry helper of the caller's that
+// wraps Do) is a retry of the same operation: Do sends it under the key it
+// generated for it the first time, and with the body it read from it then
+// (its Body reads nothing now), for as long as the request lives. A new
+// key would execute the operation a second time when an earlier attempt
+// had executed it. The entries are keyed by weak pointers, so that they go
+// with their request; the request itself is not modified.
+var (
+	generatedKeys  requestMemo[string]
+	bufferedBodies requestMemo[readBody]
+)
+
+// readBody is what Do read from a request's Body (the bytes, or why it
+// refused them), and that Body.
+type readBody struct {
+	from io.ReadCloser
+	b    []byte
+	err  error
+}
+
+// sameBody reports whether a and b are the same Body value (false for
+// values that cannot be compared).
+func sameBody(a, b io.ReadCloser) (same bool) {
+	defer func() {
+		if recover() != nil { // a dynamic type that is not comparable
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// requestMemo maps live requests to a value; an entry goes when its
+// request is garbage collected.
+type requestMemo[V any] struct{ m sync.Map }
+
+func (m *requestMemo[V]) load(req *http.Request) (V, bool) {
+	v, ok := m.m.Load(weak.Make(req))
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return v.(V), true
+}
+
+// keep keeps v for req, unless a value is already kept (a concurrent Do
+// of the same request), and returns the value kept.
+func (m *requestMemo[V]) keep(req *http.Request, v V) V {
+	wp := weak.Make(req)
+	if prev, loaded := m.m.LoadOrStore(wp, v); loaded {
+		return prev.(V)
+	}
+	m.cleanup(req, wp)
+	return v
+}
+
+// set keeps v for req, replacing any value kept.
+func (m *requestMemo[V]) set(req *http.Request, v V) {
+	wp := weak.Make(req)
+	if _, loaded := m.m.Swap(wp, v); !loaded {
+		m.cleanup(req, wp)
+	}
+}
+
+// cleanup deletes req's entry once req is garbage collected.
+func (m *requestMemo[V]) cleanup(req *http.Request, wp weak.Pointer[http.Request]) {
+	runtime.AddCleanup(req, func(wp weak.Pointer[http.Request]) { m.m.Delete(wp) }, wp)
 }
 
 // loop sends the attempts.

@@ -86,8 +86,9 @@ type Config struct {
 	MaxElapsed time.Duration
 
 	// Methods are the methods whose requests need an Idempotency-Key: Do
-	// generates one when such a request has none. nil means POST and PATCH;
-	// an empty non-nil slice means never generate a key.
+	// generates one when such a request has none (and the same one when
+	// the request is passed to Do again). nil means POST and PATCH; an
+	// empty non-nil slice means never generate a key.
 	Methods []string
 
 	// NewKey generates a key for a request that needs one. Defaults to

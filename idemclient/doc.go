@@ -47,6 +47,26 @@
 // spelling of its header name (a Header map written directly): it is sent
 // under the canonical name, Idempotency-Key.
 //
+// # Retry helpers of your own
+//
+// A request passed to Do again is a retry of the same operation, as when a
+// retry helper of your own wraps Do and calls it again after an *Error or a
+// response that means "gave up": Do sends it under the key it generated for
+// it the first time, and with the body it read from it then (a Body
+// without GetBody reads nothing the second time; one over MaxBodyBytes is
+// refused again, not sent in part), for as long as the request lives; the
+// request itself is not modified. A new key would execute the operation a
+// second time whenever an earlier attempt had executed it.
+//
+// A copy of the request (req.WithContext or req.Clone, made for a per-try
+// timeout, say) or a request built anew is another request, which gets
+// another key: a helper that makes one per try must carry the key itself.
+// Set it with WithKey before the helper (a key made with NewKey and stored
+// with the operation, as above), or re-issue with the Key of the *Error.
+// Conversely, send a new operation as a new request: the same request
+// passed to Do again is the earlier operation, replayed by the server (or,
+// with its Body replaced, refused as key-reused).
+//
 // # Retry policy
 //
 // A request is retryable when it carries an Idempotency-Key (given by the
@@ -198,6 +218,7 @@
 // http.NewRequest does for *bytes.Buffer, *bytes.Reader and *strings.Reader
 // bodies; a custom GetBody must return the same bytes every time), and
 // otherwise reads the body into memory, up to Config.MaxBodyBytes (1 MiB, the
-// default limit of idemhttp). A larger body is refused before anything is
-// sent.
+// default limit of idemhttp), and keeps it for the request passed to Do
+// again (see Retry helpers of your own). A larger body is refused before
+// anything is sent.
 package idemclient
