@@ -109,15 +109,26 @@ func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("response %d %s asks to retry in %s, past %s", e.StatusCode, http.StatusText(e.StatusCode), e.RetryAfter, e.Limit)
 }
 
-// Is makes errors.Is(err, ErrRetryAfter) true.
-func (e *RetryAfterError) Is(target error) bool { return target == ErrRetryAfter }
+// Is makes errors.Is(err, ErrRetryAfter) true, and errors.Is(err,
+// ErrInProgress) too when the response was a 409 request-in-progress.
+func (e *RetryAfterError) Is(target error) bool {
+	return target == ErrRetryAfter || target == ErrInProgress && e.inProgress()
+}
+
+// inProgress reports whether the response was a 409 request-in-progress.
+func (e *RetryAfterError) inProgress() bool {
+	return e.StatusCode == http.StatusConflict && e.ProblemType == problem.TypeRequestInProgress
+}
 
 // ErrInProgress is the cause (in an *Error) when Do ran out of attempts,
 // or of time for another one, while the server still answered 409
 // request-in-progress: an earlier attempt, or another request with the same
 // key, is still running there, and its outcome is not known yet. It is not
 // a conflict: re-issue the operation later with the same key (the server
-// then replays the stored outcome), never with a new one.
+// then replays the stored outcome), never with a new one. When the 409's
+// Retry-After was the wait Do could not make (past MaxRetryAfter, the
+// context's deadline or MaxElapsed), the cause is a *RetryAfterError,
+// which errors.Is matches with ErrInProgress as well as ErrRetryAfter.
 var ErrInProgress = errors.New("idemclient: the operation is still in progress on the server; re-issue it later with the same key")
 
 // Error is returned by Do when the last attempt ended without a response (a

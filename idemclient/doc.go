@@ -115,8 +115,9 @@
 //	  came after it, is returned as given up: see
 //	  Delays)
 //	a retryable response whose Retry-After is longer  done: returns an *Error wrapping a *RetryAfterError
-//	  than Config.MaxRetryAfter, or would end past      (errors.Is(err, ErrRetryAfter)); never retried
-//	  the deadline or Config.MaxElapsed                 sooner than the server asked: see Delays
+//	  than Config.MaxRetryAfter, or would end past      (errors.Is(err, ErrRetryAfter); for a 409
+//	  the deadline or Config.MaxElapsed                 request-in-progress ErrInProgress too); never
+//	                                                    retried sooner than the server asked: see Delays
 //
 // key-reused means the server has already seen this key with a different
 // request: a programming error (one key used for two operations, or a
@@ -181,7 +182,9 @@
 //     request-in-progress, which a caller could take for a conflict: Do
 //     drains it and returns an *Error wrapping ErrInProgress (the
 //     operation is still running on the server; re-issue it later with
-//     the same key, whose stored outcome is then replayed).
+//     the same key, whose stored outcome is then replayed). A 409
+//     request-in-progress whose Retry-After Do may not wait for is
+//     ErrInProgress as well as ErrRetryAfter.
 //   - When the last attempt failed with a transport error, or the context
 //     ended, or the server's Retry-After is longer than Do may wait (that
 //     response is then drained and closed), Do returns a nil response and

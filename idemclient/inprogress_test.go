@@ -1,0 +1,132 @@
+package idemclient_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/problem"
+)
+
+// The operation is still running on the server (the real idemhttp on
+// SQLite answers 409 request-in-progress with a Retry-After of 10s), and
+// that wait is more than Do may make: past the context's deadline, past
+// MaxRetryAfter, past MaxElapsed. Do stops at once with a
+// *RetryAfterError, which is also ErrInProgress: the package documents
+// ErrInProgress for a Do that ran out of time for another attempt while the
+// operation was still in progress, and a caller branching on it (still
+// running, not failed) must see it whichever limit cut the wait.
+func TestInProgressPastLimitIsErrInProgress(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	mw, err := idemhttp.New(drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Wait: idemhttp.NoWait, RetryAfter: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	var executions atomic.Int32
+	slow := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		executions.Add(1)
+		<-release
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", mw.Handler(slow))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(unblock) // runs before srv.Close: never leave the handler blocked
+
+	key, _ := idemclient.NewKey()
+	first, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+	first, _ = idemclient.WithKey(first, key)
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		resp, err := http.DefaultClient.Do(first)
+		if err != nil {
+			t.Errorf("first: %v", err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	t.Cleanup(func() { unblock(); <-firstDone })
+	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never started")
+		}
+	}
+
+	for _, tc := range []struct {
+		name    string
+		cfg     idemclient.Config
+		timeout time.Duration
+	}{
+		{"deadline", idemclient.Config{}, 5 * time.Second},
+		{"MaxRetryAfter", idemclient.Config{MaxRetryAfter: 2 * time.Second}, 0},
+		{"MaxElapsed", idemclient.Config{MaxElapsed: 5 * time.Second}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := newClient(t, &tc.cfg)
+			ctx := context.Background()
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+			req, _ = idemclient.WithKey(req, key)
+			resp, err := c.Do(req)
+			if resp != nil {
+				resp.Body.Close()
+				t.Fatalf("response %d; want an error", resp.StatusCode)
+			}
+			var ra *idemclient.RetryAfterError
+			if !errors.As(err, &ra) || ra.StatusCode != http.StatusConflict || ra.ProblemType != problem.TypeRequestInProgress || ra.RetryAfter != 10*time.Second {
+				t.Fatalf("Do: %v; want a *RetryAfterError of the 409 request-in-progress", err)
+			}
+			if !errors.Is(err, idemclient.ErrInProgress) || !errors.Is(err, idemclient.ErrRetryAfter) {
+				t.Errorf("Do: %v: ErrInProgress %v, ErrRetryAfter %v; want both", err,
+					errors.Is(err, idemclient.ErrInProgress), errors.Is(err, idemclient.ErrRetryAfter))
+			}
+			var e *idemclient.Error
+			if !errors.As(err, &e) || e.Key != key || e.Attempts != 1 || len(s.delays()) != 0 {
+				t.Errorf("Do: %#v after waits %v; want an *Error with the key, after 1 attempt and no wait", err, s.delays())
+			}
+		})
+	}
+	if n := executions.Load(); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+}
+
+// A 429 or 503 whose Retry-After is more than Do may wait is no operation
+// in progress: ErrRetryAfter only.
+func TestRetryAfterTooLongNotInProgress(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		srv, _ := server(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			writeProblem(w, status, problem.TypeStoreUnavailable, "120")
+		})
+		c, _ := newClient(t, nil)
+		resp, err := c.Do(post(t, srv.URL, "{}"))
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, idemclient.ErrRetryAfter) || errors.Is(err, idemclient.ErrInProgress) {
+			t.Errorf("%d: %v; want ErrRetryAfter, not ErrInProgress", status, err)
+		}
+	}
+}
