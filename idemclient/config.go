@@ -37,10 +37,16 @@ type Config struct {
 	// http.DefaultTransport with a Timeout of DefaultTimeout (30s), which
 	// bounds each attempt separately (including reading the body of the
 	// response Do returns). An attempt that times out may have executed on
-	// the server; it is retried with the same key. Do sends with a copy
-	// of it whose CheckRedirect first refuses to follow a 301 or 302 that
-	// would turn a command into a GET (see Redirects in the package
-	// documentation), then calls this client's CheckRedirect.
+	// the server; it is retried with the same key. Size the timeout above
+	// the server's slowest answer: idemhttp's ModeTx rolls back a command
+	// whose client went away before its COMMIT, so a command slower than
+	// the timeout times out at every attempt and never completes. A client
+	// of yours without a Timeout leaves each attempt bounded only by the
+	// request's context (without a deadline, a server that never answers
+	// holds Do for ever). Do sends with a copy of it whose CheckRedirect
+	// first refuses to follow a 301 or 302 that would turn a command into
+	// a GET (see Redirects in the package documentation), then calls this
+	// client's CheckRedirect.
 	HTTPClient *http.Client
 
 	// MaxAttempts is the maximum number of attempts per Do, the first one
