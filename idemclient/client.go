@@ -396,7 +396,7 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		return bytesBody(rb.b), nil
 	}
 	from := req.Body
-	b, err := c.readBody(req)
+	b, err := c.readBodyCtx(req.Context(), from, req.ContentLength)
 	bufferedBodies.set(req, readBody{from: from, b: b, err: err})
 	if err != nil {
 		return nil, err
@@ -404,20 +404,52 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 	return bytesBody(b), nil
 }
 
-// readBody reads and closes req.Body, at most MaxBodyBytes of it.
-func (c *Client) readBody(req *http.Request) ([]byte, error) {
+// readBodyCtx is readBody within ctx: when ctx ends first (a body that
+// stalls, such as an incoming request's a gateway forwards), it closes body
+// and returns ctx's error, as http.Client.Do would; the read, which the
+// close ends for most bodies, finishes on its own.
+func (c *Client) readBodyCtx(ctx context.Context, body io.ReadCloser, contentLength int64) ([]byte, error) {
+	if ctx.Done() == nil || ctx.Err() != nil {
+		// A context that never ends, or has ended: the attempt reports it.
+		return c.readBody(body, contentLength)
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := c.readBody(body, contentLength)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // read meanwhile
+			return r.b, r.err
+		default:
+		}
+		_ = body.Close()
+		return nil, fmt.Errorf("idemclient: read request body: %w", ctx.Err())
+	}
+}
+
+// readBody reads and closes body, at most MaxBodyBytes of it.
+func (c *Client) readBody(body io.ReadCloser, contentLength int64) ([]byte, error) {
 	// min: MaxBodyBytes+1 must not overflow (math.MaxInt64 for "no limit").
-	b, err := io.ReadAll(io.LimitReader(req.Body, min(c.cfg.MaxBodyBytes, math.MaxInt64-1)+1))
-	_ = req.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, min(c.cfg.MaxBodyBytes, math.MaxInt64-1)+1))
+	_ = body.Close()
 	if err != nil {
 		return nil, fmt.Errorf("idemclient: read request body: %w", err)
 	}
 	if int64(len(b)) > c.cfg.MaxBodyBytes {
 		return nil, fmt.Errorf("%w (%d bytes; set GetBody or raise the limit)", ErrBodyTooLarge, c.cfg.MaxBodyBytes)
 	}
-	if req.ContentLength > 0 && req.ContentLength != int64(len(b)) {
+	if contentLength > 0 && contentLength != int64(len(b)) {
 		// net/http would refuse every attempt.
-		return nil, fmt.Errorf("idemclient: request ContentLength %d, but its body has %d bytes", req.ContentLength, len(b))
+		return nil, fmt.Errorf("idemclient: request ContentLength %d, but its body has %d bytes", contentLength, len(b))
 	}
 	return b, nil
 }

@@ -196,7 +196,10 @@
 //     net/http refused before sending (the context already ended) counts.
 //   - A key-reused answer is a *KeyReusedError (errors.Is(err, ErrKeyReused)).
 //   - Errors found before any attempt (body too large to buffer, unreadable
-//     body, a buffered body whose length is not req.ContentLength, key
+//     body, a body to buffer not read whole when the request's context
+//     ended (errors.Is works with the context's error; Do returns at once
+//     then, as http.Client.Do does, and closes the body), a buffered body
+//     whose length is not req.ContentLength, key
 //     generator failure, two Idempotency-Key headers (or header names
 //     differing in case), a key that is not 1 to 255 visible ASCII
 //     characters other than `"`) are returned
