@@ -214,9 +214,22 @@ func keyValues(h http.Header) []string {
 }
 
 // Replayed reports whether resp was replayed by the server from an earlier
-// attempt (Idempotent-Replayed: true) rather than executed now.
+// attempt (Idempotent-Replayed: true) rather than executed now. A response
+// reached through a 303 See Other (the http.Client follows it with a GET)
+// is the command's answer read elsewhere: Replayed reports whether that
+// 303 was a replay.
 func Replayed(resp *http.Response) bool {
-	return resp != nil && strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true")
+	for r := resp; r != nil; {
+		if (r == resp || r.StatusCode == http.StatusSeeOther) &&
+			strings.EqualFold(strings.TrimSpace(r.Header.Get(HeaderReplayed)), "true") {
+			return true
+		}
+		if r.Request == nil {
+			break
+		}
+		r = r.Request.Response // the redirect that led to r, if any
+	}
+	return false
 }
 
 func checkKey(key string) error {

@@ -136,7 +136,8 @@
 // would come back as its outcome. Do returns that 301 or 302 instead,
 // unfollowed; send the command to its Location yourself, with the same key.
 // 303 See Other (the command ran and its result is elsewhere) is followed
-// with a GET. Config.HTTPClient's CheckRedirect, if set, decides about
+// with a GET; Replayed(resp) on the GET's response tells whether the 303
+// was a replay. Config.HTTPClient's CheckRedirect, if set, decides about
 // every other redirect; otherwise http.Client's limit of 10 applies.
 //
 // # Delays
