@@ -128,7 +128,9 @@ func (e *RetryAfterError) inProgress() bool {
 // then replays the stored outcome), never with a new one. When the 409's
 // Retry-After was the wait Do could not make (past MaxRetryAfter, the
 // context's deadline or MaxElapsed), the cause is a *RetryAfterError,
-// which errors.Is matches with ErrInProgress as well as ErrRetryAfter.
+// which errors.Is matches with ErrInProgress as well as ErrRetryAfter; when
+// the context ended during the wait or the attempt after such a 409, the
+// cause wraps both the context's error and ErrInProgress.
 var ErrInProgress = errors.New("idemclient: the operation is still in progress on the server; re-issue it later with the same key")
 
 // Error is returned by Do when the last attempt ended without a response (a
@@ -550,6 +552,8 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 	var (
 		lastResp *http.Response
 		lastErr  error
+		// inProgress: the last response was a 409 request-in-progress.
+		inProgress bool
 	)
 	hc := c.httpClient()
 	for attempt := 1; ; attempt++ {
@@ -569,6 +573,10 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		info := Retry{Request: r, Key: key, Attempt: attempt, Err: err}
 		if err != nil {
 			if ctx.Err() != nil {
+				if inProgress {
+					// Out of time while the operation was in progress.
+					err = fmt.Errorf("%w (the answer before: %w)", err, ErrInProgress)
+				}
 				return nil, fail(attempt, err) // err wraps the context's error
 			}
 			if permanent(err) {
@@ -578,6 +586,7 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 			info.StatusCode = resp.StatusCode
 			var v verdict
 			v, info.ProblemType = classify(resp)
+			inProgress = resp.StatusCode == http.StatusConflict && info.ProblemType == problem.TypeRequestInProgress
 			switch v {
 			case final:
 				return resp, nil
@@ -616,10 +625,10 @@ func (c *Client) loop(req *http.Request, key string, getBody func() (io.ReadClos
 		}
 		drain(resp)
 		if err := c.cfg.Sleep(ctx, d); err != nil {
-			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", err, outcomeError(resp, lastErr)))
+			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", err, outcomeError(resp, lastErr, inProgress)))
 		}
 		if ctx.Err() != nil {
-			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), outcomeError(resp, lastErr)))
+			return nil, fail(attempt, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), outcomeError(resp, lastErr, inProgress)))
 		}
 	}
 }
@@ -1048,10 +1057,14 @@ var unsendable = []string{
 	"http: ContentLength=", // "... with Body length N": GetBody's body is not that long
 }
 
-// outcomeError describes the last outcome for an error message.
-func outcomeError(resp *http.Response, err error) error {
+// outcomeError describes the last outcome for an error message;
+// inProgress: resp was a 409 request-in-progress.
+func outcomeError(resp *http.Response, err error, inProgress bool) error {
 	if err != nil {
 		return err
+	}
+	if resp != nil && inProgress {
+		return fmt.Errorf("response %s: %w", resp.Status, ErrInProgress)
 	}
 	if resp != nil {
 		return fmt.Errorf("response %s", resp.Status)

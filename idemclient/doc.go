@@ -110,7 +110,7 @@
 //	any other 4xx or 5xx (400, 401, 404, 409, 413,    done: returns the response
 //	  422 without key-reused, 501, ...)
 //	the request's context ends during an attempt      done: returns an *Error wrapping ctx.Err() and the last outcome
-//	  or a wait (a retryable response whose next
+//	  or a wait (a retryable response whose next        (ErrInProgress too after a 409 request-in-progress)
 //	  backoff would end past the deadline, or that
 //	  came after it, is returned as given up: see
 //	  Delays)

@@ -130,3 +130,105 @@ func TestRetryAfterTooLongNotInProgress(t *testing.T) {
 		}
 	}
 }
+
+// The context ends while Do waits for the operation the server last
+// answered 409 request-in-progress for: during the attempt after it (the
+// usual case: idemhttp holds a duplicate up to its Wait before answering),
+// or during the wait before it. Do ran out of time while the operation was
+// in progress: the error is ErrInProgress as well as the context's.
+func TestInProgressContextEndsIsErrInProgress(t *testing.T) {
+	t.Parallel()
+	drv := testdb.SQLite(t)
+	mw, err := idemhttp.New(drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Wait: idemhttp.NoWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	var executions atomic.Int32
+	protected := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		executions.Add(1)
+		<-release
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	var hold atomic.Bool // hold the next request until its client is gone
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hold.CompareAndSwap(true, false) {
+			_, _ = io.Copy(io.Discard, r.Body) // then net/http sees the client go
+			<-r.Context().Done()
+			return
+		}
+		protected.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(unblock)
+
+	key, _ := idemclient.NewKey()
+	first, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
+	first, _ = idemclient.WithKey(first, key)
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		resp, err := http.DefaultClient.Do(first)
+		if err != nil {
+			t.Errorf("first: %v", err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	t.Cleanup(func() { unblock(); <-firstDone })
+	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never started")
+		}
+	}
+
+	t.Run("during the attempt", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, _ := newClient(t, &idemclient.Config{
+			Sleep: func(ctx context.Context, _ time.Duration) error {
+				hold.Store(true) // the next attempt outlives the context
+				return ctx.Err()
+			},
+		})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{}`))
+		req, _ = idemclient.WithKey(req, key)
+		resp, err := c.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+			t.Fatalf("response %d; want an error", resp.StatusCode)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, idemclient.ErrInProgress) {
+			t.Errorf("Do: %v: DeadlineExceeded %v, ErrInProgress %v; want both", err,
+				errors.Is(err, context.DeadlineExceeded), errors.Is(err, idemclient.ErrInProgress))
+		}
+	})
+	t.Run("during the wait", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		c, _ := newClient(t, &idemclient.Config{
+			Sleep: func(ctx context.Context, _ time.Duration) error {
+				cancel() // the caller gives up while Do waits
+				<-ctx.Done()
+				return ctx.Err()
+			},
+		})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{}`))
+		req, _ = idemclient.WithKey(req, key)
+		resp, err := c.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+			t.Fatalf("response %d; want an error", resp.StatusCode)
+		}
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, idemclient.ErrInProgress) {
+			t.Errorf("Do: %v: Canceled %v, ErrInProgress %v; want both", err,
+				errors.Is(err, context.Canceled), errors.Is(err, idemclient.ErrInProgress))
+		}
+	})
+	if n := executions.Load(); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+}
