@@ -186,7 +186,7 @@ func TestInProgressContextEndsIsErrInProgress(t *testing.T) {
 	}
 
 	t.Run("during the attempt", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the 409 comes well before
 		defer cancel()
 		c, _ := newClient(t, &idemclient.Config{
 			Sleep: func(ctx context.Context, _ time.Duration) error {
