@@ -31,7 +31,10 @@
 // Flags (each overrides its environment variable): -addr (IDEMD_ADDR,
 // default 127.0.0.1:8080), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
 // file path; default ./idemd.db), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
-// default 15s), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
+// default 15s), -request-timeout (IDEMD_REQUEST_TIMEOUT, default 10s, at
+// most 30s: a /v1 request still waiting for the database then, for a
+// connection of an exhausted pool or a lock, answers 503 with
+// Retry-After), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
 // "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
 // in-process broker, one per database, on -kafka-embedded-addr (default a

@@ -109,6 +109,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
 	if cfg.Kafka.Mode == "" {
 		cfg.Kafka.Mode = DefaultKafka
 	}
@@ -479,18 +482,36 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	// apijson.RequireJSON answers 415 in front of the middleware: a missing
 	// or wrong Content-Type claims no key, so the corrected request may
 	// reuse it.
-	mux.Handle("POST /v1/payments", authenticate(apijson.RequireJSON("payment",
+	// Every /v1 request's work is bounded (Config.RequestTimeout): a
+	// database that stalls (a lock held, the pool's connections all
+	// taken) answers 503 with Retry-After, not a wait as long as the
+	// client's.
+	api := func(h http.Handler) http.Handler { return withDeadline(a.cfg.RequestTimeout, authenticate(h)) }
+	mux.Handle("POST /v1/payments", api(apijson.RequireJSON("payment",
 		idemPayments.Handler(http.HandlerFunc(h.Create)))))
-	mux.Handle("GET /v1/payments/{id}", authenticate(http.HandlerFunc(h.Get)))
-	mux.Handle("POST /v1/orders", authenticate(apijson.RequireJSON("order",
+	mux.Handle("GET /v1/payments/{id}", api(http.HandlerFunc(h.Get)))
+	mux.Handle("POST /v1/orders", api(apijson.RequireJSON("order",
 		a.wakeRelay(idemOrders.Handler(http.HandlerFunc(o.Create))))))
-	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(o.Get)))
-	mux.Handle("GET /v1/customers/{id}/summary", authenticate(http.HandlerFunc(o.Summary)))
+	mux.Handle("GET /v1/orders/{id}", api(http.HandlerFunc(o.Get)))
+	mux.Handle("GET /v1/customers/{id}/summary", api(http.HandlerFunc(o.Summary)))
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /livez", a.livez)
 	mux.HandleFunc("GET /v1/kafka", a.kafkaInfo)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	return a.observe(problemRouting(mux)), nil
+}
+
+// withDeadline runs next with a request context that ends after d: the
+// database calls made with it (a connection's acquisition, a statement
+// waiting for a lock) end then, and the request answers 503
+// store-unavailable with Retry-After (idemhttp, and the handlers'
+// apijson.WriteUnavailable), its transaction rolled back.
+func withDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // wakeRelay signals a.enqueued after next returns: the middleware has then

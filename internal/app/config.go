@@ -20,7 +20,13 @@ const (
 	DefaultAddr            = "127.0.0.1:8080"
 	DefaultDB              = "./idemd.db"
 	DefaultShutdownTimeout = 15 * time.Second
-	DefaultLogFormat       = "json"
+	// DefaultRequestTimeout is Config.RequestTimeout's default.
+	DefaultRequestTimeout = 10 * time.Second
+	// MaxRequestTimeout bounds Config.RequestTimeout: the server's write
+	// timeout (60s) must leave the commit its own bound (idemhttp's
+	// CommitTimeout, 30s) after it.
+	MaxRequestTimeout = 30 * time.Second
+	DefaultLogFormat  = "json"
 	// DefaultCleanup is the retention sweep's schedule: daily at 03:00
 	// local time (the conventional off-peak hour).
 	DefaultCleanup = "0 3 * * *"
@@ -78,6 +84,13 @@ type Config struct {
 	// ShutdownTimeout bounds the whole shutdown (see Serve). Defaults to
 	// 15s.
 	ShutdownTimeout time.Duration
+	// RequestTimeout bounds the work of each /v1 request (its context's
+	// deadline): a request that waits for a connection of an exhausted
+	// pool, or for a lock of a stalled database, answers 503
+	// store-unavailable with Retry-After when it passes, its writes
+	// rolled back, instead of waiting for as long as its client does.
+	// Defaults to DefaultRequestTimeout; at most MaxRequestTimeout.
+	RequestTimeout time.Duration
 	// LogFormat is "json" (the default) or "text".
 	LogFormat string
 	// Cleanup is the cron schedule (5 fields) of the retention sweep that
@@ -168,6 +181,7 @@ var settings = []setting{
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
 	{"db-listen", "IDEMD_DB_LISTEN", "", "PostgreSQL URL the outbox relay LISTENs on for other replicas' events (default: -db's); a direct one when -db goes through a pooler in transaction mode (PgBouncer)"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
+	{"request-timeout", "IDEMD_REQUEST_TIMEOUT", DefaultRequestTimeout.String(), "bound of each /v1 request's work: a request still waiting for the database (a connection of an exhausted pool, a lock) then answers 503 with Retry-After; at most " + MaxRequestTimeout.String()},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
 	{"cleanup", "IDEMD_CLEANUP", DefaultCleanup, "cron schedule of the retention sweep (minute hour day month weekday), or off"},
 	{"kafka", "IDEMD_KAFKA", DefaultKafka, "Kafka for the order events: embedded (in-process broker, one replica per database), off (events stay in the outbox), or seed brokers host:port,host:port"},
@@ -328,6 +342,11 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, configErrorf("%s: %q is not a positive duration like 15s", source("shutdown-timeout"), *values["shutdown-timeout"])
 	}
 	cfg.ShutdownTimeout = d
+	d, err = time.ParseDuration(*values["request-timeout"])
+	if err != nil || d <= 0 || d > MaxRequestTimeout {
+		return Config{}, configErrorf("%s: %q is not a positive duration of at most %s like 10s", source("request-timeout"), *values["request-timeout"], MaxRequestTimeout)
+	}
+	cfg.RequestTimeout = d
 	if cfg.LogFormat != "json" && cfg.LogFormat != "text" {
 		return Config{}, configErrorf("%s: %q is not json or text", source("log-format"), cfg.LogFormat)
 	}

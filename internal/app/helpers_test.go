@@ -93,6 +93,13 @@ func dbCounter(t *testing.T, kind string) (string, func(table string) int) {
 func newEnv(t *testing.T, kind string) *env {
 	t.Helper()
 	dbArg, count := dbSetting(t, kind)
+	return newEnvOn(t, dbArg, count)
+}
+
+// newEnvOn is newEnv on the database dbArg (a -db value), whose payment
+// rows count counts.
+func newEnvOn(t *testing.T, dbArg string, count func() int) *env {
+	t.Helper()
 	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-kafka-dir", t.TempDir()}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)

@@ -102,12 +102,15 @@ func notFound(w http.ResponseWriter, id string) {
 }
 
 // internalError answers 500, or 503 store-unavailable when the database
-// failed for a while (apijson.Unavailable: a connection lost); the idemhttp
+// failed for a while (apijson.Unavailable: a connection lost) or the
+// request's context ended (its deadline passed while it waited); the idemhttp
 // middleware stores neither and rolls the transaction back, so a retry
 // executes again.
 func (h *Handler[TTx]) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if apijson.Unavailable(err) {
-		// The connection was lost or the database failed for a while:
+	if apijson.Unavailable(err) || r.Context().Err() != nil {
+		// The connection was lost or the database failed for a while,
+		// or did not answer within the request's deadline (a pool
+		// whose connections are all taken, a lock held long):
 		// the middleware rolls the transaction back and stores no 5xx.
 		if r.Context().Err() == nil {
 			h.log.WarnContext(r.Context(), "payments: database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
