@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -247,5 +248,45 @@ func TestReplayCacheConcurrent(t *testing.T) {
 	checkAccounting(t, c)
 	if st := c.stats(); st.Bytes > budget {
 		t.Fatalf("stats = %+v", st)
+	}
+}
+
+// TestReplayCacheHeapWithinBudget floods a cache of 4 MiB with 30,000
+// distinct keys of small responses (where the per-entry overhead weighs
+// most): what the cache keeps alive on the heap, measured after a GC,
+// stays within 1.5 times ReplayCacheBytes, not a multiple of it. Not
+// parallel: it reads the process's heap.
+func TestReplayCacheHeapWithinBudget(t *testing.T) {
+	const budget = 4 << 20
+	hdr := []byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/0123456789"]}`)
+	for _, size := range []int{0, 64, 4096} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			c := newReplayCache(budget)
+			exp := cacheT0.Add(24 * time.Hour)
+			for i := range 30000 {
+				// A scope and key of their own per entry, as requests
+				// bring them.
+				scope := fmt.Sprintf("principal-%04d POST /v1/payments", i%1000)
+				key := fmt.Sprintf("%08d-0000-4000-8000-000000000000", i)
+				rec := cacheRec("", exp)
+				rec.Headers, rec.Body = hdr, make([]byte, size)
+				c.put(scope, key, rec, cacheT0)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			st := c.stats()
+			t.Logf("%d entries, %d KiB accounted, heap %+d KiB (%.2f of the budget)", st.Entries, st.Bytes>>10, grown>>10, float64(grown)/budget)
+			if st.Bytes > budget || st.Evictions == 0 {
+				t.Errorf("stats = %+v: want within the budget, with evictions", st)
+			}
+			if grown > budget*3/2 {
+				t.Errorf("the cache keeps %d KiB on the heap, over 1.5 times its %d KiB budget", grown>>10, budget>>10)
+			}
+			runtime.KeepAlive(c)
+		})
 	}
 }

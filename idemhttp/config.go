@@ -226,6 +226,9 @@ type Config struct {
 	// cache needs no invalidation between instances. Defaults to
 	// DefaultReplayCacheBytes (32 MiB); a response accounted above 1/128 of
 	// it is not cached; NoReplayCache (any negative value) disables it.
+	// A full cache keeps about 1.2 times it on the heap (its maps' and
+	// allocations' overhead), whatever the number of keys: count that per
+	// middleware when sizing a process's memory.
 	// Deleting a record by hand (to let a key execute again) then also
 	// requires restarting the instances or waiting for the record's expiry.
 	ReplayCacheBytes int64
