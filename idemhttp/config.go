@@ -184,6 +184,15 @@ type Config struct {
 	// TxFromContext's transaction) waits for one while duplicates hold the
 	// others, up to Wait, and the duplicate then answers 409 instead of the
 	// replay (a pool of 2: 2.8s of a 3s Wait, for one duplicate).
+	//
+	// Wait bounds the wait for the key's lock, not for a connection of
+	// the pool: with every connection taken (slow handlers, a stalled
+	// database), a request, new or a duplicate, waits for one for as long
+	// as its context lives. Give requests a deadline (a timeout
+	// middleware in front of this one; idemd's -request-timeout): when it
+	// passes they answer 503 store-unavailable with Retry-After, their
+	// handlers not run. (On SQLite a request waits at most Wait for the
+	// database's only connection, then answers 409.)
 	Wait time.Duration
 	// RetryAfter is the Retry-After sent with 409 request-in-progress and
 	// 503 answers. Defaults to 1s.
