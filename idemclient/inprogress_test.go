@@ -48,26 +48,7 @@ func TestInProgressPastLimitIsErrInProgress(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(unblock) // runs before srv.Close: never leave the handler blocked
 
-	key, _ := idemclient.NewKey()
-	first, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
-	first, _ = idemclient.WithKey(first, key)
-	firstDone := make(chan struct{})
-	go func() {
-		defer close(firstDone)
-		resp, err := http.DefaultClient.Do(first)
-		if err != nil {
-			t.Errorf("first: %v", err)
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}()
-	t.Cleanup(func() { unblock(); <-firstDone })
-	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never started")
-		}
-	}
+	key := startFirst(t, srv.URL+"/charges", &executions, unblock)
 
 	for _, tc := range []struct {
 		name    string
@@ -164,26 +145,7 @@ func TestInProgressContextEndsIsErrInProgress(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(unblock)
 
-	key, _ := idemclient.NewKey()
-	first, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
-	first, _ = idemclient.WithKey(first, key)
-	firstDone := make(chan struct{})
-	go func() {
-		defer close(firstDone)
-		resp, err := http.DefaultClient.Do(first)
-		if err != nil {
-			t.Errorf("first: %v", err)
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}()
-	t.Cleanup(func() { unblock(); <-firstDone })
-	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never started")
-		}
-	}
+	key := startFirst(t, srv.URL, &executions, unblock)
 
 	t.Run("during the attempt", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the 409 comes well before
@@ -231,4 +193,33 @@ func TestInProgressContextEndsIsErrInProgress(t *testing.T) {
 	if n := executions.Load(); n != 1 {
 		t.Errorf("%d executions, want 1", n)
 	}
+}
+
+// startFirst sends a first request to url with a new key, outside the
+// client under test, and returns the key once its handler runs (executions
+// moved). The request ends when unblock releases the handler, at the
+// latest when the test ends.
+func startFirst(t *testing.T, url string, executions *atomic.Int32, unblock func()) string {
+	t.Helper()
+	key, _ := idemclient.NewKey()
+	first, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
+	first, _ = idemclient.WithKey(first, key)
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		resp, err := http.DefaultClient.Do(first)
+		if err != nil {
+			t.Errorf("first: %v", err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	t.Cleanup(func() { unblock(); <-firstDone })
+	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never started")
+		}
+	}
+	return key
 }

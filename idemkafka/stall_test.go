@@ -89,21 +89,8 @@ func (h recordLog) since(t time.Time) int {
 // ERROR, and nothing measured the stall.
 func TestStalledPartitionReported(t *testing.T) {
 	t.Parallel()
-	_, schema := testdb.Schema(t, 1)
-	b := postgresAt(t, schema, true)
-	admin := testdb.Pool(t, schema, 2)
+	b, holder := stuckLock(t)
 	ctx := t.Context()
-	if _, err := admin.Exec(ctx, `CREATE TABLE stall_lock (id int PRIMARY KEY); INSERT INTO stall_lock VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := admin.Begin(ctx) // a stuck transaction holding the row
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT id FROM stall_lock WHERE id = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
 
 	kc := kafkatest.New(t)
 	topic, group := consumedTopic(t, kc, 1)
@@ -265,21 +252,8 @@ func TestStalledPartitionTriedOncePerPoll(t *testing.T) {
 // applied, once, and nothing is dead-lettered.
 func TestStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
 	t.Parallel()
-	_, schema := testdb.Schema(t, 1)
-	b := postgresAt(t, schema, true)
-	admin := testdb.Pool(t, schema, 2)
+	b, holder := stuckLock(t)
 	ctx := t.Context()
-	if _, err := admin.Exec(ctx, `CREATE TABLE stall_lock (id int PRIMARY KEY); INSERT INTO stall_lock VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := admin.Begin(ctx) // a stuck transaction holding the row
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT id FROM stall_lock WHERE id = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
 
 	kc := kafkatest.New(t)
 	topic, group := consumedTopic(t, kc, 2)
@@ -336,4 +310,27 @@ func TestStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
 	if s := inst.stats.get(); s.dead != 0 {
 		t.Errorf("%d dead-lettered; want 0 (a database fault is never the record's)", s.dead)
 	}
+}
+
+// stuckLock returns a PostgreSQL backend with a table stall_lock whose one
+// row (id 1) is held by holder, a transaction that stays open until it is
+// rolled back (at the latest when the test ends): a stuck transaction.
+func stuckLock(t *testing.T) (*backend[pgx.Tx], pgx.Tx) {
+	t.Helper()
+	_, schema := testdb.Schema(t, 1)
+	b := postgresAt(t, schema, true)
+	admin := testdb.Pool(t, schema, 2)
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, `CREATE TABLE stall_lock (id int PRIMARY KEY); INSERT INTO stall_lock VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if _, err := holder.Exec(ctx, `SELECT id FROM stall_lock WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return b, holder
 }
