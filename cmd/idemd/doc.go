@@ -117,8 +117,10 @@
 // "idemd migrate up|status|sql" (with -db as for idemd) manages the schema
 // for deployments that migrate before starting: up applies idem's
 // migrations and idemd's tables (as start-up does) and prints what it
-// applied; status prints each of idem's migrations, applied or pending, and
-// exits 0 when up to date, 1 otherwise; sql prints the SQL of idem's
+// applied; status prints each of idem's migrations, applied or pending,
+// and idemd's own pending ones (payment_migration, order_migration), and
+// exits 0 when up to date, 1 otherwise (a version newer than the binary's
+// too); sql prints the SQL of idem's
 // migrations for the database's kind (PostgreSQL or SQLite), each preceded
 // by a "-- NNN_name" comment, for a DBA or a migration tool (which must
 // record each version in idem_migration).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,9 +28,9 @@ idemd (idemd also migrates at start).
 
   up      applies idem's migrations and idemd's own tables, and prints
           the migrations it applied
-  status  prints idem's migrations, applied or pending; exits 0 when the
-          schema is up to date, 1 when migrations are pending (or the
-          database has a newer version than this binary)
+  status  prints idem's migrations and idemd's own, applied or pending;
+          exits 0 when the schema is up to date, 1 when migrations are
+          pending (or the database has a newer version than this binary)
   sql     prints the SQL of idem's migrations for the database's kind
           (PostgreSQL or SQLite), for a DBA or a migration tool; whoever
           applies it must record each version in idem_migration
@@ -89,11 +90,11 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if cmd == "sql" {
 		err = migrateSQL(dbc, stdout)
 	} else {
-		err = withMigrator(ctx, dbc, cmd == "up", func(m migrator, domain []func(context.Context) error) error {
+		err = withMigrator(ctx, dbc, cmd == "up", func(m migrator, domain []domainTables) error {
 			if cmd == "up" {
 				return migrateUp(ctx, m, domain, stdout)
 			}
-			return migrateStatus(ctx, m, stdout)
+			return migrateStatus(ctx, m, domain, stdout)
 		})
 	}
 	switch {
@@ -110,7 +111,17 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 // already printed.
 var errPending = errors.New("schema not up to date")
 
-func migrateUp(ctx context.Context, m migrator, domain []func(context.Context) error, stdout io.Writer) error {
+// domainTables are idemd's own tables of one domain (payments, orders),
+// migrated apart from idem's: their migrations are recorded in table. Those
+// without a table (idemd_instance) have no status: up creates them, or
+// the start does.
+type domainTables struct {
+	table   string
+	migrate func(context.Context) error
+	status  func(context.Context) (driver.MigrationStatus, error)
+}
+
+func migrateUp(ctx context.Context, m migrator, domain []domainTables, stdout io.Writer) error {
 	done, err := m.MigrateApplied(ctx)
 	for _, d := range done {
 		_, _ = fmt.Fprintf(stdout, "applied %03d_%s\n", d.Version, d.Name)
@@ -118,8 +129,8 @@ func migrateUp(ctx context.Context, m migrator, domain []func(context.Context) e
 	if err != nil {
 		return err
 	}
-	for _, f := range domain {
-		if err := f(ctx); err != nil {
+	for _, d := range domain {
+		if err := d.migrate(ctx); err != nil {
 			return err
 		}
 	}
@@ -130,7 +141,7 @@ func migrateUp(ctx context.Context, m migrator, domain []func(context.Context) e
 	return nil
 }
 
-func migrateStatus(ctx context.Context, m migrator, stdout io.Writer) error {
+func migrateStatus(ctx context.Context, m migrator, domain []domainTables, stdout io.Writer) error {
 	st, err := m.MigrationStatus(ctx)
 	if err != nil {
 		return err
@@ -139,6 +150,41 @@ func migrateStatus(ctx context.Context, m migrator, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	printStatus(stdout, "", ms, st)
+	errs := []error{st.Err()}
+	current := []string{fmt.Sprintf("version %d", st.Current())}
+	for _, d := range domain {
+		if d.status == nil {
+			continue
+		}
+		ds, err := d.status(ctx)
+		if err != nil {
+			return err
+		}
+		printStatus(stdout, d.table+" ", ds.Pending, ds)
+		if err := ds.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.table, err))
+		}
+		current = append(current, fmt.Sprintf("%s %d", d.table, ds.Current()))
+	}
+	pending := false
+	for _, err := range errs {
+		if err != nil {
+			_, _ = fmt.Fprintf(stdout, "%s\n", err)
+			pending = true
+		}
+	}
+	if pending {
+		return errPending
+	}
+	_, _ = fmt.Fprintf(stdout, "up to date at %s\n", strings.Join(current, ", "))
+	return nil
+}
+
+// printStatus prints one line per migration of ms (applied or pending by
+// st) and per applied version this binary does not know, each name
+// prefixed with prefix.
+func printStatus(stdout io.Writer, prefix string, ms []driver.Migration, st driver.MigrationStatus) {
 	pending := make(map[int]bool, len(st.Pending))
 	for _, p := range st.Pending {
 		pending[p.Version] = true
@@ -148,17 +194,11 @@ func migrateStatus(ctx context.Context, m migrator, stdout io.Writer) error {
 		if pending[x.Version] {
 			state = "pending"
 		}
-		_, _ = fmt.Fprintf(stdout, "%03d %-28s %s\n", x.Version, x.Name, state)
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s %s\n", x.Version, prefix+x.Name, state)
 	}
 	for _, v := range st.Unknown() {
-		_, _ = fmt.Fprintf(stdout, "%03d %-28s applied, unknown to this binary\n", v, "?")
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s applied, unknown to this binary\n", v, prefix+"?")
 	}
-	if err := st.Err(); err != nil {
-		_, _ = fmt.Fprintf(stdout, "%s\n", err)
-		return errPending
-	}
-	_, _ = fmt.Fprintf(stdout, "up to date at version %d\n", st.Current())
-	return nil
 }
 
 // migrateSQL prints the SQL of idem's migrations for db's kind, without
@@ -197,7 +237,7 @@ func migrateSQL(db Database, stdout io.Writer) error {
 
 // withMigrator opens db and calls f with its driver and idemd's domain
 // migrations. Unless create, a missing SQLite file is an error.
-func withMigrator(ctx context.Context, db Database, create bool, f func(migrator, []func(context.Context) error) error) error {
+func withMigrator(ctx context.Context, db Database, create bool, f func(migrator, []domainTables) error) error {
 	if db.Kind == Postgres {
 		pool, err := pgxpool.New(ctx, db.URL)
 		if err != nil {
@@ -208,11 +248,15 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 		if err != nil {
 			return err
 		}
-		return f(drv, []func(context.Context) error{pgstore.New(pool).Migrate, ordpg.New(pool).Migrate,
+		pay, ord := pgstore.New(pool), ordpg.New(pool)
+		return f(drv, []domainTables{
+			{table: "payment_migration", migrate: pay.Migrate, status: pay.MigrationStatus},
+			{table: "order_migration", migrate: ord.Migrate, status: ord.MigrationStatus},
 			// idemd_instance, which the embedded broker's log is matched
 			// against: a role without CREATE rights can start idemd after
 			// this.
-			func(ctx context.Context) error { _, err := postgresIdentity(ctx, pool); return err }})
+			{migrate: func(ctx context.Context) error { _, err := postgresIdentity(ctx, pool); return err }},
+		})
 	}
 	if !create {
 		if _, err := os.Stat(db.Path); err != nil {
@@ -224,6 +268,10 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 		return err
 	}
 	defer func() { _ = drv.Close() }()
-	return f(drv, []func(context.Context) error{sqlitestore.New(drv.DB()).Migrate, ordsqlite.New(drv.DB()).Migrate,
-		func(ctx context.Context) error { _, err := sqliteInstance(ctx, drv.DB()); return err }})
+	pay, ord := sqlitestore.New(drv.DB()), ordsqlite.New(drv.DB())
+	return f(drv, []domainTables{
+		{table: "payment_migration", migrate: pay.Migrate, status: pay.MigrationStatus},
+		{table: "order_migration", migrate: ord.Migrate, status: ord.MigrationStatus},
+		{migrate: func(ctx context.Context) error { _, err := sqliteInstance(ctx, drv.DB()); return err }},
+	})
 }

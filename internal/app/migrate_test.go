@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -34,7 +35,8 @@ func TestMigrateSubcommandSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := run(t, append([]string{"migrate", "status"}, db...), nil)
-	if code != 1 || stderr != "" || strings.Count(stdout, " pending\n") != len(ms) || !strings.Contains(stdout, "pending migrations") {
+	if code != 1 || stderr != "" || strings.Count(idemLines(stdout), " pending\n") != len(ms) || !strings.Contains(stdout, "pending migrations") ||
+		!strings.Contains(stdout, "payment_migration: idem: database schema is behind") {
 		t.Fatalf("status before up: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
@@ -48,7 +50,7 @@ func TestMigrateSubcommandSQLite(t *testing.T) {
 	}
 
 	code, stdout, stderr = run(t, []string{"migrate", "status"}, map[string]string{"IDEMD_DB": path})
-	if code != 0 || stderr != "" || strings.Count(stdout, " applied\n") != len(ms) || strings.Contains(stdout, " pending\n") {
+	if code != 0 || stderr != "" || strings.Count(idemLines(stdout), " applied\n") != len(ms) || strings.Contains(stdout, " pending\n") {
 		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
@@ -77,6 +79,18 @@ func TestMigrateSubcommandSQLite(t *testing.T) {
 			t.Fatalf("up on a database with %s version 999: code %d, stdout %q, stderr %q; want exit 1 saying it is newer", table, code, stdout, stderr)
 		}
 	}
+}
+
+// idemLines returns the lines of idemd migrate status's output that are
+// about idem's migrations (not idemd's own tables).
+func idemLines(stdout string) string {
+	var b strings.Builder
+	for l := range strings.Lines(stdout) {
+		if !strings.Contains(l, "_migration ") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 func TestMigrateSQL(t *testing.T) {
@@ -144,5 +158,53 @@ func TestMigrateSubcommandPostgres(t *testing.T) {
 	code, stdout, stderr = run(t, append([]string{"migrate", "status"}, db...), nil)
 	if code != 0 || stderr != "" || strings.Contains(stdout, " pending\n") {
 		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// idemd migrate status answers for every table idemd needs, not only for
+// idem's: a deployment step that runs "migrate up" only when status exits 1
+// must not skip idemd's pending tables (the start would create them, which
+// a role without CREATE rights may not do), nor be told "up to date" on a
+// database whose idemd tables a newer idemd migrated (idemd refuses to
+// start there).
+func TestMigrateStatusCoversIdemdTables(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	sep := "?"
+	if strings.Contains(testdb.DSN(), "?") {
+		sep = "&"
+	}
+	db := []string{"-db", testdb.DSN() + sep + "search_path=" + schema}
+
+	// idem's tables migrated (by the library, or an older idemd), idemd's
+	// not yet.
+	drv, err := pgdriver.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 1 || stderr != "" || !strings.Contains(stdout, "payment_migration") || !strings.Contains(stdout, "order_migration") {
+		t.Fatalf("status with idemd's tables pending: code %d, stdout %q, stderr %q; want exit 1 naming payment_migration and order_migration", code, stdout, stderr)
+	}
+
+	if code, stdout, stderr = run(t, append([]string{"migrate", "up"}, db...), nil); code != 0 {
+		t.Fatalf("up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr = run(t, append([]string{"migrate", "status"}, db...), nil); code != 0 || strings.Contains(stdout, " pending\n") || !strings.Contains(stdout, "order_migration 4") {
+		t.Fatalf("status after up: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// A newer idemd added an orders migration: this one refuses to start,
+	// and its status says why.
+	if _, err := pool.Exec(ctx, `INSERT INTO order_migration (version, name) VALUES (999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = run(t, append([]string{"migrate", "status"}, db...), nil)
+	if code != 1 || stderr != "" || !strings.Contains(stdout, "order_migration: idem: database schema is newer than this binary: version 999") {
+		t.Fatalf("status with order_migration version 999: code %d, stdout %q, stderr %q; want exit 1 saying order_migration is newer", code, stdout, stderr)
 	}
 }

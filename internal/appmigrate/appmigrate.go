@@ -24,22 +24,14 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, l
 	if err != nil {
 		return err
 	}
-	t := pgx.Identifier{table}.Sanitize()
-	var applied []int
-	var exists bool
-	err = pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
-	if err == nil && exists {
-		var rows pgx.Rows
-		if rows, err = pool.Query(ctx, `SELECT version FROM `+t); err == nil {
-			applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
-		}
-	}
+	st, err := postgresStatus(ctx, pool, ms, table)
 	if err != nil {
-		return fmt.Errorf("migrate %s: status: %w", table, err)
-	}
-	if done, err := settled(table, ms, applied); done || err != nil {
 		return err
 	}
+	if done, err := settled(table, st); done || err != nil {
+		return err
+	}
+	t := pgx.Identifier{table}.Sanitize()
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || ':' || current_schema()))`, lockName); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", table, err)
@@ -69,6 +61,34 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, l
 	})
 }
 
+// PostgresStatus returns which migrations of fsys/dir the database has,
+// recorded in table (none while table is missing), for idemd migrate
+// status.
+func PostgresStatus(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table string) (driver.MigrationStatus, error) {
+	ms, err := driver.LoadMigrations(fsys, dir)
+	if err != nil {
+		return driver.MigrationStatus{}, err
+	}
+	return postgresStatus(ctx, pool, ms, table)
+}
+
+func postgresStatus(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration, table string) (driver.MigrationStatus, error) {
+	t := pgx.Identifier{table}.Sanitize()
+	var applied []int
+	var exists bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
+	if err == nil && exists {
+		var rows pgx.Rows
+		if rows, err = pool.Query(ctx, `SELECT version FROM `+t); err == nil {
+			applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		}
+	}
+	if err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
+	}
+	return driver.NewMigrationStatus(ms, applied), nil
+}
+
 // SQLite applies the pending migrations of fsys/dir in one transaction
 // (BEGIN IMMEDIATE with a database opened by sqlitedriver, which serialises
 // concurrent migrators), recording them in table (created if missing).
@@ -77,34 +97,14 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 	if err != nil {
 		return err
 	}
-	t := `"` + table + `"`
-	var applied []int
-	var n int
-	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
-	if err == nil && n > 0 {
-		var rows *sql.Rows
-		if rows, err = db.QueryContext(ctx, `SELECT version FROM `+t); err == nil {
-			for rows.Next() {
-				var v int
-				if err = rows.Scan(&v); err != nil {
-					break
-				}
-				applied = append(applied, v)
-			}
-			if cerr := rows.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-	}
+	st, err := sqliteStatus(ctx, db, ms, table)
 	if err != nil {
-		return fmt.Errorf("migrate %s: status: %w", table, err)
-	}
-	if done, err := settled(table, ms, applied); done || err != nil {
 		return err
 	}
+	if done, err := settled(table, st); done || err != nil {
+		return err
+	}
+	t := `"` + table + `"`
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", table, err)
@@ -137,12 +137,51 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 	return nil
 }
 
+// SQLiteStatus returns which migrations of fsys/dir the database has,
+// recorded in table (none while table is missing), for idemd migrate
+// status.
+func SQLiteStatus(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) (driver.MigrationStatus, error) {
+	ms, err := driver.LoadMigrations(fsys, dir)
+	if err != nil {
+		return driver.MigrationStatus{}, err
+	}
+	return sqliteStatus(ctx, db, ms, table)
+}
+
+func sqliteStatus(ctx context.Context, db *sql.DB, ms []driver.Migration, table string) (driver.MigrationStatus, error) {
+	t := `"` + table + `"`
+	var applied []int
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
+	if err == nil && n > 0 {
+		var rows *sql.Rows
+		if rows, err = db.QueryContext(ctx, `SELECT version FROM `+t); err == nil {
+			for rows.Next() {
+				var v int
+				if err = rows.Scan(&v); err != nil {
+					break
+				}
+				applied = append(applied, v)
+			}
+			if cerr := rows.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if err != nil {
+		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
+	}
+	return driver.NewMigrationStatus(ms, applied), nil
+}
+
 // settled reports whether nothing is to be done: the database has every
 // migration of ms (then no DDL runs, so a role without CREATE rights can
 // start on a database migrated by another), or it has one this binary does
 // not know (an error: a newer idemd migrated it).
-func settled(table string, ms []driver.Migration, applied []int) (bool, error) {
-	st := driver.NewMigrationStatus(ms, applied)
+func settled(table string, st driver.MigrationStatus) (bool, error) {
 	if len(st.Unknown()) > 0 {
 		return true, fmt.Errorf("migrate %s: %w", table, st.Err())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/appmigrate"
 )
 
@@ -15,4 +16,10 @@ var migrationFS embed.FS
 // replicas starting together.
 func (s *Store) Migrate(ctx context.Context) error {
 	return appmigrate.Postgres(ctx, s.pool, migrationFS, "migrations", "order_migration", "idemd-orders-migrate")
+}
+
+// MigrationStatus returns which of these migrations the database has
+// (recorded in order_migration).
+func (s *Store) MigrationStatus(ctx context.Context) (driver.MigrationStatus, error) {
+	return appmigrate.PostgresStatus(ctx, s.pool, migrationFS, "migrations", "order_migration")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/appmigrate"
 )
 
@@ -15,4 +16,10 @@ var migrationFS embed.FS
 // concurrent migrators), recording them in payment_migration.
 func (s *Store) Migrate(ctx context.Context) error {
 	return appmigrate.SQLite(ctx, s.db, migrationFS, "migrations", "payment_migration")
+}
+
+// MigrationStatus returns which of these migrations the database has
+// (recorded in payment_migration).
+func (s *Store) MigrationStatus(ctx context.Context) (driver.MigrationStatus, error) {
+	return appmigrate.SQLiteStatus(ctx, s.db, migrationFS, "migrations", "payment_migration")
 }
