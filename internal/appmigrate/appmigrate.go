@@ -9,21 +9,53 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/dberr"
 )
 
 // Postgres applies the pending migrations of fsys/dir in one transaction,
 // recording them in table (created if missing). An advisory lock on
 // lockName and the current schema serialises replicas starting together.
+// Each statement waits at most LockTimeout for a table lock: a migration
+// that must lock a table behind a long transaction gives up (the
+// application's writes would otherwise queue behind its lock request for
+// as long as that transaction runs), and is tried again from the status,
+// up to 5 times, 1 to 8 s apart.
 func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, lockName string) error {
 	ms, err := driver.LoadMigrations(fsys, dir)
 	if err != nil {
 		return err
 	}
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		err := postgresOnce(ctx, pool, ms, table, lockName)
+		if err == nil || attempt == 5 || dberr.SQLState(err) != codeLockNotAvailable {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// LockTimeout bounds each statement of a migration waiting for a table
+// lock (as idem's own migrations do).
+const LockTimeout = "5s"
+
+// codeLockNotAvailable is PostgreSQL's lock_not_available (a lock_timeout).
+const codeLockNotAvailable = "55P03"
+
+func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration, table, lockName string) error {
 	st, err := postgresStatus(ctx, pool, ms, table)
 	if err != nil {
 		return err
@@ -32,9 +64,14 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, table, l
 		return err
 	}
 	t := pgx.Identifier{table}.Sanitize()
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	// READ COMMITTED whatever the session's default: a migrator that
+	// waited for the lock must see what the previous holder committed.
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || ':' || current_schema()))`, lockName); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", table, err)
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+LockTimeout+`'`); err != nil {
+			return fmt.Errorf("migrate %s: lock_timeout: %w", table, err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
 			version    integer PRIMARY KEY,

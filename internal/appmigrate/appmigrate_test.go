@@ -1,0 +1,88 @@
+package appmigrate_test
+
+import (
+	"context"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/idemkit/idem/internal/appmigrate"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// An idemd upgrade whose domain migration must lock a table that a long
+// transaction writes to (as 004_created_index locks customer_order) gives
+// up on the lock after a while, so the application's writes queued behind
+// its lock request go on, and it is tried again: once the transaction ends,
+// the migration is applied. Before, every write to the table waited for the
+// long transaction to end.
+func TestPostgresMigrationYieldsToLongTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testdb.Schema(t, 4)
+	v1 := fstest.MapFS{"m/001_item.sql": {Data: []byte(`CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)}}
+	if err := appmigrate.Postgres(ctx, pool, v1, "m", "item_migration", "item-migrate"); err != nil {
+		t.Fatal(err)
+	}
+	v2 := fstest.MapFS{
+		"m/001_item.sql":    v1["m/001_item.sql"],
+		"m/002_created.sql": {Data: []byte(`CREATE INDEX item_created_idx ON item (created_at)`)},
+	}
+
+	long, err := pool.Begin(ctx) // a long writer (a batch job, a stuck request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(context.Background()) }()
+	if _, err := long.Exec(ctx, `INSERT INTO item (id) VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- appmigrate.Postgres(ctx, pool, v2, "m", "item_migration", "item-migrate") }()
+	// Wait until the migration waits for its lock on item.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE NOT granted AND relation = 'item'::regclass)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned %v while a transaction held a lock on the table", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the migration never waited for its lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The application writes meanwhile: its INSERT must not wait for the
+	// long transaction.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := pool.Exec(wctx, `INSERT INTO item (id) VALUES (2)`); err != nil {
+		t.Fatalf("a write to the table while the migration waited for its lock: %v after %s (it queued behind the migration's lock request for as long as the long transaction ran)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Fatalf("Migrate once the long transaction ended: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Migrate did not finish once the long transaction ended")
+	}
+	var idx bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('item_created_idx') IS NOT NULL`).Scan(&idx); err != nil || !idx {
+		t.Fatalf("index after Migrate: %v, %v", idx, err)
+	}
+}
