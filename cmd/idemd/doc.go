@@ -122,8 +122,8 @@
 // exits 0 when up to date, 1 otherwise (a version newer than the binary's
 // too); sql prints the SQL of idem's
 // migrations for the database's kind (PostgreSQL or SQLite), each preceded
-// by a "-- NNN_name" comment, for a DBA or a migration tool (which must
-// record each version in idem_migration).
+// by a "-- NNN_name" comment and followed by the INSERT that records its
+// version in idem_migration, for a DBA or a migration tool.
 //
 // Several replicas: run them all on one PostgreSQL with -kafka pointing at
 // a real cluster (the topic and TOPIC.dlq created beforehand: idemd does

@@ -32,8 +32,8 @@ idemd (idemd also migrates at start).
           exits 0 when the schema is up to date, 1 when migrations are
           pending (or the database has a newer version than this binary)
   sql     prints the SQL of idem's migrations for the database's kind
-          (PostgreSQL or SQLite), for a DBA or a migration tool; whoever
-          applies it must record each version in idem_migration
+          (PostgreSQL or SQLite), for a DBA or a migration tool, each
+          ending with the INSERT that records it in idem_migration
 
   -db DATABASE     as for idemd (IDEMD_DB, default ` + DefaultDB + `)
 `
@@ -228,9 +228,16 @@ func migrateSQL(db Database, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, _ = fmt.Fprintf(stdout, "-- idem_migration: after each migration, INSERT a row with its version and name (and, on SQLite, applied_at in Unix microseconds)\n%s\n", m.MigrationTableSQL())
+	// Each section ends with the INSERT that records its version, as
+	// Migrate does: the SQL applied as a whole, or a section at a time
+	// by a migration tool, leaves a database idem sees migrated.
+	record := "INSERT INTO idem_migration (version, name) VALUES (%d, '%s');\n"
+	if db.Kind != Postgres {
+		record = "INSERT INTO idem_migration (version, name, applied_at) VALUES (%d, '%s', unixepoch('subsec') * 1000000);\n"
+	}
+	_, _ = fmt.Fprintf(stdout, "-- idem_migration: the versions applied (each migration below ends with its INSERT)\n%s\n", m.MigrationTableSQL())
 	for _, x := range ms {
-		_, _ = fmt.Fprintf(stdout, "-- %03d_%s\n%s\n", x.Version, x.Name, x.SQL)
+		_, _ = fmt.Fprintf(stdout, "-- %03d_%s\n%s\n"+record+"\n", x.Version, x.Name, x.SQL, x.Version, strings.ReplaceAll(x.Name, "'", "''"))
 	}
 	return nil
 }

@@ -208,3 +208,45 @@ func TestMigrateStatusCoversIdemdTables(t *testing.T) {
 		t.Fatalf("status with order_migration version 999: code %d, stdout %q, stderr %q; want exit 1 saying order_migration is newer", code, stdout, stderr)
 	}
 }
+
+// The SQL that idemd migrate sql prints, applied as a whole (psql -1 -f,
+// or a migration tool given it section by section), leaves a database that
+// idem sees migrated: each section records its version. Before, it left
+// idem_migration empty, and idemd's start ran 001 again ("relation
+// idempotency_record already exists").
+func TestMigrateSQLApplied(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	sep := "?"
+	if strings.Contains(testdb.DSN(), "?") {
+		sep = "&"
+	}
+	pgDB := testdb.DSN() + sep + "search_path=" + schema
+	sqlitePath := testdb.SQLitePath(t)
+	for _, db := range []string{pgDB, "sqlite:" + sqlitePath} {
+		code, script, stderr := run(t, []string{"migrate", "sql", "-db", db}, nil)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%s: migrate sql: code %d, stderr %q", db, code, stderr)
+		}
+		if db == pgDB {
+			if _, err := pool.Exec(ctx, script); err != nil {
+				t.Fatalf("apply the SQL of migrate sql: %v", err)
+			}
+		} else {
+			drv, err := sqlitedriver.Open(sqlitePath, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = drv.DB().ExecContext(ctx, script)
+			_ = drv.Close()
+			if err != nil {
+				t.Fatalf("apply the SQL of migrate sql: %v", err)
+			}
+		}
+		code, stdout, stderr := run(t, []string{"migrate", "up", "-db", db}, nil)
+		if code != 0 || strings.Contains(stdout, "applied 0") || !strings.Contains(stdout, "idem's migrations: up to date") {
+			t.Errorf("%s: migrate up after applying the SQL of migrate sql: code %d, stdout %q, stderr %q; want idem's migrations up to date", db, code, stdout, stderr)
+		}
+	}
+}
