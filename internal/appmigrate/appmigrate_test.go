@@ -2,9 +2,12 @@ package appmigrate_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/appmigrate"
 	"github.com/idemkit/idem/internal/testdb"
@@ -84,5 +87,49 @@ func TestPostgresMigrationYieldsToLongTransaction(t *testing.T) {
 	var idx bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('item_created_idx') IS NOT NULL`).Scan(&idx); err != nil || !idx {
 		t.Fatalf("index after Migrate: %v, %v", idx, err)
+	}
+}
+
+// Replicas starting together on a fresh schema take turns migrating
+// idemd's tables, and none fails: also one whose sessions default to
+// REPEATABLE READ, whose transaction would otherwise not see what the
+// previous holder of the lock committed (it applied 001 again: "relation
+// already exists").
+func TestPostgresConcurrentMigrators(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 2)
+	fsys := fstest.MapFS{
+		"m/001_item.sql":    {Data: []byte(`CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)},
+		"m/002_created.sql": {Data: []byte(`CREATE INDEX item_created_idx ON item (created_at)`)},
+	}
+	const n = 6
+	pools := make([]*pgxpool.Pool, n)
+	for i := range pools {
+		var params map[string]string
+		if i%2 == 1 {
+			params = map[string]string{"default_transaction_isolation": "repeatable read"}
+		}
+		pools[i] = testdb.PoolParams(t, schema, 1, params)
+	}
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Go(func() {
+			<-start
+			errs[i] = appmigrate.Postgres(ctx, pool, fsys, "m", "item_migration", "item-migrate")
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	st, err := appmigrate.PostgresStatus(ctx, pools[0], fsys, "m", "item_migration")
+	if err != nil || !st.UpToDate() || st.Current() != 2 {
+		t.Fatalf("status after the replicas migrated: %+v, %v", st, err)
 	}
 }
