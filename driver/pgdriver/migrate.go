@@ -124,9 +124,12 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 
 // Validate returns nil when the database has exactly the migrations of this
 // binary, else an error naming the pending versions, or the applied ones
-// this binary does not know (a newer idem migrated the database). For
-// readiness probes. It also tells whether the pool goes through a pooler
-// (see TransactionPooling).
+// this binary does not know (a newer idem migrated the database). It also
+// tells whether the pool goes through a pooler (see TransactionPooling).
+// At start-up, not in a readiness probe: once a newer release's first
+// replica migrates, it fails on every replica of this one (the schema is
+// newer than the binary) while they can still serve, and a probe would
+// take them all out of service at once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
 	if err := migrate.Validate("pgdriver", s, err); err != nil {

@@ -2,11 +2,13 @@ package pgdriver_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver/pgdriver"
@@ -243,5 +245,81 @@ func TestMigrateTxKeepsCallerSettings(t *testing.T) {
 	}
 	if err := drv.MigrateTx(ctx, tx); err == nil || !strings.Contains(err.Error(), "newer than this binary") {
 		t.Fatalf("MigrateTx on a schema with version 999: %v; want it refused", err)
+	}
+}
+
+// A migrator whose session ends half way (its process killed, its
+// connection lost) leaves the migrations it committed applied and the one
+// it was running not at all, and the next Migrate goes on from there: 006
+// committed, 007 (waiting for its lock on processed_event) left nothing,
+// and the events enqueued before are all still to be published after 008.
+func TestMigrateInterruptedResumes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	drv := migratedTo(t, 5)
+	pool := drv.Pool()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, event_type, record_key, payload, occurred_at, created_at)
+		SELECT gen_random_uuid(), 't', 'k' || g, '\x00', now(), now() FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	report, err := pool.Begin(ctx) // holds processed_event, which 007 locks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = report.Rollback(context.Background()) }()
+	if _, err := report.Exec(ctx, `SELECT count(*) FROM processed_event`); err != nil {
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	go func() { migrated <- drv.Migrate(ctx) }()
+	var pid int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE NOT granted AND relation = to_regclass('processed_event')`).Scan(&pid)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("007 never waited for its lock on processed_event")
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err == nil {
+			t.Fatal("Migrate whose session was terminated returned nil")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Migrate did not return after its session was terminated")
+	}
+	st, err := drv.MigrationStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lane, oldKey bool
+	if err := pool.QueryRow(ctx, `SELECT
+			EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'outbox' AND column_name = 'lane'),
+			(SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'processed_event_pkey' AND connamespace = current_schema()::regnamespace) = 'PRIMARY KEY (consumer_name, event_id)'`).Scan(&lane, &oldKey); err != nil {
+		t.Fatal(err)
+	}
+	if st.Current() != 6 || !lane || !oldKey {
+		t.Fatalf("after the migrator's session ended in 007: version %d, outbox.lane %v, processed_event's key unchanged %v; want 6 applied, 007 not at all", st.Current(), lane, oldKey)
+	}
+	if err := report.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&pending); err != nil || pending != 3 {
+		t.Fatalf("events to publish after the migrations: %d, %v; want the 3 enqueued before", pending, err)
 	}
 }

@@ -133,8 +133,9 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 
 // Validate returns nil when the database has exactly the migrations of this
 // binary, else an error naming the pending versions, or the applied ones
-// this binary does not know (a newer idem migrated the database). For
-// readiness probes. It also checks the settings of a database given to New
+// this binary does not know (a newer idem migrated the database), at
+// start-up (not in a readiness probe: see pgdriver's Validate). It also
+// checks the settings of a database given to New
 // (Open applies them): one connection (SetMaxOpenConns(1): concurrent
 // claims of one process would otherwise fail with SQLITE_BUSY, some at
 // COMMIT, where the outcome is reported unknown), a busy timeout (else
