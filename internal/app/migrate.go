@@ -28,9 +28,10 @@ idemd (idemd also migrates at start).
 
   up      applies idem's migrations and idemd's own tables, and prints
           the migrations it applied
-  status  prints idem's migrations and idemd's own, applied or pending;
-          exits 0 when the schema is up to date, 1 when migrations are
-          pending (or the database has a newer version than this binary)
+  status  prints idem's migrations, applied or pending, and idemd's own
+          pending ones; exits 0 when the schema is up to date, 1 when
+          migrations are pending (or the database has a newer version
+          than this binary)
   sql     prints the SQL of idem's migrations for the database's kind
           (PostgreSQL or SQLite), for a DBA or a migration tool, each
           ending with the INSERT that records it in idem_migration
