@@ -166,7 +166,7 @@
 // or migrating the database, reaching Kafka) stops it at once, exit 0.
 // Exit code 2 means bad configuration, 1 a
 // runtime failure (such as a database still unreachable after 30 s of
-// retries).
+// retries, or a SQLite file, or its directory, that idemd may not write).
 //
 // The endpoints and the wiring are in internal/app; the domains in
 // internal/payments and internal/orders.

@@ -101,6 +101,9 @@ func Open(path string, cfg *Config) (*Driver, error) {
 	if b := c.BusyTimeout; b < 0 || (b > 0 && b < time.Millisecond) || b > math.MaxInt32*time.Millisecond {
 		return nil, fmt.Errorf("sqlitedriver: BusyTimeout %s must be 1ms..%s (0 for the 10s default)", b, math.MaxInt32*time.Millisecond)
 	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", DSN(path, c.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitedriver: open %s: %w", path, err)
@@ -111,7 +114,7 @@ func Open(path string, cfg *Config) (*Driver, error) {
 	db.SetConnMaxLifetime(0)
 	if err := db.PingContext(context.Background()); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("sqlitedriver: open %s: %w", path, err)
+		return nil, explainOpen(path, err)
 	}
 	d, err := New(db, &c)
 	if err != nil {

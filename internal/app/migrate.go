@@ -270,6 +270,20 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 		if _, err := os.Stat(db.Path); err != nil {
 			return err
 		}
+		// status writes nothing: a file this process may only read
+		// (which Open refuses) will do.
+		sdb, err := sql.Open("sqlite", sqlitedriver.DSN(db.Path, 0))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sdb.Close() }()
+		sdb.SetMaxOpenConns(1)
+		drv, err := sqlitedriver.New(sdb, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = drv.Close() }()
+		return f(drv, nil)
 	}
 	drv, err := sqlitedriver.Open(db.Path, nil)
 	if err != nil {

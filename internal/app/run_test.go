@@ -46,7 +46,7 @@ func TestRunStartupFailures(t *testing.T) {
 		{"bad flag", []string{"-port", "80"}, nil, 2, "-port"},
 		{"bad addr", []string{"-addr", "8080"}, nil, 2, "listen address"},
 		{"unknown scheme", nil, map[string]string{"IDEMD_DB": "mongodb://db"}, 2, "unknown database scheme"},
-		{"sqlite in a missing directory", []string{"-addr", "127.0.0.1:0", "-db", "/nonexistent/dir/x.db"}, nil, 1, "/nonexistent/dir/x.db"},
+		{"sqlite in a missing directory", []string{"-addr", "127.0.0.1:0", "-db", "/nonexistent/dir/x.db"}, nil, 1, "/nonexistent/dir/x.db: directory /nonexistent/dir does not exist"},
 		{"address in use", []string{"-addr", busy.Addr().String(), "-db", testdb.SQLitePath(t)}, nil, 1, "address already in use"},
 	}
 	for _, tt := range tests {

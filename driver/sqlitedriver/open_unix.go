@@ -1,0 +1,13 @@
+//go:build unix
+
+package sqlitedriver
+
+import "syscall"
+
+// writable returns why this process may not write path (a file, or a
+// directory to create files in), or nil. It opens nothing: closing a
+// descriptor of a database file would drop the locks SQLite holds on it.
+func writable(path string) error {
+	const wOK = 0x2 // W_OK
+	return syscall.Access(path, wOK)
+}
