@@ -26,6 +26,12 @@
 // process may not write, which SQLite would open read-only without a word,
 // every write then failing ("attempt to write a readonly database").
 //
+// Every process that opens the file must run on the same host, the file on
+// a local file system: SQLite's WAL shares its -shm memory and locks
+// between them, which a network file system (NFS, SMB, EFS) does not
+// provide. Processes on several hosts, or a file on such a file system,
+// can corrupt the database; use PostgreSQL for that.
+//
 // The transaction type is *sql.Tx. Times are stored as Unix microseconds.
 //
 // SQLite ends a transaction by itself when a write in it is interrupted (the
