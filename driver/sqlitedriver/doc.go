@@ -20,8 +20,8 @@
 // that connection by idemhttp.Config.Wait (the claim's LockTimeout); other
 // calls wait as long as their context allows.
 //
-// Open refuses, saying why, a path whose directory does not exist, a
-// directory this process may not write when the file is yet to be
+// Open refuses, saying why, a path whose directory does not exist, a path
+// that is a directory, a directory this process may not write when the file is yet to be
 // created (or its -wal and -shm files are), and an existing file this
 // process may not write, which SQLite would open read-only without a word,
 // every write then failing ("attempt to write a readonly database").

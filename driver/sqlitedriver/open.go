@@ -8,9 +8,9 @@ import (
 )
 
 // checkPath refuses, before SQLite opens it, a path whose directory does
-// not exist and a database file this process may not write: SQLite would
-// open such a file read-only without a word, and only the first write
-// would fail ("attempt to write a readonly database").
+// not exist, a directory, and a database file this process may not
+// write: SQLite would open such a file read-only without a word, and only
+// the first write would fail ("attempt to write a readonly database").
 func checkPath(path string) error {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
@@ -20,8 +20,13 @@ func checkPath(path string) error {
 	case err == nil && !fi.IsDir():
 		return fmt.Errorf("sqlitedriver: open %s: %s is not a directory", path, dir)
 	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	fi, err = os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil // a new file: SQLite says why it cannot create it (explainOpen)
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("sqlitedriver: open %s: %s is a directory: give the database file's path, such as %s",
+			path, path, filepath.Join(path, "app.db"))
 	}
 	if err := writable(path); err != nil {
 		return fmt.Errorf("sqlitedriver: open %s: %s is not writable by this process (%w): SQLite would open it read-only, and every write would fail", path, path, err)

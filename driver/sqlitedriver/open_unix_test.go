@@ -22,6 +22,7 @@ import (
 func TestOpenExplainsAnUnusablePath(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no", "such")
+	plain := t.TempDir()
 	roDir := filepath.Join(t.TempDir(), "ro")
 	if err := os.Mkdir(roDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -64,6 +65,8 @@ func TestOpenExplainsAnUnusablePath(t *testing.T) {
 		{"read-only directory", filepath.Join(roDir, "idem.db"), []string{"directory " + roDir + " is not writable by this process"}},
 		{"read-only file", roFile, []string{roFile + " is not writable by this process"}},
 		{"read-only directory of a database", inRODir, []string{"directory " + dir + " is not writable by this process", "-wal"}},
+		{"a directory", plain, []string{plain + " is a directory: give the database file's path, such as " + filepath.Join(plain, "app.db")}},
+		{"a directory, with a slash", plain + "/", []string{plain + "/ is a directory: give the database file's path"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d, err := sqlitedriver.Open(tt.path, nil)
