@@ -21,10 +21,11 @@
 // calls wait as long as their context allows.
 //
 // Open refuses, saying why, a path whose directory does not exist, a path
-// that is a directory, a directory this process may not write when the file is yet to be
-// created (or its -wal and -shm files are), and an existing file this
-// process may not write, which SQLite would open read-only without a word,
-// every write then failing ("attempt to write a readonly database").
+// that is a directory, a directory this process may not write when the
+// file is yet to be created (or its -wal and -shm files are), and an
+// existing file (or its -wal or -shm file) this process may not write,
+// which SQLite would open read-only without a word, every write then
+// failing ("attempt to write a readonly database").
 //
 // Every process that opens the file must run on the same host, the file on
 // a local file system: SQLite's WAL shares its -shm memory and locks

@@ -8,8 +8,8 @@ import (
 )
 
 // checkPath refuses, before SQLite opens it, a path whose directory does
-// not exist, a directory, and a database file this process may not
-// write: SQLite would open such a file read-only without a word, and only
+// not exist, a directory, and a database file (or its -wal or -shm file)
+// this process may not write: SQLite would open such a file read-only without a word, and only
 // the first write would fail ("attempt to write a readonly database").
 func checkPath(path string) error {
 	dir := filepath.Dir(path)
@@ -30,6 +30,18 @@ func checkPath(path string) error {
 	}
 	if err := writable(path); err != nil {
 		return fmt.Errorf("sqlitedriver: open %s: %s is not writable by this process (%w): SQLite would open it read-only, and every write would fail", path, path, err)
+	}
+	// Its -wal and -shm files, left by a process of another user (a
+	// sqlite3 run as root on the file) make SQLite open it read-only too.
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		if _, err := os.Stat(side); err != nil {
+			continue
+		}
+		if err := writable(side); err != nil {
+			return fmt.Errorf("sqlitedriver: open %s: %s is not writable by this process (%w): SQLite would open the database read-only, and every write would fail; "+
+				"a process of another user (a sqlite3 run as root?) probably left it: give it to this process's user (do not delete a -wal file: it may hold committed transactions)",
+				path, side, err)
+		}
 	}
 	return nil
 }

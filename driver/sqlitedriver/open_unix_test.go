@@ -57,6 +57,21 @@ func TestOpenExplainsAnUnusablePath(t *testing.T) {
 	}
 	testdb.ReadOnly(t, dir)
 
+	// An existing database, writable, whose -wal and -shm files are not: a
+	// sqlite3 run as another user (root) on it left them behind.
+	sides := testdb.SQLitePath(t)
+	drv = open(t, sides, nil)
+	migrate(t, drv)
+	if err := drv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if err := os.WriteFile(sides+side, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testdb.ReadOnly(t, sides+side)
+	}
+
 	for _, tt := range []struct {
 		name, path string
 		want       []string
@@ -65,6 +80,7 @@ func TestOpenExplainsAnUnusablePath(t *testing.T) {
 		{"read-only directory", filepath.Join(roDir, "idem.db"), []string{"directory " + roDir + " is not writable by this process"}},
 		{"read-only file", roFile, []string{roFile + " is not writable by this process"}},
 		{"read-only directory of a database", inRODir, []string{"directory " + dir + " is not writable by this process", "-wal"}},
+		{"read-only -wal and -shm", sides, []string{sides + "-wal is not writable by this process", "another user"}},
 		{"a directory", plain, []string{plain + " is a directory: give the database file's path, such as " + filepath.Join(plain, "app.db")}},
 		{"a directory, with a slash", plain + "/", []string{plain + "/ is a directory: give the database file's path"}},
 	} {
