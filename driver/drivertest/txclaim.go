@@ -23,6 +23,10 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 			Headers: []byte(`{"Content-Type":["application/json"]}`), Body: []byte(`{"ok":true}`),
 			CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour), Replace: replace}
 	}
+	// The wait of a claim that nothing contends: on SQLite a zero Wait
+	// still allows 25 ms for the connection, which a loaded machine (a
+	// -race run on 2 busy cores) overran, the claim then not locked.
+	const free = 10 * time.Second
 	claim := func(key string, wait time.Duration) (TTx, *driver.TxClaimResult) {
 		t.Helper()
 		tx, res, err := tc.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Wait: wait})
@@ -33,7 +37,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 	}
 
 	// A new key: locked, no record; the completed record is stored once.
-	tx, res := claim("k1", 0)
+	tx, res := claim("k1", free)
 	if !res.Locked || res.Record != nil {
 		t.Fatalf("BeginClaim(new key) = %+v; want locked, no record", res)
 	}
@@ -45,7 +49,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 		!rec.ExpiresAt.Equal(t0.Add(24*time.Hour)) || rec.LeaseToken != "" {
 		t.Fatalf("stored record %+v, %v", rec, err)
 	}
-	tx, res = claim("k1", 0)
+	tx, res = claim("k1", free)
 	if !res.Locked || res.Record == nil || res.Record.State != driver.StateCompleted {
 		t.Fatalf("BeginClaim(stored key) = %+v; want locked with the completed record", res)
 	}
@@ -53,7 +57,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 
 	// Inserting a key that exists (stored by a writer that took no lock)
 	// fails with ErrLeaseLost and commits nothing.
-	tx, _ = claim("k1", 0)
+	tx, _ = claim("k1", free)
 	if _, err := drv.UnwrapExecutor(tx).OutboxInsert(ctx, []driver.OutboxRow{obRow(t, "effect", 1, t0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +70,11 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 
 	// Replace: an expired record is replaced; a live one is not.
 	later := t0.Add(25 * time.Hour)
-	tx, _ = claim("k1", 0)
+	tx, _ = claim("k1", free)
 	if err := tc.CommitComplete(ctx, tx, complete("k1", later, true)); err != nil {
 		t.Fatalf("CommitComplete(replace expired): %v", err)
 	}
-	tx, _ = claim("k1", 0)
+	tx, _ = claim("k1", free)
 	if err := tc.CommitComplete(ctx, tx, complete("k1", later, true)); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("CommitComplete(replace live): %v, want ErrLeaseLost", err)
 	}
@@ -80,7 +84,7 @@ func testTxClaim[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driv
 	}
 	// A held lock: a second claim without Wait is refused at once; with
 	// Wait it gets the lock when the first commits and reads its record.
-	tx, _ = claim("k2", 0)
+	tx, _ = claim("k2", free)
 	if _, res2 := claim("k2", 0); res2.Locked {
 		t.Fatal("a second BeginClaim got a held lock")
 	}
