@@ -283,7 +283,11 @@ func withMigrator(ctx context.Context, db Database, create bool, f func(migrator
 			return err
 		}
 		defer func() { _ = drv.Close() }()
-		return f(drv, nil)
+		pay, ord := sqlitestore.New(sdb), ordsqlite.New(sdb)
+		return f(drv, []domainTables{
+			{table: "payment_migration", status: pay.MigrationStatus},
+			{table: "order_migration", status: ord.MigrationStatus},
+		})
 	}
 	drv, err := sqlitedriver.Open(db.Path, nil)
 	if err != nil {
