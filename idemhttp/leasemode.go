@@ -79,6 +79,12 @@ func (m *Middleware[TTx]) leased(cmd *command, next http.Handler, ex driver.Reco
 	if !ok {
 		return
 	}
+	if cmd.r.Context().Err() != nil {
+		// The request ended as the key was claimed: the handler does not
+		// run on a dead context. holdGuard releases the lease; the caller
+		// answers.
+		return
+	}
 	cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
 	m.executeLease(cmd, next, ex, p.LeaseToken, until)
 }

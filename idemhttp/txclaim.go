@@ -152,6 +152,12 @@ func (m *Middleware[TTx]) lockedTx(cmd *command, next http.Handler, tc driver.Tx
 			return lockedInProgress
 		}
 	}
+	if ctx.Err() != nil {
+		// The request ended as the key was locked (see claimTx): the
+		// handler does not run. Answered by the caller.
+		m.rollbackHeld(ctx, cmd, tx)
+		return lockedAnswered
+	}
 	cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
 	if m.executeTxClaim(cmd, next, tc, tx, rec != nil) {
 		return lockedLost

@@ -66,6 +66,13 @@ func (m *Middleware[TTx]) claimTx(cmd *command, next http.Handler, tx TTx) (answ
 		return true
 	}
 	if res.Claimed {
+		if ctx.Err() != nil {
+			// The request ended as the key was claimed (a duplicate whose
+			// wait ended as the holder rolled back): the handler does
+			// not run on a dead context. Answered by the caller.
+			m.rollbackHeld(ctx, cmd, tx)
+			return true
+		}
 		cmd.held.span, cmd.held.orig = m.enter(cmd, "idem.http.execute")
 		m.executeTx(cmd, next, tx, ex, p.LeaseToken)
 		return true
