@@ -114,13 +114,22 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 		t.Skipf("%s does not implement driver.TxClaimer (optional)", drv.Name())
 	}
 	ctx := t.Context()
-	claim := func(key string, now time.Time) (TTx, *driver.TxClaimResult) {
+	// As in testTxClaim: the claims nothing contends wait (on SQLite a
+	// zero Wait allows 25 ms for the connection, which a loaded machine
+	// overran); the one made while another transaction holds the lock
+	// keeps a zero Wait.
+	const free = 10 * time.Second
+	claimWait := func(key string, now time.Time, wait time.Duration) (TTx, *driver.TxClaimResult) {
 		t.Helper()
-		tx, res, err := tc.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: now})
+		tx, res, err := tc.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: now, Wait: wait})
 		if err != nil {
 			t.Fatalf("BeginClaim(%s): %v", key, err)
 		}
 		return tx, res
+	}
+	claim := func(key string, now time.Time) (TTx, *driver.TxClaimResult) {
+		t.Helper()
+		return claimWait(key, now, free)
 	}
 	complete := func(key string, at time.Time) *driver.TxCompleteParams {
 		return &driver.TxCompleteParams{Scope: "s", Key: key, Fingerprint: []byte("fp"), Status: 201,
@@ -157,7 +166,7 @@ func testTxClaimNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.D
 		// (idemhttp.NoWait) would otherwise answer 409 in progress for a
 		// request completed long ago, and one that waits would queue
 		// behind every replay.
-		tx2, res2 := claim("n1", t0.Add(time.Minute))
+		tx2, res2 := claimWait("n1", t0.Add(time.Minute), 0)
 		if res2.Locked {
 			rollback(t, drv, tx2)
 		}
