@@ -104,9 +104,13 @@ type Consumer[TTx any] struct {
 
 	// pending holds, per owned partition, the last applied record whose
 	// offset commit failed, until a commit of it or a later record of the
-	// partition succeeds, or the partition is revoked or lost.
+	// partition succeeds, or the partition is revoked or lost, or the
+	// group membership it was polled under ends.
 	pendingMu sync.Mutex
-	pending   map[topicPartition]*kgo.Record
+	pending   map[topicPartition]pendingCommit
+	// rejoined: a commit found that the group had dropped this member
+	// and it joined again under a new member ID (see pendingCommit).
+	rejoined atomic.Bool
 
 	// groupFail limits the lines of the group loop's failures (see
 	// groupFailures).
@@ -390,6 +394,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		}
 		gaveUp := c.cycle(ctx, cl, fs)
 		cl.AllowRebalance()
+		if c.rejoined.Swap(false) && ctx.Err() == nil {
+			c.resync(cl)
+		}
 		if len(gone) > 0 && ctx.Err() == nil {
 			c.consumeAnew(cl, gone, anew)
 		}
@@ -420,6 +427,24 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			backoff.Sleep(ctx, backoff.Jitter(c.cfg.Retry.Backoff(c.cfg.Retry.Attempts)), fencedCh)
 		}
 	}
+}
+
+// resync makes cl consume the consumer's topics anew, from the group's
+// committed offsets: the group dropped this member while a poll was in
+// flight and it joined again under a new member ID, and kgo kept the
+// fetch positions of the old membership for the partitions it got back,
+// although another member consumed and committed them meanwhile (or the
+// old membership's commits failed). The records between the group's
+// offsets and those positions are delivered again; the inbox skips them,
+// and their offsets are committed under the new membership.
+func (c *Consumer[TTx]) resync(cl *kgo.Client) {
+	c.pendingMu.Lock()
+	clear(c.pending)
+	c.pendingMu.Unlock()
+	c.cfg.Logger.Info("idemkafka: the group dropped this member during a poll (a batch longer than the rebalance timeout) and it joined again: consuming its topics anew from the group's offsets",
+		"group", c.cfg.Group, "topics", c.cfg.Topics)
+	cl.PurgeTopicsFromConsuming(c.cfg.Topics...)
+	cl.AddConsumeTopics(c.cfg.Topics...)
 }
 
 // consumeAnewInterval is the least time between two purges of one topic
@@ -486,6 +511,8 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 	if len(parts) == 0 && !c.hasPending() {
 		return false
 	}
+	// The membership these records were polled under (see pendingCommit).
+	member, _ := cl.GroupMetadata()
 	// A transaction started is finished even if ctx ends meanwhile; a
 	// Begin still waiting (an exhausted pool, a server that does not
 	// answer) ends with ctx.
@@ -526,7 +553,7 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		cl.SetOffsets(rewinds)
 	}
 
-	commits = c.withPending(commits)
+	commits = c.withPending(commits, member)
 	var (
 		commitErr  error
 		commitTime time.Duration
@@ -537,10 +564,13 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 		}
 		started := time.Now()
 		cctx, cancel := commitContext(ctx, work)
-		commitErr = cl.CommitRecords(cctx, commits...)
+		commitErr = cl.CommitRecords(sameMember(cctx, member), commits...)
 		cancel()
 		commitTime = time.Since(started)
-		c.settlePending(commits, commitErr)
+		if errors.Is(commitErr, errMemberChanged) {
+			c.rejoined.Store(true)
+		}
+		c.settlePending(commits, commitErr, member)
 		c.logCommit(commitErr)
 	}
 	if c.cfg.OnBatch == nil {
@@ -587,9 +617,43 @@ func commitContext(ctx, work context.Context) (context.Context, context.CancelFu
 	}
 }
 
+// errMemberChanged refuses an offset commit that kgo would send under
+// another group member ID than the one its records were polled under.
+var errMemberChanged = errors.New("idemkafka: the group dropped this member and it joined again: the offsets polled under its old membership are not committed")
+
+// sameMember returns ctx for an offset commit of records polled under
+// member: kgo waits for a join in progress before it commits, and then
+// commits under the membership it joined with, which, for a member the
+// group had dropped, is a new one (see pendingCommit). The commit is not
+// sent then.
+func sameMember(ctx context.Context, member string) context.Context {
+	return kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		if req.MemberID != member {
+			return errMemberChanged
+		}
+		return nil
+	})
+}
+
+// pendingCommit is a pending record and the group member ID it was polled
+// under. A member the group dropped while a poll was in flight (a handler
+// slower than the rebalance timeout) joins again under a new member ID,
+// and kgo does not call OnPartitionsLost on that path: another member has
+// meanwhile consumed its partitions and committed them further. A commit
+// of the old membership's record under the new one would move the group's
+// offset back to it, and with no newer record in the partition the
+// consumer lag would stay there until the next rebalance, which delivers
+// the records once more. So a pending record is committed only under the
+// membership it was polled under.
+type pendingCommit struct {
+	rec    *kgo.Record
+	member string
+}
+
 // withPending adds to commits the pending record of every partition that
-// has no newer record in commits.
-func (c *Consumer[TTx]) withPending(commits []*kgo.Record) []*kgo.Record {
+// has no newer record in commits, and drops the pending records of another
+// membership than member's.
+func (c *Consumer[TTx]) withPending(commits []*kgo.Record, member string) []*kgo.Record {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
 	if len(c.pending) == 0 {
@@ -599,18 +663,22 @@ func (c *Consumer[TTx]) withPending(commits []*kgo.Record) []*kgo.Record {
 	for _, r := range commits {
 		have[topicPartition{r.Topic, r.Partition}] = true
 	}
-	for k, r := range c.pending {
-		if !have[k] {
-			commits = append(commits, r)
+	for k, p := range c.pending {
+		switch {
+		case p.member != member:
+			delete(c.pending, k)
+			c.rejoined.Store(true)
+		case !have[k]:
+			commits = append(commits, p.rec)
 		}
 	}
 	return commits
 }
 
-// settlePending records the outcome of committing commits: on success
-// their partitions have nothing pending; on failure each waits with its
-// record for the next try.
-func (c *Consumer[TTx]) settlePending(commits []*kgo.Record, err error) {
+// settlePending records the outcome of committing commits, polled under
+// member: on success their partitions have nothing pending; on failure
+// each waits with its record for the next try.
+func (c *Consumer[TTx]) settlePending(commits []*kgo.Record, err error, member string) {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
 	for _, r := range commits {
@@ -620,9 +688,9 @@ func (c *Consumer[TTx]) settlePending(commits []*kgo.Record, err error) {
 			continue
 		}
 		if c.pending == nil {
-			c.pending = map[topicPartition]*kgo.Record{}
+			c.pending = map[topicPartition]pendingCommit{}
 		}
-		c.pending[k] = r
+		c.pending[k] = pendingCommit{rec: r, member: member}
 	}
 }
 
@@ -632,8 +700,9 @@ func (c *Consumer[TTx]) hasPending() bool {
 	return len(c.pending) > 0
 }
 
-// takePending removes and returns the pending records of ps.
-func (c *Consumer[TTx]) takePending(ps map[string][]int32) []*kgo.Record {
+// takePending removes the pending records of ps and returns those polled
+// under member (see pendingCommit).
+func (c *Consumer[TTx]) takePending(ps map[string][]int32, member string) []*kgo.Record {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
 	var out []*kgo.Record
@@ -641,7 +710,9 @@ func (c *Consumer[TTx]) takePending(ps map[string][]int32) []*kgo.Record {
 		for _, p := range parts {
 			k := topicPartition{topic, p}
 			if r, ok := c.pending[k]; ok {
-				out = append(out, r)
+				if r.member == member {
+					out = append(out, r.rec)
+				}
 				delete(c.pending, k)
 			}
 		}
@@ -810,9 +881,10 @@ func (c *Consumer[TTx]) onRevoked(ctx context.Context, cl *kgo.Client, revoked m
 		c.cfg.Logger.Info("idemkafka: partitions revoked", "group", c.cfg.Group, "partitions", revoked)
 	}
 	c.clearStalls(revoked)
-	if recs := c.takePending(revoked); len(recs) > 0 {
+	member, _ := cl.GroupMetadata()
+	if recs := c.takePending(revoked, member); len(recs) > 0 {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		if err := cl.CommitRecords(cctx, recs...); err != nil {
+		if err := cl.CommitRecords(sameMember(cctx, member), recs...); err != nil {
 			level := slog.LevelWarn
 			if rebalanceRefusal(err) {
 				level = slog.LevelInfo
@@ -837,7 +909,7 @@ func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[str
 	if len(lost) > 0 {
 		c.cfg.Logger.Warn("idemkafka: partitions lost", "group", c.cfg.Group, "partitions", lost)
 	}
-	c.takePending(lost)
+	c.takePending(lost, "")
 	c.clearStalls(lost)
 	if c.userLost != nil {
 		c.userLost(ctx, cl, lost)

@@ -119,7 +119,7 @@ func (c *Consumer[TTx]) logGroupJoined() {
 func rebalanceRefusal(err error) bool {
 	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) ||
 		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.StaleMemberEpoch) ||
-		errors.Is(err, kerr.FencedMemberEpoch)
+		errors.Is(err, kerr.FencedMemberEpoch) || errors.Is(err, errMemberChanged)
 }
 
 // logCommit logs the outcome of an offset commit of a poll, err nil for
