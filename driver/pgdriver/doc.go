@@ -13,6 +13,24 @@
 // migrators (several replicas starting at once) with a transaction-scoped
 // advisory lock.
 //
+// # Older and newer binaries on one schema
+//
+// Each migration declares whether binaries that predate it may run against
+// a schema that has it (driver.Migration's CompatibleFrom: "-- older
+// binaries: accept", "refuse" or "accept from N" in its file), and Migrate
+// records that with its version in idem_migration (column compatible_from).
+// A binary that finds versions it does not know (a newer release migrated
+// the database: the first replica of a rolling deploy, or a rollback of the
+// binary) reads it there: Validate, Migrate and MigrateTx accept the
+// schema when every such version accepts this binary and nothing this
+// binary knows is missing (MigrationStatus.NewerAccepted reports it, for a
+// warning; idemd logs one), and refuse it otherwise, naming the versions
+// and the oldest binary the schema needs. A version recorded without
+// compatible_from (by idem before it recorded one, or by a tool that did
+// not set it) refuses. A migration table created before compatible_from
+// gets the column from the first Migrate that applies a migration; until
+// then it is read as recording none.
+//
 // idem's transactions must run at READ COMMITTED, PostgreSQL's default: a
 // claim takes the key's lock and then reads the record with a statement
 // of its own, whose snapshot, at READ COMMITTED only, follows the lock and

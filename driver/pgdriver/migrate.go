@@ -25,17 +25,20 @@ const migrationTableSQL = pgsql.MigrationTableSQL
 // StatementEnd around each CREATE FUNCTION); psql and flyway need nothing.
 //
 // Whoever applies them outside idem must also record each one in the
-// idem_migration table (INSERT INTO idem_migration (version, name) VALUES
-// (...), with the table created by MigrationTableSQL), or MigrationStatus,
-// Validate and Migrate will consider them pending (and Migrate would run
-// them again).
+// idem_migration table (INSERT INTO idem_migration (version, name,
+// compatible_from) VALUES (...), with the table created by
+// MigrationTableSQL, and compatible_from the migration's CompatibleFrom),
+// or MigrationStatus, Validate and Migrate will consider them pending (and
+// Migrate would run them again). A version recorded without
+// compatible_from refuses every binary that predates it.
 func (d *Driver) Migrations() ([]driver.Migration, error) {
 	return d.names.Migrations()
 }
 
 // MigrationTableSQL returns the rendered SQL that creates the table
-// recording applied migrations (and, with Config.Schema, the schema), for
-// an external migration tool to run before the statements of Migrations.
+// recording applied migrations (and, with Config.Schema, the schema), or
+// adds compatible_from to one created before it, for an external migration
+// tool to run before the statements of Migrations.
 func (d *Driver) MigrationTableSQL() string {
 	return d.names.MigrationTableSQL()
 }
@@ -84,20 +87,21 @@ func (d *Driver) MigrateTx(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.apply(ctx, tx, ms, false); err != nil {
+	now, err := d.apply(ctx, tx, ms, false)
+	if err != nil {
 		return err
 	}
 	// A schema a newer binary migrated is refused here too (the caller
-	// rolls back).
+	// rolls back), unless its newer migrations accept this binary.
 	rows, err := tx.Query(ctx, d.expand(pgsql.MigrationVersionsSQL))
 	if err != nil {
 		return fmt.Errorf("pgdriver: migrate: %w", err)
 	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	applied, err := pgx.CollectRows(rows, pgx.RowToStructByPos[driver.AppliedMigration])
 	if err != nil {
 		return fmt.Errorf("pgdriver: migrate: %w", err)
 	}
-	return migrate.RefuseNewer("pgdriver", ms, applied)
+	return migrate.RefuseNewer("pgdriver", ms, applied, now)
 }
 
 // MigrationStatus returns which migrations the database has. A missing
@@ -107,10 +111,10 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if err != nil {
 		return driver.MigrationStatus{}, err
 	}
-	var applied []int
+	var applied []driver.AppliedMigration
 	rows, err := d.pool.Query(ctx, d.expand(pgsql.MigrationVersionsSQL))
 	if err == nil {
-		applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		applied, err = pgx.CollectRows(rows, pgx.RowToStructByPos[driver.AppliedMigration])
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == pgsql.CodeUndefinedTable {
@@ -119,16 +123,19 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("pgdriver: migration status: %w", err)
 	}
-	return driver.NewMigrationStatus(ms, applied), nil
+	return driver.NewMigrationStatusOf(ms, applied), nil
 }
 
 // Validate returns nil when the database has exactly the migrations of this
-// binary, else an error naming the pending versions, or the applied ones
-// this binary does not know (a newer idem migrated the database). It also
+// binary, or newer ones besides that all accept this binary (see
+// MigrationStatus.NewerAccepted), else an error naming the pending
+// versions, or the applied ones this binary does not know (a newer idem
+// migrated the database) and the oldest binary they accept. It also
 // tells whether the pool goes through a pooler (see TransactionPooling).
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
-// newer than the binary) while they can still serve, and a probe would
+// newer than the binary, unless its new migrations accept this one) while
+// they can still serve, and a probe would
 // take them all out of service at once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
@@ -202,6 +209,7 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 		return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
 	}
 	var done []driver.Migration
+	hasCompatible := false
 	for _, m := range ms {
 		var applied bool
 		err := tx.QueryRow(ctx, d.expand(pgsql.MigrationAppliedSQL), m.Version).Scan(&applied)
@@ -211,10 +219,22 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 		if applied {
 			continue
 		}
+		if !hasCompatible {
+			// A table created before compatible_from: add it, once.
+			if err := tx.QueryRow(ctx, pgsql.MigrationHasCompatibleSQL, d.names.MigrationTableName()).Scan(&hasCompatible); err != nil {
+				return nil, fmt.Errorf("pgdriver: migrate: %w", err)
+			}
+			if !hasCompatible {
+				if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationCompatibleSQL)); err != nil {
+					return nil, fmt.Errorf("pgdriver: migrate: add compatible_from: %w", err)
+				}
+				hasCompatible = true
+			}
+		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return nil, fmt.Errorf("pgdriver: migrate: record %d: %w", m.Version, err)
 		}
 		done = append(done, m)

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -153,4 +155,27 @@ func newBareDriver(t *testing.T, pool *pgxpool.Pool, cfg *pgdriver.Config) *pgdr
 		t.Fatalf("New(%+v): %v", cfg, err)
 	}
 	return drv
+}
+
+// A database a newer binary migrated: accepted when its newer versions
+// record that they accept this binary, refused otherwise; and the upgrade
+// from a migration table created before compatible_from.
+func TestNewerSchema(t *testing.T) {
+	t.Parallel()
+	drivertest.NewerSchema(t, drivertest.MigrationTable[pgx.Tx]{
+		New: func(t *testing.T) (drivertest.Migrator[pgx.Tx], func(string) error) {
+			pool, schema := testdb.Schema(t, 4)
+			drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema, TablePrefix: "x_"})
+			return drv, func(q string) error {
+				_, err := pool.Exec(t.Context(), strings.ReplaceAll(q, "{{table}}", drv.Table("idem_migration")), pgx.QueryExecModeSimpleProtocol)
+				return err
+			}
+		},
+		CreateOld: `CREATE TABLE {{table}} (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`,
+		InsertOld: `INSERT INTO {{table}} (version, name) VALUES ({{version}}, '{{name}}')`,
+		Insert:    `INSERT INTO {{table}} (version, name, compatible_from) VALUES ({{version}}, '{{name}}', {{from}})`,
+	})
 }

@@ -13,7 +13,9 @@
 // is) write in the same transaction as the idempotency record, the inbox
 // row or the outbox event.
 //
-// It has pgdriver's schema, migrations, migration table, advisory locks and
+// It has pgdriver's schema, migrations, migration table (with what each
+// migration records of the binaries that predate it: see "Older and newer
+// binaries on one schema" in pgdriver's documentation), advisory locks and
 // SQL (the statements are shared), and the same Config: the two drivers can
 // run on one database at the same time, and a service can move from one to
 // the other without migrating anything. It implements driver.TxClaimer

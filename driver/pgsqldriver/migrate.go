@@ -14,13 +14,14 @@ import (
 // driver's Config: the same migrations as pgdriver's, recorded in the same
 // idem_migration table, so a database migrated by either driver is migrated
 // for both. Whoever applies them outside idem must also record each one in
-// idem_migration (see MigrationTableSQL), or MigrationStatus, Validate and
-// Migrate will consider them pending.
+// idem_migration, with its CompatibleFrom (see pgdriver's Migrations), or
+// MigrationStatus, Validate and Migrate will consider them pending.
 func (d *Driver) Migrations() ([]driver.Migration, error) { return d.names.Migrations() }
 
 // MigrationTableSQL returns the rendered SQL that creates the table
-// recording applied migrations (and, with Config.Schema, the schema), for
-// an external migration tool to run before the statements of Migrations.
+// recording applied migrations (and, with Config.Schema, the schema), or
+// adds compatible_from to one created before it, for an external migration
+// tool to run before the statements of Migrations.
 func (d *Driver) MigrationTableSQL() string { return d.names.MigrationTableSQL() }
 
 // Migrate implements driver.Driver: it applies pending migrations, each in
@@ -67,23 +68,27 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.apply(ctx, tx, ms, false); err != nil {
+	now, err := d.apply(ctx, tx, ms, false)
+	if err != nil {
 		return err
 	}
 	// A schema a newer binary migrated is refused here too (the caller
-	// rolls back).
+	// rolls back), unless its newer migrations accept this binary.
 	rows, err := tx.QueryContext(ctx, d.expand(pgsql.MigrationVersionsSQL))
 	if err != nil {
 		return fmt.Errorf("pgsqldriver: migrate: %w", err)
 	}
-	applied, err := collect(rows, func(s scanner) (int, error) {
-		var v int
-		return v, s.Scan(&v)
-	})
+	applied, err := collect(rows, scanApplied)
 	if err != nil {
 		return fmt.Errorf("pgsqldriver: migrate: %w", err)
 	}
-	return migrate.RefuseNewer("pgsqldriver", ms, applied)
+	return migrate.RefuseNewer("pgsqldriver", ms, applied, now)
+}
+
+// scanApplied scans a row of MigrationVersionsSQL.
+func scanApplied(s scanner) (driver.AppliedMigration, error) {
+	var a driver.AppliedMigration
+	return a, s.Scan(&a.Version, &a.CompatibleFrom)
 }
 
 // MigrationStatus returns which migrations the database has. A missing
@@ -93,13 +98,10 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if err != nil {
 		return driver.MigrationStatus{}, err
 	}
-	var applied []int
+	var applied []driver.AppliedMigration
 	rows, err := d.db.QueryContext(ctx, d.expand(pgsql.MigrationVersionsSQL))
 	if err == nil {
-		applied, err = collect(rows, func(s scanner) (int, error) {
-			var v int
-			return v, s.Scan(&v)
-		})
+		applied, err = collect(rows, scanApplied)
 	}
 	if pgsql.SQLState(err) == pgsql.CodeUndefinedTable {
 		applied, err = nil, nil
@@ -107,15 +109,17 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("pgsqldriver: migration status: %w", err)
 	}
-	return driver.NewMigrationStatus(ms, applied), nil
+	return driver.NewMigrationStatusOf(ms, applied), nil
 }
 
 // Validate returns nil when the database has exactly the migrations of this
-// binary, else an error naming the pending versions, or the applied ones
-// this binary does not know.
+// binary, or newer ones besides that all accept this binary (see
+// MigrationStatus.NewerAccepted), else an error naming the pending
+// versions, or the applied ones this binary does not know.
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
-// newer than the binary) while they can still serve, and a probe would
+// newer than the binary, unless its new migrations accept this one) while
+// they can still serve, and a probe would
 // take them all out of service at once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
@@ -158,6 +162,7 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 		return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", err)
 	}
 	var done []driver.Migration
+	hasCompatible := false
 	for _, m := range ms {
 		var applied bool
 		if err := tx.QueryRowContext(ctx, d.expand(pgsql.MigrationAppliedSQL), m.Version).Scan(&applied); err != nil {
@@ -166,12 +171,24 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 		if applied {
 			continue
 		}
+		if !hasCompatible {
+			// A table created before compatible_from: add it, once.
+			if err := tx.QueryRowContext(ctx, pgsql.MigrationHasCompatibleSQL, d.names.MigrationTableName()).Scan(&hasCompatible); err != nil {
+				return nil, fmt.Errorf("pgsqldriver: migrate: %w", err)
+			}
+			if !hasCompatible {
+				if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationCompatibleSQL)); err != nil {
+					return nil, fmt.Errorf("pgsqldriver: migrate: add compatible_from: %w", err)
+				}
+				hasCompatible = true
+			}
+		}
 		// No arguments: the drivers send it with the simple protocol,
 		// which runs the file's several statements.
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("pgsqldriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name); err != nil {
+		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return nil, fmt.Errorf("pgsqldriver: migrate: record %d: %w", m.Version, err)
 		}
 		done = append(done, m)

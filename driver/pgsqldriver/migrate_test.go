@@ -2,9 +2,11 @@ package pgsqldriver_test
 
 import (
 	"database/sql"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/internal/testdb"
@@ -64,4 +66,29 @@ func TestConcurrentMigrateMixedDrivers(t *testing.T) {
 			t.Errorf("replica %d: Migrate: %v", i, err)
 		}
 	}
+}
+
+// As pgdriver: a database a newer binary migrated, read through
+// database/sql.
+func TestNewerSchema(t *testing.T) {
+	t.Parallel()
+	drivertest.NewerSchema(t, drivertest.MigrationTable[*sql.Tx]{
+		New: func(t *testing.T) (drivertest.Migrator[*sql.Tx], func(string) error) {
+			db, schema := testdb.SQLDB(t, 4)
+			drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return drv, func(q string) error {
+				_, err := db.ExecContext(t.Context(), strings.ReplaceAll(q, "{{table}}", drv.Table("idem_migration")))
+				return err
+			}
+		},
+		CreateOld: `CREATE TABLE {{table}} (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`,
+		InsertOld: `INSERT INTO {{table}} (version, name) VALUES ({{version}}, '{{name}}')`,
+		Insert:    `INSERT INTO {{table}} (version, name, compatible_from) VALUES ({{version}}, '{{name}}', {{from}})`,
+	})
 }

@@ -5,6 +5,13 @@
 //	err = drv.Migrate(ctx)
 //	db := drv.DB() // the application's own queries use the same *sql.DB
 //
+// Migrations are embedded, numbered SQL files, as pgdriver's; each declares
+// whether binaries that predate it may run against a schema that has it,
+// and Migrate records that in idem_migration (compatible_from): Validate,
+// Migrate and MigrateTx accept a schema a newer binary migrated when every
+// version they do not know accepts them, and refuse it otherwise (see
+// "Older and newer binaries on one schema" in pgdriver's documentation).
+//
 // Open configures the database the way idem's guarantees need it: WAL
 // journal, synchronous=FULL (a committed transaction survives power loss),
 // a busy timeout for other processes on the same file, foreign keys on,

@@ -16,9 +16,14 @@ import (
 var migrationFS embed.FS
 
 const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`
+		version         INTEGER PRIMARY KEY,
+		name            TEXT NOT NULL,
+		applied_at      INTEGER NOT NULL,
+		compatible_from INTEGER)`
+
+// migrationCompatibleSQL adds compatible_from (driver.Migration's
+// CompatibleFrom) to a table created before it.
+const migrationCompatibleSQL = `ALTER TABLE {{table}}idem_migration ADD COLUMN compatible_from INTEGER`
 
 // Migrations returns idem's migrations with their SQL rendered for this
 // driver's Config (table prefix): plain SQL that a DBA, goose, atlas or
@@ -26,9 +31,14 @@ const migrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
 //
 // Whoever applies them outside idem must also record each one in the
 // idem_migration table (INSERT INTO idem_migration (version, name,
-// applied_at) VALUES (..., ..., unixepoch('subsec') * 1000000), with the
-// table created by MigrationTableSQL), or MigrationStatus, Validate and
-// Migrate will consider them pending (and Migrate would run them again).
+// applied_at, compatible_from) VALUES (..., ..., unixepoch('subsec') *
+// 1000000, ...), with the table created by MigrationTableSQL, and
+// compatible_from the migration's CompatibleFrom), or MigrationStatus,
+// Validate and Migrate will consider them pending (and Migrate would run
+// them again). A version recorded without compatible_from refuses every
+// binary that predates it. A table created before compatible_from needs
+// ALTER TABLE idem_migration ADD COLUMN compatible_from INTEGER first
+// (Migrate adds it by itself).
 func (d *Driver) Migrations() ([]driver.Migration, error) {
 	ms, err := driver.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
@@ -73,28 +83,58 @@ func (d *Driver) MigrateTx(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.apply(ctx, tx, ms); err != nil {
+	now, err := d.apply(ctx, tx, ms)
+	if err != nil {
 		return err
 	}
 	// A schema a newer binary migrated is refused here too (the caller
-	// rolls back).
-	rows, err := tx.QueryContext(ctx, d.expand(`SELECT version FROM {{table}}idem_migration`))
+	// rolls back), unless its newer migrations accept this binary.
+	applied, err := d.appliedMigrations(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("sqlitedriver: migrate: %w", err)
 	}
+	return migrate.RefuseNewer("sqlitedriver", ms, applied, now)
+}
+
+// queryer is a *sql.DB or a *sql.Tx.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// hasCompatible reports whether the migration table has compatible_from
+// (a table created before it has not).
+func (d *Driver) hasCompatible(ctx context.Context, q queryer) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = 'compatible_from'`,
+		d.prefix+"idem_migration").Scan(&n)
+	return n > 0, err
+}
+
+// appliedMigrations reads the rows of the migration table, which exists.
+func (d *Driver) appliedMigrations(ctx context.Context, q queryer) ([]driver.AppliedMigration, error) {
+	has, err := d.hasCompatible(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	query := `SELECT version, 0 FROM {{table}}idem_migration ORDER BY version`
+	if has {
+		query = `SELECT version, coalesce(compatible_from, 0) FROM {{table}}idem_migration ORDER BY version`
+	}
+	rows, err := q.QueryContext(ctx, d.expand(query))
+	if err != nil {
+		return nil, err
+	}
 	defer func() { _ = rows.Close() }()
-	var applied []int
+	var applied []driver.AppliedMigration
 	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return fmt.Errorf("sqlitedriver: migrate: %w", err)
+		var a driver.AppliedMigration
+		if err := rows.Scan(&a.Version, &a.CompatibleFrom); err != nil {
+			return nil, err
 		}
-		applied = append(applied, v)
+		applied = append(applied, a)
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlitedriver: migrate: %w", err)
-	}
-	return migrate.RefuseNewer("sqlitedriver", ms, applied)
+	return applied, rows.Err()
 }
 
 // MigrationStatus returns which migrations the database has. A missing
@@ -112,28 +152,18 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if n == 0 {
 		return driver.NewMigrationStatus(ms, nil), nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.expand(`SELECT version FROM {{table}}idem_migration ORDER BY version`))
+	applied, err := d.appliedMigrations(ctx, d.db)
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
 	}
-	defer func() { _ = rows.Close() }()
-	var applied []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
-		}
-		applied = append(applied, v)
-	}
-	if err := rows.Err(); err != nil {
-		return driver.MigrationStatus{}, fmt.Errorf("sqlitedriver: migration status: %w", err)
-	}
-	return driver.NewMigrationStatus(ms, applied), nil
+	return driver.NewMigrationStatusOf(ms, applied), nil
 }
 
 // Validate returns nil when the database has exactly the migrations of this
-// binary, else an error naming the pending versions, or the applied ones
-// this binary does not know (a newer idem migrated the database), at
+// binary, or newer ones besides that all accept this binary (see
+// MigrationStatus.NewerAccepted), else an error naming the pending
+// versions, or the applied ones this binary does not know (a newer idem
+// migrated the database), at
 // start-up (not in a readiness probe: see pgdriver's Validate). It also
 // checks the settings of a database given to New
 // (Open applies them): one connection (SetMaxOpenConns(1): concurrent
@@ -167,6 +197,7 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) (
 		return nil, fmt.Errorf("sqlitedriver: migrate: create migration table: %w", err)
 	}
 	var done []driver.Migration
+	hasCompatible := false
 	for _, m := range ms {
 		var n int
 		if err := tx.QueryRowContext(ctx, d.expand(`SELECT count(*) FROM {{table}}idem_migration WHERE version = ?`), m.Version).Scan(&n); err != nil {
@@ -175,11 +206,24 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration) (
 		if n > 0 {
 			continue
 		}
+		if !hasCompatible {
+			// A table created before compatible_from: add it, once.
+			has, err := d.hasCompatible(ctx, tx)
+			if err != nil {
+				return nil, fmt.Errorf("sqlitedriver: migrate: %w", err)
+			}
+			if !has {
+				if _, err := tx.ExecContext(ctx, d.expand(migrationCompatibleSQL)); err != nil {
+					return nil, fmt.Errorf("sqlitedriver: migrate: add compatible_from: %w", err)
+				}
+			}
+			hasCompatible = true
+		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("sqlitedriver: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idem_migration (version, name, applied_at)
-			VALUES (?, ?, unixepoch('subsec') * 1000000)`), m.Version, m.Name); err != nil {
+		if _, err := tx.ExecContext(ctx, d.expand(`INSERT INTO {{table}}idem_migration (version, name, applied_at, compatible_from)
+			VALUES (?, ?, unixepoch('subsec') * 1000000, ?)`), m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return nil, fmt.Errorf("sqlitedriver: migrate: record %d: %w", m.Version, err)
 		}
 		done = append(done, m)

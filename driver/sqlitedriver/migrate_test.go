@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -393,4 +394,26 @@ func TestMigrationHoldsTheBacklogOfAParkedKey(t *testing.T) {
 	if got := claim(); got != "2,3,4,5" {
 		t.Errorf("claim with r1 parked: %s; want 2,3,4,5", got)
 	}
+}
+
+// A database a newer binary migrated: accepted when its newer versions
+// record that they accept this binary, refused otherwise; and the upgrade
+// from a migration table created before compatible_from.
+func TestNewerSchema(t *testing.T) {
+	t.Parallel()
+	drivertest.NewerSchema(t, drivertest.MigrationTable[*sql.Tx]{
+		New: func(t *testing.T) (drivertest.Migrator[*sql.Tx], func(string) error) {
+			drv := openBare(t, &sqlitedriver.Config{TablePrefix: "x_"})
+			return drv, func(q string) error {
+				_, err := drv.DB().ExecContext(t.Context(), strings.ReplaceAll(q, "{{table}}", "x_idem_migration"))
+				return err
+			}
+		},
+		CreateOld: `CREATE TABLE {{table}} (
+			version    INTEGER PRIMARY KEY,
+			name       TEXT NOT NULL,
+			applied_at INTEGER NOT NULL)`,
+		InsertOld: `INSERT INTO {{table}} (version, name, applied_at) VALUES ({{version}}, '{{name}}', 0)`,
+		Insert:    `INSERT INTO {{table}} (version, name, applied_at, compatible_from) VALUES ({{version}}, '{{name}}', 0, {{from}})`,
+	})
 }

@@ -23,13 +23,13 @@ func TestPostgresMigrationYieldsToLongTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool, _ := testdb.Schema(t, 4)
-	v1 := fstest.MapFS{"m/001_item.sql": {Data: []byte(`CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)}}
+	v1 := fstest.MapFS{"m/001_item.sql": {Data: []byte("-- older binaries: refuse\n" + `CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)}}
 	if err := appmigrate.Postgres(ctx, pool, v1, "m", "item_migration", "item-migrate"); err != nil {
 		t.Fatal(err)
 	}
 	v2 := fstest.MapFS{
 		"m/001_item.sql":    v1["m/001_item.sql"],
-		"m/002_created.sql": {Data: []byte(`CREATE INDEX item_created_idx ON item (created_at)`)},
+		"m/002_created.sql": {Data: []byte("-- older binaries: accept\n" + `CREATE INDEX item_created_idx ON item (created_at)`)},
 	}
 
 	long, err := pool.Begin(ctx) // a long writer (a batch job, a stuck request)
@@ -100,8 +100,8 @@ func TestPostgresConcurrentMigrators(t *testing.T) {
 	ctx := t.Context()
 	_, schema := testdb.Schema(t, 2)
 	fsys := fstest.MapFS{
-		"m/001_item.sql":    {Data: []byte(`CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)},
-		"m/002_created.sql": {Data: []byte(`CREATE INDEX item_created_idx ON item (created_at)`)},
+		"m/001_item.sql":    {Data: []byte("-- older binaries: refuse\n" + `CREATE TABLE item (id bigint PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`)},
+		"m/002_created.sql": {Data: []byte("-- older binaries: accept\n" + `CREATE INDEX item_created_idx ON item (created_at)`)},
 	}
 	const n = 6
 	pools := make([]*pgxpool.Pool, n)

@@ -37,7 +37,10 @@ func Each[TTx any](ctx context.Context, b driver.Backend[TTx], ms []driver.Migra
 
 // Run is a backend's MigrateApplied. It reads the status first: a database
 // with migrations this binary does not know (a newer binary migrated it) is
-// refused, and one with nothing pending is left alone, without DDL, so that
+// refused, unless they are all recorded as accepting this binary and
+// nothing is pending (then it is left alone, see
+// MigrationStatus.NewerAccepted), and one with nothing pending is left
+// alone, without DDL, so that
 // a role without CREATE rights can run on a database migrated by another.
 // The pending migrations are applied by Each; a run that fails because
 // again(err) (a lock not available in time, a busy database), in reading
@@ -53,7 +56,10 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 		st, err := status(ctx)
 		if err == nil {
 			if len(st.Unknown()) > 0 {
-				return done, fmt.Errorf("%s: migrate: %w", name, st.Err())
+				if err := st.Err(); err != nil {
+					return done, fmt.Errorf("%s: migrate: %w", name, err)
+				}
+				return done, nil
 			}
 			if st.UpToDate() {
 				return done, nil
@@ -77,10 +83,17 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 }
 
 // RefuseNewer returns an error when applied holds a version ms does not
-// know: a newer binary migrated the database.
-func RefuseNewer(name string, ms []driver.Migration, applied []int) error {
-	if st := driver.NewMigrationStatus(ms, applied); len(st.Unknown()) > 0 {
-		return fmt.Errorf("%s: migrate: %w", name, st.Err())
+// know (a newer binary migrated the database), unless every such version
+// is recorded as accepting this binary and none of ms was applied now (in
+// the caller's transaction, under the newer schema).
+func RefuseNewer(name string, ms []driver.Migration, applied []driver.AppliedMigration, now []driver.Migration) error {
+	st := driver.NewMigrationStatusOf(ms, applied)
+	if len(st.Unknown()) == 0 {
+		return nil
+	}
+	st.Pending = now
+	if err := st.Err(); err != nil {
+		return fmt.Errorf("%s: migrate: %w", name, err)
 	}
 	return nil
 }

@@ -329,8 +329,12 @@ func (n *Names) MigrationTableSQL() string {
 	if n.Schema != "" {
 		s = "CREATE SCHEMA IF NOT EXISTS " + QuoteIdent(n.Schema) + ";\n"
 	}
-	return s + n.Render(MigrationTableSQL) + ";\n"
+	return s + n.Render(MigrationTableSQL) + ";\n" + n.Render(MigrationCompatibleSQL) + ";\n"
 }
+
+// MigrationTableName is the migration table's rendered name, for
+// MigrationHasCompatibleSQL.
+func (n *Names) MigrationTableName() string { return n.Render("{{table}}idem_migration") }
 
 // SagaListQuery returns the statement that lists the sagas in states, the
 // next page's (after a cursor $3, $4) with after: SagaListUnfinishedSQL

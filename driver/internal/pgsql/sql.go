@@ -3,13 +3,26 @@ package pgsql
 // Migrations (see the backends' migrate.go).
 const (
 	MigrationTableSQL = `CREATE TABLE IF NOT EXISTS {{table}}idem_migration (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`
-	MigrationVersionsSQL = `SELECT version FROM {{table}}idem_migration ORDER BY version`
-	MigrationAppliedSQL  = `SELECT EXISTS (SELECT 1 FROM {{table}}idem_migration WHERE version = $1)`
-	MigrationRecordSQL   = `INSERT INTO {{table}}idem_migration (version, name) VALUES ($1, $2)`
-	MigrationLockSQL     = "SELECT pg_advisory_xact_lock($1)"
+		version         integer PRIMARY KEY,
+		name            text NOT NULL,
+		applied_at      timestamptz NOT NULL DEFAULT now(),
+		compatible_from integer)`
+	// MigrationCompatibleSQL adds compatible_from (driver.Migration's
+	// CompatibleFrom) to a table created before it; MigrationHasCompatibleSQL
+	// ($1: the table's rendered name) tells whether it is there, so that
+	// the ALTER, whose lock would hold the table's readers until the
+	// migration commits, runs once.
+	MigrationCompatibleSQL    = `ALTER TABLE {{table}}idem_migration ADD COLUMN IF NOT EXISTS compatible_from integer`
+	MigrationHasCompatibleSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'compatible_from' AND NOT attisdropped)`
+	// MigrationVersionsSQL reads the applied versions and their
+	// compatible_from (0: none), also from a table created before that
+	// column (through the row's JSON, which has no key for it then).
+	MigrationVersionsSQL = `SELECT version, coalesce((to_jsonb(m) ->> 'compatible_from')::integer, 0)
+		FROM {{table}}idem_migration m ORDER BY version`
+	MigrationAppliedSQL = `SELECT EXISTS (SELECT 1 FROM {{table}}idem_migration WHERE version = $1)`
+	MigrationRecordSQL  = `INSERT INTO {{table}}idem_migration (version, name, compatible_from) VALUES ($1, $2, $3)`
+	MigrationLockSQL    = "SELECT pg_advisory_xact_lock($1)"
 )
 
 // Lock timeouts: a transaction-local lock_timeout around a statement that

@@ -1,3 +1,5 @@
+-- older binaries: refuse: the first migration: no binary predates it.
+
 -- HTTP idempotency records (R-DIST-IDEM-3). One row per (scope, key).
 -- Times are Unix microseconds (UTC).
 CREATE TABLE {{table}}idempotency_record (

@@ -1,3 +1,5 @@
+-- older binaries: accept: a new table, which older binaries do not use.
+
 -- Consumer inbox (R-DIST-IDEM-2): one row per event a consumer has applied,
 -- inserted with INSERT ... ON CONFLICT DO NOTHING in the transaction of the
 -- business effect. event_id is the canonical lower-case UUID text;

@@ -1,3 +1,5 @@
+-- older binaries: accept: a new table, which older binaries do not use.
+
 -- Transactional outbox: events written in the business transaction and
 -- published later by the relay (package outbox). Times are Unix microseconds
 -- (UTC); event_id is the canonical lower-case UUID text.

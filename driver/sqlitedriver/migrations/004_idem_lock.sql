@@ -1,3 +1,5 @@
+-- older binaries: accept: a new table, which older binaries do not use.
+
 -- Named leases (driver.LockExecutor): with several replicas, the one whose
 -- owner is stored here runs the job called name (the cleanup sweep takes
 -- "idem-cleanup"); the others skip. expires_at is Unix microseconds (UTC).

@@ -1,3 +1,5 @@
+-- older binaries: accept: new tables, which older binaries do not use.
+
 -- Sagas (package saga, rule R-DIST-IDEM-1: a saga step is identified by
 -- sagaId + stepName). Times are Unix microseconds (UTC).
 --

@@ -1,3 +1,6 @@
+-- older binaries: refuse: it drops the index an older relay's claim reads a
+-- key's pending rows through.
+
 -- The relay reads pending rows in id order (outbox_pending_idx) and skips
 -- the keys that are blocked: an earlier unpublished row of the key failed
 -- and is backing off, or is parked. Those rows are in this index, which is

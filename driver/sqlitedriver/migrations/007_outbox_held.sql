@@ -1,3 +1,6 @@
+-- older binaries: refuse: an older relay's claim cannot use the new
+-- outbox_pending_idx (it leaves held rows out), and scans the outbox.
+
 -- Rows held behind a parked row of their key.
 --
 -- A parked row blocks the later rows of its key until an operator unparks

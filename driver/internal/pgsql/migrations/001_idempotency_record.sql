@@ -1,3 +1,5 @@
+-- older binaries: refuse: the first migration: no binary predates it.
+
 -- HTTP idempotency records (R-DIST-IDEM-3). One row per (scope, key).
 CREATE TABLE {{table}}idempotency_record (
     scope            text        NOT NULL,

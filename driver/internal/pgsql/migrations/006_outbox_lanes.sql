@@ -1,3 +1,7 @@
+-- older binaries: refuse: an older relay claims a key through the index
+-- dropped here, without the lane locks the newer relays take: the two would
+-- not exclude each other on a key.
+
 -- Outbox lanes: every row belongs to one of 64 lanes, a fixed hash of its
 -- record_key (hashtextextended is immutable, and stable across PostgreSQL
 -- versions because hash partitioning depends on it), so all the rows of one

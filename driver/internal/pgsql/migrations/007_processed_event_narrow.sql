@@ -1,3 +1,6 @@
+-- older binaries: accept: same columns, same uniqueness, same conflict
+-- inference (see below).
+
 -- Inbox primary key with event_id first: (event_id, consumer_name), was
 -- (consumer_name, event_id). Same columns, same uniqueness, same rows: an
 -- event recorded before this migration is still a duplicate after it, and

@@ -1,3 +1,6 @@
+-- older binaries: refuse: an older relay fails against it and publishes
+-- nothing (see below).
+
 -- Outbox delivery state in two narrow tables of its own; the outbox row is
 -- written once, when enqueued, and never updated.
 --

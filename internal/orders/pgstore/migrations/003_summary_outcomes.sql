@@ -1,3 +1,6 @@
+-- older binaries: refuse: an older binary's projection adds every order to
+-- total_amount, which counts the confirmed ones only from here on.
+
 -- The summary counts outcomes: confirmed and rejected orders (from the
 -- OrderConfirmed.v1 and OrderRejected.v1 events), and total_amount sums
 -- the confirmed orders only. Every event only adds to a row, so a row may

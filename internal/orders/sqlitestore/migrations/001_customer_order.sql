@@ -1,3 +1,5 @@
+-- older binaries: refuse: the first migration: no binary predates it.
+
 CREATE TABLE customer_order (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     customer_id INTEGER NOT NULL CHECK (customer_id > 0),

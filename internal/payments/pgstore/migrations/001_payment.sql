@@ -1,3 +1,5 @@
+-- older binaries: refuse: the first migration: no binary predates it.
+
 CREATE TABLE payment (
     id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     payment_provider    text NOT NULL,

@@ -1,3 +1,5 @@
+-- older binaries: refuse: the first migration: no binary predates it.
+
 CREATE TABLE payment (
     id                  INTEGER PRIMARY KEY AUTOINCREMENT,
     payment_provider    TEXT NOT NULL,

@@ -1,3 +1,6 @@
+-- older binaries: accept: the triggers refuse only amounts an older binary
+-- refuses already when it validates the request.
+
 -- PostgreSQL's payment has CHECK (amount > 0); SQLite cannot add a CHECK
 -- to an existing table without rebuilding it, so triggers refuse a
 -- non-positive amount on INSERT and UPDATE instead. amount is decimal TEXT
