@@ -118,9 +118,11 @@
 // for deployments that migrate before starting: up applies idem's
 // migrations and idemd's tables (as start-up does) and prints what it
 // applied; status prints each of idem's migrations, applied or pending,
-// and idemd's own pending ones (payment_migration, order_migration), and
-// exits 0 when up to date, 1 otherwise (a version newer than the binary's
-// too); sql prints the SQL of idem's
+// and idemd's own pending ones (payment_migration, order_migration), each
+// with whether older binaries may run against it ("older binaries:
+// accept", "refuse"), and exits 0 when up to date, 1 otherwise (a version
+// newer than the binary's too, unless all such versions accept it); sql
+// prints the SQL of idem's
 // migrations for the database's kind (PostgreSQL or SQLite), each preceded
 // by a "-- NNN_name" comment and followed by the INSERT that records its
 // version in idem_migration, for a DBA or a migration tool.

@@ -150,6 +150,8 @@ type stores[TTx any] struct {
 	orders   orders.Store[TTx]
 	// migrate creates the domain tables.
 	migrate []func(context.Context) error
+	// statuses read the domain tables' migrations, for newerSchemaWarning.
+	statuses []domainTables
 	// wake, if set, returns the relay's wake-up channel, until ctx ends.
 	wake func(ctx context.Context) (<-chan struct{}, error)
 	// stale lists the orders still CREATED, for the watchdog.
@@ -193,6 +195,10 @@ func (a *App) openPostgres(ctx context.Context) error {
 		orders:   ord,
 		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
+		statuses: []domainTables{
+			{table: "payment_migration", status: pay.MigrationStatus},
+			{table: "order_migration", status: ord.MigrationStatus},
+		},
 		wake: func(ctx context.Context) (<-chan struct{}, error) {
 			// The listener reports each failed reconnection (every 5 s
 			// while the database is down), then nil once reconnected.
@@ -217,6 +223,10 @@ func (a *App) openSQLite(ctx context.Context) error {
 		orders:   ord,
 		stale:    ord,
 		migrate:  []func(context.Context) error{pay.Migrate, ord.Migrate},
+		statuses: []domainTables{
+			{table: "payment_migration", status: pay.MigrationStatus},
+			{table: "order_migration", status: ord.MigrationStatus},
+		},
 		identity: func(ctx context.Context) (dbIdentity, error) {
 			abs, err := filepath.Abs(a.cfg.DB.Path)
 			if err != nil {
@@ -397,6 +407,9 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		if err == nil {
 			err = m(ctx)
 		}
+	}
+	if err == nil {
+		a.warnNewerSchema(ctx, drv, st.statuses)
 	}
 	if err == nil {
 		a.driverName = drv.Name()

@@ -29,9 +29,10 @@ idemd (idemd also migrates at start).
   up      applies idem's migrations and idemd's own tables, and prints
           the migrations it applied
   status  prints idem's migrations, applied or pending, and idemd's own
-          pending ones; exits 0 when the schema is up to date, 1 when
-          migrations are pending (or the database has a newer version
-          than this binary)
+          pending ones, each with whether binaries older than it may run
+          against a schema that has it; exits 0 when the schema is up to
+          date, 1 when migrations are pending (or the database has a
+          newer version than this binary that does not accept it)
   sql     prints the SQL of idem's migrations for the database's kind
           (PostgreSQL or SQLite), for a DBA or a migration tool, each
           ending with the INSERT that records it in idem_migration
@@ -154,6 +155,10 @@ func migrateStatus(ctx context.Context, m migrator, domain []domainTables, stdou
 	printStatus(stdout, "", ms, st)
 	errs := []error{st.Err()}
 	current := []string{fmt.Sprintf("version %d", st.Current())}
+	var newer []string
+	if st.NewerAccepted() {
+		newer = append(newer, fmt.Sprintf("idem_migration %s", joinVersions(st.Unknown())))
+	}
 	for _, d := range domain {
 		if d.status == nil {
 			continue
@@ -167,6 +172,9 @@ func migrateStatus(ctx context.Context, m migrator, domain []domainTables, stdou
 			errs = append(errs, fmt.Errorf("%s: %w", d.table, err))
 		}
 		current = append(current, fmt.Sprintf("%s %d", d.table, ds.Current()))
+		if ds.NewerAccepted() {
+			newer = append(newer, fmt.Sprintf("%s %s", d.table, joinVersions(ds.Unknown())))
+		}
 	}
 	pending := false
 	for _, err := range errs {
@@ -179,12 +187,17 @@ func migrateStatus(ctx context.Context, m migrator, domain []domainTables, stdou
 		return errPending
 	}
 	_, _ = fmt.Fprintf(stdout, "up to date at %s\n", strings.Join(current, ", "))
+	if len(newer) > 0 {
+		_, _ = fmt.Fprintf(stdout, "newer than this binary, which its newer migrations accept: %s\n", strings.Join(newer, ", "))
+	}
 	return nil
 }
 
 // printStatus prints one line per migration of ms (applied or pending by
 // st) and per applied version this binary does not know, each name
-// prefixed with prefix.
+// prefixed with prefix, with whether binaries that predate it may run
+// against a schema that has it: as ms declares it, and for the unknown
+// versions as the database records it.
 func printStatus(stdout io.Writer, prefix string, ms []driver.Migration, st driver.MigrationStatus) {
 	pending := make(map[int]bool, len(st.Pending))
 	for _, p := range st.Pending {
@@ -195,10 +208,40 @@ func printStatus(stdout io.Writer, prefix string, ms []driver.Migration, st driv
 		if pending[x.Version] {
 			state = "pending"
 		}
-		_, _ = fmt.Fprintf(stdout, "%03d %-28s %s\n", x.Version, prefix+x.Name, state)
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s %-36s %s\n", x.Version, prefix+x.Name, "older binaries: "+x.Marker(), state)
 	}
 	for _, v := range st.Unknown() {
-		_, _ = fmt.Fprintf(stdout, "%03d %-28s applied, unknown to this binary\n", v, prefix+"?")
+		_, _ = fmt.Fprintf(stdout, "%03d %-28s %-36s applied, unknown to this binary\n", v, prefix+"?", "older binaries: "+st.Marker(v))
+	}
+}
+
+// joinVersions formats versions as the status lines do.
+func joinVersions(vs []int) string {
+	ss := make([]string, len(vs))
+	for i, v := range vs {
+		ss[i] = fmt.Sprintf("%03d", v)
+	}
+	return strings.Join(ss, ", ")
+}
+
+// warnNewerSchema logs a WARN for each migration table (idem's, with drv's
+// MigrationStatus, and those of statuses) that has versions this binary
+// does not know, all recorded as accepting it: the start goes on (the
+// migrate and Validate before it refused any other newer version), on a
+// schema a newer release migrated.
+func (a *App) warnNewerSchema(ctx context.Context, drv any, statuses []domainTables) {
+	if m, ok := drv.(interface {
+		MigrationStatus(context.Context) (driver.MigrationStatus, error)
+	}); ok {
+		statuses = append([]domainTables{{table: "idem_migration", status: m.MigrationStatus}}, statuses...)
+	}
+	for _, d := range statuses {
+		st, err := d.status(ctx)
+		if err != nil || !st.NewerAccepted() {
+			continue
+		}
+		a.log.Warn("database schema is newer than this binary; its newer migrations accept this binary, which runs on it (a rolling deploy or a rollback)",
+			"table", d.table, "versions", joinVersions(st.Unknown()), "known_up_to", st.Latest)
 	}
 }
 
@@ -232,13 +275,15 @@ func migrateSQL(db Database, stdout io.Writer) error {
 	// Each section ends with the INSERT that records its version, as
 	// Migrate does: the SQL applied as a whole, or a section at a time
 	// by a migration tool, leaves a database idem sees migrated.
-	record := "INSERT INTO idem_migration (version, name) VALUES (%d, '%s');\n"
+	// compatible_from is what the migration declares of older binaries
+	// (driver.Migration's CompatibleFrom), which they read.
+	record := "INSERT INTO idem_migration (version, name, compatible_from) VALUES (%d, '%s', %d);\n"
 	if db.Kind != Postgres {
-		record = "INSERT INTO idem_migration (version, name, applied_at) VALUES (%d, '%s', unixepoch('subsec') * 1000000);\n"
+		record = "INSERT INTO idem_migration (version, name, applied_at, compatible_from) VALUES (%d, '%s', unixepoch('subsec') * 1000000, %d);\n"
 	}
 	_, _ = fmt.Fprintf(stdout, "-- idem_migration: the versions applied (each migration below ends with its INSERT)\n%s\n", m.MigrationTableSQL())
 	for _, x := range ms {
-		_, _ = fmt.Fprintf(stdout, "-- %03d_%s\n%s\n"+record+"\n", x.Version, x.Name, x.SQL, x.Version, strings.ReplaceAll(x.Name, "'", "''"))
+		_, _ = fmt.Fprintf(stdout, "-- %03d_%s\n%s\n"+record+"\n", x.Version, x.Name, x.SQL, x.Version, strings.ReplaceAll(x.Name, "'", "''"), x.CompatibleFrom)
 	}
 	return nil
 }

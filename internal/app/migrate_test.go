@@ -229,9 +229,16 @@ func TestMigrateSQLApplied(t *testing.T) {
 		if code != 0 || stderr != "" {
 			t.Fatalf("%s: migrate sql: code %d, stderr %q", db, code, stderr)
 		}
+		// Each INSERT records what its migration declares of older
+		// binaries (compatible_from), as Migrate does.
+		var unmarked int
 		if db == pgDB {
 			if _, err := pool.Exec(ctx, script); err != nil {
 				t.Fatalf("apply the SQL of migrate sql: %v", err)
+			}
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_migration WHERE compatible_from IS NULL`).Scan(&unmarked)
+			if err != nil || unmarked != 0 {
+				t.Errorf("%s: %d versions recorded without compatible_from, %v", db, unmarked, err)
 			}
 		} else {
 			drv, err := sqlitedriver.Open(sqlitePath, nil)
@@ -239,9 +246,12 @@ func TestMigrateSQLApplied(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = drv.DB().ExecContext(ctx, script)
+			if err == nil {
+				err = drv.DB().QueryRowContext(ctx, `SELECT count(*) FROM idem_migration WHERE compatible_from IS NULL`).Scan(&unmarked)
+			}
 			_ = drv.Close()
-			if err != nil {
-				t.Fatalf("apply the SQL of migrate sql: %v", err)
+			if err != nil || unmarked != 0 {
+				t.Fatalf("apply the SQL of migrate sql: %v; %d versions recorded without compatible_from", err, unmarked)
 			}
 		}
 		code, stdout, stderr := run(t, []string{"migrate", "up", "-db", db}, nil)

@@ -74,10 +74,24 @@ func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration
 			return fmt.Errorf("migrate %s: lock_timeout: %w", table, err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
-			version    integer PRIMARY KEY,
-			name       text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			version         integer PRIMARY KEY,
+			name            text NOT NULL,
+			applied_at      timestamptz NOT NULL DEFAULT now(),
+			compatible_from integer)`); err != nil {
 			return fmt.Errorf("migrate %s: %w", table, err)
+		}
+		// A table created before compatible_from (driver.Migration's
+		// CompatibleFrom) gets it, once: the ALTER's lock would hold the
+		// table's readers until this transaction commits.
+		var has bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+			WHERE attrelid = to_regclass($1) AND attname = 'compatible_from' AND NOT attisdropped)`, t).Scan(&has); err != nil {
+			return fmt.Errorf("migrate %s: %w", table, err)
+		}
+		if !has {
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS compatible_from integer`); err != nil {
+				return fmt.Errorf("migrate %s: add compatible_from: %w", table, err)
+			}
 		}
 		for _, m := range ms {
 			var applied bool
@@ -90,7 +104,7 @@ func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (version, name, compatible_from) VALUES ($1, $2, $3)`, m.Version, m.Name, m.CompatibleFrom); err != nil {
 				return fmt.Errorf("migrate %s: %w", table, err)
 			}
 		}
@@ -111,19 +125,21 @@ func PostgresStatus(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, dir, ta
 
 func postgresStatus(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration, table string) (driver.MigrationStatus, error) {
 	t := pgx.Identifier{table}.Sanitize()
-	var applied []int
+	var applied []driver.AppliedMigration
 	var exists bool
 	err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
 	if err == nil && exists {
 		var rows pgx.Rows
-		if rows, err = pool.Query(ctx, `SELECT version FROM `+t); err == nil {
-			applied, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		// compatible_from through the row's JSON: a table created before
+		// it has no key for it.
+		if rows, err = pool.Query(ctx, `SELECT version, coalesce((to_jsonb(m) ->> 'compatible_from')::integer, 0) FROM `+t+` m`); err == nil {
+			applied, err = pgx.CollectRows(rows, pgx.RowToStructByPos[driver.AppliedMigration])
 		}
 	}
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
 	}
-	return driver.NewMigrationStatus(ms, applied), nil
+	return driver.NewMigrationStatusOf(ms, applied), nil
 }
 
 // SQLite applies the pending migrations of fsys/dir in one transaction
@@ -148,10 +164,20 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 	}
 	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ')))`); err != nil {
+		version         INTEGER PRIMARY KEY,
+		name            TEXT NOT NULL,
+		applied_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ')),
+		compatible_from INTEGER)`); err != nil {
 		return fmt.Errorf("migrate %s: %w", table, err)
+	}
+	has, err := sqliteHasCompatible(ctx, tx, table)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", table, err)
+	}
+	if !has {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE `+t+` ADD COLUMN compatible_from INTEGER`); err != nil {
+			return fmt.Errorf("migrate %s: add compatible_from: %w", table, err)
+		}
 	}
 	for _, m := range ms {
 		var n int
@@ -164,7 +190,7 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+t+` (version, name) VALUES (?, ?)`, m.Version, m.Name); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+t+` (version, name, compatible_from) VALUES (?, ?, ?)`, m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return fmt.Errorf("migrate %s: %w", table, err)
 		}
 	}
@@ -187,18 +213,26 @@ func SQLiteStatus(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string
 
 func sqliteStatus(ctx context.Context, db *sql.DB, ms []driver.Migration, table string) (driver.MigrationStatus, error) {
 	t := `"` + table + `"`
-	var applied []int
+	var applied []driver.AppliedMigration
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
+	var has bool
 	if err == nil && n > 0 {
+		has, err = sqliteHasCompatible(ctx, db, table)
+	}
+	if err == nil && n > 0 {
+		query := `SELECT version, 0 FROM ` + t
+		if has {
+			query = `SELECT version, coalesce(compatible_from, 0) FROM ` + t
+		}
 		var rows *sql.Rows
-		if rows, err = db.QueryContext(ctx, `SELECT version FROM `+t); err == nil {
+		if rows, err = db.QueryContext(ctx, query); err == nil {
 			for rows.Next() {
-				var v int
-				if err = rows.Scan(&v); err != nil {
+				var a driver.AppliedMigration
+				if err = rows.Scan(&a.Version, &a.CompatibleFrom); err != nil {
 					break
 				}
-				applied = append(applied, v)
+				applied = append(applied, a)
 			}
 			if cerr := rows.Close(); err == nil {
 				err = cerr
@@ -211,16 +245,30 @@ func sqliteStatus(ctx context.Context, db *sql.DB, ms []driver.Migration, table 
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
 	}
-	return driver.NewMigrationStatus(ms, applied), nil
+	return driver.NewMigrationStatusOf(ms, applied), nil
+}
+
+// sqliteHasCompatible reports whether table, which exists, has
+// compatible_from (a table created before it has not).
+func sqliteHasCompatible(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, table string) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = 'compatible_from'`, table).Scan(&n)
+	return n > 0, err
 }
 
 // settled reports whether nothing is to be done: the database has every
 // migration of ms (then no DDL runs, so a role without CREATE rights can
 // start on a database migrated by another), or it has one this binary does
-// not know (an error: a newer idemd migrated it).
+// not know (a newer idemd migrated it: an error, unless every such one is
+// recorded as accepting this binary and none of ms is pending).
 func settled(table string, st driver.MigrationStatus) (bool, error) {
 	if len(st.Unknown()) > 0 {
-		return true, fmt.Errorf("migrate %s: %w", table, st.Err())
+		if err := st.Err(); err != nil {
+			return true, fmt.Errorf("migrate %s: %w", table, err)
+		}
+		return true, nil
 	}
 	return st.UpToDate(), nil
 }
