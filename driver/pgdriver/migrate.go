@@ -135,8 +135,8 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
 // newer than the binary, unless its new migrations accept this one) while
-// they can still serve, and a probe would
-// take them all out of service at once during a rolling deploy.
+// they can still serve, and a probe would take them all out of service at
+// once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
 	s, err := d.MigrationStatus(ctx)
 	if err := migrate.Validate("pgdriver", s, err); err != nil {
