@@ -29,7 +29,10 @@
 //	IDEMD_ADDR=:9090 IDEMD_DB=sqlite:/tmp/pay.db IDEMD_KAFKA=off go run ./cmd/idemd
 //
 // Flags (each overrides its environment variable): -addr (IDEMD_ADDR,
-// default 127.0.0.1:8080), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
+// default 127.0.0.1:8080), -admin-addr (IDEMD_ADMIN_ADDR, default none: a
+// second listen address serving /metrics, /healthz and /livez for
+// Prometheus and the probes, on a port the public ingress never routes;
+// -addr then no longer serves /metrics, and keeps the probes), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
 // file path; default ./idemd.db), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
 // default 15s), -request-timeout (IDEMD_REQUEST_TIMEOUT, default 10s, at
 // most 30s: a /v1 request still waiting for the database then, for a
@@ -38,7 +41,8 @@
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
 // "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
 // in-process broker, one per database, on -kafka-embedded-addr (default a
-// random port of 127.0.0.1; -addr's port on the same host is refused)
+// random port of 127.0.0.1; -addr's or -admin-addr's port on the same
+// host is refused)
 // whose log is kept in -kafka-dir (default
 // PATH.kafka next to a SQLite database, ./idemd.kafka with PostgreSQL);
 // off, no relay, no consumer and no
@@ -155,10 +159,10 @@
 // idemd's own metrics start with idemd_; the Go runtime's and the
 // process's (go_*, process_*) are exported too.
 //
-// idemd prints one line on stdout with its address, its database (password
-// redacted) and its Kafka, and logs to stderr, one access log line per
+// idemd prints one line on stdout with its address (and -admin-addr's), its
+// database (password redacted) and its Kafka, and logs to stderr, one access log line per
 // request (its method, path, route, status, duration and Idempotency-Key,
-// never its body). SIGINT or SIGTERM stops accepting connections, waits for the
+// never its body). SIGINT or SIGTERM stops accepting connections (on both listeners), waits for the
 // requests in flight (two thirds of -shutdown-timeout at most: a request
 // still running is then cut off, and idemd exits 1), stops the relay and
 // publishes what is left in the outbox, stops the consumers (which commit

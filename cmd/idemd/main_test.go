@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,11 +30,16 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		testServe(t, bin, syscall.SIGINT)
 	})
+	t.Run("admin listener: probes and metrics, SIGTERM closes both", func(t *testing.T) {
+		t.Parallel()
+		testAdmin(t, bin)
+	})
 	for name, args := range map[string][]string{
 		"bad flag":             {"-bogus"},
 		"bad addr":             {"-addr", "localhost"},
 		"unknown scheme":       {"-db", "mysql://root@db/pay"},
 		"topic with kafka off": {"-kafka", "off", "-kafka-topic", "shop.orders"},
+		"admin addr is addr":   {"-addr", "127.0.0.1:8080", "-admin-addr", "127.0.0.1:8080"},
 	} {
 		t.Run(name+" exits 2 with one line", func(t *testing.T) {
 			t.Parallel()
@@ -147,6 +153,83 @@ func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	}
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log on stderr: %s", stderr.String())
+	}
+}
+
+var adminListenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+) with database sqlite:\S+ and kafka off; admin endpoints \(/metrics, /healthz, /livez\) on (http://127\.0\.0\.1:\d+)$`)
+
+// testAdmin runs idemd with -admin-addr: the metrics on the admin port
+// only, the probes on both, and a SIGTERM that frees both ports.
+func testAdmin(t *testing.T, bin string) {
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-kafka", "off",
+		"-db", "sqlite:"+filepath.Join(t.TempDir(), "pay.db"))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSuffix(line, "\n")
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	var base, admin string
+	select {
+	case line := <-lines:
+		m := adminListenRe.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("first line %q, want the listen line with both addresses; stderr %s", line, stderr.String())
+		}
+		base, admin = m[1], m[2]
+	case <-time.After(20 * time.Second):
+		t.Fatal("no listen line within 20s")
+	}
+	for _, c := range []struct {
+		url    string
+		status int
+		body   string
+	}{
+		{base + "/metrics", http.StatusNotFound, "There is no route for GET /metrics"},
+		{base + "/healthz", http.StatusOK, `{"status":"ok"}`},
+		{admin + "/healthz", http.StatusOK, `{"status":"ok"}`},
+		{admin + "/livez", http.StatusOK, `{"status":"ok"}`},
+		{admin + "/metrics", http.StatusOK, `process_start_time_seconds`},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, c.url, nil)
+		if res, body := do(t, req); res.StatusCode != c.status || !strings.Contains(body, c.body) {
+			t.Errorf("GET %s: %d %q; want %d with %q", c.url, res.StatusCode, body, c.status, c.body)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Errorf("after SIGTERM: %v, want exit code 0; stderr %s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20s after SIGTERM")
+	}
+	for _, u := range []string{base, admin} {
+		ln, err := net.Listen("tcp", strings.TrimPrefix(u, "http://"))
+		if err != nil {
+			t.Errorf("%s still held after idemd exited: %v", u, err)
+			continue
+		}
+		_ = ln.Close()
 	}
 }
 

@@ -38,9 +38,14 @@ type App struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	handler http.Handler
-	ping    func(context.Context) error
-	close   func()
+	// handler serves every route; with an admin listener (ServeWithAdmin)
+	// apiHandler serves the other listener (every route but /metrics)
+	// and adminHandler the admin one (/metrics, /healthz, /livez).
+	handler      http.Handler
+	apiHandler   http.Handler
+	adminHandler http.Handler
+	ping         func(context.Context) error
+	close        func()
 	// sweep runs the retention sweep on its schedule until its context
 	// ends; nil when Config.Cleanup is CleanupOff.
 	sweep func(context.Context) error
@@ -413,7 +418,7 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 	}
 	if err == nil {
 		a.driverName = drv.Name()
-		a.handler, err = routes(a, drv, st)
+		err = routes(a, drv, st)
 	}
 	if err == nil {
 		every := a.parkedEvery
@@ -464,9 +469,10 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 	return nil
 }
 
-// routes builds the handler: access log and metrics around a ServeMux
-// whose routing errors are problems.
-func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handler, error) {
+// routes builds the handlers (a.handler, a.apiHandler, a.adminHandler):
+// access log and metrics around a ServeMux whose routing errors are
+// problems.
+func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) error {
 	// One middleware per endpoint, whose MaxBodyBytes is the endpoint's
 	// own limit: every body over it gets the middleware's 413
 	// body-too-large, whatever its size, before a key is claimed.
@@ -481,17 +487,16 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	}
 	idemPayments, err := idem(payments.MaxRequestBytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	idemOrders, err := idem(orders.MaxRequestBytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.metrics.caches.use("payments", idemPayments.CacheStats)
 	a.metrics.caches.use("orders", idemOrders.CacheStats)
 	h := payments.NewHandler(st.payments, a.log)
 	o := orders.NewHandler(st.orders, drv, a.cfg.Kafka.Mode != KafkaOff, a.log)
-	mux := http.NewServeMux()
 	// apijson.RequireJSON answers 415 in front of the middleware: a missing
 	// or wrong Content-Type claims no key, so the corrected request may
 	// reuse it.
@@ -500,18 +505,36 @@ func routes[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx]) (http.Handl
 	// taken) answers 503 with Retry-After, not a wait as long as the
 	// client's.
 	api := func(h http.Handler) http.Handler { return withDeadline(a.cfg.RequestTimeout, authenticate(h)) }
-	mux.Handle("POST /v1/payments", api(apijson.RequireJSON("payment",
-		idemPayments.Handler(http.HandlerFunc(h.Create)))))
-	mux.Handle("GET /v1/payments/{id}", api(http.HandlerFunc(h.Get)))
-	mux.Handle("POST /v1/orders", api(apijson.RequireJSON("order",
-		a.wakeRelay(idemOrders.Handler(http.HandlerFunc(o.Create))))))
-	mux.Handle("GET /v1/orders/{id}", api(http.HandlerFunc(o.Get)))
-	mux.Handle("GET /v1/customers/{id}/summary", api(http.HandlerFunc(o.Summary)))
-	mux.HandleFunc("GET /healthz", a.healthz)
-	mux.HandleFunc("GET /livez", a.livez)
-	mux.HandleFunc("GET /v1/kafka", a.kafkaInfo)
-	mux.Handle("GET /metrics", a.metrics.handler())
-	return a.observe(problemRouting(mux)), nil
+	apiRoutes := map[string]http.Handler{
+		"POST /v1/payments": api(apijson.RequireJSON("payment",
+			idemPayments.Handler(http.HandlerFunc(h.Create)))),
+		"GET /v1/payments/{id}": api(http.HandlerFunc(h.Get)),
+		"POST /v1/orders": api(apijson.RequireJSON("order",
+			a.wakeRelay(idemOrders.Handler(http.HandlerFunc(o.Create))))),
+		"GET /v1/orders/{id}":            api(http.HandlerFunc(o.Get)),
+		"GET /v1/customers/{id}/summary": api(http.HandlerFunc(o.Summary)),
+		"GET /v1/kafka":                  http.HandlerFunc(a.kafkaInfo),
+	}
+	// The probes are on both listeners: a load balancer probes the port
+	// it sends traffic to, Kubernetes the one its kubelet may reach.
+	probes := map[string]http.Handler{
+		"GET /healthz": http.HandlerFunc(a.healthz),
+		"GET /livez":   http.HandlerFunc(a.livez),
+	}
+	metricsRoute := map[string]http.Handler{"GET /metrics": a.metrics.handler()}
+	serve := func(routes ...map[string]http.Handler) http.Handler {
+		mux := http.NewServeMux()
+		for _, rs := range routes {
+			for pattern, h := range rs {
+				mux.Handle(pattern, h)
+			}
+		}
+		return a.observe(problemRouting(mux))
+	}
+	a.handler = serve(apiRoutes, probes, metricsRoute)
+	a.apiHandler = serve(apiRoutes, probes)
+	a.adminHandler = serve(probes, metricsRoute)
+	return nil
 }
 
 // withDeadline runs next with a request context that ends after d: the

@@ -74,6 +74,12 @@ const (
 type Config struct {
 	// Addr is the TCP address to listen on. Defaults to 127.0.0.1:8080.
 	Addr string
+	// AdminAddr, when set, is a second TCP address, for Prometheus and
+	// the probes: Run serves /metrics there, and no longer on Addr (which
+	// a public ingress may route), and /healthz and /livez on both (a
+	// load balancer probes the port it sends traffic to). Empty (the
+	// default): everything on Addr.
+	AdminAddr string
 	// DB is the database. Defaults to the SQLite file ./idemd.db.
 	DB Database
 	// DBListen is the PostgreSQL URL the outbox relay LISTENs on for
@@ -178,6 +184,7 @@ type setting struct {
 
 var settings = []setting{
 	{"addr", "IDEMD_ADDR", DefaultAddr, "listen address host:port (port 0 picks a free port)"},
+	{"admin-addr", "IDEMD_ADMIN_ADDR", "", "listen address host:port of /metrics, /healthz and /livez for Prometheus and the probes, a port the public ingress never routes; /metrics then leaves -addr, the probes stay on both (default: none, everything on -addr)"},
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
 	{"db-listen", "IDEMD_DB_LISTEN", "", "PostgreSQL URL the outbox relay LISTENs on for other replicas' events (default: -db's); a direct one when -db goes through a pooler in transaction mode (PgBouncer)"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
@@ -195,7 +202,7 @@ var settings = []setting{
 	{"kafka-sasl-password-file", "IDEMD_KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password (one line), unless " + EnvKafkaSASLPassword + " holds it; there is no flag for the password itself"},
 	{"kafka-topic", "IDEMD_KAFKA_TOPIC", DefaultKafkaTopic, "Kafka topic of the order events (dead letters go to TOPIC.dlq); not with -kafka off"},
 	{"kafka-dir", "IDEMD_KAFKA_DIR", "", "embedded broker's log directory (default: the SQLite file's path + .kafka, or " + DefaultPostgresKafkaDir + " with PostgreSQL)"},
-	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port; not -addr's)"},
+	{"kafka-embedded-addr", "IDEMD_KAFKA_EMBEDDED_ADDR", DefaultKafkaEmbeddedAddr, "embedded broker's listen address host:port (port 0 picks a free port; not -addr's or -admin-addr's)"},
 	{"kafka-instance-id", "IDEMD_KAFKA_INSTANCE_ID", "", "static consumer group membership: this replica's own stable ID (e.g. its StatefulSet pod name; never shared by two replicas). A restarted replica gets its partitions back at once; a stopped one holds them for up to -kafka-session-timeout (default: dynamic membership)"},
 	{"kafka-session-timeout", "IDEMD_KAFKA_SESSION_TIMEOUT", ConsumerSessionTimeout.String(), "consumer group session timeout: how long a replica that died (or, with -kafka-instance-id, stopped) keeps its partitions; 1s to 30m, within the brokers' group.min/max.session.timeout.ms (Kafka: 6s to 30m by default)"},
 	{"kafka-headers", "IDEMD_KAFKA_HEADERS", "idem", "headers of event records: idem, cloudevents (the CloudEvents Kafka binding's ce_* headers) or both; not with -kafka off"},
@@ -320,6 +327,15 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := checkAddr(cfg.Addr); err != nil {
 		return Config{}, configErrorf("%s: %v", source("addr"), err)
 	}
+	if cfg.AdminAddr = strings.TrimSpace(*values["admin-addr"]); cfg.AdminAddr != "" {
+		if err := checkAddr(cfg.AdminAddr); err != nil {
+			return Config{}, configErrorf("%s: %v", source("admin-addr"), err)
+		}
+		if samePort(cfg.Addr, cfg.AdminAddr) {
+			return Config{}, configErrorf("%s (%s) and %s (%s) ask for the same port: the admin endpoints need a port of their own, which the public ingress does not route",
+				source("admin-addr"), cfg.AdminAddr, source("addr"), cfg.Addr)
+		}
+	}
 	db, err := ParseDatabase(*values["db"])
 	if err != nil {
 		return Config{}, configErrorf("%s: %v", source("db"), err)
@@ -387,9 +403,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err := (event.HeaderOptions{Format: cfg.KafkaHeaders, Source: cfg.KafkaSource}).Validate(); err != nil {
 		return Config{}, configErrorf("%s: %v", source("kafka-source"), err)
 	}
-	if cfg.Kafka.Mode == KafkaEmbedded && samePort(cfg.Addr, cfg.KafkaEmbeddedAddr) {
-		return Config{}, configErrorf("%s (%s) and %s (%s) ask for the same port: the embedded broker could not listen once the HTTP server does",
-			source("kafka-embedded-addr"), cfg.KafkaEmbeddedAddr, source("addr"), cfg.Addr)
+	if cfg.Kafka.Mode == KafkaEmbedded {
+		for _, l := range [][2]string{{"addr", cfg.Addr}, {"admin-addr", cfg.AdminAddr}} {
+			if l[1] != "" && samePort(l[1], cfg.KafkaEmbeddedAddr) {
+				return Config{}, configErrorf("%s (%s) and %s (%s) ask for the same port: the embedded broker could not listen once the HTTP server does",
+					source("kafka-embedded-addr"), cfg.KafkaEmbeddedAddr, source(l[0]), l[1])
+			}
+		}
 	}
 	if cfg.Kafka.Mode == KafkaOff {
 		// The outbox stores no topic and no header format: a later start

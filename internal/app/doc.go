@@ -54,7 +54,12 @@
 // Kafka brokers) need no Authorization and share -addr with the API:
 // behind a public ingress or load balancer, route only the /v1/payments,
 // /v1/orders and /v1/customers paths, and scrape and probe the others
-// from the internal network.
+// from the internal network. With -admin-addr (Config.AdminAddr), a
+// second listener serves /metrics, /healthz and /livez for Prometheus
+// and the probes; -addr then answers /metrics 404 (never published
+// through the ingress) and keeps /healthz and /livez, which load
+// balancers probe on the port they send traffic to. Both listeners stop
+// accepting together at SIGTERM.
 //
 // The database is PostgreSQL for a postgres:// URL and SQLite otherwise;
 // idem's tables and the domain tables live in the same database, so that in

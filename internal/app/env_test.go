@@ -85,6 +85,7 @@ func TestUnknownVariable(t *testing.T) {
 		{[]string{"IDEMD_DB=" + db, "IDEMD_SHUTDOWN_TIEMOUT=30s"}, "unknown environment variable IDEMD_SHUTDOWN_TIEMOUT (did you mean IDEMD_SHUTDOWN_TIMEOUT?)"},
 		{[]string{"IDEMD_DB=" + db, "IDEMD_DATABASE_URL=postgres://db/pay"}, "unknown environment variable IDEMD_DATABASE_URL (did you mean IDEMD_DB?)"},
 		{[]string{"IDEMD_DB=" + db, "Idemd_Kafka=off"}, "unknown environment variable Idemd_Kafka (did you mean IDEMD_KAFKA?)"},
+		{[]string{"IDEMD_DB=" + db, "IDEMD_METRICS_ADDR=:9090"}, "unknown environment variable IDEMD_METRICS_ADDR (did you mean IDEMD_ADMIN_ADDR?)"},
 		// Set but empty is still a typo of a name.
 		{[]string{"IDEMD_DB=" + db, "IDEMD_FOO="}, "unknown environment variable IDEMD_FOO (idemd -h lists the variables idemd reads)"},
 		{[]string{"IDEMD_DB=" + db, "IDEMD_FOO=1", "IDEMD_FOO=2"}, "unknown environment variable IDEMD_FOO (idemd -h lists the variables idemd reads)"},

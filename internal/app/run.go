@@ -61,6 +61,20 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		return 1
 	}
+	var adminLn net.Listener
+	if cfg.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			_ = ln.Close()
+			_, _ = fmt.Fprintf(stderr, "idemd: -admin-addr %s: %s\n", cfg.AdminAddr, errMessage(err))
+			return 1
+		}
+	}
+	closeListeners := func() {
+		_ = ln.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+	}
 	bound := startTimeout
 	if opts.startTimeout > 0 {
 		bound = opts.startTimeout
@@ -91,12 +105,12 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		// New was waiting for failed with "context canceled". Nothing
 		// was served and nothing is left half done (each migration runs
 		// in a transaction), so this is the stop that was asked for.
-		_ = ln.Close()
+		closeListeners()
 		_, _ = fmt.Fprintln(stderr, "idemd: stopped during start-up by a signal, before serving")
 		return 0
 	}
 	if err != nil {
-		_ = ln.Close()
+		closeListeners()
 		_, _ = fmt.Fprintf(stderr, "idemd: %s\n", errMessage(err))
 		var ce *ConfigError
 		if errors.As(err, &ce) {
@@ -104,8 +118,12 @@ func RunWith(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return 1
 	}
-	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s and kafka %s\n", ln.Addr(), cfg.DB, a.Kafka())
-	err = a.Serve(ctx, ln)
+	adminLine := ""
+	if adminLn != nil {
+		adminLine = fmt.Sprintf("; admin endpoints (/metrics, /healthz, /livez) on http://%s", adminLn.Addr())
+	}
+	_, _ = fmt.Fprintf(stdout, "idemd listening on http://%s with database %s and kafka %s%s\n", ln.Addr(), cfg.DB, a.Kafka(), adminLine)
+	err = a.ServeWithAdmin(ctx, ln, adminLn)
 	stopAt()
 	closed := closeWithin(a, stopping.Load().Add(cfg.ShutdownTimeout))
 	if err != nil {

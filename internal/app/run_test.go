@@ -48,6 +48,10 @@ func TestRunStartupFailures(t *testing.T) {
 		{"unknown scheme", nil, map[string]string{"IDEMD_DB": "mongodb://db"}, 2, "unknown database scheme"},
 		{"sqlite in a missing directory", []string{"-addr", "127.0.0.1:0", "-db", "/nonexistent/dir/x.db"}, nil, 1, "/nonexistent/dir/x.db: directory /nonexistent/dir does not exist"},
 		{"address in use", []string{"-addr", busy.Addr().String(), "-db", testdb.SQLitePath(t)}, nil, 1, "address already in use"},
+		{"bad admin addr", []string{"-addr", "127.0.0.1:0", "-admin-addr", "metrics"}, nil, 2, "-admin-addr: bad listen address"},
+		{"admin addr is addr", []string{"-addr", "127.0.0.1:8080", "-admin-addr", "127.0.0.1:8080"}, nil, 2, "ask for the same port"},
+		{"admin address in use", []string{"-addr", "127.0.0.1:0", "-admin-addr", busy.Addr().String(), "-db", testdb.SQLitePath(t)}, nil, 1,
+			"-admin-addr " + busy.Addr().String() + ": listen tcp " + busy.Addr().String() + ": bind: address already in use"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -33,23 +33,39 @@ import (
 // one reported while the shutdown runs is returned too, and a lease taken
 // then stops the flushes at once.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           a.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	return a.ServeWithAdmin(ctx, ln, nil)
+}
+
+// ServeWithAdmin is Serve with a second listener, admin, for Prometheus
+// and the probes (Config.AdminAddr): it serves /metrics, /healthz and
+// /livez, and ln every route but /metrics. A nil admin is Serve: every
+// route on ln. Both listeners stop accepting together, at the first step
+// of the shutdown; one that fails stops the other and the process, as a
+// failing ln alone does.
+func (a *App) ServeWithAdmin(ctx context.Context, ln, admin net.Listener) error {
+	servers := []*httpServer{a.newServer("", ln, a.handler)}
+	if admin != nil {
+		servers = []*httpServer{a.newServer("", ln, a.apiHandler), a.newServer("admin ", admin, a.adminHandler)}
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	stopped := make(chan *httpServer, len(servers)) // each one's Serve returned
+	for _, s := range servers {
+		go func() {
+			s.err = s.srv.Serve(s.ln)
+			close(s.done)
+			stopped <- s
+		}()
+	}
 	// The start-up lines, once nothing can fail any more (a refused start
 	// prints one line: its error).
 	a.log.Info("database ready", "database", a.cfg.DB.String(), "driver", a.driverName)
 	if a.sweep != nil {
 		a.log.Info("retention sweep scheduled", "schedule", a.cfg.Cleanup)
 	}
-	a.log.Info("http server started", "addr", ln.Addr().String(), "metrics", "/metrics", "health", "/healthz")
+	started := []any{"addr", ln.Addr().String()}
+	if admin != nil {
+		started = append(started, "admin_addr", admin.Addr().String())
+	}
+	a.log.Info("http server started", append(started, "metrics", "/metrics", "health", "/healthz")...)
 	// Their context is not ctx: they must outlive the HTTP drain (a
 	// request in flight may still enqueue an event).
 	relay := a.startWorkers(ctx, worker{"outbox relay", a.relay,
@@ -91,8 +107,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	var fatal error
 	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+	case s := <-stopped:
+		// Not one listener without the other: the API without its
+		// probes and metrics, or probes saying ready for an API that
+		// no longer answers.
+		for _, o := range servers {
+			_ = o.srv.Close()
+		}
+		return fmt.Errorf("%sserve: %w", s.name, s.err)
 	case <-ctx.Done():
 	case fatal = <-a.fatal:
 	}
@@ -135,16 +157,15 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	hctx, hcancel := context.WithTimeout(sctx, drain)
 	defer hcancel()
-	err := srv.Shutdown(hctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
+	err := shutdownServers(hctx, servers)
 	if err != nil {
 		// A client that does not finish its request (or a handler that
 		// does not return) has had its share of the bound: its
 		// connection is closed, and the steps below go on with the
 		// rest. The exit is a failure.
-		_ = srv.Close()
+		for _, s := range servers {
+			_ = s.srv.Close()
+		}
 		err = fmt.Errorf("shutdown: in-flight requests did not finish within %s: %w", drain, err)
 		a.log.Error("shutdown: requests in flight cut off", "err", err)
 		if fatal == nil {
@@ -170,6 +191,54 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	lateFailure()
 	a.log.Info("stopped", "elapsed", since(start))
 	return fatal
+}
+
+// httpServer is one listener's server.
+type httpServer struct {
+	name string // "" or "admin ", for errors
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{} // closed when Serve returned, with err
+	err  error
+}
+
+func (a *App) newServer(name string, ln net.Listener, h http.Handler) *httpServer {
+	return &httpServer{name: name, ln: ln, done: make(chan struct{}), srv: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}}
+}
+
+// shutdownServers shuts servers down together (each stops accepting at
+// once, then waits for its requests in flight until ctx ends) and returns
+// the first failure.
+func shutdownServers(ctx context.Context, servers []*httpServer) error {
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			err := s.srv.Shutdown(ctx)
+			<-s.done
+			if !errors.Is(s.err, http.ErrServerClosed) && err == nil {
+				err = s.err
+			}
+			if err != nil && s.name != "" {
+				err = fmt.Errorf("%sserver: %w", s.name, err)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
