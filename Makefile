@@ -10,7 +10,7 @@ run:
 MODULES := ./... ./idemotel/... ./cmd/idemd/...
 
 test:
-	go test -race -count=1 -timeout 14m $(MODULES)
+	go test -race -count=1 -parallel 4 -timeout 14m $(MODULES)
 
 bench:
 	go run ./bench/httpbench
