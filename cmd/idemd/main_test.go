@@ -66,27 +66,7 @@ var listenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1:\d+)
 func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	dbPath := filepath.Join(t.TempDir(), "pay.db")
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-db", "sqlite:"+dbPath)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- strings.TrimSuffix(line, "\n")
-		_, _ = io.Copy(io.Discard, stdout)
-		exited <- cmd.Wait()
-	}()
+	lines, exited, stderr := startBinary(t, cmd)
 	var base string
 	select {
 	case line := <-lines:
@@ -142,15 +122,7 @@ func testServe(t *testing.T, bin string, sig syscall.Signal) {
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
-		if err != nil {
-			t.Errorf("after %v: %v, want exit code 0; stderr %s", sig, err, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("still running 20s after %v", sig)
-	}
+	waitExit(t, exited, stderr, sig)
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no access log on stderr: %s", stderr.String())
 	}
@@ -163,27 +135,7 @@ var adminListenRe = regexp.MustCompile(`^idemd listening on (http://127\.0\.0\.1
 func testAdmin(t *testing.T, bin string) {
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-kafka", "off",
 		"-db", "sqlite:"+filepath.Join(t.TempDir(), "pay.db"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- strings.TrimSuffix(line, "\n")
-		_, _ = io.Copy(io.Discard, stdout)
-		exited <- cmd.Wait()
-	}()
+	lines, exited, stderr := startBinary(t, cmd)
 	var base, admin string
 	select {
 	case line := <-lines:
@@ -214,15 +166,7 @@ func testAdmin(t *testing.T, bin string) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
-		if err != nil {
-			t.Errorf("after SIGTERM: %v, want exit code 0; stderr %s", err, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("still running 20s after SIGTERM")
-	}
+	waitExit(t, exited, stderr, syscall.SIGTERM)
 	for _, u := range []string{base, admin} {
 		ln, err := net.Listen("tcp", strings.TrimPrefix(u, "http://"))
 		if err != nil {
@@ -230,6 +174,49 @@ func testAdmin(t *testing.T, bin string) {
 			continue
 		}
 		_ = ln.Close()
+	}
+}
+
+// startBinary starts cmd and returns its first line of stdout (the listen
+// line), its exit (kept for the cleanup, which kills it), and its stderr.
+func startBinary(t *testing.T, cmd *exec.Cmd) (<-chan string, chan error, *bytes.Buffer) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSuffix(line, "\n")
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	return lines, exited, &stderr
+}
+
+// waitExit waits up to 20 s for the process started by startBinary to
+// exit with code 0 after sig.
+func waitExit(t *testing.T, exited chan error, stderr *bytes.Buffer, sig syscall.Signal) {
+	t.Helper()
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Errorf("after %v: %v, want exit code 0; stderr %s", sig, err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running 20s after %v", sig)
 	}
 }
 
