@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/drivertest"
@@ -379,4 +380,35 @@ func TestIsolationLevelChecked(t *testing.T) {
 		_, err := pool.Exec(ctx, sql)
 		return err
 	})
+}
+
+// A role or database whose DateStyle is not ISO: a pool whose results are
+// text (exec, simple_protocol: the modes for PgBouncer before 1.21) cannot
+// read its timestamps, and every claim fails; Validate refuses it at
+// start-up and says what to set. A pool with binary results works.
+func TestDateStyleChecked(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 1)
+			cfg, err := pgxpool.ParseConfig(testdb.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 1 // one connection: SET applies to every use
+			cfg.ConnConfig.RuntimeParams["search_path"] = schema
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+			drivertest.DateStyleChecked[pgx.Tx](t, drv, mode != pgx.QueryExecModeCacheStatement, func(ctx context.Context, sql string) error {
+				_, err := pool.Exec(ctx, sql)
+				return err
+			})
+		})
+	}
 }

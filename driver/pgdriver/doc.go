@@ -72,9 +72,13 @@
 // Two settings are the pool's. PgBouncer before 1.21 does not keep a
 // prepared statement from one transaction to the next: connect with
 // default_query_exec_mode=cache_describe (or exec) in the URL; later
-// versions with max_prepared_statements above 0 keep pgx's default. And
-// PgBouncer does not pass a search_path given at connection start on:
-// name idem's schema in Config.Schema. The driver's whole shared test suite
+// versions with max_prepared_statements above 0 keep pgx's default. With
+// exec (or simple_protocol) the results come as text, which pgx reads only
+// in PostgreSQL's default DateStyle, ISO: where a role or database sets
+// another (ALTER ROLE ... SET DateStyle = 'SQL, DMY'), add datestyle=ISO
+// to the URL (PgBouncer passes it on) or every read of a record fails;
+// Validate refuses such a pool. And PgBouncer does not pass a search_path
+// given at connection start on: name idem's schema in Config.Schema. The driver's whole shared test suite
 // and idemhttp's concurrent duplicates and retries run through PgBouncer
 // in transaction mode in CI.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem/driver/internal/migrate"
 
@@ -131,7 +132,9 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // MigrationStatus.NewerAccepted), else an error naming the pending
 // versions, or the applied ones this binary does not know (a newer idem
 // migrated the database) and the oldest binary they accept. It also
-// tells whether the pool goes through a pooler (see TransactionPooling).
+// tells whether the pool goes through a pooler (see TransactionPooling),
+// and refuses a session DateStyle in which the pool cannot read timestamps
+// (see "Behind a connection pooler" in the package documentation).
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
 // newer than the binary, unless its new migrations accept this one) while
@@ -157,7 +160,16 @@ func (d *Driver) Validate(ctx context.Context) error {
 	if pid != conn.Conn().PgConn().PID() {
 		d.pooled.Store(true)
 	}
-	return pgsql.IsolationError("pgdriver", level)
+	if err := pgsql.IsolationError("pgdriver", level); err != nil {
+		return err
+	}
+	return pgsql.CheckDateStyle(ctx, "pgdriver", func(ctx context.Context) (style string, err error) {
+		err = conn.QueryRow(ctx, pgsql.DateStyleSQL).Scan(&style)
+		return style, err
+	}, func(ctx context.Context) (t time.Time, err error) {
+		err = conn.QueryRow(ctx, pgsql.TimeProbeSQL).Scan(&t)
+		return t, err
+	})
 }
 
 // TransactionPooling reports whether the driver keeps its claims' locks in

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/pgsqldriver"
@@ -55,4 +58,37 @@ func TestSagaListReadsUnfinishedIndex(t *testing.T) {
 		}
 		return tx.QueryRowContext(ctx, query).Scan(dest...)
 	})
+}
+
+// As pgdriver: under a DateStyle other than ISO, a pool whose results are
+// text (pgx's stdlib with default_query_exec_mode=exec) cannot read
+// timestamps and Validate refuses it; one with binary results works.
+func TestDateStyleChecked(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 1)
+			cfg, err := pgx.ParseConfig(testdb.DSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.RuntimeParams["search_path"] = schema
+			cfg.DefaultQueryExecMode = mode
+			db := stdlib.OpenDB(*cfg)
+			db.SetMaxOpenConns(1) // one connection: SET applies to every use
+			t.Cleanup(func() { _ = db.Close() })
+			drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			drivertest.DateStyleChecked[*sql.Tx](t, drv, mode != pgx.QueryExecModeCacheStatement, func(ctx context.Context, sql string) error {
+				_, err := db.ExecContext(ctx, sql)
+				return err
+			})
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/migrate"
@@ -115,7 +116,11 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // Validate returns nil when the database has exactly the migrations of this
 // binary, or newer ones besides that all accept this binary (see
 // MigrationStatus.NewerAccepted), else an error naming the pending
-// versions, or the applied ones this binary does not know.
+// versions, or the applied ones this binary does not know. It also refuses
+// a default isolation level other than READ COMMITTED, and a session
+// DateStyle other than ISO when the pool cannot read timestamps in it (pgx's
+// stdlib driver with default_query_exec_mode=exec or simple_protocol; lib/pq
+// always asks for ISO).
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
 // newer than the binary, unless its new migrations accept this one) while
@@ -130,7 +135,16 @@ func (d *Driver) Validate(ctx context.Context) error {
 	if err := d.db.QueryRowContext(ctx, pgsql.DefaultIsolationSQL).Scan(&level); err != nil {
 		return fmt.Errorf("pgsqldriver: read the isolation level: %w", err)
 	}
-	return pgsql.IsolationError("pgsqldriver", level)
+	if err := pgsql.IsolationError("pgsqldriver", level); err != nil {
+		return err
+	}
+	return pgsql.CheckDateStyle(ctx, "pgsqldriver", func(ctx context.Context) (style string, err error) {
+		err = d.db.QueryRowContext(ctx, pgsql.DateStyleSQL).Scan(&style)
+		return style, err
+	}, func(ctx context.Context) (t time.Time, err error) {
+		err = d.db.QueryRowContext(ctx, pgsql.TimeProbeSQL).Scan(&t)
+		return t, err
+	})
 }
 
 // apply applies the rendered migrations ms not yet recorded, returning
