@@ -39,7 +39,8 @@
 // connection of an exhausted pool or a lock, answers 503 with
 // Retry-After), -log-format (IDEMD_LOG_FORMAT, json or text), -cleanup
 // (IDEMD_CLEANUP: the cron schedule of the retention sweep, default
-// "0 3 * * *", or off), -kafka (IDEMD_KAFKA: embedded, the default, an
+// "0 3 * * *", in the process's time zone unless prefixed with
+// CRON_TZ=Zone, or off), -kafka (IDEMD_KAFKA: embedded, the default, an
 // in-process broker, one per database, on -kafka-embedded-addr (default a
 // random port of 127.0.0.1; -addr's or -admin-addr's port on the same
 // host is refused)
