@@ -5,6 +5,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The zone database in the binary: in an image without one (scratch,
+	// some distroless ones) TZ=Europe/Berlin, or a -cleanup CRON_TZ=,
+	// would otherwise fall back to UTC (TZ, silently) or fail at start-up.
+	_ "time/tzdata"
 
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/internal/app"
