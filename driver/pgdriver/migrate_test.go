@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -178,4 +179,75 @@ func TestNewerSchema(t *testing.T) {
 		InsertOld: `INSERT INTO {{table}} (version, name) VALUES ({{version}}, '{{name}}')`,
 		Insert:    `INSERT INTO {{table}} (version, name, compatible_from) VALUES ({{version}}, '{{name}}', {{from}})`,
 	})
+}
+
+// A migrator that read a pending migration, then waited for the migration
+// lock while a newer binary applied it and a version of its own that
+// refuses older binaries, finds the newer version once it holds the lock:
+// Migrate refuses it, as it refuses it when the newer binary migrated
+// first. Before, it skipped the migration it had read as pending and
+// returned nil, so `idemd migrate up` exited 0 on a schema its binary may
+// not run on.
+func TestMigrateRefusesNewerAppliedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 4)
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+
+	// The newer binary: every migration, and version 999 refusing older
+	// binaries, in a transaction that holds the migration lock.
+	newer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = newer.Rollback(context.Background()) }()
+	if err := drv.MigrateTx(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newer.Exec(ctx, `INSERT INTO `+drv.Table("idem_migration")+` (version, name, compatible_from) VALUES (999, 'from_a_newer_binary', 999)`); err != nil {
+		t.Fatal(err)
+	}
+	var holder int
+	if err := newer.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- drv.Migrate(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
+			ON h.locktype = 'advisory' AND h.granted AND h.pid = $1
+			AND (w.classid, w.objid, w.objsubid) = (h.classid, h.objid, h.objsubid)
+			WHERE w.locktype = 'advisory' AND NOT w.granted)`, holder).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned %v while the newer binary held the migration lock", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Migrate never waited for the migration lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := newer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err == nil || !strings.Contains(err.Error(), "database schema is newer than this binary: version 999") {
+			t.Fatalf("Migrate after a newer binary applied a refusing version = %v, want it refused", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Migrate did not return after the lock was released")
+	}
+	if err := drv.Validate(ctx); err == nil {
+		t.Fatal("Validate accepts the schema")
+	}
 }

@@ -20,7 +20,10 @@ import (
 
 // Postgres applies the pending migrations of fsys/dir in one transaction,
 // recording them in table (created if missing). An advisory lock on
-// lockName and the current schema serialises replicas starting together.
+// lockName and the current schema serialises replicas starting together;
+// the status is read again after, so that versions a newer idemd applied
+// while this one waited for the lock are refused (or accepted) as if it
+// had migrated first.
 // Each statement waits at most LockTimeout for a table lock: a migration
 // that must lock a table behind a long transaction gives up (the
 // application's writes would otherwise queue behind its lock request for
@@ -66,7 +69,7 @@ func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration
 	t := pgx.Identifier{table}.Sanitize()
 	// READ COMMITTED whatever the session's default: a migrator that
 	// waited for the lock must see what the previous holder committed.
-	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || ':' || current_schema()))`, lockName); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", table, err)
 		}
@@ -110,6 +113,27 @@ func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// A newer idemd may have migrated while this one waited for the lock.
+	st, err = postgresStatus(ctx, pool, ms, table)
+	if err != nil {
+		return err
+	}
+	return refuseNewer(table, st)
+}
+
+// refuseNewer returns settled's error for what st, read after this binary
+// applied its pending migrations, holds that it does not know: versions a
+// newer idemd applied while this one waited for the migration lock, judged
+// as if it had migrated first.
+func refuseNewer(table string, st driver.MigrationStatus) error {
+	if len(st.Unknown()) == 0 {
+		return nil
+	}
+	_, err := settled(table, st)
+	return err
 }
 
 // PostgresStatus returns which migrations of fsys/dir the database has,
@@ -197,7 +221,12 @@ func SQLite(ctx context.Context, db *sql.DB, fsys fs.FS, dir, table string) erro
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate %s: commit: %w", table, err)
 	}
-	return nil
+	// A newer idemd may have migrated while this one waited for the
+	// database.
+	if st, err = sqliteStatus(ctx, db, ms, table); err != nil {
+		return err
+	}
+	return refuseNewer(table, st)
 }
 
 // SQLiteStatus returns which migrations of fsys/dir the database has,

@@ -2,6 +2,7 @@ package appmigrate_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -131,5 +132,75 @@ func TestPostgresConcurrentMigrators(t *testing.T) {
 	st, err := appmigrate.PostgresStatus(ctx, pools[0], fsys, "m", "item_migration")
 	if err != nil || !st.UpToDate() || st.Current() != 2 {
 		t.Fatalf("status after the replicas migrated: %+v, %v", st, err)
+	}
+}
+
+// An older idemd that read a pending migration, then waited for the
+// migration lock while a newer idemd applied it and a version of its own
+// that refuses older binaries, refuses the schema once it holds the lock,
+// as it does when the newer idemd migrated first. Before, it skipped the
+// migration it had read as pending and returned nil: the older idemd
+// started on a schema it may not run on.
+func TestPostgresRefusesNewerAppliedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := testdb.Schema(t, 4)
+	v1 := fstest.MapFS{"m/001_item.sql": {Data: []byte("-- older binaries: refuse\n" + `CREATE TABLE item (id bigint PRIMARY KEY)`)}}
+
+	newer, err := pool.Begin(ctx) // the newer idemd, holding the migration lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = newer.Rollback(context.Background()) }()
+	for _, q := range []string{
+		`SELECT pg_advisory_xact_lock(hashtext('item-migrate' || ':' || current_schema()))`,
+		`CREATE TABLE item_migration (version integer PRIMARY KEY, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now(), compatible_from integer)`,
+		`CREATE TABLE item (id bigint PRIMARY KEY)`,
+		`INSERT INTO item_migration (version, name, compatible_from) VALUES (1, 'item', 1), (2, 'newer', 2)`,
+	} {
+		if _, err := newer.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var holder int
+	if err := newer.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- appmigrate.Postgres(ctx, pool, v1, "m", "item_migration", "item-migrate") }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
+			ON h.locktype = 'advisory' AND h.granted AND h.pid = $1
+			AND (w.classid, w.objid, w.objsubid) = (h.classid, h.objid, h.objsubid)
+			WHERE w.locktype = 'advisory' AND NOT w.granted)`, holder).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("migrate returned %v while the newer idemd held the migration lock", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("migrate never waited for the migration lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := newer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err == nil || !strings.Contains(err.Error(), "database schema is newer than this binary: version 2") {
+			t.Fatalf("migrate after a newer idemd applied a refusing version = %v, want it refused", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("migrate did not return after the lock was released")
 	}
 }

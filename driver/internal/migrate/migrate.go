@@ -42,7 +42,9 @@ func Each[TTx any](ctx context.Context, b driver.Backend[TTx], ms []driver.Migra
 // MigrationStatus.NewerAccepted), and one with nothing pending is left
 // alone, without DDL, so that
 // a role without CREATE rights can run on a database migrated by another.
-// The pending migrations are applied by Each; a run that fails because
+// The pending migrations are applied by Each, and the status read again
+// after: versions a newer binary applied while this one waited for the
+// migration lock are refused as above. A run that fails because
 // again(err) (a lock not available in time, a busy database), in reading
 // the status or in applying, is tried again from the status, up to 5 times,
 // 1 to 8 s apart.
@@ -67,6 +69,16 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 			var n []driver.Migration
 			n, err = Each(ctx, b, ms, apply)
 			done = append(done, n...)
+			if err == nil {
+				// A newer binary may have migrated while this one
+				// waited for the migration lock: what it applied is
+				// judged as if it had migrated first.
+				if st, err = status(ctx); err == nil && len(st.Unknown()) > 0 {
+					if err := st.Err(); err != nil {
+						return done, fmt.Errorf("%s: migrate: %w", name, err)
+					}
+				}
+			}
 		}
 		if err == nil || attempt == 5 || !again(err) {
 			return done, err
