@@ -235,25 +235,6 @@ func versions(ms []Migration) []int {
 	return vs
 }
 
-// NewMigrationStatus compares the applied versions with the known
-// migrations ms (ordered by version). The caller sets CompatibleFrom to what
-// the database records with them.
-func NewMigrationStatus(ms []Migration, applied []int) MigrationStatus {
-	sort.Ints(applied)
-	s := MigrationStatus{Applied: applied}
-	done := make(map[int]bool, len(applied))
-	for _, v := range applied {
-		done[v] = true
-	}
-	for _, m := range ms {
-		s.Latest = max(s.Latest, m.Version)
-		if !done[m.Version] {
-			s.Pending = append(s.Pending, m)
-		}
-	}
-	return s
-}
-
 // AppliedMigration is one row of a backend's migration table: an applied
 // version and the Migration.CompatibleFrom recorded with it (0: none).
 type AppliedMigration struct {
@@ -261,22 +242,29 @@ type AppliedMigration struct {
 	CompatibleFrom int
 }
 
-// NewMigrationStatusOf is NewMigrationStatus for the rows of a migration
-// table, with what they record of CompatibleFrom.
-func NewMigrationStatusOf(ms []Migration, applied []AppliedMigration) MigrationStatus {
-	vs := make([]int, len(applied))
-	var from map[int]int
-	for i, a := range applied {
-		vs[i] = a.Version
+// NewMigrationStatus compares the rows of a migration table, applied (in
+// any order), with the known migrations ms (ordered by version), keeping
+// what the rows record of CompatibleFrom.
+func NewMigrationStatus(ms []Migration, applied []AppliedMigration) MigrationStatus {
+	var s MigrationStatus
+	done := make(map[int]bool, len(applied))
+	for _, a := range applied {
+		s.Applied = append(s.Applied, a.Version)
+		done[a.Version] = true
 		if a.CompatibleFrom > 0 {
-			if from == nil {
-				from = make(map[int]int)
+			if s.CompatibleFrom == nil {
+				s.CompatibleFrom = make(map[int]int)
 			}
-			from[a.Version] = a.CompatibleFrom
+			s.CompatibleFrom[a.Version] = a.CompatibleFrom
 		}
 	}
-	s := NewMigrationStatus(ms, vs)
-	s.CompatibleFrom = from
+	sort.Ints(s.Applied)
+	for _, m := range ms {
+		s.Latest = max(s.Latest, m.Version)
+		if !done[m.Version] {
+			s.Pending = append(s.Pending, m)
+		}
+	}
 	return s
 }
 

@@ -77,7 +77,7 @@ func TestMigrationStatusNewer(t *testing.T) {
 		{"none recorded", all(driver.AppliedMigration{Version: 9}), false, "version 9 (this binary knows up to 8), recorded as needing a binary that knows version 9 or later"},
 		{"a gap", all(driver.AppliedMigration{Version: 9, CompatibleFrom: 1})[1:], false, "version 9 (this binary knows up to 8), and lacks its migrations 1"},
 	} {
-		st := driver.NewMigrationStatusOf(ms, tc.applied)
+		st := driver.NewMigrationStatus(ms, tc.applied)
 		err := st.Err()
 		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: Err() = %v; want ok %v, %q", tc.name, err, tc.ok, tc.want)

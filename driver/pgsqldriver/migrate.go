@@ -110,7 +110,7 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("pgsqldriver: migration status: %w", err)
 	}
-	return driver.NewMigrationStatusOf(ms, applied), nil
+	return driver.NewMigrationStatus(ms, applied), nil
 }
 
 // Validate returns nil when the database has exactly the migrations of this

@@ -163,7 +163,7 @@ func postgresStatus(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migrati
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
 	}
-	return driver.NewMigrationStatusOf(ms, applied), nil
+	return driver.NewMigrationStatus(ms, applied), nil
 }
 
 // SQLite applies the pending migrations of fsys/dir in one transaction
@@ -274,7 +274,7 @@ func sqliteStatus(ctx context.Context, db *sql.DB, ms []driver.Migration, table 
 	if err != nil {
 		return driver.MigrationStatus{}, fmt.Errorf("migrate %s: status: %w", table, err)
 	}
-	return driver.NewMigrationStatusOf(ms, applied), nil
+	return driver.NewMigrationStatus(ms, applied), nil
 }
 
 // sqliteHasCompatible reports whether table, which exists, has

@@ -99,7 +99,7 @@ func Run[TTx any](ctx context.Context, name string, b driver.Backend[TTx], ms []
 // is recorded as accepting this binary and none of ms was applied now (in
 // the caller's transaction, under the newer schema).
 func RefuseNewer(name string, ms []driver.Migration, applied []driver.AppliedMigration, now []driver.Migration) error {
-	st := driver.NewMigrationStatusOf(ms, applied)
+	st := driver.NewMigrationStatus(ms, applied)
 	if len(st.Unknown()) == 0 {
 		return nil
 	}
