@@ -52,7 +52,11 @@ func (d *Driver) Migrations() ([]driver.Migration, error) {
 
 // MigrationTableSQL returns the rendered SQL that creates the table
 // recording applied migrations, for an external migration tool to run
-// before the statements of Migrations.
+// before the statements of Migrations. A table created before
+// compatible_from is left as it is (SQLite has no ADD COLUMN IF NOT
+// EXISTS): the tool adds it once, ALTER TABLE idem_migration ADD COLUMN
+// compatible_from INTEGER, before it records a version with it (Migrate
+// adds it by itself).
 func (d *Driver) MigrationTableSQL() string {
 	return d.expand(migrationTableSQL) + ";\n"
 }
