@@ -16,6 +16,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -400,7 +401,7 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 		_ = req.Body.Close()
 		return req.GetBody, nil
 	}
-	if rb, ok := bufferedBodies.load(req); ok && sameBody(rb.from, req.Body) {
+	if rb, ok := bufferedBodies.load(req); ok && rb.from.is(req.Body) {
 		// The request was passed to Do before, which read its body (it
 		// reads nothing now, or only what followed MaxBodyBytes): the
 		// same operation, with the same bytes, or the same refusal.
@@ -412,7 +413,7 @@ func (c *Client) bodySource(req *http.Request) (func() (io.ReadCloser, error), e
 	}
 	from := req.Body
 	b, err := c.readBodyCtx(req.Context(), from, req.ContentLength)
-	bufferedBodies.set(req, readBody{from: from, b: b, err: err})
+	bufferedBodies.set(req, readBody{from: bodyIdentity(from), b: b, err: err})
 	if err != nil {
 		return nil, err
 	}
@@ -487,11 +488,43 @@ var (
 )
 
 // readBody is what Do read from a request's Body (the bytes, or why it
-// refused them), and that Body.
+// refused them), and which Body that was.
 type readBody struct {
-	from io.ReadCloser
+	from bodyID
 	b    []byte
 	err  error
+}
+
+// bodyID identifies a request's Body without keeping it alive when it is
+// a pointer (most bodies are): the memo is held globally, and a Body that
+// refers back to its request would otherwise keep the request, and so its
+// entry, for ever. net/http's body of an incoming request sent chunked
+// does (for its trailers): a gateway forwarding the incoming request
+// itself kept every such request and its buffered bytes. Any other Body
+// (a comparable struct value) is kept and compared with ==.
+type bodyID struct {
+	typ reflect.Type       // a pointer Body's type, nil otherwise
+	ptr weak.Pointer[byte] // where it points
+	val io.ReadCloser      // any other Body
+}
+
+// bodyIdentity returns the identity of body.
+func bodyIdentity(body io.ReadCloser) bodyID {
+	if v := reflect.ValueOf(body); v.Kind() == reflect.Pointer && !v.IsNil() {
+		return bodyID{typ: v.Type(), ptr: weak.Make((*byte)(v.UnsafePointer()))}
+	}
+	return bodyID{val: body}
+}
+
+// is reports whether body is the Body id identifies.
+func (id bodyID) is(body io.ReadCloser) bool {
+	if id.typ == nil {
+		return sameBody(id.val, body)
+	}
+	v := reflect.ValueOf(body)
+	// Weak pointers made from the same pointer are equal, and only they:
+	// a Body allocated where a collected one was is another.
+	return v.IsValid() && v.Type() == id.typ && !v.IsNil() && weak.Make((*byte)(v.UnsafePointer())) == id.ptr
 }
 
 // sameBody reports whether a and b are the same Body value (false for

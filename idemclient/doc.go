@@ -54,8 +54,9 @@
 // response that means "gave up": Do sends it under the key it generated for
 // it the first time, and with the body it read from it then (a Body
 // without GetBody reads nothing the second time; one over MaxBodyBytes is
-// refused again, not sent in part), for as long as the request lives; the
-// request itself is not modified. A new key would execute the operation a
+// refused again, not sent in part), for as long as the request lives (what
+// Do remembers of it goes when it is garbage collected); the request
+// itself is not modified. A new key would execute the operation a
 // second time whenever an earlier attempt had executed it.
 //
 // A copy of the request (req.WithContext or req.Clone, made for a per-try
