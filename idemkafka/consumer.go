@@ -111,6 +111,11 @@ type Consumer[TTx any] struct {
 	// rejoined: a commit found that the group had dropped this member
 	// and it joined again under a new member ID (see pendingCommit).
 	rejoined atomic.Bool
+	// fetchMember is the group member ID the client's fetch positions
+	// and buffered records belong to (see fetchMembership); empty until
+	// the next assignment after Run starts, a loss of the partitions or
+	// a resync.
+	fetchMember atomic.Pointer[string]
 
 	// groupFail limits the lines of the group loop's failures (see
 	// groupFailures).
@@ -283,6 +288,8 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	c.pendingMu.Lock()
 	clear(c.pending)
 	c.pendingMu.Unlock()
+	c.fetchMember.Store(nil)
+	c.rejoined.Store(false)
 	c.groupFail.joined() // a failure of an earlier Run ended with it
 	c.clearStalls(nil)
 	c.commitFail.joined()
@@ -441,6 +448,7 @@ func (c *Consumer[TTx]) resync(cl *kgo.Client) {
 	c.pendingMu.Lock()
 	clear(c.pending)
 	c.pendingMu.Unlock()
+	c.fetchMember.Store(nil) // the next assignment's
 	c.cfg.Logger.Info("idemkafka: the group dropped this member during a poll (a batch longer than the rebalance timeout) and it joined again: consuming its topics anew from the group's offsets",
 		"group", c.cfg.Group, "topics", c.cfg.Topics)
 	cl.PurgeTopicsFromConsuming(c.cfg.Topics...)
@@ -511,8 +519,8 @@ func (c *Consumer[TTx]) cycle(ctx context.Context, cl *kgo.Client, fs kgo.Fetche
 	if len(parts) == 0 && !c.hasPending() {
 		return false
 	}
-	// The membership these records were polled under (see pendingCommit).
-	member, _ := cl.GroupMetadata()
+	// The membership these records were fetched under (see pendingCommit).
+	member := c.fetchMembership(cl)
 	// A transaction started is finished even if ctx ends meanwhile; a
 	// Begin still waiting (an exhausted pool, a server that does not
 	// answer) ends with ctx.
@@ -618,14 +626,14 @@ func commitContext(ctx, work context.Context) (context.Context, context.CancelFu
 }
 
 // errMemberChanged refuses an offset commit that kgo would send under
-// another group member ID than the one its records were polled under.
-var errMemberChanged = errors.New("idemkafka: the group dropped this member and it joined again: the offsets polled under its old membership are not committed")
+// another group member ID than the one its records were fetched under.
+var errMemberChanged = errors.New("idemkafka: the group dropped this member and it joined again: the offsets fetched under its old membership are not committed")
 
-// sameMember returns ctx for an offset commit of records polled under
-// member: kgo waits for a join in progress before it commits, and then
-// commits under the membership it joined with, which, for a member the
-// group had dropped, is a new one (see pendingCommit). The commit is not
-// sent then.
+// sameMember returns ctx for an offset commit of records fetched under
+// member (see fetchMembership): kgo waits for a join in progress before it
+// commits, and then commits under the membership it joined with, which,
+// for a member the group had dropped, is a new one (see pendingCommit).
+// The commit is not sent then.
 func sameMember(ctx context.Context, member string) context.Context {
 	return kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
 		if req.MemberID != member {
@@ -635,16 +643,33 @@ func sameMember(ctx context.Context, member string) context.Context {
 	})
 }
 
-// pendingCommit is a pending record and the group member ID it was polled
-// under. A member the group dropped while a poll was in flight (a handler
-// slower than the rebalance timeout) joins again under a new member ID,
-// and kgo does not call OnPartitionsLost on that path: another member has
-// meanwhile consumed its partitions and committed them further. A commit
-// of the old membership's record under the new one would move the group's
-// offset back to it, and with no newer record in the partition the
-// consumer lag would stay there until the next rebalance, which delivers
-// the records once more. So a pending record is committed only under the
-// membership it was polled under.
+// fetchMembership returns the group member ID the records of a poll
+// were fetched under: the one of the first assignment since Run started,
+// the partitions were lost or the consumer resynced. kgo keeps its fetch
+// positions and the records it buffered when the group drops the member
+// during a poll and it joins again under a new ID (no OnPartitionsLost):
+// a poll right after that join returns records fetched under the old
+// membership (for partitions the new one may not even own) while
+// kgo.Client.GroupMetadata already names the new ID. Committed under it,
+// they moved the group's offsets back (see pendingCommit).
+func (c *Consumer[TTx]) fetchMembership(cl *kgo.Client) string {
+	if m := c.fetchMember.Load(); m != nil {
+		return *m
+	}
+	m, _ := cl.GroupMetadata()
+	return m
+}
+
+// pendingCommit is a pending record and the group member ID it was
+// fetched under (see fetchMembership). A member the group dropped while a
+// poll was in flight (a handler slower than the rebalance timeout) joins
+// again under a new member ID, and kgo does not call OnPartitionsLost on
+// that path: another member has meanwhile consumed its partitions and
+// committed them further. A commit of the old membership's record under
+// the new one would move the group's offset back to it, and with no newer
+// record in the partition the consumer lag would stay there until the
+// next rebalance, which delivers the records once more. So a pending
+// record is committed only under the membership it was fetched under.
 type pendingCommit struct {
 	rec    *kgo.Record
 	member string
@@ -864,6 +889,14 @@ func partitions(fs kgo.Fetches) []kgo.FetchTopicPartition {
 }
 
 func (c *Consumer[TTx]) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	member, _ := cl.GroupMetadata()
+	if old := c.fetchMember.Load(); old == nil {
+		c.fetchMember.Store(&member)
+	} else if *old != member {
+		// Dropped and joined again without a loss of the partitions:
+		// the fetch positions kgo kept are the old membership's.
+		c.rejoined.Store(true)
+	}
 	c.logGroupJoined()
 	c.cfg.Logger.Info("idemkafka: partitions assigned", "group", c.cfg.Group, "partitions", assigned)
 	if c.userAssigned != nil {
@@ -911,6 +944,9 @@ func (c *Consumer[TTx]) onLost(ctx context.Context, cl *kgo.Client, lost map[str
 	}
 	c.takePending(lost, "")
 	c.clearStalls(lost)
+	// kgo drops every fetch position after a loss: the next assignment
+	// starts a membership of its own.
+	c.fetchMember.Store(nil)
 	if c.userLost != nil {
 		c.userLost(ctx, cl, lost)
 	}

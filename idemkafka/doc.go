@@ -50,10 +50,12 @@
 //     rebalance timeout (kgo.RebalanceTimeout, 60 s by default) evicts the
 //     member: it loses its partitions, its offset commit is refused and
 //     the new owner's redelivery is skipped by the inbox. kgo then joins
-//     again under a new member ID, keeping the old membership's fetch
-//     positions for the partitions it gets back: the consumer commits
-//     nothing polled under the old membership (kgo would commit it under
-//     the new one, moving the group's offsets back), and consumes its
+//     again under a new member ID without calling OnPartitionsLost,
+//     keeping the old membership's fetch positions and the records it had
+//     fetched: the consumer commits nothing fetched under the old
+//     membership, also when polled after the join (kgo would commit it
+//     under the new one, moving the group's offsets back, even of
+//     partitions the new membership does not own), and consumes its
 //     topics anew from the group's offsets (logged at INFO). The whole poll
 //     counts, all its partitions in turn: at the start of a database
 //     outage each of them takes up to Retry.Attempts tries and their
