@@ -170,28 +170,7 @@ func TestPostgresRefusesNewerAppliedWhileWaiting(t *testing.T) {
 
 	migrated := make(chan error, 1)
 	go func() { migrated <- appmigrate.Postgres(ctx, pool, v1, "m", "item_migration", "item-migrate") }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
-			ON h.locktype = 'advisory' AND h.granted AND h.pid = $1
-			AND (w.classid, w.objid, w.objsubid) = (h.classid, h.objid, h.objsubid)
-			WHERE w.locktype = 'advisory' AND NOT w.granted)`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		select {
-		case err := <-migrated:
-			t.Fatalf("migrate returned %v while the newer idemd held the migration lock", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("migrate never waited for the migration lock")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testdb.WaitForAdvisoryWaiter(ctx, t, pool, holder, migrated, "migrate")
 	if err := newer.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
