@@ -37,9 +37,13 @@ func (d *Driver) Migrations() ([]driver.Migration, error) {
 }
 
 // MigrationTableSQL returns the rendered SQL that creates the table
-// recording applied migrations (and, with Config.Schema, the schema), or
-// adds compatible_from to one created before it, for an external migration
-// tool to run before the statements of Migrations.
+// recording applied migrations (and, with Config.Schema, the schema when
+// it does not exist, in a DO block: PostgreSQL's CREATE SCHEMA IF NOT
+// EXISTS would need CREATE on the database even for an existing schema,
+// which its owner, migrating, may not have), or adds compatible_from to one
+// created before it, for an external migration tool to run before the
+// statements of Migrations (one that splits on semicolons must keep the DO
+// statement whole).
 func (d *Driver) MigrationTableSQL() string {
 	return d.names.MigrationTableSQL()
 }
@@ -213,8 +217,17 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 		}
 	}
 	if d.cfg.Schema != "" {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
-			return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on
+		// the database even when the schema exists, which the schema's
+		// owner, migrating, may not have (see pgsql.CreateSchemaSQL).
+		var exists bool
+		if err := tx.QueryRow(ctx, pgsql.SchemaExistsSQL, d.cfg.Schema).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("pgdriver: migrate: schema: %w", err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
+				return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+			}
 		}
 	}
 	if _, err := tx.Exec(ctx, d.expand(migrationTableSQL)); err != nil {

@@ -3,6 +3,7 @@ package pgdriver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,80 @@ func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 		if err := newBareDriver(t, app, c).Migrate(ctx); err != nil {
 			t.Errorf("Migrate (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
 		}
+	}
+}
+
+// A deployment's migration job runs as the owner of the schema a DBA
+// created for it (CREATE SCHEMA idem AUTHORIZATION deploy), a role that may
+// create tables there but not schemas in the database. Migrate naming that
+// schema, and the rendered SQL of MigrationTableSQL and Migrations applied
+// by another tool, both migrate it: the schema exists, so neither needs
+// CREATE on the database.
+func TestMigrateAsSchemaOwner(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, how := range []string{"Migrate", "rendered SQL"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 1)
+			owner := testdb.RolePool(t, testdb.SchemaOwner(t, schema), schema, 2)
+			drv := newBareDriver(t, owner, &pgdriver.Config{Schema: schema})
+			if how == "Migrate" {
+				if err := drv.Migrate(ctx); err != nil {
+					t.Fatalf("Migrate as the schema's owner: %v", err)
+				}
+			} else {
+				ms, err := drv.Migrations()
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = pgx.BeginFunc(ctx, owner, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, drv.MigrationTableSQL()); err != nil {
+						return fmt.Errorf("MigrationTableSQL: %w", err)
+					}
+					for _, m := range ms {
+						if _, err := tx.Exec(ctx, m.SQL); err != nil {
+							return fmt.Errorf("migration %d: %w", m.Version, err)
+						}
+						if _, err := tx.Exec(ctx, `INSERT INTO `+drv.Table("idem_migration")+` (version, name, compatible_from) VALUES ($1, $2, $3)`,
+							m.Version, m.Name, m.CompatibleFrom); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("rendered SQL as the schema's owner: %v", err)
+				}
+			}
+			if err := drv.Validate(ctx); err != nil {
+				t.Errorf("Validate after migrating as the schema's owner: %v", err)
+			}
+		})
+	}
+}
+
+// MigrationTableSQL creates a missing schema, and leaves an existing one
+// alone.
+func TestMigrationTableSQLCreatesSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 1)
+	fresh := schema + "_new"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{fresh}.Sanitize()+` CASCADE`)
+	})
+	drv := newBareDriver(t, pool, &pgdriver.Config{Schema: fresh})
+	for i := range 2 {
+		if _, err := pool.Exec(ctx, drv.MigrationTableSQL()); err != nil {
+			t.Fatalf("MigrationTableSQL, run %d: %v", i+1, err)
+		}
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Fatalf("Validate: %v", err)
 	}
 }
 

@@ -68,6 +68,50 @@ func TestConcurrentMigrateMixedDrivers(t *testing.T) {
 	}
 }
 
+// As pgdriver: the migration job runs as the owner of the schema a DBA
+// created for it, which may not create schemas in the database; Migrate
+// naming the schema, and MigrationTableSQL with Migrations, migrate it.
+func TestMigrateAsSchemaOwner(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, how := range []string{"Migrate", "rendered SQL"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			_, schema := testdb.Schema(t, 1)
+			owner := testdb.RoleSQLPool(t, testdb.SchemaOwner(t, schema), schema, 2)
+			drv, err := pgsqldriver.New(owner, &pgsqldriver.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "Migrate" {
+				if err := drv.Migrate(ctx); err != nil {
+					t.Fatalf("Migrate as the schema's owner: %v", err)
+				}
+			} else {
+				ms, err := drv.Migrations()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := owner.ExecContext(ctx, drv.MigrationTableSQL()); err != nil {
+					t.Fatalf("MigrationTableSQL as the schema's owner: %v", err)
+				}
+				for _, m := range ms {
+					if _, err := owner.ExecContext(ctx, m.SQL); err != nil {
+						t.Fatalf("migration %d: %v", m.Version, err)
+					}
+					if _, err := owner.ExecContext(ctx, `INSERT INTO "`+schema+`".idem_migration (version, name, compatible_from) VALUES ($1, $2, $3)`,
+						m.Version, m.Name, m.CompatibleFrom); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := drv.Validate(ctx); err != nil {
+				t.Errorf("Validate after migrating as the schema's owner: %v", err)
+			}
+		})
+	}
+}
+
 // As pgdriver: a database a newer binary migrated, read through
 // database/sql.
 func TestNewerSchema(t *testing.T) {

@@ -47,6 +47,23 @@ func SQLPoolParams(t testing.TB, schema string, maxConns int, params map[string]
 	return db
 }
 
+// RoleSQLPool is SQLPool as role.
+func RoleSQLPool(t testing.TB, role, schema string, maxConns int) *sql.DB {
+	t.Helper()
+	cfg, err := connConfig()
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.User = role
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	if maxConns > 0 {
+		db.SetMaxOpenConns(maxConns)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // PostgresSQL returns a migrated pgsqldriver (PostgreSQL over database/sql)
 // in a fresh schema.
 func PostgresSQL(t testing.TB) *pgsqldriver.Driver {

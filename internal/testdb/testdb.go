@@ -251,6 +251,50 @@ func DMLPool(t testing.TB, owner *pgxpool.Pool, schema string) *pgxpool.Pool {
 	return pool
 }
 
+// SchemaOwner makes a new login role the owner of schema, as a DBA gives
+// a deployment's migration job its schema (CREATE SCHEMA ... AUTHORIZATION
+// role), without CREATE on the database, and returns the role's name. The
+// role, and what it owns, are dropped when the test ends.
+func SchemaOwner(t testing.TB, schema string) string {
+	t.Helper()
+	ctx := context.Background()
+	role := schema + "_own"
+	admin, err := connect(ctx)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	for _, s := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`ALTER SCHEMA ` + schema + ` OWNER TO ` + role,
+	} {
+		if _, err := admin.Exec(ctx, s); err != nil {
+			t.Fatal(s, err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := connect(context.Background())
+		if err != nil {
+			return
+		}
+		_, _ = c.Exec(context.Background(), `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = $1`, role)
+		_, _ = c.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = c.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+		_ = c.Close(context.Background())
+	})
+	return role
+}
+
+// RolePool returns a pool of role whose search_path is schema, closed when
+// the test ends.
+func RolePool(t testing.TB, role, schema string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	return newPool(t, maxConns, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.User = role
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
+}
+
 // SlowCommit creates, with exec (a statement run in the test's schema), a
 // table slow_commit whose deferred trigger sleeps 60 s at COMMIT: a
 // transaction that inserts a row into it hangs in its COMMIT, as on a

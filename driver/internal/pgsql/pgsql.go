@@ -323,13 +323,35 @@ func (n *Names) Migrations() ([]driver.Migration, error) {
 }
 
 // MigrationTableSQL returns the rendered SQL that creates the migration
-// table (and the schema), for an external migration tool.
+// table (and the schema when it does not exist: see CreateSchemaSQL), for
+// an external migration tool.
 func (n *Names) MigrationTableSQL() string {
 	s := ""
 	if n.Schema != "" {
-		s = "CREATE SCHEMA IF NOT EXISTS " + QuoteIdent(n.Schema) + ";\n"
+		s = CreateSchemaSQL(n.Schema) + ";\n"
 	}
 	return s + n.Render(MigrationTableSQL) + ";\n" + n.Render(MigrationCompatibleSQL) + ";\n"
+}
+
+// SchemaExistsSQL tells whether the schema $1 exists.
+const SchemaExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`
+
+// CreateSchemaSQL returns a statement that creates schema when it does not
+// exist. Not CREATE SCHEMA IF NOT EXISTS alone: PostgreSQL checks CREATE
+// on the database before it looks for the schema, and the role that
+// migrates is often the owner of a schema a DBA created for it (CREATE
+// SCHEMA ... AUTHORIZATION), which may create tables there but not schemas
+// in the database.
+func CreateSchemaSQL(schema string) string {
+	body := "BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = " + quoteLiteral(schema) +
+		") THEN CREATE SCHEMA " + QuoteIdent(schema) + "; END IF; END"
+	return "DO " + quoteLiteral(body)
+}
+
+// quoteLiteral quotes s as a string literal (standard_conforming_strings,
+// on since PostgreSQL 9.1; schema names are [a-z0-9_] anyway).
+func quoteLiteral(s string) string {
+	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
 }
 
 // MigrationTableName is the migration table's rendered name, for
