@@ -176,6 +176,27 @@ func (d *Driver) Validate(ctx context.Context) error {
 	})
 }
 
+// CheckPrivileges returns nil when the role of the pool may do on idem's
+// tables what idem's features do (SELECT, INSERT, UPDATE and DELETE on
+// each, but no UPDATE on outbox, and SELECT on idem_migration; see the
+// README's "Roles and privileges"), else an error naming each table, what
+// the role lacks on it and the GRANT that gives it. Call it at start-up
+// after Validate, in a service that runs as a role other than the tables'
+// owner: a table a migration created without a grant for the role (no ALTER
+// DEFAULT PRIVILEGES) would otherwise fail every request or batch that
+// writes it, from the first one on. It is not part of Validate: a service
+// that uses only some of idem's features may have been granted only their
+// tables.
+func (d *Driver) CheckPrivileges(ctx context.Context) error {
+	return pgsql.CheckPrivileges(ctx, "pgdriver", d.names, func(ctx context.Context, sql string) ([]pgsql.MissingPrivilege, error) {
+		rows, err := d.pool.Query(ctx, sql)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowToStructByPos[pgsql.MissingPrivilege])
+	})
+}
+
 // TransactionPooling reports whether the driver keeps its claims' locks in
 // their transactions, as behind a pooler in transaction mode it must:
 // Config.TransactionPooling, or a pooler detected by Validate or by the

@@ -398,3 +398,67 @@ func TestMigrateInterruptedResumes(t *testing.T) {
 		t.Fatalf("events to publish after the migrations: %d, %v; want the 3 enqueued before", pending, err)
 	}
 }
+
+// A service runs as a role that may read and write idem's tables, and a
+// later migration created tables without a grant for it (no ALTER DEFAULT
+// PRIVILEGES): Validate passes, and every enqueue would fail with
+// "permission denied for table outbox_pending". CheckPrivileges names the
+// tables, what the role lacks and the GRANT, which, run as the owner,
+// makes it pass.
+func TestCheckPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	if err := newBareDriver(t, pool, &pgdriver.Config{Schema: schema}).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app := testdb.DMLPool(t, pool, schema)
+	for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
+		if err := newBareDriver(t, app, c).CheckPrivileges(ctx); err != nil {
+			t.Errorf("CheckPrivileges (Schema %q) with every privilege: %v", c.Schema, err)
+		}
+	}
+	role := schema + "_dml"
+	// UPDATE of an outbox row is never needed (an event is written once).
+	if _, err := pool.Exec(ctx, `REVOKE UPDATE ON outbox FROM `+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := newBareDriver(t, app, &pgdriver.Config{}).CheckPrivileges(ctx); err != nil {
+		t.Errorf("CheckPrivileges without UPDATE on outbox: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `REVOKE ALL ON outbox_pending, outbox_published FROM `+role+`; REVOKE DELETE ON saga FROM `+role); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
+		drv := newBareDriver(t, app, c)
+		if err := drv.Validate(ctx); err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+		err := drv.CheckPrivileges(ctx)
+		if err == nil {
+			t.Fatalf("CheckPrivileges (Schema %q) without privileges on outbox_pending, outbox_published and DELETE on saga: nil", c.Schema)
+		}
+		msg := err.Error()
+		for _, want := range []string{
+			`role "` + role + `" lacks privileges`,
+			`outbox_pending (SELECT, INSERT, UPDATE, DELETE)`, `outbox_published (SELECT, INSERT, UPDATE, DELETE)`, `saga (DELETE)`,
+			`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + drv.Table("outbox_pending") + `, ` + drv.Table("outbox_published") + `, ` + drv.Table("saga") + ` TO "` + role + `"`,
+		} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("CheckPrivileges (Schema %q): %q does not say %q", c.Schema, msg, want)
+			}
+		}
+		if strings.Contains(msg, "saga_step") || strings.Contains(msg, "outbox ") {
+			t.Errorf("CheckPrivileges (Schema %q) names a table the role has every privilege on: %s", c.Schema, msg)
+		}
+	}
+	// The GRANT it names, run by the owner.
+	msg := newBareDriver(t, app, &pgdriver.Config{Schema: schema}).CheckPrivileges(ctx).Error()
+	grant := msg[strings.Index(msg, "GRANT "):strings.Index(msg, " (ALTER DEFAULT")]
+	if _, err := pool.Exec(ctx, grant); err != nil {
+		t.Fatalf("%s: %v", grant, err)
+	}
+	if err := newBareDriver(t, app, &pgdriver.Config{}).CheckPrivileges(ctx); err != nil {
+		t.Errorf("CheckPrivileges after %s: %v", grant, err)
+	}
+}

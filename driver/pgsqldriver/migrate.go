@@ -151,6 +151,36 @@ func (d *Driver) Validate(ctx context.Context) error {
 	})
 }
 
+// CheckPrivileges returns nil when the role of the database may do on
+// idem's tables what idem's features do (SELECT, INSERT, UPDATE and DELETE
+// on each, but no UPDATE on outbox, and SELECT on idem_migration; see the
+// README's "Roles and privileges"), else an error naming each table, what
+// the role lacks on it and the GRANT that gives it. Call it at start-up
+// after Validate, in a service that runs as a role other than the tables'
+// owner: a table a migration created without a grant for the role (no ALTER
+// DEFAULT PRIVILEGES) would otherwise fail every request or batch that
+// writes it, from the first one on. It is not part of Validate: a service
+// that uses only some of idem's features may have been granted only their
+// tables.
+func (d *Driver) CheckPrivileges(ctx context.Context) error {
+	return pgsql.CheckPrivileges(ctx, "pgsqldriver", d.names, func(ctx context.Context, query string) ([]pgsql.MissingPrivilege, error) {
+		rows, err := d.db.QueryContext(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = rows.Close() }()
+		var out []pgsql.MissingPrivilege
+		for rows.Next() {
+			var m pgsql.MissingPrivilege
+			if err := rows.Scan(&m.Table, &m.Privileges, &m.Role); err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		return out, rows.Err()
+	})
+}
+
 // apply applies the rendered migrations ms not yet recorded, returning
 // those it applied. The advisory lock is pgdriver's: migrators of both
 // drivers serialise on it.

@@ -136,3 +136,37 @@ func TestNewerSchema(t *testing.T) {
 		Insert:    `INSERT INTO {{table}} (version, name, compatible_from) VALUES ({{version}}, '{{name}}', {{from}})`,
 	})
 }
+
+// As pgdriver: CheckPrivileges names the tables a later migration created
+// without a grant for the service's role, and the GRANT that fixes it.
+func TestCheckPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	owner, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testdb.DMLPool(t, pool, schema)
+	role := schema + "_dml"
+	app := testdb.RoleSQLPool(t, role, schema, 2)
+	drv, err := pgsqldriver.New(app, &pgsqldriver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.CheckPrivileges(ctx); err != nil {
+		t.Errorf("CheckPrivileges with every privilege: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `REVOKE ALL ON outbox_pending FROM `+role+`; REVOKE SELECT ON idem_migration FROM `+role); err != nil {
+		t.Fatal(err)
+	}
+	err = drv.CheckPrivileges(ctx)
+	if err == nil || !strings.Contains(err.Error(), `outbox_pending (SELECT, INSERT, UPDATE, DELETE)`) ||
+		!strings.Contains(err.Error(), `idem_migration (SELECT)`) ||
+		!strings.Contains(err.Error(), `GRANT SELECT ON idem_migration TO "`+role+`"; GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_pending TO "`+role+`"`) {
+		t.Fatalf("CheckPrivileges without privileges on outbox_pending and idem_migration: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -163,6 +164,9 @@ type stores[TTx any] struct {
 	stale orders.StaleLister
 	// identity names the database, for the embedded broker's log.
 	identity func(ctx context.Context) (dbIdentity, error)
+	// privileges, if set, refuses a role that lacks a privilege on idem's
+	// or idemd's tables (PostgreSQL).
+	privileges func(ctx context.Context) error
 }
 
 func (a *App) openPostgres(ctx context.Context) error {
@@ -213,7 +217,56 @@ func (a *App) openPostgres(ctx context.Context) error {
 			return drv.ListenOutbox(ctx, fails.observe)
 		},
 		identity: func(ctx context.Context) (dbIdentity, error) { return postgresIdentity(ctx, pool) },
+		privileges: func(ctx context.Context) error {
+			if err := drv.CheckPrivileges(ctx); err != nil {
+				return err
+			}
+			return postgresPrivileges(ctx, pool)
+		},
 	})
+}
+
+// pgPrivilegesSQL lists the privileges the session's role lacks on idemd's
+// own tables (those that exist), of those its statements use (no DELETE:
+// idemd deletes no payment nor order; no UPDATE of a payment):
+// (table, privileges, role, schema).
+const pgPrivilegesSQL = `SELECT t, string_agg(p, ', ' ORDER BY i), current_user::text, coalesce(current_schema(), '')
+	FROM (VALUES ('payment_migration', 'SELECT', 0), ('order_migration', 'SELECT', 1), ('idemd_instance', 'SELECT', 2),
+		('payment', 'SELECT', 3), ('payment', 'INSERT', 4),
+		('customer_order', 'SELECT', 5), ('customer_order', 'INSERT', 6), ('customer_order', 'UPDATE', 7),
+		('customer_order_summary', 'SELECT', 8), ('customer_order_summary', 'INSERT', 9),
+		('customer_order_summary', 'UPDATE', 10)) AS c(t, p, i)
+	WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), p)
+	GROUP BY t ORDER BY min(i)`
+
+// postgresPrivileges refuses a role that lacks a privilege on idemd's own
+// tables (created by idemd migrate up as their owner): every payment or
+// order would fail from the first one on.
+func postgresPrivileges(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, pgPrivilegesSQL)
+	if err != nil {
+		return fmt.Errorf("read the role's privileges on idemd's tables: %w", err)
+	}
+	var lacks []string
+	var role, schema string
+	for rows.Next() {
+		var t, p string
+		if err := rows.Scan(&t, &p, &role, &schema); err != nil {
+			rows.Close()
+			return fmt.Errorf("read the role's privileges on idemd's tables: %w", err)
+		}
+		lacks = append(lacks, t+" ("+p+")")
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the role's privileges on idemd's tables: %w", err)
+	}
+	if len(lacks) == 0 {
+		return nil
+	}
+	id := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	return fmt.Errorf("the role %s lacks privileges on idemd's tables: %s; as their owner, run GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s "+
+		"(and ALTER DEFAULT PRIVILEGES for the tables later migrations create: README \"Roles and privileges\")",
+		id(role), strings.Join(lacks, ", "), id(schema), id(role))
 }
 
 func (a *App) openSQLite(ctx context.Context) error {
@@ -412,6 +465,12 @@ func setup[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st stor
 		if err == nil {
 			err = m(ctx)
 		}
+	}
+	if err == nil && st.privileges != nil {
+		// A role that lacks a privilege on a table (one a migration
+		// created without a grant for it) is refused here, not at the
+		// first request.
+		err = st.privileges(ctx)
 	}
 	if err == nil {
 		a.warnNewerSchema(ctx, drv, st.statuses)
