@@ -237,22 +237,31 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 			return nil, fmt.Errorf("pgdriver: migrate: lock_timeout: %w", err)
 		}
 	}
-	if d.cfg.Schema != "" {
-		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on
-		// the database even when the schema exists, which the schema's
-		// owner, migrating, may not have (see pgsql.CreateSchemaSQL).
-		var exists bool
-		if err := tx.QueryRow(ctx, pgsql.SchemaExistsSQL, d.cfg.Schema).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("pgdriver: migrate: schema: %w", err)
-		}
-		if !exists {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
-				return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+	// Only when missing: an up-to-date database is left without DDL, in
+	// MigrateTx too, so that a role without CREATE rights (the service's,
+	// once a deployment step migrated) runs them.
+	var hasTable bool
+	if err := tx.QueryRow(ctx, pgsql.MigrationTableExistsSQL, d.names.MigrationTableName()).Scan(&hasTable); err != nil {
+		return nil, fmt.Errorf("pgdriver: migrate: migration table: %w", err)
+	}
+	if !hasTable {
+		if d.cfg.Schema != "" {
+			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on
+			// the database even when the schema exists, which the schema's
+			// owner, migrating, may not have (see pgsql.CreateSchemaSQL).
+			var exists bool
+			if err := tx.QueryRow(ctx, pgsql.SchemaExistsSQL, d.cfg.Schema).Scan(&exists); err != nil {
+				return nil, fmt.Errorf("pgdriver: migrate: schema: %w", err)
+			}
+			if !exists {
+				if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
+					return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+				}
 			}
 		}
-	}
-	if _, err := tx.Exec(ctx, d.expand(migrationTableSQL)); err != nil {
-		return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
+		if _, err := tx.Exec(ctx, d.expand(migrationTableSQL)); err != nil {
+			return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
+		}
 	}
 	var done []driver.Migration
 	hasCompatible := false

@@ -36,8 +36,8 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 }
 
 // A service whose role may read and write idem's tables but not create
-// anything (the schema migrated by a deployment step) starts: Migrate on
-// an up-to-date schema runs no DDL.
+// anything (the schema migrated by a deployment step) starts: Migrate and
+// MigrateTx on an up-to-date schema run no DDL.
 func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -47,8 +47,14 @@ func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 	}
 	app := testdb.DMLPool(t, pool, schema)
 	for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
-		if err := newBareDriver(t, app, c).Migrate(ctx); err != nil {
+		drv := newBareDriver(t, app, c)
+		if err := drv.Migrate(ctx); err != nil {
 			t.Errorf("Migrate (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
+		}
+		// And in the service's own transaction (with its own
+		// migrations, say).
+		if err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error { return drv.MigrateTx(ctx, tx) }); err != nil {
+			t.Errorf("MigrateTx (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
 		}
 	}
 }
@@ -104,7 +110,7 @@ func TestMigrateAsSchemaOwner(t *testing.T) {
 }
 
 // MigrationTableSQL creates a missing schema, and leaves an existing one
-// alone.
+// alone; so does Migrate.
 func TestMigrationTableSQLCreatesSchema(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -121,6 +127,17 @@ func TestMigrationTableSQLCreatesSchema(t *testing.T) {
 	}
 	if err := drv.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
+	}
+	if err := drv.Validate(ctx); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	other := schema + "_new2"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+other+` CASCADE`)
+	})
+	drv = newBareDriver(t, pool, &pgdriver.Config{Schema: other})
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate, schema missing: %v", err)
 	}
 	if err := drv.Validate(ctx); err != nil {
 		t.Fatalf("Validate: %v", err)

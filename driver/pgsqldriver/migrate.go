@@ -201,22 +201,31 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 			return nil, fmt.Errorf("pgsqldriver: migrate: lock_timeout: %w", err)
 		}
 	}
-	if d.cfg.Schema != "" {
-		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on
-		// the database even when the schema exists, which the schema's
-		// owner, migrating, may not have (see pgsql.CreateSchemaSQL).
-		var exists bool
-		if err := tx.QueryRowContext(ctx, pgsql.SchemaExistsSQL, d.cfg.Schema).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("pgsqldriver: migrate: schema: %w", err)
-		}
-		if !exists {
-			if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {
-				return nil, fmt.Errorf("pgsqldriver: migrate: create schema: %w", err)
+	// Only when missing: an up-to-date database is left without DDL, in
+	// MigrateTx too, so that a role without CREATE rights (the service's,
+	// once a deployment step migrated) runs them.
+	var hasTable bool
+	if err := tx.QueryRowContext(ctx, pgsql.MigrationTableExistsSQL, d.names.MigrationTableName()).Scan(&hasTable); err != nil {
+		return nil, fmt.Errorf("pgsqldriver: migrate: migration table: %w", err)
+	}
+	if !hasTable {
+		if d.cfg.Schema != "" {
+			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on
+			// the database even when the schema exists, which the schema's
+			// owner, migrating, may not have (see pgsql.CreateSchemaSQL).
+			var exists bool
+			if err := tx.QueryRowContext(ctx, pgsql.SchemaExistsSQL, d.cfg.Schema).Scan(&exists); err != nil {
+				return nil, fmt.Errorf("pgsqldriver: migrate: schema: %w", err)
+			}
+			if !exists {
+				if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {
+					return nil, fmt.Errorf("pgsqldriver: migrate: create schema: %w", err)
+				}
 			}
 		}
-	}
-	if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationTableSQL)); err != nil {
-		return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", err)
+		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationTableSQL)); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", err)
+		}
 	}
 	var done []driver.Migration
 	hasCompatible := false

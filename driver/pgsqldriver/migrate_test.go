@@ -170,3 +170,38 @@ func TestCheckPrivileges(t *testing.T) {
 		t.Fatalf("CheckPrivileges without privileges on outbox_pending and idem_migration: %v", err)
 	}
 }
+
+// As pgdriver: a service whose role may read and write idem's tables but
+// not create anything starts: Migrate and MigrateTx on an up-to-date
+// schema run no DDL.
+func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, schema := testdb.Schema(t, 2)
+	owner, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testdb.DMLPool(t, pool, schema)
+	app := testdb.RoleSQLPool(t, schema+"_dml", schema, 2)
+	for _, c := range []*pgsqldriver.Config{{Schema: schema}, {}} {
+		drv, err := pgsqldriver.New(app, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Migrate(ctx); err != nil {
+			t.Errorf("Migrate (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
+		}
+		tx, err := app.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.MigrateTx(ctx, tx); err != nil {
+			t.Errorf("MigrateTx (Schema %q) without CREATE rights on an up-to-date schema: %v", c.Schema, err)
+		}
+		_ = tx.Rollback()
+	}
+}

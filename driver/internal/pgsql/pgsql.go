@@ -333,6 +333,12 @@ func (n *Names) MigrationTableSQL() string {
 	return s + n.Render(MigrationTableSQL) + ";\n" + n.Render(MigrationCompatibleSQL) + ";\n"
 }
 
+// MigrationTableExistsSQL tells whether the migration table ($1: its
+// rendered name, MigrationTableName) exists: when it does, the migrators
+// run no CREATE, which a role without CREATE rights on the schema may not
+// run even with IF NOT EXISTS.
+const MigrationTableExistsSQL = `SELECT to_regclass($1) IS NOT NULL`
+
 // SchemaExistsSQL tells whether the schema $1 exists.
 const SchemaExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`
 
