@@ -255,12 +255,12 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 			}
 			if !exists {
 				if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{d.cfg.Schema}.Sanitize()); err != nil {
-					return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", err)
+					return nil, fmt.Errorf("pgdriver: migrate: create schema: %w", pgsql.MigrateDenied(err))
 				}
 			}
 		}
 		if _, err := tx.Exec(ctx, d.expand(migrationTableSQL)); err != nil {
-			return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", err)
+			return nil, fmt.Errorf("pgdriver: migrate: create migration table: %w", pgsql.MigrateDenied(err))
 		}
 	}
 	var done []driver.Migration
@@ -281,13 +281,13 @@ func (d *Driver) apply(ctx context.Context, tx pgx.Tx, ms []driver.Migration, ow
 			}
 			if !hasCompatible {
 				if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationCompatibleSQL)); err != nil {
-					return nil, fmt.Errorf("pgdriver: migrate: add compatible_from: %w", err)
+					return nil, fmt.Errorf("pgdriver: migrate: add compatible_from: %w", pgsql.MigrateDenied(err))
 				}
 				hasCompatible = true
 			}
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, err)
+			return nil, fmt.Errorf("pgdriver: migration %03d_%s: %w", m.Version, m.Name, pgsql.MigrateDenied(err))
 		}
 		if _, err := tx.Exec(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return nil, fmt.Errorf("pgdriver: migrate: record %d: %w", m.Version, err)

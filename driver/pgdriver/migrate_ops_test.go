@@ -479,3 +479,35 @@ func TestCheckPrivileges(t *testing.T) {
 		t.Errorf("CheckPrivileges after %s: %v", grant, err)
 	}
 }
+
+// The service's role, which may not change the schema, finds migrations
+// pending (the deployment step that migrates as the owner did not run, or
+// not yet): Migrate's error says so, and what to do, besides PostgreSQL's
+// "permission denied for schema".
+func TestMigratePendingWithoutCreatePrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, pending := range []string{"all", "008"} {
+		t.Run(pending, func(t *testing.T) {
+			t.Parallel()
+			pool, schema := testdb.Schema(t, 2)
+			owner := newBareDriver(t, pool, &pgdriver.Config{Schema: schema})
+			if pending == "008" {
+				if err := owner.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, `DELETE FROM idem_migration WHERE version = 8`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			app := testdb.DMLPool(t, pool, schema)
+			for _, c := range []*pgdriver.Config{{Schema: schema}, {}} {
+				err := newBareDriver(t, app, c).Migrate(ctx)
+				if err == nil || !strings.Contains(err.Error(), "permission denied") ||
+					!strings.Contains(err.Error(), "migrations are pending and this role may not run them: run them first as the tables' owner") {
+					t.Errorf("Migrate (Schema %q) of pending migrations without CREATE rights: %v; want permission denied, and what to do", c.Schema, err)
+				}
+			}
+		})
+	}
+}

@@ -219,12 +219,12 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 			}
 			if !exists {
 				if _, err := tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgsql.QuoteIdent(d.cfg.Schema)); err != nil {
-					return nil, fmt.Errorf("pgsqldriver: migrate: create schema: %w", err)
+					return nil, fmt.Errorf("pgsqldriver: migrate: create schema: %w", pgsql.MigrateDenied(err))
 				}
 			}
 		}
 		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationTableSQL)); err != nil {
-			return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", err)
+			return nil, fmt.Errorf("pgsqldriver: migrate: create migration table: %w", pgsql.MigrateDenied(err))
 		}
 	}
 	var done []driver.Migration
@@ -244,7 +244,7 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 			}
 			if !hasCompatible {
 				if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationCompatibleSQL)); err != nil {
-					return nil, fmt.Errorf("pgsqldriver: migrate: add compatible_from: %w", err)
+					return nil, fmt.Errorf("pgsqldriver: migrate: add compatible_from: %w", pgsql.MigrateDenied(err))
 				}
 				hasCompatible = true
 			}
@@ -252,7 +252,7 @@ func (d *Driver) apply(ctx context.Context, tx *sql.Tx, ms []driver.Migration, o
 		// No arguments: the drivers send it with the simple protocol,
 		// which runs the file's several statements.
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("pgsqldriver: migration %03d_%s: %w", m.Version, m.Name, err)
+			return nil, fmt.Errorf("pgsqldriver: migration %03d_%s: %w", m.Version, m.Name, pgsql.MigrateDenied(err))
 		}
 		if _, err := tx.ExecContext(ctx, d.expand(pgsql.MigrationRecordSQL), m.Version, m.Name, m.CompatibleFrom); err != nil {
 			return nil, fmt.Errorf("pgsqldriver: migrate: record %d: %w", m.Version, err)

@@ -205,3 +205,21 @@ func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 		_ = tx.Rollback()
 	}
 }
+
+// As pgdriver: Migrate's error says that migrations are pending and this
+// role may not run them.
+func TestMigratePendingWithoutCreatePrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, schema := testdb.Schema(t, 2)
+	testdb.DMLPool(t, testdb.Pool(t, schema, 1), schema)
+	drv, err := pgsqldriver.New(testdb.RoleSQLPool(t, schema+"_dml", schema, 2), &pgsqldriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = drv.Migrate(ctx)
+	if err == nil || !strings.Contains(err.Error(), "permission denied") ||
+		!strings.Contains(err.Error(), "migrations are pending and this role may not run them: run them first as the tables' owner") {
+		t.Errorf("Migrate without CREATE rights on an empty schema: %v; want permission denied, and what to do", err)
+	}
+}

@@ -2,6 +2,7 @@ package pgsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -91,4 +92,19 @@ func CheckPrivileges(ctx context.Context, name string, n *Names,
 		return fmt.Errorf("%s: read the role's privileges on idem's tables: %w", name, err)
 	}
 	return PrivilegesError(name, missing)
+}
+
+// CodeInsufficientPrivilege is PostgreSQL's insufficient_privilege.
+const CodeInsufficientPrivilege = "42501"
+
+// MigrateDenied returns err, which a migration's DDL returned, with what
+// to do when PostgreSQL refused it a privilege: the role is the service's,
+// which may not change the schema, and migrations are pending.
+func MigrateDenied(err error) error {
+	var st interface{ SQLState() string }
+	if !errors.As(err, &st) || st.SQLState() != CodeInsufficientPrivilege {
+		return err
+	}
+	return fmt.Errorf("%w (migrations are pending and this role may not run them: run them first as the tables' owner, "+
+		"in a deployment step: Migrate, or idemd migrate up; README \"Roles and privileges\")", err)
 }
