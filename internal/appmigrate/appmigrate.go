@@ -58,6 +58,10 @@ const LockTimeout = "5s"
 // codeLockNotAvailable is PostgreSQL's lock_not_available (a lock_timeout).
 const codeLockNotAvailable = "55P03"
 
+// codeInsufficientPrivilege is PostgreSQL's insufficient_privilege: the
+// role may not change the schema (the service's, not the owner's).
+const codeInsufficientPrivilege = "42501"
+
 func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration, table, lockName string) error {
 	st, err := postgresStatus(ctx, pool, ms, table)
 	if err != nil {
@@ -113,6 +117,9 @@ func postgresOnce(ctx context.Context, pool *pgxpool.Pool, ms []driver.Migration
 		}
 		return nil
 	})
+	if dberr.SQLState(err) == codeInsufficientPrivilege {
+		return fmt.Errorf("%w (migrations of %s are pending and this role may not run them: run idemd migrate up as the tables' owner first; README \"Roles and privileges\")", err, table)
+	}
 	if err != nil {
 		return err
 	}

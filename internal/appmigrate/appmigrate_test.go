@@ -183,3 +183,29 @@ func TestPostgresRefusesNewerAppliedWhileWaiting(t *testing.T) {
 		t.Fatal("migrate did not return after the lock was released")
 	}
 }
+
+// idemd's own migrations pending, run by the service's role that may not
+// change the schema (idemd migrate up, as the owner, did not run): the
+// error says so, besides PostgreSQL's "permission denied for schema".
+func TestPostgresPendingWithoutCreatePrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	owner, schema := testdb.Schema(t, 2)
+	v1 := fstest.MapFS{"m/001_item.sql": {Data: []byte("-- older binaries: refuse\n" + `CREATE TABLE item (id bigint PRIMARY KEY)`)}}
+	v2 := fstest.MapFS{
+		"m/001_item.sql":  v1["m/001_item.sql"],
+		"m/002_other.sql": {Data: []byte("-- older binaries: accept\n" + `CREATE TABLE other (id bigint PRIMARY KEY)`)},
+	}
+	if err := appmigrate.Postgres(ctx, owner, v1, "m", "item_migration", "item-migrate"); err != nil {
+		t.Fatal(err)
+	}
+	app := testdb.DMLPool(t, owner, schema)
+	if err := appmigrate.Postgres(ctx, app, v1, "m", "item_migration", "item-migrate"); err != nil {
+		t.Fatalf("up to date, as the service's role: %v", err)
+	}
+	err := appmigrate.Postgres(ctx, app, v2, "m", "item_migration", "item-migrate")
+	if err == nil || !strings.Contains(err.Error(), "permission denied for schema") ||
+		!strings.Contains(err.Error(), "migrations of item_migration are pending and this role may not run them: run idemd migrate up as the tables' owner first") {
+		t.Fatalf("pending, as the service's role: %v; want permission denied, and what to do", err)
+	}
+}
