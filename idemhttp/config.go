@@ -268,8 +268,19 @@ type Config struct {
 	// handler can add what the context carries, such as the IDs of its
 	// span. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Now is the clock. Defaults to time.Now. Replicas should run NTP: lease
-	// and expiry times are compared across processes.
+	// Now is the clock. The times of a record (its lease, its expiry) are
+	// written by one replica and compared by another, on other hosts
+	// whose clocks may disagree. Defaults to the host's clock corrected
+	// by the database's when the driver is a driver.Clock (idem's drivers
+	// are), measured again every 10s at most with one query: replicas
+	// then agree on the database's time whatever their hosts' clocks say,
+	// and a host more than 1s off is logged (WARN "this host's clock
+	// disagrees with the database's"). A Now set here is used as is: the
+	// replicas' clocks must then agree within 2/3 of Lease (what a
+	// renewal leaves of it: beyond, a retry on a replica ahead, or on any
+	// replica while the owner's clock is behind, takes the key over while
+	// its handler runs, and the command executes twice), and well within
+	// TTL (a replica more than TTL ahead executes every retry again).
 	Now func() time.Time
 }
 

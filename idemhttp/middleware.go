@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/internal/dberr"
 	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/problem"
@@ -35,6 +36,9 @@ type Middleware[TTx any] struct {
 	waits         waitGates    // one duplicate per key waits in the store (waitgate.go)
 	// emptyRouteWarned: Config.Route returned "" once, and it was logged.
 	emptyRouteWarned atomic.Bool
+	// clock is the default clock (Config.Now not set): the host's,
+	// corrected by the database's (nil otherwise).
+	clock *dbclock.Clock
 }
 
 // New returns a middleware storing its records through drv. cfg may be nil
@@ -48,9 +52,17 @@ func New[TTx any](drv driver.RecordDriver[TTx], cfg *Config) (*Middleware[TTx], 
 		c = *cfg
 	}
 	defaultScope := c.Scope == nil
+	defaultNow := c.Now == nil
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	var clock *dbclock.Clock
+	if defaultNow {
+		// Leases and expiry times are written by one replica and read
+		// by another: the database's clock is the one they share.
+		clock = dbclock.New(drv, c.Logger, "idemhttp")
+		c.Now = clock.Now
 	}
 	if defaultScope {
 		c.Logger.Warn("idemhttp: Config.Scope not set: keys are scoped by a hash of the Authorization header; " +
@@ -61,7 +73,7 @@ func New[TTx any](drv driver.RecordDriver[TTx], cfg *Config) (*Middleware[TTx], 
 		c.Logger.Warn("idemhttp: TTL outside 24h..72h", "ttl", c.TTL, "reason", c.TTLOverrideReason)
 	}
 	return &Middleware[TTx]{drv: drv, cfg: c, replayHeaders: c.replayHeaders(),
-		cache: newReplayCache(c.ReplayCacheBytes)}, nil
+		cache: newReplayCache(c.ReplayCacheBytes), clock: clock}, nil
 }
 
 // Handler wraps next. Its signature is that of net/http middleware, so it
@@ -82,6 +94,10 @@ func (m *Middleware[TTx]) Handler(next http.Handler) http.Handler {
 
 // serve handles a protected request.
 func (m *Middleware[TTx]) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// The default clock follows the database's (one query every
+	// dbclock.Every at most, before the request's times are taken): the
+	// lease and expiry written are read by replicas on other hosts.
+	m.clock.Sync(r.Context())
 	cmd, ok := m.parse(w, r)
 	if !ok {
 		return

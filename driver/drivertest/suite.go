@@ -90,6 +90,7 @@ func runRecords[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Drive
 		{"ConcurrentTx/LockTimeout", testLockTimeout[TTx]},
 		{"TxClaimer", testTxClaim[TTx]},
 		{"TxClaimer/Now", testTxClaimNow[TTx]},
+		{"Clock", testClock[TTx]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemkit/idem/driver/internal/stores"
 
@@ -215,3 +216,12 @@ func (d *Driver) Table(name string) string { return d.table + name }
 // constants, so each is expanded once and cached (the statements are on the
 // hot path of every request).
 func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }
+
+// DatabaseNow implements driver.Clock: PostgreSQL's clock_timestamp().
+func (d *Driver) DatabaseNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := d.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		return time.Time{}, mapErr("database clock", err)
+	}
+	return now, nil
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -208,3 +209,12 @@ func (d *Driver) outboxNames(ctx context.Context, db interface {
 }
 
 func (d *Driver) expand(sql string) string { return d.names.Expand(sql) }
+
+// DatabaseNow implements driver.Clock: PostgreSQL's clock_timestamp().
+func (d *Driver) DatabaseNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := d.db.QueryRowContext(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		return time.Time{}, mapErr("database clock", err)
+	}
+	return now, nil
+}

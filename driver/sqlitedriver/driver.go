@@ -271,3 +271,7 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 // fromMicros converts a stored time back.
 func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+// DatabaseNow implements driver.Clock. SQLite runs in the process: the
+// database's clock is the host's.
+func (d *Driver) DatabaseNow(context.Context) (time.Time, error) { return time.Now(), nil }

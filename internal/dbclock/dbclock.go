@@ -1,0 +1,123 @@
+// Package dbclock corrects the host's clock by the database's: the default
+// clock of the components whose times are compared across replicas
+// (idemhttp's ModeLease leases and record expiry, cleanup's lease and
+// cut-offs). Replicas whose hosts disagree (a VM resumed from suspend, a
+// broken NTP daemon) then still agree on the database's time.
+package dbclock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/driver"
+)
+
+const (
+	// Every is how often Sync measures the offset again.
+	Every = 10 * time.Second
+	// WarnAbove is the offset from which the host's clock is reported
+	// (Warn), and the change of it that is reported again.
+	WarnAbove = time.Second
+	// maxRoundTrip is the longest measurement kept: the offset is known
+	// to within half of it.
+	maxRoundTrip = time.Second
+	// measureTimeout bounds one measurement.
+	measureTimeout = maxRoundTrip
+)
+
+// base is the origin of Clock.next (its monotonic reading).
+var base = time.Now()
+
+// Clock is the host's clock plus the last measured offset to the
+// database's. The zero offset (never measured, or no driver.Clock) is the
+// host's clock as is.
+type Clock struct {
+	src       driver.Clock
+	wall      func() time.Time
+	logger    *slog.Logger
+	component string
+
+	offset atomic.Int64 // database minus host, nanoseconds
+	// next is when to measure again, in monotonic nanoseconds since
+	// base: a step of the host's clock (NTP correcting it) does not put
+	// it off.
+	next atomic.Int64
+
+	mu     sync.Mutex // one measurement at a time
+	warned time.Duration
+}
+
+// New returns the clock of component (a log prefix), corrected by the
+// database's clock of drv if drv is a driver.Clock.
+func New(drv any, logger *slog.Logger, component string) *Clock {
+	c := &Clock{wall: time.Now, logger: logger, component: component}
+	c.src, _ = drv.(driver.Clock)
+	return c
+}
+
+// SetHostClock replaces the host's clock (tests: a host whose clock is
+// off) and measures again at the next Sync.
+func (c *Clock) SetHostClock(wall func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = wall
+	c.next.Store(0)
+}
+
+// Offset is the last measured offset of the database's clock to the
+// host's.
+func (c *Clock) Offset() time.Duration { return time.Duration(c.offset.Load()) }
+
+// Now is the host's time corrected by the last measured offset.
+func (c *Clock) Now() time.Time {
+	return c.wall().Add(time.Duration(c.offset.Load()))
+}
+
+// Sync measures the offset again if the last measurement is older than
+// Every: one SELECT of the database's clock every Every at most, the
+// other calls cost an atomic load. A failed measurement keeps the last
+// offset (the database is likely unreachable, and what the caller does
+// next fails too). Only one caller measures at a time; the others go on
+// with the last offset.
+func (c *Clock) Sync(ctx context.Context) {
+	if c == nil || c.src == nil || int64(time.Since(base)) < c.next.Load() || !c.mu.TryLock() {
+		return
+	}
+	defer c.mu.Unlock()
+	wall := c.wall
+	mctx, cancel := context.WithTimeout(ctx, measureTimeout)
+	defer cancel()
+	t1 := wall()
+	db, err := c.src.DatabaseNow(mctx)
+	t2 := wall()
+	c.next.Store(int64(time.Since(base) + Every))
+	if err != nil {
+		c.logger.Debug(c.component+": could not read the database's clock; keeping the last offset", "err", err, "offset", c.Offset())
+		return
+	}
+	rtt := t2.Sub(t1)
+	if rtt > maxRoundTrip {
+		return // too slow to tell
+	}
+	off := db.Sub(t1.Add(rtt / 2))
+	c.offset.Store(int64(off))
+	switch {
+	case abs(off) > WarnAbove && abs(off-c.warned) > WarnAbove:
+		c.warned = off
+		c.logger.Warn(c.component+": this host's clock disagrees with the database's; leases and expiry use the database's clock. Fix the host's time synchronisation (NTP)",
+			"host_clock_ahead", (-off).Round(time.Millisecond))
+	case abs(off) <= WarnAbove && c.warned != 0:
+		c.warned = 0
+		c.logger.Info(c.component+": this host's clock agrees with the database's again", "host_clock_ahead", (-off).Round(time.Millisecond))
+	}
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}

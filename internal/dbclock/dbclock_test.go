@@ -1,0 +1,95 @@
+package dbclock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeDB is a database whose clock is the host's plus off; delay slows
+// its answer, err fails it.
+type fakeDB struct {
+	off   time.Duration
+	delay time.Duration
+	err   error
+	reads atomic.Int64
+}
+
+func (f *fakeDB) DatabaseNow(context.Context) (time.Time, error) {
+	f.reads.Add(1)
+	time.Sleep(f.delay)
+	if f.err != nil {
+		return time.Time{}, f.err
+	}
+	return time.Now().Add(f.off), nil
+}
+
+func near(got, want time.Duration) bool { return (got - want).Abs() < 100*time.Millisecond }
+
+func TestSync(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	db := &fakeDB{off: -2 * time.Hour} // the host runs 2h ahead
+	c := New(db, slog.New(slog.NewTextHandler(&logs, nil)), "test")
+	if got := c.Now(); !near(time.Until(got), 0) {
+		t.Fatalf("before the first Sync Now is %s off the host's; want the host's", time.Until(got))
+	}
+	c.Sync(t.Context())
+	if got := time.Until(c.Now()); !near(got, -2*time.Hour) {
+		t.Fatalf("after Sync Now is %s off the host's; want -2h", got)
+	}
+	if !strings.Contains(logs.String(), "clock disagrees with the database's") || !strings.Contains(logs.String(), "host_clock_ahead=") {
+		t.Errorf("no warning of the host 2h ahead: %s", logs.String())
+	}
+
+	// Within Every, no other read.
+	for range 100 {
+		c.Sync(t.Context())
+	}
+	if n := db.reads.Load(); n != 1 {
+		t.Fatalf("%d reads of the database's clock for 101 Syncs within %s; want 1", n, Every)
+	}
+
+	// A failed read keeps the offset; a slow one is not used.
+	c.next.Store(0)
+	db.err = errors.New("connection refused")
+	c.Sync(t.Context())
+	if got := c.Offset(); !near(got, -2*time.Hour) {
+		t.Fatalf("after a failed read the offset is %s; want the last one, -2h", got)
+	}
+	c.next.Store(0)
+	db.err, db.off, db.delay = nil, 0, maxRoundTrip+100*time.Millisecond
+	c.Sync(t.Context())
+	if got := c.Offset(); !near(got, -2*time.Hour) {
+		t.Fatalf("after a read slower than %s the offset is %s; want the last one, -2h", maxRoundTrip, got)
+	}
+
+	// The host is fixed: the offset follows, and the operator hears of it.
+	c.next.Store(0)
+	db.delay = 0
+	c.Sync(t.Context())
+	if got := c.Offset(); !near(got, 0) {
+		t.Fatalf("offset %s once the clocks agree; want 0", got)
+	}
+	if !strings.Contains(logs.String(), "agrees with the database's again") {
+		t.Errorf("no line when the clocks agree again: %s", logs.String())
+	}
+}
+
+// Without a driver.Clock (or with no clock at all: nil) the host's clock
+// is used as is.
+func TestNoSource(t *testing.T) {
+	t.Parallel()
+	c := New(struct{}{}, slog.New(slog.DiscardHandler), "test")
+	c.Sync(t.Context())
+	if got := time.Until(c.Now()); !near(got, 0) {
+		t.Fatalf("Now is %s off the host's; want 0", got)
+	}
+	var none *Clock
+	none.Sync(t.Context()) // no panic
+}
