@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/internal/leaseowner"
 	"github.com/idemkit/idem/internal/txnil"
 	"github.com/idemkit/idem/observe"
@@ -31,6 +32,9 @@ type Cleaner[TTx any] struct {
 	rules   []sweepRule
 	owner   string
 	running atomic.Bool
+	// clock is the default clock (Config.Now not set): the host's,
+	// corrected by the database's (nil otherwise).
+	clock *dbclock.Clock
 }
 
 // New returns a Cleaner for the tables of drv. cfg may be nil for the
@@ -45,9 +49,18 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 	if cfg != nil {
 		c = *cfg
 	}
+	defaultNow := c.Now == nil
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	var clock *dbclock.Clock
+	if defaultNow {
+		// The cut-offs are compared with times other replicas wrote, and
+		// the lease with their clocks: the database's clock is the one
+		// they share.
+		clock = dbclock.New(drv, c.Logger, "cleanup")
+		c.Now = clock.Now
 	}
 	sched, _ := parseSchedule(c.Schedule, c.Location) // validated above
 	probe, _ := any(drv).(InboxPartitioner)
@@ -61,6 +74,7 @@ func New[TTx any](drv driver.Driver[TTx], cfg *Config) (*Cleaner[TTx], error) {
 		sched: sched,
 		rules: c.builtinRules(probe, check),
 		owner: leaseowner.New(),
+		clock: clock,
 	}
 	cl.logConfig()
 	return cl, nil
@@ -112,6 +126,10 @@ func (c *Cleaner[TTx]) Owner() string { return c.owner }
 // then goes on.
 func (c *Cleaner[TTx]) RunOnce(ctx context.Context) (rep Report, err error) {
 	wall := time.Now()
+	// The default clock follows the database's (one query per sweep): a
+	// host whose clock runs ahead must not cut off rows other replicas
+	// wrote inside their retention.
+	c.clock.Sync(ctx)
 	rep = Report{Owner: c.owner, Started: c.cfg.Now()}
 	ctx, span := observe.Start(ctx, c.cfg.Tracer, "idem.cleanup.sweep")
 	defer func() {

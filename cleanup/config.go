@@ -118,7 +118,14 @@ type Config struct {
 	Hold time.Duration
 
 	// Now is the clock that decides what is old and when leases expire.
-	// Defaults to time.Now.
+	// The cut-offs are compared with times other replicas wrote, on other
+	// hosts. Defaults to the host's clock corrected by the database's
+	// when the driver is a driver.Clock (idem's drivers are), measured at
+	// each sweep with one query: a host whose clock runs ahead (hours,
+	// days) deletes nothing inside its retention, and a host more than 1s
+	// off is logged (WARN "this host's clock disagrees with the
+	// database's"). A Now set here is used as is: a cleaner ahead by d
+	// deletes rows up to d early.
 	Now func() time.Time
 	// Logger receives the sweep summaries (Info), skipped sweeps (Debug),
 	// misconfigurations (Warn) and errors. Defaults to slog.Default().

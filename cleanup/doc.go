@@ -16,8 +16,8 @@
 //     expires_at has passed, never a live one (an in-progress record of a
 //     handler running longer than the TTL has expired too); readers already
 //     treat expired records as absent, so a late sweep never extends a
-//     record's life. Expiry is judged by the sweeping replica's clock (see
-//     docs/retention.md: keep replicas' clocks in sync).
+//     record's life. Expiry is judged by the database's clock (the default
+//     Config.Now, see docs/retention.md).
 //   - processed_event (the inbox): a row is kept for Config.Inbox.TTL after
 //     processed_at, 72h by default. Like idempotency records it must stay
 //     within 24h..72h unless Config.Inbox.OverrideReason says why: shorter,

@@ -11,9 +11,10 @@ import (
 // see it taken and skip.
 //
 // Ownership is continuous for as long as the row names the owner: a takeover
-// rewrites owner, a release deletes the row. Times are the caller's clock;
-// replicas should run NTP, and a lease should be long compared with the
-// clock skew between them.
+// rewrites owner, a release deletes the row. Times are the caller's clock,
+// compared with other callers': callers on other hosts should use the
+// database's (see Clock; cleanup's default clock does), or a lease must be
+// long compared with the clock skew between them.
 type LockExecutor interface {
 	// LockAcquire takes the lease p.Name for p.Owner until p.Until, in ONE
 	// statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE): it inserts the
