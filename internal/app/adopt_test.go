@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -130,7 +131,7 @@ func TestLeaseTakenIsFatal(t *testing.T) {
 	drv := testdb.SQLite(t)
 	a := &App{log: slog.New(slog.NewTextHandler(io.Discard, nil)), fatal: make(chan error, 1)}
 	ctx := context.Background()
-	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
+	ls, err := acquireLease(ctx, a, drv.Executor(), dbclock.New(drv, a.log, "embedded broker"), EmbeddedLock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemkafka"
+	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -74,7 +75,7 @@ type embeddedBroker struct {
 // a redrive that a stop, a crash or an error interrupts is done again at
 // the next start.
 func startEmbedded[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], identify func(context.Context) (dbIdentity, error)) (*embeddedBroker, error) {
-	ls, err := acquireLease(ctx, a, drv.Executor(), EmbeddedLock)
+	ls, err := acquireLease(ctx, a, drv.Executor(), dbclock.New(drv, a.log, "embedded broker"), EmbeddedLock)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +234,7 @@ var errLeaseTaken = errors.New("lease taken")
 type lease struct {
 	name, owner string
 	ex          driver.LockExecutor
+	clock       *dbclock.Clock
 	stop        context.CancelFunc
 	done        chan struct{}
 }
@@ -241,15 +243,18 @@ type lease struct {
 // is taken over at once if its process is gone, and refused at once if it
 // runs; a holder on another host is waited for up to one lease length (it
 // may have died without releasing it). A refusal is a *ConfigError saying
-// who holds it.
-func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name string) (*lease, error) {
+// who holds it. The lease's times come from clock, the host's corrected by
+// the database's: another idemd, on a host whose clock runs ahead, must
+// not take it over while this one renews it.
+func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, clock *dbclock.Clock, name string) (*lease, error) {
 	host, _ := os.Hostname()
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	owner := fmt.Sprintf("%s/%d/%s/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]), pidNamespace())
 	deadline := time.Now().Add(embeddedLockTTL + time.Second)
 	for waited := false; ; waited = true {
-		now := time.Now()
+		clock.Sync(ctx)
+		now := clock.Now()
 		ok, err := ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: name, Owner: owner, Now: now, Until: now.Add(embeddedLockTTL)})
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", name, err)
@@ -268,7 +273,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 		if local && dead {
 			// Expire it; the next LockAcquire takes it (or loses to a
 			// concurrent starter, who then holds it).
-			if err := expireLease(ctx, ex, name, holder); err != nil {
+			if err := expireLease(ctx, ex, name, holder, clock.Now()); err != nil {
 				return nil, fmt.Errorf("lease %s: %w", name, err)
 			}
 			a.log.Info("embedded broker: taking over the lease of a stopped idemd on this host", "lease", name, "holder", holder)
@@ -288,7 +293,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, name stri
 		}
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	l := &lease{name: name, owner: owner, ex: ex, stop: stop, done: make(chan struct{})}
+	l := &lease{name: name, owner: owner, ex: ex, clock: clock, stop: stop, done: make(chan struct{})}
 	go l.renew(rctx, a)
 	return l, nil
 }
@@ -303,7 +308,8 @@ func (l *lease) renew(ctx context.Context, a *App) {
 			return
 		case <-t.C:
 		}
-		now := time.Now()
+		l.clock.Sync(ctx)
+		now := l.clock.Now()
 		// Each call bounded: a connection that hangs must not let the
 		// lease lapse unnoticed.
 		cctx, cancel := context.WithTimeout(ctx, embeddedLockTTL/3)
@@ -350,7 +356,7 @@ func expireRelayLease(ctx context.Context, a *App, ex driver.LockExecutor) error
 		return nil
 	}
 	if err == nil {
-		err = expireLease(ctx, ex, outbox.RelayLockName, holder)
+		err = expireLease(ctx, ex, outbox.RelayLockName, holder, time.Now()) // the relay's clock
 	}
 	if err != nil {
 		return fmt.Errorf("lease %s: %w", outbox.RelayLockName, err)
@@ -359,11 +365,11 @@ func expireRelayLease(ctx context.Context, a *App, ex driver.LockExecutor) error
 	return nil
 }
 
-// expireLease makes holder's lease name expired, so that the next
-// LockAcquire takes it. A lease that holder no longer has (released,
-// expired and taken) is fine.
-func expireLease(ctx context.Context, ex driver.LockExecutor, name, holder string) error {
-	err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: name, Owner: holder, Until: time.Now().Add(-time.Second)})
+// expireLease makes holder's lease name expired at now (the clock of the
+// next LockAcquire), so that the next LockAcquire takes it. A lease that
+// holder no longer has (released, expired and taken) is fine.
+func expireLease(ctx context.Context, ex driver.LockExecutor, name, holder string, now time.Time) error {
+	err := ex.LockRenew(ctx, &driver.LockRenewParams{Name: name, Owner: holder, Until: now.Add(-time.Second)})
 	if errors.Is(err, driver.ErrLeaseLost) {
 		return nil
 	}
