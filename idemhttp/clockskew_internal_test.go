@@ -223,3 +223,69 @@ func testRecordLiveOnAHostDaysAhead[TTx any](t *testing.T, drv driver.RecordDriv
 		t.Errorf("no warning of the host 25h ahead. Logs:\n%s", aheadLogs.String())
 	}
 }
+
+// The taker's host clock is stepped 45 s forward (NTP correcting a VM
+// resumed from suspend) between two of its requests, less than the 10 s
+// between two measurements of the database's clock: the retry must not
+// take over the key of the handler still running on the other replica.
+func TestLeaseHeldAfterAHostClockStep(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		testLeaseHeldAfterAHostClockStep[*sql.Tx](t, testdb.SQLite(t))
+	})
+	t.Run("pgdriver", func(t *testing.T) {
+		t.Parallel()
+		testLeaseHeldAfterAHostClockStep[pgx.Tx](t, testdb.Postgres(t))
+	})
+}
+
+func testLeaseHeldAfterAHostClockStep[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
+	var ownerLogs, takerLogs syncBuffer
+	owner := skewedMiddleware(t, drv, 0, &ownerLogs)
+	taker := skewedMiddleware(t, drv, 0, &takerLogs)
+	var step atomic.Int64
+	taker.clock.SetHostClock(func() time.Time { return time.Now().Add(time.Duration(step.Load())) })
+
+	var calls atomic.Int64
+	running, finish := make(chan struct{}), make(chan struct{})
+	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == "k1" && calls.Add(1) == 1 {
+			close(running)
+			select {
+			case <-finish:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	post := func(h http.Handler, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/charge", strings.NewReader(`{"amount":100}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, req)
+		return rr
+	}
+	// The taker measured the database's clock (its host agreed).
+	if rr := post(taker.Handler(charge), "k0"); rr.Code != http.StatusCreated {
+		t.Fatalf("warm-up request: %d %s", rr.Code, rr.Body)
+	}
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- post(owner.Handler(charge), "k1") }()
+	select {
+	case <-running:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first request's handler did not start")
+	}
+	step.Store(int64(45 * time.Second))
+	retry := post(taker.Handler(charge), "k1")
+	close(finish)
+	if rr := <-first; rr.Code != http.StatusCreated {
+		t.Errorf("first request: %d %s", rr.Code, rr.Body)
+	}
+	if n := calls.Load(); n != 1 || retry.Code != http.StatusConflict {
+		t.Fatalf("retry after the taker's host clock stepped 45 s: %d, handler ran %d times; want 409, once", retry.Code, n)
+	}
+}

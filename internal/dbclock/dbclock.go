@@ -42,9 +42,12 @@ type Clock struct {
 
 	offset atomic.Int64 // database minus host, nanoseconds
 	// next is when to measure again, in monotonic nanoseconds since
-	// base: a step of the host's clock (NTP correcting it) does not put
-	// it off.
-	next atomic.Int64
+	// base. hostAt and monoAt are the host's clock (unix nanoseconds) and
+	// the monotonic one (since base) at the last measurement: when the
+	// host's clock has since moved more or less than the monotonic one
+	// (NTP stepped it, a VM resumed), the offset is stale and Sync
+	// measures at once.
+	next, hostAt, monoAt atomic.Int64
 
 	mu     sync.Mutex // one measurement at a time
 	warned time.Duration
@@ -77,13 +80,22 @@ func (c *Clock) Now() time.Time {
 }
 
 // Sync measures the offset again if the last measurement is older than
-// Every: one SELECT of the database's clock every Every at most, the
-// other calls cost an atomic load. A failed measurement keeps the last
+// Every, or if the host's clock was stepped since (it moved more than
+// maxStep away from the monotonic clock): one SELECT of the database's
+// clock every Every at most while the host's clock runs smoothly, the
+// other calls cost two clock reads and a few atomic loads. A failed measurement keeps the last
 // offset (the database is likely unreachable, and what the caller does
 // next fails too). Only one caller measures at a time; the others go on
 // with the last offset.
 func (c *Clock) Sync(ctx context.Context) {
-	if c == nil || c.src == nil || int64(time.Since(base)) < c.next.Load() || !c.mu.TryLock() {
+	if c == nil || c.src == nil {
+		return
+	}
+	mono := int64(time.Since(base))
+	if mono < c.next.Load() && !c.stepped(mono) {
+		return
+	}
+	if !c.mu.TryLock() {
 		return
 	}
 	defer c.mu.Unlock()
@@ -94,6 +106,8 @@ func (c *Clock) Sync(ctx context.Context) {
 	db, err := c.src.DatabaseNow(mctx)
 	t2 := wall()
 	c.next.Store(int64(time.Since(base) + Every))
+	c.hostAt.Store(t2.UnixNano())
+	c.monoAt.Store(int64(time.Since(base)))
 	if err != nil {
 		c.logger.Debug(c.component+": could not read the database's clock; keeping the last offset", "err", err, "offset", c.Offset())
 		return
@@ -113,6 +127,17 @@ func (c *Clock) Sync(ctx context.Context) {
 		c.warned = 0
 		c.logger.Info(c.component+": this host's clock agrees with the database's again", "host_clock_ahead", (-off).Round(time.Millisecond))
 	}
+}
+
+// maxStep is how far the host's clock may move from the monotonic one
+// between two measurements before the offset is taken for stale.
+const maxStep = 100 * time.Millisecond
+
+// stepped reports whether the host's clock moved more than maxStep away
+// from the monotonic clock (mono, since base) since the last measurement.
+func (c *Clock) stepped(mono int64) bool {
+	host := c.wall().UnixNano() - c.hostAt.Load()
+	return abs(time.Duration(host-(mono-c.monoAt.Load()))) > maxStep
 }
 
 func abs(d time.Duration) time.Duration {

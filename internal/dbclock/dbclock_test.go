@@ -93,3 +93,31 @@ func TestNoSource(t *testing.T) {
 	var none *Clock
 	none.Sync(t.Context()) // no panic
 }
+
+// A step of the host's clock (NTP correcting it after a VM resumed) makes
+// the last offset wrong at once: the next Sync measures again, within
+// Every.
+func TestSyncAfterAStep(t *testing.T) {
+	t.Parallel()
+	var step atomic.Int64
+	db := &fakeDB{}
+	c := New(db, slog.New(slog.DiscardHandler), "test")
+	c.SetHostClock(func() time.Time { return time.Now().Add(time.Duration(step.Load())) })
+	c.Sync(t.Context())
+	c.Sync(t.Context())
+	if n := db.reads.Load(); n != 1 {
+		t.Fatalf("%d reads before any step; want 1", n)
+	}
+	step.Store(int64(45 * time.Second))
+	c.Sync(t.Context())
+	if n := db.reads.Load(); n != 2 {
+		t.Fatalf("%d reads after the host's clock stepped 45 s; want 2", n)
+	}
+	if got := time.Until(c.Now()); !near(got, 0) {
+		t.Fatalf("after the step Now is %s off the database's; want 0", got)
+	}
+	c.Sync(t.Context())
+	if n := db.reads.Load(); n != 2 {
+		t.Fatalf("%d reads once the step was measured; want 2", n)
+	}
+}
