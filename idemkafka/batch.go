@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 				end++
 			}
 		}
-		res, err := c.process(work, evs[pos:end])
+		res, err := c.processBounded(work, evs[pos:end])
 		if err == nil {
 			st.Applied += res.Applied
 			st.Duplicates += res.Duplicates
@@ -232,6 +233,35 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 	return pos, st
 }
 
+// processBounded is process within TxTimeout. A failure of a transaction
+// that outlasted it says so (txTimeoutError).
+func (c *Consumer[TTx]) processBounded(work context.Context, evs []inbox.Event) (inbox.BatchResult, error) {
+	tctx, cancel := context.WithTimeout(work, c.cfg.TxTimeout)
+	defer cancel()
+	res, err := c.process(tctx, evs)
+	if err != nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && work.Err() == nil {
+		err = &txTimeoutError{timeout: c.cfg.TxTimeout, err: err}
+	}
+	return res, err
+}
+
+// txTimeoutError is the failure of a consumer's transaction that did not
+// end within ConsumerConfig.TxTimeout. It is a database failure (retried,
+// never dead-lettered: dbFault) unless err is a handler's HTTP call's
+// (*url.Error).
+type txTimeoutError struct {
+	timeout time.Duration
+	err     error
+}
+
+func (e *txTimeoutError) Error() string {
+	return fmt.Sprintf("idemkafka: the transaction did not end within ConsumerConfig.TxTimeout (%s): "+
+		"the database does not answer, or the handler is too slow: %v", e.timeout, e.err)
+}
+
+// Unwrap returns the transaction's error.
+func (e *txTimeoutError) Unwrap() error { return e.err }
+
 // process applies evs, new events only, in a transaction of its own, with
 // Handler or BatchHandler.
 func (c *Consumer[TTx]) process(ctx context.Context, evs []inbox.Event) (inbox.BatchResult, error) {
@@ -334,6 +364,9 @@ func refusedAtCommit(err error) bool {
 //     a login (class 28: a password rotated, a role set NOLOGIN;
 //     dberr.Misconfigured), or a SQLite file corrupt or denied.
 //
+// A transaction that outlasted ConsumerConfig.TxTimeout (txTimeoutError) is
+// one too, unless its error is a handler's HTTP call's.
+//
 // No record can fix these: they are retried and never dead-lettered
 // (dead-lettering every record meanwhile would empty the topic into its
 // dead-letter topic). Any other error, an HTTP client's (*url.Error) among
@@ -342,4 +375,8 @@ func refusedAtCommit(err error) bool {
 // record whose call fails for good never stalls its partition. A handler
 // whose row-level security policy refuses a record (also 42501) wraps the
 // error in ErrPoison to dead-letter it.
-func dbFault(err error) bool { return dberr.Fault(err) }
+func dbFault(err error) bool {
+	var te *txTimeoutError
+	var ue *url.Error
+	return dberr.Fault(err) || (errors.As(err, &te) && !errors.As(err, &ue))
+}

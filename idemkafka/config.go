@@ -22,6 +22,9 @@ import (
 // topic when ConsumerConfig.DeadLetterTopic is empty.
 const DeadLetterSuffix = ".dlq"
 
+// DefaultTxTimeout is ConsumerConfig.TxTimeout's default.
+const DefaultTxTimeout = time.Minute
+
 // ConsumerConfig configures a Consumer. TTx is the transaction type of the
 // driver; the handler receives the transaction its effects must be written
 // through.
@@ -53,8 +56,8 @@ type ConsumerConfig[TTx any] struct {
 	// the same batch failed, or the commit failed. It is called from one
 	// goroutine per Consumer. ctx carries the values of
 	// Run's context but is not cancelled with it: a transaction in flight
-	// is finished when the consumer stops. Exactly one of Handler and
-	// BatchHandler is required.
+	// is finished when the consumer stops. It ends after TxTimeout.
+	// Exactly one of Handler and BatchHandler is required.
 	Handler func(ctx context.Context, tx TTx, e event.Envelope) error
 
 	// BatchHandler, instead of Handler, applies all the new events of a
@@ -80,6 +83,26 @@ type ConsumerConfig[TTx any] struct {
 	// Handler (tx only, called again after a rollback, one goroutine, ctx)
 	// holds for BatchHandler. events may be kept after the call.
 	BatchHandler func(ctx context.Context, tx TTx, events []event.Envelope) error
+
+	// TxTimeout bounds each of the consumer's database transactions: its
+	// Begin, the handler's calls and the COMMIT of one partition's batch
+	// (the COMMIT gets 5 s more if it started in time). The handler's ctx
+	// ends then; the transaction is rolled back, its connection closed,
+	// and the batch retried with backoff as a database failure, never
+	// dead-lettered (a handler's HTTP call ended by it is the record's
+	// failure, as any HTTP error). It is what ends a transaction whose
+	// connection stopped answering without being closed (a network
+	// partition, a failover behind a load balancer or NAT, a firewall
+	// that lost the connection's state), which otherwise waits as long as
+	// TCP retransmits (about 15 minutes on Linux; for ever behind a
+	// middlebox that acknowledges): the partition, and every other
+	// partition of the consumer, applied nothing meanwhile, logged
+	// nothing, and Run did not return when its context ended. Keep it
+	// above the longest batch the handler takes, and below the group's
+	// rebalance timeout (kgo.RebalanceTimeout, 1 minute by default): the
+	// consumer holds rebalances while it applies a poll. Defaults to 1
+	// minute; negative is an error.
+	TxTimeout time.Duration
 
 	// MaxPollRecords is the most records one poll returns, over all
 	// partitions. Each partition's share is applied in one database
@@ -264,6 +287,9 @@ func (c ConsumerConfig[TTx]) withDefaults() ConsumerConfig[TTx] {
 	if c.MaxPollRecords == 0 {
 		c.MaxPollRecords = 500
 	}
+	if c.TxTimeout == 0 {
+		c.TxTimeout = DefaultTxTimeout
+	}
 	if c.Retry.Attempts == 0 {
 		c.Retry.Attempts = 5
 	}
@@ -310,6 +336,9 @@ func (c ConsumerConfig[TTx]) validate() error {
 	}
 	if c.MaxPollRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxPollRecords %d must not be negative", c.MaxPollRecords))
+	}
+	if c.TxTimeout < 0 {
+		errs = append(errs, fmt.Errorf("TxTimeout %s must not be negative", c.TxTimeout))
 	}
 	if c.Retry.Attempts < 0 {
 		errs = append(errs, fmt.Errorf("Retry.Attempts %d must not be negative", c.Retry.Attempts))

@@ -266,7 +266,7 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 }
 
 // Run joins the group and applies events until ctx is done, then finishes
-// the database transaction in flight, commits the offsets of what
+// the database transaction in flight (within ConsumerConfig.TxTimeout), commits the offsets of what
 // committed (waiting at most 5 s for the group coordinator from then on:
 // offsets not committed are redelivered and skipped), leaves the group (a static member, with an InstanceID, does not
 // leave: its partitions wait for it to come back) and returns nil. A

@@ -144,6 +144,17 @@
 //     deleted the group's offsets with the old one), once it exists.
 //   - Cancelling Run's context finishes the transaction in flight, commits
 //     its offsets and leaves the group.
+//   - Each transaction is bounded by ConsumerConfig.TxTimeout (1 minute by
+//     default): one whose database connection stops answering without
+//     being closed (a network partition, a failover behind a load
+//     balancer or NAT) is given up then, its connection closed, and
+//     retried as a database failure, instead of waiting as long as TCP
+//     does (about 15 minutes, with every partition of the consumer held
+//     and nothing logged). The retries wait for the event rows the lost
+//     transaction recorded until PostgreSQL ends its session (keep the
+//     server's TCP keepalives short, or set
+//     idle_in_transaction_session_timeout): the partition is reported
+//     stalled meanwhile.
 //
 // With ConsumerConfig.InstanceID the consumer is a static member of its
 // group (KIP-345): restarted under the same ID, it takes its partitions
