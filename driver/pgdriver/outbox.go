@@ -464,7 +464,11 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // the driver did it before: the pool's connections, not the listener's,
 // say which schema search_path finds). ListenOutbox returns once LISTEN is in effect:
 // every enqueue committed after it returns is signalled. After a connection
-// error it reconnects with backoff (up to 5s), reports the error, and each
+// error, or when its connection, after 30s without a notification, does
+// not answer a round trip within 5s (a network that drops the connection's
+// packets without closing it, which fails no wait: a partition, a failover
+// behind a load balancer or NAT), it reconnects with backoff (up to 5s;
+// each attempt bounded to 30s), reports the error, and each
 // failed attempt's, to onError (if not nil), calls onError(nil) once it has
 // reconnected (so that a caller logging the errors can log their end, and
 // limit the lines in between: the attempts fail every 5s while the
@@ -498,6 +502,8 @@ func (l listener) Wait(ctx context.Context) error {
 	_, err := l.conn.WaitForNotification(ctx)
 	return err
 }
+
+func (l listener) Ping(ctx context.Context) error { return l.conn.Ping(ctx) }
 
 func (l listener) Close() {
 	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -1305,3 +1305,63 @@ func TestListenOutboxRunsThePoolsBeforeConnect(t *testing.T) {
 		t.Error("the listener was not woken by an enqueue")
 	}
 }
+
+// The listener's connection stops answering without being closed (a
+// network partition, a failover behind a load balancer or NAT, a firewall
+// that lost its state: no error, no notification ever again): the
+// listener finds it out by its check, reports it, connects again and
+// wakes the relay for the commits made from then on. Before the check it
+// waited on the dead connection for as long as TCP keepalives take (for
+// ever behind this proxy, which acknowledges), reporting nothing, every
+// wake-up lost.
+func TestOutboxListenerLeavesABlackHoledConnection(t *testing.T) {
+	defer pgsql.SetListenCheck(500*time.Millisecond, 500*time.Millisecond)()
+	pool, schema := testdb.Schema(t, 2)
+	proxy := testdb.NewProxy(t)
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, ListenConnConfig: proxy.ConnConfig(t, schema)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 10)
+	wake, err := drv.ListenOutbox(ctx, func(err error) { errs <- err })
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	if n := len(proxy.BlackHoleAll()); n != 1 {
+		t.Fatalf("black-holed %d connections; want the listener's", n)
+	}
+	cut := time.Now()
+	select {
+	case err := <-errs:
+		t.Logf("listener reported %s after the fault: %v", time.Since(cut).Round(time.Millisecond), err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the listener did not report its black-holed connection within 20 s")
+	}
+	for reported := true; reported; {
+		select {
+		case err := <-errs:
+			reported = err != nil
+		case <-time.After(20 * time.Second):
+			t.Fatal("the listener did not connect again (onError(nil))")
+		}
+	}
+	for len(wake) > 0 {
+		<-wake
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		enqueue(t, drv, newEvent(t, "k", int(time.Now().UnixNano())))
+		select {
+		case <-wake:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no wake-up for commits after the listener connected again")
+		}
+	}
+}

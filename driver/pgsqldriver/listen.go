@@ -22,8 +22,10 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // of the pool's, so relays never starve the pool or each other), LISTENs
 // on OutboxChannel there and signals the returned channel (capacity 1,
 // never blocking) on each notification and after each reconnection (a
-// notification may have been missed meanwhile). Errors after the start go
-// to onError, each failed attempt to reconnect's too (every 5s at most),
+// notification may have been missed meanwhile). A connection that, after
+// 30s without a notification, does not answer a round trip within 5s (a
+// network that drops its packets without closing it) is given up and
+// replaced, as one that failed. Errors after the start go to onError, each failed attempt to reconnect's too (every 5s at most),
 // and onError(nil) once it has reconnected after errors. With another driver (lib/pq) it returns an error wrapping
 // errors.ErrUnsupported, and a relay polls every RelayConfig.PollInterval
 // instead; so it does behind a pooler in transaction mode, unless
@@ -45,6 +47,8 @@ func (l listener) Wait(ctx context.Context) error {
 	_, err := l.conn.WaitForNotification(ctx)
 	return err
 }
+
+func (l listener) Ping(ctx context.Context) error { return l.conn.Ping(ctx) }
 
 func (l listener) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

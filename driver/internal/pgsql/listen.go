@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,16 +12,59 @@ import (
 
 // Listener is what ListenLoop needs of a LISTENing connection: Wait blocks
 // until a notification arrives (nil) or the connection fails or ctx ends
-// (an error); Close gives the connection up.
+// (an error, after which the connection is still usable when it was only
+// ctx); Ping makes one round trip; Close gives the connection up.
 type Listener interface {
 	Wait(ctx context.Context) error
+	Ping(ctx context.Context) error
 	Close()
+}
+
+// A listener that had no notification for ListenCheckEvery checks that its
+// connection still answers, within ListenCheckTimeout: a connection that
+// stopped answering without being closed (a network partition, a failover
+// behind a load balancer or NAT, a firewall that lost its state) fails no
+// Wait, and would otherwise be waited on for as long as TCP keepalives
+// take (pgx's: 5 min idle, then probes 5 min apart), for ever behind a
+// middlebox that acknowledges, every notification lost meanwhile. A
+// reconnection gets ListenConnectTimeout.
+const (
+	ListenCheckEvery     = 30 * time.Second
+	ListenCheckTimeout   = 5 * time.Second
+	ListenConnectTimeout = 30 * time.Second
+)
+
+// listenCheckEvery and listenCheckTimeout are ListenCheckEvery and
+// ListenCheckTimeout, in nanoseconds, unless a test changed them
+// (SetListenCheck).
+var (
+	listenCheckEvery   = durationVar(ListenCheckEvery)
+	listenCheckTimeout = durationVar(ListenCheckTimeout)
+)
+
+func durationVar(d time.Duration) *atomic.Int64 {
+	v := new(atomic.Int64)
+	v.Store(int64(d))
+	return v
+}
+
+// SetListenCheck sets how often and within how long listeners started
+// from now on check their connection, for tests, and returns a function
+// that puts the defaults back.
+func SetListenCheck(every, timeout time.Duration) (restore func()) {
+	listenCheckEvery.Store(int64(every))
+	listenCheckTimeout.Store(int64(timeout))
+	return func() {
+		listenCheckEvery.Store(int64(ListenCheckEvery))
+		listenCheckTimeout.Store(int64(ListenCheckTimeout))
+	}
 }
 
 // ListenLoop keeps an outbox listener alive until ctx is done. It signals
 // wake (capacity 1, never blocking) on each notification and once after
 // each reconnection (notifications sent while disconnected are lost); on a
-// connection error it reports to onError (if not nil, and not once ctx is
+// connection error, or a connection that does not answer a check (see
+// ListenCheckEvery), it reports to onError (if not nil, and not once ctx is
 // done), gives the connection up and reconnects through connect with
 // backoff from 100ms to 5s, reporting each failed attempt too, and calls
 // onError(nil) once it has reconnected, so that the caller can log the end
@@ -47,11 +91,16 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 			l.Close()
 		}
 	}()
+	every, timeout := time.Duration(listenCheckEvery.Load()), time.Duration(listenCheckTimeout.Load())
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		if l == nil {
 			var err error
-			if l, err = connect(ctx); err != nil {
+			cctx, cancel := context.WithTimeout(ctx, ListenConnectTimeout)
+			l, err = connect(cctx)
+			cancel()
+			if err != nil {
+				l = nil
 				report(err)
 				select {
 				case <-ctx.Done():
@@ -66,9 +115,26 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 			}
 			signal()
 		}
-		if err := l.Wait(ctx); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, every)
+		err := l.Wait(wctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(wctx.Err(), context.DeadlineExceeded) {
+				// No notification for a while: does the connection
+				// still answer?
+				pctx, cancel := context.WithTimeout(ctx, timeout)
+				err = l.Ping(pctx)
+				cancel()
+				if err == nil {
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				err = fmt.Errorf("the connection did not answer a check within %s (the network to the database drops packets?): %w", timeout, err)
 			}
 			report(fmt.Errorf("%s: outbox listen: %w", name, err))
 			l.Close()

@@ -20,6 +20,8 @@ func (l fakeListener) Wait(ctx context.Context) error {
 	}
 }
 
+func (fakeListener) Ping(context.Context) error { return nil }
+
 func (fakeListener) Close() {}
 
 // A lost connection is reported, then each failed attempt to connect
