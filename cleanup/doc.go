@@ -69,9 +69,13 @@
 //
 // A sweep first takes the lease Config.LockName ("idem-cleanup") in the
 // idem_lock table, one INSERT ... ON CONFLICT statement that succeeds for
-// exactly one replica. The others report Skipped. The holder renews the
+// exactly one replica. The others report Skipped. Taking the lease, and
+// each renewal, gets Config.Lease/3: one sent on a connection that stopped
+// answering (a network partition that closes nothing) fails the sweep, or
+// that renewal, then. The holder renews the
 // lease every Config.Lease/3 while it sweeps and stops when it learns the
-// lease was taken over (a replica stalled past its lease). After a completed
+// lease was taken over (a replica stalled past its lease), or when it
+// expires unrenewed. After a completed
 // sweep it keeps the lease for Config.Hold (1m), so replicas woken by the same
 // schedule a little later skip that run instead of sweeping again. A dead
 // replica's lease expires after Config.Lease and the next sweep takes over.

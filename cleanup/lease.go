@@ -10,8 +10,13 @@ import (
 	"github.com/idemkit/idem/internal/leaseowner"
 )
 
-// acquire takes (or extends) the sweep lease at now.
+// acquire takes (or extends) the sweep lease at now, within Lease/3, as a
+// renewal: a statement sent on a connection the network black-holes (a
+// partition that resets nothing) fails the sweep then, instead of waiting
+// as long as TCP does with no sweep run meanwhile.
 func (c *Cleaner[TTx]) acquire(ctx context.Context, now time.Time) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Lease/3)
+	defer cancel()
 	ok, err := c.drv.Executor().LockAcquire(ctx, &driver.LockAcquireParams{Name: c.cfg.LockName, Owner: c.owner, Now: now, Until: now.Add(c.cfg.Lease)})
 	if err != nil {
 		return false, fmt.Errorf("cleanup: acquire lease %q: %w", c.cfg.LockName, err)
