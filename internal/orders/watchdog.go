@@ -62,6 +62,13 @@ type WatchdogConfig struct {
 	// Interval is the time between rounds; 0 means StuckAfter/2, at
 	// least a second and at most 30 s.
 	Interval time.Duration
+	// RoundTimeout bounds a round; 0 means DefaultRoundTimeout. A round
+	// whose statement went on a connection the network black-holes (a
+	// partition that closes nothing: a failover behind a load balancer
+	// or NAT) fails then, logged and reported (Partial), instead of
+	// waiting as long as TCP does (about 15 min) with nothing reported;
+	// the next round goes on another connection.
+	RoundTimeout time.Duration
 	// Limit is the page size of the listing of stale orders; 0 means
 	// 500. A round reads every page.
 	Limit int
@@ -137,6 +144,9 @@ func NewWatchdog[TTx any](drv driver.Driver[TTx], ps *PaymentSaga[TTx], list Sta
 	if cfg.Interval <= 0 {
 		cfg.Interval = min(max(cfg.StuckAfter/2, time.Second), 30*time.Second)
 	}
+	if cfg.RoundTimeout <= 0 {
+		cfg.RoundTimeout = DefaultRoundTimeout
+	}
 	if cfg.Limit <= 0 {
 		cfg.Limit = 500
 	}
@@ -149,7 +159,11 @@ func NewWatchdog[TTx any](drv driver.Driver[TTx], ps *PaymentSaga[TTx], list Sta
 	return &Watchdog[TTx]{drv: drv, ps: ps, list: list, cfg: cfg, log: log, late: cfg.Now(), compensating: map[int64]time.Time{}}, nil
 }
 
-// Run runs a round every Interval until ctx ends; it returns nil then.
+// DefaultRoundTimeout is WatchdogConfig.RoundTimeout's default.
+const DefaultRoundTimeout = time.Minute
+
+// Run runs a round every Interval, each within RoundTimeout, until ctx
+// ends; it returns nil then.
 func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
@@ -159,7 +173,12 @@ func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		st, err := w.RunOnce(ctx)
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.RoundTimeout)
+		st, err := w.RunOnce(rctx)
+		if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("not done within %s (the database does not answer?): %w", w.cfg.RoundTimeout, err)
+		}
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "order watchdog: round failed", "err", err)
 		}
