@@ -462,7 +462,9 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // delays it (except, without Config.Schema, for the one
 // read of the outbox's schema through the pool, if no enqueue or claim of
 // the driver did it before: the pool's connections, not the listener's,
-// say which schema search_path finds). ListenOutbox returns once LISTEN is in effect:
+// say which schema search_path finds). Connecting and LISTENing get 30s
+// (the caller's ctx may end them sooner): a connection the network
+// black-holes while it is made fails then. ListenOutbox returns once LISTEN is in effect:
 // every enqueue committed after it returns is signalled. After a connection
 // error, or when its connection, after 30s without a notification, does
 // not answer a round trip within 5s (a network that drops the connection's
@@ -483,7 +485,7 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // notifications to a client only while the client runs a transaction.
 // outbox.Relay then polls, and says so in its log.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
-	l, err := d.listenConn(ctx)
+	l, err := pgsql.ListenConnect(ctx, d.listenConn)
 	if err != nil {
 		return nil, err
 	}

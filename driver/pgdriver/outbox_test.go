@@ -1365,3 +1365,41 @@ func TestOutboxListenerLeavesABlackHoledConnection(t *testing.T) {
 		}
 	}
 }
+
+// ListenOutbox whose connection the network black-holes while it is made
+// (its LISTEN never answered, nothing closed) fails within its bound, and
+// the relay calling it tries again; before, it waited as long as TCP does
+// (for ever behind this proxy, which acknowledges), and the relay's
+// wake-ups never started.
+func TestListenOutboxGivesUpABlackHoledConnection(t *testing.T) {
+	defer pgsql.SetListenConnectTimeout(time.Second)()
+	pool, schema := testdb.Schema(t, 2)
+	proxy := testdb.NewProxy(t)
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, ListenConnConfig: proxy.ConnConfig(t, schema)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := proxy.Arm(testdb.BlackHole, func(b []byte) bool { return strings.Contains(string(b), "LISTEN ") })
+	t.Cleanup(f.Cut)
+	done := make(chan error, 1)
+	started := time.Now()
+	go func() {
+		_, err := drv.ListenOutbox(t.Context(), nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("ListenOutbox returned %s after it started: %v", time.Since(started).Round(time.Millisecond), err)
+		if err == nil {
+			t.Fatal("ListenOutbox succeeded on a black-holed connection")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("ListenOutbox still waited on its black-holed LISTEN after 15 s (bound 1s)")
+	}
+	if _, err := drv.ListenOutbox(t.Context(), nil); err != nil {
+		t.Fatalf("ListenOutbox on a new connection: %v", err)
+	}
+}

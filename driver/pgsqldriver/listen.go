@@ -21,7 +21,7 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // connection of the *sql.DB, which it borrows for a moment; it holds none
 // of the pool's, so relays never starve the pool or each other), LISTENs
 // on OutboxChannel there and signals the returned channel (capacity 1,
-// never blocking) on each notification and after each reconnection (a
+// never blocking; connecting and LISTENing get 30s) on each notification and after each reconnection (a
 // notification may have been missed meanwhile). A connection that, after
 // 30s without a notification, does not answer a round trip within 5s (a
 // network that drops its packets without closing it) is given up and
@@ -31,7 +31,7 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // instead; so it does behind a pooler in transaction mode, unless
 // Config.ListenConnConfig gives it a direct connection.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
-	l, err := d.listenConn(ctx)
+	l, err := pgsql.ListenConnect(ctx, d.listenConn)
 	if err != nil {
 		return nil, err
 	}

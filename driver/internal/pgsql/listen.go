@@ -38,9 +38,27 @@ const (
 // ListenCheckTimeout, in nanoseconds, unless a test changed them
 // (SetListenCheck).
 var (
-	listenCheckEvery   = durationVar(ListenCheckEvery)
-	listenCheckTimeout = durationVar(ListenCheckTimeout)
+	listenCheckEvery     = durationVar(ListenCheckEvery)
+	listenCheckTimeout   = durationVar(ListenCheckTimeout)
+	listenConnectTimeout = durationVar(ListenConnectTimeout)
 )
+
+// ListenConnect runs connect (a listener's connection) within
+// ListenConnectTimeout: a connection that the network black-holes while
+// it is made (a partition that closes nothing) fails then, and is tried
+// again, instead of waiting as long as TCP does.
+func ListenConnect(ctx context.Context, connect func(context.Context) (Listener, error)) (Listener, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(listenConnectTimeout.Load()))
+	defer cancel()
+	return connect(ctx)
+}
+
+// SetListenConnectTimeout sets ListenConnect's bound, for tests, and
+// returns a function that puts the default back.
+func SetListenConnectTimeout(d time.Duration) (restore func()) {
+	listenConnectTimeout.Store(int64(d))
+	return func() { listenConnectTimeout.Store(int64(ListenConnectTimeout)) }
+}
 
 func durationVar(d time.Duration) *atomic.Int64 {
 	v := new(atomic.Int64)
@@ -96,9 +114,7 @@ func ListenLoop(ctx context.Context, name string, l Listener, connect func(conte
 	for ctx.Err() == nil {
 		if l == nil {
 			var err error
-			cctx, cancel := context.WithTimeout(ctx, ListenConnectTimeout)
-			l, err = connect(cctx)
-			cancel()
+			l, err = ListenConnect(ctx, connect)
 			if err != nil {
 				l = nil
 				report(err)
