@@ -1,13 +1,11 @@
 package cleanup_test
 
 import (
-	"bytes"
 	"database/sql"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // A replica whose host clock runs days ahead (a bad NTP server, an RTC
@@ -75,7 +74,7 @@ func testSweepWithTheHostClockAhead[TTx any](t *testing.T, drv, sweeper driver.D
 		t.Fatalf("InboxInsert = %v, %v", got, err)
 	}
 
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	c, err := cleanup.New(sweeper, &cleanup.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -96,22 +95,4 @@ func testSweepWithTheHostClockAhead[TTx any](t *testing.T, drv, sweeper driver.D
 	if !strings.Contains(logs.String(), "clock disagrees with the database's") {
 		t.Errorf("no warning of the host's clock 4 days ahead. Logs:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

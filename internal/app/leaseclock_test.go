@@ -1,18 +1,17 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // A second idemd with the embedded broker on a PostgreSQL database that an
@@ -42,7 +41,7 @@ func TestEmbeddedLeaseNotTakenByAHostAhead(t *testing.T) {
 	go ls.renew(rctx, running)
 	defer ls.release()
 
-	var logs lockedLog
+	var logs testlog.Buffer
 	second := &App{log: slog.New(slog.NewTextHandler(&logs, nil)), fatal: make(chan error, 1)}
 	ahead := dbclock.New(drv, second.log, "embedded broker")
 	ahead.SetHostClock(func() time.Time { return time.Now().Add(30 * time.Second) })
@@ -63,22 +62,4 @@ func TestEmbeddedLeaseNotTakenByAHostAhead(t *testing.T) {
 		t.Fatalf("the running idemd failed: %v", err)
 	default:
 	}
-}
-
-// lockedLog is a bytes.Buffer safe for concurrent writers.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
