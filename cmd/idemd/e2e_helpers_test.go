@@ -278,10 +278,16 @@ type cluster struct {
 	t *testing.T
 	// dir is the processes' working directory: a default relative path
 	// (./idemd.db, ./idemd.kafka) lands there, not in the repository.
-	dir   string
-	mu    sync.Mutex
-	procs []*proc
-	n     map[string]int
+	dir string
+	// ownGroups starts each process in a process group of its own, for
+	// the scenarios that stop one (SIGSTOP): in the test's group, a
+	// stopped idemd is sent SIGHUP by the kernel when that group is
+	// orphaned (go test run in the background, a CI runner) and one of
+	// its processes exits.
+	ownGroups bool
+	mu        sync.Mutex
+	procs     []*proc
+	n         map[string]int
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -320,6 +326,11 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 	c.mu.Unlock()
 	p.cmd.Dir = c.dir
 	p.cmd.Stderr = p.stderr
+	if c.ownGroups {
+		// Killed with the test all the same (not only by the
+		// cleanup): an interrupt no longer reaches its group.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
