@@ -12,9 +12,18 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/outbox"
 )
+
+// embeddedLease is the length of the embedded broker's lease (table
+// idem_lock, app.EmbeddedLock): an idemd on another host takes it over
+// once it expired.
+const embeddedLease = 15 * time.Second
 
 // pauseFor is how long TestE2EPause freezes a replica: past its consumers'
 // session timeout and the rebalance that hands its partitions to the other
@@ -307,5 +316,105 @@ func TestE2EPauseEmbedded(t *testing.T) {
 	awaitOutboxDrained(t, db, 30*time.Second)
 	if !resumed.IsZero() {
 		t.Logf("warnings and errors after the SIGCONT: %s", warnings(p, resumed))
+	}
+}
+
+// TestE2EPauseEmbeddedTakeover freezes the one idemd that runs the
+// embedded broker of a database for longer than its lease (15 s) and,
+// while it is frozen, takes the lease as an idemd started on another host
+// does once it expired (that one then redrives the outbox into its own
+// log, a different one), and enqueues events as that idemd's requests
+// would. The resumed one must stop (exit 1) and mark none of them
+// published: it would have published them into a log no consumer reads any
+// more, and the outbox would say they were delivered.
+func TestE2EPauseEmbeddedTakeover(t *testing.T) {
+	t.Parallel()
+	idemdBinary(t)
+	if !hasFlag(t, "kafka-dir") || !hasFlag(t, "kafka-embedded-addr") {
+		t.Skip("idemd has no -kafka-dir or -kafka-embedded-addr")
+	}
+	db := newPGDatabase(t) // before the cluster: dropped after its processes are gone
+	c := newCluster(t)
+	c.ownGroups = true
+	addr, embedded := freeAddr(t), freeAddr(t)
+	args := append(commonArgs(addr, db.url.String()), "-kafka-dir", t.TempDir(), "-kafka-embedded-addr", embedded)
+	p := c.mustStart(t, "idemd", args...)
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+
+	// A few orders through the whole pipeline first.
+	const n = 10
+	orders := makeOrders(n, 3)
+	lctx, lcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	l := &load{orders: orders, clients: 2, base: p.base}
+	l.run(lctx)
+	lcancel()
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: 3,
+		state:     db.state,
+		base:      func() string { return p.base },
+		exits:     c.unexpectedExits,
+		pipeline: &pipeline{db: db, seeds: []string{embedded}, topic: app.DefaultKafkaTopic,
+			procs: func() []*proc { return []*proc{p} }},
+	}, quiescence(n))
+	if t.Failed() {
+		return
+	}
+	drv, err := pgdriver.New(db.pool, &pgdriver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP: %v", err)
+	}
+	// Frozen past its lease: only then may an idemd elsewhere take it.
+	time.Sleep(embeddedLease + 2*time.Second)
+	bctx, bcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer bcancel()
+	now := time.Now()
+	ok, err := drv.Executor().LockAcquire(bctx, &driver.LockAcquireParams{Name: app.EmbeddedLock, Owner: "elsewhere/1/00000000/pid:[1]", Now: now, Until: now.Add(time.Hour)})
+	if err != nil || !ok {
+		t.Fatalf("take the expired embedded broker's lease over: %v (taken: %v)", err, ok)
+	}
+	const later = 40
+	tx, err := drv.Begin(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range later {
+		e, err := event.New("PauseProbe.v1", fmt.Sprintf("probe-%d", i), map[string]int{"i": i})
+		if err == nil {
+			err = outbox.EnqueueTx(bctx, drv, tx, e)
+		}
+		if err != nil {
+			_ = drv.Rollback(bctx, tx)
+			t.Fatalf("enqueue: %v", err)
+		}
+	}
+	if err := drv.Commit(bctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT: %v", err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30 s after its lease was taken over and it resumed")
+	}
+	p.stopping.Store(true) // expected: not an unexpected exit
+	var marked int
+	if err := db.pool.QueryRow(bctx, `SELECT count(*) FROM outbox_published JOIN outbox USING (id) WHERE record_key LIKE 'probe-%'`).Scan(&marked); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the takeover: %s; %d of the %d events enqueued meanwhile marked published by it", p.exitString(), marked, later)
+	if marked > 0 {
+		t.Errorf("the resumed idemd marked %d events published after another idemd took its embedded broker's lease: they went into a log no consumer reads, and the new broker never gets them", marked)
+	}
+	t.Logf("its warnings and errors after the SIGCONT: %s", warnings(p, took))
+	if !strings.Contains(p.stderr.String(), "lease taken") {
+		t.Errorf("no line says the lease was taken: %s", warnings(p, took))
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/outbox"
@@ -35,6 +36,16 @@ const (
 	EmbeddedLock = "idemd.embedded-kafka"
 	// embeddedLockTTL is the lease's length; it is renewed every third.
 	embeddedLockTTL = 15 * time.Second
+	// embeddedPublishGuard: the relay publishes into the embedded broker
+	// only while this process's lease has at least this long to run (by
+	// its last renewal), and marks published only what it published while
+	// that was still so (see fencedPublisher). A renewal every third of
+	// the lease keeps 10 to 15 s: two renewals in a row must fail for the
+	// relay to wait, and a process frozen past its lease (a long GC or
+	// memory stall, a VM migration, SIGSTOP), whose lease another idemd
+	// may hold by now, publishes nothing when it wakes up before its next
+	// renewal tells.
+	embeddedPublishGuard = embeddedLockTTL / 3
 	// EmbeddedRetention is how long the embedded broker keeps a record of
 	// the events' topic: under the inboxes' retention
 	// (cleanup.DefaultInboxTTL, 72h), so that no event can be delivered
@@ -237,6 +248,15 @@ type lease struct {
 	clock       *dbclock.Clock
 	stop        context.CancelFunc
 	done        chan struct{}
+	// validUntil is when the lease expires by its last acquisition or
+	// renewal (UnixNano), counted from a clock reading taken before the
+	// statement: never later than the expiry another idemd sees.
+	validUntil atomic.Int64
+}
+
+// held reports whether the lease surely has guard left to run at now.
+func (l *lease) held(now time.Time, guard time.Duration) bool {
+	return now.Add(guard).UnixNano() < l.validUntil.Load()
 }
 
 // acquireLease takes the lease name for this process. A holder on this host
@@ -252,9 +272,10 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, clock *db
 	_, _ = rand.Read(rnd[:])
 	owner := fmt.Sprintf("%s/%d/%s/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]), pidNamespace())
 	deadline := time.Now().Add(embeddedLockTTL + time.Second)
+	var now time.Time
 	for waited := false; ; waited = true {
 		clock.Sync(ctx)
-		now := clock.Now()
+		now = clock.Now()
 		ok, err := ex.LockAcquire(ctx, &driver.LockAcquireParams{Name: name, Owner: owner, Now: now, Until: now.Add(embeddedLockTTL)})
 		if err != nil {
 			return nil, fmt.Errorf("lease %s: %w", name, err)
@@ -294,6 +315,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, clock *db
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	l := &lease{name: name, owner: owner, ex: ex, clock: clock, stop: stop, done: make(chan struct{})}
+	l.validUntil.Store(now.Add(embeddedLockTTL).UnixNano())
 	go l.renew(rctx, a)
 	return l, nil
 }
@@ -328,6 +350,9 @@ func (l *lease) renew(ctx context.Context, a *App) {
 			}
 		}
 		cancel()
+		if err == nil {
+			l.validUntil.Store(now.Add(embeddedLockTTL).UnixNano())
+		}
 		if err != nil && ctx.Err() == nil {
 			a.log.Error("embedded broker: lease renewal failed", "lease", l.name, "err", err)
 		}
@@ -497,6 +522,70 @@ func setRetention(ctx context.Context, cluster *kfake.Cluster, d time.Duration, 
 				err = errors.Join(err, fmt.Errorf("topic %s: retention.ms: %w", r.Name, r.Err))
 			}
 		}
+	}
+	return err
+}
+
+// errLeaseUnsure is the outcome of the events a fencedPublisher did not
+// publish, or published without the lease surely held: the relay retries
+// them at a later round without counting a failed attempt (see
+// outbox.ErrSkipped).
+var errLeaseUnsure = fmt.Errorf("%w: embedded broker: this idemd's lease (%s) is not surely held: its renewals failed, or this process was frozen; not publishing into its broker until a renewal succeeds",
+	outbox.ErrSkipped, EmbeddedLock)
+
+// fencedPublisher is the relay's publisher into the embedded broker: it
+// publishes a batch only while the broker's lease surely holds (it has
+// embeddedPublishGuard left to run), and reports a batch as published only
+// if that was still so once the broker acknowledged it. A process frozen
+// past its lease (a long GC or memory stall, a VM migration, SIGSTOP) may
+// have lost it to an idemd on another host, which redrives the outbox into
+// its own log: events published here then, and marked published, would
+// reach no consumer. Without this, the resumed process published and
+// marked the events it found before its next renewal said the lease was
+// taken. What remains unfenced is a pause between the check after the
+// broker's acknowledgement and the COMMIT of the marks, longer than the
+// guard: the lease is a row, not a fencing token the marks' transaction
+// checks.
+type fencedPublisher struct {
+	pub   outbox.LatePublisher
+	lease *lease
+	now   func() time.Time
+}
+
+func (p *fencedPublisher) held() bool { return p.lease.held(p.now(), embeddedPublishGuard) }
+
+// unsure is the outcome of every event of a batch of n.
+func unsure(n int) error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = errLeaseUnsure
+	}
+	return &outbox.PublishError{Errs: errs}
+}
+
+func (p *fencedPublisher) Publish(ctx context.Context, events []event.Envelope) error {
+	if !p.held() {
+		return unsure(len(events))
+	}
+	err := p.pub.Publish(ctx, events)
+	if !p.held() {
+		return unsure(len(events))
+	}
+	return err
+}
+
+func (p *fencedPublisher) PublishLate(ctx context.Context, events []event.Envelope, late func(i int, err error)) error {
+	if !p.held() {
+		return unsure(len(events))
+	}
+	err := p.pub.PublishLate(ctx, events, func(i int, err error) {
+		if err == nil && !p.held() {
+			err = errLeaseUnsure
+		}
+		late(i, err)
+	})
+	if !p.held() {
+		return unsure(len(events))
 	}
 	return err
 }

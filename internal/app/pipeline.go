@@ -141,7 +141,12 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 		a.parked.parked() // the gauge of parked events, now
 	}
 	relayCfg := outbox.RelayConfig{Logger: a.log, OnLag: a.metrics.lag, OnPark: onPark, OnLease: a.metrics.relayLease, Tracer: a.tracer}
-	flusher, err := outbox.NewRelay(drv, pub, &relayCfg)
+	var relayPub outbox.Publisher = pub
+	if broker != nil {
+		// Into the embedded broker only while its lease surely holds.
+		relayPub = &fencedPublisher{pub: pub, lease: broker.lease, now: broker.lease.clock.Now} // the lease's own clock: validUntil is on it
+	}
+	flusher, err := outbox.NewRelay(drv, relayPub, &relayCfg)
 	if err != nil {
 		return err
 	}
@@ -183,7 +188,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 				a.log.Warn("outbox relay: no LISTEN wake-ups, this process's only", "err", err)
 			}
 		}
-		relay, err := outbox.NewRelay(drv, pub, &cfg)
+		relay, err := outbox.NewRelay(drv, relayPub, &cfg)
 		if err != nil {
 			return err
 		}
