@@ -552,6 +552,14 @@ type fencedPublisher struct {
 	now   func() time.Time
 }
 
+// newFencedPublisher fences pub with l. It reads l's own clock (the host's
+// corrected by the database's): the lease's validUntil is on that clock,
+// and the host's alone, off by more than the guard, would stop (or never
+// stop) the relay.
+func newFencedPublisher(pub outbox.LatePublisher, l *lease) *fencedPublisher {
+	return &fencedPublisher{pub: pub, lease: l, now: l.clock.Now}
+}
+
 func (p *fencedPublisher) held() bool { return p.lease.held(p.now(), embeddedPublishGuard) }
 
 // unsure is the outcome of every event of a batch of n.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/dbclock"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
@@ -61,5 +62,47 @@ func TestEmbeddedLeaseNotTakenByAHostAhead(t *testing.T) {
 	case err := <-running.fatal:
 		t.Fatalf("the running idemd failed: %v", err)
 	default:
+	}
+}
+
+// offClock is a database whose clock is off the host's by off.
+type offClock struct{ off time.Duration }
+
+func (c offClock) DatabaseNow(context.Context) (time.Time, error) { return time.Now().Add(c.off), nil }
+
+// The relay's fence into the embedded broker reads the lease's own clock
+// (the host's corrected by the database's): with this host's clock an hour
+// off the database's, either way, the lease this idemd just took holds and
+// the relay publishes, and past the lease it does not. Read on the host's
+// clock alone, a lease taken on the database's time looked lapsed an hour
+// early (database behind: the relay never published) or live an hour past
+// its end (database ahead: the fence never held anything back).
+func TestFencedPublisherOnAHostOff(t *testing.T) {
+	t.Parallel()
+	for _, off := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run("database "+off.String(), func(t *testing.T) {
+			t.Parallel()
+			drv := testdb.Postgres(t)
+			a := &App{log: slog.New(slog.DiscardHandler), fatal: make(chan error, 1)}
+			clock := dbclock.New(offClock{off}, a.log, "embedded broker")
+			l, err := acquireLease(t.Context(), a, drv.Executor(), clock, EmbeddedLock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.release()
+			e, err := event.New("Probe.v1", "k", map[string]int{"n": 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner := &fakeLate{}
+			if err := newFencedPublisher(inner, l).Publish(t.Context(), []event.Envelope{e}); err != nil || inner.calls != 1 {
+				t.Fatalf("Publish under a lease just taken, database %s off: err %v, %d publishes; want nil, 1", off, err, inner.calls)
+			}
+			// Past the lease's end, on its clock, nothing is published.
+			l.validUntil.Store(clock.Now().Add(-time.Second).UnixNano())
+			if err := newFencedPublisher(inner, l).Publish(t.Context(), []event.Envelope{e}); err == nil || inner.calls != 1 {
+				t.Fatalf("Publish past the lease, database %s off: err %v, %d publishes; want skipped, still 1", off, err, inner.calls)
+			}
+		})
 	}
 }

@@ -144,7 +144,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	var relayPub outbox.Publisher = pub
 	if broker != nil {
 		// Into the embedded broker only while its lease surely holds.
-		relayPub = &fencedPublisher{pub: pub, lease: broker.lease, now: broker.lease.clock.Now} // the lease's own clock: validUntil is on it
+		relayPub = newFencedPublisher(pub, broker.lease)
 	}
 	flusher, err := outbox.NewRelay(drv, relayPub, &relayCfg)
 	if err != nil {
