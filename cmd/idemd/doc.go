@@ -88,7 +88,10 @@
 // authenticates as -kafka-sasl-user (IDEMD_KAFKA_SASL_USER) with the
 // password of the environment variable IDEMD_KAFKA_SASL_PASSWORD or of the
 // file -kafka-sasl-password-file (IDEMD_KAFKA_SASL_PASSWORD_FILE); there is
-// no password flag, whose value would show in ps. Every Kafka client of
+// no password flag, whose value would show in ps. The files are read again
+// for every new connection (the password file at every authentication),
+// so a certificate renewed or a password rotated in them is used without a
+// restart. Every Kafka client of
 // idemd (the start-up check, the relay, both consumers) uses them; they are
 // refused with -kafka embedded or off. A mechanism idemd does not speak, a
 // missing user or password, an unreadable or non-PEM file, a certificate

@@ -65,6 +65,11 @@ type KafkaAuth struct {
 	// SASLUser and SASLPassword are the credentials (with SASL only).
 	SASLUser     string
 	SASLPassword Secret
+	// SASLPasswordFile, when set, is the file SASLPassword was read from
+	// (-kafka-sasl-password-file): every SASL authentication (a new
+	// connection, a broker's connections.max.reauth.ms) reads it again,
+	// so that a password rotated in the file is used without a restart.
+	SASLPasswordFile string
 }
 
 // Secret is a string that does not print: fmt shows "xxxxx" (or nothing,
@@ -165,20 +170,11 @@ func parseKafkaAuth(value func(string) string, given func(string) bool, source f
 	case pwFile != "" && pwEnv != "":
 		return KafkaAuth{}, fmt.Errorf("the SASL password is given twice: %s or %s, not both", EnvKafkaSASLPassword, source("kafka-sasl-password-file"))
 	case pwFile != "":
-		b, err := os.ReadFile(pwFile)
+		pw, err := readPasswordFile(pwFile)
 		if err != nil {
 			return KafkaAuth{}, fmt.Errorf("%s: %s", source("kafka-sasl-password-file"), errMessage(err))
 		}
-		pw := strings.TrimRight(string(b), "\r\n")
-		if pw == "" {
-			return KafkaAuth{}, fmt.Errorf("%s: the file %s is empty", source("kafka-sasl-password-file"), pwFile)
-		}
-		if strings.ContainsAny(pw, "\r\n") {
-			// Sent whole, the brokers would refuse it with no hint why.
-			return KafkaAuth{}, fmt.Errorf("%s: the file %s holds more than one line; it must hold the password alone, on one line",
-				source("kafka-sasl-password-file"), pwFile)
-		}
-		k.SASLPassword = Secret(pw)
+		k.SASLPassword, k.SASLPasswordFile = pw, pwFile
 	case pwEnv != "":
 		k.SASLPassword = Secret(pwEnv)
 	default:
@@ -186,6 +182,37 @@ func parseKafkaAuth(value func(string) string, given func(string) bool, source f
 			source("kafka-sasl"), k.SASL, EnvKafkaSASLPassword)
 	}
 	return k, nil
+}
+
+// readPasswordFile reads a password file: one line, a trailing newline
+// ignored. Its errors name the file, never quote its content.
+func readPasswordFile(path string) (Secret, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pw := strings.TrimRight(string(b), "\r\n")
+	if pw == "" {
+		return "", fmt.Errorf("the file %s is empty", path)
+	}
+	if strings.ContainsAny(pw, "\r\n") {
+		// Sent whole, the server would refuse it with no hint why.
+		return "", fmt.Errorf("the file %s holds more than one line; it must hold the password alone, on one line", path)
+	}
+	return Secret(pw), nil
+}
+
+// saslPassword returns the SASL password: SASLPasswordFile's content now,
+// when it is set, else SASLPassword.
+func (k KafkaAuth) saslPassword() (string, error) {
+	if k.SASLPasswordFile == "" {
+		return string(k.SASLPassword), nil
+	}
+	pw, err := readPasswordFile(k.SASLPasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("-kafka-sasl-password-file: %s", errMessage(err))
+	}
+	return string(pw), nil
 }
 
 // kafkaAuthGiven returns the first of the settings of KafkaAuth that was
@@ -229,7 +256,8 @@ func (k KafkaAuth) tlsConfig() (*tls.Config, error) {
 
 // kgoOpts returns the kgo options of the cluster's clients: TLS (its dial
 // and handshake bounded by dialTimeout) and SASL. Its errors are
-// *authError.
+// *authError. The files of the TLS settings are read again for each
+// connection, SASLPasswordFile for each SASL authentication.
 func (k KafkaAuth) kgoOpts(dialTimeout time.Duration) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if k.TLS {
@@ -237,16 +265,30 @@ func (k KafkaAuth) kgoOpts(dialTimeout time.Duration) ([]kgo.Opt, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.Dialer(tlsDialer(c, dialTimeout)))
+		config := func() (*tls.Config, error) { return c, nil }
+		if k.TLSCA != "" || k.TLSCert != "" {
+			// Read again for every connection: a certificate renewed
+			// (cert-manager) or a CA rotated in the files is used
+			// without a restart.
+			config = k.tlsConfig
+		}
+		opts = append(opts, kgo.Dialer(tlsDialer(config, dialTimeout)))
+	}
+	scramAuth := func(context.Context) (scram.Auth, error) {
+		pw, err := k.saslPassword()
+		return scram.Auth{User: k.SASLUser, Pass: pw}, err
 	}
 	switch k.SASL {
 	case "":
 	case SASLPlain:
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsMechanism()))
+		opts = append(opts, kgo.SASL(plain.Plain(func(context.Context) (plain.Auth, error) {
+			pw, err := k.saslPassword()
+			return plain.Auth{User: k.SASLUser, Pass: pw}, err
+		})))
 	case SASLScramSHA256:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsSha256Mechanism()))
+		opts = append(opts, kgo.SASL(scram.Sha256(scramAuth)))
 	case SASLScramSHA512:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: string(k.SASLPassword)}.AsSha512Mechanism()))
+		opts = append(opts, kgo.SASL(scram.Sha512(scramAuth)))
 	default:
 		return nil, &authError{"kafka-sasl", fmt.Sprintf("%q is not a SASL mechanism idemd speaks: plain, scram-sha-256 or scram-sha-512", k.SASL)}
 	}
@@ -273,11 +315,16 @@ func (e *tlsHandshakeError) Error() string {
 }
 func (e *tlsHandshakeError) Unwrap() error { return e.err }
 
-// tlsDialer dials a broker and runs the TLS handshake, within timeout, and
-// reports a failed handshake as a *tlsHandshakeError: kgo's own TLS dialer
-// does not tell it from a failed dial.
-func tlsDialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// tlsDialer dials a broker and runs the TLS handshake, with the
+// configuration config returns then, within timeout, and reports a failed
+// handshake as a *tlsHandshakeError: kgo's own TLS dialer does not tell it
+// from a failed dial.
+func tlsDialer(config func() (*tls.Config, error), timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg, err := config()
+		if err != nil {
+			return nil, err
+		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)

@@ -148,7 +148,7 @@ func TestParseConfigKafkaAuth(t *testing.T) {
 			"IDEMD_KAFKA_SASL_USER": "idemd", "IDEMD_KAFKA_SASL_PASSWORD": "s3cret"},
 			app.KafkaAuth{TLS: true, SASL: app.SASLScramSHA512, SASLUser: "idemd", SASLPassword: "s3cret"}},
 		{"password from a file", []string{"-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "idemd", "-kafka-sasl-password-file", pwFile}, nil,
-			app.KafkaAuth{SASL: app.SASLScramSHA256, SASLUser: "idemd", SASLPassword: "s3cret-from-file"}},
+			app.KafkaAuth{SASL: app.SASLScramSHA256, SASLUser: "idemd", SASLPassword: "s3cret-from-file", SASLPasswordFile: pwFile}},
 		{"plain", []string{"-kafka-sasl", "plain", "-kafka-sasl-user", "idemd"}, map[string]string{"IDEMD_KAFKA_SASL_PASSWORD": "s3cret"},
 			app.KafkaAuth{SASL: app.SASLPlain, SASLUser: "idemd", SASLPassword: "s3cret"}},
 	}
