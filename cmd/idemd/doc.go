@@ -33,7 +33,10 @@
 // second listen address serving /metrics, /healthz and /livez for
 // Prometheus and the probes, on a port the public ingress never routes;
 // -addr then no longer serves /metrics, and keeps the probes), -db (IDEMD_DB: postgres://..., sqlite:PATH or a
-// file path; default ./idemd.db), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
+// file path; default ./idemd.db), -db-password-file (IDEMD_DB_PASSWORD_FILE:
+// a file holding the PostgreSQL password, read again for every new
+// connection, so that a rotated password is used without a restart; -db and
+// -db-listen then carry none), -shutdown-timeout (IDEMD_SHUTDOWN_TIMEOUT,
 // default 15s), -request-timeout (IDEMD_REQUEST_TIMEOUT, default 10s, at
 // most 30s: a /v1 request still waiting for the database then, for a
 // connection of an exhausted pool or a lock, answers 503 with

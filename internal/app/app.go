@@ -170,7 +170,7 @@ type stores[TTx any] struct {
 }
 
 func (a *App) openPostgres(ctx context.Context) error {
-	pcfg, err := pgxpool.ParseConfig(a.cfg.DB.URL)
+	pcfg, err := a.cfg.DB.poolConfig()
 	if err != nil {
 		return fmt.Errorf("database %s: %s", a.cfg.DB, errMessage(err))
 	}
@@ -191,6 +191,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 			pool.Close()
 			return fmt.Errorf("-db-listen: %s", errMessage(err))
 		}
+		a.cfg.DB.listenPassword(dcfg.ListenConnConfig)
 	}
 	drv, err := pgdriver.New(pool, &dcfg)
 	if err != nil {

@@ -186,6 +186,7 @@ var settings = []setting{
 	{"addr", "IDEMD_ADDR", DefaultAddr, "listen address host:port (port 0 picks a free port)"},
 	{"admin-addr", "IDEMD_ADMIN_ADDR", "", "listen address host:port of /metrics, /healthz and /livez for Prometheus and the probes, a port the public ingress never routes; /metrics then leaves -addr, the probes stay on both (default: none, everything on -addr)"},
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
+	{"db-password-file", "IDEMD_DB_PASSWORD_FILE", "", "file holding the PostgreSQL password (one line), read again for every new connection: a password rotated in the file is used without a restart; -db and -db-listen then carry none"},
 	{"db-listen", "IDEMD_DB_LISTEN", "", "PostgreSQL URL the outbox relay LISTENs on for other replicas' events (default: -db's); a direct one when -db goes through a pooler in transaction mode (PgBouncer)"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
 	{"request-timeout", "IDEMD_REQUEST_TIMEOUT", DefaultRequestTimeout.String(), "bound of each /v1 request's work: a request still waiting for the database (a connection of an exhausted pool, a lock) then answers 503 with Retry-After; at most " + MaxRequestTimeout.String()},
@@ -340,6 +341,11 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if err != nil {
 		return Config{}, configErrorf("%s: %v", source("db"), err)
 	}
+	if f := strings.TrimSpace(*values["db-password-file"]); f != "" {
+		if db, err = db.withPasswordFile(f); err != nil {
+			return Config{}, configErrorf("%s: %v", source("db-password-file"), err)
+		}
+	}
 	cfg.DB = db
 	if l := *values["db-listen"]; l != "" {
 		ldb, err := ParseDatabase(l)
@@ -350,6 +356,9 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			return Config{}, configErrorf("%s: not a postgres:// URL", source("db-listen"))
 		case db.Kind != Postgres:
 			return Config{}, configErrorf("%s: only with a PostgreSQL -db (SQLite has no LISTEN)", source("db-listen"))
+		case db.PasswordFile != "" && urlPasswordRe.MatchString(l):
+			return Config{}, configErrorf("%s: the PostgreSQL password is given twice: in the URL and by %s (the file's is read for every connection, the listener's too); drop it from the URL",
+				source("db-listen"), source("db-password-file"))
 		}
 		cfg.DBListen = l
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 
@@ -28,6 +29,9 @@ type Database struct {
 	URL string
 	// Path is the SQLite file (Kind SQLite).
 	Path string
+	// PasswordFile, when set (Kind Postgres, -db-password-file), is the
+	// file of the password, read again for every new connection.
+	PasswordFile string
 }
 
 var (
@@ -100,6 +104,75 @@ func sqlitePath(p string) (Database, error) {
 			"with the string's other parameters (sslmode, sslrootcert, ...) as query parameters")
 	}
 	return Database{Kind: SQLite, Path: p}, nil
+}
+
+// urlPasswordRe finds a password in a PostgreSQL URL: in its user info
+// (postgres://user:password@host) or its password parameter.
+var urlPasswordRe = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#@]*:[^/?#@]*@|[?&]password=`)
+
+// withPasswordFile returns d with the password of file (-db-password-file):
+// refused for SQLite, for a URL that carries a password already, and for a
+// file that cannot be read, is empty or holds more than one line.
+func (d Database) withPasswordFile(file string) (Database, error) {
+	switch {
+	case d.Kind != Postgres:
+		return Database{}, errors.New("only with a PostgreSQL -db (SQLite has no password)")
+	case urlPasswordRe.MatchString(d.URL):
+		return Database{}, fmt.Errorf("the PostgreSQL password is given twice: in -db's URL (%s) and by the file; drop it from the URL", d)
+	}
+	if _, err := readPasswordFile(file); err != nil {
+		return Database{}, errors.New(errMessage(err))
+	}
+	d.PasswordFile = file
+	return d, nil
+}
+
+// poolConfig returns the configuration of a pool of d (Kind Postgres):
+// with PasswordFile, every new connection reads the password from it.
+func (d Database) poolConfig() (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		return nil, err
+	}
+	if d.PasswordFile != "" {
+		file := d.PasswordFile
+		// The outbox listener's connection runs it too (pgdriver
+		// ListenOutbox, without -db-listen).
+		pcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			pw, err := readPasswordFile(file)
+			if err != nil {
+				return fmt.Errorf("-db-password-file: %s", errMessage(err))
+			}
+			cc.Password = string(pw)
+			return nil
+		}
+	}
+	return pcfg, nil
+}
+
+// listenPassword makes cc (-db-listen's) read the password from
+// PasswordFile, if set, for every new connection, as the pool's do:
+// pgdriver runs the pool's BeforeConnect only without a ListenConnConfig,
+// and a pgx.ConnConfig has no such hook, so the password is set once the
+// connection to the server is open, before PostgreSQL's protocol starts
+// (pgconn authenticates with the Config its AfterNetConnect gets).
+func (d Database) listenPassword(cc *pgx.ConnConfig) {
+	if d.PasswordFile == "" {
+		return
+	}
+	file, next := d.PasswordFile, cc.AfterNetConnect
+	cc.AfterNetConnect = func(ctx context.Context, c *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		pw, err := readPasswordFile(file)
+		if err != nil {
+			// conn, not nil: pgconn closes what it gets back.
+			return conn, fmt.Errorf("-db-password-file: %s", errMessage(err))
+		}
+		c.Password = string(pw)
+		if next != nil {
+			return next(ctx, c, conn)
+		}
+		return conn, nil
+	}
 }
 
 // String describes the database for humans, without the password.

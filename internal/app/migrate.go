@@ -38,6 +38,7 @@ idemd (idemd also migrates at start).
           ending with the INSERT that records it in idem_migration
 
   -db DATABASE     as for idemd (IDEMD_DB, default ` + DefaultDB + `)
+  -db-password-file FILE  as for idemd (IDEMD_DB_PASSWORD_FILE)
 `
 
 // migrator is what "idemd migrate" needs of a driver.
@@ -66,7 +67,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if v := getenv("IDEMD_DB"); v != "" {
 		dbDef = v
 	}
-	db := fs.String("db", dbDef, "")
+	db := dbFlags(fs, fs.String("db", dbDef, ""), getenv)
 	err := fs.Parse(args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = fmt.Fprint(stdout, migrateUsage)
@@ -84,9 +85,9 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		_, _ = fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
 		return 2
 	}
-	dbc, err := ParseDatabase(*db)
+	dbc, err := db(cmd != "sql") // sql connects to no database
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "%s: -db: %v\n", name, err)
+		_, _ = fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	if cmd == "sql" {
@@ -292,7 +293,11 @@ func migrateSQL(db Database, stdout io.Writer) error {
 // migrations. Unless create, a missing SQLite file is an error.
 func withMigrator(ctx context.Context, db Database, create bool, f func(migrator, []domainTables) error) error {
 	if db.Kind == Postgres {
-		pool, err := pgxpool.New(ctx, db.URL)
+		pcfg, err := db.poolConfig()
+		if err != nil {
+			return err
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,7 @@ retention sweep cannot be redriven.
   -all             every event still in the outbox
   -key K1,K2       only the events of these keys (order IDs)
   -db DATABASE     as for idemd (IDEMD_DB, default ` + DefaultDB + `)
+  -db-password-file FILE  as for idemd (IDEMD_DB_PASSWORD_FILE)
 `
 
 // runOutbox is "idemd outbox ...": the operator's outbox commands.
@@ -46,12 +47,31 @@ func runOutbox(ctx context.Context, args []string, getenv func(string) string, e
 
 // outboxDBFlag returns the -db flag of an outbox command, defaulting to
 // IDEMD_DB as for idemd.
-func outboxDBFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+func outboxDBFlag(fs *flag.FlagSet, getenv func(string) string) func(connect bool) (Database, error) {
 	dbDef := DefaultDB
 	if v := getenv("IDEMD_DB"); v != "" {
 		dbDef = v
 	}
-	return fs.String("db", dbDef, "")
+	return dbFlags(fs, fs.String("db", dbDef, ""), getenv)
+}
+
+// dbFlags adds -db-password-file (IDEMD_DB_PASSWORD_FILE) to a
+// subcommand's -db and returns the function that reads both once fs is
+// parsed (the password file only for a command that connects).
+func dbFlags(fs *flag.FlagSet, db *string, getenv func(string) string) func(connect bool) (Database, error) {
+	pwFile := fs.String("db-password-file", getenv("IDEMD_DB_PASSWORD_FILE"), "")
+	return func(connect bool) (Database, error) {
+		d, err := ParseDatabase(*db)
+		if err != nil {
+			return Database{}, fmt.Errorf("-db: %w", err)
+		}
+		if f := strings.TrimSpace(*pwFile); f != "" && connect {
+			if d, err = d.withPasswordFile(f); err != nil {
+				return Database{}, fmt.Errorf("-db-password-file: %w", err)
+			}
+		}
+		return d, nil
+	}
 }
 
 // splitList returns the non-empty, trimmed elements of a comma-separated
@@ -104,9 +124,9 @@ func runRedrive(ctx context.Context, args []string, getenv func(string) string, 
 		opts.Since = time.Now().Add(-d)
 	}
 	opts.Keys = splitList(*keys)
-	dbc, err := ParseDatabase(*db)
+	dbc, err := db(true)
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: -db: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "idemd outbox redrive: %v\n", err)
 		return 2
 	}
 	n, err := redrive(ctx, dbc, opts)
@@ -135,7 +155,11 @@ func redrive(ctx context.Context, db Database, opts outbox.RedriveOptions) (int,
 // command never creates one), and runs pg or sqlite with it.
 func withOutbox(ctx context.Context, db Database, pg func(*pgdriver.Driver) (int, error), sqlite func(*sqlitedriver.Driver) (int, error)) (int, error) {
 	if db.Kind == Postgres {
-		pool, err := pgxpool.New(ctx, db.URL)
+		pcfg, err := db.poolConfig()
+		if err != nil {
+			return 0, err
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return 0, err
 		}

@@ -32,6 +32,7 @@ as they are; an event still refused is parked again.
                   -event, the events must match both
   -all            every parked event (parked before the command started)
   -db DATABASE    as for idemd (IDEMD_DB, default ` + DefaultDB + `)
+  -db-password-file FILE  as for idemd (IDEMD_DB_PASSWORD_FILE)
 `
 
 // runUnpark is "idemd outbox unpark".
@@ -75,9 +76,9 @@ func runUnpark(ctx context.Context, args []string, getenv func(string) string, e
 		_, _ = fmt.Fprint(stderr, "idemd outbox unpark: give -event ID1,ID2, -key K1,K2 or -all\n")
 		return 2
 	}
-	dbc, err := ParseDatabase(*db)
+	dbc, err := db(true)
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "idemd outbox unpark: -db: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "idemd outbox unpark: %v\n", err)
 		return 2
 	}
 	n, err := withOutbox(ctx, dbc,
