@@ -67,7 +67,9 @@
 //     Set Config.ListenConnConfig to a direct connection to PostgreSQL;
 //     without it ListenOutbox returns an error wrapping
 //     errors.ErrUnsupported, and outbox.Relay polls instead
-//     (RelayConfig.PollInterval).
+//     (RelayConfig.PollInterval). Credentials that rotate go in
+//     Config.ListenBeforeConnect: ListenConnConfig is used as given at
+//     every reconnection.
 //
 // Two settings are the pool's. PgBouncer before 1.21 does not keep a
 // prepared statement from one transaction to the next: connect with

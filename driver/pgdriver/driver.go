@@ -67,6 +67,19 @@ type Config struct {
 	// (errors.ErrUnsupported: the relay polls): give it a direct connection
 	// to PostgreSQL (or the pooler's address in session mode).
 	ListenConnConfig *pgx.ConnConfig
+
+	// ListenBeforeConnect, if set, is called before each connection of
+	// ListenOutbox's listener (its first and every reconnection) with a
+	// copy of the config it is about to connect with, ListenConnConfig's
+	// or the pool's (after the pool's BeforeConnect then), which it may
+	// change: what must be fresh at each connection, as the pool's
+	// BeforeConnect does for the pool's, when ListenConnConfig is set (a
+	// password read from a rotated secret, an IAM token, the role of new
+	// dynamic credentials). Without it a ListenConnConfig is used as
+	// given: once its credentials are revoked, every reconnection is
+	// refused and the relay falls back to polling. An error fails that
+	// attempt (reported, retried).
+	ListenBeforeConnect func(ctx context.Context, cfg *pgx.ConnConfig) error
 }
 
 func (c *Config) validate() error {

@@ -457,8 +457,9 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 //
 // The listener holds a dedicated connection, opened with
 // Config.ListenConnConfig, or by default with the pool's connection config
-// and its BeforeConnect hook (which may fetch the password: an IAM token),
-// but outside the pool, so it takes no pool slot and a busy pool never
+// and its BeforeConnect hook (which may fetch the password: an IAM token;
+// either way Config.ListenBeforeConnect, if set, has the last word at each
+// connection), but outside the pool, so it takes no pool slot and a busy pool never
 // delays it (except, without Config.Schema, for the one
 // read of the outbox's schema through the pool, if no enqueue or claim of
 // the driver did it before: the pool's connections, not the listener's,
@@ -530,6 +531,11 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 		// the schema below.
 		if err := before(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("pgdriver: outbox listen: the pool's BeforeConnect: %w", err)
+		}
+	}
+	if before := d.cfg.ListenBeforeConnect; before != nil {
+		if err := before(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("pgdriver: outbox listen: Config.ListenBeforeConnect: %w", err)
 		}
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)

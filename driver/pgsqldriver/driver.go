@@ -43,12 +43,24 @@ type Config struct {
 	// ListenOutbox refuses the *sql.DB's settings there
 	// (errors.ErrUnsupported: the relay polls): give it a direct connection
 	// to PostgreSQL. See "Behind a connection pooler" in package pgdriver.
-	// Give it one too when the *sql.DB's connections get their password
-	// when they connect (stdlib.OptionBeforeConnect: an IAM token): the
-	// default copies the settings of one of its connections, password
-	// included, which may have expired by the time the listener
-	// reconnects.
+	// When the *sql.DB's connections get their password when they connect
+	// (stdlib.OptionBeforeConnect: an IAM token, a rotated secret), set
+	// ListenBeforeConnect too: the default copies the settings of one of
+	// its connections, password included, which may have expired or been
+	// revoked by the time the listener reconnects, and a ListenConnConfig
+	// alone is used as given.
 	ListenConnConfig *pgx.ConnConfig
+
+	// ListenBeforeConnect, if set, is called before each connection of
+	// ListenOutbox's listener (its first and every reconnection) with a
+	// copy of the config it is about to connect with (ListenConnConfig's
+	// or the default), which it may change: what must be fresh at each
+	// connection (a password read from a rotated secret, an IAM token,
+	// the role of new dynamic credentials). Without it, once those
+	// credentials are revoked every reconnection is refused and the relay
+	// falls back to polling. An error fails that attempt (reported,
+	// retried).
+	ListenBeforeConnect func(ctx context.Context, cfg *pgx.ConnConfig) error
 }
 
 // Driver is the PostgreSQL implementation of driver.Driver[*sql.Tx].

@@ -97,6 +97,11 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	if d.cfg.ListenConnConfig != nil {
 		cfg = d.cfg.ListenConnConfig.Copy()
 	}
+	if before := d.cfg.ListenBeforeConnect; before != nil {
+		if err := before(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("pgsqldriver: outbox listen: Config.ListenBeforeConnect: %w", err)
+		}
+	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgsqldriver: outbox listen: %w", err)

@@ -191,7 +191,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 			pool.Close()
 			return fmt.Errorf("-db-listen: %s", errMessage(err))
 		}
-		a.cfg.DB.listenPassword(dcfg.ListenConnConfig)
+		dcfg.ListenBeforeConnect = a.cfg.DB.listenBeforeConnect()
 	}
 	drv, err := pgdriver.New(pool, &dcfg)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"strings"
 
@@ -135,43 +134,33 @@ func (d Database) poolConfig() (*pgxpool.Config, error) {
 		return nil, err
 	}
 	if d.PasswordFile != "" {
-		file := d.PasswordFile
 		// The outbox listener's connection runs it too (pgdriver
 		// ListenOutbox, without -db-listen).
-		pcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-			pw, err := readPasswordFile(file)
-			if err != nil {
-				return fmt.Errorf("-db-password-file: %s", errMessage(err))
-			}
-			cc.Password = string(pw)
-			return nil
-		}
+		pcfg.BeforeConnect = passwordFromFile(d.PasswordFile)
 	}
 	return pcfg, nil
 }
 
-// listenPassword makes cc (-db-listen's) read the password from
-// PasswordFile, if set, for every new connection, as the pool's do:
-// pgdriver runs the pool's BeforeConnect only without a ListenConnConfig,
-// and a pgx.ConnConfig has no such hook, so the password is set once the
-// connection to the server is open, before PostgreSQL's protocol starts
-// (pgconn authenticates with the Config its AfterNetConnect gets).
-func (d Database) listenPassword(cc *pgx.ConnConfig) {
+// listenBeforeConnect returns pgdriver's Config.ListenBeforeConnect for
+// -db-listen's connection: with PasswordFile it reads the password from
+// it for every connection, as the pool's BeforeConnect does (pgdriver runs
+// that one only without a ListenConnConfig). Nil without PasswordFile.
+func (d Database) listenBeforeConnect() func(context.Context, *pgx.ConnConfig) error {
 	if d.PasswordFile == "" {
-		return
+		return nil
 	}
-	file, next := d.PasswordFile, cc.AfterNetConnect
-	cc.AfterNetConnect = func(ctx context.Context, c *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	return passwordFromFile(d.PasswordFile)
+}
+
+// passwordFromFile is a BeforeConnect that sets the password of file.
+func passwordFromFile(file string) func(context.Context, *pgx.ConnConfig) error {
+	return func(_ context.Context, cc *pgx.ConnConfig) error {
 		pw, err := readPasswordFile(file)
 		if err != nil {
-			// conn, not nil: pgconn closes what it gets back.
-			return conn, fmt.Errorf("-db-password-file: %s", errMessage(err))
+			return fmt.Errorf("-db-password-file: %s", errMessage(err))
 		}
-		c.Password = string(pw)
-		if next != nil {
-			return next(ctx, c, conn)
-		}
-		return conn, nil
+		cc.Password = string(pw)
+		return nil
 	}
 }
 
