@@ -201,7 +201,10 @@
 // back: a circuit breaker, a rate limit) is a failed round too, though no
 // attempt is counted: Run backs off, RunOnce returns an error wrapping
 // ErrSkipped, and a WARN line says so ("the publisher skipped every event
-// of the round"), its repeats limited as a publish failure's below.
+// of the round"), its repeats limited as a publish failure's below. Rounds
+// that failed in the database and rounds the publisher failed or skipped
+// are counted apart: the first publish failure after a database outage
+// waits Backoff(1), not the Backoff of the outage's count.
 //
 // A round's events come from every partition of the topic (a lane holds
 // many keys), so a publisher that waited for every event of the round

@@ -419,8 +419,10 @@ func (r *Relay[TTx]) listen(ctx context.Context, n Notifier, wake chan<- struct{
 // loop is one worker of Run: rounds until ctx is done.
 func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 	var (
-		failures  int
-		nextRetry time.Time // earliest retry of an event backed off by this loop
+		// Consecutive failed rounds: in the database, and rounds whose
+		// every event the publisher failed or skipped.
+		storageFailures, publishFailures int
+		nextRetry                        time.Time // earliest retry of an event backed off by this loop
 	)
 	for {
 		start := r.cfg.Now()
@@ -439,14 +441,25 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 		if err == nil || res.publishFailed {
 			// The database answered (publish failures are marked).
 			r.logStorageRecovered()
+			storageFailures = 0
 		}
 		// A round that published events despite a publish failure shows
 		// the broker up: its failed events wait for their own retry
 		// (nextRetry), and backing off the whole relay would hold up the
 		// keys that did not fail.
 		if err != nil && (!res.publishFailed || res.published == 0) {
-			failures++
-			wait := max(r.cfg.Backoff(failures), minBackoff)
+			// The database's failures and the publisher's are counted
+			// apart: the first round the publisher skips or fails after
+			// an outage (a broker client reconnecting, idemd's embedded
+			// broker waiting for its lease's renewal on that database)
+			// backs off as a first failure, not as the outage's n-th
+			// (Backoff's minute).
+			failures := &publishFailures
+			if !res.publishFailed {
+				failures = &storageFailures
+			}
+			*failures++
+			wait := max(r.cfg.Backoff(*failures), minBackoff)
 			var wake <-chan struct{}
 			if !res.publishFailed { // publish failures were logged with their event
 				// The database failed, not the broker: retry at least
@@ -455,7 +468,7 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 				wait = min(wait, StorageBackoffCeiling)
 				wake = wakeUp
 				if start.UnixNano() >= r.storageBackAt.Load() {
-					r.logStorageFailure(err, failures, wait)
+					r.logStorageFailure(err, storageFailures, wait)
 				}
 			}
 			if !backoff.Sleep(ctx, max(backoff.Jitter(wait), minBackoff), wake) {
@@ -463,7 +476,7 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			}
 			continue
 		}
-		failures = 0
+		storageFailures, publishFailures = 0, 0
 		if res.claimed > 0 {
 			// A claim may stop short of BatchSize with events left (it
 			// spreads the batch over the lanes it holds): go on until a
