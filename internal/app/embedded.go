@@ -252,6 +252,10 @@ type lease struct {
 	// renewal (UnixNano), counted from a clock reading taken before the
 	// statement: never later than the expiry another idemd sees.
 	validUntil atomic.Int64
+	// kick asks renew for a renewal now (buffered, nil: never): the
+	// fenced publisher found the lease not surely held, after a database
+	// outage say, and the next tick may be 5 s away.
+	kick chan struct{}
 }
 
 // held reports whether the lease surely has guard left to run at now.
@@ -314,7 +318,7 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, clock *db
 		}
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	l := &lease{name: name, owner: owner, ex: ex, clock: clock, stop: stop, done: make(chan struct{})}
+	l := &lease{name: name, owner: owner, ex: ex, clock: clock, stop: stop, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	l.validUntil.Store(now.Add(embeddedLockTTL).UnixNano())
 	go l.renew(rctx, a)
 	return l, nil
@@ -329,6 +333,7 @@ func (l *lease) renew(ctx context.Context, a *App) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
 		l.clock.Sync(ctx)
 		now := l.clock.Now()
@@ -560,7 +565,19 @@ func newFencedPublisher(pub outbox.LatePublisher, l *lease) *fencedPublisher {
 	return &fencedPublisher{pub: pub, lease: l, now: l.clock.Now}
 }
 
-func (p *fencedPublisher) held() bool { return p.lease.held(p.now(), embeddedPublishGuard) }
+// held reports whether the lease surely holds; if not, it asks for a
+// renewal at once, so that the relay's next round (after its backoff)
+// finds it renewed if the database answers.
+func (p *fencedPublisher) held() bool {
+	if p.lease.held(p.now(), embeddedPublishGuard) {
+		return true
+	}
+	select {
+	case p.lease.kick <- struct{}{}:
+	default:
+	}
+	return false
+}
 
 // unsure is the outcome of every event of a batch of n.
 func unsure(n int) error {

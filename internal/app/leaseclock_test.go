@@ -106,3 +106,38 @@ func TestFencedPublisherOnAHostOff(t *testing.T) {
 		})
 	}
 }
+
+// A fenced publisher that finds its lease not surely held (its renewals
+// failed while the database was out) asks for a renewal at once: once the
+// database answers, the relay's next round publishes, instead of skipping
+// rounds until the renewal's next tick, up to 5 s later.
+func TestFencedPublisherKicksARenewal(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	a := &App{log: slog.New(slog.DiscardHandler), fatal: make(chan error, 1)}
+	l, err := acquireLease(t.Context(), a, drv.Executor(), dbclock.New(drv, a.log, "embedded broker"), EmbeddedLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	e, err := event.New("Probe.v1", "k", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &fakeLate{}
+	p := newFencedPublisher(inner, l)
+	// As after renewals that failed: the lease has less than the guard
+	// left by this process's account.
+	l.validUntil.Store(l.clock.Now().Add(time.Second).UnixNano())
+	if err := p.Publish(t.Context(), []event.Envelope{e}); err == nil || inner.calls != 0 {
+		t.Fatalf("Publish with 1s of lease left: err %v, %d publishes; want skipped", err, inner.calls)
+	}
+	start := time.Now()
+	for inner.calls == 0 {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("no publish within 2s of a skipped round (the renewal's tick is every %s): the skip did not ask for a renewal", embeddedLockTTL/3)
+		}
+		time.Sleep(20 * time.Millisecond)
+		_ = p.Publish(t.Context(), []event.Envelope{e})
+	}
+}
