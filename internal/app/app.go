@@ -187,10 +187,15 @@ func (a *App) openPostgres(ctx context.Context) error {
 	}
 	var dcfg pgdriver.Config
 	if a.cfg.DBListen != "" {
-		if dcfg.ListenConnConfig, err = pgx.ParseConfig(a.cfg.DBListen); err != nil {
+		// As a pool's URL, like -db's: its pool_* parameters (a copy of
+		// -db's URL with pool_max_conns) are the pool's, not settings to
+		// send to the server, which refuses them and the LISTEN with them.
+		lcfg, err := pgxpool.ParseConfig(a.cfg.DBListen)
+		if err != nil {
 			pool.Close()
 			return fmt.Errorf("-db-listen: %s", errMessage(err))
 		}
+		dcfg.ListenConnConfig = lcfg.ConnConfig
 		dcfg.ListenBeforeConnect = a.cfg.DB.listenBeforeConnect()
 	}
 	drv, err := pgdriver.New(pool, &dcfg)
