@@ -22,6 +22,14 @@ type RedriveOptions struct {
 	// clocks (RelayConfig.Now): when the caller's clock may be ahead of
 	// theirs, widen the window by as much.
 	Since time.Time
+	// Before, when set, is the latest publication time redriven
+	// (exclusive), on the relays' clocks like Since: the rows published at
+	// or after it are left alone. Zero redrives every row published before
+	// Redrive started. A caller that redrives periodically from several
+	// processes (idemd's stuck-order watchdog, on every replica) sets it
+	// some time back, so that the rows another process redrove and a
+	// relay published again since are not redriven once more.
+	Before time.Time
 	// Keys, when not empty, limits the redrive to the events of these keys
 	// (aggregate IDs).
 	Keys []string
@@ -84,6 +92,9 @@ func Redrive[TTx any](ctx context.Context, drv driver.OutboxDriver[TTx], opts Re
 		PublishedBefore: last.Add(time.Microsecond),
 		Keys:            opts.Keys,
 		Limit:           opts.BatchSize,
+	}
+	if !opts.Before.IsZero() && opts.Before.Before(p.PublishedBefore) {
+		p.PublishedBefore = opts.Before
 	}
 	total := 0
 	for {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
 )
@@ -119,7 +120,9 @@ func (s *connSampler) stop() string {
 	<-s.done
 	var b strings.Builder
 	for _, p := range s.order {
-		fmt.Fprintf(&b, "%s: %d; ", p, s.most[p])
+		if n, ok := s.most[p]; ok { // a phase shorter than a sample has none
+			fmt.Fprintf(&b, "%s: %d; ", p, n)
+		}
 	}
 	return strings.TrimSuffix(b.String(), "; ")
 }
@@ -237,6 +240,7 @@ func TestE2EScale(t *testing.T) {
 	conns.set("1 replica")
 	time.Sleep(2 * time.Second)
 	for _, step := range [][]int{{1}, {2, 3}} {
+		conns.set(fmt.Sprintf("%d replicas starting", step[len(step)-1]+1))
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		for _, i := range step {
@@ -602,5 +606,89 @@ func dumpLevels(t *testing.T, p *proc) {
 		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=INFO msg=\"outbox") {
 			t.Log(clip(l, 500))
 		}
+	}
+}
+
+// TestE2EScaleWatchdogs holds the saga's charges (a lock on the payment
+// table) for 10 s under a trickle of orders, on four replicas whose
+// watchdogs find an order stuck after 2 s and run a round every second:
+// the stuck orders' events are published again about once a round, not
+// once per replica and round (each replica runs its watchdog).
+func TestE2EScaleWatchdogs(t *testing.T) {
+	t.Parallel()
+	idemdBinary(t)
+	db := newPGDatabase(t)
+	c := newCluster(t)
+	kc := kafkatest.New(t)
+	topic := kafkatest.Name("idemd-watchdogs")
+	kc.CreateTopic(t, topic, 3)
+	kc.CreateTopic(t, topic+".dlq", 1)
+	const (
+		replicasN = 4
+		interval  = time.Second // -saga-stuck-after 2s: a round a second
+		held      = 10 * time.Second
+	)
+	var procs []*proc
+	for i := range replicasN {
+		args := append(commonArgs(freeAddr(t), db.url.String()), "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic, "-saga-stuck-after", "2s")
+		procs = append(procs, c.mustStart(t, fmt.Sprintf("replica-%c", 'a'+i), args...))
+		time.Sleep(300 * time.Millisecond) // rounds apart, as replicas started at different times
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE payment IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	orders := makeOrders(1+int(held/(100*time.Millisecond)), 5)
+	cl, tr := newIdemClient(nil)
+	defer tr.CloseIdleConnections()
+	locked := time.Now()
+	for i, o := range orders {
+		send(ctx, cl, procs[i%replicasN].base, o, func() {})
+		sleepCtx(ctx, time.Until(locked.Add(time.Duration(i+1)*100*time.Millisecond)))
+	}
+	first := orders[0].firstID()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitInvariants(t, expectation{
+		orders:    orders,
+		customers: 5,
+		state:     db.state,
+		base:      func() string { return procs[0].base },
+		exits:     c.unexpectedExits,
+	}, 30*time.Second)
+	awaitOutboxDrained(t, db, 30*time.Second)
+	copies := map[string]int{}
+	for _, r := range kc.Records(t, topic) {
+		if string(r.Key) != strconv.FormatInt(first, 10) {
+			continue
+		}
+		for _, h := range r.Headers {
+			if h.Key == event.HeaderEventID {
+				copies[string(h.Value)]++
+			}
+		}
+	}
+	most := 0
+	for _, n := range copies {
+		most = max(most, n)
+	}
+	var rounds []string
+	for _, p := range procs {
+		rounds = append(rounds, fmt.Sprintf("%s %d", p.name, strings.Count(p.stderr.String(), `msg="order watchdog: orders not moving`)))
+	}
+	// Stuck from 2 s after it was taken until the lock's release: about
+	// 8 rounds; a redrive per round of each replica made about 4 times as
+	// many copies.
+	limit := 2*int(held/interval) + 2
+	t.Logf("order %d held %v: its events were published %v times (by event); watchdog rounds that published again, by replica: %v", first, held, copies, rounds)
+	if most > limit {
+		t.Errorf("the stuck order %d's events were published up to %d times in %v, more than %d: every replica's watchdog published them again each round (%v)", first, most, held, limit, rounds)
 	}
 }

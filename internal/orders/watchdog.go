@@ -36,7 +36,11 @@ const DeclinedPrefix = "declined:"
 type WatchdogConfig struct {
 	// StuckAfter is how long an order may stay CREATED before its events
 	// are published again from the outbox (same event IDs: the inboxes
-	// drop what was applied), every round until RedriveFor. Required.
+	// drop what was applied), every round until RedriveFor; events
+	// published again less than Interval/2 before the round (by another
+	// replica's watchdog, sharing the database) are left alone, so that
+	// several watchdogs publish them again once or twice a round, not
+	// once each. Required.
 	StuckAfter time.Duration
 	// GiveUpAfter is how long an order may stay CREATED before the
 	// watchdog stops waiting: a saga that charged nothing is aborted (its
@@ -360,7 +364,11 @@ func (w *Watchdog[TTx]) RunOnce(ctx context.Context) (st WatchdogStats, err erro
 	}
 	for i := 0; i < len(keys); i += redriveKeys {
 		chunk := keys[i:min(i+redriveKeys, len(keys))]
-		n, err := outbox.Redrive(ctx, w.drv, outbox.RedriveOptions{Keys: chunk})
+		// Only the events not published (again) within half a round:
+		// every replica runs a watchdog, and without the bound each
+		// one published the same stuck orders' events again at each
+		// of its rounds, N replicas N times a round.
+		n, err := outbox.Redrive(ctx, w.drv, outbox.RedriveOptions{Keys: chunk, Before: now.Add(-w.cfg.Interval / 2)})
 		st.Redriven += n
 		if err != nil {
 			return st, err
