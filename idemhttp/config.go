@@ -150,7 +150,12 @@ type Config struct {
 	// document carries).
 	// Set-Cookie is only replayed when listed here. Content-Length,
 	// Transfer-Encoding and Idempotent-Replayed, which the replay sets
-	// itself, are refused. Defaults to none.
+	// itself, are refused, and so are the CORS response headers
+	// (Access-Control-*), which belong to each request's Origin: a CORS
+	// middleware goes outside this one (see the package documentation,
+	// Browser clients). List no header that describes one request rather
+	// than the operation's result (a request ID, a trace header, Date): a
+	// replay would send the first request's. Defaults to none.
 	//
 	// The trailers of the listed names are stored and replayed as
 	// trailers: those declared in a Trailer header and those set with
@@ -351,9 +356,14 @@ func (c Config) validate() error {
 	}
 	for _, h := range c.ReplayHeaders {
 		// Set by the replay itself: stored too, a replay would send them twice.
-		switch http.CanonicalHeaderKey(h) {
-		case "Content-Length", "Transfer-Encoding", ReplayedHeader:
-			errs = append(errs, fmt.Errorf("ReplayHeaders: %s is set by the replay itself", http.CanonicalHeaderKey(h)))
+		switch name := http.CanonicalHeaderKey(h); {
+		case name == "Content-Length", name == "Transfer-Encoding", name == ReplayedHeader:
+			errs = append(errs, fmt.Errorf("ReplayHeaders: %s is set by the replay itself", name))
+		case strings.HasPrefix(name, "Access-Control-"):
+			// Each request's own (its Origin's): replayed, a retry from
+			// another origin gets the first one's, and its browser
+			// refuses the answer.
+			errs = append(errs, fmt.Errorf("ReplayHeaders: %s belongs to each request's Origin, not to the stored response: put the CORS middleware outside this one (wrapping it), which also lets the browser read this middleware's own answers", name))
 		}
 	}
 	for _, m := range c.Methods {

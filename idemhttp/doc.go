@@ -60,6 +60,40 @@
 // the first attempt negotiated (Content-Encoding is replayed), and a retry
 // that does not accept it gets it all the same.
 //
+// # Browser clients
+//
+// A browser calling the API from another origin (a single-page app on
+// https://shop.example posting to https://api.example with fetch()) sends a
+// preflight OPTIONS before each POST, as Idempotency-Key is not a
+// CORS-safelisted header, and lets the app read an answer only when it
+// carries the app's origin in Access-Control-Allow-Origin. Put the CORS
+// middleware outside this one (wrapping it), and outside a ServeMux whose
+// patterns name their method ("POST /v1/payments" answers a preflight 405
+// itself):
+//
+//	api := corsMiddleware(mux) // mux.Handle("POST /v1/payments", mw.Handler(h))
+//
+// The preflight never reaches this middleware (nor would it be claimed:
+// OPTIONS is not protected unless Config.Methods lists it), and every answer, this
+// middleware's own included (400 key-missing, 409, 413, 503 with
+// Retry-After), carries the headers the CORS middleware set for the
+// request's own Origin: a retry from another origin is answered for that
+// origin, with the stored status and body. Configure the CORS middleware
+// with Idempotency-Key (and Content-Type, for JSON) among its allowed
+// request headers, and Idempotent-Replayed and Retry-After (Location too
+// if the app reads it) among its exposed response headers: the app reads
+// no other header than the CORS-safelisted ones (Content-Type,
+// Cache-Control, Content-Language, ...). The problem+json body of an
+// error is readable as is. A CORS middleware inside this one fails
+// instead: this middleware's own answers and every replay carry no
+// Access-Control-Allow-Origin (the CORS headers are not stored, and
+// Config.ReplayHeaders refuses them), and the browser hands the app a
+// network error for each, which an app retrying on network errors
+// retries with the same key again and again, never reading its result.
+// A browser authenticates with cookies more often than with an
+// Authorization header: set Config.Scope to the session's principal (the
+// default puts every request without Authorization in one scope).
+//
 // The handler's response is buffered: nothing of it reaches the client
 // before its outcome is stored (in ModeTx, committed) or the key let go.
 // The ResponseWriter the handler gets is no http.Flusher, and the methods of
