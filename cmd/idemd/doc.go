@@ -181,6 +181,16 @@
 // runtime failure (such as a database still unreachable after 30 s of
 // retries, or a SQLite file, or its directory, that idemd may not write).
 //
+// The API is for services, not for browsers: it authenticates with a
+// bearer token (a request without Authorization is the one anonymous
+// principal, whose keys all callers share) and answers no CORS preflight
+// (OPTIONS /v1/payments is 405, without Access-Control-Allow-Origin). A
+// browser app calls it through its own backend, or through a gateway
+// that answers the preflights and sets the CORS headers on every answer,
+// idemd's own errors included: allowing the Idempotency-Key, Content-Type
+// and Authorization request headers and exposing Idempotent-Replayed,
+// Retry-After and Location (README, "Browser clients (CORS)").
+//
 // The endpoints and the wiring are in internal/app; the domains in
 // internal/payments and internal/orders.
 package main
