@@ -173,7 +173,11 @@ func (e *cacheEntry) addHeaders(h http.Header) {
 	i := 0
 	for _, ch := range e.hdr {
 		j := i + copy(vals[i:], ch.values)
-		h[ch.name] = vals[i:j:j] // replaced, as decodeHeaders does
+		if ch.name == varyHeader {
+			h[ch.name] = addVary(h, vals[i:j:j]) // added to, as decodeHeaders does
+		} else {
+			h[ch.name] = vals[i:j:j] // replaced, as decodeHeaders does
+		}
 		i = j
 	}
 }

@@ -155,7 +155,9 @@ type Config struct {
 	// middleware goes outside this one (see the package documentation,
 	// Browser clients). List no header that describes one request rather
 	// than the operation's result (a request ID, a trace header, Date): a
-	// replay would send the first request's. Defaults to none.
+	// replay would send the first request's. A listed Vary is added to the
+	// Vary an outer middleware set, as the handler's is on the first
+	// answer. Defaults to none.
 	//
 	// The trailers of the listed names are stored and replayed as
 	// trailers: those declared in a Trailer header and those set with

@@ -47,6 +47,10 @@
 // on the socket.
 //
 // The stored headers are those of an allow-list (Config.ReplayHeaders).
+// The handler's headers replace those an outer middleware set under the
+// same names, on the first answer and on a replay, except Vary, whose
+// values are added to the outer middleware's (a CORS middleware's Vary:
+// Origin stays).
 // Trailers whose names it lists are stored and replayed too, as trailers,
 // whichever way the handler set them: declared in a Trailer header before
 // WriteHeader, or with http.TrailerPrefix in the header map. The Trailer

@@ -103,8 +103,26 @@ func appendJSONString(out []byte, s string) []byte {
 	return append(out, '"')
 }
 
+// varyHeader is the one header whose values a response adds to those an
+// outer middleware set rather than replacing them.
+const varyHeader = "Vary"
+
+// addVary returns vs after the values of Vary that h has. A response's
+// Vary lists every request header any layer's answer depends on: a CORS
+// middleware outside this one adds Origin (its Access-Control-Allow-Origin
+// depends on it), and the handler's own Vary, replacing it, would let a
+// cache serve one origin's answer to another.
+func addVary(h http.Header, vs []string) []string {
+	outer := h[varyHeader]
+	if len(outer) == 0 {
+		return vs
+	}
+	return append(slices.Clip(outer), vs...)
+}
+
 // decodeHeaders sets the stored headers in h, replacing the values h had
-// under their names (as the handler's own response did).
+// under their names (as the handler's own response did), except Vary's,
+// which the stored ones are added to (addVary).
 func decodeHeaders(b []byte, h http.Header) error {
 	if len(b) == 0 {
 		return nil
@@ -120,7 +138,9 @@ func decodeHeaders(b []byte, h http.Header) error {
 	for k, vs := range kept {
 		if key := textproto.CanonicalMIMEHeaderKey(k); !set[key] {
 			set[key] = true
-			h.Del(key) // replaced, as in decodeHeadersFast
+			if key != varyHeader {
+				h.Del(key) // replaced, as in decodeHeadersFast
+			}
 		}
 		for _, v := range vs {
 			h.Add(k, v)
@@ -195,6 +215,9 @@ func decodeHeadersFast(b []byte, h http.Header) bool {
 			vs = append(h[key], vs...)
 		} else {
 			set = append(set, key)
+			if key == varyHeader {
+				vs = addVary(h, vs)
+			}
 		}
 		h[key] = vs
 	}

@@ -88,6 +88,9 @@ func (rec *recorder) statusCode() int {
 func (rec *recorder) flush(w http.ResponseWriter) {
 	h := w.Header()
 	for k, v := range rec.header {
+		if k == varyHeader {
+			v = addVary(h, v)
+		}
 		h[k] = v
 	}
 	w.WriteHeader(rec.statusCode())
