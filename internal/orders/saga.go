@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/idemkit/idem/event"
+	"github.com/idemkit/idem/internal/flaplog"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/saga"
 )
@@ -82,6 +83,8 @@ type PaymentSaga[TTx any] struct {
 	now      func() time.Time
 	// recoverTimeout bounds a Recover of RunCompensator (RecoverTimeout).
 	recoverTimeout time.Duration
+	// recoverLog limits the lines of RunCompensator's failed passes.
+	recoverLog flaplog.Limiter
 
 	mu sync.Mutex
 	// failedAfter is where Recover's next page of Failed sagas starts (nil:
@@ -390,8 +393,21 @@ func (p *PaymentSaga[TTx]) RunCompensator(ctx context.Context, wake <-chan struc
 			err = fmt.Errorf("not done within %s (the database does not answer?): %w", p.recoverTimeout, err)
 		}
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			p.log.WarnContext(ctx, "order saga: recovery failed", "err", err)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			switch a, ep := p.recoverLog.Failed(p.now()); a {
+			case flaplog.Start:
+				p.log.WarnContext(ctx, "order saga: recovery failed", "err", err)
+			case flaplog.Summary:
+				p.log.WarnContext(ctx, "order saga: recovery still failing; repeats are logged at most every "+flaplog.Interval.String(),
+					"err", err, "suppressed", ep.Suppressed, "failed_passes", ep.Failures, "passed", ep.Successes, "since", ep.First)
+			}
+		default:
+			if a, ep := p.recoverLog.Succeeded(p.now()); a == flaplog.End {
+				p.log.InfoContext(ctx, "order saga: recovery succeeds again; no pass failed for "+flaplog.Quiet.String(),
+					"failed_passes", ep.Failures, "passed", ep.Successes, "since", ep.First, "last_failure", ep.Last)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/flaplog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/saga"
 )
@@ -124,6 +125,8 @@ type Watchdog[TTx any] struct {
 	list StaleLister
 	cfg  WatchdogConfig
 	log  *slog.Logger
+	// roundLog limits the lines of Run's failed rounds.
+	roundLog flaplog.Limiter
 
 	mu sync.Mutex
 	// late is when a round last found events waiting to be published
@@ -183,8 +186,21 @@ func (w *Watchdog[TTx]) Run(ctx context.Context) error {
 			err = fmt.Errorf("not done within %s (the database does not answer?): %w", w.cfg.RoundTimeout, err)
 		}
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "order watchdog: round failed", "err", err)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			switch a, ep := w.roundLog.Failed(w.cfg.Now()); a {
+			case flaplog.Start:
+				w.log.WarnContext(ctx, "order watchdog: round failed", "err", err)
+			case flaplog.Summary:
+				w.log.WarnContext(ctx, "order watchdog: rounds still failing; repeats are logged at most every "+flaplog.Interval.String(),
+					"err", err, "suppressed", ep.Suppressed, "failed_rounds", ep.Failures, "rounds_ok", ep.Successes, "since", ep.First)
+			}
+		default:
+			if a, ep := w.roundLog.Succeeded(w.cfg.Now()); a == flaplog.End {
+				w.log.InfoContext(ctx, "order watchdog: rounds succeed again; none failed for "+flaplog.Quiet.String(),
+					"failed_rounds", ep.Failures, "rounds_ok", ep.Successes, "since", ep.First, "last_failure", ep.Last)
+			}
 		}
 		if w.cfg.OnRound != nil {
 			// A round cut short is reported too (Partial): the sagas
