@@ -255,10 +255,13 @@
 // up") is new and logged at once. Its repeats are counted and logged at
 // ERROR at most every 30 seconds ("relay rounds still failing", with the
 // latest error,
-// suppressed and failed_rounds), and the first round that goes through the
-// database again logs one INFO line ("relay rounds succeed again after
-// failed rounds", with failed_rounds and over, for all the texts
-// together). A failed lag query logs "lag unknown" at WARN once, whatever
+// suppressed, failed_rounds and ok_rounds, the rounds that went through
+// meanwhile), and the first round that goes through the database 10
+// seconds after the last failed one logs one INFO line ("relay rounds
+// succeed again after failed rounds", with failed_rounds, ok_rounds and
+// over, for all the texts together): rounds that alternate failing and
+// going through (a database short of connections) are one failure, not
+// two lines a flip. A failed lag query logs "lag unknown" at WARN once, whatever
 // the error, then at most every 30 seconds ("lag still unknown", with
 // suppressed and failed_queries), and one INFO line ("lag known again
 // after failed queries") when a query succeeds again. The wake-up

@@ -3,6 +3,7 @@ package outbox
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -44,8 +45,14 @@ type failureLog struct {
 	// text is the group's).
 	anyText bool
 
+	// size is len(groups), read without mu (endedQuiet).
+	size atomic.Int32
+
 	mu     sync.Mutex
 	groups map[string]*failureGroup
+	// succeeded counts the successes endedQuiet saw while a failure was
+	// tracked (rounds that went through between failed ones).
+	succeeded int
 }
 
 // failureGroup is one publish failure that repeats.
@@ -55,6 +62,7 @@ type failureGroup struct {
 	logged      time.Time // its last line
 	rounds      int       // failed rounds since first
 	suppressed  int       // failed rounds not logged since logged
+	succeeded   int       // successes meanwhile (failureLog.succeeded)
 }
 
 // failureClass is the key that groups a stored error text: the text with
@@ -130,6 +138,7 @@ func (l *failureLog) failed(stored string, now time.Time) (bool, failureGroup) {
 		}
 		g = &failureGroup{err: stored, first: now, last: now, logged: now, rounds: 1}
 		l.groups[key] = g
+		l.size.Store(int32(len(l.groups)))
 		return true, *g
 	}
 	g.rounds++
@@ -141,6 +150,7 @@ func (l *failureLog) failed(stored string, now time.Time) (bool, failureGroup) {
 		return false, failureGroup{}
 	}
 	out := *g
+	out.succeeded = l.succeeded
 	g.logged, g.suppressed = now, 0
 	return true, out
 }
@@ -163,6 +173,7 @@ func (l *failureLog) published(stored []string, failedNow map[string]bool) []fai
 			delete(l.groups, key)
 		}
 	}
+	l.size.Store(int32(len(l.groups)))
 	return ended
 }
 
@@ -178,6 +189,7 @@ func (l *failureLog) quiet(now time.Time) []failureGroup {
 			delete(l.groups, key)
 		}
 	}
+	l.size.Store(int32(len(l.groups)))
 	return ended
 }
 
@@ -188,6 +200,37 @@ func (l *failureLog) quiet(now time.Time) []failureGroup {
 func (l *failureLog) ended() (g failureGroup, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.endedLocked()
+}
+
+// endedQuiet records a success at now and is ended once no failure came
+// for quiet (flaplog.Quiet): a failure that comes and goes (a database
+// short of connections fails some rounds and not others) is one, not one
+// per flip. Before, it counts the success (succeeded). Without a failure
+// tracked, it costs an atomic load.
+func (l *failureLog) endedQuiet(now time.Time, quiet time.Duration) (g failureGroup, ok bool) {
+	if l.size.Load() == 0 {
+		return g, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.groups) == 0 {
+		return g, false
+	}
+	for _, f := range l.groups {
+		if now.Sub(f.last) < quiet {
+			l.succeeded++
+			return g, false
+		}
+	}
+	l.succeeded++
+	return l.endedLocked()
+}
+
+// endedLocked is ended with l.mu held.
+func (l *failureLog) endedLocked() (g failureGroup, ok bool) {
+	g.succeeded = l.succeeded
+	l.succeeded = 0
 	for key, f := range l.groups {
 		if !ok || f.last.After(g.last) {
 			g.err, g.last = f.err, f.last
@@ -199,5 +242,6 @@ func (l *failureLog) ended() (g failureGroup, ok bool) {
 		ok = true
 		delete(l.groups, key)
 	}
+	l.size.Store(0)
 	return g, ok
 }

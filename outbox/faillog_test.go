@@ -48,6 +48,7 @@ type logLine struct {
 	ConsecutiveFailures int     `json:"consecutive_failures"`
 	RetryIn             float64 `json:"retry_in"` // nanoseconds
 	FailedQueries       int     `json:"failed_queries"`
+	OKRounds            int     `json:"ok_rounds"`
 }
 
 func logLines(t *testing.T, buf *testlog.Buffer) []logLine {

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/dberr"
+	"github.com/idemkit/idem/internal/flaplog"
 	"github.com/idemkit/idem/internal/leaseowner"
 	"github.com/idemkit/idem/internal/txnil"
 )
@@ -515,18 +516,25 @@ func (r *Relay[TTx]) logStorageFailure(err error, failures int, wait time.Durati
 		r.cfg.Logger.Log(context.Background(), level, "outbox: relay round failed", "err", err, "consecutive_failures", failures, "retry_in", wait)
 	default:
 		r.cfg.Logger.Error("outbox: relay rounds still failing; repeats of a failure are logged at most every "+failureLogInterval.String(),
-			"err", err, "suppressed", g.suppressed, "failed_rounds", g.rounds, "since", g.first,
+			"err", err, "suppressed", g.suppressed, "failed_rounds", g.rounds, "ok_rounds", g.succeeded, "since", g.first,
 			"consecutive_failures", failures, "retry_in", wait)
 	}
 }
 
 // logStorageRecovered logs the end of the storage failures of Run's rounds,
-// if any: a round went through the database.
+// if any: a round went through the database flaplog.Quiet after the last
+// failed one. The rounds that go through before are counted into the next
+// summary (ok_rounds), so that rounds that alternate failing and going
+// through (a database short of connections) are not two lines a flip.
 func (r *Relay[TTx]) logStorageRecovered() {
-	if g, ok := r.storage.ended(); ok {
-		r.storageBackAt.Store(r.cfg.Now().UnixNano())
-		r.cfg.Logger.Info("outbox: relay rounds succeed again after failed rounds",
-			"failed_rounds", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
+	if r.storage.size.Load() == 0 {
+		return
+	}
+	now := r.cfg.Now()
+	if g, ok := r.storage.endedQuiet(now, flaplog.Quiet); ok {
+		r.storageBackAt.Store(now.UnixNano())
+		r.cfg.Logger.Info("outbox: relay rounds succeed again after failed rounds; none failed for "+flaplog.Quiet.String(),
+			"failed_rounds", g.rounds, "ok_rounds", g.succeeded, "over", now.Sub(g.first), "since", g.first, "last_failure", g.last, "err", g.err)
 	}
 }
 

@@ -41,6 +41,14 @@ type outageDriver[TTx any] struct {
 	// was in flight through the recovery: it fails once straggler is
 	// closed.
 	straggler chan struct{}
+	// okStep is how far a round that goes through moves the clock on
+	// (runOutage: a second, as a failed one).
+	okStep time.Duration
+	// flapping makes every other round fail, on too many connections
+	// (SQLSTATE 53300: a role's CONNECTION LIMIT), while it is set;
+	// flaps counts its rounds.
+	flapping atomic.Bool
+	flaps    atomic.Int64
 }
 
 func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
@@ -48,15 +56,20 @@ func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
 // round starts a round: it fails while the database is down, with a local
 // port that changes from one round to the next (the same failure).
 func (d *outageDriver[TTx]) round() error {
+	if d.flapping.Load() {
+		d.clock.Add(time.Second)
+		if d.flaps.Add(1)%2 == 0 {
+			return &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: `too many connections for role "idemd"`}
+		}
+		return nil
+	}
 	n := d.left.Add(-1)
 	if n == -1 && d.straggler != nil {
 		<-d.straggler
 		return refused(39999)
 	}
 	if n < 0 {
-		if d.straggler != nil {
-			d.clock.Add(time.Millisecond) // after the straggler's start
-		}
+		d.clock.Add(d.okStep) // after the straggler's start
 		return nil
 	}
 	d.clock.Add(time.Second)
@@ -139,10 +152,11 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	)
 	drv.left.Store(failedRounds)
 	stop := runOutage(t, drv, &logs)
-	// Three rounds begun after the outage: a worker finished a successful
-	// round (on PostgreSQL, two workers).
+	// Three rounds begun after the outage (a worker finished a successful
+	// round; on PostgreSQL, two workers), and 10 s (of the clock) of rounds
+	// without a failure: the recovery logged.
 	deadline := time.Now().Add(10 * time.Second)
-	for drv.left.Load() > -3 && time.Now().Before(deadline) {
+	for (drv.left.Load() > -3 || !strings.Contains(logs.String(), "succeed again")) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
@@ -212,7 +226,7 @@ func TestRelayLogsAShortOutageWithoutError(t *testing.T) {
 			drv.left.Store(5)
 			stop := runOutage(t, drv, &logs)
 			deadline := time.Now().Add(10 * time.Second)
-			for drv.left.Load() > -3 && time.Now().Before(deadline) {
+			for (drv.left.Load() > -3 || !strings.Contains(logs.String(), "succeed again")) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			stop()
@@ -342,6 +356,7 @@ func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 // waits for Run and fails the test on its error.
 func runOutage[TTx any](t *testing.T, drv *outageDriver[TTx], logs *testlog.Buffer) (stop func()) {
 	t.Helper()
+	drv.okStep = time.Second
 	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
 		Backoff:      func(int) time.Duration { return 0 }, // retried after 10 ms
 		PollInterval: 10 * time.Millisecond,
@@ -360,5 +375,61 @@ func runOutage[TTx any](t *testing.T, drv *outageDriver[TTx], logs *testlog.Buff
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A database short of connections (a role's CONNECTION LIMIT, SQLSTATE
+// 53300) fails every other round of Run for 200 rounds, one a second: the
+// relay logs one line when the failures start, a summary every 30 s (the
+// failed rounds and those that went through), and one line once no round
+// failed for 10 s. It logged a WARN and an INFO per failed round.
+func TestRelayLogsFlappingRoundsOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) { testFlappingLog(t, testdb.SQLite(t)) })
+	t.Run("PostgreSQL", func(t *testing.T) { testFlappingLog(t, testdb.Postgres(t)) })
+}
+
+func testFlappingLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
+	t.Parallel()
+	var (
+		logs  testlog.Buffer
+		clock = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		drv   = &outageDriver[TTx]{OutboxDriver: db, clock: clock}
+	)
+	drv.left.Store(-1) // up
+	drv.flapping.Store(true)
+	stop := runOutage(t, drv, &logs)
+	deadline := time.Now().Add(30 * time.Second)
+	for drv.flaps.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	drv.flapping.Store(false)
+	for !strings.Contains(logs.String(), "succeed again") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	var firsts, summaries, recoveries []logLine
+	for _, l := range logLines(t, &logs) {
+		switch {
+		case l.Msg == "outbox: relay round failed":
+			firsts = append(firsts, l)
+		case strings.HasPrefix(l.Msg, "outbox: relay rounds still failing"):
+			summaries = append(summaries, l)
+		case strings.HasPrefix(l.Msg, "outbox: relay rounds succeed again"):
+			recoveries = append(recoveries, l)
+		default:
+			t.Errorf("unexpected log line %+v", l)
+		}
+	}
+	t.Logf("%d flapping rounds: %d 'round failed', %d 'still failing', %d 'succeed again' lines", drv.flaps.Load(), len(firsts), len(summaries), len(recoveries))
+	if len(firsts) != 1 || !strings.Contains(firsts[0].Err, "53300") || len(summaries) < 5 || len(summaries) > 7 || len(recoveries) != 1 {
+		t.Fatalf("%d 'round failed', %d 'still failing', %d 'succeed again' lines; want 1, about 6 (one per 30 s over 200 s) and 1; logs:\n%s",
+			len(firsts), len(summaries), len(recoveries), logs.String())
+	}
+	if s := summaries[0]; s.Suppressed < 10 || s.OKRounds < 10 {
+		t.Errorf("summary %+v; want the failed rounds not logged and those that went through counted", s)
+	}
+	if r := recoveries[0]; r.FailedRounds < 95 || r.OKRounds < 100 {
+		t.Errorf("recovery %+v; want about 100 failed rounds and 100 and more that went through", r)
 	}
 }
