@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/backoff"
 	"github.com/idemkit/idem/internal/dberr"
+	"github.com/idemkit/idem/internal/flaplog"
 )
 
 // failure tracks the record of a partition batch whose handler failed.
@@ -68,13 +69,26 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		if c.stallReported(p.Topic, p.Partition) {
 			level = slog.LevelDebug
 		}
-		if dbFails >= dbAttempts {
+		// Limited across the consumer's partitions (c.dbLog): a
+		// database short of connections fails some transactions and
+		// not others, and each batch that failed once logged a line.
+		giveUp := dbFails >= dbAttempts
+		switch a, ep := c.dbLog.Failed(time.Now()); {
+		case a == flaplog.Summary:
+			c.cfg.Logger.Log(ctx, level, "idemkafka: batches still failing on the database; repeats are logged at most every "+flaplog.Interval.String(),
+				"topic", p.Topic, "partition", p.Partition, "try", dbFails, "err", err,
+				"suppressed", ep.Suppressed, "failures", ep.Failures, "ok_batches", ep.Successes, "since", ep.First)
+		case a != flaplog.Start:
+		case giveUp:
 			c.cfg.Logger.Log(ctx, level, "idemkafka: giving up on the batch for now; the partition is rewound and polled again",
 				"topic", p.Topic, "partition", p.Partition, "tries", dbFails, "err", err)
+		default:
+			c.cfg.Logger.Log(ctx, level, "idemkafka: batch failed; retrying",
+				"topic", p.Topic, "partition", p.Partition, "try", dbFails, "err", err)
+		}
+		if giveUp {
 			return false
 		}
-		c.cfg.Logger.Log(ctx, level, "idemkafka: batch failed; retrying",
-			"topic", p.Topic, "partition", p.Partition, "try", dbFails, "err", err)
 		return sleep(ctx, c.cfg.Retry.Backoff(dbFails))
 	}
 
@@ -138,6 +152,9 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 			}
 			pos = end
 			dbFails, dbAttempts = 0, attempts
+			if c.dbLog.Open() {
+				c.dbRecovered(ctx)
+			}
 			continue
 		}
 
@@ -231,6 +248,16 @@ func (c *Consumer[TTx]) partition(ctx, work context.Context, cl *kgo.Client, p k
 		}
 	}
 	return pos, st
+}
+
+// dbRecovered records a transaction that went through the database while
+// its failures are tracked (c.dbLog), and logs their end once none came
+// for flaplog.Quiet.
+func (c *Consumer[TTx]) dbRecovered(ctx context.Context) {
+	if a, ep := c.dbLog.Succeeded(time.Now()); a == flaplog.End {
+		c.cfg.Logger.InfoContext(ctx, "idemkafka: batches succeed again after database failures; none failed for "+flaplog.Quiet.String(),
+			"failures", ep.Failures, "ok_batches", ep.Successes, "since", ep.First, "last_failure", ep.Last)
+	}
 }
 
 // processBounded is process within TxTimeout. A failure of a transaction

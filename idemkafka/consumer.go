@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/backoff"
+	"github.com/idemkit/idem/internal/flaplog"
 	"github.com/idemkit/idem/internal/txbegin"
 )
 
@@ -131,6 +132,10 @@ type Consumer[TTx any] struct {
 	stalls     map[topicPartition]*stall
 	nStalls    atomic.Int32
 	stallAfter time.Duration
+
+	// dbLog limits the lines of the batches that fail on the database
+	// (or the dead-letter topic), across the partitions.
+	dbLog flaplog.Limiter
 }
 
 // stallAfter is how long a partition goes without progress (its first

@@ -18,3 +18,9 @@ const StopCommitGrace = stopCommitGrace
 // SetStallAfter sets how long a partition goes without progress before the
 // consumer reports it stalled (a minute by default).
 func SetStallAfter[TTx any](c *Consumer[TTx], d time.Duration) { c.stallAfter = d }
+
+// SetDBLogTimes sets the summary interval and the quiet period of the
+// database failures' lines (flaplog.Interval and flaplog.Quiet by default).
+func SetDBLogTimes[TTx any](c *Consumer[TTx], interval, quiet time.Duration) {
+	c.dbLog.Interval, c.dbLog.Quiet = interval, quiet
+}

@@ -58,6 +58,10 @@ type Limiter struct {
 	logged time.Time
 }
 
+// Open reports whether a failure is open: a success needs recording
+// (Succeeded) only then. It is an atomic load.
+func (l *Limiter) Open() bool { return l.open.Load() }
+
 // Failed records a failure at now and says what to log: Start, Summary
 // (with the episode so far; Suppressed counts the failures not logged
 // before this one) or None.
