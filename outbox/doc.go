@@ -261,10 +261,11 @@
 // succeed again after failed rounds", with failed_rounds, ok_rounds and
 // over, for all the texts together): rounds that alternate failing and
 // going through (a database short of connections) are one failure, not
-// two lines a flip. A failed lag query logs "lag unknown" at WARN once, whatever
-// the error, then at most every 30 seconds ("lag still unknown", with
-// suppressed and failed_queries), and one INFO line ("lag known again
-// after failed queries") when a query succeeds again. The wake-up
+// two lines a flip. A failed lag query logs "lag unknown" at WARN once,
+// whatever the error, then at most every 30 seconds ("lag still unknown",
+// with suppressed, failed_queries and ok_queries), and one INFO line ("lag
+// known again after failed queries") when a query succeeds 10 seconds
+// after the last failed one. The wake-up
 // listener (PostgreSQL LISTEN) tries to connect again every 5 seconds
 // during an outage: its first error is logged at WARN ("wake-up listener
 // lost its connection; polling until it reconnects"), its repeats at most

@@ -597,7 +597,8 @@ func (r *Relay[TTx]) keepReportingLag(ctx context.Context) {
 // reportLag calls OnLag with the age of the oldest unpublished event; at
 // most every lagEvery unless always. A failed query is logged through
 // r.lag: when the queries start failing, then at most every
-// failureLogInterval, and once when one succeeds again.
+// failureLogInterval (the queries that succeed in between counted), and
+// once when one succeeds flaplog.Quiet after the last failed one.
 func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 	if r.cfg.OnLag == nil || ctx.Err() != nil {
 		return
@@ -624,13 +625,16 @@ func (r *Relay[TTx]) reportLag(ctx context.Context, always bool) {
 			r.cfg.Logger.Warn("outbox: lag unknown", "err", err)
 		default:
 			r.cfg.Logger.Warn("outbox: lag still unknown; repeats are logged at most every "+failureLogInterval.String(),
-				"err", err, "suppressed", g.suppressed, "failed_queries", g.rounds, "since", g.first)
+				"err", err, "suppressed", g.suppressed, "failed_queries", g.rounds, "ok_queries", g.succeeded, "since", g.first)
 		}
 		return
 	}
-	if g, ok := r.lag.ended(); ok {
-		r.cfg.Logger.Info("outbox: lag known again after failed queries",
-			"failed_queries", g.rounds, "over", r.cfg.Now().Sub(g.first), "since", g.first, "err", g.err)
+	if r.lag.size.Load() != 0 {
+		now := r.cfg.Now()
+		if g, ok := r.lag.endedQuiet(now, flaplog.Quiet); ok {
+			r.cfg.Logger.Info("outbox: lag known again after failed queries; none failed for "+flaplog.Quiet.String(),
+				"failed_queries", g.rounds, "ok_queries", g.succeeded, "over", now.Sub(g.first), "since", g.first, "last_failure", g.last, "err", g.err)
+		}
 	}
 	var lag time.Duration
 	if ok {

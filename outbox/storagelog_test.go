@@ -286,8 +286,8 @@ func TestRelayRoundInFlightThroughRecovery(t *testing.T) {
 
 // While the lag query fails (the database down, 70 rounds of RunOnce, one
 // a second), "lag unknown" is logged once, then summarised at most every
-// 30 s; once it succeeds, an INFO line, and OnLag is called again. It
-// logged a WARN per query.
+// 30 s; once it succeeds (an INFO line once none failed for 10 s), OnLag
+// is called again. It logged a WARN per query.
 func TestRelayLogsUnknownLagOnce(t *testing.T) {
 	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) { testUnknownLagLog(t, testdb.SQLite(t)) })
@@ -312,14 +312,21 @@ func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range failedRounds + 1 {
+	drv.okStep = time.Second
+	// The outage, then 10 s of queries that succeed: the recovery is
+	// logged once none failed for 10 s.
+	const okRounds = 10
+	for i := range failedRounds + okRounds {
 		_, err := relay.RunOnce(t.Context())
 		if (err != nil) != (i < failedRounds) {
 			t.Fatalf("round %d: RunOnce = %v", i, err)
 		}
+		if i == failedRounds+okRounds-2 && strings.Contains(logs.String(), "lag known again") {
+			t.Fatalf("the recovery logged %d s after the last failed query; want 10 s", okRounds-1)
+		}
 	}
-	if n := reports.Load(); n != 1 {
-		t.Errorf("OnLag called %d times; want once, after the outage", n)
+	if n := reports.Load(); n != okRounds {
+		t.Errorf("OnLag called %d times; want %d, after the outage", n, okRounds)
 	}
 
 	var warns, summaries, recoveries []logLine
@@ -346,8 +353,9 @@ func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 			t.Errorf("summary %d: %+v; want 29 suppressed, %d failed queries and the error", i, s, 30*(i+1)+1)
 		}
 	}
-	if len(recoveries) != 1 || recoveries[0].FailedQueries != failedRounds || time.Duration(recoveries[0].Over) != failedRounds*time.Second-time.Second {
-		t.Errorf("recovery lines %+v; want 1, after %d failed queries over %s", recoveries, failedRounds, failedRounds*time.Second-time.Second)
+	over := (failedRounds - 1 + okRounds) * time.Second
+	if len(recoveries) != 1 || recoveries[0].FailedQueries != failedRounds || time.Duration(recoveries[0].Over) != over {
+		t.Errorf("recovery lines %+v; want 1, after %d failed queries over %s", recoveries, failedRounds, over)
 	}
 }
 
