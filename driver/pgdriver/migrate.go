@@ -49,7 +49,8 @@ func (d *Driver) MigrationTableSQL() string {
 }
 
 // Migrate implements driver.Driver: it applies pending migrations, each in its
-// own transaction.
+// own transaction. It refuses a server older than PostgreSQL 12, whose
+// error would otherwise be a syntax error of migration 006.
 func (d *Driver) Migrate(ctx context.Context) error {
 	_, err := d.MigrateApplied(ctx)
 	return err
@@ -59,6 +60,9 @@ func (d *Driver) Migrate(ctx context.Context) error {
 func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error) {
 	ms, err := d.Migrations()
 	if err != nil {
+		return nil, err
+	}
+	if err := d.checkServerVersion(ctx); err != nil {
 		return nil, err
 	}
 	own := func(ctx context.Context, tx pgx.Tx, ms []driver.Migration) ([]driver.Migration, error) {
@@ -138,13 +142,17 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // migrated the database) and the oldest binary they accept. It also
 // tells whether the pool goes through a pooler (see TransactionPooling),
 // and refuses a session DateStyle in which the pool cannot read timestamps
-// (see "Behind a connection pooler" in the package documentation).
+// (see "Behind a connection pooler" in the package documentation), and a
+// server older than PostgreSQL 12 (as Migrate does).
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
 // newer than the binary, unless its new migrations accept this one) while
 // they can still serve, and a probe would take them all out of service at
 // once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
+	if err := d.checkServerVersion(ctx); err != nil {
+		return err
+	}
 	s, err := d.MigrationStatus(ctx)
 	if err := migrate.Validate("pgdriver", s, err); err != nil {
 		return err
@@ -173,6 +181,16 @@ func (d *Driver) Validate(ctx context.Context) error {
 	}, func(ctx context.Context) (t time.Time, err error) {
 		err = conn.QueryRow(ctx, pgsql.TimeProbeSQL).Scan(&t)
 		return t, err
+	})
+}
+
+// checkServerVersion refuses a server older than PostgreSQL 12 (see
+// pgsql.MinServerVersionNum), whose error would otherwise be a migration's
+// syntax error.
+func (d *Driver) checkServerVersion(ctx context.Context) error {
+	return pgsql.CheckServerVersion(ctx, "pgdriver", func(ctx context.Context, q string) (num int, version string, err error) {
+		err = d.pool.QueryRow(ctx, q).Scan(&num, &version)
+		return num, version, err
 	})
 }
 

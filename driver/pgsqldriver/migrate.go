@@ -30,7 +30,8 @@ func (d *Driver) Migrations() ([]driver.Migration, error) { return d.names.Migra
 func (d *Driver) MigrationTableSQL() string { return d.names.MigrationTableSQL() }
 
 // Migrate implements driver.Driver: it applies pending migrations, each in
-// its own transaction.
+// its own transaction. It refuses a server older than PostgreSQL 12, whose
+// error would otherwise be a syntax error of migration 006.
 func (d *Driver) Migrate(ctx context.Context) error {
 	_, err := d.MigrateApplied(ctx)
 	return err
@@ -40,6 +41,9 @@ func (d *Driver) Migrate(ctx context.Context) error {
 func (d *Driver) MigrateApplied(ctx context.Context) ([]driver.Migration, error) {
 	ms, err := d.Migrations()
 	if err != nil {
+		return nil, err
+	}
+	if err := d.checkServerVersion(ctx); err != nil {
 		return nil, err
 	}
 	own := func(ctx context.Context, tx *sql.Tx, ms []driver.Migration) ([]driver.Migration, error) {
@@ -124,13 +128,17 @@ func (d *Driver) MigrationStatus(ctx context.Context) (driver.MigrationStatus, e
 // a default isolation level other than READ COMMITTED, and a session
 // DateStyle other than ISO when the pool cannot read timestamps in it (pgx's
 // stdlib driver with default_query_exec_mode=exec or simple_protocol; lib/pq
-// always asks for ISO).
+// always asks for ISO), and a server older than PostgreSQL 12 (as Migrate
+// does).
 // At start-up, not in a readiness probe: once a newer release's first
 // replica migrates, it fails on every replica of this one (the schema is
 // newer than the binary, unless its new migrations accept this one) while
 // they can still serve, and a probe would take them all out of service at
 // once during a rolling deploy.
 func (d *Driver) Validate(ctx context.Context) error {
+	if err := d.checkServerVersion(ctx); err != nil {
+		return err
+	}
 	s, err := d.MigrationStatus(ctx)
 	if err := migrate.Validate("pgsqldriver", s, err); err != nil {
 		return err
@@ -148,6 +156,16 @@ func (d *Driver) Validate(ctx context.Context) error {
 	}, func(ctx context.Context) (t time.Time, err error) {
 		err = d.db.QueryRowContext(ctx, pgsql.TimeProbeSQL).Scan(&t)
 		return t, err
+	})
+}
+
+// checkServerVersion refuses a server older than PostgreSQL 12 (see
+// pgsql.MinServerVersionNum), whose error would otherwise be a migration's
+// syntax error.
+func (d *Driver) checkServerVersion(ctx context.Context) error {
+	return pgsql.CheckServerVersion(ctx, "pgsqldriver", func(ctx context.Context, q string) (num int, version string, err error) {
+		err = d.db.QueryRowContext(ctx, q).Scan(&num, &version)
+		return num, version, err
 	})
 }
 
