@@ -105,6 +105,10 @@ type Driver struct {
 	// pooled: the pool goes through a pooler in transaction mode
 	// (Config.TransactionPooling, or detected): no session-level lock.
 	pooled atomic.Bool
+	// askReadOnly makes the relay's claim ask whether its session is
+	// read-only even when the server reports it (the tests' way to run
+	// the path of servers before PostgreSQL 14 on a newer one).
+	askReadOnly bool
 }
 
 // tableStores gives the per-table stores over Executor and UnwrapExecutor.

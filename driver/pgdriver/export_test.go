@@ -6,3 +6,7 @@ func (d *Driver) RecordLockKey(scope, key string) int64 { return d.recordLockKey
 // ForgetPooled makes the driver forget a detected pooler, as if its first
 // claim had missed it.
 func (d *Driver) ForgetPooled() { d.pooled.Store(false) }
+
+// AskReadOnly makes the relay's claim ask whether its session is read-only,
+// as on a server that does not report it (before PostgreSQL 14).
+func (d *Driver) AskReadOnly() { d.askReadOnly = true }

@@ -163,7 +163,18 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 		if ms, ok := pgsql.HoldTimeoutMillis(p.HoldTimeout); ok && len(tried) == 0 {
 			b1.Queue(pgsql.OutboxHoldTimeoutSQL, ms)
 		}
-		b1.Queue(pgsql.OutboxBitmapOffSQL)
+		// A server that does not report whether the session is read-only
+		// (before PostgreSQL 14, or a pooler that does not pass it on) is
+		// asked, in the same round trip.
+		var readOnlySetting string
+		if len(tried) == 0 && (e.d.askReadOnly || !reportsReadOnly(e.db)) {
+			b1.Queue(pgsql.OutboxBitmapOffReadOnlySQL).QueryRow(func(row pgx.Row) error {
+				var bitmap string
+				return row.Scan(&bitmap, &readOnlySetting)
+			})
+		} else {
+			b1.Queue(pgsql.OutboxBitmapOffSQL)
+		}
 		var lanes []int16
 		n := min(lanesPerClaim, limit) // a claimable lane yields at least one row
 		if len(tried) > 0 {
@@ -177,6 +188,9 @@ func (e *executor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBa
 			})
 		if err := e.db.SendBatch(ctx, b1).Close(); err != nil {
 			return nil, mapErr("outbox claim: lanes", err)
+		}
+		if readOnlySetting == "on" {
+			return nil, fmt.Errorf("pgdriver: outbox claim: %w; nothing claimed or published", dberr.ReadOnlySession("transaction_read_only"))
 		}
 		if err := readOnly(e.db); err != nil {
 			// The marks would fail: publishing now would publish the
@@ -230,6 +244,16 @@ func readOnly(db dbtx) error {
 		return dberr.ReadOnly(tx.Conn().PgConn().ParameterStatus)
 	}
 	return nil
+}
+
+// reportsReadOnly reports whether the server reports to the client whether
+// db's session is read-only (in_hot_standby, PostgreSQL 14 and later; a
+// pooler may not pass it on), which readOnly reads.
+func reportsReadOnly(db dbtx) bool {
+	if tx, ok := db.(interface{ Conn() *pgx.Conn }); ok {
+		return tx.Conn().PgConn().ParameterStatus("in_hot_standby") != ""
+	}
+	return false
 }
 
 // The statements of OutboxClaimBatch. pgsql.OutboxReadSQL runs with bitmap scans
