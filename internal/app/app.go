@@ -175,6 +175,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 		return fmt.Errorf("database %s: %s", a.cfg.DB, errMessage(err))
 	}
 	pcfg.PrepareConn = dropReadOnly
+	pcfg.AfterConnect = askReadOnly
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err == nil {
 		err = a.reachDatabase(ctx, pool.Ping)

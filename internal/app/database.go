@@ -196,7 +196,7 @@ func errMessage(err error) string {
 // dropReadOnly is the pool's PrepareConn: it destroys a connection whose
 // session is read-only (dberr.ReadOnly: a hot standby, or a database or
 // role set read-only, as PostgreSQL 14 and later report it, without a
-// round trip) and fails the acquire with an error of SQLSTATE 25006, which
+// round trip; askReadOnly asks a server that does not report it) and fails the acquire with an error of SQLSTATE 25006, which
 // idem counts as the database's passing failure (503 store-unavailable, a
 // consumer's batch retried).
 //
@@ -214,4 +214,39 @@ func dropReadOnly(_ context.Context, conn *pgx.Conn) (bool, error) {
 			"(with several hosts in -db, add target_session_attrs=read-write to reach the primary)", err, pc.Conn().RemoteAddr())
 	}
 	return true, nil
+}
+
+// askReadOnly is the pool's AfterConnect: on a server that does not report
+// whether a session is read-only (PostgreSQL 12 and 13, or a pooler that
+// does not pass in_hot_standby on), it asks, once per connection, and
+// refuses a read-only one with dropReadOnly's error (SQLSTATE 25006). A
+// session's read-only state is fixed when it starts (a standby stays one
+// until its server restarts; default_transaction_read_only set for a role
+// or database applies to the sessions started after), so asking at
+// connect is what dropReadOnly's check at each acquire is on 14 and later.
+// Before, on 12 and 13, the pool kept the connections it opened while the
+// database was read-only, and every command on them got 503 until they
+// expired (MaxConnLifetime, an hour).
+func askReadOnly(ctx context.Context, conn *pgx.Conn) error {
+	return readOnlyAtConnect(ctx, conn, false)
+}
+
+// readOnlyAtConnect is askReadOnly; always asks even a server that reports
+// it (the tests' way to run the path of 12 and 13 on a newer server).
+func readOnlyAtConnect(ctx context.Context, conn *pgx.Conn, always bool) error {
+	pc := conn.PgConn()
+	if !always && pc.ParameterStatus("in_hot_standby") != "" {
+		return nil // reported: dropReadOnly reads it at each acquire
+	}
+	// The simple protocol: no prepared statement, also through a pooler.
+	res, err := pc.Exec(ctx, `SELECT current_setting('transaction_read_only')`).ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "on" {
+		return fmt.Errorf("%w (server %s); connection refused, the next command connects again "+
+			"(with several hosts in -db, add target_session_attrs=read-write to reach the primary)",
+			dberr.ReadOnlySession("transaction_read_only"), pc.Conn().RemoteAddr())
+	}
+	return nil
 }

@@ -1,6 +1,11 @@
 package app
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // WithParkedInterval counts the parked events every d instead of every
 // parkedInterval.
@@ -10,6 +15,12 @@ func WithParkedInterval(d time.Duration) Option {
 
 // DropReadOnly is the pool's PrepareConn.
 var DropReadOnly = dropReadOnly
+
+// AskReadOnly is the pool's AfterConnect, asking also a server that reports
+// whether the session is read-only.
+func AskReadOnly(ctx context.Context, conn *pgx.Conn) error {
+	return readOnlyAtConnect(ctx, conn, true)
+}
 
 // WithStartTimeout is opts with the start-up bound d instead of
 // startTimeout.

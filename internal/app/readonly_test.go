@@ -155,6 +155,19 @@ func TestDropReadOnly(t *testing.T) { // not parallel: AllocsPerRun
 		t.Errorf("%v allocations per acquire; want 0", n)
 	}
 	ro := connect("-c default_transaction_read_only=on")
+	// PostgreSQL 12 and 13 report neither setting: the pool's AfterConnect
+	// asks, and refuses the connection with the same error.
+	if err := app.AskReadOnly(ctx, rw); err != nil {
+		t.Fatalf("writable session at connect: %v; want accepted", err)
+	}
+	askErr := app.AskReadOnly(ctx, ro)
+	if askErr == nil || !dberr.Transient(askErr) || dberr.SQLState(askErr) != "25006" ||
+		!strings.Contains(askErr.Error(), "target_session_attrs=read-write") {
+		t.Errorf("read-only session at connect: %v; want refused, 25006, transient, naming target_session_attrs", askErr)
+	}
+	if ro.PgConn().ParameterStatus("in_hot_standby") == "" {
+		return // not reported: nothing for DropReadOnly to read
+	}
 	ok, err := app.DropReadOnly(ctx, ro)
 	if ok || err == nil {
 		t.Fatalf("read-only session: %v, %v; want dropped with an error", ok, err)
@@ -164,5 +177,26 @@ func TestDropReadOnly(t *testing.T) { // not parallel: AllocsPerRun
 	}
 	if !strings.Contains(err.Error(), "target_session_attrs=read-write") {
 		t.Errorf("error %q does not name target_session_attrs", err)
+	}
+}
+
+// TestAskReadOnlyBehindPgBouncer: through PgBouncer in transaction mode,
+// which passes no in_hot_standby on, the pool's AfterConnect asks (a
+// simple-protocol query, no prepared statement) and keeps a writable
+// connection.
+func TestAskReadOnlyBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	url := testdb.PgBouncer(t)
+	c, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	if err := app.AskReadOnly(t.Context(), c); err != nil {
+		t.Fatalf("writable session behind PgBouncer: %v; want accepted", err)
+	}
+	var one int
+	if err := c.QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("the connection after the question: %d, %v", one, err)
 	}
 }
