@@ -177,6 +177,27 @@ type OutboxExecutor interface {
 	// The rows are selected by p.EventIDs, p.Keys and p.ParkedBefore
 	// together; with none of them set, every parked row is.
 	OutboxUnpark(ctx context.Context, p *OutboxUnparkParams) (int, error)
+
+	// OutboxRetryNow makes rows that are backing off after a failed
+	// attempt due at p.At: those whose next_attempt_at is after p.At get
+	// p.At (attempts and last_error are kept). Parked, published and never
+	// failed rows are not changed, nor are rows another transaction holds
+	// locked (a relay's claim or its marks: they are being retried now).
+	// The relay calls it when the broker is back after an outage, so that
+	// the events that failed during it do not wait out their backoff. It
+	// changes at most p.Limit rows and returns how many; call it until it
+	// returns fewer than p.Limit. It reads the index of the rows that
+	// failed (as OutboxCountParked), never the whole outbox.
+	OutboxRetryNow(ctx context.Context, p *OutboxRetryNowParams) (int, error)
+}
+
+// OutboxRetryNowParams selects the rows of OutboxRetryNow.
+type OutboxRetryNowParams struct {
+	// At is the new retry time (the relay's clock, as for
+	// OutboxMarkFailedParams.NextAttempt).
+	At time.Time
+	// Limit is the most rows changed by one call; it must be positive.
+	Limit int
 }
 
 // OutboxUnparkParams selects the rows of OutboxUnpark.

@@ -206,6 +206,19 @@
 // are counted apart: the first publish failure after a database outage
 // waits Backoff(1), not the Backoff of the outage's count.
 //
+// A broker outage fails every round, and each failed event backs off by
+// its own attempts: after a minute's outage, Backoff's longest wait. So
+// that the broker's return is noticed within seconds, Run waits at most
+// PublishBackoffCeiling (5s) after a round the publisher failed or skipped
+// as a whole, and the first round that publishes after such a round, in
+// any worker of the relay, makes every event backing off due at once
+// (attempts and last error kept): the events of the outage follow within a
+// round or two, in order per key, instead of waiting out their backoff.
+// An event that failed only because it is poison is retried once more that
+// way, and backs off again. A relay with nothing else to publish (no new
+// event since the outage) notices the return at the earliest retry of the
+// outage's events, at most Backoff's longest wait; RunOnce does neither.
+//
 // A round's events come from every partition of the topic (a lane holds
 // many keys), so a publisher that waited for every event of the round
 // would let one partition that does not answer stop them all for as long

@@ -73,6 +73,11 @@ type Relay[TTx any] struct {
 	// before it and failed was in flight through the recovery, not a new
 	// failure.
 	storageBackAt atomic.Int64
+	// publishOutage is set when a round of Run failed as a whole in the
+	// publisher (the broker was down), and cleared by the first round of
+	// any worker that publishes after it, which makes the events backing
+	// off due at once (retryBackedOff).
+	publishOutage atomic.Bool
 
 	// lease, on a backend without concurrent writers, is the lease that
 	// lets one relay of the database publish at a time (nil on PostgreSQL,
@@ -151,14 +156,34 @@ type Notifier interface {
 // of the database's return, however long the outage was.
 const StorageBackoffCeiling = 2 * time.Second
 
+// PublishBackoffCeiling bounds the pause of Run after a round whose every
+// event the publisher failed or skipped (the broker is down, or a circuit
+// breaker is open): the relay tries again at least this often, so that it
+// notices the broker's return within seconds, however long the outage was.
+// Each failed event still waits RelayConfig.Backoff of its own attempts;
+// the first round that publishes again after such a failed round makes the
+// events backing off due at once (see the package doc).
+const PublishBackoffCeiling = 5 * time.Second
+
+// retryNowBatch is the most backed-off events one OutboxRetryNow call makes
+// due, and retryNowTimeout bounds all the calls after an outage.
+const (
+	retryNowBatch   = 1000
+	retryNowTimeout = 30 * time.Second
+)
+
 // Run publishes events until ctx is done, then returns nil (or ErrRunning if
 // the relay is already running). It never gives up: a failed round is logged
 // (a failure that repeats, at most every 30s: see the package doc) and
 // retried after RelayConfig.Backoff of the number of consecutive failed
 // rounds (at most StorageBackoffCeiling when the database failed, and
-// earlier on a RelayConfig.Wake signal). A round that published some of its events and failed others does
+// earlier on a RelayConfig.Wake signal; at most PublishBackoffCeiling when
+// the publisher did). A round that published some of its events and failed others does
 // not count as failed (the broker is up; the failed events wait for their
-// own retry, and the other keys go on). After a round that claimed events it
+// own retry, and the other keys go on). The first round that publishes
+// after a round the publisher failed as a whole makes every event backing
+// off due at once (driver.OutboxExecutor.OutboxRetryNow), whichever relay
+// failed it. After a round that claimed events it
 // goes on at once; otherwise it waits for RelayConfig.Wake, for the poll interval, or
 // for the earliest retry of an event it backed off, whichever comes first.
 // On SQLite it publishes only while it holds the relay lease
@@ -458,11 +483,17 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			failures := &publishFailures
 			if !res.publishFailed {
 				failures = &storageFailures
+			} else {
+				r.publishOutage.Store(true)
 			}
 			*failures++
 			wait := max(r.cfg.Backoff(*failures), minBackoff)
 			var wake <-chan struct{}
-			if !res.publishFailed { // publish failures were logged with their event
+			if res.publishFailed {
+				// Not woken by enqueues (every one would fail), but
+				// within seconds of the broker's return.
+				wait = min(wait, PublishBackoffCeiling)
+			} else { // publish failures were logged with their event
 				// The database failed, not the broker: retry at least
 				// every StorageBackoffCeiling, and at once when a wake-up
 				// says a transaction committed (it is back).
@@ -478,6 +509,14 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			continue
 		}
 		storageFailures, publishFailures = 0, 0
+		if res.published > 0 && r.publishOutage.Load() && r.publishOutage.CompareAndSwap(true, false) {
+			// The broker is back: the events that failed during its
+			// outage need not wait out the backoff their attempts
+			// reached (up to Backoff's longest).
+			if r.retryBackedOff(ctx) > 0 {
+				continue
+			}
+		}
 		if res.claimed > 0 {
 			// A claim may stop short of BatchSize with events left (it
 			// spreads the batch over the lanes it holds): go on until a
@@ -492,6 +531,33 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// retryBackedOff makes every event backing off due now, after a publish
+// outage, and returns how many it changed. A failure is logged and given
+// up: those events wait for their own retry, as before the outage ended.
+func (r *Relay[TTx]) retryBackedOff(ctx context.Context) int {
+	qctx, cancel := context.WithTimeout(ctx, retryNowTimeout)
+	defer cancel()
+	total := 0
+	for {
+		n, err := r.drv.Outbox().OutboxRetryNow(qctx, &driver.OutboxRetryNowParams{At: r.cfg.Now(), Limit: retryNowBatch})
+		total += n
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.WarnContext(ctx, "outbox: the publisher is back, but the events that failed during its outage could not be made due now; they are retried after their backoff",
+					"err", err, "retried_now", total)
+			}
+			return total
+		}
+		if n < retryNowBatch {
+			break
+		}
+	}
+	if total > 0 {
+		r.cfg.Logger.InfoContext(ctx, "outbox: the publisher is back; the events that failed during its outage are retried now", "events", total)
+	}
+	return total
 }
 
 // logStorageFailure logs a round of Run that failed in the database (the

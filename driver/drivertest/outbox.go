@@ -51,6 +51,7 @@ func runOutbox[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver
 		{"CountParked", testOutboxCountParked[TTx]},
 		{"Redrive", testOutboxRedrive[TTx]},
 		{"Unpark", testOutboxUnpark[TTx]},
+		{"RetryNow", testOutboxRetryNow[TTx]},
 		{"Relay/CommittedEnqueuePublishedOnce", testRelayCommitted[TTx]},
 		{"Relay/RolledBackEnqueueNeverPublished", testRelayRolledBack[TTx]},
 		{"Relay/DuplicateEnqueuePublishedOnce", testRelayDuplicateEnqueue[TTx]},
@@ -991,6 +992,72 @@ func testOutboxUnpark[TTx any](t *testing.T, newDriver func(t *testing.T) driver
 	if len(got) != 6 || got[2].ID != b1.ID || got[2].Attempts != 1 || !got[2].NextAttemptAt.Equal(t9) {
 		t.Errorf("claim at t9: %s (b1: %+v); want b1 with its attempt and backoff untouched", obFmt(got), got)
 	}
+}
+
+// OutboxRetryNow makes the rows backing off past At due at At, attempts
+// and errors kept, in batches of Limit; rows due already, parked, never
+// failed or published are not changed.
+func testOutboxRetryNow[TTx any](t *testing.T, newDriver func(t *testing.T) driver.Driver[TTx]) {
+	drv := newDriver(t)
+	ctx := t.Context()
+	ex := drv.Executor()
+	// a1 a2 b1 c1 d1 e1 f1: a1 and f1 backing off until t9, b1 until t1;
+	// c1 parked; d1 published; a2 and e1 never failed.
+	rows := obStored(t, drv, obRow(t, "a", 1, t0), obRow(t, "a", 2, t0), obRow(t, "b", 1, t0),
+		obRow(t, "c", 1, t0), obRow(t, "d", 1, t0), obRow(t, "e", 1, t0), obRow(t, "f", 1, t0))
+	a1, a2, b1, c1, d1, e1, f1 := rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6]
+	t1, t2, t9 := t0.Add(time.Hour), t0.Add(2*time.Hour), t0.Add(9*time.Hour)
+	fail := func(r driver.OutboxRow, until time.Time) {
+		t.Helper()
+		if err := ex.OutboxMarkFailed(ctx, &driver.OutboxMarkFailedParams{ID: r.ID, Error: "broker down", NextAttempt: until}); err != nil {
+			t.Fatalf("MarkFailed: %v", err)
+		}
+	}
+	fail(a1, t9)
+	fail(f1, t9)
+	fail(b1, t1)
+	fail(c1, t9)
+	if err := ex.OutboxPark(ctx, &driver.OutboxParkParams{ID: c1.ID, Error: "poison", At: t0}); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	if err := ex.OutboxMarkPublished(ctx, &driver.OutboxMarkPublishedParams{IDs: obRowIDs(d1), At: t0}); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
+	}
+	retry := func(p *driver.OutboxRetryNowParams, want int) {
+		t.Helper()
+		n, err := ex.OutboxRetryNow(ctx, p)
+		if err != nil || n != want {
+			t.Fatalf("OutboxRetryNow(%+v) = %d, %v; want %d", p, n, err, want)
+		}
+	}
+	if _, err := ex.OutboxRetryNow(ctx, &driver.OutboxRetryNowParams{At: t2}); err == nil {
+		t.Error("OutboxRetryNow with limit 0 succeeded; want an error")
+	}
+	obWantIDs(t, "claim at t2 before", obClaim(t, drv, t2, 100), b1, e1)
+	// a1 and f1, one at a time; b1 (due at t1) is not changed.
+	retry(&driver.OutboxRetryNowParams{At: t2, Limit: 1}, 1)
+	retry(&driver.OutboxRetryNowParams{At: t2, Limit: 1}, 1)
+	retry(&driver.OutboxRetryNowParams{At: t2, Limit: 1}, 0)
+	got := obClaim(t, drv, t2, 100)
+	obWantIDs(t, "claim at t2 after", got, a1, a2, b1, e1, f1)
+	for _, r := range got {
+		switch r.ID {
+		case a1.ID, f1.ID:
+			if r.Attempts != 1 || r.LastError != "broker down" || !r.NextAttemptAt.Equal(t2) {
+				t.Errorf("%s#%d: attempts %d, last error %q, next attempt %s; want 1, %q, %s",
+					r.Key, r.ID, r.Attempts, r.LastError, r.NextAttemptAt, "broker down", t2)
+			}
+		case b1.ID:
+			if !r.NextAttemptAt.Equal(t1) {
+				t.Errorf("b1 next attempt %s; want %s (it was due before At)", r.NextAttemptAt, t1)
+			}
+		}
+	}
+	// c1 stays parked, and nothing is due before t2.
+	if n, err := ex.OutboxCountParked(ctx); err != nil || n != 1 {
+		t.Errorf("OutboxCountParked = %d, %v; want 1", n, err)
+	}
+	obWantIDs(t, "claim at t0", obClaim(t, drv, t0, 100), e1)
 }
 
 // ---- relay -----------------------------------------------------------------

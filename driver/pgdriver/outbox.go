@@ -588,6 +588,20 @@ func (d *Driver) listenConn(ctx context.Context) (pgsql.Listener, error) {
 	return listener{conn}, nil
 }
 
+// OutboxRetryNow implements driver.OutboxExecutor with one UPDATE of at
+// most p.Limit rows backing off, found through the index of the rows that
+// failed (pgsql.OutboxRetryNowSQL).
+func (e *executor) OutboxRetryNow(ctx context.Context, p *driver.OutboxRetryNowParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgdriver: outbox retry now: limit %d must be positive", p.Limit)
+	}
+	tag, err := e.db.Exec(ctx, e.d.expand(pgsql.OutboxRetryNowSQL), p.At, p.Limit)
+	if err != nil {
+		return 0, mapErr("outbox retry now", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // OutboxUnpark implements driver.OutboxExecutor with one UPDATE of at most
 // p.Limit parked pending rows, found through the index of the rows that
 // failed (outbox_pending_blocked_idx), in its order (pgsql.OutboxUnparkSQL).

@@ -1136,6 +1136,10 @@ func TestOutboxCountParkedReadsTheFailedRows(t *testing.T) {
 			t.Errorf("the unpark of %v does not read outbox_pending_blocked_idx:\n%s", args, plan)
 		}
 	}
+	// So does OutboxRetryNow (next_attempt_at > $1 implies its predicate).
+	if plan := explain(t, pool, pgsql.OutboxRetryNowSQL, time.Now(), 1000); !strings.Contains(plan, "outbox_pending_blocked_idx") || strings.Contains(plan, "Seq Scan on outbox_pending") {
+		t.Errorf("OutboxRetryNow does not read outbox_pending_blocked_idx:\n%s", plan)
+	}
 	if n, err := drv.Executor().OutboxUnpark(ctx, &driver.OutboxUnparkParams{EventIDs: []uuid.UUID{poison[0].ID}, Limit: 1}); err != nil || n != 1 {
 		t.Fatalf("OutboxUnpark = %d, %v; want 1", n, err)
 	}

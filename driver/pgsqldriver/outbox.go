@@ -286,6 +286,16 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 	return int(n), err
 }
 
+// OutboxRetryNow implements driver.OutboxExecutor (pgsql.OutboxRetryNowSQL).
+func (e *executor) OutboxRetryNow(ctx context.Context, p *driver.OutboxRetryNowParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("pgsqldriver: outbox retry now: limit %d must be positive", p.Limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(pgsql.OutboxRetryNowSQL), p.At, p.Limit)
+	n, err := rowsAffected("outbox retry now", res, err)
+	return int(n), err
+}
+
 // OutboxUnpark implements driver.OutboxExecutor (pgsql.OutboxUnparkSQL).
 func (e *executor) OutboxUnpark(ctx context.Context, p *driver.OutboxUnparkParams) (int, error) {
 	if p.Limit <= 0 {

@@ -432,6 +432,30 @@ func (e *executor) OutboxRedrive(ctx context.Context, p *driver.OutboxRedrivePar
 	return int(n), mapErr("outbox redrive", err)
 }
 
+// outboxRetryNowSQL makes at most ?2 unpublished rows backing off after ?1
+// due at ?1. They are read through outbox_blocked_idx, whose terms the
+// WHERE repeats (see outboxCountParkedSQL). SQLite has one writer at a
+// time: no row is held by another transaction.
+const outboxRetryNowSQL = `UPDATE {{table}}outbox SET next_attempt_at = ?1
+	WHERE id IN (
+		SELECT id FROM {{table}}outbox
+		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+		  AND parked_at IS NULL AND next_attempt_at > ?1
+		LIMIT ?2)`
+
+// OutboxRetryNow implements driver.OutboxExecutor (outboxRetryNowSQL).
+func (e *executor) OutboxRetryNow(ctx context.Context, p *driver.OutboxRetryNowParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("sqlitedriver: outbox retry now: limit %d must be positive", p.Limit)
+	}
+	res, err := e.db.ExecContext(ctx, e.d.expand(outboxRetryNowSQL), micros(p.At), p.Limit)
+	if err != nil {
+		return 0, mapErr("outbox retry now", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), mapErr("outbox retry now", err)
+}
+
 // outboxUnparkSQL clears the parked state, attempts and backoff of at most
 // ?4 parked unpublished rows: those parked before ?1 (if not NULL), of the
 // event IDs in the JSON array ?2 (if not NULL) and of the keys in the JSON

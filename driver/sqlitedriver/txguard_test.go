@@ -86,7 +86,10 @@ func testInterrupted(t *testing.T, drv *sqlitedriver.Driver) {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO acct VALUES (1, 1)`); err != nil {
 		t.Fatalf("insert 1: %v", err)
 	}
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	// Long enough for the statement to start even on a loaded machine: a
+	// context that ends before it does fails it without running it, and
+	// the transaction rightly goes on.
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = tx.ExecContext(short, endlessInsert)
 	cancel()
 	if err == nil {

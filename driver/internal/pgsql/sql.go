@@ -307,6 +307,18 @@ const (
 				AND ($3::text[] IS NULL OR q.record_key = ANY ($3::text[]))
 			ORDER BY q.record_key, q.id LIMIT $4))
 		  AND parked_at IS NOT NULL`
+	// OutboxRetryNowSQL makes at most $2 pending rows backing off after $1
+	// due at $1. They are read through outbox_pending_blocked_idx (almost
+	// always empty; next_attempt_at > $1 implies its predicate); rows
+	// another transaction holds (a relay's marks) are skipped, not waited
+	// for. The outer conditions are checked again on a row changed
+	// meanwhile (parked, published, or retried already).
+	OutboxRetryNowSQL = `UPDATE {{table}}outbox_pending SET next_attempt_at = $1
+		WHERE id = ANY (ARRAY(
+			SELECT q.id FROM {{table}}outbox_pending q
+			WHERE q.parked_at IS NULL AND q.next_attempt_at > $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED))
+		  AND parked_at IS NULL AND next_attempt_at > $1`
 	// OutboxLastPublishedSQL is the latest publication time, the last
 	// entry of outbox_published_at_idx.
 	OutboxLastPublishedSQL = `SELECT max(published_at) FROM {{table}}outbox_published`
