@@ -141,6 +141,15 @@ func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelo
 		return nil
 	case err != nil:
 		return err
+	case o.CustomerID != oc.CustomerID || !o.Amount.Equal(amount):
+		// Another order under this ID: a database restored from a backup
+		// (or failed over to a replica that lagged) lost the event's order
+		// and handed its ID out again. Charging it would charge the new
+		// order the lost one's amount, to the lost one's customer.
+		p.log.WarnContext(ctx, "order saga: OrderCreated.v1 of another order with this ID (a database restored from a backup?), ignored",
+			"saga", id, "event", e.ID, "event_customer_id", oc.CustomerID, "event_amount", oc.Amount,
+			"customer_id", o.CustomerID, "amount", o.Amount.StringFixed(AmountScale))
+		return nil
 	case o.Status != StatusCreated:
 		p.log.InfoContext(ctx, "order saga: OrderCreated.v1 of an order already "+o.Status+", ignored", "saga", id, "event", e.ID)
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shopspring/decimal"
 
+	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/orders"
 	ordpg "github.com/idemkit/idem/internal/orders/pgstore"
@@ -158,5 +159,100 @@ func TestSagaRacesWatchdogPostgres(t *testing.T) {
 			s, _ := sagas.Get(ctx, orders.SagaID(o.ID))
 			t.Errorf("order %d (%s): %s with %d payments; saga %+v", o.ID, o.Amount, o.Status, payments, s)
 		}
+	}
+}
+
+// A database restored from a backup (or failed over to an asynchronous
+// replica that lost its last commits) hands out the IDs of the orders it
+// lost again, while their OrderCreated.v1 events are still in Kafka: a
+// consumer that lagged at the time, or whose offsets were rewound, gets
+// the lost order's event for the new order of that ID. The saga ignores
+// it: it charges the new order its own amount to its own customer, never
+// the lost order's.
+func TestSagaIgnoresCreatedOfALostOrderWithTheSameID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Schema(t, 4)
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pay, ord := paypg.New(drv.Pool()), ordpg.New(drv.Pool())
+	if err := pay.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ord.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sagas, err := saga.New(drv, &saga.Config{CompensationBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	inTx := func(f func(tx pgx.Tx) error) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = drv.Rollback(ctx, tx) }()
+		if err := f(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func(customer int64, amount string) (o orders.Order, e event.Envelope) {
+		t.Helper()
+		inTx(func(tx pgx.Tx) (err error) {
+			o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: customer, Amount: decimal.RequireFromString(amount), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+			return err
+		})
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, e
+	}
+
+	backup := testdb.TakeSnapshot(t, schema)
+	lost, lostCreated := create(7, "12.5")
+	backup.Restore(t)
+	again, againCreated := create(8, "300")
+	if again.ID != lost.ID {
+		t.Fatalf("the restored database gave the new order ID %d; want the lost order's %d", again.ID, lost.ID)
+	}
+	for _, e := range []event.Envelope{lostCreated, againCreated} {
+		inTx(func(tx pgx.Tx) error { return ps.Handle(ctx, tx, e) })
+	}
+	got, err := ord.Get(ctx, again.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PaymentID == 0 {
+		t.Fatalf("order %d: no payment; want its charge", again.ID)
+	}
+	p, err := pay.Get(ctx, got.PaymentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CustomerID != again.CustomerID || !p.Amount.Equal(again.Amount) {
+		t.Errorf("order %d (customer %d, %s) charged %s to customer %d: the lost order's charge",
+			again.ID, again.CustomerID, again.Amount, p.Amount, p.CustomerID)
+	}
+	var captured []byte
+	if err := pool.QueryRow(ctx, `SELECT payload FROM outbox WHERE event_type = $1`, orders.EventPaymentCaptured).Scan(&captured); err != nil {
+		t.Fatal(err)
+	}
+	var pc orders.PaymentCaptured
+	if err := json.Unmarshal(captured, &pc); err != nil {
+		t.Fatal(err)
+	}
+	if pc.CustomerID != again.CustomerID || pc.Amount != again.Amount.StringFixed(orders.AmountScale) {
+		t.Errorf("PaymentCaptured.v1 %s; want customer %d, amount %s", captured, again.CustomerID, again.Amount.StringFixed(orders.AmountScale))
 	}
 }
