@@ -256,3 +256,82 @@ func TestSagaIgnoresCreatedOfALostOrderWithTheSameID(t *testing.T) {
 		t.Errorf("PaymentCaptured.v1 %s; want customer %d, amount %s", captured, again.CustomerID, again.Amount.StringFixed(orders.AmountScale))
 	}
 }
+
+// The saga's events have IDs derived from the saga ID, and so from the
+// order ID: the new order that a restored database gives a lost order's ID
+// emits its PaymentCaptured.v1 under the lost one's event ID, which every
+// inbox that applied the lost one (another service's database, or this
+// one's after a consumer that lagged) drops as a duplicate. The runbook's
+// step moves the sequence past every ID handed out before the restore:
+// the new order gets an ID of its own, and so do its events.
+func TestRestoreSequenceStepGivesNewEventIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Schema(t, 4)
+	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pay, ord := paypg.New(drv.Pool()), ordpg.New(drv.Pool())
+	if err := pay.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ord.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sagas, err := saga.New(drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := orders.NewPaymentSaga(sagas, ord, pay, slog.New(slog.DiscardHandler))
+	// charge creates an order and runs its saga's charge: it returns the
+	// order's ID and its PaymentCaptured.v1's event ID.
+	charge := func() (int64, string) {
+		t.Helper()
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = drv.Rollback(ctx, tx) }()
+		o, err := ord.Create(ctx, tx, orders.NewOrder{CustomerID: 7, Amount: decimal.RequireFromString("12.5"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := orders.CreatedEvent(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ps.Handle(ctx, tx, e); err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if err := tx.QueryRow(ctx, `SELECT event_id::text FROM outbox WHERE event_type = $1 AND record_key = $2`, orders.EventPaymentCaptured, e.Key).Scan(&id); err != nil {
+			t.Fatalf("PaymentCaptured.v1 of order %d: %v", o.ID, err)
+		}
+		if err := drv.Commit(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		return o.ID, id
+	}
+
+	backup := testdb.TakeSnapshot(t, schema)
+	lostOrder, lostEvent := charge()
+	backup.Restore(t)
+	againOrder, againEvent := charge()
+	if againOrder != lostOrder || againEvent != lostEvent {
+		t.Fatalf("without the step: order %d, event %s; want the lost order's ID %d and event ID %s", againOrder, againEvent, lostOrder, lostEvent)
+	}
+
+	backup.Restore(t)
+	// The runbook's step, as docs/operations.md gives it.
+	if _, err := pool.Exec(ctx, `SELECT setval(pg_get_serial_sequence('customer_order', 'id'), (SELECT coalesce(max(id), 0) FROM customer_order) + 1000000)`); err != nil {
+		t.Fatal(err)
+	}
+	newOrder, newEvent := charge()
+	if newOrder <= lostOrder || newEvent == lostEvent {
+		t.Errorf("after the step: order %d, event %s; want an ID above %d and another event ID than %s", newOrder, newEvent, lostOrder, lostEvent)
+	}
+}
