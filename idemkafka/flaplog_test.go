@@ -37,7 +37,8 @@ func (d *flappingDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
 // A consumer whose transactions alternate failing and going through (a
 // database short of connections) logs one line when the failures start
 // (a summary every 30 s while they go on) and one line once no batch
-// failed for the quiet period (10 s; 300 ms here). It logged "batch
+// failed for the quiet period (10 s; 3 s here: on a loaded machine 300
+// ms passed between two records' batches). It logged "batch
 // failed; retrying" for every batch that failed once.
 func TestFlappingDatabaseLoggedOnce(t *testing.T) {
 	t.Parallel()
@@ -56,7 +57,7 @@ func TestFlappingDatabaseLoggedOnce(t *testing.T) {
 	var applied atomic.Int64
 	cfg.OnBatch = func(_ context.Context, s idemkafka.BatchStats) { applied.Add(int64(s.Applied)) }
 	inst := startWith(t, drv, in, cfg, func(c *idemkafka.Consumer[*sqlTx]) {
-		idemkafka.SetDBLogTimes(c, time.Hour, 300*time.Millisecond)
+		idemkafka.SetDBLogTimes(c, time.Hour, 3*time.Second)
 	})
 	var evs []event.Envelope
 	produce := func(n int) {
@@ -70,7 +71,7 @@ func TestFlappingDatabaseLoggedOnce(t *testing.T) {
 	}
 	produce(40) // a transaction per record, every other Begin failing
 	drv.flapping.Store(false)
-	time.Sleep(400 * time.Millisecond) // the quiet period, without a failure
+	time.Sleep(3500 * time.Millisecond) // the quiet period, without a failure
 	produce(1)
 	mustStop(t, inst)
 	mustOnce(t, b, "billing", evs)
