@@ -238,7 +238,13 @@ const (
 	// outboxReadRows is the part of OutboxReadSQL and OutboxReadBoundedSQL
 	// after the lanes (l): each lane's pending rows whose key has no
 	// earlier row backing off or parked (p), in ID order, joined each to
-	// its event (o).
+	// its event (o). The key's blocked rows are probed in
+	// outbox_pending_blocked_idx by key for each row read: OFFSET 0 keeps
+	// the NOT EXISTS a subquery, so that the planner cannot make it an
+	// anti-join that reads the whole index once and compares every row
+	// read with every blocked row, as it did with statistics from a time
+	// when nothing was blocked (almost always), once many keys backed off
+	// (a broker outage: one claim ran for minutes).
 	outboxReadRows = `
 		CROSS JOIN LATERAL (
 			SELECT q.id, q.attempts, q.last_error, q.next_attempt_at, q.parked_at
@@ -247,7 +253,7 @@ const (
 			  AND NOT EXISTS (SELECT 1 FROM {{table}}outbox_pending b
 				WHERE b.record_key = q.record_key AND b.id <= q.id
 				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2))
+				  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > $2) OFFSET 0)
 			ORDER BY q.id
 			LIMIT $3) p
 		CROSS JOIN LATERAL (
