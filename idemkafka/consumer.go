@@ -136,6 +136,9 @@ type Consumer[TTx any] struct {
 	// dbLog limits the lines of the batches that fail on the database
 	// (or the dead-letter topic), across the partitions.
 	dbLog flaplog.Limiter
+
+	// resets counts the OFFSET_OUT_OF_RANGE resets (see OffsetResets).
+	resets atomic.Int64
 }
 
 // stallAfter is how long a partition goes without progress (its first
@@ -256,7 +259,7 @@ func NewConsumer[TTx any](in *inbox.Inbox[TTx], cfg *ConsumerConfig[TTx]) (*Cons
 	}
 	userLog, _ := probe.OptValue(kgo.WithLogger).(kgo.Logger)
 	c.opts = append(c.opts,
-		kgo.WithLogger(resetLogger{inner: userLog, log: c.cfg.Logger, group: cfgv.Group}),
+		kgo.WithLogger(resetLogger{inner: userLog, log: c.cfg.Logger, group: cfgv.Group, resets: &c.resets}),
 		kgo.SeedBrokers(cfgv.Seeds...),
 		kgo.ConsumerGroup(cfgv.Group),
 		kgo.ConsumeTopics(cfgv.Topics...),
@@ -1024,21 +1027,32 @@ func (c *Consumer[TTx]) warnMissingTopics(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
+// OffsetResets returns how many times a partition's fetch found the
+// records at the consumer's offset gone (OFFSET_OUT_OF_RANGE: deleted by
+// retention or DeleteRecords before they were applied, or lost by the
+// broker) and kgo resumed it per ConsumeResetOffset (the log start by
+// default), skipping the records in between: each is data loss, logged at
+// ERROR. It counts from the consumer's creation, across Runs, for a
+// counter to alert on (any increase). Safe for concurrent use.
+func (c *Consumer[TTx]) OffsetResets() int64 { return c.resets.Load() }
+
 // resetLogger is the consumer client's kgo.Logger: it passes every line
 // on to the logger given in ExtraOpts (kgo.WithLogger), if any, at the
-// level that one asks for, and logs at WARN kgo's lines about an
-// OFFSET_OUT_OF_RANGE fetch. kgo resumes such a partition per
-// ConsumeResetOffset (the log start by default) without an error: the
-// records between the group's offset and the log start (deleted by
-// retention before the group consumed them, or lost by the broker) were
-// skipped without a word. kgo logs them at INFO or WARN, with the topic,
-// the partition and the offset the group was at; it logs at INFO only
-// about connections, metadata, group changes and failures, never per
-// record or per fetch, so asking for INFO costs nothing per record.
+// level that one asks for, and logs at ERROR (and counts in resets)
+// kgo's lines about an OFFSET_OUT_OF_RANGE fetch. kgo resumes such a
+// partition per ConsumeResetOffset (the log start by default) without an
+// error: the records between the group's offset and the log start
+// (deleted by retention before the group consumed them, or lost by the
+// broker) were skipped without a word. kgo logs them at INFO or WARN,
+// with the topic, the partition and the offset the group was at; it logs
+// at INFO only about connections, metadata, group changes and failures,
+// never per record or per fetch, so asking for INFO costs nothing per
+// record.
 type resetLogger struct {
-	inner kgo.Logger
-	log   *slog.Logger
-	group string
+	inner  kgo.Logger
+	log    *slog.Logger
+	group  string
+	resets *atomic.Int64
 }
 
 func (l resetLogger) Level() kgo.LogLevel {
@@ -1050,7 +1064,8 @@ func (l resetLogger) Level() kgo.LogLevel {
 
 func (l resetLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	if strings.HasPrefix(msg, "received OFFSET_OUT_OF_RANGE") {
-		l.log.Warn("idemkafka: OFFSET_OUT_OF_RANGE: the partition no longer has the records at the group's offset (deleted by retention before the group consumed them, or lost by the broker); "+
+		l.resets.Add(1)
+		l.log.Error("idemkafka: OFFSET_OUT_OF_RANGE: the partition no longer has the records at the consumer's offset (deleted by retention or DeleteRecords before they were applied, or lost by the broker); "+
 			"consuming resumes per ConsumeResetOffset (the log start by default): the records in between are skipped, never applied",
 			append([]any{"group", l.group, "kgo", msg}, keyvals...)...)
 	}

@@ -1,6 +1,7 @@
 package idemkafka_test
 
 import (
+	"database/sql"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
 	"github.com/idemkit/idem/internal/testlog"
 )
@@ -19,9 +21,10 @@ import (
 // (the consumer was down longer than retention.ms). kgo's fetch answers
 // OFFSET_OUT_OF_RANGE and kgo resumes at the log start (ConsumeResetOffset,
 // the start by default) without telling: the deleted records were skipped
-// with no log line. The consumer now says so at WARN, naming the partition
-// and the offset the group was at; the records still there are applied
-// once, those applied before are not applied again.
+// with no log line. The consumer now says so at ERROR, naming the partition
+// and the offset the group was at, and counts it (Consumer.OffsetResets);
+// the records still there are applied once, those applied before are not
+// applied again.
 func TestConsumerOffsetOutOfRangeLogged(t *testing.T) {
 	t.Parallel()
 	b := setupSQLite(t)
@@ -45,7 +48,8 @@ func TestConsumerOffsetOutOfRangeLogged(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	var own testlog.Buffer // the user's own kgo logger still gets kgo's lines
 	cfg.ExtraOpts = append(cfg.ExtraOpts, kgo.WithLogger(kgo.BasicLogger(&own, kgo.LogLevelInfo, nil)))
-	c2 := start(t, b, "billing", cfg)
+	var c *idemkafka.Consumer[*sql.Tx]
+	c2 := start(t, b, "billing", cfg, func(cc *idemkafka.Consumer[*sql.Tx]) { c = cc })
 	waitFor(t, 30*time.Second, "the remaining events committed", func() bool { return allCommitted(t, kc, group, topic) })
 	mustStop(t, c2)
 
@@ -59,8 +63,11 @@ func TestConsumerOffsetOutOfRangeLogged(t *testing.T) {
 			warn = l
 		}
 	}
-	if !strings.Contains(warn, "level=WARN") || !strings.Contains(warn, "topic="+topic) || !strings.Contains(warn, "prior_offset=10") {
-		t.Errorf("no WARN names the partition and the offset the group was at (10); logs:\n%s", logs.String())
+	if n := c.OffsetResets(); n != 1 {
+		t.Errorf("OffsetResets %d; want 1", n)
+	}
+	if !strings.Contains(warn, "level=ERROR") || !strings.Contains(warn, "topic="+topic) || !strings.Contains(warn, "prior_offset=10") {
+		t.Errorf("no ERROR names the partition and the offset the group was at (10); logs:\n%s", logs.String())
 	}
 	if !strings.Contains(own.String(), "OFFSET_OUT_OF_RANGE") {
 		t.Errorf("the kgo.WithLogger given in ExtraOpts did not get kgo's line; it got:\n%s", own.String())

@@ -130,11 +130,14 @@
 //     client) is sent without its value, with HeaderDLQTruncated, pointing
 //     at the original in its topic.
 //   - A partition whose records at the group's offset are gone (deleted by
-//     retention while the group was down or behind, or lost by the broker)
-//     answers OFFSET_OUT_OF_RANGE, and kgo resumes per ConsumeResetOffset,
-//     the log start by default: the records in between are never applied.
-//     The consumer logs it at WARN (with the topic, the partition and the
-//     offset the group was at); kgo alone did not say it.
+//     retention or DeleteRecords while the group was down or behind, or
+//     lost by the broker) answers OFFSET_OUT_OF_RANGE, and kgo resumes per
+//     ConsumeResetOffset, the log start by default: the records in between
+//     are never applied. That is data loss: the consumer logs it at ERROR
+//     (with the topic, the partition and the offset the group was at,
+//     prior_offset) and counts it in [Consumer.OffsetResets], for a metric
+//     to alert on; kgo alone did not say it. Keep the topics' retention
+//     above the longest time a consumer may be down or behind.
 //   - A topic deleted while consumed (and maybe created again, to change
 //     its partitions or settings) answers UNKNOWN_TOPIC_ID: kgo fetches a
 //     topic by the ID it first learned and never consumes a new instance
