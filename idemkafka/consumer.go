@@ -139,6 +139,9 @@ type Consumer[TTx any] struct {
 
 	// resets counts the OFFSET_OUT_OF_RANGE resets (see OffsetResets).
 	resets atomic.Int64
+	// partFail limits the lines of each partition's fetch failures (see
+	// logPartitionFailure); Run's goroutine only.
+	partFail map[topicPartition]*partFailure
 }
 
 // stallAfter is how long a partition goes without progress (its first
@@ -386,7 +389,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 				c.logGroupFailure(topic, partition, err)
 				return
 			}
-			c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
+			c.logPartitionFailure(topic, partition, err, time.Now())
 		})
 		if refused != nil {
 			// The group will never take this member: a configuration

@@ -137,7 +137,18 @@
 //     (with the topic, the partition and the offset the group was at,
 //     prior_offset) and counts it in [Consumer.OffsetResets], for a metric
 //     to alert on; kgo alone did not say it. Keep the topics' retention
-//     above the longest time a consumer may be down or behind.
+//     above the longest time a consumer may be down or behind. To stop
+//     instead of skipping, give ExtraOpts
+//     kgo.ConsumeResetOffset(kgo.NoResetOffset().AtStart()) (AtStart:
+//     kgo's NoResetOffset alone starts a partition without a committed
+//     offset, one added to a topic say, at its end, which the consumer
+//     warns of): the partition then applies nothing more and commits
+//     nothing past the lost records, every fetch of it fails with
+//     OFFSET_OUT_OF_RANGE (logged at ERROR the first time, then at most
+//     every 30 s) and its lag grows, until an operator, having recovered
+//     what was lost (the producers' outboxes), moves the group's offset
+//     (kafka-consumer-groups --reset-offsets --to-earliest, the group's
+//     consumers stopped); a restart alone stops again.
 //   - A topic deleted while consumed (and maybe created again, to change
 //     its partitions or settings) answers UNKNOWN_TOPIC_ID: kgo fetches a
 //     topic by the ID it first learned and never consumes a new instance

@@ -25,7 +25,7 @@ const groupFailureLogInterval = 30 * time.Second
 // (the group is joined: kgo calls OnPartitionsAssigned after every join,
 // even with nothing assigned) ends it with one line. Fetch errors of a
 // topic or partition (offset out of range, authorization, data loss) are
-// not grouped: each is logged, as it says something of its own.
+// not grouped: each partition's are limited on their own (logPartitionFailure).
 //
 // Only failures and assignments use it: a poll without errors does not.
 type groupFailures struct {
@@ -96,6 +96,42 @@ func (c *Consumer[TTx]) logGroupFailure(topic string, partition int32, err error
 		c.cfg.Logger.Error("idemkafka: fetch still failing; repeats are logged at most every "+groupFailureLogInterval.String(),
 			"group", c.cfg.Group, "err", err, "suppressed", g.suppressed, "failures", g.failures, "since", g.first)
 	}
+}
+
+// partFailure is a partition's fetch failure that goes on: kgo answers
+// every fetch of a partition it will not move (OFFSET_OUT_OF_RANGE under
+// kgo.NoResetOffset, TOPIC_AUTHORIZATION_FAILED) with the same error, at
+// every poll.
+type partFailure struct {
+	first, logged, last  time.Time
+	failures, suppressed int
+}
+
+// logPartitionFailure logs a fetch error of a topic or partition: the
+// first at once, its repeats (whatever their error) at most every
+// groupFailureLogInterval, with the latest error and how many were not
+// logged. A failure groupFailureLogInterval after the partition's last
+// one starts anew. Called by Run's goroutine only, on fetch errors only.
+func (c *Consumer[TTx]) logPartitionFailure(topic string, partition int32, err error, now time.Time) {
+	tp := topicPartition{topic, partition}
+	f := c.partFail[tp]
+	if f == nil || now.Sub(f.last) >= groupFailureLogInterval {
+		if c.partFail == nil {
+			c.partFail = map[topicPartition]*partFailure{}
+		}
+		c.partFail[tp] = &partFailure{first: now, logged: now, last: now, failures: 1}
+		c.cfg.Logger.Error("idemkafka: fetch failed", "topic", topic, "partition", partition, "err", err)
+		return
+	}
+	f.failures++
+	f.last = now
+	if now.Sub(f.logged) < groupFailureLogInterval {
+		f.suppressed++
+		return
+	}
+	c.cfg.Logger.Error("idemkafka: fetch of the partition still failing; repeats are logged at most every "+groupFailureLogInterval.String(),
+		"topic", topic, "partition", partition, "err", err, "suppressed", f.suppressed, "failures", f.failures, "since", f.first)
+	f.logged, f.suppressed = now, 0
 }
 
 // logGroupJoined logs the end of the group failures, if any: the group

@@ -2,10 +2,14 @@ package idemkafka
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemkit/idem/internal/testlog"
 )
 
 // The group's failures are one, whatever their text: the first is logged,
@@ -45,5 +49,34 @@ func TestGroupFailures(t *testing.T) {
 	}
 	if log, s := g.failed(timeout, t0.Add(time.Hour)); !log || s.failures != 1 {
 		t.Fatalf("failure after the join: log %v, %+v; want a new first failure", log, s)
+	}
+}
+
+// A partition's fetch failures: the first is logged, repeats within
+// groupFailureLogInterval are counted, the next after it is logged with
+// the count; another partition's are its own; a failure after a quiet
+// groupFailureLogInterval is a new one.
+func TestPartitionFailures(t *testing.T) {
+	t.Parallel()
+	var logs testlog.Buffer
+	c := &Consumer[struct{}]{cfg: ConsumerConfig[struct{}]{Logger: slog.New(slog.NewTextHandler(&logs, nil))}}
+	oor := errors.New("OFFSET_OUT_OF_RANGE")
+	t0 := time.Unix(1000, 0)
+	lines := func() int { return strings.Count(logs.String(), "\n") }
+	c.logPartitionFailure("orders", 0, oor, t0)
+	c.logPartitionFailure("orders", 1, oor, t0)
+	for i := 1; i <= 10; i++ {
+		c.logPartitionFailure("orders", 0, oor, t0.Add(time.Duration(i)*time.Second))
+	}
+	if n := lines(); n != 2 {
+		t.Fatalf("%d lines; want the first failure of each partition:\n%s", n, logs.String())
+	}
+	c.logPartitionFailure("orders", 0, oor, t0.Add(groupFailureLogInterval))
+	if n := lines(); n != 3 || !strings.Contains(logs.String(), "still failing") || !strings.Contains(logs.String(), "suppressed=10 failures=12") {
+		t.Fatalf("want a line with suppressed=10 failures=12:\n%s", logs.String())
+	}
+	c.logPartitionFailure("orders", 1, oor, t0.Add(time.Hour)) // quiet since t0: a new failure
+	if n := lines(); n != 4 || strings.Count(logs.String(), `msg="idemkafka: fetch failed"`) != 3 {
+		t.Fatalf("want a new failure logged as the first:\n%s", logs.String())
 	}
 }

@@ -111,3 +111,50 @@ func TestConsumerOffsetOutOfRangeWhileConsuming(t *testing.T) {
 	}
 	t.Logf("applied %d of 30 (%d deleted unapplied); %s", applied, 30-applied, line)
 }
+
+// The same with kgo.ConsumeResetOffset(kgo.NoResetOffset().AtStart()) in
+// ExtraOpts, a payments team's choice: the partition stops at the first
+// record not applied instead of skipping the deleted ones, and nothing is
+// committed past it. kgo then answers every fetch of the partition with
+// OFFSET_OUT_OF_RANGE until an operator moves the group's offset: the
+// consumer logged each one at ERROR, one line per poll (hundreds a
+// second with the tests' 10ms backoff, and at every poll while the
+// consumer's other partitions have records): it logs the first, then at
+// most one line every 30s while the failures go on.
+func TestConsumerNoResetOffsetStopsTheLossLoggedOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSQLite(t)
+	kc := kafkatest.New(t)
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 1)
+	group := kafkatest.Name("g")
+	r := startBehind(t, b, kc, topic, group, kgo.ConsumeResetOffset(kgo.NoResetOffset().AtStart()))
+	waitFor(t, 30*time.Second, "the consumer at its first event", func() bool { return strings.Contains(r.logs.String(), "partitions assigned") })
+	time.Sleep(time.Second) // the first fetches buffered
+	later := newEvents(t, 20, 2)
+	for _, rec := range recordsOf(topic, later...) {
+		kc.Produce(t, topic, rec)
+	}
+	if err := fake.DeleteRecords(topic, 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	close(r.release)
+	waitFor(t, 30*time.Second, "the fetch failure logged", func() bool {
+		return strings.Contains(r.logs.String(), "OFFSET_OUT_OF_RANGE")
+	})
+	time.Sleep(5 * time.Second) // polls go on failing
+	mustStop(t, r.inst)
+	applied := distinct(t, b, "billing")
+	committed := kc.Committed(t, group, topic)[0]
+	if applied >= len(r.first) || committed >= 20 {
+		t.Errorf("%d events applied, offset %d committed; want the partition stopped before the deleted records (offset < 20)", applied, committed)
+	}
+	if n := r.c.OffsetResets(); n != 0 {
+		t.Errorf("OffsetResets %d; want 0 (nothing skipped)", n)
+	}
+	errs, oor := logLines(r.logs.String(), "ERROR", "OFFSET_OUT_OF_RANGE")
+	t.Logf("%d applied, offset %d committed; %d ERROR lines, %d of them OFFSET_OUT_OF_RANGE", applied, committed, errs, oor)
+	if oor == 0 || oor > 2 {
+		t.Errorf("%d ERROR lines of OFFSET_OUT_OF_RANGE in 5s; want 1 (or 2)", oor)
+	}
+}
