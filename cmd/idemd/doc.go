@@ -162,7 +162,9 @@
 // each consumer group's lag (every 10s) as idemd_kafka_consumer_lag{group},
 // and how long a consumer's partition has been stalled behind a record
 // failing on a database fault as
-// idemd_kafka_consumer_stalled_seconds{consumer}.
+// idemd_kafka_consumer_stalled_seconds{consumer}, and the times a
+// consumer's partition resumed past records deleted or lost before it
+// applied them as idemd_kafka_consumer_offset_resets_total{consumer}.
 // idemd's own metrics start with idemd_; the Go runtime's and the
 // process's (go_*, process_*) are exported too.
 //

@@ -175,6 +175,9 @@
 // idemd_kafka_consumer_stalled_seconds{consumer} (how long a partition of
 // the consumer has applied nothing, behind a record failing on a database
 // fault),
+// idemd_kafka_consumer_offset_resets_total{consumer} (the times a
+// partition of the consumer resumed past records deleted or lost before it
+// applied them),
 // idemd_inbox_events_total{consumer="order-projection|...",
 // result="applied|duplicate|dead_lettered"} (both consumers: the
 // projection's and the saga's, labelled with their inbox names),

@@ -43,6 +43,8 @@ type metrics struct {
 	caches *cacheCollector
 	// stalled is each consumer's Stalled, read when scraped.
 	stalled *stallCollector
+	// resets is each consumer's OffsetResets, read when scraped.
+	resets *resetCollector
 }
 
 // requestBuckets are idemd_http_request_duration_seconds' buckets:
@@ -58,6 +60,7 @@ func newMetrics() *metrics {
 		reg:     prometheus.NewRegistry(),
 		caches:  newCacheCollector("payments", "orders"),
 		stalled: newStallCollector(ProjectionInbox, SagaInbox),
+		resets:  newResetCollector(ProjectionInbox, SagaInbox),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemd_http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
@@ -140,7 +143,7 @@ func newMetrics() *metrics {
 	for o := idemhttp.OutcomeExecuted; o <= idemhttp.OutcomeAbandoned; o++ {
 		m.outcomes.WithLabelValues(o.String()) // export zeros
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting, m.caches, m.stalled,
+	m.reg.MustRegister(m.requests, m.duration, m.outcomes, m.sweeps, m.deleted, m.lagSecs, m.parked, m.parkedNow, m.active, m.groupLag, m.lagFailures, m.events, m.stuck, m.operator, m.waiting, m.caches, m.stalled, m.resets,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

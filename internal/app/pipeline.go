@@ -219,6 +219,7 @@ func pipeline[TTx any](ctx context.Context, a *App, drv driver.Driver[TTx], st s
 	}
 	a.consume = consumer.Run
 	a.metrics.stalled.use(ProjectionInbox, consumer.Stalled)
+	a.metrics.resets.use(ProjectionInbox, consumer.OffsetResets)
 	// The consumer groups' lag, measured by a client of its own (no
 	// group) at a steady pace, whatever the scrapes.
 	admin, err := kgo.NewClient(append(slices.Clone(clientOpts), kgo.SeedBrokers(seeds...))...)
@@ -275,6 +276,7 @@ func sagaConsumer[TTx any](a *App, drv driver.Driver[TTx], st stores[TTx], seeds
 		return err
 	}
 	a.metrics.stalled.use(SagaInbox, consumer.Stalled)
+	a.metrics.resets.use(SagaInbox, consumer.OffsetResets)
 	redriveFor := WatchdogRedriveFor
 	if a.cfg.Cleanup == CleanupOff {
 		redriveFor = 0 // the inboxes forget nothing

@@ -43,3 +43,40 @@ func (c *stallCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, d.Seconds(), consumer)
 	}
 }
+
+// resetCollector is idemd_kafka_consumer_offset_resets_total: each
+// consumer's idemkafka.Consumer.OffsetResets, read when scraped (0 before
+// the consumer is set up).
+type resetCollector struct {
+	consumers map[string]*atomic.Pointer[func() int64] // by inbox name
+	desc      *prometheus.Desc
+}
+
+func newResetCollector(consumers ...string) *resetCollector {
+	m := make(map[string]*atomic.Pointer[func() int64], len(consumers))
+	for _, c := range consumers {
+		m[c] = new(atomic.Pointer[func() int64])
+	}
+	return &resetCollector{consumers: m, desc: prometheus.NewDesc("idemd_kafka_consumer_offset_resets_total",
+		"Times a partition of the consumer found the records at its offset gone (OFFSET_OUT_OF_RANGE: deleted by retention or DeleteRecords before they were applied, or lost by the broker) and resumed at the log start: the records in between were never applied.",
+		[]string{"consumer"}, nil)}
+}
+
+// use makes resets the consumer's count.
+func (c *resetCollector) use(consumer string, resets func() int64) {
+	c.consumers[consumer].Store(&resets)
+}
+
+// Describe implements prometheus.Collector.
+func (c *resetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *resetCollector) Collect(ch chan<- prometheus.Metric) {
+	for consumer, p := range c.consumers {
+		var n int64
+		if f := p.Load(); f != nil {
+			n = (*f)()
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), consumer)
+	}
+}

@@ -84,3 +84,39 @@ func TestStalledProjectionExported(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// idemd_kafka_consumer_offset_resets_total is exported for both consumers,
+// at 0 while no partition lost records under them: an order goes through
+// both without moving it. (It counts idemkafka.Consumer.OffsetResets,
+// which idemkafka's tests drive with records deleted under a consumer.)
+func TestOffsetResetsExported(t *testing.T) {
+	t.Parallel()
+	dbArg, count := dbCounter(t, app.SQLite)
+	s := serveWith(t, dbArg, count, nil)
+	metrics := func() string { return string(s.do(http.MethodGet, "/metrics", "", "").body) }
+	resets := func(consumer string) float64 {
+		m := regexp.MustCompile(`(?m)^idemd_kafka_consumer_offset_resets_total\{consumer="` + consumer + `"\} (\S+)$`).FindStringSubmatch(metrics())
+		if m == nil {
+			t.Fatalf("no idemd_kafka_consumer_offset_resets_total for %s:\n%s", consumer, grepLines(metrics(), "idemd_kafka"))
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	r := s.do(http.MethodPost, "/v1/orders", "resets-1", orderBody(3, "9.90"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	waitMetric := time.Now().Add(30 * time.Second)
+	for !regexp.MustCompile(`(?m)^idemd_inbox_events_total\{consumer="` + app.ProjectionInbox + `",result="applied"\} [1-9]`).MatchString(metrics()) {
+		if time.Now().After(waitMetric) {
+			t.Fatalf("the order's event never applied:\n%s", grepLines(metrics(), "idemd_inbox"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p, sg := resets(app.ProjectionInbox), resets(app.SagaInbox); p != 0 || sg != 0 {
+		t.Errorf("offset resets: projection %v, saga %v; want 0", p, sg)
+	}
+}
