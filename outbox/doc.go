@@ -210,7 +210,8 @@
 // its own attempts: after a minute's outage, Backoff's longest wait. So
 // that the broker's return is noticed within seconds, Run waits at most
 // PublishBackoffCeiling (5s) after a round the publisher failed or skipped
-// as a whole, and the first round that publishes after such a round, in
+// as a whole (or ten times that round's claim, when claims take seconds: a
+// backlog of millions whose keys all back off), and the first round that publishes after such a round, in
 // any worker of the relay, makes every event backing off due at once
 // (attempts and last error kept): the events of the outage follow within a
 // round or two, in order per key, instead of waiting out their backoff.

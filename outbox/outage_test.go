@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
@@ -127,5 +129,90 @@ func testRunAfterAPublishOutage[TTx any](t *testing.T, drv driver.OutboxDriver[T
 				n, len(want), bound)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slowClaimDriver is a SQLite driver whose claims take delay (a claim
+// over a backlog of millions whose keys all back off).
+type slowClaimDriver struct {
+	*sqlitedriver.Driver
+	delay time.Duration
+}
+
+type slowClaimExecutor struct {
+	driver.OutboxExecutor
+	delay time.Duration
+}
+
+func (d slowClaimDriver) Outbox() driver.OutboxExecutor {
+	return slowClaimExecutor{d.Driver.Outbox(), d.delay}
+}
+
+func (e slowClaimExecutor) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
+	time.Sleep(e.delay)
+	return e.OutboxExecutor.OutboxClaimBatch(ctx, p)
+}
+
+// During a broker outage a relay whose claims are slow waits at least ten
+// times a claim's duration between failed rounds (up to its Backoff), not
+// PublishBackoffCeiling, so that the outage's claims do not keep the
+// database busy.
+func TestRunPublishOutageWithSlowClaims(t *testing.T) {
+	t.Parallel()
+	const delay = 1500 * time.Millisecond
+	drv := slowClaimDriver{Driver: testdb.SQLite(t), delay: delay}
+	enqueue(t, drv.Driver, mustEvent(t, "k"))
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+	)
+	// Every event skipped (a circuit breaker open): the round fails as a
+	// whole, no attempt is counted, and the event is claimed again at the
+	// next round, spaced only by the relay's own wait.
+	pub := outbox.PublisherFunc(func(_ context.Context, es []event.Envelope) error {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		mu.Unlock()
+		errs := make([]error, len(es))
+		for i := range errs {
+			errs[i] = outbox.ErrSkipped
+		}
+		return &outbox.PublishError{Errs: errs}
+	})
+	relay, err := outbox.NewRelay[*sql.Tx](drv, pub, &outbox.RelayConfig{
+		PollInterval: 50 * time.Millisecond,
+		Backoff:      func(int) time.Duration { return time.Hour },
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		mu.Lock()
+		n := len(calls)
+		var gap time.Duration
+		if n >= 2 {
+			gap = calls[1].Sub(calls[0])
+		}
+		mu.Unlock()
+		if n >= 2 {
+			// The wait is 15 s (ten claims of 1.5 s), jittered to 7.5-15 s,
+			// plus the next claim's 1.5 s; PublishBackoffCeiling alone
+			// would give 2.5-5 s plus the claim.
+			t.Logf("two rounds of a publish outage %.1f s apart, with claims of %s", gap.Seconds(), delay)
+			if gap < 8*time.Second {
+				t.Errorf("rounds %.1f s apart with claims of %s; want at least 9 s (ten claims' time, jittered, plus a claim)", gap.Seconds(), delay)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d publish calls in 40 s; want 2", n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -163,7 +163,16 @@ const StorageBackoffCeiling = 2 * time.Second
 // Each failed event still waits RelayConfig.Backoff of its own attempts;
 // the first round that publishes again after such a failed round makes the
 // events backing off due at once (see the package doc).
+//
+// A claim that takes long (seconds over a backlog of millions of events
+// whose keys all back off) raises that bound to ten times its own
+// duration, so that an outage's rounds spend at most about a tenth of the
+// time claiming.
 const PublishBackoffCeiling = 5 * time.Second
+
+// claimShare is how many times its claim's duration a round the publisher
+// failed waits at least, up to Backoff (see PublishBackoffCeiling).
+const claimShare = 10
 
 // retryNowBatch is the most backed-off events one OutboxRetryNow call makes
 // due, and retryNowTimeout bounds all the calls after an outage.
@@ -491,8 +500,10 @@ func (r *Relay[TTx]) loop(ctx context.Context, wakeUp <-chan struct{}) {
 			var wake <-chan struct{}
 			if res.publishFailed {
 				// Not woken by enqueues (every one would fail), but
-				// within seconds of the broker's return.
-				wait = min(wait, PublishBackoffCeiling)
+				// within seconds of the broker's return; yet claiming at
+				// most about a tenth of the time (a claim over a backlog
+				// of millions whose keys all back off takes seconds).
+				wait = min(wait, max(PublishBackoffCeiling, claimShare*res.claimTook))
 			} else { // publish failures were logged with their event
 				// The database failed, not the broker: retry at least
 				// every StorageBackoffCeiling, and at once when a wake-up

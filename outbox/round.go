@@ -18,6 +18,8 @@ type roundResult struct {
 	claimed       int
 	published     int
 	publishFailed bool
+	// claimTook is how long the claim took (0 if the round failed before).
+	claimTook time.Duration
 	// retryAt is when the event this round backed off becomes due (zero if
 	// none).
 	retryAt time.Time
@@ -94,9 +96,11 @@ func (r *Relay[TTx]) round(ctx context.Context) (res roundResult, err error) {
 		claimer = ex
 	}
 
+	claimStart := time.Now()
 	rows, err := claimer.OutboxClaimBatch(claimCtx, &driver.OutboxClaimBatchParams{
 		Now: r.cfg.Now(), Limit: r.cfg.BatchSize, MaxBytes: r.cfg.BatchBytes, HoldTimeout: r.holdTimeout(),
 	})
+	res.claimTook = time.Since(claimStart)
 	if err != nil {
 		return res, r.claimError(ctx, claimCtx, fmt.Errorf("outbox: claim: %w", err))
 	}
