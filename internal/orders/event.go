@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -70,9 +71,10 @@ func Projection[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx, e e
 // (two replicas' partition batches) lock the same summary rows in the
 // same order and never deadlock. Event types other than OrderCreated.v1,
 // OrderConfirmed.v1 and OrderRejected.v1 are ignored (applied as no-ops),
-// so new event types never stall the partition. A payload it cannot read
-// is poison: dead-lettered at once (after the consumer's one-at-a-time
-// retry of the batch).
+// so new event types never stall the partition; another version of those
+// three (an OrderCreated.v2 from a newer producer) is poison, like a
+// payload it cannot read: dead-lettered at once (after the consumer's
+// one-at-a-time retry of the batch), never skipped.
 func ProjectionBatch[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx, events []event.Envelope) error {
 	return func(ctx context.Context, tx TTx, events []event.Envelope) error {
 		deltas, err := Deltas(events)
@@ -94,7 +96,8 @@ func ProjectionBatch[TTx any](store Store[TTx]) func(ctx context.Context, tx TTx
 // Additions commute, so the summary is the same whatever order an order's
 // events arrive in (a republished old event, partitions consumed at
 // different speeds). Other event types are skipped; an unreadable payload
-// of a known type is poison (ErrPoison).
+// of a known type, and another version of a known type, are poison
+// (ErrPoison).
 func Deltas(events []event.Envelope) ([]SummaryDelta, error) {
 	byCustomer := map[int64]*SummaryDelta{}
 	for _, e := range events {
@@ -122,6 +125,9 @@ func Deltas(events []event.Envelope) ([]SummaryDelta, error) {
 				add = func(d *SummaryDelta) { d.Rejected++ }
 			}
 		default:
+			if err := otherVersion(e, EventOrderCreated, EventOrderConfirmed, EventOrderRejected); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		d := byCustomer[customerID]
@@ -138,6 +144,33 @@ func Deltas(events []event.Envelope) ([]SummaryDelta, error) {
 	}
 	SortDeltas(out)
 	return out, nil
+}
+
+// otherVersion returns an ErrPoison error when e's type has the name of
+// one of known (the types a consumer acts on) in another version: an
+// OrderCreated.v2 that a newer producer emits while this consumer knows
+// only OrderCreated.v1 (a rolling deploy that upgraded the producers
+// first). Applied as a no-op, the inbox would record it and the upgraded
+// consumer would never see it; dead-lettered, it is logged and counted,
+// and redriven once the consumers know it (docs/operations.md, "Dead
+// letters"). Types with other names are not the consumer's: nil.
+func otherVersion(e event.Envelope, known ...string) error {
+	name := typeName(e.Type)
+	for _, k := range known {
+		if typeName(k) == name {
+			return fmt.Errorf("%w: %s %s: unknown version of %s (this consumer knows %s): deploy the consumers that know it, then redrive it",
+				event.ErrPoison, e.Type, e.ID, name, k)
+		}
+	}
+	return nil
+}
+
+// typeName returns typ without its ".vN" version suffix (event.TypePattern).
+func typeName(typ string) string {
+	if i := strings.LastIndex(typ, ".v"); i >= 0 {
+		return typ[:i]
+	}
+	return typ
 }
 
 // SortDeltas sorts deltas by ascending customer ID, the order in which the

@@ -108,7 +108,9 @@ func NewPaymentSaga[TTx any](sagas *saga.Coordinator[TTx], ord Store[TTx], pay p
 
 // Handle is the saga consumer's handler (idemkafka.ConsumerConfig.Handler):
 // it runs in the inbox's transaction tx and ignores (applies as no-ops)
-// the event types it does not know. Unreadable payloads are poison.
+// the event types it does not know. Unreadable payloads are poison, and so
+// is another version of a type it acts on (an OrderCreated.v2 from a newer
+// producer): dead-lettered, never skipped (see otherVersion).
 func (p *PaymentSaga[TTx]) Handle(ctx context.Context, tx TTx, e event.Envelope) error {
 	switch e.Type {
 	case EventOrderCreated:
@@ -118,7 +120,7 @@ func (p *PaymentSaga[TTx]) Handle(ctx context.Context, tx TTx, e event.Envelope)
 	case EventOrderConfirmed, EventOrderRejected:
 		return nil // the saga's own outcome, for the projection
 	}
-	return nil
+	return otherVersion(e, EventOrderCreated, EventPaymentCaptured)
 }
 
 func (p *PaymentSaga[TTx]) onCreated(ctx context.Context, tx TTx, e event.Envelope) error {

@@ -528,3 +528,45 @@ func TestRecoverRetriesAFailedSagaAtMostOncePerInterval(t *testing.T) {
 		t.Errorf("saga %v, %v after the interval; want Compensated", s.State, err)
 	}
 }
+
+// An event of a type the saga acts on, in a version it does not know (a
+// newer producer's OrderCreated.v2 reaching a replica not yet upgraded, in
+// a rolling deploy), is poison: dead-lettered, so that it is neither
+// applied as a no-op (the inbox would record it, and the upgraded
+// consumer would never see it: no saga, no charge) nor retried for ever.
+// Types it does not act on, in any version, are no-ops.
+func TestSagaDeadLettersUnknownVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drv, _, ord, _, ps := sagaFixture(t)
+	inTx := txRunner(t, drv)
+	var o orders.Order
+	inTx(func(tx *sql.Tx) (err error) {
+		o, err = ord.Create(ctx, tx, orders.NewOrder{CustomerID: 7, Amount: decimal.RequireFromString("5"), Items: []orders.Item{{SKU: "A", Quantity: 1}}})
+		return err
+	})
+	created, err := orders.CreatedEvent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := func(typ string) error {
+		e := created
+		e.Type = typ
+		tx, err := drv.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		return ps.Handle(ctx, tx, e)
+	}
+	for _, typ := range []string{"OrderCreated.v2", "OrderCreated.v0", "PaymentCaptured.v2"} {
+		if err := handle(typ); !errors.Is(err, event.ErrPoison) {
+			t.Errorf("%s: %v, want ErrPoison", typ, err)
+		}
+	}
+	for _, typ := range []string{"OrderShipped.v1", "OrderConfirmed.v2", "OrderRejected.v3", "payments.OrderCreated.v2"} {
+		if err := handle(typ); err != nil {
+			t.Errorf("%s: %v, want nil (not a type the saga acts on)", typ, err)
+		}
+	}
+}
