@@ -182,6 +182,71 @@
 // ServerSideBalancer is refused. Static or not, the inbox makes every
 // redelivery harmless.
 //
+// # Evolving events
+//
+// An event's type names its schema version ("OrderCreated.v1",
+// event.TypePattern). The record around it does not change with the
+// version: the key, the JSON value and the idem headers are written the
+// same way by every idem release (event.Envelope.RecordHeaders), an
+// outbox row holds the envelope's fields and its extra headers as they
+// were enqueued, so rows an older binary enqueued are published by a newer
+// relay as they are and the reverse, and a consumer ignores headers with
+// the "idem-" prefix it does not know (a newer release's) and hands every
+// other header to the handler in Envelope.Headers (trace context, tenant,
+// the CloudEvents extensions of a record that is not a CloudEvent).
+//
+// The rules a team follows for the payload itself:
+//
+//   - A change every consumer still reads keeps the type: a field added
+//     (encoding/json ignores fields a struct does not have; a consumer
+//     that decodes with DisallowUnknownFields must not). A change one may
+//     not read is a new version, a new type: a field renamed, removed or
+//     retyped, a meaning changed. A renamed field under the old type
+//     decodes as a zero value; the handler should refuse that as poison,
+//     not apply it.
+//   - Upgrade consumers first: deploy the consumers that handle both
+//     OrderCreated.v1 and OrderCreated.v2, then the producers that emit
+//     v2. Drop v1 from the consumers only once no producer emits it and no
+//     v1 event waits in an outbox or in the topic unconsumed.
+//   - A handler says what a type it does not know means to it, by what it
+//     returns. nil applies it as a no-op: the inbox records the event ID
+//     and the offset is committed, so this consumer never sees it again,
+//     upgraded or not (BatchStats counts it as Applied); right for types
+//     that are not this consumer's business. An error wrapping [ErrPoison]
+//     dead-letters it at once (WARN "idemkafka: record dead-lettered",
+//     BatchStats.DeadLettered) and the partition goes on, with the event
+//     not recorded in the inbox, so it can be applied later; right for a
+//     version it does not know of a type it acts on (a producer upgraded
+//     before it), and for a payload it cannot decode. Any other error is
+//     retried Retry.Attempts times and then dead-lettered. No handler
+//     result holds a partition for ever: only database faults (above) do.
+//   - A record that is not an idem event at all (a missing or malformed ID,
+//     type or time header, a value that is not JSON, such as a truncated
+//     one, a CloudEvent in structured mode: content-type
+//     application/cloudevents+json without ce_ headers) never reaches the
+//     handler: it is dead-lettered at once, with [HeaderDLQAttempts] 0 and
+//     the decoding error in [HeaderDLQError].
+//
+// A dead letter keeps the original's key, value and headers, its event ID
+// included. Once its cause is fixed (the consumers upgraded), replay it by
+// producing a copy to the topic in [HeaderDLQTopic] with the dead letter's
+// key, value and headers as they are (the "idem-dlq-" ones may stay: the
+// consumer ignores them): every inbox that recorded the event drops the
+// copy, one that did not applies it, so a replay run twice, or a copy
+// that reaches consumers that applied the original, is harmless. Two
+// limits: an inbox forgets event IDs after its TTL (cleanup), so a replay
+// reaching a consumer group that applied the original longer ago than that
+// applies it again (replay within the TTL, or to a topic only the failing
+// consumer reads); and the copy comes after the key's later events, which
+// the handler must tolerate, as it does a redriven event
+// (outbox.Redrive, the other way to send an event again while the outbox
+// still holds it). A dead letter with [HeaderDLQTruncated] has no value:
+// copy the original from its topic, partition and offset instead.
+// TestDeadLetterReplayAfterUpgrade runs this: a producer upgraded first,
+// the old consumer dead-letters the new version, a truncated record and a
+// structured CloudEvent, the partition goes on, and after the upgrade the dead letters, copied
+// back twice, are applied once with their original headers.
+//
 // # Batch handler
 //
 // With [ConsumerConfig].Handler the handler runs once per new event, so
