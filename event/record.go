@@ -328,6 +328,10 @@ type fields struct {
 //     "application/json" is the CloudEvents datacontenttype and is dropped
 //     too; any other value is kept in Envelope.Headers.
 //
+// A CloudEvent in structured mode (content-type
+// application/cloudevents+json, the event in the value) is not read: its
+// error wraps ErrMissingHeader and says so.
+//
 // When both sets are present the idem headers win, but the two must agree
 // on ID, type, occurrence time (as an instant) and saga ID, else the error
 // wraps ErrHeaderMismatch. Each known header may appear at most once
@@ -381,7 +385,7 @@ func FromRecord(key, value []byte, headers []Header) (Envelope, error) {
 	hasIdem := hasID || hasTyp || hasAt || hasSaga
 	if hasIdem || !isCE {
 		if !hasID {
-			return Envelope{}, &DecodeError{Field: HeaderEventID, Err: ErrMissingHeader}
+			return Envelope{}, &DecodeError{Field: HeaderEventID, Err: missingID(e.Headers[HeaderContentType])}
 		}
 		var err error
 		if idem.id, err = parseID(id); err != nil {
@@ -439,6 +443,18 @@ func FromRecord(key, value []byte, headers []Header) (Envelope, error) {
 		return Envelope{}, &DecodeError{Field: field, Err: err}
 	}
 	return e, nil
+}
+
+// missingID is the error of a record without the idem ID header, whose
+// content-type header is ct: ErrMissingHeader, saying so when ct is the
+// CloudEvents structured mode's, which FromRecord does not read (the
+// binding's binary mode carries the event in ce_ headers).
+func missingID(ct string) error {
+	const structured = "application/cloudevents"
+	if len(ct) < len(structured) || !strings.EqualFold(ct[:len(structured)], structured) {
+		return ErrMissingHeader
+	}
+	return fmt.Errorf("%w: a CloudEvent in structured mode (content-type %q), which idem does not read: have its producer use the Kafka binding's binary mode (ce_ headers)", ErrMissingHeader, truncate(ct))
 }
 
 // decodeCE reads the fields of a CloudEvents record from its "ce_" headers.

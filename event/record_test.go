@@ -673,3 +673,26 @@ func TestFromRecordRejectsNonRFC3339Time(t *testing.T) {
 		}
 	}
 }
+
+// A CloudEvent in structured mode (the whole event in the value, no ce_
+// header) is not read; the error says so, instead of only that the idem ID
+// header is missing, which sends its reader looking for an idem producer.
+func TestFromRecordStructuredCloudEvent(t *testing.T) {
+	t.Parallel()
+	value := []byte(`{"specversion":"1.0","id":"0190b6c1-9a7e-7cc3-8d1e-0123456789ab","type":"OrderCreated.v1","source":"/java","time":"2025-01-02T03:04:05Z","data":{}}`)
+	for _, ct := range []string{"application/cloudevents+json", "application/cloudevents+json; charset=UTF-8", "Application/CloudEvents-Batch+JSON"} {
+		_, err := event.FromRecord([]byte("order-1"), value, []event.Header{{Key: "content-type", Value: []byte(ct)}})
+		var de *event.DecodeError
+		if !errors.As(err, &de) || !errors.Is(err, event.ErrMissingHeader) || de.Field != event.HeaderEventID {
+			t.Fatalf("%s: %v; want a DecodeError of %s wrapping ErrMissingHeader", ct, err, event.HeaderEventID)
+		}
+		if !strings.Contains(err.Error(), "structured mode") {
+			t.Errorf("%s: %q does not say the record is a CloudEvent in structured mode", ct, err)
+		}
+	}
+	// Other records without the ID header keep the plain message.
+	_, err := event.FromRecord([]byte("order-1"), []byte(`{}`), []event.Header{{Key: "content-type", Value: []byte("application/json")}})
+	if err == nil || strings.Contains(err.Error(), "structured") {
+		t.Errorf("plain record: %v", err)
+	}
+}
