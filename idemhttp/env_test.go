@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -271,6 +272,20 @@ func effectHandler(t *testing.T, e *env, status int, calls *atomic.Int64) http.H
 }
 
 // send performs one request against h and returns the response.
+// waitStarted waits until a handler closed running. It fails the test if
+// its request was answered first (its status on answered: the claim
+// failed) or nothing happened within 30 s, instead of waiting for ever.
+func waitStarted(t *testing.T, running <-chan struct{}, answered <-chan int) {
+	t.Helper()
+	select {
+	case <-running:
+	case code := <-answered:
+		t.Fatalf("the request was answered %d without running the handler", code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not start within 30 s")
+	}
+}
+
 func send(h http.Handler, method, target, key, body string, hdr ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

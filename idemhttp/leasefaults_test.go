@@ -280,7 +280,7 @@ func TestLeaseRenewalThatHangs(t *testing.T) {
 	}))
 	first := make(chan int, 1)
 	go func() { first <- send(h, "POST", "/charge", "k", `{}`).Code }()
-	<-running
+	waitStarted(t, running, first)
 	time.Sleep(lease + lease/6) // past the first lease's expiry
 	rr := send(h, "POST", "/charge", "k", `{}`)
 	checkProblem(t, rr, http.StatusConflict, problem.TypeRequestInProgress)
@@ -329,7 +329,7 @@ func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 			}))
 			first := make(chan int, 1)
 			go func() { first <- send(h, "POST", "/charge", "k", `{}`).Code }()
-			<-running
+			waitStarted(t, running, first)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			time.AfterFunc(300*time.Millisecond, cancel) // the client goes away

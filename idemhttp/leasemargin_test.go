@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,8 +28,17 @@ func TestLeaseMarginWhileOwnerAlive(t *testing.T) {
 			w.WriteHeader(201)
 		}))
 	done := make(chan struct{})
-	go func() { send(h, "POST", "/pay", "k", `{}`); close(done) }()
-	<-running
+	var first *httptest.ResponseRecorder
+	go func() { first = send(h, "POST", "/pay", "k", `{}`); close(done) }()
+	select {
+	case <-running:
+	case <-done:
+		// Answered without running the handler (the claim failed): say
+		// so instead of waiting for the handler for ever.
+		t.Fatalf("the request was answered %d %s without running the handler", first.Code, first.Body.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not start within 30 s")
+	}
 	least := time.Hour
 	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		rec, err := e.executor.RecordGet(t.Context(), &driver.RecordGetParams{Scope: "anonymous POST /pay", Key: "k"})
