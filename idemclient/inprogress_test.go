@@ -3,6 +3,7 @@ package idemclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -205,20 +206,32 @@ func startFirst(t *testing.T, url string, executions *atomic.Int32, unblock func
 	first, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
 	first, _ = idemclient.WithKey(first, key)
 	firstDone := make(chan struct{})
+	var answer string // what the first request got, once firstDone is closed
 	go func() {
 		defer close(firstDone)
 		resp, err := http.DefaultClient.Do(first)
 		if err != nil {
+			answer = err.Error()
 			t.Errorf("first: %v", err)
 			return
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		answer = fmt.Sprintf("%d %s", resp.StatusCode, body)
 	}()
 	t.Cleanup(func() { unblock(); <-firstDone })
-	for deadline := time.Now().Add(10 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+	// Generous: under the whole suite on 2 busy cores, a claim on a new
+	// SQLite file has taken seconds.
+	deadline := time.After(60 * time.Second)
+	for executions.Load() == 0 {
+		select {
+		case <-firstDone:
+			if executions.Load() == 0 {
+				t.Fatalf("the first request was answered without running the handler: %s", answer)
+			}
+		case <-deadline:
 			t.Fatal("the first request never started")
+		case <-time.After(time.Millisecond):
 		}
 	}
 	return key

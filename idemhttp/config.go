@@ -206,7 +206,8 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// Lease is how long a ModeLease claim lives without renewal; the
-	// middleware renews it every Lease/3 while the handler runs, so only a
+	// middleware renews it every Lease/3 while the handler runs (a failed
+	// renewal is retried after 100ms, doubling up to Lease/3), so only a
 	// dead owner's claim expires. When a renewal finds the lease taken, or
 	// renewals failed until it ended (the store unreachable), the
 	// handler's context is cancelled with the cause driver.ErrLeaseLost:

@@ -297,6 +297,62 @@ func TestLeaseRenewalThatHangs(t *testing.T) {
 	}
 }
 
+// A renewal that fails at once (its connection found dead: a DBA's
+// pg_terminate_backend, a failover) is retried within a fraction of a
+// second, not an interval later: three failing in a row cost the lease
+// nothing, where they used to cost all of it (renewals at Lease/3,
+// 2Lease/3 and Lease failed: the handler's context was cancelled and a
+// retry could run the command a second time).
+func TestLeaseRenewalRetriedPromptly(t *testing.T) {
+	t.Parallel()
+	const lease = 4500 * time.Millisecond // renewals every 1.5s
+	var (
+		failing atomic.Int32 // renewals still to fail
+		mu      sync.Mutex
+		at      []time.Time // when each renewal was attempted
+	)
+	failing.Store(3)
+	drv := &renewFaultDriver{Driver: testdb.SQLite(t), extend: func(_ context.Context, _ *driver.RecordExtendLeaseParams, next func() error) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if failing.Add(-1) >= 0 {
+			return errors.New("conn closed")
+		}
+		return next()
+	}}
+	mw, err := idemhttp.New[*sql.Tx](drv, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-time.After(lease + lease/9): // outlives the lease the claim wrote
+		case <-r.Context().Done():
+			t.Errorf("the handler's context ended: %v", context.Cause(r.Context()))
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	if rr := send(h, "POST", "/charge", "k", `{}`); rr.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s, want 201", rr.Code, rr.Body)
+	}
+	if rr := send(h, "POST", "/charge", "k", `{}`); rr.Header().Get(idemhttp.ReplayedHeader) != "true" || calls.Load() != 1 {
+		t.Fatalf("retry: %d %s, %d executions; want the replay of one", rr.Code, rr.Body, calls.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) < 4 {
+		t.Fatalf("%d renewals attempted, want the 3 failed and one that succeeded", len(at))
+	}
+	for i := 1; i < 4; i++ {
+		if d := at[i].Sub(at[i-1]); d > lease/4 {
+			t.Errorf("renewal %d came %s after the failed one, want within %s (not the interval, %s)", i+1, d, lease/4, lease/3)
+		}
+	}
+}
+
 // OnOutcome is called once per protected request, also when the client
 // goes away (its request's context is cancelled) while its request waits
 // for the key a concurrent one holds (OutcomeAbandoned), in both modes.

@@ -221,7 +221,8 @@ func (m *Middleware[TTx]) storedEarlier(ctx context.Context, ex driver.RecordExe
 }
 
 // heartbeat renews the lease, written to end at until, every Lease/3 until
-// the returned stop is called; stop waits for the renewer to exit (at most
+// the returned stop is called, and retries a failed renewal after 100ms
+// (doubling up to Lease/3); stop waits for the renewer to exit (at most
 // one renewal, bounded by Lease/3). When the lease ends without a
 // successful renewal (a timer, so also while a renewal hangs), lost is
 // called: another request may take the key over from then on.
@@ -239,8 +240,10 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 		lost(fmt.Errorf("%w: not renewed in time", driver.ErrLeaseLost))
 	})
 	wg.Go(func() {
-		t := time.NewTicker(m.cfg.Lease / 3)
+		interval := m.cfg.Lease / 3
+		t := time.NewTimer(interval)
 		defer t.Stop()
+		failed := 0 // renewals failed in a row
 		for {
 			select {
 			case <-done:
@@ -248,13 +251,23 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 			case <-t.C:
 			}
 			// Each renewal is bounded by the interval: one stuck on a dead
-			// connection must not outlive the lease it should extend (the
-			// next one, on another connection, goes at once: the ticker
-			// fired meanwhile).
-			rctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+			// connection must not outlive the lease it should extend.
+			rctx, cancel := context.WithTimeout(ctx, interval)
 			next := m.cfg.Now().Add(m.cfg.Lease)
 			err := ex.RecordExtendLease(rctx, &driver.RecordExtendLeaseParams{Scope: cmd.scope, Key: cmd.key, LeaseToken: token, Until: next})
 			cancel()
+			if err == nil {
+				failed = 0
+				t.Reset(interval)
+			} else {
+				// A failed renewal is retried soon, not an interval later:
+				// the one that found its connection dead (a DBA's
+				// pg_terminate_backend, a failover) goes again on a new
+				// one with two thirds of the lease left, instead of one
+				// third. The delay doubles while the store stays down.
+				failed++
+				t.Reset(renewRetryDelay(failed, interval))
+			}
 			switch {
 			case err == nil:
 				until = next
@@ -291,6 +304,16 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 		close(done)
 		wg.Wait()
 	})
+}
+
+// renewRetryDelay is the wait before the next attempt after the failed-th
+// failed renewal in a row: 100ms, doubling, at most interval.
+func renewRetryDelay(failed int, interval time.Duration) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < failed && d < interval; i++ {
+		d *= 2
+	}
+	return min(d, interval)
 }
 
 // completeBounded is complete with each attempt bounded like a renewal:
