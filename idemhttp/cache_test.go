@@ -435,7 +435,7 @@ func TestCacheMismatch(t *testing.T) {
 	})
 }
 
-// TestCacheBoundUnderFlood: 20,000 distinct keys (ModeTx on PostgreSQL;
+// TestCacheBoundUnderFlood: 6,000 distinct keys (ModeTx on PostgreSQL;
 // 4,000 or, on SQLite, 1,500 elsewhere) with 1 KiB responses through a middleware with a 1 MiB
 // cache: the accounted bytes never exceed the budget (watched while the
 // flood runs), and retries of recent keys are still answered from memory.
@@ -457,7 +457,7 @@ func TestCacheBoundUnderFlood(t *testing.T) {
 				keys, workers := int64(4000), 8
 				switch {
 				case mode == idemhttp.ModeTx && b.name == "postgres":
-					keys = 20000
+					keys = 6000
 				case strings.HasPrefix(b.name, "sqlite"):
 					keys, workers = 1500, 2 // one writer at a time anyway
 				}
