@@ -107,7 +107,8 @@ type Config struct {
 	// name of its own. Defaults to "idem-cleanup".
 	LockName string
 	// Lease is how long the lease lives without renewal; the cleaner renews
-	// it every Lease/3 while it sweeps, so only a dead replica's lease
+	// it every Lease/3 while it sweeps (a failed renewal is retried after
+	// 100ms, doubling up to Lease/3), so only a dead replica's lease
 	// expires. Defaults to 1m; at least 1s.
 	Lease time.Duration
 	// Hold is how long a replica keeps the lease after its sweep ended, so

@@ -73,7 +73,8 @@
 // each renewal, gets Config.Lease/3: one sent on a connection that stopped
 // answering (a network partition that closes nothing) fails the sweep, or
 // that renewal, then. The holder renews the
-// lease every Config.Lease/3 while it sweeps and stops when it learns the
+// lease every Config.Lease/3 while it sweeps (a failed renewal is retried
+// after 100ms, doubling up to Lease/3) and stops when it learns the
 // lease was taken over (a replica stalled past its lease), or when it
 // expires unrenewed. After a completed
 // sweep it keeps the lease for Config.Hold (1m), so replicas woken by the same

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/driver"
+	"github.com/idemkit/idem/internal/leaseowner"
 	"github.com/idemkit/idem/observe"
 )
 
@@ -266,7 +267,7 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 				// one with two thirds of the lease left, instead of one
 				// third. The delay doubles while the store stays down.
 				failed++
-				t.Reset(renewRetryDelay(failed, interval))
+				t.Reset(leaseowner.RetryDelay(failed, interval))
 			}
 			switch {
 			case err == nil:
@@ -304,16 +305,6 @@ func (m *Middleware[TTx]) heartbeat(ctx context.Context, ex driver.RecordExecuto
 		close(done)
 		wg.Wait()
 	})
-}
-
-// renewRetryDelay is the wait before the next attempt after the failed-th
-// failed renewal in a row: 100ms, doubling, at most interval.
-func renewRetryDelay(failed int, interval time.Duration) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < failed && d < interval; i++ {
-		d *= 2
-	}
-	return min(d, interval)
 }
 
 // completeBounded is complete with each attempt bounded like a renewal:

@@ -93,7 +93,8 @@ type RelayConfig struct {
 
 	// Lease is, on a backend without concurrent writers (SQLite), how long
 	// the lease that lets one relay of a database publish (RelayLockName,
-	// table idem_lock) lives without renewal. Run renews it every Lease/3;
+	// table idem_lock) lives without renewal. Run renews it every Lease/3
+	// (a failed renewal is retried after 100ms, doubling up to Lease/3);
 	// a relay that died without releasing it is taken over by a standby
 	// relay within Lease (plus one poll). Defaults to DefaultRelayLease.
 	// At least 100ms. Ignored on PostgreSQL, whose relays share the lanes

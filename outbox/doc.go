@@ -145,7 +145,8 @@
 // not publishing", then every 100th failed attempt) and at INFO when it
 // reaches it again ("relay lease available again" or "reachable again",
 // with consecutive_failures). The active relay renews it every
-// RelayConfig.Lease/3 (default DefaultRelayLease, 15s) and releases it when
+// RelayConfig.Lease/3 (default DefaultRelayLease, 15s; a failed renewal is
+// retried after 100ms, doubling up to Lease/3) and releases it when
 // Run returns, after its
 // round in flight has been marked, so a standby takes over within a poll;
 // a relay that died without releasing it (a killed process) is taken over

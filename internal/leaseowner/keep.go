@@ -13,8 +13,9 @@ import (
 
 // Keeper describes a held lease for Keep.
 type Keeper struct {
-	// Lease is the lease's duration: it is renewed every Lease/3, each
-	// renewal bounded by Lease/3.
+	// Lease is the lease's duration: it is renewed every Lease/3 (a failed
+	// renewal is retried after RetryDelay), each renewal bounded by
+	// Lease/3.
 	Lease time.Duration
 	// Guard: the holder stops this long before an unrenewed lease expires
 	// (0: at its expiry).
@@ -32,7 +33,23 @@ type Keeper struct {
 	Logger            *slog.Logger
 }
 
-// Keep renews the lease, valid until validUntil, until stop is called. The
+// RetryDelay is how long a lease's holder waits after its failed-th failed
+// renewal in a row before the next attempt: 100ms, doubling, at most
+// interval (the renewal interval). A renewal that failed at once (its
+// connection found dead: a DBA's pg_terminate_backend, a failover) goes
+// again on a new connection with most of the lease left, instead of an
+// interval later with a third of it; a store that stays down is tried at
+// the interval again after a few seconds.
+func RetryDelay(failed int, interval time.Duration) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < failed && d < interval; i++ {
+		d *= 2
+	}
+	return min(d, interval)
+}
+
+// Keep renews the lease, valid until validUntil, until stop is called
+// (every Lease/3; a failed renewal is retried after RetryDelay). The
 // returned context is cancelled with an error wrapping driver.ErrLeaseLost
 // when another owner took the lease over, or when renewals failed until
 // Guard before its expiry, or when that moment came while a renewal hung
@@ -55,8 +72,10 @@ func Keep(parent context.Context, k Keeper, validUntil time.Time) (ctx context.C
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(k.Lease / 3)
+		interval := k.Lease / 3
+		tick := time.NewTimer(interval)
 		defer tick.Stop()
+		failed := 0 // renewals failed in a row
 		for {
 			select {
 			case <-done:
@@ -66,9 +85,16 @@ func Keep(parent context.Context, k Keeper, validUntil time.Time) (ctx context.C
 			case <-tick.C:
 			}
 			until := k.Now().Add(k.Lease)
-			rctx, rcancel := context.WithTimeout(ctx, k.Lease/3)
+			rctx, rcancel := context.WithTimeout(ctx, interval)
 			err := k.Renew(rctx, until)
 			rcancel()
+			if err == nil {
+				failed = 0
+				tick.Reset(interval)
+			} else {
+				failed++
+				tick.Reset(RetryDelay(failed, interval))
+			}
 			switch {
 			case err == nil:
 				validUntil = until
