@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/drivertest"
 	"github.com/idemkit/idem/driver/sqlitedriver"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -306,12 +307,17 @@ func TestWritersAcrossProcesses(t *testing.T) {
 	// A writer whose busy timeout runs out fails at Begin, before it did
 	// any work.
 	start := time.Now()
+	m := stallmeter.Start(t)
 	if tx, err := impatient.Begin(ctx); err == nil {
 		_ = impatient.Rollback(ctx, tx)
 		t.Fatal("second writer began a transaction while A holds the write lock: Begin is not IMMEDIATE")
 	}
-	if d := time.Since(start); d < 90*time.Millisecond || d > 2*time.Second {
-		t.Errorf("Begin gave up after %s; want about the 100ms busy timeout", d)
+	ran, stalled := m.Elapsed()
+	if d := time.Since(start); d < 90*time.Millisecond || ran > 2*time.Second {
+		t.Errorf("Begin gave up after %s (%s less the process's stalls); want about the 100ms busy timeout", d, ran)
+	}
+	if stalled > 0 {
+		t.Logf("the process stalled %s", stalled)
 	}
 
 	// A patient writer waits for A to commit, then sees A's record.
@@ -407,13 +413,20 @@ func TestBusyIsLockTimeout(t *testing.T) {
 	if _, _, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Wait: time.Second, Now: time.Now()}); !errors.Is(err, driver.ErrLockTimeout) {
 		t.Errorf("BeginClaim while another process writes: %v; want ErrLockTimeout", err)
 	}
-	// Not waiting (Wait bounds the busy wait too): not locked, at once.
-	start := time.Now()
-	if _, res, err := b.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Now: time.Now()}); err != nil || res.Locked {
+	// Not waiting (Wait bounds the busy wait too): not locked, at once,
+	// even with the default 10s busy timeout (a bound far from it: the
+	// process may stall for seconds on a loaded machine).
+	c, err := sqlitedriver.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	m := stallmeter.Start(t)
+	if _, res, err := c.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: "k", Now: time.Now()}); err != nil || res.Locked {
 		t.Errorf("BeginClaim without Wait while another process writes: %+v, %v; want not locked", res, err)
 	}
-	if took := time.Since(start); took > 90*time.Millisecond {
-		t.Errorf("BeginClaim without Wait took %s, the busy timeout", took)
+	if took, stalled := m.Elapsed(); took > 3*time.Second {
+		t.Errorf("BeginClaim without Wait took %s (the process stalled %s more): it waited for the 10s busy timeout", took, stalled)
 	}
 	_, err = b.Records().RecordClaim(ctx, &driver.RecordClaimParams{Scope: "s", Key: "k", Fingerprint: []byte("f"),
 		LeaseToken: "t", Now: time.Now(), LeaseExpiresAt: time.Now().Add(time.Minute), ExpiresAt: time.Now().Add(time.Hour)})
