@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/internal/dbclock"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -201,14 +202,14 @@ func TestShutdownBoundedWithHungWorker(t *testing.T) {
 	}
 	_, cancel, done := serveInTest(t, a)
 	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
+	m := stallmeter.Start(t)
 	cancel()
 	select {
 	case <-done:
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("shutdown took %s with a 500ms timeout", d)
+		if d, stalled := m.Elapsed(); d > 2*time.Second {
+			t.Errorf("shutdown took %s (and the process stalled %s) with a 500ms timeout", d, stalled)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("Serve waits for a worker that does not stop")
 	}
 }
@@ -305,17 +306,17 @@ func TestShutdownWithStalledClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
+	m := stallmeter.Start(t)
 	cancel()
 	select {
 	case err := <-done:
-		if d := time.Since(start); d > 1500*time.Millisecond {
-			t.Errorf("shutdown took %s with a 900ms timeout", d)
+		if d, stalled := m.Elapsed(); d > 1500*time.Millisecond {
+			t.Errorf("shutdown took %s (and the process stalled %s) with a 900ms timeout", d, stalled)
 		}
 		if err == nil || !strings.Contains(err.Error(), "in-flight requests") {
 			t.Errorf("Serve: %v; want the cut-off requests reported", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("Serve waits for a stalled client")
 	}
 	if flushedAlive.Load() == 0 {
@@ -346,12 +347,14 @@ func TestCloseBoundedWhenCloseHangs(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	a := &App{close: func() { <-release }}
+	m := stallmeter.Start(t)
 	start := time.Now()
 	if closeWithin(a, start.Add(300*time.Millisecond)) {
 		t.Fatal("closeWithin reported a hanging Close as done")
 	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
-		t.Errorf("closeWithin returned after %s, want about 300ms", d)
+	ran, stalled := m.Elapsed()
+	if d := time.Since(start); d < 250*time.Millisecond || ran > 2*time.Second {
+		t.Errorf("closeWithin returned after %s (%s less the process's stalls of %s), want about 300ms", d, ran, stalled)
 	}
 	ok := &App{close: func() {}}
 	if !closeWithin(ok, time.Now().Add(-time.Second)) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/app"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testlog"
 )
 
@@ -69,8 +70,13 @@ func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
 	opts := app.Options{Telemetry: func(context.Context, app.TelemetrySetup) (*app.Telemetry, error) {
 		return &app.Telemetry{Shutdown: func(ctx context.Context) error {
 			start := time.Now()
+			deadline, ok := ctx.Deadline()
 			<-ctx.Done() // a collector that never answers
-			flushed <- time.Since(start)
+			if !ok {
+				flushed <- time.Hour // no bound at all
+			} else {
+				flushed <- deadline.Sub(start) // the time the flush was given
+			}
 			return ctx.Err()
 		}}, nil
 	}}
@@ -87,12 +93,14 @@ func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stopped := time.Now()
+	m := stallmeter.Start(t)
 	cancel()
+	var stalled time.Duration
 	select {
 	case code := <-done:
-		if took := time.Since(stopped); took > 2*time.Second {
-			t.Errorf("idemd exited %s after the stop with -shutdown-timeout 1s; want within it", took)
+		var took time.Duration
+		if took, stalled = m.Elapsed(); took > 2*time.Second {
+			t.Errorf("idemd exited %s after the stop (and the process stalled %s) with -shutdown-timeout 1s; want within it", took, stalled)
 		}
 		if code != 0 {
 			t.Errorf("exit code %d; stderr: %s", code, stderr.String())
@@ -102,13 +110,21 @@ func TestTelemetryFlushWithinShutdownTimeout(t *testing.T) {
 	}
 	select {
 	case d := <-flushed:
-		// At most what is left of 1s, plus the scheduler's delay on a
-		// loaded machine (137 ms once with a load average of 7); a flush
-		// given its own 5s (telemetryShutdownTimeout) fails.
-		if d > 1600*time.Millisecond {
+		// The flush's deadline: at most what is left of 1s (read from
+		// its context, not timed: a process stalled for seconds on a
+		// loaded machine does not change it); a flush given its own 5s
+		// (telemetryShutdownTimeout) fails.
+		if d > time.Second {
 			t.Errorf("the flush was given %s; want at most what is left of 1s", d)
 		}
 	default:
-		t.Error("the exporters were never flushed")
+		// A process that stood still for most of the 1s spent it before
+		// the flush: skipping the flush is then what -shutdown-timeout
+		// asks for.
+		if stalled < 500*time.Millisecond || !strings.Contains(stderr.String(), "last flush skipped: -shutdown-timeout is spent") {
+			t.Errorf("the exporters were never flushed (the process stalled %s); stderr: %s", stalled, stderr.String())
+		} else {
+			t.Logf("the process stalled %s of the 1s -shutdown-timeout: the flush was skipped", stalled)
+		}
 	}
 }
