@@ -44,7 +44,7 @@ func startAdmin(t *testing.T, ctx context.Context, path string, extra ...string)
 	exited = make(chan int, 1)
 	args := append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-db", "sqlite:" + path, "-kafka", "off"}, extra...)
 	go func() { exited <- app.Run(ctx, args, envOf(nil), stdout, stderr) }()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if m := adminListenRe.FindStringSubmatch(stdout.String()); m != nil {
 			return m[1], m[4], stdout, stderr, exited
 		}

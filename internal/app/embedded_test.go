@@ -229,6 +229,17 @@ func TestUnreachableKafkaRefused(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close() // nobody listens there now
 	dbArg, _ := dbCounter(t, app.SQLite)
+	// The database migrated first: on a loaded machine the migrations
+	// alone may take the 3 s below, which must go to the retries of Kafka.
+	migrated, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", "off"}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := app.New(t.Context(), migrated, newTestLogger(io.Discard)); err != nil {
+		t.Fatalf("migrate: %v", err)
+	} else {
+		a.Close()
+	}
 	cfg, err := app.ParseConfig([]string{"-db", dbArg, "-cleanup", "off", "-kafka", addr}, envOf(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -108,12 +108,13 @@ func summaryCounts(m map[string]any) string {
 }
 
 // waitSummary polls the customer's summary until its counters are want
-// (as summaryCounts formats them), for up to 10s, and returns it.
+// (as summaryCounts formats them), for up to 60s (the projection is
+// seconds behind on a loaded machine), and returns it.
 func (s *served) waitSummary(customer int, want string) map[string]any {
 	s.t.Helper()
 	path := fmt.Sprintf("/v1/customers/%d/summary", customer)
 	var last response
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		last = s.do(http.MethodGet, path, "", "")
 		if last.status == http.StatusOK {
 			m := last.json(s.t)
@@ -127,7 +128,7 @@ func (s *served) waitSummary(customer int, want string) map[string]any {
 			s.t.Fatalf("GET %s: %d %s", path, last.status, last.body)
 		}
 	}
-	s.t.Fatalf("GET %s: no summary with %s within 10s; last %d %s", path, want, last.status, last.body)
+	s.t.Fatalf("GET %s: no summary with %s within 60s; last %d %s", path, want, last.status, last.body)
 	return nil
 }
 

@@ -96,7 +96,7 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + path}, envOf(nil), stdout, stderr)
 	}()
 	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == ""; {
+	for deadline := time.Now().Add(60 * time.Second); base == ""; {
 		if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
 			base = m[1]
 			if m[2] != "sqlite:"+path {
@@ -193,7 +193,7 @@ func TestRunSweepsExpiredRecords(t *testing.T) {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", path, "-cleanup", "@every 1s"}, envOf(nil), stdout, stderr)
 	}()
 	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == ""; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(5 * time.Millisecond) {
 		if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
 			base = m[1]
 		}
@@ -416,14 +416,14 @@ func TestRunWaitsForTheDatabase(t *testing.T) {
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-kafka", "off", "-db", u.String()}, envOf(nil), stdout, stderr)
 	}()
-	for deadline := time.Now().Add(15 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
 		select {
 		case code := <-exited:
 			t.Fatalf("Run returned %d before the database accepted connections; stderr %s", code, stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no listen line 15 s after the start; stderr %s", stderr.String())
+			t.Fatalf("no listen line 60 s after the start; stderr %s", stderr.String())
 		}
 	}
 	if e := stderr.String(); !strings.Contains(e, "database unreachable at start-up; retrying") || !strings.Contains(e, "connection refused") {
@@ -506,14 +506,14 @@ func TestRunWaitsForKafka(t *testing.T) {
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", dbArg, "-kafka", seed, "-kafka-topic", topic}, envOf(nil), stdout, stderr)
 	}()
-	for deadline := time.Now().Add(15 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); listenRe.FindStringSubmatch(stdout.String()) == nil; time.Sleep(10 * time.Millisecond) {
 		select {
 		case code := <-exited:
 			t.Fatalf("Run returned %d before Kafka accepted connections; stderr %s", code, stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no listen line 15 s after the start; stderr %s", stderr.String())
+			t.Fatalf("no listen line 60 s after the start; stderr %s", stderr.String())
 		}
 	}
 	if e := stderr.String(); !strings.Contains(e, "kafka unreachable at start-up; retrying") || !strings.Contains(e, "connection refused") {

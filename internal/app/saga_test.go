@@ -24,11 +24,11 @@ func consumerEvents(consumer string) string {
 }
 
 // waitStatus polls GET /v1/orders/{id} until the order has status, for up
-// to 10s, and returns it.
+// to 60s, and returns it.
 func (s *served) waitStatus(id, status string) map[string]any {
 	s.t.Helper()
 	var last response
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		last = s.do(http.MethodGet, "/v1/orders/"+id, "", "")
 		if last.status != http.StatusOK {
 			s.t.Fatalf("GET order %s: %d %s", id, last.status, last.body)
@@ -37,16 +37,16 @@ func (s *served) waitStatus(id, status string) map[string]any {
 			return m
 		}
 	}
-	s.t.Fatalf("order %s: not %s within 10s; last %s", id, status, last.body)
+	s.t.Fatalf("order %s: not %s within 60s; last %s", id, status, last.body)
 	return nil
 }
 
 // waitCount polls until table (possibly followed by a WHERE clause) has
-// want rows, for up to 10s.
+// want rows, for up to 60s.
 func (s *served) waitCount(table string, want int) {
 	s.t.Helper()
 	got := 0
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if got = s.count(table); got == want {
 			return
 		}

@@ -40,7 +40,7 @@ func TestShutdownWithKafkaNotAcknowledging(t *testing.T) {
 			"-kafka-topic", topic, "-shutdown-timeout", "6s"}, envOf(nil), stdout, stderr)
 	}()
 	var base string
-	for deadline := time.Now().Add(15 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
 		if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
 			base = m[1]
 		}
