@@ -98,7 +98,7 @@ func TestListenOutboxListenBeforeConnectRotatedRole(t *testing.T) {
 	enqueue(t, drv, newEvent(t, "k", 1))
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("the listener was not woken by an enqueue after the rotation")
 	}
 }

@@ -343,8 +343,8 @@ func TestOutboxNotifyOnCommitOfNewRows(t *testing.T) {
 		t.Helper()
 		select {
 		case <-wake:
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: no wake-up within 5s", what)
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s: no wake-up within 30s", what)
 		}
 	}
 	quiet("after LISTEN")
@@ -391,12 +391,12 @@ func TestOutboxListenerReconnects(t *testing.T) {
 	select {
 	case err := <-errs:
 		t.Logf("listener reported: %v", err)
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("listener did not report the lost connection")
 	}
 	select { // the reconnection signal: events committed meanwhile are looked for
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no wake-up after reconnecting")
 	}
 	// And the end of the errors, for the caller's log.
@@ -404,7 +404,7 @@ func TestOutboxListenerReconnects(t *testing.T) {
 		select {
 		case err := <-errs:
 			reported = err != nil
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("the listener did not report its reconnection (onError(nil))")
 		}
 	}
@@ -1061,7 +1061,7 @@ func TestListenOutboxSearchPathFromAfterConnect(t *testing.T) {
 	enqueue(t, enqueuer, newEvent(t, "k", 1))
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("the listener was not woken by an enqueue into the schema its pool's search_path names")
 	}
 }
@@ -1305,7 +1305,7 @@ func TestListenOutboxRunsThePoolsBeforeConnect(t *testing.T) {
 	enqueue(t, drv, newEvent(t, "k", 1))
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("the listener was not woken by an enqueue")
 	}
 }

@@ -146,7 +146,7 @@ func behindPgBouncerListenOutbox(t *testing.T, bouncer string) {
 	enqueue(t, drv, newEvent(t, "k", 1))
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("an enqueue through PgBouncer did not wake the listener on the direct connection")
 	}
 	forced, err := pgdriver.New(testdb.Postgres(t).Pool(), &pgdriver.Config{TransactionPooling: true})

@@ -109,7 +109,7 @@ func TestListenOutboxListenBeforeConnectRotatedRole(t *testing.T) {
 	enqueueOne(t, enqueuer)
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("the listener was not woken by an enqueue after the rotation")
 	}
 }

@@ -88,7 +88,7 @@ func behindPgBouncerListenOutbox(t *testing.T, bouncer string) {
 	}
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("an enqueue through PgBouncer did not wake the listener on the direct connection")
 	}
 }

@@ -92,7 +92,7 @@ func TestOutboxSchemaFromSearchPath(t *testing.T) {
 	enqueueOne(t, drv)
 	select {
 	case <-wake:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("a listener naming the schema was not woken by an enqueue of a driver finding it through search_path")
 	}
 	if a, b := drv.OutboxChannel(), named.OutboxChannel(); a != b {
