@@ -388,7 +388,7 @@ func TestEmbeddedLogWithoutTheTopic(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- a.relay(rctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(dir, embeddedMarker)); err == nil {
 			break
 		}

@@ -210,12 +210,12 @@ func recreate(t *testing.T, kind, dbArg string) {
 // (after the outbox was republished into it, before the relay starts).
 func waitMarker(t *testing.T, dir string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(dir, "idemd-database")); err == nil {
 			return
 		}
 	}
-	t.Fatalf("broker log %s: no marker after 10s", dir)
+	t.Fatalf("broker log %s: no marker after 60s", dir)
 }
 
 // A -kafka that no broker answers (a typo, a cluster down) stops the start:

@@ -38,7 +38,7 @@ func testParkedEventCounted(t *testing.T, kind string) {
 	metric := func(line string) bool { return strings.Contains(metrics(), "\n"+line+"\n") }
 	waitMetric := func(line string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !metric(line); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); !metric(line); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no %q:\n%s", line, grepLines(metrics(), "idemd_outbox"))
 			}
@@ -156,7 +156,7 @@ func TestRelayLeaseGauge(t *testing.T) {
 	if m := metrics(); !strings.Contains(m, "\nidemd_outbox_relay_active ") {
 		t.Fatalf("idemd_outbox_relay_active is not exported from the start:\n%s", grepLines(m, "idemd_outbox"))
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(metrics(), "\nidemd_outbox_relay_active 1\n"); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(metrics(), "\nidemd_outbox_relay_active 1\n"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the only relay does not report publishing:\n%s", grepLines(metrics(), "idemd_outbox"))
 		}

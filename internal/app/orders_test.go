@@ -179,7 +179,7 @@ func TestOrdersEndToEnd(t *testing.T) {
 			// OrderConfirmed.v1, and PaymentCaptured.v1 as a no-op) once
 			// its offsets are committed, just after the projection's
 			// commit.
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				m := string(s.do(http.MethodGet, "/metrics", "", "").body)
 				sagaApplied := `idemd_inbox_events_total{consumer="` + app.SagaInbox + `",result="applied"} `
 				if strings.Contains(m, `idemd_inbox_events_total{consumer="`+app.ProjectionInbox+`",result="applied"} 3`+"\n") &&

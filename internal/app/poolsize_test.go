@@ -40,7 +40,7 @@ func TestPoolMaxConnsInDBAndDBListen(t *testing.T) {
 	pool := testdb.Pool(t, q.Get("search_path"), 2)
 	ctx := context.Background()
 	var listening, sessions int
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && listening == 0; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && listening == 0; time.Sleep(100 * time.Millisecond) {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE query LIKE 'LISTEN %'), count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&listening, &sessions); err != nil {
 			t.Fatal(err)
 		}

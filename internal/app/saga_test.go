@@ -190,7 +190,7 @@ func TestOrderSaga(t *testing.T) {
 				"outbox WHERE event_type = 'OrderConfirmed.v1' AND event_id = '" + saga.EventID("order-"+okID, orders.StepConfirm, "").String() + "': 1\n" +
 				"outbox WHERE event_type = 'OrderRejected.v1' AND event_id = '" + saga.EventID("order-"+bigID, saga.CompensationName(orders.StepPlace), "").String() + "': 1\n"
 			got := ""
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if got = state(); got == want {
 					break
 				}
