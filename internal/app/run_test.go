@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"strings"
@@ -124,10 +125,13 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 		err    error
 	}
 	done := make(chan result, 1)
+	wrote := make(chan struct{})
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(orderBody(1, "5.00")))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "drain")
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { close(wrote) }}))
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			done <- result{err: err}
@@ -136,8 +140,22 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 		res.Body.Close()
 		done <- result{status: res.StatusCode}
 	}()
-	time.Sleep(200 * time.Millisecond) // the request reaches BEGIN and waits
-	cancel()                           // SIGTERM
+	// The request is sent, then reaches BEGIN and waits: 200ms of the
+	// process's running time (a loaded machine stalls it for seconds,
+	// and a fixed sleep then signalled before idemd read the request).
+	select {
+	case <-wrote:
+	case r := <-done:
+		t.Fatalf("the request ended before it was sent: %d, %v", r.status, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request was not sent within 30 s")
+	}
+	for m := stallmeter.Start(t); ; {
+		if ran, _ := m.Elapsed(); ran >= 200*time.Millisecond {
+			break
+		}
+	}
+	cancel() // SIGTERM
 	select {
 	case code := <-exited:
 		t.Fatalf("Run returned %d with a request in flight", code)
