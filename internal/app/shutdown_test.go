@@ -37,7 +37,7 @@ func TestShutdownWithKafkaNotAcknowledging(t *testing.T) {
 	exited := make(chan int, 1)
 	go func() {
 		exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", dbArg, "-kafka", strings.Join(cluster.Seeds, ","),
-			"-kafka-topic", topic, "-shutdown-timeout", "6s"}, envOf(nil), stdout, stderr)
+			"-kafka-topic", topic, "-shutdown-timeout", "12s"}, envOf(nil), stdout, stderr)
 	}()
 	var base string
 	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
@@ -90,8 +90,8 @@ func TestShutdownWithKafkaNotAcknowledging(t *testing.T) {
 	var code int
 	select {
 	case code = <-exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return within 15 s of the signal (-shutdown-timeout 6s)")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of the signal (-shutdown-timeout 12s)")
 	}
 	if code != 0 {
 		t.Errorf("exit code %d, want 0; stderr %s", code, stderr.String())
