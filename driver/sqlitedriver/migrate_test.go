@@ -226,7 +226,10 @@ func TestValidateRefusesDeferredTransactions(t *testing.T) {
 	a, b := openWithDSN(t, deferred), openWithDSN(t, deferred)
 
 	// What Validate guards against: both processes get the key's lock.
-	claim := &driver.TxClaimParams{Scope: "s", Key: "k", Wait: 200 * time.Millisecond}
+	// A long Wait: on a loaded machine 200ms ran out before A even had
+	// its connection (Locked false, uncontended); B, deferred, returns at
+	// once all the same, and would wait it out only if Begin locked.
+	claim := &driver.TxClaimParams{Scope: "s", Key: "k", Wait: 10 * time.Second}
 	txA, resA, err := a.BeginClaim(ctx, claim)
 	if err != nil || !resA.Locked {
 		t.Fatalf("BeginClaim A: %+v, %v", resA, err)
