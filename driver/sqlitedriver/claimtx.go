@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/driver"
@@ -80,16 +81,30 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool
 		err error
 	}
 	ch := make(chan begun, 1)
+	var began atomic.Bool // BEGIN returned: the connection and the write lock are this claim's
 	go func() {
-		tx, err := d.begin(bctx, mark)
+		if testHookBeginStart != nil {
+			testHookBeginStart()
+		}
+		tx, err := d.begin(bctx, mark, func() {
+			began.Store(true)
+			if testHookBegan != nil {
+				testHookBegan()
+			}
+		})
 		ch <- begun{tx, err}
 	}()
-	timer := time.NewTimer(max(wait, minConnWait))
+	wait = max(wait, minConnWait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var b begun
-	select {
-	case b = <-ch:
-	case <-timer.C:
+wait:
+	for {
+		select {
+		case b = <-ch:
+			break wait
+		case <-timer.C:
+		}
 		if testHookWaitRanOut != nil {
 			testHookWaitRanOut(func() bool { return len(ch) > 0 })
 		}
@@ -98,16 +113,32 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool
 		// transaction already begun.
 		select {
 		case b = <-ch:
+			break wait
 		default:
-			cancel()
-			if b := <-ch; b.tx != nil {
-				_ = d.Rollback(ctx, b.tx)
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, nil, mapErr("begin", err)
-			}
-			return nil, nil, errConnWait
 		}
+		// The wait is for a connection or a write lock that another
+		// holds, not for this process to run (a loaded machine stalls
+		// it for seconds): giving up then would answer "in progress" for
+		// a key nobody holds. Once its BEGIN returned, the connection and
+		// the write lock are this claim's: the Begin ends without
+		// waiting for anyone. Before, when nobody holds the connection,
+		// the Begin has not taken it yet: wait again.
+		if ctx.Err() == nil && began.Load() {
+			b = <-ch
+			break wait
+		}
+		if ctx.Err() == nil && d.db.Stats().InUse == 0 {
+			timer.Reset(wait)
+			continue
+		}
+		cancel()
+		if b := <-ch; b.tx != nil {
+			_ = d.Rollback(ctx, b.tx)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, mapErr("begin", err)
+		}
+		return nil, nil, errConnWait
 	}
 	if b.err != nil {
 		cancel()
@@ -120,6 +151,11 @@ func (d *Driver) beginWithin(ctx context.Context, wait time.Duration, claim bool
 // testHookWaitRanOut, set by tests only, runs when beginWithin's wait ran
 // out, before it looks whether the Begin finished (begun reports that).
 var testHookWaitRanOut func(begun func() bool)
+
+// testHookBeginStart and testHookBegan, set by tests only, run in
+// beginWithin's goroutine before its Begin, and once its BEGIN returned:
+// a process too slow to run it yet, or to finish it.
+var testHookBeginStart, testHookBegan func()
 
 // CommitComplete implements driver.TxClaimer: one INSERT of the completed
 // record (or, with p.Replace, the upsert that replaces the expired or

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,69 @@ func TestBeginClaimKeepsLateBegin(t *testing.T) {
 	if err := d.CommitComplete(ctx, tx, &driver.TxCompleteParams{Scope: "s", Key: "k", Fingerprint: []byte("f"),
 		Status: 201, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClaimWaitsForSlowBeginOnFreeConnection: nobody holds the connection,
+// but the process runs the claim's Begin, or finishes it, only after the
+// wait ran out (a loaded machine stalls it; NoWait's wait is 25ms). The
+// claim must get the key, not answer "in progress" (ErrLockTimeout) for a
+// key nobody holds: the wait bounds how long another transaction holds the
+// connection, not how fast this process runs.
+func TestClaimWaitsForSlowBeginOnFreeConnection(t *testing.T) {
+	d := openMigrated(t)
+	t.Cleanup(func() { _ = d.Close() })
+	ctx := t.Context()
+	now := time.Now()
+	var ranOut atomic.Int32
+	// The process stalls until the wait ran out, and 50ms more: when the
+	// claim looks, its Begin has not finished. (A wait of 200ms: the
+	// Begin is over long before the claim looks again.)
+	stall := func() {
+		for ranOut.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	testHookWaitRanOut = func(func() bool) { ranOut.Add(1) }
+	t.Cleanup(func() { testHookBeginStart, testHookBegan, testHookWaitRanOut = nil, nil, nil })
+	for _, c := range []struct {
+		name  string
+		claim func(key string) error
+	}{
+		{"RecordClaim", func(key string) error {
+			res, err := d.Executor().RecordClaim(ctx, &driver.RecordClaimParams{Scope: "s", Key: key,
+				Fingerprint: []byte("f"), LeaseToken: "t", LeaseExpiresAt: now.Add(time.Minute),
+				Now: now, ExpiresAt: now.Add(time.Hour), LockTimeout: 200 * time.Millisecond})
+			if err == nil && !res.Claimed {
+				err = errors.New("not claimed")
+			}
+			return err
+		}},
+		{"BeginClaim", func(key string) error {
+			tx, res, err := d.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: now, Wait: 200 * time.Millisecond})
+			if err != nil {
+				return err
+			}
+			if !res.Locked {
+				return errors.New("not locked")
+			}
+			return d.Rollback(ctx, tx)
+		}},
+	} {
+		for _, when := range []string{"before the Begin", "after the BEGIN"} {
+			testHookBeginStart, testHookBegan = stall, nil
+			if when == "after the BEGIN" {
+				testHookBeginStart, testHookBegan = nil, stall
+			}
+			ranOut.Store(0)
+			if err := c.claim("k-" + c.name + when); err != nil {
+				t.Errorf("%s of a new key on a free connection, the process stalled %s: %v", c.name, when, err)
+			}
+			if ranOut.Load() == 0 {
+				t.Errorf("%s, stalled %s: the wait did not run out: the test proves nothing", c.name, when)
+			}
+		}
 	}
 }
 

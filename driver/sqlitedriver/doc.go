@@ -24,8 +24,10 @@
 // all its database work through that transaction (opening a second one from
 // the same *sql.DB waits for the first and deadlocks). idemhttp's claims
 // (BeginClaim, and RecordClaim outside a transaction) bound their wait for
-// that connection by idemhttp.Config.Wait (the claim's LockTimeout); other
-// calls wait as long as their context allows.
+// that connection by idemhttp.Config.Wait (the claim's LockTimeout), while
+// another transaction holds it: a claim whose process was too slow to take
+// a free connection within the wait (a stalled, loaded machine) keeps
+// waiting for it; other calls wait as long as their context allows.
 //
 // Open refuses, saying why, a path whose directory does not exist, a path
 // that is a directory, a directory this process may not write when the

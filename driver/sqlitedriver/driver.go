@@ -185,17 +185,20 @@ func (d *Driver) UnwrapExecutor(tx *sql.Tx) driver.Executor {
 // Begin implements driver.Driver. It arms the transaction guard of the
 // package documentation on the transaction's connection.
 func (d *Driver) Begin(ctx context.Context) (*sql.Tx, error) {
-	return d.begin(ctx, nil)
+	return d.begin(ctx, nil, nil)
 }
 
 // begin begins a transaction and arms the transaction guard (see
 // txguard.go; a no-op on a connection not opened with DSN), with mark, the
 // claim mark of a transaction of BeginClaim, when not nil: the arming
 // statement is one either way.
-func (d *Driver) begin(ctx context.Context, mark *claimMark) (*sql.Tx, error) {
+func (d *Driver) begin(ctx context.Context, mark *claimMark, began func()) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, mapErr("begin", err)
+	}
+	if began != nil {
+		began()
 	}
 	arm := txGuardArm
 	if mark != nil {
