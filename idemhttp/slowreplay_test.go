@@ -41,14 +41,17 @@ func TestSlowReplayHoldsNothing(t *testing.T) {
 }
 
 func slowReplay[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
-	const bodySize = 32 << 20 // more than the sockets' buffers hold
+	const bodySize = 16 << 20 // more than the sockets' buffers hold (4 MiB)
 	mw, err := idemhttp.New(drv, &idemhttp.Config{
 		// Reading the 32 MiB record under the race detector, on a busy
 		// machine, may hold the lock for a second or two (pgsqldriver
 		// reads it under the key's lock: over 10 s once, with the machine
 		// running five other test suites); the stalled client would hold
 		// it for ever.
-		Wait: 30 * time.Second, ReplayCacheBytes: idemhttp.NoReplayCache, MaxResponseBytes: 64 << 20,
+		// Storing the record took over 30 s (the default CommitTimeout)
+		// on SQLite in such a run: the first execution answered 503.
+		Wait: 30 * time.Second, CommitTimeout: 2 * time.Minute,
+		ReplayCacheBytes: idemhttp.NoReplayCache, MaxResponseBytes: 64 << 20,
 		Scope: func(*http.Request) (string, error) { return "p", nil },
 	})
 	if err != nil {
@@ -65,7 +68,7 @@ func slowReplay[TTx any](t *testing.T, drv driver.RecordDriver[TTx]) {
 	})))
 	t.Cleanup(srv.Close)
 	post := func(path, key string) (int, string, error) {
-		// Generous: 32 MiB under the race detector on a loaded 2-core
+		// Generous: 32 MiB (now 16) under the race detector on a loaded 2-core
 		// machine took over 15 s. A replay that still held the key would
 		// answer 409 after Wait (30 s), not time out.
 		c := &http.Client{Timeout: 2 * time.Minute}
