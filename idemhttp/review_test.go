@@ -31,7 +31,7 @@ func TestTakeoverWaitIsBounded(t *testing.T) {
 			close(inside)
 			select {
 			case <-release:
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute):
 			}
 		}
 		effect.ServeHTTP(w, r)
@@ -41,7 +41,8 @@ func TestTakeoverWaitIsBounded(t *testing.T) {
 	}
 	now.Add(int64(25 * time.Hour)) // the record expired
 
-	// The takeover: its handler runs for up to 5 s.
+	// The takeover: its handler runs until the duplicate was answered (at
+	// most a minute).
 	block.Store(true)
 	taken := make(chan int, 1)
 	go func() { taken <- send(h, "POST", "/pay?label=tk", "k", `{}`).Code }()
@@ -50,7 +51,7 @@ func TestTakeoverWaitIsBounded(t *testing.T) {
 
 	start := time.Now()
 	rr := send(h, "POST", "/pay?label=tk", "k", `{}`)
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 15*time.Second { // generous for a loaded machine
 		t.Fatalf("the duplicate waited %s for the takeover; Wait is 300ms", took.Round(time.Millisecond))
 	}
 	checkProblem(t, rr, http.StatusConflict, problem.TypeRequestInProgress)
