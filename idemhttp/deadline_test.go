@@ -36,7 +36,7 @@ func TestDeadlineWhileClaimingAnswers(t *testing.T) {
 							close(inside)
 							select {
 							case <-release:
-							case <-time.After(5 * time.Second):
+							case <-time.After(time.Minute):
 							}
 						}
 						effect.ServeHTTP(w, r)
@@ -54,7 +54,8 @@ func TestDeadlineWhileClaimingAnswers(t *testing.T) {
 				rr := httptest.NewRecorder()
 				start := time.Now()
 				h.ServeHTTP(rr, req)
-				if took := time.Since(start); took > 2*time.Second {
+				// Generous for a loaded machine; far below the holder's minute.
+				if took := time.Since(start); took > 15*time.Second {
 					t.Errorf("the request with a 300ms deadline took %s", took)
 				}
 				close(release)
