@@ -411,7 +411,9 @@ func TestOutcomeReportedWhenClientGoesAway(t *testing.T) {
 // payment provider does not make a call another request may make too.
 func TestLeaseLostCancelsTheHandler(t *testing.T) {
 	t.Parallel()
-	const lease = 1200 * time.Millisecond
+	// The first renewal comes at 1s; the lease would end at 3s: room for a
+	// loaded machine's stall between the two.
+	const lease = 3 * time.Second
 	lost := &renewFaultDriver{Driver: testdb.SQLite(t), extend: func(context.Context, *driver.RecordExtendLeaseParams, func() error) error {
 		return driver.ErrLeaseLost // another request took the key over
 	}}
@@ -424,7 +426,7 @@ func TestLeaseLostCancelsTheHandler(t *testing.T) {
 		select {
 		case <-r.Context().Done():
 			cause <- context.Cause(r.Context())
-		case <-time.After(2 * lease):
+		case <-time.After(time.Minute):
 			cause <- nil
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -435,7 +437,7 @@ func TestLeaseLostCancelsTheHandler(t *testing.T) {
 		t.Fatalf("handler context: cause %v; want driver.ErrLeaseLost", err)
 	}
 	if d := time.Since(start); d > lease {
-		t.Errorf("told after %s, want within the first renewal (%s)", d, lease/3)
+		t.Errorf("told after %s, want at the first renewal (%s), before the lease ends", d, lease/3)
 	}
 }
 
@@ -541,10 +543,12 @@ func TestFreshLeaseRenewalBounded(t *testing.T) {
 	select {
 	case rr := <-answered:
 		checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeStoreUnavailable)
-	case <-time.After(10 * lease):
-		t.Fatalf("no answer after %s: the renewal before the handler hangs with the connection", 10*lease)
+	case <-time.After(time.Minute):
+		t.Fatalf("no answer after a minute: the renewal before the handler hangs with the connection")
 	}
-	if d := time.Since(start); d > lease/2+lease/3+2*time.Second {
+	// lease/2+lease/3 on an idle machine; generous for a loaded one, far
+	// below the minute of a renewal that hangs with the connection.
+	if d := time.Since(start); d > lease/2+lease/3+15*time.Second {
 		t.Errorf("answered after %s", d.Round(time.Millisecond))
 	}
 	if calls.Load() != 0 {
