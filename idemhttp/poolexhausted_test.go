@@ -82,7 +82,9 @@ func TestPoolExhaustedBySlowHandlers(t *testing.T) {
 				if rr.Header().Get("Retry-After") == "" {
 					t.Errorf("%s: no Retry-After", c.key)
 				}
-				if took > deadline+3*time.Second {
+				// Generous for a loaded machine; a request that ignored
+				// its deadline would wait for the slow handlers' release.
+				if took > deadline+15*time.Second {
 					t.Errorf("%s: answered after %s, its deadline was %s", c.key, took.Round(time.Millisecond), deadline)
 				}
 				t.Logf("%s with a %s deadline: 503 after %s", c.key, deadline, took.Round(time.Millisecond))
