@@ -862,7 +862,8 @@ func TestContextCancelDuringBackoff(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
 	resp, err := c.Do(req)
-	if elapsed := time.Since(start); elapsed > 2*time.Second {
+	// Generous for a loaded machine; the backoff is an hour.
+	if elapsed := time.Since(start); elapsed > 30*time.Second {
 		t.Errorf("Do returned after %s, want promptly after the cancel", elapsed)
 	}
 	if resp != nil {
@@ -916,7 +917,9 @@ func TestDeadlineGivesUpEarly(t *testing.T) {
 				resp.Body.Close()
 				t.Fatalf("Do returned %d; want an error: the server asked for a longer wait than the budget", resp.StatusCode)
 			}
-			if time.Since(start) > time.Second || len(s.delays()) != 0 || len(rec.seen())-before != 1 {
+			// No sleep, one attempt; and answered before the 3s budget
+			// ran out (generous for a loaded machine).
+			if time.Since(start) > 2500*time.Millisecond || len(s.delays()) != 0 || len(rec.seen())-before != 1 {
 				t.Errorf("waited %v; want to give up at once since Retry-After 5s ends after the budget", s.delays())
 			}
 			var e *idemclient.Error

@@ -150,7 +150,9 @@ func TestEndToEndInProgress(t *testing.T) {
 		}
 		firstDone <- resp
 	}()
-	for deadline := time.Now().Add(5 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
+	// Generous: under the whole suite on 2 busy cores, a claim on a new
+	// SQLite file has taken seconds.
+	for deadline := time.Now().Add(60 * time.Second); executions.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first request never started")
 		}
