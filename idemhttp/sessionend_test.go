@@ -337,16 +337,17 @@ func terminateApp(t *testing.T, admin *pgxpool.Pool, app string) int {
 	return n
 }
 
-// TestLeaseRenewalBackendTerminated: ModeLease (Lease 6s, renewed every
-// 2s) with a handler that runs 6s outside any transaction while a DBA
-// terminates the backend of the middleware's only connection twice: while
-// the lease is being renewed on it, and right before the handler returns
-// (the outcome's write then finds it dead). The lease is renewed on a new
-// connection, the handler's context is never cancelled, its 201 is
-// stored, and a retry replays it: one execution. (With Lease 3s, a CI
+// TestLeaseRenewalBackendTerminated: ModeLease (Lease 12s, renewed every
+// 4s) with a handler that runs 6s outside any transaction while a DBA
+// terminates the backend of the middleware's only connection twice: before
+// the first renewal (at 4s) runs on it, and right before the handler
+// returns (the outcome's write then finds it dead). The lease is renewed
+// on a new connection, the handler's context is never cancelled, its 201
+// is stored, and a retry replays it: one execution. (With Lease 3s, a CI
 // run whose process stalled for 4s under load lost the lease: the
 // renewal after the failed one came an interval later, and the stall
-// took the rest.)
+// took the rest. With Lease 6s, a run with the machine as loaded lost it
+// too, its first renewal 3s late and the next one past the end.)
 func TestLeaseRenewalBackendTerminated(t *testing.T) {
 	t.Parallel()
 	for _, b := range sessionBackends {
@@ -361,7 +362,7 @@ func TestLeaseRenewalBackendTerminated(t *testing.T) {
 				calls, killed atomic.Int64
 				logs          syncBuffer
 			)
-			h := e.wrap(t, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: 6 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+			h := e.wrap(t, &idemhttp.Config{Mode: idemhttp.ModeLease, Lease: 12 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
 				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					n := calls.Add(1)
 					for range 2 {
