@@ -297,10 +297,13 @@ func TestRelayProducerStateLost(t *testing.T) {
 			fault := fake.Fault(f)
 			r.enqueue(t, evs...)
 			r.run(t)
-			deadline := time.Now().Add(10 * time.Second)
+			// Recovered in 0.5-3 s, but not within 10 s in 3 of 7 cases
+			// with the 2 cores busy: a generous deadline, since a relay
+			// that does not recover never publishes them all.
+			deadline := time.Now().Add(60 * time.Second)
 			for p, _, _ := r.count(t); p < len(evs); p, _, _ = r.count(t) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d events published after 10s (%d faults); rows %+v; logs:\n%s", p, len(evs), fault.Hits(), r.rows(t)[:3], r.logs.String())
+					t.Fatalf("%d of %d events published after 60s (%d faults); rows %+v; logs:\n%s", p, len(evs), fault.Hits(), r.rows(t)[:3], r.logs.String())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
