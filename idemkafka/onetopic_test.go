@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/stallwatch"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
@@ -135,6 +136,10 @@ func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 				return strings.Contains(r.logs.String(), "outbox: publish failed")
 			})
 			// The healthy topic's events, 20 keys every 100 ms for 10 s.
+			// Seconds the process got no CPU at all (a loaded CI machine
+			// stalls it at times) delay every event waiting meanwhile:
+			// they are added to the bounds below, which measure the relay.
+			watch := stallwatch.StartFor(t)
 			enq := map[string]time.Time{}
 			var goodEvs []event.Envelope
 			for n := range 100 {
@@ -168,6 +173,7 @@ func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
+			stalled := watch.Stop()
 			var worst, sum time.Duration
 			mu.Lock()
 			for _, e := range goodEvs {
@@ -176,11 +182,11 @@ func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 				worst = max(worst, d)
 			}
 			mu.Unlock()
-			t.Logf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst",
-				tc.name, (sum / time.Duration(len(goodEvs))).Round(time.Millisecond), worst.Round(time.Millisecond))
-			if avg := sum / time.Duration(len(goodEvs)); avg > time.Second || worst > 5*time.Second {
-				t.Errorf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst; want under 1s and 5s; logs:\n%s",
-					tc.name, avg.Round(time.Millisecond), worst.Round(time.Millisecond), r.logs.String())
+			t.Logf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst (the process stalled %v)",
+				tc.name, (sum / time.Duration(len(goodEvs))).Round(time.Millisecond), worst.Round(time.Millisecond), stalled)
+			if avg := sum / time.Duration(len(goodEvs)); avg > time.Second+stalled || worst > 5*time.Second+stalled {
+				t.Errorf("%s: the healthy topic's events published %v after their enqueue on average, %v at worst; want under 1s and 5s, plus the %v the process stalled; logs:\n%s",
+					tc.name, avg.Round(time.Millisecond), worst.Round(time.Millisecond), stalled, r.logs.String())
 			}
 			rows := readPGRows(t, drv, schema)
 			for _, o := range rows {
