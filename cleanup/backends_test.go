@@ -24,6 +24,7 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/stallwatch"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -363,13 +364,15 @@ func testCleanupLeaseLost[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 			return limit, nil
 		}
 	})}
+	c := newCleaner(t, drv, cfg)
+	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
 	start := time.Now()
-	_, err := newCleaner(t, drv, cfg).RunOnce(t.Context())
+	_, err := c.RunOnce(t.Context())
 	if !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("RunOnce after losing the lease: err = %v; want ErrLeaseLost", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("the sweep went on for %s after losing the lease", d)
+	if d, stalled := time.Since(start), watch.Stop(); d > 3*time.Second+stalled {
+		t.Errorf("the sweep went on for %s after losing the lease (the process stalled %s)", d, stalled)
 	}
 	if owner, _, err := drv.Executor().LockGet(t.Context(), &driver.LockGetParams{Name: cleanup.DefaultLockName}); err != nil || owner != "thief" {
 		t.Errorf("lease owner after the loss = %q, %v; want the thief's lease untouched", owner, err)
@@ -380,23 +383,39 @@ func testCleanupCancel[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() d
 	cfg := clConfig(fixedClock(t0))
 	cfg.Records.Disabled, cfg.Inbox.Disabled, cfg.Outbox.Disabled, cfg.Sagas.Disabled = true, true, true, true
 	cfg.Pause = 100 * time.Millisecond
-	var batches atomic.Int32
+	var (
+		batches atomic.Int32
+		first   atomic.Int64 // when the first batch ran
+	)
 	cfg.Rules = []cleanup.Rule{probeRule(func(context.Context, int) (int, error) {
-		batches.Add(1)
+		if batches.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+		}
 		return 7, nil // there is always more
 	})}
+	c := newCleaner(t, drv, cfg)
+	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
 	ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	rep, err := newCleaner(t, drv, cfg).RunOnce(ctx)
+	rep, err := c.RunOnce(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RunOnce cancelled: err = %v; want context.DeadlineExceeded", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("RunOnce returned %s after its start; want promptly after the 250ms deadline", d)
+	stalled := watch.Stop()
+	if d := time.Since(start); d > 2*time.Second+stalled {
+		t.Errorf("RunOnce returned %s after its start (the process stalled %s); want promptly after the 250ms deadline", d, stalled)
 	}
-	if n := batches.Load(); n < 2 || n > 4 || rep.Deleted("probe") != int(n)*7 {
-		t.Errorf("%d batches before the deadline, report %+v", n, rep.Tables)
+	// A second batch is owed only when the first came early enough for
+	// the 100ms pause and another batch before the deadline, the process
+	// not stalled meanwhile (taking the lease, or a loaded machine, may
+	// take longer than that).
+	least := int32(1)
+	if n := batches.Load(); n > 0 && time.Unix(0, first.Load()).Sub(start)+stalled < 100*time.Millisecond {
+		least = 2
+	}
+	if n := batches.Load(); n < least || n > 4 || rep.Deleted("probe") != int(n)*7 {
+		t.Errorf("%d batches before the deadline (at least %d), report %+v", n, least, rep.Tables)
 	}
 	if _, _, err := drv.Executor().LockGet(t.Context(), &driver.LockGetParams{Name: cleanup.DefaultLockName}); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("lease after a cancelled sweep: err = %v; want released (ErrNotFound)", err)
