@@ -64,12 +64,18 @@ func TestSQLiteRelayFrozenPastItsLease(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("relay a never published")
 	}
-	runRelay(t, b, rc.publisher("b"), cfg)
-	waitFor(t, 10*time.Second, "the standby takes over and publishes everything", func() bool { return rc.published() == len(events) })
+	// The standby's own lease is longer: with the machine busy, the test
+	// process stalled past a 1 s lease of the standby too, which then
+	// rightly published a batch of its own again (7 duplicates, not 5).
+	// It still tries to take a's lease every PollInterval.
+	cfgB := cfg
+	cfgB.Lease = 10 * time.Second
+	runRelay(t, b, rc.publisher("b"), cfgB)
+	waitFor(t, 30*time.Second, "the standby takes over and publishes everything", func() bool { return rc.published() == len(events) })
 	close(thaw)
 	more := backlog(t, b, 3, 2)
-	waitFor(t, 10*time.Second, "the events enqueued after the thaw are published", func() bool { return rc.published() == len(events)+len(more) })
-	waitFor(t, 10*time.Second, "no row left unpublished", func() bool {
+	waitFor(t, 30*time.Second, "the events enqueued after the thaw are published", func() bool { return rc.published() == len(events)+len(more) })
+	waitFor(t, 30*time.Second, "no row left unpublished", func() bool {
 		_, ok, err := b.Outbox().OutboxOldestUnpublished(t.Context())
 		return err == nil && !ok
 	})
