@@ -29,7 +29,7 @@ func TestDeadLetterTimestamp(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: idemkafka.HeaderDLQTimestamp, Value: []byte("1")}}})
 	before := time.Now().Add(-time.Second) // the broker's clock is this one
 	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
-	waitFor(t, 4*time.Second, "committed", func() bool { return allCommitted(t, kc, group, topic) })
+	waitFor(t, 30*time.Second, "committed", func() bool { return allCommitted(t, kc, group, topic) }) // 4 s were too few on a busy machine
 	mustStop(t, inst)
 	rs := kc.Records(t, dlq)
 	if len(rs) != 1 {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/stallwatch"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -156,7 +157,7 @@ func TestStalledPartitionReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "committed", func() bool { return allCommitted(t, kc, group, topic) })
-	waitFor(t, 5*time.Second, "the stall's end", func() bool { return len(logs.find("idemkafka: partition moves again")) > 0 })
+	waitFor(t, 30*time.Second, "the stall's end", func() bool { return len(logs.find("idemkafka: partition moves again")) > 0 })
 	if s := c.Stalled(); s != 0 {
 		t.Errorf("Stalled() = %v after the partition moved on; want 0", s)
 	}
@@ -289,15 +290,16 @@ func TestStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
 		}
 		return b.effect(ctx, tx, "billing", e)
 	}
+	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
 	started := time.Now()
 	inst := start(t, b, "billing", cfg)
 	waitFor(t, 60*time.Second, "the healthy partition's records applied", func() bool {
 		return distinct(t, b, "billing") >= len(healthy)
 	})
-	took := time.Since(started)
-	t.Logf("the healthy partition's %d records applied in %v beside a stalled partition (%d tries of the stuck record)", len(healthy), took, stuckTries.Load())
-	if took > 10*time.Second {
-		t.Errorf("the healthy partition's %d records took %v beside a stalled partition (each try of which waits 300ms); want well under 10s: a stalled partition must not hold up the others", len(healthy), took)
+	took, stalled := time.Since(started), watch.Stop()
+	t.Logf("the healthy partition's %d records applied in %v beside a stalled partition (%d tries of the stuck record; the process stalled %v)", len(healthy), took, stuckTries.Load(), stalled)
+	if took > 10*time.Second+stalled {
+		t.Errorf("the healthy partition's %d records took %v beside a stalled partition (each try of which waits 300ms); want well under 10s, plus the %v the process stalled: a stalled partition must not hold up the others", len(healthy), took, stalled)
 	}
 
 	// The lock goes: the stuck record is applied, once.
