@@ -239,14 +239,18 @@ func TestSQLiteStandbyTakesOverFromARelayThatStoppedRenewing(t *testing.T) {
 	t.Parallel()
 	a, b := sharedSQLite(t)
 	rc := newRecorder(time.Millisecond)
-	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond, Lease: time.Second}
+	// A 4 s lease: a renews it every 1.3 s and gives it up 1 s before it
+	// expires, so a stall of the process up to about 3 s leaves a the
+	// active relay (with 1 s, a busy machine's stalls lost a's lease, b
+	// published, and the test failed). The take-over waits it out, once.
+	cfg := outbox.RelayConfig{BatchSize: 5, PollInterval: 10 * time.Millisecond, Lease: 4 * time.Second}
 	first := backlog(t, a, 2, 2)
 	runRelay(t, a, rc.publisher("a"), cfg)
-	waitFor(t, 5*time.Second, "relay a publishes", func() bool { return rc.published() == len(first) })
+	waitFor(t, 30*time.Second, "relay a publishes", func() bool { return rc.published() == len(first) })
 	runRelay(t, b, rc.publisher("b"), cfg)
 	mid := backlog(t, a, 2, 10)
 	first = append(first, mid...)
-	waitFor(t, 5*time.Second, "the relays publish", func() bool { return rc.published() == len(first) })
+	waitFor(t, 30*time.Second, "the relays publish", func() bool { return rc.published() == len(first) })
 	if nb := rc.publishedBy("b"); nb > 0 {
 		t.Fatalf("the standby published %d events while the active relay ran", nb)
 	}
@@ -254,14 +258,14 @@ func TestSQLiteStandbyTakesOverFromARelayThatStoppedRenewing(t *testing.T) {
 	// its publish returns, before the relay marks it): an event published
 	// but not yet marked when the database goes is published again by
 	// the standby, at least once as documented, not what this test checks.
-	waitFor(t, 5*time.Second, "relay a marks what it published", func() bool {
+	waitFor(t, 30*time.Second, "relay a marks what it published", func() bool {
 		_, ok, err := a.Outbox().OutboxOldestUnpublished(t.Context())
 		return err == nil && !ok
 	})
 	// a's process loses its database: no renewal, no release.
 	_ = a.Close()
 	more := backlog(t, b, 2, 5)
-	waitFor(t, 5*time.Second, "the standby takes over", func() bool { return rc.published() == len(first)+len(more) })
+	waitFor(t, 30*time.Second, "the standby takes over", func() bool { return rc.published() == len(first)+len(more) })
 	rc.check(t, append(first, more...))
 }
 
