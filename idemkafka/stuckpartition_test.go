@@ -25,6 +25,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/stallwatch"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 )
@@ -47,7 +48,7 @@ type stuckResult struct {
 	perSecond              []int64 // healthy events published in each second of the fault
 	enqueued               int
 	records, duplicates    int
-	drain                  time.Duration // from the heal until every event is published
+	drain                  time.Duration // from the heal until every event is published, the process's stalls left out
 	backlog                int           // events not published at the heal
 	allRate                float64       // events published per second before the fault
 }
@@ -220,14 +221,23 @@ func runStuckScenario[TTx any](t *testing.T, b stuckBackend[TTx], sc stuckScenar
 	stopRelay := sync.OnceFunc(func() { stopRun(); runWG.Wait() })
 	t.Cleanup(stopRelay)
 
+	// The rates count the seconds the process ran: a busy machine stalls
+	// it for seconds at times (the load and the relay with it), and a
+	// stall in one phase and not the other compares the machine, not the
+	// relay (per second during the fault: [13 0 32 0 83 ...] in a failed
+	// run).
+	watch := stallwatch.StartFor(t)
+	ran := func(from, to time.Time, stalledFrom, stalledTo time.Duration) float64 {
+		return max(to.Sub(from)-(stalledTo-stalledFrom), 100*time.Millisecond).Seconds()
+	}
 	var res stuckResult
 	time.Sleep(sc.before / 2) // warm up
-	h0, a0, t0 := healthy.Load(), all.Load(), time.Now()
+	h0, a0, t0, s0 := healthy.Load(), all.Load(), time.Now(), watch.Stalled()
 	time.Sleep(sc.before / 2)
-	h1, a1, t1 := healthy.Load(), all.Load(), time.Now()
-	t.Logf("before the fault: %.0f events/s published, %.0f of the healthy partitions", float64(a1-a0)/t1.Sub(t0).Seconds(), float64(h1-h0)/t1.Sub(t0).Seconds())
-	res.beforeRate = float64(h1-h0) / t1.Sub(t0).Seconds()
-	res.allRate = float64(a1-a0) / t1.Sub(t0).Seconds()
+	h1, a1, t1, s1 := healthy.Load(), all.Load(), time.Now(), watch.Stalled()
+	res.beforeRate = float64(h1-h0) / ran(t0, t1, s0, s1)
+	res.allRate = float64(a1-a0) / ran(t0, t1, s0, s1)
+	t.Logf("before the fault: %.0f events/s published, %.0f of the healthy partitions (the process stalled %v)", res.allRate, res.beforeRate, s1-s0)
 
 	stuck.Store(true)
 	t.Logf("fault on: node %d answers no produce request (partition %d)", stuckNode, stuckPartition)
@@ -238,8 +248,8 @@ func runStuckScenario[TTx any](t *testing.T, b stuckBackend[TTx], sc stuckScenar
 		res.perSecond = append(res.perSecond, h-last)
 		last = h
 	}
-	h2, t2 := healthy.Load(), time.Now()
-	res.duringRate = float64(h2-h1) / t2.Sub(t1).Seconds()
+	h2, t2, s2 := healthy.Load(), time.Now(), watch.Stalled()
+	res.duringRate = float64(h2-h1) / ran(t1, t2, s1, s2)
 	stuck.Store(false)
 	healedAt := time.Now()
 	res.backlog = b.pending(t)
@@ -251,11 +261,11 @@ func runStuckScenario[TTx any](t *testing.T, b stuckBackend[TTx], sc stuckScenar
 	want := slices.Clone(evs)
 	mu.Unlock()
 	res.enqueued = len(want)
-	t.Logf("healthy partitions: %.0f events/s before the fault, %.0f events/s during it; per second during it: %v",
-		res.beforeRate, res.duringRate, res.perSecond)
+	t.Logf("healthy partitions: %.0f events/s before the fault, %.0f events/s during it (the process stalled %v); per second during it: %v",
+		res.beforeRate, res.duringRate, s2-s1, res.perSecond)
 	healed := time.Now()
 	waitFor(t, 3*time.Minute, "every event published", func() bool { return b.pending(t) == 0 })
-	res.drain = time.Since(healedAt)
+	res.drain = time.Since(healedAt) - (watch.Stalled() - s2) // the seconds the process ran
 	t.Logf("every event published %s after the load stopped, %s after the heal (%d events pending at the heal)",
 		time.Since(healed).Round(time.Millisecond), res.drain.Round(time.Millisecond), res.backlog)
 	stopRelay()
