@@ -24,7 +24,7 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -365,7 +365,7 @@ func testCleanupLeaseLost[TTx any](t *testing.T, drv driver.Driver[TTx], _ func(
 		}
 	})}
 	c := newCleaner(t, drv, cfg)
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	start := time.Now()
 	_, err := c.RunOnce(t.Context())
 	if !errors.Is(err, driver.ErrLeaseLost) {
@@ -394,7 +394,7 @@ func testCleanupCancel[TTx any](t *testing.T, drv driver.Driver[TTx], _ func() d
 		return 7, nil // there is always more
 	})}
 	c := newCleaner(t, drv, cfg)
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 	defer cancel()
 	start := time.Now()

@@ -10,7 +10,7 @@ import (
 	"github.com/idemkit/idem/cleanup"
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -85,7 +85,7 @@ func TestSweepStopsWhenRenewalHangs(t *testing.T) {
 	}
 	// Seconds the process got no CPU (a loaded CI machine stalls it at
 	// times) are the machine's, not the sweep's.
-	watch := stallwatch.StartFor(t)
+	watch := stallmeter.Start(t)
 	start = time.Now()
 	ran := make(chan error, 1)
 	go func() {

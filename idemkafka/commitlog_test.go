@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testlog"
 )
 
@@ -92,7 +92,7 @@ func TestStopDuringCoordinatorOutageIsBounded(t *testing.T) {
 	inst := start(t, b, "billing", consumerConfig(kc, b, "billing", group, nil, topic))
 	waitFor(t, 30*time.Second, "every event applied", func() bool { return distinct(t, b, "billing") == len(evs) })
 	waitFor(t, 10*time.Second, "an offset commit refused", func() bool { return fault.Hits() > 0 })
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	stopped := time.Now()
 	inst.cancel()
 	select {

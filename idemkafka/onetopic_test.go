@@ -17,7 +17,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
@@ -139,7 +139,7 @@ func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 			// Seconds the process got no CPU at all (a loaded CI machine
 			// stalls it at times) delay every event waiting meanwhile:
 			// they are added to the bounds below, which measure the relay.
-			watch := stallwatch.StartFor(t)
+			watch := stallmeter.Start(t)
 			enq := map[string]time.Time{}
 			var goodEvs []event.Envelope
 			for n := range 100 {

@@ -17,7 +17,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -290,7 +290,7 @@ func TestStalledPartitionDoesNotHoldTheOthers(t *testing.T) {
 		}
 		return b.effect(ctx, tx, "billing", e)
 	}
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	started := time.Now()
 	inst := start(t, b, "billing", cfg)
 	waitFor(t, 60*time.Second, "the healthy partition's records applied", func() bool {

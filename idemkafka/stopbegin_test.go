@@ -10,7 +10,7 @@ import (
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/inbox"
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -68,7 +68,7 @@ func testStopWhileBeginWaits[TTx any](t *testing.T, b *backend[TTx], drv driver.
 	kc.Produce(t, topic, recordsOf(topic, evs...)...)
 	time.Sleep(time.Second) // polled; the first Begin waits for a connection
 
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	stopped := time.Now()
 	inst.cancel()
 	select {

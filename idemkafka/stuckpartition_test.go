@@ -25,7 +25,7 @@ import (
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/idemkafka"
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 )
@@ -226,7 +226,7 @@ func runStuckScenario[TTx any](t *testing.T, b stuckBackend[TTx], sc stuckScenar
 	// stall in one phase and not the other compares the machine, not the
 	// relay (per second during the fault: [13 0 32 0 83 ...] in a failed
 	// run).
-	watch := stallwatch.StartFor(t)
+	watch := stallmeter.Start(t)
 	ran := func(from, to time.Time, stalledFrom, stalledTo time.Duration) float64 {
 		return max(to.Sub(from)-(stalledTo-stalledFrom), 100*time.Millisecond).Seconds()
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemkit/idem/internal/kafkatest"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 )
 
 // The partitions a consumer takes over on a rebalance (another member died
@@ -60,7 +60,7 @@ func TestConsumerTakesOverLeftPartitionsAtOnce(t *testing.T) {
 	// Its next fetch is idle now; let it go out.
 	time.Sleep(200 * time.Millisecond)
 
-	watch := stallwatch.StartFor(t)
+	watch := stallmeter.Start(t)
 	left := time.Now()
 	member.Close() // leaves the group: its partitions move to the consumer
 	waitFor(t, 15*time.Second, "every event applied after the other member left", func() bool {

@@ -13,7 +13,7 @@ import (
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 )
@@ -280,7 +280,7 @@ func TestRunResumesSoonAfterTheDatabase(t *testing.T) {
 	drv.down.Store(false)
 	e := mustEvent(t, "k")
 	enqueue(t, drv.Driver, e)
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	start := time.Now()
 	wake <- struct{}{}
 	select {
@@ -468,7 +468,7 @@ func TestRunPublishBackoffAfterADatabaseOutage(t *testing.T) {
 	e := mustEvent(t, "k")
 	drv.down.Store(false)
 	enqueue(t, drv.Driver, e)
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	start := time.Now()
 	wake <- struct{}{}
 	select {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/event"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/outbox"
 )
@@ -101,7 +101,7 @@ func testStalledClaim[TTx any](t *testing.T, drv driver.OutboxDriver[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	watch := stallwatch.StartFor(t) // seconds without CPU are the machine's
+	watch := stallmeter.Start(t) // seconds without CPU are the machine's
 	began := time.Now()
 	for len(published) < len(events) {
 		if stalled := watch.Stalled(); time.Since(began) > 4*time.Second+stalled {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/dberr"
-	"github.com/idemkit/idem/internal/stallwatch"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/saga"
 )
 
@@ -491,7 +491,7 @@ func testCompensateFromInsideStep[TTx any](t *testing.T, f *fixture[TTx]) {
 	inner := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		watch := stallwatch.Start() // seconds without CPU are the machine's
+		watch := stallmeter.Start(t) // seconds without CPU are the machine's
 		start := time.Now()
 		err := c.Compensate(ctx, id, f.compensations(t, id, stepsN(2)))
 		took, stalled := time.Since(start), watch.Stop()

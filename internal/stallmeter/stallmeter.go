@@ -62,7 +62,7 @@ func Start(t testing.TB) *Meter {
 	}()
 	<-ready
 	m.start = time.Now()
-	t.Cleanup(m.Stop)
+	t.Cleanup(func() { m.Stop() })
 	return m
 }
 
@@ -87,8 +87,14 @@ func (m *Meter) Elapsed() (ran, stalled time.Duration) {
 	return max(end.Sub(m.start)-stalled, 0), stalled
 }
 
-// Stop stops the meter's goroutine.
-func (m *Meter) Stop() {
+// Stalled returns the stalls measured so far: a test adds them to a bound
+// on an elapsed time it reads itself.
+func (m *Meter) Stalled() time.Duration { return time.Duration(m.stalled.Load()) }
+
+// Stop stops the meter's goroutine and returns the stalls it measured. It
+// may be called more than once.
+func (m *Meter) Stop() time.Duration {
 	m.stopOnce.Do(func() { close(m.stop) })
 	<-m.done
+	return m.Stalled()
 }
