@@ -10,3 +10,7 @@ func (d *Driver) ForgetPooled() { d.pooled.Store(false) }
 // AskReadOnly makes the relay's claim ask whether its session is read-only,
 // as on a server that does not report it (before PostgreSQL 14).
 func (d *Driver) AskReadOnly() { d.askReadOnly = true }
+
+// MaintenanceLockKey exposes the advisory lock that migrations and
+// partition maintenance of the driver's schema hold (Config.Schema set).
+func (d *Driver) MaintenanceLockKey() int64 { return d.names.MigrateLockKey() }

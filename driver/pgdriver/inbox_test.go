@@ -217,6 +217,46 @@ func TestInboxPartitionedBatchDuplicates(t *testing.T) {
 	mustInboxInsert(t, drv.Executor(), "a", ids, nil)
 }
 
+// A replica's EnableInboxPartitioning while another one converts the table
+// (or migrates the schema): it waits for the other's maintenance lock, then
+// finds the table converted, instead of failing on lock_timeout after
+// PartitionLockTimeout. Replicas started together failed that way whenever
+// the conversion outlasted 2 s: a large inbox, or a busy machine.
+func TestEnableInboxPartitioningWaitsForTheMaintenanceLock(t *testing.T) {
+	t.Parallel()
+	drv := testdb.Postgres(t)
+	ctx := t.Context()
+	holder, err := drv.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, drv.MaintenanceLockKey()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- drv.EnableInboxPartitioning(ctx, nil) }()
+	select {
+	case err := <-done:
+		t.Fatalf("EnableInboxPartitioning returned while another held the maintenance lock: %v", err)
+	case <-time.After(pgdriver.PartitionLockTimeout + time.Second):
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("EnableInboxPartitioning after the lock was released: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("EnableInboxPartitioning still waiting 60 s after the lock was released")
+	}
+	if ok, err := drv.InboxPartitioned(ctx); err != nil || !ok {
+		t.Fatalf("InboxPartitioned = %v, %v", ok, err)
+	}
+}
+
 // seqScans returns how many sequential scans processed_event has had, once
 // this session's statistics are flushed (PostgreSQL 15+).
 func seqScans(t *testing.T, drv *pgdriver.Driver) int64 {

@@ -188,22 +188,30 @@ func (d *Driver) InboxPartitions(ctx context.Context) ([]InboxPartition, error) 
 // partitionTx runs fn in a transaction that holds the driver's maintenance
 // advisory lock (the migration lock of the schema, whether the driver names
 // it or reaches it through search_path: partition changes and migrations of
-// one schema never interleave) with lock_timeout PartitionLockTimeout.
+// one schema never interleave), then sets lock_timeout
+// PartitionLockTimeout for its table locks. The advisory lock is waited
+// for as long as ctx allows: its holder is another process's maintenance
+// or migration, whose end fn must see (a replica converting the table at
+// start-up, replicas started with it), and nobody queues behind that wait,
+// unlike a table lock's.
 func (d *Driver) partitionTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return mapErr(op, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	ms := PartitionLockTimeout.Milliseconds()
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ms)); err != nil {
-		return mapErr(op, err)
-	}
 	key, err := d.lockKey(ctx, tx)
 	if err != nil {
 		return mapErr(op, err)
 	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil { // a role's own lock_timeout too
+		return mapErr(op, err)
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+		return mapErr(op, err)
+	}
+	ms := PartitionLockTimeout.Milliseconds()
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ms)); err != nil {
 		return mapErr(op, err)
 	}
 	if err := fn(tx); err != nil {
