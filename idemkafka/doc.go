@@ -326,7 +326,11 @@
 // PublishTimeout, 30 s), holding its round; the rounds after it give up
 // within StragglerTimeout for as long as the fault lasts. An event
 // whose record the client gave up unsent as the Publish's context ended is
-// retried after its backoff, not at once.
+// retried after its backoff, not at once, unless its partition answered
+// since (it acknowledged a record Publish had stopped waiting for: the
+// records buffered behind those a stuck leader held are given up as kgo
+// sends them after the heal): PublishLate then reports it failed, and the
+// relay retries it at once.
 //
 // # Topics
 //

@@ -226,6 +226,10 @@ type Publisher struct {
 	written     map[uuid.UUID]time.Time
 	writtenN    atomic.Int64
 	writtenPrun time.Time
+	// answered holds, by partition, when the broker last acknowledged a
+	// record that a produce stopped waiting for (guarded by waitMu): the
+	// partition answers again. See produceCall.done.
+	answered map[topicPartition]time.Time
 
 	// known holds the topics the cluster's metadata listed (see
 	// checkTopic), guarded by knownMu. autoCreate: the client asks the
@@ -481,7 +485,11 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 // (acks=all) after all, late(i, err) when it failed, but not when the
 // client gave it up unsent as ctx ended (kgo fails a record that may have
 // reached a broker only on the broker's answer; such an event is retried
-// after its backoff, the broker having told nothing). It is called from the
+// after its backoff, the broker having told nothing) unless its partition
+// acknowledged a record Publish had stopped waiting for since this one's
+// call stopped: the partition answers again (a record buffered behind
+// the ones its leader held, given up as kgo sends it after them), and
+// late(i, err) lets the event be retried at once. It is called from the
 // client's goroutine, after the event's key is released (the key's next
 // event is produced again), in the order of the records of a partition,
 // and never when the client is not the publisher's own (Client). The relay
@@ -653,6 +661,7 @@ type produceCall struct {
 	late      func(i int, err error)   // PublishLate's, or nil
 	last      time.Time                // when the last result came
 	abandoned bool                     // produce returned: the outcomes release the keys instead
+	abandonAt time.Time                // when produce returned without the records left
 	wake      chan struct{}
 }
 
@@ -660,19 +669,26 @@ type produceCall struct {
 func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 	c.mu.Lock()
 	if c.abandoned {
+		abandonAt := c.abandonAt
 		c.mu.Unlock()
 		if err == nil {
 			p.rememberWritten(c.events[c.index[r]].ID)
 		}
-		p.unwait(c.key(r))
+		unsent := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+		answered := p.unwait(c.key(r), r, err == nil, unsent, abandonAt)
 		// A record the client gave up when the call's context ended never
 		// left it (kgo fails a record that may have reached a broker only
 		// on the broker's answer: a partition between two retries of a
 		// retriable error, a topic it has no metadata for): the broker
-		// told nothing, and the event waits out its backoff, as Publish
-		// reported. Reported, it was retried at once and given up again,
-		// round after round.
-		if c.late != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// told nothing about it, and the event waits out its backoff, as
+		// Publish reported. Reported, it was retried at once and given up
+		// again, round after round. Unless its partition acknowledged
+		// a record since the call stopped waiting: the partition answers
+		// again (kgo gives up the records buffered behind the ones in
+		// flight as it sends them, once those are acknowledged), and the
+		// event is reported failed, to be retried at once; left to its
+		// backoff, its key waited up to a minute after the heal.
+		if c.late != nil && (!unsent || answered) {
 			if err != nil {
 				err = fmt.Errorf("idemkafka: a record not acknowledged in time failed after all: %w", classify(r.Topic, err))
 			}
@@ -822,7 +838,8 @@ func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Rec
 		return false // the last came as the wait ended
 	}
 	c.abandoned = true
-	p.abandonedAt.Store(time.Now().UnixNano())
+	c.abandonAt = time.Now()
+	p.abandonedAt.Store(c.abandonAt.UnixNano())
 	got := make(map[*kgo.Record]bool, len(c.results))
 	for _, res := range c.results {
 		got[res.Record] = true
@@ -866,17 +883,44 @@ func (p *Publisher) rememberWritten(id uuid.UUID) {
 	p.writtenN.Store(int64(len(p.written)))
 }
 
-// unwait releases a record of key that a produce stopped waiting for: the
-// client told its outcome.
-func (p *Publisher) unwait(key string) {
+// answeredTTL is how long the publisher remembers that a partition
+// acknowledged a record a produce stopped waiting for (see
+// Publisher.answered).
+const answeredTTL = faultMemory
+
+// unwait releases record r of key, which a produce stopped waiting for
+// at abandonAt: the client told its outcome (acked: the broker
+// acknowledged it). For a record given up unsent, it reports whether its
+// partition acknowledged such a record since abandonAt (see
+// produceCall.done).
+func (p *Publisher) unwait(key string, r *kgo.Record, acked, unsent bool, abandonAt time.Time) (answered bool) {
 	p.waitMu.Lock()
 	defer p.waitMu.Unlock()
+	tp := topicPartition{r.Topic, r.Partition}
+	if acked {
+		now := time.Now()
+		if p.answered == nil {
+			p.answered = map[topicPartition]time.Time{}
+		}
+		if _, ok := p.answered[tp]; !ok && len(p.answered) >= 1024 {
+			for k, at := range p.answered {
+				if now.Sub(at) > answeredTTL {
+					delete(p.answered, k)
+				}
+			}
+		}
+		p.answered[tp] = now
+	} else if unsent {
+		at, ok := p.answered[tp]
+		answered = ok && at.After(abandonAt)
+	}
 	if p.waitingKeys[key]--; p.waitingKeys[key] <= 0 {
 		delete(p.waitingKeys, key)
 	}
 	if p.waiting.Add(-1) == 0 {
 		p.log.Info("idemkafka: every record that was not acknowledged in time has its outcome now")
 	}
+	return answered
 }
 
 // checkNotConsuming reports whether cl, the publisher's own client,

@@ -364,7 +364,11 @@ func TestRelayStuckPartition(t *testing.T) {
 		// those outcomes, each stuck key waited for its backoff (up to a
 		// minute) and its records that had been written were published
 		// again: 19s after the heal and 159 duplicates in this test, 64s
-		// after a fault of 45s.
+		// after a fault of 45s. The records kgo held unsent behind the
+		// stuck ones, given up as it sends them after the heal, are
+		// reported failed then and retried at once: before, their keys
+		// waited out their backoff (10s after the heal in a CI run, 5-9s
+		// in a reproduction; about 1s since).
 		// The bound: the records' outcomes (about 2s), then the backlog
 		// at the heal published at half the relay's speed before the
 		// fault, or the end of the load and a round; 6s of slack for a
@@ -516,4 +520,106 @@ func publishErrs(t *testing.T, err error, n int) []error {
 		t.Fatalf("Publish: %v; want a PublishError for %d events", err, n)
 	}
 	return pe.Errs
+}
+
+// A record buffered behind the ones a partition that does not answer holds
+// in flight never leaves the client: kgo gives it up as it sends it, once
+// the partition answers again, if its Publish's context ended meanwhile
+// (the relay ends a round's context as Publish returns). PublishLate
+// reports it failed then, so that the relay retries it at once: left to
+// its backoff (up to a minute, grown with the fault), its key stood still
+// after the heal (10 s in a run of TestRelayStuckPartition whose bound was
+// 8.5 s).
+func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
+	t.Parallel()
+	kc := kafkatest.New(t, kfake.NumBrokers(3))
+	fake := kc.Fake(t)
+	topic := kc.Topic(t, "orders", 2)
+	for p, node := range []int32{0, stuckNode} {
+		if err := fake.MoveTopicPartition(topic, int32(p), node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stuck atomic.Bool
+	stuck.Store(true)
+	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		return nil, nil, stuck.Load() && fake.CurrentNode() == stuckNode
+	})
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	keysIn := func(p, n int) []string {
+		var ks []string
+		for i := 0; len(ks) < n; i++ {
+			if k := fmt.Sprintf("order-%d", i); part.Partition(&kgo.Record{Key: []byte(k)}, 2) == p {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	ev := func(key string, n int) event.Envelope {
+		e, err := event.New("OrderCreated.v1", key, payload{N: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	healthy, stuckKeys := keysIn(0, 1)[0], keysIn(1, 2)
+	a1, b1, a2, c1 := ev(healthy, 1), ev(stuckKeys[0], 1), ev(healthy, 2), ev(stuckKeys[1], 1)
+	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), StragglerTimeout: 300 * time.Millisecond,
+		ExtraOpts: []kgo.Opt{fastRetry, kgo.ProduceRequestTimeout(time.Second), kgo.RequestTimeoutOverhead(time.Second)}})
+
+	type lateOutcome struct {
+		id  uuid.UUID
+		err error
+	}
+	lateCh := make(chan lateOutcome, 10)
+	reporter := func(evs []event.Envelope) func(int, error) {
+		return func(i int, err error) { lateCh <- lateOutcome{evs[i].ID, err} }
+	}
+	// b1's record is in flight to the partition that does not answer.
+	first := []event.Envelope{a1, b1}
+	errs := publishErrs(t, pub.PublishLate(t.Context(), first, reporter(first)), 2)
+	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("first call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	}
+	// c1's record waits behind it in the client; the call's context ends
+	// as it returns, as a relay round's does.
+	ctx, cancel := context.WithCancel(t.Context())
+	second := []event.Envelope{a2, c1}
+	errs = publishErrs(t, pub.PublishLate(ctx, second, reporter(second)), 2)
+	cancel()
+	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("second call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	}
+	select {
+	case o := <-lateCh:
+		t.Fatalf("late outcome of %s while its partition does not answer: %v", o.id, o.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	// The partition answers: b1 is written; c1, given up unsent, is
+	// reported failed (to be retried at once).
+	stuck.Store(false)
+	got := map[uuid.UUID]error{}
+	for len(got) < 2 {
+		select {
+		case o := <-lateCh:
+			got[o.id] = o.err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("late outcomes within 30s of the heal: %v; want b1's (published) and c1's (failed unsent)", got)
+		}
+	}
+	if err, ok := got[b1.ID]; !ok || err != nil {
+		t.Errorf("late outcome of b1: %v (reported: %t); want published", err, ok)
+	}
+	if err, ok := got[c1.ID]; !ok || err == nil {
+		t.Errorf("late outcome of c1: %v (reported: %t); want failed", err, ok)
+	}
+	// Retried, c1 is published; the topic holds every event once.
+	if err := pub.Publish(t.Context(), []event.Envelope{c1}); err != nil {
+		t.Fatalf("c1 retried after the heal: %v", err)
+	}
+	if dups := mustPublishedAtLeastOnce(t, kc.Records(t, topic), []event.Envelope{a1, b1, a2, c1}); dups > 0 {
+		t.Errorf("%d duplicates; want none", dups)
+	}
 }
