@@ -388,6 +388,27 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// waitProgress waits until cond reports done, as long as the progress it
+// reports (a count that grows while the work goes on: effects applied,
+// offsets committed) grew within the last idle: on a busy machine the work
+// may take minutes, and only a stall of idle fails the test.
+func waitProgress(t *testing.T, idle time.Duration, what string, cond func() (done bool, progress int64)) {
+	t.Helper()
+	start := time.Now()
+	done, last := cond()
+	lastAt := time.Now()
+	for !done {
+		if time.Since(lastAt) > idle {
+			t.Fatalf("waiting for %s: no progress for %s (at %d, after %s)", what, idle, last, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+		var p int64
+		if done, p = cond(); p != last {
+			last, lastAt = p, time.Now()
+		}
+	}
+}
+
 // consumedTopic creates an "orders" topic of partitions partitions and its
 // dead-letter topic on kc, and names a consumer group for it.
 func consumedTopic(t *testing.T, kc *kafkatest.Cluster, partitions int32) (topic, group string) {
