@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Backend is what every idem component needs of a database: its name, its
@@ -188,4 +189,9 @@ var (
 	// retrying fails the same way until an operator migrates (idemhttp
 	// answers 500 store-unavailable, without Retry-After).
 	ErrNotMigrated = errors.New("idem/driver: idem's tables are missing: run the driver's Migrate (or idemd migrate up) on this database, with the schema and table prefix the driver is configured with")
+	// ErrOutboxNotifyOff: the driver was configured not to notify on
+	// outbox inserts (pgdriver.Config.NoOutboxNotify), so its ListenOutbox
+	// has nothing to listen for. It wraps errors.ErrUnsupported: a relay
+	// polls for good, and says so at INFO (a choice, not a fault).
+	ErrOutboxNotifyOff = fmt.Errorf("idem/driver: outbox inserts do not NOTIFY (NoOutboxNotify is set): relays poll: %w", errors.ErrUnsupported)
 )

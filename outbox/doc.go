@@ -330,7 +330,12 @@
 // RelayConfig.Wake is nil finds it by itself (the driver is a Notifier) and
 // listens while it runs, so new events are published within milliseconds
 // while polling stays the fallback; pass your own Wake to combine other
-// signals, or set RelayConfig.NoListen to poll only. The relay does not
+// signals, or set RelayConfig.NoListen to poll only. PostgreSQL commits
+// the transactions that notified one at a time, server-wide (a notifying
+// COMMIT holds a lock until its WAL flush is done, so such commits get no
+// group commit): where many transactions enqueue at once, the drivers'
+// Config.NoOutboxNotify enqueues without pg_notify, and a relay on such a
+// driver polls (it logs so at INFO). The relay does not
 // wait for its listener to start (a pooler may queue its connection): it
 // polls until then. If the listener cannot start (the database
 // restarting), the relay polls and starts it again in the background.

@@ -12,8 +12,10 @@ import (
 
 	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
+	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 )
 
@@ -350,5 +352,62 @@ func checkRollbackBeforeContextEnds(t *testing.T, base driver.Driver[*sql.Tx], r
 		if ended {
 			t.Errorf("round %d: the transaction's context had ended at its Rollback (rolled back asynchronously, locks held after RunOnce)", i)
 		}
+	}
+}
+
+// A driver with NoOutboxNotify (pgsqldriver's here) enqueues without
+// pg_notify: its relay polls, says so once at INFO (a choice, not a
+// fault: no WARN), and publishes what was enqueued within its
+// PollInterval.
+func TestRelayDriverWithoutNotify(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, schema := testdb.SQLDB(t, 6)
+	drv, err := pgsqldriver.New(db, &pgsqldriver.Config{Schema: schema, NoOutboxNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan event.Envelope, 1)
+	pub := outbox.PublisherFunc(func(_ context.Context, batch []event.Envelope) error {
+		for _, e := range batch {
+			published <- e
+		}
+		return nil
+	})
+	buf := &testlog.Buffer{}
+	relay, err := outbox.NewRelay(drv, pub, &outbox.RelayConfig{PollInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, relay)
+	e := mustEvent(t, "k")
+	tx, err := drv.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.EnqueueTx(ctx, drv, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Commit(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-published:
+		if got.ID != e.ID {
+			t.Fatalf("published %s, want %s", got.ID, e.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the polling relay did not publish the event within 30s")
+	}
+	logs := buf.String()
+	if !strings.Contains(logs, "level=INFO") || !strings.Contains(logs, "do not notify, polling only") {
+		t.Errorf("no INFO line saying the relay polls because the inserts do not notify:\n%s", logs)
+	}
+	if strings.Contains(logs, "level=WARN") {
+		t.Errorf("a WARN for a driver configured not to notify:\n%s", logs)
 	}
 }

@@ -142,8 +142,9 @@ func NewRelay[TTx any](drv driver.OutboxDriver[TTx], pub Publisher, cfg *RelayCo
 // slow to come), then looks for events once more. If ListenOutbox fails
 // (the database restarting), the relay polls and calls it again with
 // backoff (up to 5s) until it succeeds; an error wrapping
-// errors.ErrUnsupported (a driver that cannot listen) makes it poll for
-// good. Once started, the listener reports to onError the errors of its
+// errors.ErrUnsupported (a driver that cannot listen, or one configured
+// not to notify: driver.ErrOutboxNotifyOff, logged at INFO) makes it poll
+// for good. Once started, the listener reports to onError the errors of its
 // connection and of its attempts to connect again, and nil once it has
 // reconnected: the relay logs the first error at once, then at most one
 // line every 30 s with the attempts not logged, and its reconnection.
@@ -402,8 +403,8 @@ const listenRetryMax = 5 * time.Second
 // to listenRetryMax) until it starts or ctx ends, then forwards its
 // wake-ups to wake: once at the start (events may have been committed
 // before it listened), then each one. An error wrapping
-// errors.ErrUnsupported (a driver that cannot listen) ends it: the relay
-// polls for good.
+// errors.ErrUnsupported (a driver that cannot listen, or
+// driver.ErrOutboxNotifyOff) ends it: the relay polls for good.
 func (r *Relay[TTx]) listen(ctx context.Context, n Notifier, wake chan<- struct{}) {
 	r.listener.ended() // a failure of an earlier Run's listener is not this one's
 	signal := func() {
@@ -425,6 +426,10 @@ func (r *Relay[TTx]) listen(ctx context.Context, n Notifier, wake chan<- struct{
 		w = nil
 		switch {
 		case ctx.Err() != nil:
+			return
+		case errors.Is(err, driver.ErrOutboxNotifyOff):
+			// Chosen (the inserts do not notify): nothing to warn about.
+			r.cfg.Logger.Info("outbox: the driver's inserts do not notify, polling only", "poll_interval", r.cfg.PollInterval)
 			return
 		case errors.Is(err, errors.ErrUnsupported):
 			r.cfg.Logger.Warn("outbox: no wake-ups, polling only", "err", err, "poll_interval", r.cfg.PollInterval)

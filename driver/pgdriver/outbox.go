@@ -31,6 +31,15 @@ func (d *Driver) OutboxChannel() string {
 	return d.names.OutboxKnown().OutboxChannel()
 }
 
+// notifyChannel is the channel OutboxInsert notifies: n's, or "" (no
+// notify) with Config.NoOutboxNotify.
+func (d *Driver) notifyChannel(n *pgsql.Names) string {
+	if d.cfg.NoOutboxNotify {
+		return ""
+	}
+	return n.OutboxChannel()
+}
+
 // outboxNames returns the names of the outbox's channel and lane locks (see
 // pgsql.Names.Outbox), reading the outbox table's schema through db if needed.
 func (d *Driver) outboxNames(ctx context.Context, db interface {
@@ -68,7 +77,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	// it so that it runs, after the insert, and only when a row was new.
 	var inserted, notified int
 	err = e.db.QueryRow(ctx, e.d.expand(pgsql.OutboxInsertSQL),
-		ids, a.Types, a.Keys, a.Sagas, a.Payloads, a.Headers, a.Occurred, a.Created, names.OutboxChannel(),
+		ids, a.Types, a.Keys, a.Sagas, a.Payloads, a.Headers, a.Occurred, a.Created, e.d.notifyChannel(names),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)
@@ -510,6 +519,9 @@ func checkRedrive(p *driver.OutboxRedriveParams) error {
 // notifications to a client only while the client runs a transaction.
 // outbox.Relay then polls, and says so in its log.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
+	if d.cfg.NoOutboxNotify {
+		return nil, fmt.Errorf("%s: outbox listen: %w", "pgdriver", driver.ErrOutboxNotifyOff)
+	}
 	l, err := pgsql.ListenConnect(ctx, d.listenConn)
 	if err != nil {
 		return nil, err

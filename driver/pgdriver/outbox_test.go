@@ -3,6 +3,7 @@ package pgdriver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -1477,5 +1478,60 @@ func TestOutboxReadProbesBlockedKeysWithStaleStatistics(t *testing.T) {
 	walk(out[0].Plan)
 	if compared > 1000 {
 		t.Errorf("the read compared %d pairs of pending and blocked rows to read 500 rows; want each pending row probed by its key", compared)
+	}
+}
+
+// With Config.NoOutboxNotify an enqueue commits without pg_notify (a
+// notifying COMMIT is serialised server-wide, see the field), and the
+// driver's ListenOutbox says there is nothing to listen for; a driver on
+// the same tables without it still notifies its relays.
+func TestOutboxNoNotify(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 10)
+	notifying, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := notifying.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema, NoOutboxNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := silent.ListenOutbox(t.Context(), nil); !errors.Is(err, driver.ErrOutboxNotifyOff) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("ListenOutbox with NoOutboxNotify: %v; want driver.ErrOutboxNotifyOff (errors.ErrUnsupported)", err)
+	}
+	wake, err := notifying.ListenOutbox(t.Context(), nil)
+	if err != nil {
+		t.Fatalf("ListenOutbox: %v", err)
+	}
+	if silent.OutboxChannel() != notifying.OutboxChannel() {
+		t.Fatalf("channels differ: %q and %q", silent.OutboxChannel(), notifying.OutboxChannel())
+	}
+	// Once the listener is in place (its first wake-up), the silent
+	// driver's committed enqueue wakes nothing, and the notifying one's
+	// does.
+	enqueue(t, notifying, newEvent(t, "k", 1))
+	select {
+	case <-wake:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake-up for the notifying driver's enqueue within 30s")
+	}
+	enqueue(t, silent, newEvent(t, "k", 2))
+	select {
+	case <-wake:
+		t.Fatal("the NoOutboxNotify driver's enqueue woke the listener")
+	case <-time.After(time.Second):
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{schema, "outbox"}.Sanitize()).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("outbox rows = %d, %v; want 2", n, err)
+	}
+	enqueue(t, notifying, newEvent(t, "k", 3))
+	select {
+	case <-wake:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake-up for the notifying driver's second enqueue within 30s")
 	}
 }

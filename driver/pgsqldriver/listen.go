@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/internal/pgsql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -31,6 +32,9 @@ var errNotPgx = fmt.Errorf("pgsqldriver: outbox listen: the database/sql driver 
 // instead; so it does behind a pooler in transaction mode, unless
 // Config.ListenConnConfig gives it a direct connection.
 func (d *Driver) ListenOutbox(ctx context.Context, onError func(error)) (<-chan struct{}, error) {
+	if d.cfg.NoOutboxNotify {
+		return nil, fmt.Errorf("%s: outbox listen: %w", "pgsqldriver", driver.ErrOutboxNotifyOff)
+	}
 	l, err := pgsql.ListenConnect(ctx, d.listenConn)
 	if err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ func (e *executor) OutboxInsert(ctx context.Context, rows []driver.OutboxRow) (i
 	var inserted, notified int
 	err = e.db.QueryRowContext(ctx, e.d.expand(pgsql.OutboxInsertSQL),
 		textArray(ids), textArray(a.Types), textArray(a.Keys), nullTextArray(a.Sagas), byteaArray(a.Payloads),
-		nullTextArray(a.Headers), timeArray(a.Occurred), timeArray(a.Created), names.OutboxChannel(),
+		nullTextArray(a.Headers), timeArray(a.Occurred), timeArray(a.Created), e.d.notifyChannel(names),
 	).Scan(&inserted, &notified)
 	if err != nil {
 		return 0, mapErr("outbox insert", err)

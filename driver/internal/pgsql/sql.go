@@ -164,7 +164,8 @@ const (
 	LanesPerClaim = 16
 
 	// OutboxInsertSQL inserts the rows given as arrays in their order, and
-	// notifies $9 when one was new. The notify CTE is not referenced by
+	// notifies $9 when one was new, unless $9 is '' (the driver's
+	// NoOutboxNotify). The notify CTE is not referenced by
 	// the INSERT; the final SELECT reads it so that it runs, after the
 	// insert, and only when a row was new. Each new row's pending row is
 	// written by the outbox_pending_insert trigger (migration 008).
@@ -180,7 +181,7 @@ const (
 			ON CONFLICT (event_id) DO NOTHING
 			RETURNING 1
 		), notify AS (
-			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE EXISTS (SELECT 1 FROM ins)
+			SELECT pg_notify($9, '') FROM (SELECT 1) AS one WHERE $9 <> '' AND EXISTS (SELECT 1 FROM ins)
 		)
 		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM notify)`
 
