@@ -277,6 +277,19 @@ func acquireLease(ctx context.Context, a *App, ex driver.LockExecutor, clock *db
 	owner := fmt.Sprintf("%s/%d/%s/%s", host, os.Getpid(), hex.EncodeToString(rnd[:]), pidNamespace())
 	deadline := time.Now().Add(embeddedLockTTL + time.Second)
 	var now time.Time
+	// The lease's times are the database's: until this host's offset to
+	// it is measured, its own clock, maybe far ahead, would find a live
+	// lease lapsed and take it.
+	for try := 1; !clock.Measure(ctx); try++ {
+		if try == 1 {
+			a.log.Info("embedded broker: could not read the database's clock in time; trying again before taking the lease", "lease", name)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease %s: the database's clock could not be read (tried %d times): %w", name, try, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 	for waited := false; ; waited = true {
 		clock.Sync(ctx)
 		now = clock.Now()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,8 +24,37 @@ import (
 // next renewal). It waits for the lease to lapse (one lease length), then
 // refuses. The hosts' clocks are replaced per lease holder
 // (dbclock.Clock.SetHostClock); the system clock is not touched.
+//
+// Also when its first reading of the database's clock fails (a loaded
+// database, a round trip over dbclock's 1 s): it took the live lease at
+// once, on its host's clock alone, 30 s ahead.
 func TestEmbeddedLeaseNotTakenByAHostAhead(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fails int32 // the second idemd's first readings of the database's clock that fail
+	}{{"clock read", 0}, {"first clock reading failed", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			leaseNotTakenByAHostAhead(t, c.fails)
+		})
+	}
+}
+
+// failingClock is the database's clock whose first fails readings fail.
+type failingClock struct {
+	src   driver.Clock
+	fails atomic.Int32
+}
+
+func (c *failingClock) DatabaseNow(ctx context.Context) (time.Time, error) {
+	if c.fails.Add(-1) >= 0 {
+		return time.Time{}, errors.New("timeout: context deadline exceeded")
+	}
+	return c.src.DatabaseNow(ctx)
+}
+
+func leaseNotTakenByAHostAhead(t *testing.T, fails int32) {
 	drv := testdb.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), embeddedLockTTL+30*time.Second)
 	defer cancel()
@@ -45,7 +75,9 @@ func TestEmbeddedLeaseNotTakenByAHostAhead(t *testing.T) {
 
 	var logs testlog.Buffer
 	second := &App{log: slog.New(slog.NewTextHandler(&logs, nil)), fatal: make(chan error, 1)}
-	ahead := dbclock.New(drv, second.log, "embedded broker")
+	src := &failingClock{src: drv}
+	src.fails.Store(fails)
+	ahead := dbclock.New(src, second.log, "embedded broker")
 	ahead.SetHostClock(func() time.Time { return time.Now().Add(30 * time.Second) })
 	got, err := acquireLease(ctx, second, drv.Executor(), ahead, EmbeddedLock)
 	if err == nil {

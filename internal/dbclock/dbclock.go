@@ -49,6 +49,8 @@ type Clock struct {
 	// measures at once.
 	next, hostAt, monoAt atomic.Int64
 
+	measured atomic.Bool // an offset was measured (kept) once
+
 	mu     sync.Mutex // one measurement at a time
 	warned time.Duration
 }
@@ -68,6 +70,7 @@ func (c *Clock) SetHostClock(wall func() time.Time) {
 	defer c.mu.Unlock()
 	c.wall = wall
 	c.next.Store(0)
+	c.measured.Store(false)
 }
 
 // Offset is the last measured offset of the database's clock to the
@@ -99,6 +102,35 @@ func (c *Clock) Sync(ctx context.Context) {
 		return
 	}
 	defer c.mu.Unlock()
+	c.measure(ctx)
+}
+
+// Measured reports whether the offset was measured once (the database's
+// clock read within maxRoundTrip), or needs none (no driver.Clock: the
+// host's clock is the database's). Until then Now is the host's clock as
+// is, which a caller that compares times written by other hosts (a
+// lease) must not trust.
+func (c *Clock) Measured() bool {
+	return c == nil || c.src == nil || c.measured.Load()
+}
+
+// Measure measures the offset now, whatever Sync's schedule, waiting for
+// a measurement in progress, and returns Measured. For a caller that
+// needs the database's time once (before taking a lease), not for every
+// request: Sync is the cheap one.
+func (c *Clock) Measure(ctx context.Context) bool {
+	if c == nil || c.src == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.measure(ctx)
+	return c.Measured()
+}
+
+// measure reads the database's clock and keeps the offset if the reading
+// was quick enough; c.mu is held.
+func (c *Clock) measure(ctx context.Context) {
 	wall := c.wall
 	mctx, cancel := context.WithTimeout(ctx, measureTimeout)
 	defer cancel()
@@ -118,6 +150,7 @@ func (c *Clock) Sync(ctx context.Context) {
 	}
 	off := db.Sub(t1.Add(rtt / 2))
 	c.offset.Store(int64(off))
+	c.measured.Store(true)
 	switch {
 	case abs(off) > WarnAbove && abs(off-c.warned) > WarnAbove:
 		c.warned = off

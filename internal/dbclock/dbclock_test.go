@@ -121,3 +121,25 @@ func TestSyncAfterAStep(t *testing.T) {
 		t.Fatalf("%d reads once the step was measured; want 2", n)
 	}
 }
+
+// Measured says whether Now is corrected yet: not after failed readings
+// (Sync then waits Every before it reads again), and Measure reads at once.
+func TestMeasure(t *testing.T) {
+	t.Parallel()
+	db := &fakeDB{off: -time.Hour, err: errors.New("timeout")}
+	c := New(db, slog.New(slog.DiscardHandler), "test")
+	if c.Measured() {
+		t.Fatal("Measured before any reading")
+	}
+	c.Sync(context.Background())
+	if c.Measured() || c.Measure(context.Background()) || db.reads.Load() != 2 {
+		t.Fatalf("after failed readings: Measured %v, %d reads; want false, 2", c.Measured(), db.reads.Load())
+	}
+	db.err = nil
+	if !c.Measure(context.Background()) || !c.Measured() || !near(time.Until(c.Now()), -time.Hour) {
+		t.Fatalf("after a reading: Measured %v, Now %s off the host's; want true, -1h", c.Measured(), time.Until(c.Now()))
+	}
+	if !New(nil, slog.New(slog.DiscardHandler), "test").Measured() {
+		t.Error("a clock without a database's clock: not Measured; the host's clock is the database's")
+	}
+}
