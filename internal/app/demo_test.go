@@ -193,7 +193,10 @@ func TestDemoForgetfulServer(t *testing.T) {
 func TestDemoTimeoutStartsAfterSending(t *testing.T) {
 	t.Parallel()
 	a, _, _ := demoTarget(t)
-	const delay = time.Second
+	// -timeout 10s: the settling, Kafka's records produced again and
+	// read, and the projection take well under a second on a quiet
+	// machine, seconds on a loaded one (-timeout 3s was tight).
+	const delay, timeout = 3 * time.Second, 10 * time.Second
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" {
 			time.Sleep(delay)
@@ -203,8 +206,8 @@ func TestDemoTimeoutStartsAfterSending(t *testing.T) {
 	t.Cleanup(slow.Close)
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	// 4 orders one at a time: at least 4 s of sending, more than -timeout.
-	code := runDemo(context.Background(), []string{"-url", slow.URL, "-orders", "4", "-concurrency", "1", "-seed", "1", "-timeout", "3s"},
+	// 4 orders one at a time: at least 12 s of sending, more than -timeout.
+	code := runDemo(context.Background(), []string{"-url", slow.URL, "-orders", "4", "-concurrency", "1", "-seed", "1", "-timeout", timeout.String()},
 		func(string) string { return "" }, nil, &stdout, &stderr)
 	out := stdout.String()
 	if took := time.Since(start); took < 4*delay {

@@ -466,20 +466,24 @@ func TestRunDatabaseUnreachable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			// Tries at 0, 0.25, 0.75, 1.75 and 3.75 s: at least 3 in
+			// the bound unless the process stood still for 2 s or more
+			// (with a 2 s bound, 4 tries, a stall of 1.25 s left 2).
+			const bound = 4 * time.Second
 			var stdout, stderr testlog.Buffer
 			m := stallmeter.Start(t)
 			start := time.Now()
 			code := app.RunWith(context.Background(), []string{"-addr", "127.0.0.1:0", "-kafka", "off",
 				"-db", "postgres://postgres:secret@" + c.host + "/test?connect_timeout=5"}, envOf(nil), &stdout, &stderr,
-				app.WithStartTimeout(app.Options{}, 2*time.Second))
+				app.WithStartTimeout(app.Options{}, bound))
 			took := time.Since(start)
 			ran, stalled := m.Elapsed()
 			if code != 1 {
 				t.Errorf("exit code %d, want 1; stderr %s", code, stderr.String())
 			}
-			if took < 2*time.Second || ran > 5*time.Second {
-				t.Errorf("Run returned after %v (%v less the process's stalls of %v), want the start-up bound (2 s) of retries; stderr %s",
-					took, ran, stalled, stderr.String())
+			if took < bound || ran > bound+3*time.Second {
+				t.Errorf("Run returned after %v (%v less the process's stalls of %v), want the start-up bound (%v) of retries; stderr %s",
+					took, ran, stalled, bound, stderr.String())
 			}
 			if stdout.String() != "" {
 				t.Errorf("stdout %q, want nothing", stdout.String())
