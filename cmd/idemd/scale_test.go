@@ -266,7 +266,9 @@ func TestE2EScale(t *testing.T) {
 			t.Errorf("scale-out to %d replicas: the new ones were not assigned partitions of each group within 20 s: %s", step[len(step)-1]+1, took)
 		}
 		t.Logf("scale-out to %d replicas: started in %v; partitions assigned to the new ones: %s", step[len(step)-1]+1, time.Since(t0).Round(time.Millisecond), took)
-		time.Sleep(3 * time.Second)
+		// Until the new ones took their share (checked at their
+		// SIGTERM), not a fixed 3 s: a loaded machine may take longer.
+		waitShare(replicas[step[0]:step[len(step)-1]+1], 30*time.Second)
 	}
 	time.Sleep(3 * time.Second)
 	for _, p := range replicas {
@@ -278,9 +280,9 @@ func TestE2EScale(t *testing.T) {
 			p := replicas[i]
 			// The replicas added took requests and applied events of
 			// both consumers (their partitions).
-			applied, served := scrapeMetric(p, appliedRe), scrapeMetric(p, ordersRe)
+			served, applied, ok := tookShare(p)
 			t.Logf("%s before its SIGTERM: orders created %v, events applied %v", p.name, served, applied)
-			if served["POST /v1/orders"] == 0 || applied[app.ProjectionInbox] == 0 || applied[app.SagaInbox] == 0 {
+			if !ok {
 				t.Errorf("%s took no share of the work: orders created %v, events applied %v", p.name, served, applied)
 			}
 			for res, v := range scrapeMetric(p, sweepsRe) {
@@ -325,7 +327,7 @@ func TestE2EScale(t *testing.T) {
 		if left > 0 {
 			t.Errorf("scale-in of %v: %d orders answered before it still CREATED %.0f s after", stopped, left, settled.Seconds())
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(time.Second) // the trickle on the replicas left
 	}
 	stopLoad.Store(true)
 	loadDone.Wait()
@@ -388,6 +390,23 @@ func TestE2EScale(t *testing.T) {
 			counts[m[1]+" "+m[2]]++
 		}
 		t.Logf("%s warnings and errors: %v", p.name, counts)
+	}
+}
+
+// tookShare reports whether p created orders and applied events of both
+// consumers.
+func tookShare(p *proc) (served, applied map[string]int, ok bool) {
+	applied, served = scrapeMetric(p, appliedRe), scrapeMetric(p, ordersRe)
+	return served, applied, served["POST /v1/orders"] > 0 && applied[app.ProjectionInbox] > 0 && applied[app.SagaInbox] > 0
+}
+
+// waitShare waits, up to within, until each of ps took its share of the
+// work (tookShare).
+func waitShare(ps []*proc, within time.Duration) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if !slices.ContainsFunc(ps, func(p *proc) bool { _, _, ok := tookShare(p); return !ok }) {
+			return
+		}
 	}
 }
 
