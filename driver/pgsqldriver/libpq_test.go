@@ -1,6 +1,7 @@
 package pgsqldriver_test
 
 import (
+	"context"
 	"database/sql"
 	"net/url"
 	"testing"
@@ -45,10 +46,11 @@ func TestDriverLibPQ(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
-		if migrate {
-			if err := drv.Migrate(t.Context()); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
+		if migrate { // the migration tests call Migrate on an unmigrated one
+			testdb.ApplyMigrations(t, drv, func(ctx context.Context, script string) error {
+				_, err := db.ExecContext(ctx, script)
+				return err
+			})
 		}
 		return drv
 	}

@@ -82,13 +82,14 @@ func BouncerPool(t testing.TB, bouncerURL string, maxConns int32) *pgxpool.Pool 
 }
 
 // PostgresBehindPgBouncer returns a migrated pgdriver on a fresh schema,
-// and the schema, whose pool goes through the PgBouncer at bouncerURL. The
+// and the schema, whose pool goes through the PgBouncer at bouncerURL (the
+// schema is migrated by ApplyMigrations on a direct connection). The
 // schema is named
 // in pgdriver.Config.Schema: a search_path given at connection start is
 // not passed on by PgBouncer.
 func PostgresBehindPgBouncer(t testing.TB, bouncerURL string, cfg *pgdriver.Config) (*pgdriver.Driver, string) {
 	t.Helper()
-	_, schema := Schema(t, 2)
+	direct, schema := Schema(t, 2)
 	c := pgdriver.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -98,9 +99,10 @@ func PostgresBehindPgBouncer(t testing.TB, bouncerURL string, cfg *pgdriver.Conf
 	if err != nil {
 		t.Fatalf("pgdriver: %v", err)
 	}
-	if err := drv.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	ApplyMigrations(t, drv, func(ctx context.Context, script string) error {
+		_, err := direct.Exec(ctx, script)
+		return err
+	})
 	return drv, schema
 }
 
@@ -124,14 +126,15 @@ func BouncerSQLDB(t testing.TB, bouncerURL string, maxConns int) *sql.DB {
 // (over BouncerSQLDB).
 func PostgresSQLBehindPgBouncer(t testing.TB, bouncerURL string) (*pgsqldriver.Driver, string) {
 	t.Helper()
-	_, schema := Schema(t, 2)
+	direct, schema := Schema(t, 2)
 	drv, err := pgsqldriver.New(BouncerSQLDB(t, bouncerURL, 24), &pgsqldriver.Config{Schema: schema})
 	if err != nil {
 		t.Fatalf("pgsqldriver: %v", err)
 	}
-	if err := drv.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	ApplyMigrations(t, drv, func(ctx context.Context, script string) error {
+		_, err := direct.Exec(ctx, script)
+		return err
+	})
 	return drv, schema
 }
 

@@ -65,7 +65,7 @@ func RoleSQLPool(t testing.TB, role, schema string, maxConns int) *sql.DB {
 }
 
 // PostgresSQL returns a migrated pgsqldriver (PostgreSQL over database/sql)
-// in a fresh schema.
+// in a fresh schema (migrated by ApplyMigrations, as Postgres).
 func PostgresSQL(t testing.TB) *pgsqldriver.Driver {
 	t.Helper()
 	drv, _ := PostgresSQLSchema(t)
@@ -80,9 +80,10 @@ func PostgresSQLSchema(t testing.TB) (*pgsqldriver.Driver, string) {
 	if err != nil {
 		t.Fatalf("pgsqldriver: %v", err)
 	}
-	if err := drv.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	ApplyMigrations(t, drv, func(ctx context.Context, script string) error {
+		_, err := db.ExecContext(ctx, script)
+		return err
+	})
 	return drv, schema
 }
 
