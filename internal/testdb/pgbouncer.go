@@ -103,6 +103,7 @@ func PostgresBehindPgBouncer(t testing.TB, bouncerURL string, cfg *pgdriver.Conf
 		_, err := direct.Exec(ctx, script)
 		return err
 	})
+	direct.Reset() // the test goes through PgBouncer: hold no direct session
 	return drv, schema
 }
 
@@ -135,6 +136,7 @@ func PostgresSQLBehindPgBouncer(t testing.TB, bouncerURL string) (*pgsqldriver.D
 		_, err := direct.Exec(ctx, script)
 		return err
 	})
+	direct.Reset() // the test goes through PgBouncer: hold no direct session
 	return drv, schema
 }
 

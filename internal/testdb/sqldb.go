@@ -12,11 +12,18 @@ import (
 
 // SQLDB creates a fresh schema and returns a database/sql pool on it,
 // through the pgx stdlib driver, whose search_path is that schema. Both are
-// dropped or closed when the test ends.
+// dropped or closed when the test ends. The schema is created and dropped
+// on the pool's sessions (see Schema).
 func SQLDB(t testing.TB, maxConns int) (*sql.DB, string) {
 	t.Helper()
-	_, schema := Schema(t, 1)
-	return SQLPool(t, schema, maxConns), schema
+	RequirePostgres(t)
+	schema := "t_" + randHex(6)
+	db := SQLPool(t, schema, maxConns) // a search_path that does not exist yet is accepted
+	onSchema(t, schema, func(ctx context.Context, sql string) error {
+		_, err := db.ExecContext(ctx, sql)
+		return err
+	})
+	return db, schema
 }
 
 // SQLPool opens another database/sql pool whose search_path is schema (a

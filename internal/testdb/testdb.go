@@ -68,29 +68,48 @@ func RequirePostgres(t testing.TB) {
 
 // Schema creates a fresh schema and returns a pool whose search_path is that
 // schema, so the test's own tables land there too. Both are dropped when the
-// test ends. The schema is created, and dropped, on one of the pool's
-// sessions (not on a connection of its own: two connections fewer per test).
+// test ends. The schema is created on a session of the pool, which is then
+// closed (a caller that reaches the schema through a pool of its own holds
+// no idle session of this one), and dropped on one of the pool's idle
+// sessions when the test used it (a connection fewer per test).
 func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	t.Helper()
+	pool, schema := schemaPool(t, maxConns)
+	pool.Reset()
+	return pool, schema
+}
+
+// schemaPool is Schema keeping the session that created the schema in the
+// pool, for a caller that uses the pool at once (Postgres migrates on it).
+func schemaPool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
+	t.Helper()
 	RequirePostgres(t)
-	ctx := context.Background()
 	schema := "t_" + randHex(6)
 	pool := Pool(t, schema, maxConns) // a search_path that does not exist yet is accepted
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+	onSchema(t, schema, func(ctx context.Context, sql string) error {
+		_, err := pool.Exec(ctx, sql)
+		return err
+	})
+	return pool, schema
+}
+
+// onSchema creates schema with exec, a session of the pool that the test
+// uses, and drops it with exec when the test ends (before the pool closes:
+// register the pool's Close first). A test that left the pool's sessions
+// unable to drop it (SET ROLE, a read-only or short-timeout session, a
+// terminated backend) gets a connection of its own for the DROP. The
+// pool's idle sessions hold no lock (pgxpool and database/sql close a
+// session released inside a transaction).
+func onSchema(t testing.TB, schema string, exec func(ctx context.Context, sql string) error) {
+	t.Helper()
+	if err := exec(context.Background(), "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		// The pool's idle sessions hold no lock (pgxpool closes a
-		// session released inside a transaction). A test that left them
-		// unable to drop it (SET ROLE, a read-only or short-timeout
-		// session, a terminated backend) gets a connection of its own.
-		_, err := pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		err := exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 		if err == nil {
-			vacuumCatalogsEvery(ctx, pool)
-		}
-		pool.Close()
-		if err == nil {
+			vacuumCatalogsEvery(ctx, exec)
 			return
 		}
 		c, err := connect(ctx)
@@ -100,7 +119,6 @@ func Schema(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		_ = c.Close(ctx)
 	})
-	return pool, schema
 }
 
 // vacuumPeriod is how many schemas a test process drops between two
@@ -127,11 +145,11 @@ const churnedCatalogs = `pg_catalog.pg_attribute, pg_catalog.pg_class, pg_catalo
 // reads slowed with it. A plain VACUUM blocks no one (SKIP_LOCKED: a
 // catalog another process is vacuuming is skipped), and a role that may
 // not vacuum a catalog gets a warning, not an error; errors are ignored.
-func vacuumCatalogsEvery(ctx context.Context, pool *pgxpool.Pool) {
+func vacuumCatalogsEvery(ctx context.Context, exec func(ctx context.Context, sql string) error) {
 	if dropped.Add(1)%vacuumPeriod != 0 {
 		return
 	}
-	_, _ = pool.Exec(ctx, "VACUUM (SKIP_LOCKED) "+churnedCatalogs)
+	_ = exec(ctx, "VACUUM (SKIP_LOCKED) "+churnedCatalogs)
 }
 
 // Database creates a fresh database and returns a pool on it, for a test
@@ -208,7 +226,7 @@ func newPool(t testing.TB, maxConns int32, set func(*pgxpool.Config)) *pgxpool.P
 // driver of its own).
 func Postgres(t testing.TB) *pgdriver.Driver {
 	t.Helper()
-	pool, schema := Schema(t, 20)
+	pool, schema := schemaPool(t, 20)
 	drv, err := pgdriver.New(pool, &pgdriver.Config{Schema: schema})
 	if err != nil {
 		t.Fatalf("pgdriver: %v", err)
