@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/driver/pgsqldriver"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/problem"
 )
@@ -38,22 +39,55 @@ func isSimpleCommit(b []byte) bool {
 }
 
 // sendTimed sends one request in the background and returns its answer,
-// or, when it takes longer than limit, cuts the faulted connection (which
-// ends the hang) and fails the test.
+// and the time from f firing (the store call that PostgreSQL does not
+// answer went out) to the answer, less what the process stalled meanwhile
+// (internal/stallmeter): the bound under test (CommitTimeout, a rollback's
+// 5 s) starts there. What comes before is the loaded machine's: the
+// request's connection through the proxy waits for one of the machine's
+// PostgreSQL connection slots (internal/testdb) while other test
+// processes hold them all, then the claim and the handler run. Counted
+// from the send, that failed TestSQLCommitDeadline under load (answered
+// 10.9 s after the send, CommitTimeout 1 s). When the answer takes longer
+// than limit (plus the stalls) after f fired, sendTimed cuts the faulted
+// connection (which ends the hang) and fails the test; when the request
+// neither makes the faulted call nor is answered within a minute, it
+// fails too. If f did not fire, the time counts from the send (the caller
+// fails on f).
 func sendTimed(t *testing.T, h http.Handler, target, key string, limit time.Duration, f *testdb.Faulted) (*httptest.ResponseRecorder, time.Duration) {
 	t.Helper()
+	meter := stallmeter.Start(t)
 	start := time.Now()
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- send(h, "POST", target, key, `{}`) }()
+	took := func(from time.Time, stalledBefore time.Duration) time.Duration {
+		end := time.Now()
+		time.Sleep(3 * stallmeter.Tick) // a stall that ended just now is counted
+		return max(end.Sub(from)-(meter.Stop()-stalledBefore), 0)
+	}
+	var fired time.Time
+	var stalledBefore time.Duration
 	select {
 	case rr := <-done:
-		return rr, time.Since(start)
-	case <-time.After(limit):
-		f.Cut()
-		rr := <-done
-		t.Fatalf("no answer within %s of a store call that PostgreSQL does not answer; %d %s once the connection was cut, after %s",
-			limit, rr.Code, rr.Body, time.Since(start).Round(time.Millisecond))
-		return nil, 0
+		return rr, took(start, 0)
+	case <-f.Fired():
+		fired, stalledBefore = time.Now(), meter.Stalled()
+	case <-time.After(time.Minute):
+		t.Fatalf("the request was not answered, nor did it make the store call of the fault, within a minute")
+	}
+	for {
+		left := time.Until(fired.Add(limit + meter.Stalled() - stalledBefore))
+		if left <= 0 {
+			f.Cut()
+			rr := <-done
+			t.Fatalf("no answer within %s of a store call that PostgreSQL does not answer (made %s after the request was sent); %d %s once the connection was cut, %s after the call",
+				limit, fired.Sub(start).Round(time.Millisecond), rr.Code, rr.Body, time.Since(fired).Round(time.Millisecond))
+			return nil, 0
+		}
+		select {
+		case rr := <-done:
+			return rr, took(fired, stalledBefore)
+		case <-time.After(left):
+		}
 	}
 }
 
@@ -104,7 +138,7 @@ func TestCommitDeadline(t *testing.T) {
 				}
 				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown)
 				if took > 5*time.Second {
-					t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+					t.Errorf("answered %s after the faulted call (the process's stalls left out) with a CommitTimeout of 1s", took)
 				}
 				if rr.Header().Get("Retry-After") == "" {
 					t.Error("no Retry-After")
@@ -180,7 +214,7 @@ func TestLeaseCompleteDeadline(t *testing.T) {
 				t.Fatalf("answer: %d %s", rr.Code, rr.Body)
 			}
 			if took > 5*time.Second {
-				t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+				t.Errorf("answered %s after the faulted call (the process's stalls left out) with a CommitTimeout of 1s", took)
 			}
 			select {
 			case <-f.Fired():

@@ -56,7 +56,7 @@ func TestSQLCommitDeadline(t *testing.T) {
 				}
 				checkProblem(t, rr, http.StatusServiceUnavailable, problem.TypeOutcomeUnknown)
 				if took > 5*time.Second {
-					t.Errorf("answered after %s with a CommitTimeout of 1s", took)
+					t.Errorf("answered %s after the faulted call (the process's stalls left out) with a CommitTimeout of 1s", took)
 				}
 				if !strings.Contains(logs.String(), "commit result unknown") || !strings.Contains(logs.String(), "CommitTimeout") {
 					t.Errorf("log does not say the COMMIT's outcome is unknown after CommitTimeout:\n%s", logs.String())
@@ -136,7 +136,7 @@ func TestSQLReplayRollbackDeadline(t *testing.T) {
 		t.Fatalf("replay: %d %q %s", rr.Code, rr.Header().Get(idemhttp.ReplayedHeader), rr.Body)
 	}
 	if took > 10*time.Second {
-		t.Errorf("replay answered after %s", took)
+		t.Errorf("replay answered %s after its ROLLBACK went out (the process's stalls left out)", took)
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", calls.Load())
