@@ -9,6 +9,7 @@
 //	go run ./bench/kafkabench -scenarios relay -relay-batch 100,500,2000 -relays 2
 //	go run ./bench/kafkabench -scenarios latency     # relay latency at 1000 events/s; about 25 s
 //	go run ./bench/kafkabench -scenarios restart     # relay and consumer SIGKILLed mid-load; about 20 s
+//	go run ./bench/kafkabench -scenarios enqueue -enqueue-writers 8 # producers' commits with and without pg_notify
 //	go run ./bench/kafkabench -h                     # every flag
 //
 // It creates a private schema (dropped at exit) with idem's tables
@@ -96,6 +97,14 @@
 // and the relay's batches per second. Check: every event published once and
 // consumed once, per key in order, and at least 95% of -latency-rate
 // reached.
+//
+// The enqueue scenario (not in the default -scenarios) measures what the
+// outbox's wake-up costs the producers: -enqueue-writers connections each
+// committing transactions of one event (outbox.EnqueueTx), through a
+// driver that notifies (pg_notify in the insert, the default) and one with
+// pgdriver.Config.NoOutboxNotify, in turns of -enqueue-slice (3 s) for
+// -rounds rounds; it prints both commit rates (medians) and their ratio.
+// PostgreSQL commits the notifying transactions one at a time.
 //
 // The restart scenario (not in the default -scenarios) kills a relay and
 // then a consumer mid-load, as a crash would (SIGKILL: no rollback, no

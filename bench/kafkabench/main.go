@@ -43,6 +43,7 @@ type options struct {
 	partitions    int
 	enqueueBatch  int
 	enqueueWriter int
+	enqueueSlice  time.Duration
 	relayTimeout  time.Duration
 
 	latencyRate     float64
@@ -67,7 +68,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; every scenario runs once per round, in a random order; figures are medians over rounds")
 	flag.Float64Var(&o.dupFrac, "dup", 0.10, "after each timed run, redeliver this fraction of its events (the duplicate round; 0 skips it)")
 	flag.IntVar(&o.accounts, "accounts", 1000, "distinct account keys the consumed events carry")
-	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets; latency and restart are not in the default)")
+	flag.StringVar(&o.only, "scenarios", "a,b,c,b2,c2,relay", "scenarios to run, comma-separated (a, b and c are needed for the targets; enqueue, latency and restart are not in the default)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the bench's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 
@@ -79,7 +80,8 @@ func main() {
 	flag.BoolVar(&o.relayDelete, "relay-delete-published", false, "relay: pgdriver.Config.OutboxDeletePublished (delete rows once published instead of marking them)")
 	flag.IntVar(&o.partitions, "partitions", 6, "relay: partitions of the kfake topic")
 	flag.IntVar(&o.enqueueBatch, "enqueue-batch", 500, "relay: events per enqueuing transaction (outbox.EnqueueTx)")
-	flag.IntVar(&o.enqueueWriter, "enqueue-writers", 2, "relay: concurrent enqueuing transactions (each owns a share of the keys)")
+	flag.IntVar(&o.enqueueWriter, "enqueue-writers", 2, "relay: concurrent enqueuing transactions (each owns a share of the keys); enqueue: writers (connections)")
+	flag.DurationVar(&o.enqueueSlice, "enqueue-slice", 3*time.Second, "enqueue: length of each turn of a driver per round")
 	flag.DurationVar(&o.relayTimeout, "relay-timeout", 5*time.Minute, "relay: give up waiting for the outbox to drain after this long")
 
 	flag.Float64Var(&o.latencyRate, "latency-rate", 1000, "latency: events/s enqueued, one transaction per event (also uses -relay-keys, -relays, -partitions)")
@@ -111,7 +113,7 @@ func main() {
 	}
 	if o.nA < 1 || o.n < 1 || o.batch < 1 || o.workersA < 1 || o.workers < 1 || o.rounds < 1 ||
 		o.dupFrac < 0 || o.dupFrac > 1 || o.accounts < 1 || o.relayN < 1 || o.relayKeys < 1 ||
-		o.relays < 1 || o.partitions < 1 || o.enqueueBatch < 1 || o.enqueueWriter < 1 || o.relayTimeout <= 0 {
+		o.relays < 1 || o.partitions < 1 || o.enqueueBatch < 1 || o.enqueueWriter < 1 || o.enqueueSlice <= 0 || o.relayTimeout <= 0 {
 		fmt.Fprintln(os.Stderr, "kafkabench: sizes, counts and -relay-timeout must be positive; -dup must be within [0, 1]")
 		os.Exit(2)
 	}
@@ -203,6 +205,12 @@ func run(ctx context.Context, o options) (err error) {
 			if err := env.runRelay(ctx, bs); err != nil {
 				return err
 			}
+		}
+	}
+	if want["enqueue"] {
+		fmt.Println()
+		if err := env.runEnqueue(ctx); err != nil {
+			return err
 		}
 	}
 	if want["latency"] {

@@ -66,9 +66,11 @@ type Config struct {
 	// the transactions that notified one at a time, server-wide: a
 	// notifying transaction holds a lock of its own from the start of its
 	// COMMIT until the COMMIT's WAL flush is done, so notifying writers
-	// get no group commit and queue behind each other's disk flush. With
-	// 8 writers each committing one small INSERT, this machine ran 1,900-
-	// 2,000 commits/s without the notify and 430-510 with it. Set it when
+	// get no group commit and queue behind each other's disk flush: their
+	// commits per second stop growing with the writers (bench/kafkabench
+	// -scenarios enqueue, one event per transaction, 2 cores: 1,900-2,300
+	// with the notify for 1, 8 or 32 writers, 3,400-3,500 without it for
+	// 8 and 32; on a loaded machine, 430-510 against 1,900-2,000). Set it when
 	// many concurrent transactions enqueue (hundreds per second or more,
 	// or a slow disk), and accept up to PollInterval of publish latency
 	// (or set a shorter PollInterval). Defaults to false: every insert

@@ -186,7 +186,7 @@ func (a *App) openPostgres(ctx context.Context) error {
 		}
 		return fmt.Errorf("database %s unreachable: %s", a.cfg.DB, errMessage(err))
 	}
-	var dcfg pgdriver.Config
+	dcfg := pgdriver.Config{NoOutboxNotify: a.cfg.DBNoNotify}
 	if a.cfg.DBListen != "" {
 		// As a pool's URL, like -db's: its pool_* parameters (a copy of
 		// -db's URL with pool_max_conns) are the pool's, not settings to

@@ -87,6 +87,12 @@ type Config struct {
 	// through a pooler in transaction mode (PgBouncer), which passes no
 	// notification on between transactions: a direct connection.
 	DBListen string
+	// DBNoNotify makes the orders' transactions enqueue their events
+	// without pg_notify (pgdriver.Config.NoOutboxNotify): PostgreSQL
+	// commits notifying transactions one at a time, server-wide, and the
+	// relays then poll every second instead. PostgreSQL only, and not
+	// with DBListen. Defaults to false (-db-notify, true: notify).
+	DBNoNotify bool
 	// ShutdownTimeout bounds the whole shutdown (see Serve). Defaults to
 	// 15s.
 	ShutdownTimeout time.Duration
@@ -188,6 +194,7 @@ var settings = []setting{
 	{"db", "IDEMD_DB", DefaultDB, "database: postgres://user:pass@host/db, sqlite:PATH or a file path"},
 	{"db-password-file", "IDEMD_DB_PASSWORD_FILE", "", "file holding the PostgreSQL password (one line), read again for every new connection: a password rotated in the file is used without a restart; -db and -db-listen then carry none"},
 	{"db-listen", "IDEMD_DB_LISTEN", "", "PostgreSQL URL the outbox relay LISTENs on for other replicas' events (default: -db's); a direct one when -db goes through a pooler in transaction mode (PgBouncer)"},
+	{"db-notify", "IDEMD_DB_NOTIFY", "true", "false: orders enqueue their events without pg_notify, and the relays poll every second: PostgreSQL commits the transactions that notify one at a time, server-wide, which caps the orders per second of a busy database (PostgreSQL only; not with -db-listen)"},
 	{"shutdown-timeout", "IDEMD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "bound of the whole shutdown: requests in flight, the relay, the consumers and the last outbox flush"},
 	{"request-timeout", "IDEMD_REQUEST_TIMEOUT", DefaultRequestTimeout.String(), "bound of each /v1 request's work: a request still waiting for the database (a connection of an exhausted pool, a lock) then answers 503 with Retry-After; at most " + MaxRequestTimeout.String()},
 	{"log-format", "IDEMD_LOG_FORMAT", DefaultLogFormat, "log format: json or text"},
@@ -214,7 +221,7 @@ var settings = []setting{
 
 // boolSettings are the settings that are switches: -name alone means
 // -name=true.
-var boolSettings = map[string]bool{"kafka-tls": true}
+var boolSettings = map[string]bool{"kafka-tls": true, "db-notify": true}
 
 // boolString is a switch's flag.Value: it keeps the text, checked after
 // parsing like the other settings'.
@@ -361,6 +368,21 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 				source("db-listen"), source("db-password-file"))
 		}
 		cfg.DBListen = l
+	}
+	if v := strings.TrimSpace(*values["db-notify"]); v != "" {
+		notify, err := strconv.ParseBool(v)
+		switch {
+		case err != nil:
+			return Config{}, configErrorf("%s: %q is not true or false", source("db-notify"), v)
+		case notify:
+		case db.Kind != Postgres:
+			return Config{}, configErrorf("%s=false: only with a PostgreSQL -db (SQLite has no NOTIFY)", source("db-notify"))
+		case cfg.DBListen != "":
+			return Config{}, configErrorf("%s=false and %s: the relay would LISTEN for notifications no transaction sends; drop one of them",
+				source("db-notify"), source("db-listen"))
+		default:
+			cfg.DBNoNotify = true
+		}
 	}
 	d, err := time.ParseDuration(*values["shutdown-timeout"])
 	if err != nil || d <= 0 {

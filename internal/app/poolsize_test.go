@@ -53,3 +53,37 @@ func TestPoolMaxConnsInDBAndDBListen(t *testing.T) {
 	}
 	t.Logf("%d sessions of idemd: pool_max_conns 2 + the listener's", sessions)
 }
+
+// With -db-notify=false an order's transaction enqueues its events
+// without pg_notify and nothing LISTENs: the relay polls, and the order
+// still goes through the saga (its events published and consumed).
+func TestNoNotifyOrdersGoThrough(t *testing.T) {
+	t.Parallel()
+	dbArg, count := dbCounter(t, "postgres")
+	u, err := url.Parse(dbArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appName := fmt.Sprintf("nonotify_%d", time.Now().UnixNano())
+	q := u.Query()
+	q.Set("application_name", appName)
+	u.RawQuery = q.Encode()
+	s := serveOn(t, u.String(), count, "-db-notify=false")
+	r := s.do(http.MethodPost, "/v1/orders", "nonotify-1", orderBody(7, "19.90"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	id, _ := r.json(t)["id"].(string)
+	s.waitStatus(id, "CONFIRMED")
+	pool := testdb.Pool(t, q.Get("search_path"), 2)
+	var listening, sessions int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE query LIKE 'LISTEN %'), count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&listening, &sessions); err != nil {
+		t.Fatal(err)
+	}
+	if sessions == 0 {
+		t.Fatalf("no session of idemd with application_name %s", appName)
+	}
+	if listening != 0 {
+		t.Errorf("%d LISTEN sessions of idemd with -db-notify=false (of %d)", listening, sessions)
+	}
+}
