@@ -428,36 +428,8 @@ func TestRelayStuckPartition(t *testing.T) {
 // key's events are all in the topic, in order, once each.
 func TestPublishStuckPartitionStraggler(t *testing.T) {
 	t.Parallel()
-	kc := kafkatest.New(t, kfake.NumBrokers(3))
-	fake := kc.Fake(t)
-	topic := kc.Topic(t, "orders", 2)
-	for p, node := range []int32{0, stuckNode} {
-		if err := fake.MoveTopicPartition(topic, int32(p), node); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var stuck atomic.Bool
-	stuck.Store(true)
-	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		fake.KeepControl()
-		return nil, nil, stuck.Load() && fake.CurrentNode() == stuckNode
-	})
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-	keyIn := func(p int) string {
-		for i := 0; ; i++ {
-			if k := fmt.Sprintf("order-%d", i); part.Partition(&kgo.Record{Key: []byte(k)}, 2) == p {
-				return k
-			}
-		}
-	}
-	ev := func(key string, n int) event.Envelope {
-		e, err := event.New("OrderCreated.v1", key, payload{N: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	a, b := keyIn(0), keyIn(1)
+	kc, topic, stuck, keysIn, ev := stuckTopic(t)
+	a, b := keysIn(0, 1)[0], keysIn(1, 1)[0]
 	a1, b1, b2, a2, b3, a3 := ev(a, 1), ev(b, 1), ev(b, 2), ev(a, 2), ev(b, 3), ev(a, 3)
 	const straggler = 300 * time.Millisecond
 	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), StragglerTimeout: straggler,
@@ -546,37 +518,7 @@ func publishErrs(t *testing.T, err error, n int) []error {
 // 8.5 s).
 func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
 	t.Parallel()
-	kc := kafkatest.New(t, kfake.NumBrokers(3))
-	fake := kc.Fake(t)
-	topic := kc.Topic(t, "orders", 2)
-	for p, node := range []int32{0, stuckNode} {
-		if err := fake.MoveTopicPartition(topic, int32(p), node); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var stuck atomic.Bool
-	stuck.Store(true)
-	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		fake.KeepControl()
-		return nil, nil, stuck.Load() && fake.CurrentNode() == stuckNode
-	})
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-	keysIn := func(p, n int) []string {
-		var ks []string
-		for i := 0; len(ks) < n; i++ {
-			if k := fmt.Sprintf("order-%d", i); part.Partition(&kgo.Record{Key: []byte(k)}, 2) == p {
-				ks = append(ks, k)
-			}
-		}
-		return ks
-	}
-	ev := func(key string, n int) event.Envelope {
-		e, err := event.New("OrderCreated.v1", key, payload{N: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	kc, topic, stuck, keysIn, ev := stuckTopic(t)
 	healthy, stuckKeys := keysIn(0, 1)[0], keysIn(1, 2)
 	a1, b1, a2, c1 := ev(healthy, 1), ev(stuckKeys[0], 1), ev(healthy, 2), ev(stuckKeys[1], 1)
 	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), StragglerTimeout: 300 * time.Millisecond,
@@ -636,4 +578,46 @@ func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
 	if dups := mustPublishedAtLeastOnce(t, kc.Records(t, topic), []event.Envelope{a1, b1, a2, c1}); dups > 0 {
 		t.Errorf("%d duplicates; want none", dups)
 	}
+}
+
+// stuckTopic is the set-up of the publisher's stuck-partition tests: a
+// topic of 2 partitions, partition 0 on a healthy broker and 1 on
+// stuckNode, which answers no produce request while stuck is true (it
+// starts true); keysIn(p, n) returns n record keys of partition p, and
+// ev(key, n) an event of key.
+func stuckTopic(t *testing.T) (kc *kafkatest.Cluster, topic string, stuck *atomic.Bool,
+	keysIn func(p, n int) []string, ev func(key string, n int) event.Envelope) {
+	t.Helper()
+	kc = kafkatest.New(t, kfake.NumBrokers(3))
+	fake := kc.Fake(t)
+	topic = kc.Topic(t, "orders", 2)
+	for p, node := range []int32{0, stuckNode} {
+		if err := fake.MoveTopicPartition(topic, int32(p), node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck = new(atomic.Bool)
+	stuck.Store(true)
+	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		return nil, nil, stuck.Load() && fake.CurrentNode() == stuckNode
+	})
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	keysIn = func(p, n int) []string {
+		var ks []string
+		for i := 0; len(ks) < n; i++ {
+			if k := fmt.Sprintf("order-%d", i); part.Partition(&kgo.Record{Key: []byte(k)}, 2) == p {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	ev = func(key string, n int) event.Envelope {
+		e, err := event.New("OrderCreated.v1", key, payload{N: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	return kc, topic, stuck, keysIn, ev
 }

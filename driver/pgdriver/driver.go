@@ -70,10 +70,10 @@ type Config struct {
 	// commits per second stop growing with the writers (bench/kafkabench
 	// -scenarios enqueue, one event per transaction, 2 cores: 1,900-2,300
 	// with the notify for 1, 8 or 32 writers, 3,400-3,500 without it for
-	// 8 and 32; on a loaded machine, 430-510 against 1,900-2,000). Set it when
-	// many concurrent transactions enqueue (hundreds per second or more,
-	// or a slow disk), and accept up to PollInterval of publish latency
-	// (or set a shorter PollInterval). Defaults to false: every insert
+	// 8 and 32; on a loaded machine, 430-510 against 1,900-2,000). Set it
+	// when many concurrent transactions enqueue (hundreds per second or
+	// more, or a slow disk), and accept up to PollInterval of publish
+	// latency (or set a shorter PollInterval). Defaults to false: every insert
 	// that enqueues a new event notifies, and relays publish within
 	// milliseconds. Every driver value on the database should agree:
 	// one that notifies still wakes the relays that listen.

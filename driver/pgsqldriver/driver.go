@@ -36,23 +36,12 @@ type Config struct {
 	// then fails, and it is not faster). Defaults to false.
 	OutboxDeletePublished bool
 
-	// NoOutboxNotify makes OutboxInsert (as pgdriver.Config's) enqueue without pg_notify, and
-	// ListenOutbox return driver.ErrOutboxNotifyOff (relays then poll
-	// every RelayConfig.PollInterval, 1s by default). PostgreSQL commits
-	// the transactions that notified one at a time, server-wide: a
-	// notifying transaction holds a lock of its own from the start of its
-	// COMMIT until the COMMIT's WAL flush is done, so notifying writers
-	// get no group commit and queue behind each other's disk flush: their
-	// commits per second stop growing with the writers (bench/kafkabench
-	// -scenarios enqueue, one event per transaction, 2 cores: 1,900-2,300
-	// with the notify for 1, 8 or 32 writers, 3,400-3,500 without it for
-	// 8 and 32; on a loaded machine, 430-510 against 1,900-2,000). Set it when
-	// many concurrent transactions enqueue (hundreds per second or more,
-	// or a slow disk), and accept up to PollInterval of publish latency
-	// (or set a shorter PollInterval). Defaults to false: every insert
-	// that enqueues a new event notifies, and relays publish within
-	// milliseconds. Every driver value on the database should agree:
-	// one that notifies still wakes the relays that listen.
+	// NoOutboxNotify makes OutboxInsert enqueue without pg_notify, and
+	// ListenOutbox return driver.ErrOutboxNotifyOff: relays poll every
+	// RelayConfig.PollInterval. PostgreSQL commits notifying transactions
+	// one at a time, server-wide; see pgdriver.Config.NoOutboxNotify for
+	// the cost and when to set it. Defaults to false (every enqueue of a
+	// new event notifies).
 	NoOutboxNotify bool
 
 	// ListenConnConfig is the connection ListenOutbox LISTENs on. Defaults
