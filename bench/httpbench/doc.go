@@ -66,6 +66,18 @@
 // With -sqlite (the default) a second table repeats a, b, c and e on a
 // SQLite file with its own bare baseline (sa..sd).
 //
+// Keys are run-route-n by default: they share a prefix, so new records go
+// into the same few pages of the record table's primary key. -keys uuid
+// sends random UUIDv4 keys instead, as clients do (derived from the command
+// number, so that replays repeat them), and -records N first writes N
+// completed records with random keys created over the last 24 hours, then
+// vacuums, analyzes and checkpoints: the shape of a service that holds a day
+// or two of keys, where each first execution changes a random index page
+// and the first change of a page after a checkpoint writes all of it to the
+// WAL (the WAL B/req column).
+//
+//	go run ./bench/httpbench -scenarios b,c,e -dup 0 -sqlite=false -keys uuid -records 10000000
+//
 // With -pgbouncer, httpbench also starts a PgBouncer (the pgbouncer program,
 // 1.18 or later; as root it runs it as postgres) with pool_mode =
 // transaction and -conns server connections in front of -dsn's server, and

@@ -32,7 +32,8 @@ func conditions(ctx context.Context, pool *pgxpool.Pool, o options, bnc *pgbounc
 	fmt.Fprintf(&b, "            load average at start %s (server, clients and PostgreSQL share these CPUs with whatever else runs)\n", loadAvg())
 	fmt.Fprintf(&b, "            clients=%d (closed loop, HTTP/1.1 keep-alive over loopback), pool=%d conns, duration=%s per scenario x %d rounds,\n",
 		o.clients, o.conns, o.duration, o.rounds)
-	fmt.Fprintf(&b, "            scenarios interleaved in %s slices (random order), warm-up %s per scenario", o.slice, o.warmup)
+	fmt.Fprintf(&b, "            scenarios interleaved in %s slices (random order), warm-up %s per scenario,\n", o.slice, o.warmup)
+	fmt.Fprintf(&b, "            keys=%s, records in idem's table before the run: %d", o.keys, o.records)
 	if bnc != nil {
 		fmt.Fprintf(&b, ",\n            pa, pb, pe: through %s, pool_mode=transaction, %d server connections, in front of the same server;\n",
 			bnc.Version, o.conns)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/google/uuid"
 
 	"github.com/idemkit/idem/idemhttp"
 )
@@ -44,13 +47,30 @@ const (
 // scenarioSet builds scenarios with fresh and replayed keys.
 type scenarioSet struct {
 	runID string
+	// uuidKeys makes the keys random-looking UUIDv4 strings, as clients
+	// send them (-keys uuid), instead of runID-route-n, whose common prefix
+	// and counter put every new key into the same few index pages.
+	uuidKeys bool
+}
+
+// key returns the Idempotency-Key of command n on route.
+func (s scenarioSet) key(route string, n int64) string {
+	k := fmt.Sprintf("%s-%s-%d", s.runID, route, n)
+	if !s.uuidKeys {
+		return k
+	}
+	// Derived from k, so that a replay sends the same key again.
+	h := sha256.Sum256([]byte(k))
+	h[6] = h[6]&0x0f | 0x40 // version 4
+	h[8] = h[8]&0x3f | 0x80 // RFC 9562 variant
+	return uuid.UUID(h[:16]).String()
 }
 
 func (s scenarioSet) fresh(route string) func(*rand.Rand) request {
 	var seq atomic.Int64
 	return func(*rand.Rand) request {
 		n := seq.Add(1)
-		return request{n: n, key: fmt.Sprintf("%s-%s-%d", s.runID, route, n), body: paymentBody(n)}
+		return request{n: n, key: s.key(route, n), body: paymentBody(n)}
 	}
 }
 
@@ -81,7 +101,7 @@ func (s scenarioSet) replayRecent(route string, from *executed, recent int) func
 		}
 		n := from.ns[lo+rng.IntN(len(from.ns)-lo)]
 		from.mu.Unlock()
-		return request{n: n, key: fmt.Sprintf("%s-%s-%d", s.runID, route, n), body: paymentBody(n)}
+		return request{n: n, key: s.key(route, n), body: paymentBody(n)}
 	}
 }
 
@@ -96,8 +116,8 @@ func replayed(status int, h http.Header) bool {
 // scenarios returns the PostgreSQL scenarios in table order, with pa, pb
 // and pe (a, b and e through PgBouncer, their ratios to pa) when pooled;
 // only, if not empty, keeps a and pa (the baselines) and the listed ids.
-func scenarios(runID string, only string, pooled bool) ([]*scenario, error) {
-	set := scenarioSet{runID}
+func scenarios(runID string, only string, pooled, uuidKeys bool) ([]*scenario, error) {
+	set := scenarioSet{runID: runID, uuidKeys: uuidKeys}
 	var idemDone, genericDone, naiveDone, pgbDone executed
 	scs := []*scenario{
 		{id: "a", name: "bare (no idem)", path: pathBare, next: set.fresh("bare"), ok: created},
