@@ -174,9 +174,9 @@
 // never its body). SIGINT or SIGTERM stops accepting connections (on both listeners), waits for the
 // requests in flight (two thirds of -shutdown-timeout at most: a request
 // still running is then cut off, and idemd exits 1), stops the relay and
-// publishes what is left in the outbox, stops the consumers (which commit
-// their batch in flight), publishes what they emitted, closes the embedded
-// broker and the database, and exits 0, all within -shutdown-timeout; a
+// the consumers together (they commit their batch in flight), publishes
+// what is left in the outbox, closes the embedded broker and the
+// database, and exits 0, all within -shutdown-timeout; a
 // second signal kills it at once. A signal during start-up (connecting to
 // or migrating the database, reaching Kafka) stops it at once, exit 0.
 // Exit code 2 means bad configuration, 1 a

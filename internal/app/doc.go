@@ -154,8 +154,9 @@
 // (with its compensator) and the stuck-order watchdog (orders.Watchdog)
 // next to the HTTP server and the retention sweep. On shutdown it drains
 // HTTP first (a request in flight may still enqueue an event), stops the
-// relay and flushes the outbox, stops the consumers (which finish their
-// batch and commit their offsets) and flushes again; Close then closes the
+// relay and the consumers together (they finish their batch and commit
+// their offsets), then flushes the outbox once: consumers still running
+// would keep enqueuing what the flush publishes. Close then closes the
 // publisher, the embedded broker and the database.
 //
 // Serve also runs the retention sweep (package cleanup) on Config.Cleanup's

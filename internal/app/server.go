@@ -17,13 +17,18 @@ import (
 //  1. stop accepting connections and wait for the requests in flight, for
 //     two thirds of the bound at most (then their connections are closed
 //     and Serve returns an error after the other steps);
-//  2. stop the outbox relay and publish what is left in the outbox (the
-//     events of the requests just finished), so nothing waits for the next
-//     start;
-//  3. stop the consumers (the projection, the order saga and its
-//     compensator, the stuck-order watchdog): each finishes the batch in
+//  2. stop the outbox relay and the consumers (the projection, the order
+//     saga and its compensator, the stuck-order watchdog) together: the
+//     relay's round in flight ends, each consumer finishes its batch in
 //     flight and commits its offsets;
-//  4. publish what their last batches enqueued.
+//  3. publish what is left in the outbox (the events of the requests just
+//     finished and of the consumers' last batches), so nothing waits for
+//     the next start.
+//
+// The consumers stop before the flush: running, they would keep enqueuing
+// (the saga's PaymentCaptured.v1 for each OrderCreated.v1 the flush
+// publishes, then OrderConfirmed.v1), and the flush, which ends once the
+// outbox is empty, would work off their whole backlog.
 //
 // It also runs the retention sweep on Config.Cleanup's schedule. It does
 // not close the database or the embedded broker: Close does, afterwards.
@@ -152,7 +157,7 @@ func (a *App) ServeWithAdmin(ctx context.Context, ln, admin net.Listener) error 
 	// Requests in flight get two thirds of the bound; the last third is
 	// kept for the relay, the consumers and the outbox flush.
 	drain := a.cfg.ShutdownTimeout * 2 / 3
-	a.log.Info("shutdown: 1/4 stop accepting, waiting for requests in flight", "timeout", drain.String())
+	a.log.Info("shutdown: 1/3 stop accepting, waiting for requests in flight", "timeout", drain.String())
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	hctx, hcancel := context.WithTimeout(sctx, drain)
@@ -173,20 +178,21 @@ func (a *App) ServeWithAdmin(ctx context.Context, ln, admin net.Listener) error 
 		}
 	}
 	lateFailure()
+	a.log.Info("shutdown: 2/3 requests done; stopping the relay and the consumers (each commits its batch in flight)", "elapsed", since(start))
+	// Both stop at once; then each is waited for.
+	relay.cancel()
+	consumers.cancel()
 	if !relay.stopWithin(sctx) {
 		// Nothing is lost: a batch published but not marked is
 		// published again at the next start (same event IDs).
 		a.log.Warn("shutdown: the relay did not stop within the shutdown timeout; its batch in flight is published again at the next start", "elapsed", since(start))
 	}
-	a.log.Info("shutdown: 2/4 requests done, relay stopped; publishing what is left in the outbox", "elapsed", since(start))
-	a.flushOutbox(sctx, lateFailure)
-	a.log.Info("shutdown: 3/4 stopping the consumers (each commits its batch in flight)", "elapsed", since(start))
 	if !consumers.stopWithin(sctx) {
 		// Nothing is lost: offsets not committed are delivered again,
 		// and the inboxes drop what was applied.
 		a.log.Warn("shutdown: the consumers did not stop within the shutdown timeout; their batches in flight are delivered again", "elapsed", since(start))
 	}
-	a.log.Info("shutdown: 4/4 consumers stopped; publishing the events of their last batches", "elapsed", since(start))
+	a.log.Info("shutdown: 3/3 relay and consumers stopped; publishing what is left in the outbox", "elapsed", since(start))
 	a.flushOutbox(sctx, lateFailure)
 	lateFailure()
 	a.log.Info("stopped", "elapsed", since(start))

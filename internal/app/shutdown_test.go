@@ -2,17 +2,22 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/stallmeter"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 )
 
@@ -103,4 +108,135 @@ func TestShutdownWithKafkaNotAcknowledging(t *testing.T) {
 		t.Errorf("members left in the groups when idemd returned: %v; want none (each consumer leaves its group)", m)
 	}
 	hung.Store(false)
+}
+
+// A SIGTERM to idemd on SQLite with a backlog of orders its saga has not
+// processed yet (the consumers behind, as under load): idemd publishes
+// what is left in the outbox, lets its consumers finish their batches in
+// flight, and exits within seconds. It used to keep publishing, while its
+// consumers still ran, the events they enqueued during that flush
+// (PaymentCaptured.v1, then OrderConfirmed.v1, ...), until the outbox
+// stayed empty: the stop worked off the whole backlog, over 10 s (or ate
+// -shutdown-timeout and exited 1). Nothing is lost: the next start
+// confirms every order.
+func TestShutdownWithSagaBacklogIsQuick(t *testing.T) {
+	t.Parallel()
+	const orders = 1500
+	path := testdb.SQLitePath(t)
+	db, err := sql.Open("sqlite", sqlitedriver.DSN(path, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	count := func(where string) int {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM customer_order WHERE ` + where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	start := func(kafka string) (base string, stop func() (code int, took, stalled time.Duration), stderr *testlog.Buffer) {
+		ctx, cancel := context.WithCancel(context.Background())
+		stdout := &testlog.Buffer{}
+		stderr = &testlog.Buffer{}
+		exited := make(chan int, 1)
+		go func() {
+			exited <- app.Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + path, "-kafka", kafka}, envOf(nil), stdout, stderr)
+		}()
+		for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
+			if m := listenRe.FindStringSubmatch(stdout.String()); m != nil {
+				base = m[1]
+			}
+			select {
+			case code := <-exited:
+				t.Fatalf("Run returned %d before serving; stderr %s", code, stderr.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("no listen line; stderr %s", stderr.String())
+			}
+		}
+		return base, func() (int, time.Duration, time.Duration) {
+			m := stallmeter.Start(t)
+			cancel() // SIGTERM
+			select {
+			case code := <-exited:
+				ran, stalled := m.Elapsed()
+				return code, ran, stalled
+			case <-time.After(60 * time.Second):
+				t.Fatalf("Run did not return within 60 s of the signal; stderr %s", grepLines(stderr.String(), "shutdown"))
+				return 0, 0, 0
+			}
+		}, stderr
+	}
+
+	// The orders, with their events left in the outbox (-kafka off).
+	base, stop, stderr := start("off")
+	var (
+		wg      sync.WaitGroup
+		next    atomic.Int64
+		refused atomic.Int64
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1)); i <= orders; i = int(next.Add(1)) {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(orderBody(i%50+1, "5.00")))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("backlog-%d", i))
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					refused.Add(1)
+					continue
+				}
+				_ = res.Body.Close()
+				if res.StatusCode != http.StatusCreated {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Fatalf("%d of %d orders not created", n, orders)
+	}
+	if code, _, _ := stop(); code != 0 {
+		t.Fatalf("exit code %d with -kafka off; stderr %s", code, stderr.String())
+	}
+
+	// With Kafka (embedded) the saga starts on the backlog: the signal
+	// comes once it confirmed a first order.
+	_, stop, stderr = start("embedded")
+	waitFor(t, "order confirmed", func() bool { return count(`status = 'CONFIRMED'`) > 0 })
+	code, took, stalled := stop()
+	confirmed := count(`status = 'CONFIRMED'`)
+	t.Logf("stopped in %.1f s of running time (%.1f s stalled), %d of %d orders confirmed; %s",
+		took.Seconds(), stalled.Seconds(), confirmed, orders, grepLines(stderr.String(), "shutdown"))
+	if code != 0 {
+		t.Errorf("exit code %d, want 0; stderr %s", code, grepLines(stderr.String(), "shutdown"))
+	}
+	// A quiet machine stops in under a second; the bound leaves room for a
+	// loaded one (the stalls it suffers are not counted).
+	if limit := 5 * time.Second; took > limit {
+		t.Errorf("stopped %.1f s after the signal (not counting %.1f s stalled), want under %s: the shutdown worked off the saga's backlog",
+			took.Seconds(), stalled.Seconds(), limit)
+	}
+
+	// The consumers finished their batches in flight, not the backlog
+	// (what the bound above sees on a machine fast enough to work it off
+	// within it).
+	if confirmed == orders {
+		t.Errorf("every order confirmed by the time idemd exited: the shutdown worked off the saga's backlog instead of stopping the consumers after their batches in flight")
+	}
+
+	// Nothing lost: the next start confirms every order.
+	_, stop, stderr = start("embedded")
+	for deadline := time.Now().Add(5 * time.Minute); count(`status = 'CONFIRMED'`) < orders; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart %d of %d orders confirmed within 5 min; %d in all", count(`status = 'CONFIRMED'`), orders, count(`1=1`))
+		}
+	}
+	if code, _, _ := stop(); code != 0 {
+		t.Errorf("exit code %d after the restart; stderr %s", code, grepLines(stderr.String(), "shutdown"))
+	}
 }
