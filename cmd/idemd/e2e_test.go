@@ -152,15 +152,6 @@ func restartScenario(t *testing.T, kind string, sig syscall.Signal, n int) {
 		path := filepath.Join(t.TempDir(), "idemd.db")
 		args, state = commonArgs(addr, "sqlite:"+path), sqliteState(path) // the broker's log: PATH.kafka
 	}
-	if sig == syscall.SIGTERM {
-		// The SIGTERM must end in exit 0, so with the whole shutdown
-		// done: on SQLite under load (the suite on 2 busy cores) the
-		// consumers' batches in flight and the outbox flush took over
-		// 10 s (exit 1 after "the consumers did not stop within the
-		// shutdown timeout"; about 1 s on a quiet machine). A shutdown
-		// that hangs still fails, at 30 s.
-		args[slices.Index(args, "-shutdown-timeout")+1] = "30s"
-	}
 	var cur atomic.Pointer[proc]
 	cur.Store(c.mustStart(t, "idemd", args...))
 
