@@ -68,9 +68,10 @@
 //
 // Keys are run-route-n by default: they share a prefix, so new records go
 // into the same few pages of the record table's primary key. -keys uuid
-// sends random UUIDv4 keys instead, as clients do (derived from the command
-// number, so that replays repeat them), and -records N first writes N
-// completed records with random keys created over the last 24 hours, then
+// sends random UUIDv4 keys instead, as most clients do, and -keys uuid7
+// time-ordered UUIDv7 keys, as idemclient does (both derived from the
+// command number, so that replays repeat them); -records N first writes N
+// completed records with keys of that shape created over the last 24 hours, then
 // vacuums, analyzes and checkpoints: the shape of a service that holds a day
 // or two of keys, where each first execution changes a random index page
 // and the first change of a page after a checkpoint writes all of it to the

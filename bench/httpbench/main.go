@@ -59,11 +59,11 @@ func main() {
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "", "synchronous_commit for the pool's sessions (default: the server's)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed rounds to this file")
 	flag.BoolVar(&o.pgbouncer, "pgbouncer", false, "also run a, b and e through a PgBouncer (pool_mode=transaction) that httpbench starts in front of -dsn's server (pa, pb, pe), and the duplicates through it")
-	flag.StringVar(&o.keys, "keys", "seq", "Idempotency-Key shape: seq (run-route-n: every new key lands in the same few index pages) or uuid (random UUIDv4 strings, as clients send them)")
-	flag.IntVar(&o.records, "records", 0, "completed records (random UUIDv4 keys, created over the last 24 h) written into idem's record table before the run, as a service holding a day or two of keys has it")
+	flag.StringVar(&o.keys, "keys", "seq", "Idempotency-Key shape: seq (run-route-n: every new key lands in the same few index pages), uuid (random UUIDv4 strings, as most clients send them) or uuid7 (UUIDv7 strings, time-ordered, as idemclient sends them)")
+	flag.IntVar(&o.records, "records", 0, "completed records (keys of -keys' shape, uuid for seq; created over the last 24 h) written into idem's record table before the run, as a service holding a day or two of keys has it")
 	flag.Parse()
-	if o.keys != "seq" && o.keys != "uuid" {
-		fmt.Fprintln(os.Stderr, "httpbench: -keys must be seq or uuid")
+	if o.keys != "seq" && o.keys != "uuid" && o.keys != "uuid7" {
+		fmt.Fprintln(os.Stderr, "httpbench: -keys must be seq, uuid or uuid7")
 		os.Exit(2)
 	}
 	if o.clients < 1 || o.rounds < 1 || o.duration <= 0 || o.slice <= 0 || o.warmup <= 0 || o.dupK < 1 || o.dup < 0 || o.records < 0 {
@@ -188,7 +188,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer hc.CloseIdleConnections()
 
-	scs, err := scenarios(runID, o.only, o.pgbouncer, o.keys == "uuid")
+	scs, err := scenarios(runID, o.only, o.pgbouncer, o.keys)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Println(cond)
 	fmt.Println()
 	if o.records > 0 {
-		if err := prefill(ctx, hc, srv.URL, admin, schema, o.records); err != nil {
+		if err := prefill(ctx, hc, srv.URL, admin, schema, o.records, o.keys == "uuid7"); err != nil {
 			return err
 		}
 	}

@@ -18,12 +18,13 @@ const prefillChunk = 500_000
 // prefill fills idem's record table with n completed records before the
 // run (-records), as a service holding a day or two of keys has it: one
 // request through idem gives a stored record, copied n times under random
-// UUIDv4 keys, created over the last 24 hours in time order (the heap and
+// UUIDv4 keys (UUIDv7 keys of their creation time if v7), created over the
+// last 24 hours in time order (the heap and
 // the expires_at index in that order, the primary key's entries spread
 // over the whole key range), live for 48 hours after their creation. The
 // table is then vacuumed and analyzed, as autovacuum would have, and a
 // checkpoint taken, so that the run starts from clean pages.
-func prefill(ctx context.Context, hc *http.Client, baseURL string, conn *pgx.Conn, schema string, n int) error {
+func prefill(ctx context.Context, hc *http.Client, baseURL string, conn *pgx.Conn, schema string, n int, v7 bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+pathIdem, bytes.NewReader(paymentBody(0)))
 	if err != nil {
 		return err
@@ -39,13 +40,21 @@ func prefill(ctx context.Context, hc *http.Client, baseURL string, conn *pgx.Con
 		return fmt.Errorf("prefill: sample request answered %d", resp.StatusCode)
 	}
 	table := pgx.Identifier{schema, "idempotency_record"}.Sanitize()
+	key := "gen_random_uuid()::text"
+	if v7 {
+		// The creation time's milliseconds, version 7, then random bits.
+		key = `overlay(overlay(gen_random_uuid()::text placing
+				substr(lpad(to_hex((extract(epoch FROM t.at) * 1000)::bigint), 12, '0'), 1, 8) || '-' ||
+				substr(lpad(to_hex((extract(epoch FROM t.at) * 1000)::bigint), 12, '0'), 9, 4) from 1 for 13)
+			placing '7' from 15 for 1)`
+	}
 	start := time.Now()
 	for done := 0; done < n; done += prefillChunk {
 		m := min(prefillChunk, n-done)
 		// Record i of n was created (n-i)/n of 24 hours ago.
 		_, err := conn.Exec(ctx, `INSERT INTO `+table+`
 				(scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)
-			SELECT s.scope, gen_random_uuid()::text, s.fingerprint, 'completed', s.http_status, s.headers, s.body,
+			SELECT s.scope, `+key+`, s.fingerprint, 'completed', s.http_status, s.headers, s.body,
 				t.at, t.at + interval '48 hours'
 			FROM `+table+` s,
 				LATERAL (SELECT now() - (($2::bigint - i)::float8 / $2) * interval '24 hours' AS at

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -47,23 +48,38 @@ const (
 // scenarioSet builds scenarios with fresh and replayed keys.
 type scenarioSet struct {
 	runID string
-	// uuidKeys makes the keys random-looking UUIDv4 strings, as clients
-	// send them (-keys uuid), instead of runID-route-n, whose common prefix
-	// and counter put every new key into the same few index pages.
-	uuidKeys bool
+	// keys is the shape of the keys (-keys): "seq" is runID-route-n, whose
+	// common prefix and counter put every new key into the same few index
+	// pages; "uuid" random-looking UUIDv4 strings, as most clients send
+	// them; "uuid7" UUIDv7 strings, as idemclient sends them.
+	keys string
+	// start is the UUIDv7 keys' first millisecond: command n's key carries
+	// start+n, so that the keys grow with n, as time-ordered keys do.
+	start int64
 }
 
-// key returns the Idempotency-Key of command n on route.
+// key returns the Idempotency-Key of command n on route. The UUID shapes
+// are derived from runID-route-n, so that a replay sends the same key
+// again.
 func (s scenarioSet) key(route string, n int64) string {
 	k := fmt.Sprintf("%s-%s-%d", s.runID, route, n)
-	if !s.uuidKeys {
+	if s.keys == "seq" || s.keys == "" {
 		return k
 	}
-	// Derived from k, so that a replay sends the same key again.
 	h := sha256.Sum256([]byte(k))
-	h[6] = h[6]&0x0f | 0x40 // version 4
+	if s.keys == "uuid7" {
+		ms := uint64(s.start + n)
+		h[0], h[1], h[2], h[3], h[4], h[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+		h[6] = h[6]&0x0f | 0x70 // version 7
+	} else {
+		h[6] = h[6]&0x0f | 0x40 // version 4
+	}
 	h[8] = h[8]&0x3f | 0x80 // RFC 9562 variant
 	return uuid.UUID(h[:16]).String()
+}
+
+func newScenarioSet(runID, keys string) scenarioSet {
+	return scenarioSet{runID: runID, keys: keys, start: time.Now().UnixMilli()}
 }
 
 func (s scenarioSet) fresh(route string) func(*rand.Rand) request {
@@ -116,8 +132,8 @@ func replayed(status int, h http.Header) bool {
 // scenarios returns the PostgreSQL scenarios in table order, with pa, pb
 // and pe (a, b and e through PgBouncer, their ratios to pa) when pooled;
 // only, if not empty, keeps a and pa (the baselines) and the listed ids.
-func scenarios(runID string, only string, pooled, uuidKeys bool) ([]*scenario, error) {
-	set := scenarioSet{runID: runID, uuidKeys: uuidKeys}
+func scenarios(runID string, only string, pooled bool, keys string) ([]*scenario, error) {
+	set := newScenarioSet(runID, keys)
 	var idemDone, genericDone, naiveDone, pgbDone executed
 	scs := []*scenario{
 		{id: "a", name: "bare (no idem)", path: pathBare, next: set.fresh("bare"), ok: created},

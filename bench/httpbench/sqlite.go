@@ -63,7 +63,7 @@ func runSQLite(ctx context.Context, o options, runID string, hc *http.Client) er
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	set := scenarioSet{runID: runID, uuidKeys: o.keys == "uuid"}
+	set := newScenarioSet(runID, o.keys)
 	var done executed
 	scs := []*scenario{
 		{id: "sa", name: "sqlite bare (no idem)", path: pathSQLiteBare, next: set.fresh("sqlite-bare"), ok: created},
