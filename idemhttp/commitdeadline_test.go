@@ -112,6 +112,7 @@ func TestCommitDeadline(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				direct, proxied, proxy := proxiedPostgres(t)
+				proxy.EndOnTerminate() // pgx's 15 s drain of the given-up connection is not what is tested
 				e := pgEnvOn(t, direct)
 				marker := randomMarker("cdl-")
 				var calls atomic.Int64
@@ -148,10 +149,11 @@ func TestCommitDeadline(t *testing.T) {
 				}
 				// Nothing held on this side: the connection was given up,
 				// not put back in the pool, and closed (pgx sends a cancel
-				// request on a new connection, then drains this one in the
-				// background until 15 s have passed, and the pool counts
-				// it until then; a CI machine under load once took more
-				// than 20 s in all).
+				// request on a new connection, then a Terminate on this
+				// one, and drains it in the background until the server
+				// closes it, or 15 s have passed, the pool counting it
+				// until then: the proxy closes it on the Terminate, which
+				// only a client giving it up sends).
 				select {
 				case <-f.ClientClosed():
 				case <-time.After(40 * time.Second):
@@ -196,6 +198,7 @@ func TestLeaseCompleteDeadline(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			direct, proxied, proxy := proxiedPostgres(t)
+			proxy.EndOnTerminate() // pgx's 15 s drain of the given-up connection is not what is tested
 			marker := randomMarker("lcd-")
 			var calls atomic.Int64
 			handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

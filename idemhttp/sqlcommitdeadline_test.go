@@ -35,6 +35,7 @@ func TestSQLCommitDeadline(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				direct, proxied, proxy := proxiedPostgresSQL(t)
+				proxy.EndOnTerminate() // pgx's 15 s drain of the given-up connection is not what is tested
 				e := sqlEnvWith(t, direct, direct.DB(), false)
 				marker := randomMarker("scdl-")
 				var calls atomic.Int64
@@ -65,8 +66,9 @@ func TestSQLCommitDeadline(t *testing.T) {
 				// driver has no driver.Validator: database/sql keeps the
 				// closed connection idle, and discards it at its next use,
 				// which goes to a new connection. pgx closes it after a
-				// cancel request and up to 15 s of draining, as in
-				// TestCommitDeadline: 40 s leaves room for a loaded machine.)
+				// cancel request, a Terminate and up to 15 s of draining,
+				// cut short by the proxy on the Terminate, as in
+				// TestCommitDeadline.)
 				select {
 				case <-f.ClientClosed():
 				case <-time.After(40 * time.Second):

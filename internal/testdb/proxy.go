@@ -28,6 +28,8 @@ type Proxy struct {
 	armed  *Faulted
 	conns  map[*proxyConn]struct{}
 	closed bool
+
+	endOnTerminate atomic.Bool // see EndOnTerminate
 }
 
 // Fault is what a Proxy does to the connection whose client sent the bytes
@@ -130,6 +132,20 @@ func NewProxy(t testing.TB) *Proxy {
 	})
 	return p
 }
+
+// EndOnTerminate makes the proxy close the client's side of a faulted
+// connection (BlackHole, BlackHoleReply, BlackHoleAll) as soon as the
+// client sends it a Terminate, the message a client sends when it gives a
+// connection up, as a server that read it would: ClientClosed is closed at
+// once. Without it the client waits for a close that never comes: pgx,
+// after a cancel request, drains a connection it gave up for up to 15 s,
+// and its pool counts it, and its Close waits for it, until then. It is
+// for the tests that check that the client gives the connection up, not
+// how long pgx then waits; the server still sees nothing until Cut.
+func (p *Proxy) EndOnTerminate() { p.endOnTerminate.Store(true) }
+
+// terminate is the Terminate message of the PostgreSQL protocol.
+var terminate = []byte{'X', 0, 0, 0, 4}
 
 // Arm arms a fault for the next chunk of bytes a client sends, on any
 // connection, that match accepts. It fires once; arming another replaces
@@ -265,7 +281,11 @@ func (p *Proxy) toServer(pc *proxyConn) {
 		}
 		b := buf[:n]
 		if pc.state.Load() != forwarding {
-			continue // black-holed
+			// Black-holed (the other faults close both sides).
+			if p.endOnTerminate.Load() && bytes.HasSuffix(b, terminate) {
+				_ = pc.client.Close() // the next Read fails: clientClosed
+			}
+			continue
 		}
 		if f := p.fire(pc, b); f != nil {
 			switch f.kind {
