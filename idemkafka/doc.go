@@ -324,13 +324,14 @@
 // topic began to refuse, typically), cannot tell a topic that refuses from
 // a slow cluster and waits for its context once (the relay's
 // PublishTimeout, 30 s), holding its round; the rounds after it give up
-// within StragglerTimeout for as long as the fault lasts. An event
-// whose record the client gave up unsent as the Publish's context ended is
-// retried after its backoff, not at once, unless its partition answered
-// since (it acknowledged a record Publish had stopped waiting for: the
-// records buffered behind those a stuck leader held are given up as kgo
-// sends them after the heal): PublishLate then reports it failed, and the
-// relay retries it at once.
+// within StragglerTimeout for as long as the fault lasts. The client
+// keeps the records a Publish gave up waiting for, whatever its context
+// says, until the broker writes them or fails them (those buffered behind
+// the ones a stuck leader holds are sent after the heal): ended with the
+// context, kgo failed the other records buffered in their partition, other
+// calls' included, and a later record of their keys could overtake them.
+// PublishLate reports each outcome: the relay marks the written events
+// published, and retries the failed ones at once.
 //
 // # Topics
 //

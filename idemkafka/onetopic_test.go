@@ -40,7 +40,8 @@ import (
 // round. NOT_ENOUGH_REPLICAS held the healthy topic the same way: every
 // round of the failing topic's events alone waited its whole context, and
 // the records kgo gave up unsent at its end were retried at once; now only
-// the first such round does (see the wait below).
+// the first such round does (see the wait below), and the client keeps
+// retrying the records until the topic takes them.
 func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -226,10 +226,6 @@ type Publisher struct {
 	written     map[uuid.UUID]time.Time
 	writtenN    atomic.Int64
 	writtenPrun time.Time
-	// answered holds, by partition, when the broker last acknowledged a
-	// record that a produce stopped waiting for (guarded by waitMu): the
-	// partition answers again. See produceCall.done.
-	answered map[topicPartition]time.Time
 
 	// known holds the topics the cluster's metadata listed (see
 	// checkTopic), guarded by knownMu. autoCreate: the client asks the
@@ -465,14 +461,21 @@ func (p *Publisher) Close() {
 // client), waits for every record, whatever ctx says, as Publish did
 // before StragglerTimeout existed.
 //
-// Known limit: if ctx ends while kgo waits for room in a full produce
-// buffer (kgo.MaxBufferedRecords, kgo.MaxBufferedBytes), kgo fails that
-// record but may still send a later record of its key, which then reaches
-// the topic first. Keep the buffers well above what the relays keep in
-// flight (RelayConfig.Concurrency x BatchSize events; kgo's default of
-// 50,000 records, kgo.MaxBufferedRecords, is far above the relay's
-// defaults, and the records that wait for a partition that does not answer
-// are bounded at half of it, see above).
+// The records of the publisher's own client never end with ctx: a record
+// whose context has ended as kgo sends it fails with every record buffered
+// behind it in its partition, other calls' included, and kgo goes on with
+// a later record of their keys handed over just after, which then reached
+// the topic first. Known limit, with a Client or a negative
+// StragglerTimeout, whose records carry ctx: if ctx ends while a record
+// waits unsent in the client, or while kgo waits for room in a full produce
+// buffer (kgo.MaxBufferedRecords, kgo.MaxBufferedBytes), kgo fails it (with
+// the records buffered behind it) but may still send a later record of
+// its key, or of those records' keys, which then reaches the topic first.
+// Keep the buffers well above what the relays keep in flight
+// (RelayConfig.Concurrency x BatchSize events; kgo's default of 50,000
+// records, kgo.MaxBufferedRecords, is far above the relay's defaults, and
+// the records that wait for a partition that does not answer are bounded
+// at half of it, see above), and PublishTimeout above the broker's answers.
 func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error {
 	return p.PublishLate(ctx, events, nil)
 }
@@ -482,14 +485,14 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Envelope) error 
 // not acknowledged in time (not for a later event of its key that failed
 // without a record), late, if not nil, is called once the client learns
 // the record's outcome: late(i, nil) when the broker acknowledged it
-// (acks=all) after all, late(i, err) when it failed, but not when the
-// client gave it up unsent as ctx ended (kgo fails a record that may have
-// reached a broker only on the broker's answer; such an event is retried
-// after its backoff, the broker having told nothing) unless its partition
-// acknowledged a record Publish had stopped waiting for since this one's
-// call stopped: the partition answers again (a record buffered behind
-// the ones its leader held, given up as kgo sends it after them), and
-// late(i, err) lets the event be retried at once. It is called from the
+// (acks=all) after all, late(i, err) when it failed. The client keeps
+// such a record until the broker tells its outcome, whatever ctx says
+// (ctx's end does not give up the records of the publisher's own client:
+// kgo would fail every record buffered behind one in its partition, the
+// records of other calls included, and a later record of their keys
+// produced just after could reach the topic first); a record kgo held
+// buffered behind those a leader that does not answer holds is sent once
+// the partition answers, and reported so. It is called from the
 // client's goroutine, after the event's key is released (the key's next
 // event is produced again), in the order of the records of a partition,
 // and never when the client is not the publisher's own (Client). The relay
@@ -593,7 +596,7 @@ func (p *Publisher) PublishLate(ctx context.Context, events []event.Envelope, la
 			continue
 		}
 		topics[e.Key] = r.Topic
-		p.traceRecord(ctx, r, e)
+		p.traceRecord(p.recordContext(ctx), r, e)
 		rs = append(rs, r)
 		index[r] = i
 	}
@@ -661,7 +664,6 @@ type produceCall struct {
 	late      func(i int, err error)   // PublishLate's, or nil
 	last      time.Time                // when the last result came
 	abandoned bool                     // produce returned: the outcomes release the keys instead
-	abandonAt time.Time                // when produce returned without the records left
 	wake      chan struct{}
 }
 
@@ -669,26 +671,15 @@ type produceCall struct {
 func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 	c.mu.Lock()
 	if c.abandoned {
-		abandonAt := c.abandonAt
 		c.mu.Unlock()
 		if err == nil {
 			p.rememberWritten(c.events[c.index[r]].ID)
 		}
-		unsent := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-		answered := p.unwait(c.key(r), r, err == nil, unsent, abandonAt)
-		// A record the client gave up when the call's context ended never
-		// left it (kgo fails a record that may have reached a broker only
-		// on the broker's answer: a partition between two retries of a
-		// retriable error, a topic it has no metadata for): the broker
-		// told nothing about it, and the event waits out its backoff, as
-		// Publish reported. Reported, it was retried at once and given up
-		// again, round after round. Unless its partition acknowledged
-		// a record since the call stopped waiting: the partition answers
-		// again (kgo gives up the records buffered behind the ones in
-		// flight as it sends them, once those are acknowledged), and the
-		// event is reported failed, to be retried at once; left to its
-		// backoff, its key waited up to a minute after the heal.
-		if c.late != nil && (!unsent || answered) {
+		p.unwait(c.key(r))
+		// The record's context never ends (see recordContext): kgo gives
+		// up no record unsent, and err is the broker's, or the client's
+		// (closed).
+		if c.late != nil {
 			if err != nil {
 				err = fmt.Errorf("idemkafka: a record not acknowledged in time failed after all: %w", classify(r.Topic, err))
 			}
@@ -749,7 +740,7 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 	// would wait for the client's linger); the hook tells their outcomes
 	// as they come. The goroutine outlives produce for records it stops
 	// waiting for.
-	go cl.ProduceSync(ctx, rs...)
+	go cl.ProduceSync(p.recordContext(ctx), rs...)
 	var (
 		done  = ctx.Done()
 		ended time.Time // when ctx ended
@@ -827,6 +818,27 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 	}
 }
 
+// recordContext returns the context of the records a Publish given ctx
+// hands to the client: ctx without its end when produce may stop waiting
+// for them (the publisher's own client, StragglerTimeout not negative).
+// kgo fails every record buffered in a partition, whatever call produced
+// it, when it finds the context of the first one ended as it sends it; a
+// record of a call that stopped waiting (its context ends as it returns,
+// in a relay round) thus failed the records buffered behind it, and a
+// later record of their keys that a running call handed to the client
+// just after (one Produce per record) reached the topic before them: a
+// key's order broke after a partition that did not answer healed
+// (TestPublishStuckPartitionGivenUpRecordKeepsOthersOrder). Such records
+// stay in the client until the broker tells their outcome, as the ones in
+// flight did already, and reach the relay through PublishLate; Close
+// fails them.
+func (p *Publisher) recordContext(ctx context.Context) context.Context {
+	if p.straggler < 0 || !p.owned {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
 // abandon makes produce stop waiting for the records of c that have no
 // result, unless all have one now. It reports whether it did.
 func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Record]int, events []event.Envelope, errs []error) bool {
@@ -838,8 +850,7 @@ func (p *Publisher) abandon(c *produceCall, rs []*kgo.Record, index map[*kgo.Rec
 		return false // the last came as the wait ended
 	}
 	c.abandoned = true
-	c.abandonAt = time.Now()
-	p.abandonedAt.Store(c.abandonAt.UnixNano())
+	p.abandonedAt.Store(time.Now().UnixNano())
 	got := make(map[*kgo.Record]bool, len(c.results))
 	for _, res := range c.results {
 		got[res.Record] = true
@@ -883,44 +894,17 @@ func (p *Publisher) rememberWritten(id uuid.UUID) {
 	p.writtenN.Store(int64(len(p.written)))
 }
 
-// answeredTTL is how long the publisher remembers that a partition
-// acknowledged a record a produce stopped waiting for (see
-// Publisher.answered).
-const answeredTTL = faultMemory
-
-// unwait releases record r of key, which a produce stopped waiting for
-// at abandonAt: the client told its outcome (acked: the broker
-// acknowledged it). For a record given up unsent, it reports whether its
-// partition acknowledged such a record since abandonAt (see
-// produceCall.done).
-func (p *Publisher) unwait(key string, r *kgo.Record, acked, unsent bool, abandonAt time.Time) (answered bool) {
+// unwait releases a record of key, which a produce stopped waiting for:
+// the client told its outcome.
+func (p *Publisher) unwait(key string) {
 	p.waitMu.Lock()
 	defer p.waitMu.Unlock()
-	tp := topicPartition{r.Topic, r.Partition}
-	if acked {
-		now := time.Now()
-		if p.answered == nil {
-			p.answered = map[topicPartition]time.Time{}
-		}
-		if _, ok := p.answered[tp]; !ok && len(p.answered) >= 1024 {
-			for k, at := range p.answered {
-				if now.Sub(at) > answeredTTL {
-					delete(p.answered, k)
-				}
-			}
-		}
-		p.answered[tp] = now
-	} else if unsent {
-		at, ok := p.answered[tp]
-		answered = ok && at.After(abandonAt)
-	}
 	if p.waitingKeys[key]--; p.waitingKeys[key] <= 0 {
 		delete(p.waitingKeys, key)
 	}
 	if p.waiting.Add(-1) == 0 {
 		p.log.Info("idemkafka: every record that was not acknowledged in time has its outcome now")
 	}
-	return answered
 }
 
 // checkNotConsuming reports whether cl, the publisher's own client,

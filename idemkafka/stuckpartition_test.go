@@ -379,10 +379,10 @@ func TestRelayStuckPartition(t *testing.T) {
 		// minute) and its records that had been written were published
 		// again: 19s after the heal and 159 duplicates in this test, 64s
 		// after a fault of 45s. The records kgo held unsent behind the
-		// stuck ones, given up as it sends them after the heal, are
-		// reported failed then and retried at once: before, their keys
-		// waited out their backoff (10s after the heal in a CI run, 5-9s
-		// in a reproduction; about 1s since).
+		// stuck ones are sent after the heal and reported published:
+		// given up as kgo sent them (their Publish's context ended) and
+		// left to their backoff, their keys waited 10s after the heal in
+		// a CI run, 5-9s in a reproduction.
 		// The bound: the records' outcomes (about 2s), then the backlog
 		// at the heal published at half the relay's speed before the
 		// fault, or the end of the load and a round; 6s of slack for a
@@ -509,14 +509,16 @@ func publishErrs(t *testing.T, err error, n int) []error {
 }
 
 // A record buffered behind the ones a partition that does not answer holds
-// in flight never leaves the client: kgo gives it up as it sends it, once
-// the partition answers again, if its Publish's context ended meanwhile
-// (the relay ends a round's context as Publish returns). PublishLate
-// reports it failed then, so that the relay retries it at once: left to
-// its backoff (up to a minute, grown with the fault), its key stood still
+// in flight is sent once the partition answers again, though its Publish's
+// context ended meanwhile (the relay ends a round's context as Publish
+// returns), and PublishLate reports it published: its key goes on at once,
+// without a copy. kgo gave such a record up as it sent it (its context
+// ended), which failed the records of other calls buffered behind it (see
+// TestPublishStuckPartitionGivenUpRecordKeepsOthersOrder); left to its
+// backoff (up to a minute, grown with the fault), its key had stood still
 // after the heal (10 s in a run of TestRelayStuckPartition whose bound was
 // 8.5 s).
-func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
+func TestPublishStuckPartitionBufferedWrittenOnHeal(t *testing.T) {
 	t.Parallel()
 	kc, topic, stuck, keysIn, ev := stuckTopic(t)
 	healthy, stuckKeys := keysIn(0, 1)[0], keysIn(1, 2)
@@ -553,8 +555,7 @@ func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 
-	// The partition answers: b1 is written; c1, given up unsent, is
-	// reported failed (to be retried at once).
+	// The partition answers: b1 is written, then c1.
 	stuck.Store(false)
 	got := map[uuid.UUID]error{}
 	for len(got) < 2 {
@@ -562,18 +563,19 @@ func TestPublishStuckPartitionUnsentReportedOnHeal(t *testing.T) {
 		case o := <-lateCh:
 			got[o.id] = o.err
 		case <-time.After(30 * time.Second):
-			t.Fatalf("late outcomes within 30s of the heal: %v; want b1's (published) and c1's (failed unsent)", got)
+			t.Fatalf("late outcomes within 30s of the heal: %v; want b1's and c1's (published)", got)
 		}
 	}
 	if err, ok := got[b1.ID]; !ok || err != nil {
 		t.Errorf("late outcome of b1: %v (reported: %t); want published", err, ok)
 	}
-	if err, ok := got[c1.ID]; !ok || err == nil {
-		t.Errorf("late outcome of c1: %v (reported: %t); want failed", err, ok)
+	if err, ok := got[c1.ID]; !ok || err != nil {
+		t.Errorf("late outcome of c1: %v (reported: %t); want published", err, ok)
 	}
-	// Retried, c1 is published; the topic holds every event once.
+	// Handed over again before the relay marked it, c1 is reported
+	// published without a new record; the topic holds every event once.
 	if err := pub.Publish(t.Context(), []event.Envelope{c1}); err != nil {
-		t.Fatalf("c1 retried after the heal: %v", err)
+		t.Fatalf("c1 handed over again after the heal: %v", err)
 	}
 	if dups := mustPublishedAtLeastOnce(t, kc.Records(t, topic), []event.Envelope{a1, b1, a2, c1}); dups > 0 {
 		t.Errorf("%d duplicates; want none", dups)
@@ -620,4 +622,107 @@ func stuckTopic(t *testing.T) (kc *kafkatest.Cluster, topic string, stuck *atomi
 		return e
 	}
 	return kc, topic, stuck, keysIn, ev
+}
+
+// recordGate is a produce hook that holds the record of event hold back
+// from the client (in Produce, before kgo buffers it) until the record of
+// event after has its outcome: the widest window between two records of a
+// call that kgo takes one Produce at a time.
+type recordGate struct {
+	hold, after uuid.UUID
+	settled     chan struct{} // closed when after's record has its outcome
+	once        sync.Once
+	outcomes    sync.Map // event ID -> error (nil: written)
+}
+
+var (
+	_ kgo.HookProduceRecordBuffered   = (*recordGate)(nil)
+	_ kgo.HookProduceRecordUnbuffered = (*recordGate)(nil)
+)
+
+func (g *recordGate) OnProduceRecordBuffered(r *kgo.Record) {
+	if e, err := idemkafka.Envelope(r); err == nil && e.ID == g.hold {
+		select {
+		case <-g.settled:
+		case <-time.After(30 * time.Second):
+		}
+	}
+}
+
+func (g *recordGate) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	e, eerr := idemkafka.Envelope(r)
+	if eerr != nil {
+		return
+	}
+	g.outcomes.Store(e.ID, err)
+	if e.ID == g.after {
+		g.once.Do(func() { close(g.settled) })
+	}
+}
+
+// A record that a Publish stopped waiting for, buffered behind the ones a
+// partition that does not answer holds in flight, does not make kgo fail
+// the records another Publish buffered behind it in that partition: kgo
+// fails every record buffered in a partition when the first one's context
+// has ended as it sends it (the relay ends a round's context as Publish
+// returns), and went on with a record of the other call's key produced
+// just after, which then reached the topic before the key's earlier event
+// (TestRelayStuckPartition/postgres under load: "key order-749: event 7
+// first published at 5/629 before event 3"). Here the other call's second
+// record reaches the client only once its first has an outcome, the widest
+// window kgo's one Produce per record leaves.
+func TestPublishStuckPartitionGivenUpRecordKeepsOthersOrder(t *testing.T) {
+	t.Parallel()
+	kc, topic, stuck, keysIn, ev := stuckTopic(t)
+	healthy, stuckKeys := keysIn(0, 1)[0], keysIn(1, 3)
+	h1, h2 := ev(healthy, 1), ev(healthy, 2)
+	x1, y1, z1, z2 := ev(stuckKeys[0], 1), ev(stuckKeys[1], 1), ev(stuckKeys[2], 1), ev(stuckKeys[2], 2)
+	gate := &recordGate{hold: z2.ID, after: z1.ID, settled: make(chan struct{})}
+	pub := newPublisher(t, idemkafka.PublisherConfig{Seeds: kc.Seeds, DefaultTopic: topic, Logger: testLogger(), StragglerTimeout: 300 * time.Millisecond,
+		ExtraOpts: []kgo.Opt{fastRetry, kgo.ProduceRequestTimeout(time.Second), kgo.RequestTimeoutOverhead(time.Second), kgo.WithHooks(gate)}})
+
+	// x1's record is in flight to the partition that does not answer.
+	errs := publishErrs(t, pub.Publish(t.Context(), []event.Envelope{h1, x1}), 2)
+	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("first call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	}
+	// y1's record waits behind it in the client; its call's context ends
+	// as the call returns, as a relay round's does.
+	ctx, cancel := context.WithCancel(t.Context())
+	errs = publishErrs(t, pub.Publish(ctx, []event.Envelope{h2, y1}), 2)
+	cancel()
+	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("second call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	}
+	// z1's record waits behind y1's; z2's reaches the client once z1's
+	// has its outcome.
+	errs = publishErrs(t, pub.Publish(t.Context(), []event.Envelope{z1, z2}), 2)
+	for i, err := range errs {
+		if !errors.Is(err, idemkafka.ErrOutcomeUnknown) {
+			t.Fatalf("third call, event %d: %v; want ErrOutcomeUnknown", i, err)
+		}
+	}
+
+	// The partition answers: every record left in the client has its
+	// outcome within seconds.
+	stuck.Store(false)
+	waitFor(t, 30*time.Second, "the outcomes of x1, y1, z1 and z2", func() bool {
+		for _, e := range []event.Envelope{x1, y1, z1, z2} {
+			if _, ok := gate.outcomes.Load(e.ID); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, e := range []event.Envelope{x1, y1, z1, z2} {
+		err, _ := gate.outcomes.Load(e.ID)
+		t.Logf("record of %s/%d: %v", e.Key, map[uuid.UUID]int{x1.ID: 1, y1.ID: 1, z1.ID: 1, z2.ID: 2}[e.ID], err)
+	}
+	// As the relay would: every event not known written is handed over
+	// again, in order (those written after the calls stopped waiting are
+	// reported published without a record).
+	if err := pub.Publish(t.Context(), []event.Envelope{x1, y1, z1, z2}); err != nil {
+		t.Fatalf("the events handed over again: %v", err)
+	}
+	mustPublishedAtLeastOnce(t, kc.Records(t, topic), []event.Envelope{h1, x1, h2, y1, z1, z2})
 }
