@@ -310,6 +310,22 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
+// idemdPGConns is the most PostgreSQL connections one idemd replica of
+// these tests opens (its pool and its LISTEN session; TestE2EScale counts
+// 5-6 each).
+const idemdPGConns = 6
+
+// usesPostgres reports whether idemd's args name a PostgreSQL database.
+func usesPostgres(args []string) bool {
+	for i, a := range args {
+		if (a == "-db" && i+1 < len(args) && strings.HasPrefix(args[i+1], "postgres")) ||
+			strings.HasPrefix(a, "-db=postgres") {
+			return true
+		}
+	}
+	return false
+}
+
 // start runs idemd with args and waits for its listen line. It does not
 // fail the test, so that any goroutine may call it.
 func (c *cluster) start(name string, args ...string) (*proc, error) {
@@ -324,6 +340,17 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 		done:   make(chan struct{}),
 	}
 	c.mu.Unlock()
+	// Its PostgreSQL connections count against the tests' slots, which
+	// the other test processes of the machine share: without them, a
+	// few replicas and another package's tests ran the server out of
+	// connections ("too many clients already").
+	unreserve := func() {}
+	if usesPostgres(args) {
+		var err error
+		if unreserve, err = testdb.ReserveConns(context.Background(), idemdPGConns); err != nil {
+			return nil, fmt.Errorf("start %s: %w", p.name, err)
+		}
+	}
 	p.cmd.Dir = c.dir
 	p.cmd.Stderr = p.stderr
 	if c.ownGroups {
@@ -333,10 +360,12 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 	}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
+		unreserve()
 		return nil, err
 	}
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
+		unreserve()
 		return nil, fmt.Errorf("start %s: %w", p.name, err)
 	}
 	c.mu.Lock()
@@ -348,6 +377,7 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 		lines <- strings.TrimSuffix(line, "\n")
 		_, _ = io.Copy(io.Discard, stdout)
 		p.err = p.cmd.Wait()
+		unreserve()
 		close(p.done)
 	}()
 	select {
