@@ -104,9 +104,15 @@ func TestKafkaMovedPartitionsConsumedAtOnce(t *testing.T) {
 // waitFor polls cond for up to 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+	waitForWithin(t, what, 30*time.Second, cond)
+}
+
+// waitForWithin polls cond for up to d.
+func waitForWithin(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 30 s", what)
+			t.Fatalf("no %s within %s", what, d)
 		}
 	}
 }

@@ -40,13 +40,11 @@ func PgBouncer(t testing.TB) string {
 		}
 		t.Skipf("skipped (CI requires it): %v", err)
 	}
-	for range bouncerServerConns {
-		release, err := acquireSlot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(release) // after the process is gone (cleanups run last first)
+	release, err := ReserveConns(context.Background(), bouncerServerConns)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(release) // after the process is gone (cleanups run last first)
 	p, err := pgbouncer.Start(context.Background(), pgbouncer.Config{DSN: DSN(), PoolSize: bouncerServerConns})
 	if err != nil {
 		t.Fatal(err)
