@@ -220,6 +220,19 @@ func rejoinDelay(log string) (d time.Duration, ok bool) {
 	return d, len(started) > 0
 }
 
+// awaitRejoin is rejoinDelay on p's log once it shows an assignment for
+// each consumer that started, or when within passed.
+func awaitRejoin(p *proc, within time.Duration) (time.Duration, bool) {
+	deadline := time.Now().Add(within)
+	for {
+		d, ok := rejoinDelay(p.stderr.String())
+		if ok || time.Now().After(deadline) {
+			return d, ok
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // assignedAfter reads a process's text log: the longest time, over its
 // consumer groups that were assigned partitions at or after since, from
 // since to the first such assignment. ok is false when none was.
@@ -288,6 +301,14 @@ type cluster struct {
 	mu        sync.Mutex
 	procs     []*proc
 	n         map[string]int
+	// spare holds the connection slots (testdb.ReserveConns) of the
+	// processes on PostgreSQL that exited, each a release of
+	// idemdPGConns slots: a restart takes one instead of waiting for
+	// slots the machine's other tests took meanwhile. A CI run's replica
+	// restarted at once after a SIGKILL waited 20 s for them, which its
+	// failover counted. They are given back when the test ends.
+	spare  []func()
+	closed bool // the test ended: keep gives slots back at once
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -300,6 +321,13 @@ func newCluster(t *testing.T) *cluster {
 			p.stopping.Store(true)
 			_ = p.cmd.Process.Kill()
 			<-p.done
+		}
+		c.mu.Lock()
+		spare := c.spare
+		c.spare, c.closed = nil, true
+		c.mu.Unlock()
+		for _, release := range spare {
+			release()
 		}
 		if t.Failed() {
 			for _, p := range procs {
@@ -346,10 +374,11 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 	// connections ("too many clients already").
 	unreserve := func() {}
 	if usesPostgres(args) {
-		var err error
-		if unreserve, err = testdb.ReserveConns(context.Background(), idemdPGConns); err != nil {
+		release, err := c.reserve()
+		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", p.name, err)
 		}
+		unreserve = func() { c.keep(release) }
 	}
 	p.cmd.Dir = c.dir
 	p.cmd.Stderr = p.stderr
@@ -394,6 +423,36 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 		return nil, fmt.Errorf("%s: no listen line within 60s; stderr:\n%s", p.name, tail(p.stderr.String()))
 	}
 	return p, nil
+}
+
+// reserve takes idemdPGConns connection slots for a process on
+// PostgreSQL: those of one that exited if the cluster keeps any, else new
+// ones.
+func (c *cluster) reserve() (release func(), err error) {
+	c.mu.Lock()
+	if n := len(c.spare); n > 0 {
+		release = c.spare[n-1]
+		c.spare = c.spare[:n-1]
+	}
+	c.mu.Unlock()
+	if release != nil {
+		return release, nil
+	}
+	return testdb.ReserveConns(context.Background(), idemdPGConns)
+}
+
+// keep takes back the slots of a process that exited (or did not start)
+// for the cluster's next start.
+func (c *cluster) keep(release func()) {
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.spare = append(c.spare, release)
+	}
+	c.mu.Unlock()
+	if closed {
+		release()
+	}
 }
 
 // unexpectedExits lists the processes that exited without being asked to.
