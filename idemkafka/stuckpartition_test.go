@@ -534,31 +534,67 @@ func TestPublishStuckPartitionBufferedWrittenOnHeal(t *testing.T) {
 	reporter := func(evs []event.Envelope) func(int, error) {
 		return func(i int, err error) { lateCh <- lateOutcome{evs[i].ID, err} }
 	}
+	// A healthy partition's record is published in the call, or, when a
+	// loaded machine keeps its acknowledgement past the straggler timeout
+	// (a CI run: 300 ms), reported unknown and then published late.
+	slow := map[uuid.UUID]bool{}
+	healthyOutcome := func(call string, e event.Envelope, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+		case errors.Is(err, idemkafka.ErrOutcomeUnknown):
+			slow[e.ID] = true
+			t.Logf("%s: the healthy partition's record not acknowledged within the straggler timeout (a loaded machine): its outcome comes late", call)
+		default:
+			t.Fatalf("%s: the healthy partition's record: %v; want published", call, err)
+		}
+	}
+	got := map[uuid.UUID]error{}
 	// b1's record is in flight to the partition that does not answer.
 	first := []event.Envelope{a1, b1}
 	errs := publishErrs(t, pub.PublishLate(t.Context(), first, reporter(first)), 2)
-	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
-		t.Fatalf("first call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	if !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("first call: b1: %v; want ErrOutcomeUnknown", errs[1])
 	}
+	healthyOutcome("first call", a1, errs[0])
 	// c1's record waits behind it in the client; the call's context ends
 	// as it returns, as a relay round's does.
 	ctx, cancel := context.WithCancel(t.Context())
 	second := []event.Envelope{a2, c1}
 	errs = publishErrs(t, pub.PublishLate(ctx, second, reporter(second)), 2)
 	cancel()
-	if errs[0] != nil || !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
-		t.Fatalf("second call: %v, %v; want published and ErrOutcomeUnknown", errs[0], errs[1])
+	if !errors.Is(errs[1], idemkafka.ErrOutcomeUnknown) {
+		t.Fatalf("second call: c1: %v; want ErrOutcomeUnknown", errs[1])
 	}
-	select {
-	case o := <-lateCh:
-		t.Fatalf("late outcome of %s while its partition does not answer: %v", o.id, o.err)
-	case <-time.After(500 * time.Millisecond):
+	healthyOutcome("second call", a2, errs[0])
+	wait := time.After(500 * time.Millisecond)
+	for waiting := true; waiting; {
+		select {
+		case o := <-lateCh:
+			if !slow[o.id] {
+				t.Fatalf("late outcome of %s while its partition does not answer: %v", o.id, o.err)
+			}
+			got[o.id] = o.err
+		case <-wait:
+			waiting = false
+		}
 	}
 
 	// The partition answers: b1 is written, then c1.
 	stuck.Store(false)
-	got := map[uuid.UUID]error{}
-	for len(got) < 2 {
+	want := []event.Envelope{b1, c1}
+	if slow[a1.ID] {
+		want = append(want, a1) // its record was produced: its outcome comes
+	}
+	reported := func() bool {
+		for _, e := range want {
+			if _, ok := got[e.ID]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for !reported() {
 		select {
 		case o := <-lateCh:
 			got[o.id] = o.err
@@ -566,11 +602,21 @@ func TestPublishStuckPartitionBufferedWrittenOnHeal(t *testing.T) {
 			t.Fatalf("late outcomes within 30s of the heal: %v; want b1's and c1's (published)", got)
 		}
 	}
-	if err, ok := got[b1.ID]; !ok || err != nil {
-		t.Errorf("late outcome of b1: %v (reported: %t); want published", err, ok)
+	for _, e := range want {
+		if err := got[e.ID]; err != nil {
+			t.Errorf("late outcome of %s: %v; want published", e.Key, err)
+		}
 	}
-	if err, ok := got[c1.ID]; !ok || err != nil {
-		t.Errorf("late outcome of c1: %v (reported: %t); want published", err, ok)
+	if slow[a2.ID] {
+		// Failed at once (a1's record waited) or produced: handed over
+		// again, as the relay does after its backoff, until published.
+		deadline := time.Now().Add(30 * time.Second)
+		for err := pub.Publish(t.Context(), []event.Envelope{a2}); err != nil; err = pub.Publish(t.Context(), []event.Envelope{a2}) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a2 handed over again after the heal: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	// Handed over again before the relay marked it, c1 is reported
 	// published without a new record; the topic holds every event once.
