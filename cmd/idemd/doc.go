@@ -101,7 +101,8 @@
 // without its key stop idemd at start-up (exit 2); SASL PLAIN without TLS
 // is logged as a warning (the password goes in clear). A cluster that
 // refuses the credentials, fails the TLS handshake or lacks an ACL on the
-// topic stops it too (exit 1), with a message that says which:
+// topic stops it too (exit 1; a refused SASL login at once, without the
+// retries of an unreachable cluster), with a message that says which:
 //
 //	IDEMD_KAFKA=b-1.kafka.example.com:9096,b-2.kafka.example.com:9096 \
 //	IDEMD_KAFKA_TLS=true IDEMD_KAFKA_SASL=scram-sha-512 \

@@ -119,7 +119,10 @@ const kafkaCheckTimeout = 10 * time.Second
 // credentials, the TLS handshake, an ACL), must stop idemd (exit 1), not
 // leave it serving orders whose events no broker will take (the relay
 // retries for ever, the watchdog rejects the orders). The error says
-// which. A cluster that answers without the topic or its dead-letter topic
+// which. A refused SASL login (the credentials, the mechanism) ends the
+// check at once rather than when kafkaCheckTimeout runs out, while kgo
+// would retry the connection (connFailures). A cluster that answers
+// without the topic or its dead-letter topic
 // is a configuration mistake (a *ConfigError, exit 2, naming them): idemd
 // never creates topics nor asks the cluster to, so the events would wait
 // in the outbox, and a record the consumers cannot apply would hold its
@@ -163,7 +166,11 @@ func checkKafkaOnce(ctx context.Context, a *App, seeds []string, topic string) e
 	if err != nil {
 		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", brokers, errMessage(err))}
 	}
-	seen := &connFailures{}
+	// A cluster that refused the SASL login ends the check at once (kgo
+	// would retry the connection for the rest of kafkaCheckTimeout):
+	// the request then fails with the context, and the refusal is what
+	// seen reports.
+	seen := &connFailures{refused: cancel}
 	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(seeds...), kgo.WithHooks(seen))...)
 	if err != nil {
 		return &ConfigError{msg: fmt.Sprintf("kafka %s: %s", brokers, errMessage(err))}

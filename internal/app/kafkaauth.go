@@ -351,34 +351,89 @@ func tlsDialer(config func() (*tls.Config, error), timeout time.Duration) func(c
 
 // connFailures is a kgo hook that keeps why connections failed, for
 // checkKafka: kgo retries them, and a request that runs out of time
-// returns the deadline, not the cause.
+// returns the deadline, not the cause. It also tells a cluster that
+// refused the SASL login for good (refused, when set, is called once):
+// kgo would retry such a connection until the request's context ends.
 type connFailures struct {
+	// refused, when set, is called (once) when the cluster refused the
+	// SASL login: it answered SASL_AUTHENTICATION_FAILED,
+	// UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE, or a broker
+	// closed saslClosesRefuse connections in a row during SASL
+	// authentication.
+	refused func()
+
 	mu   sync.Mutex
 	last error
 	// sasl: a broker closed a connection during SASL authentication (as
 	// some brokers refuse credentials, rather than with an error code).
 	sasl bool
+	// closes counts, per broker, its connections closed during SASL
+	// authentication since it last took one.
+	closes map[int32]int
+	// refusal is the refusal that called refused.
+	refusal error
 }
 
-func (h *connFailures) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err != nil {
-		h.mu.Lock()
-		h.last = err
-		h.mu.Unlock()
+// saslClosesRefuse is how many connections in a row a broker must close
+// during SASL authentication for connFailures to take it as a refusal: one
+// may be a broker going away; kgo retries a closed connection at once on a
+// new one, which a broker that refuses the login closes too.
+const saslClosesRefuse = 2
+
+func (h *connFailures) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.closes, meta.NodeID)
+		return
+	}
+	h.last = err
+	if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState) {
+		h.refuse(err)
 	}
 }
 
-func (h *connFailures) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if err != nil && key == int16(kmsg.SASLAuthenticate) {
-		h.mu.Lock()
-		h.sasl = true
-		h.mu.Unlock()
+func (h *connFailures) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.SASLAuthenticate) || err == nil {
+		return
+	}
+	// The broker closed the connection; a reset or a timeout is not a
+	// refusal.
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sasl = true
+	if h.closes == nil {
+		h.closes = map[int32]int{}
+	}
+	if h.closes[meta.NodeID]++; h.closes[meta.NodeID] >= saslClosesRefuse {
+		h.refuse(err)
 	}
 }
 
+// refuse records the refusal err and calls refused, the first time; h.mu
+// is held.
+func (h *connFailures) refuse(err error) {
+	if h.refusal != nil {
+		return
+	}
+	h.refusal = err
+	if h.refused != nil {
+		h.refused()
+	}
+}
+
+// get returns the last connection failure (the refusal, once there is
+// one) and whether a broker closed a connection during SASL
+// authentication.
 func (h *connFailures) get() (error, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.refusal != nil {
+		return h.refusal, h.sasl
+	}
 	return h.last, h.sasl
 }
 

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem/internal/app"
 	"github.com/idemkit/idem/internal/kafkatest"
+	"github.com/idemkit/idem/internal/stallmeter"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/internal/testlog"
 )
@@ -391,6 +393,108 @@ func TestKafkaAuthStartupFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cluster that refuses idemd's SASL login stops it at once (exit 1, one
+// line naming the refusal), not after the whole start-up check of 10 s:
+// whether the broker answers SASL_AUTHENTICATION_FAILED (a Java broker)
+// or closes the connection during the authentication (kfake, and brokers
+// that refuse that way). kgo retries a connection that was closed, and
+// idemd used to wait for the check's 10 s (wrong password: exit 1 after
+// 10.3 s).
+func TestKafkaRefusedCredentialsFailFast(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Name("idemd-sasl")
+	// The broker's answer to a wrong password: kfake closes the
+	// connection; errorCode answers SASL_AUTHENTICATION_FAILED instead.
+	cluster := func(t *testing.T, errorCode bool) string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+".dlq"), kfake.EnableSASL(),
+			kfake.Superuser("SCRAM-SHA-256", "idemd", "s3cret"), kfake.Superuser("PLAIN", "idemd", "s3cret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		if errorCode {
+			c.ControlKey(int16(kmsg.SASLAuthenticate), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				resp := kreq.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+				resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+				resp.ErrorMessage = kmsg.StringPtr("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256")
+				return resp, nil, true
+			})
+		}
+		return strings.Join(c.ListenAddrs(), ",")
+	}
+	for _, tt := range []struct {
+		name            string
+		errorCode       bool
+		mech, user, pwd string
+	}{
+		{"wrong password, connection closed", false, "scram-sha-256", "idemd", "wr0ng-pw"},
+		{"unknown user, connection closed", false, "scram-sha-256", "nobody", "wr0ng-pw"},
+		{"plain, wrong password, connection closed", false, "plain", "idemd", "wr0ng-pw"},
+		{"wrong password, SASL_AUTHENTICATION_FAILED", true, "scram-sha-256", "idemd", "wr0ng-pw"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			seeds := cluster(t, tt.errorCode)
+			env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": topic, "IDEMD_KAFKA_SASL": tt.mech,
+				"IDEMD_KAFKA_SASL_USER": tt.user, "IDEMD_KAFKA_SASL_PASSWORD": tt.pwd}
+			args := []string{"-addr", "127.0.0.1:0", "-db", testdb.SQLitePath(t), "-cleanup", "off"}
+			// Bounded: an idemd that starts would serve until ctx ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut strings.Builder
+			m := stallmeter.Start(t)
+			code := app.Run(ctx, args, envOf(env), &out, &errOut)
+			ran, stalled := m.Elapsed()
+			stderr := errOut.String()
+			if code != 1 {
+				t.Errorf("exit code %d, want 1 (stderr %q)", code, stderr)
+			}
+			// The last line (PLAIN without TLS logs a warning first).
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			want := "idemd: kafka " + seeds + " refused the credentials (SASL " + tt.mech + " as user " + tt.user + "): "
+			if !strings.HasPrefix(lines[len(lines)-1], want) || strings.Contains(stderr, tt.pwd) {
+				t.Errorf("stderr %q: want it to end with a line starting %q, and no password", stderr, want)
+			}
+			// Half the check's 10 s: the database's start-up and the
+			// refusal take well under a second on an idle machine.
+			if ran > 5*time.Second {
+				t.Errorf("start-up took %s (less the process's stalls of %s) to fail, want the refusal at once", ran, stalled)
+			}
+		})
+	}
+}
+
+// A broker that closes one connection during the SASL authentication (a
+// broker going away, a proxy's hiccup) and takes the next is no refusal:
+// idemd starts.
+func TestKafkaSASLOneClosedConnectionStarts(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Name("idemd-sasl")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+".dlq"), kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-256", "idemd", "s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	// The first SASLAuthenticate closes its connection; the others are
+	// the cluster's.
+	c.ControlKey(int16(kmsg.SASLAuthenticate), func(kmsg.Request) (kmsg.Response, error, bool) {
+		return nil, errors.New("closed during the authentication"), true
+	})
+	cfg, err := app.ParseConfig([]string{"-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off", "-kafka", strings.Join(c.ListenAddrs(), ","),
+		"-kafka-topic", topic, "-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "idemd"},
+		envOf(map[string]string{"IDEMD_KAFKA_SASL_PASSWORD": "s3cret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+	if err != nil {
+		t.Fatalf("app.New after one connection closed during SASL: %v", err)
+	}
+	a.Close()
 }
 
 // Mutual TLS: a broker that requires a client certificate takes idemd's
