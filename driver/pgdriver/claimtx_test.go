@@ -412,3 +412,124 @@ func TestDateStyleChecked(t *testing.T) {
 		})
 	}
 }
+
+// The uncontended claim answers from one session whatever the previous
+// claim on it did: a completed live record is replayed whole and unlocked,
+// after a claim that took the lock as after one that found it taken; an
+// expired or in-progress record, or none, is claimed (locked) with what
+// the key holds read after the lock; a lock held by another session is
+// not taken, and no record is answered then.
+func TestClaimReplayOrLockOnOneSession(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, 1) // one session: each claim follows the previous one on it
+	drv := newDriver(t, pool, &pgdriver.Config{Schema: schema})
+	other := testdb.Postgres(t).Pool() // another session, to hold a key's lock
+	ctx := t.Context()
+	now := time.Now()
+	claim := func(key string, at time.Time) (pgx.Tx, *driver.TxClaimResult) {
+		t.Helper()
+		tx, res, err := drv.BeginClaim(ctx, &driver.TxClaimParams{Scope: "s", Key: key, Now: at})
+		if err != nil {
+			t.Fatalf("BeginClaim(%s): %v", key, err)
+		}
+		if tx != nil {
+			// Ended when the test fails before it does: the pool's one
+			// session must be free to drop the schema.
+			t.Cleanup(func() { _ = drv.Rollback(context.Background(), tx) })
+		}
+		if res.Locked != (tx != nil) {
+			t.Fatalf("BeginClaim(%s): Locked %v with transaction %v", key, res.Locked, tx != nil)
+		}
+		return tx, res
+	}
+	lockHeld := func(key string) bool {
+		t.Helper()
+		lock := drv.RecordLockKey("s", key)
+		var n int
+		err := other.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`, lock).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	stored := &driver.TxCompleteParams{Scope: "s", Key: "done", Fingerprint: []byte("fp-1"), Status: 201,
+		Headers: []byte("h"), Body: []byte(`{"id":1}`), CreatedAt: now.Truncate(time.Microsecond),
+		ExpiresAt: now.Add(time.Hour).Truncate(time.Microsecond)}
+	tx, res := claim("done", now)
+	if !res.Locked || res.Record != nil {
+		t.Fatalf("first claim: %+v, want locked without a record", res)
+	}
+	if err := drv.CommitComplete(ctx, tx, stored); err != nil {
+		t.Fatal(err)
+	}
+	replayed := func(when string) {
+		t.Helper()
+		tx, res := claim("done", now.Add(time.Minute))
+		if tx != nil {
+			_ = drv.Rollback(ctx, tx)
+			t.Fatalf("%s: the completed record was claimed again, want a replay", when)
+		}
+		r := res.Record
+		if r == nil || r.State != driver.StateCompleted || r.Status != 201 || string(r.Body) != `{"id":1}` ||
+			string(r.Headers) != "h" || string(r.Fingerprint) != "fp-1" || r.Scope != "s" || r.Key != "done" ||
+			!r.CreatedAt.Equal(stored.CreatedAt) || !r.ExpiresAt.Equal(stored.ExpiresAt) {
+			t.Fatalf("%s: replayed %+v, want the stored record", when, r)
+		}
+		if lockHeld("done") {
+			t.Fatalf("%s: the key's lock is held after a replay", when)
+		}
+	}
+	replayed("after the claim that stored it")
+
+	// Past its expiry: claimed, with the expired record read after the
+	// lock (the caller replaces it).
+	tx, res = claim("done", now.Add(2*time.Hour))
+	if !res.Locked || res.Record == nil || res.Record.Key != "done" || string(res.Record.Body) != `{"id":1}` {
+		t.Fatalf("claim of the expired record: %+v, want locked with the record", res)
+	}
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	replayed("after a claim that took the lock")
+
+	// An in-progress record (a lease-mode writer's): claimed, read.
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_record (scope, idempotency_key, fingerprint, state, lease_token, lease_expires_at, created_at, expires_at)
+		VALUES ('s', 'leased', 'fp', 'in_progress', 'tok', $1, $2, $3)`, now.Add(time.Minute), now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	tx, res = claim("leased", now)
+	if !res.Locked || res.Record == nil || res.Record.State != driver.StateInProgress || res.Record.LeaseToken != "tok" {
+		t.Fatalf("claim of an in-progress record: %+v, want locked with it", res)
+	}
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another session holds the key's lock: not locked, no record.
+	conn, err := other.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, drv.RecordLockKey("s", "busy")); err != nil {
+		t.Fatal(err)
+	}
+	if tx, res := claim("busy", now); res.Locked || res.Record != nil || tx != nil {
+		t.Fatalf("claim of a key locked elsewhere: %+v, want neither locked nor a record", res)
+	}
+	replayed("after a claim that found the lock taken")
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, drv.RecordLockKey("s", "busy")); err != nil {
+		t.Fatal(err)
+	}
+	tx, res = claim("busy", now)
+	if !res.Locked || res.Record != nil {
+		t.Fatalf("claim of the freed key: %+v, want locked without a record", res)
+	}
+	if err := drv.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if lockHeld("busy") || lockHeld("leased") || lockHeld("done") {
+		t.Fatal("a key's lock is still held after every claim ended")
+	}
+}
