@@ -24,7 +24,9 @@ import (
 // straggler wait does (ErrOutcomeUnknown), and the relay logged that, not
 // why. diagnose asks the cluster's metadata about such a record's topic
 // and appends what it says (leaders missing, replicas out of sync) to the
-// record's error, so the relay's "publish failed" line names the cause.
+// record's error, after the broker's last answer to the topic when the
+// publisher read one (see answers.go), so the relay's "publish failed"
+// line and the events' last_error name the cause.
 
 // diagnoseTimeout bounds the metadata request of a diagnosis.
 const diagnoseTimeout = 2 * time.Second
@@ -56,9 +58,10 @@ func unanswered(err error) bool {
 }
 
 // explain appends to each error of errs (those of events) that is
-// unanswered what the cluster's metadata says of the event's topic. It asks
-// only after a Publish that failed so, not when ctx was cancelled (a relay
-// stopping).
+// unanswered the brokers' last error answers to the event's topic, if the
+// client told one (see answerLogger), and what the cluster's metadata says
+// of the topic. It asks the metadata only after a Publish that failed so,
+// not when ctx was cancelled (a relay stopping).
 func (p *Publisher) explain(ctx context.Context, cl *kgo.Client, events []event.Envelope, errs []error) {
 	var topics []string
 	for i, err := range errs {
@@ -68,21 +71,37 @@ func (p *Publisher) explain(ctx context.Context, cl *kgo.Client, events []event.
 			}
 		}
 	}
-	if len(topics) == 0 || cl == nil || errors.Is(ctx.Err(), context.Canceled) {
+	if len(topics) == 0 {
 		return
 	}
-	notes := p.diag.notesFor(ctx, cl, topics)
-	for t, d := range notes {
-		if d.missing {
-			p.forgetKnown(t)
+	now := time.Now()
+	answers := make(map[string]error, len(topics))
+	for _, t := range topics {
+		if a := p.answers.forTopic(t, now); a != nil {
+			answers[t] = a
+		}
+	}
+	var notes map[string]diagnosis
+	if cl != nil && !errors.Is(ctx.Err(), context.Canceled) {
+		notes = p.diag.notesFor(ctx, cl, topics)
+		for t, d := range notes {
+			if d.missing {
+				p.forgetKnown(t)
+			}
 		}
 	}
 	for i, err := range errs {
-		if err != nil && unanswered(err) {
-			if note := notes[p.topic(events[i])].note; note != "" {
-				errs[i] = fmt.Errorf("%w (%s)", err, note)
-			}
+		if err == nil || !unanswered(err) {
+			continue
 		}
+		t := p.topic(events[i])
+		if a := answers[t]; a != nil {
+			err = fmt.Errorf("%w: %w", err, a)
+		}
+		if note := notes[t].note; note != "" {
+			err = fmt.Errorf("%w (%s)", err, note)
+		}
+		errs[i] = err
 	}
 }
 

@@ -312,9 +312,15 @@
 // NOT_LEADER_OR_FOLLOWER during a leader election. Such events fail with
 // the context's deadline or ErrOutcomeUnknown and wait in the outbox until
 // the cluster heals; their error (the relay's "publish failed" line, the
-// events' last_error) then also says what the cluster's metadata shows of
-// their topic (partitions without a leader, replicas out of sync), asked
-// at most every 5s per topic and only after such a failure. They are
+// events' last_error) then also names the broker's last answer to the
+// topic's partitions ("the broker's last answer to the topic's records:
+// partition 1 (2 s ago): NOT_ENOUGH_REPLICAS: ...", wrapping kerr's
+// error), read from the client's debug lines while records wait longer
+// than usual (half the straggler wait, or the end of the call's context;
+// not with a PublisherConfig.Client or a negative StragglerTimeout), and
+// what the cluster's metadata shows of their topic (partitions without a
+// leader, replicas out of sync), asked at most every 5s per topic and only
+// after such a failure. They are
 // stragglers too, so the other topics' events flow meanwhile: a Publish
 // whose records all wait so returns after StragglerTimeout once the broker
 // acknowledged other records, not at the end of its context. Those must be

@@ -30,14 +30,15 @@ import (
 // client's and the relay's defaults on PostgreSQL: the healthy topic's
 // events flow as before, the failing topic's events wait with an error
 // that names the cause, none parked, and once it is fixed they are
-// published, once each, in order. A missing topic held the healthy one:
-// kgo waits for a topic it has no metadata for (UnknownTopicRetries loads,
-// MetadataMinAge apart), so its records were taken for a partition that
-// does not answer: a round with some waited the straggler timeout (2 s),
-// a round with nothing else the whole PublishTimeout (30 s), holding its
-// lanes, their healthy keys included; the events failed with "outcome
-// unknown" or "context canceled" and were retried at once, round after
-// round. NOT_ENOUGH_REPLICAS held the healthy topic the same way: every
+// published, once each, in order (the error names the broker's answer,
+// see TestRelayRefusedRecordsLastErrorNamesBrokerAnswer). A missing topic
+// held the healthy one: kgo waits for a topic it has no metadata for
+// (UnknownTopicRetries loads, MetadataMinAge apart), so its records were
+// taken for a partition that does not answer: a round with some waited
+// the straggler timeout (2 s), a round with nothing else the whole
+// PublishTimeout (30 s), holding its lanes, their healthy keys included;
+// the events failed with "outcome unknown" or "context canceled" and were
+// retried at once, round after round. NOT_ENOUGH_REPLICAS held the healthy topic the same way: every
 // round of the failing topic's events alone waited its whole context, and
 // the records kgo gave up unsent at its end were retried at once; now only
 // the first such round does (see the wait below), and the client keeps
@@ -53,9 +54,12 @@ func TestRelayOneTopicFailingOthersFlow(t *testing.T) {
 		{"denied", func(bad string) kfake.Fault {
 			return kfakeFault(kmsg.Produce, bad, kerr.TopicAuthorizationFailed, -1)
 		}, "TOPIC_AUTHORIZATION_FAILED"},
+		// The broker's answer itself: the cluster's metadata note lists
+		// NOT_ENOUGH_REPLICAS among the causes it guesses when every
+		// partition looks healthy, which is all the error said before.
 		{"not enough replicas", func(bad string) kfake.Fault {
 			return kfakeFault(kmsg.Produce, bad, kerr.NotEnoughReplicas, -1)
-		}, "NOT_ENOUGH_REPLICAS"},
+		}, kerr.NotEnoughReplicas.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -80,6 +80,11 @@ type PublisherConfig struct {
 	// remote parent, so kotel's publish span, and the traceparent it
 	// writes over the record's, continue the request's trace, not the
 	// relay's. The same holds for a Client with such hooks.
+	//
+	// A logger (kgo.WithLogger) gets the client's lines at its own level.
+	// While records wait unacknowledged (see Publish), the publisher asks
+	// kgo for its debug lines too, to read the brokers' error answers from
+	// them, and passes on only those the logger's level asks for.
 	ExtraOpts []kgo.Opt
 
 	// Client, if set, is used instead of a client of the publisher's own
@@ -238,6 +243,13 @@ type Publisher struct {
 	// diag caches what the cluster's metadata said of the topics whose
 	// records were not acknowledged in time (see explain).
 	diag diagnoses
+	// answers holds the brokers' last error answers to the partitions
+	// (see answerLogger), read while listening: suspects counts the
+	// produce calls that wait longer than usual (see suspect); forcedAt
+	// is when suspect last asked for a metadata update (UnixNano).
+	answers  answers
+	suspects atomic.Int32
+	forcedAt atomic.Int64
 
 	// calls maps the records of the produce calls in flight to their
 	// call (*produceCall), for outcomeHook.
@@ -347,8 +359,11 @@ func NewPublisher(cfg *PublisherConfig) (*Publisher, error) {
 		p.cl.Store(cfg.Client)
 	} else {
 		// The hook tells produce each record's outcome as it comes,
-		// while ProduceSync unlingers the records' partitions.
-		opts = append(opts, kgo.WithHooks(outcomeHook{p}))
+		// while ProduceSync unlingers the records' partitions. The
+		// logger reads the brokers' error answers while records wait
+		// (see answerLogger), and passes the rest on to ExtraOpts'.
+		inner, _ := cl.OptValue(kgo.WithLogger).(kgo.Logger) // cl is the view of opts
+		opts = append(opts, kgo.WithHooks(outcomeHook{p}), kgo.WithLogger(answerLogger{inner: inner, p: p}))
 		own, err := kgo.NewClient(opts...)
 		if err != nil { // cannot happen: the view was made from opts
 			return nil, optionsError("publisher client", err)
@@ -439,7 +454,18 @@ func (p *Publisher) Close() {
 // last acknowledgement, or from the end of ctx; see StragglerTimeout for a
 // call without any), Publish returns with the
 // events acknowledged so far published and the others failed with
-// ErrOutcomeUnknown. The producer keeps such a record and retries it until
+// ErrOutcomeUnknown. When the broker answered their partitions with an
+// error that kgo retries (NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
+// REQUEST_TIMED_OUT), the error also names and wraps the broker's last
+// such answer to the topic (a *kerr.Error: errors.Is(err,
+// kerr.NotEnoughReplicas)), with its partitions and age: kgo tells it to
+// no hook and no result, so the publisher reads it from kgo's debug log
+// lines, which it asks for only while a call waits for records longer
+// than usual (half the straggler wait, or the end of ctx) or records it
+// gave up waiting for are in the client, and then asks for a metadata
+// update so that kgo retries such a partition, and the answer is read,
+// within the wait (kgo retries it at the next update, 5 s apart by
+// default). The producer keeps such a record and retries it until
 // it learns the outcome, whatever ctx says (a record that reached a broker
 // may have been written; giving it up would break the idempotent
 // sequence), so it may still be written. Through PublishLate (which the
@@ -459,7 +485,9 @@ func (p *Publisher) Close() {
 // every wait. A negative StragglerTimeout, or a PublisherConfig.Client (the
 // publisher learns each record's outcome through a hook of its own
 // client), waits for every record, whatever ctx says, as Publish did
-// before StragglerTimeout existed.
+// before StragglerTimeout existed; a record kgo gives up at the end of ctx
+// then fails with ctx's error, without the broker's answer (the client's
+// debug lines are not read).
 //
 // The records of the publisher's own client never end with ctx: a record
 // whose context has ended as kgo sends it fails with every record buffered
@@ -674,6 +702,9 @@ func (c *produceCall) done(p *Publisher, r *kgo.Record, err error) {
 		c.mu.Unlock()
 		if err == nil {
 			p.rememberWritten(c.events[c.index[r]].ID)
+			// Its partition writes again: kgo's line that says so may
+			// come once the answers are no longer read.
+			p.answers.forget(r.Topic, r.Partition)
 		}
 		p.unwait(c.key(r))
 		// The record's context never ends (see recordContext): kgo gives
@@ -745,11 +776,20 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 		done  = ctx.Done()
 		ended time.Time // when ctx ended
 		// timer is set to the deadline once armed (a result came, or ctx
-		// ended); before, it looks at the call every straggler wait.
+		// ended), first to half the time left until the call is
+		// suspected; before, it looks at the call every straggler wait.
 		timer = time.NewTimer(p.straggler)
 		armed bool
+		// suspected: the call's records wait longer than usual; the
+		// brokers' answers are read until it returns (see suspect).
+		suspected bool
 	)
-	defer timer.Stop()
+	defer func() {
+		timer.Stop()
+		if suspected {
+			p.unsuspect()
+		}
+	}()
 	// fault reports whether records were given up within faultMemory, or
 	// still wait in the client: a partition or topic is known not to
 	// take records.
@@ -782,16 +822,28 @@ func (p *Publisher) produce(ctx context.Context, cl *kgo.Client, rs []*kgo.Recor
 			return c.results
 		}
 		if !armed && n > 0 {
-			timer.Reset(time.Until(deadline(n, last)))
+			d := time.Until(deadline(n, last))
+			if !suspected {
+				d /= 2
+			}
+			timer.Reset(d)
 			armed = true
 		}
 		select {
 		case <-c.wake:
 		case <-done:
 			done, ended = nil, time.Now()
+			if !suspected {
+				suspected = true
+				p.suspect(cl)
+			}
 			timer.Reset(time.Until(deadline(n, last)))
 			armed = true
 		case <-timer.C:
+			if !suspected {
+				suspected = true
+				p.suspect(cl)
+			}
 			// Results that came since the timer was set (the promises
 			// wake this loop for the first and the last only) move the
 			// deadline on.
