@@ -16,6 +16,20 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
+// advisoryLockHeld reports whether a session holds the 64-bit advisory lock
+// lock, as pg_locks shows it to a session of pool: ask from another session
+// than the holder's (a session's own advisory locks are reentrant).
+func advisoryLockHeld(t *testing.T, pool *pgxpool.Pool, lock int64) bool {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`, lock).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
 // On the uncontended path BeginClaim holds the key's session-level lock and
 // sends BEGIN with the transaction's first statement, whatever that
 // statement is. For each way a handler can start, on commit and on
@@ -33,14 +47,7 @@ func TestClaimTxFirstStatementAndLock(t *testing.T) {
 	}
 	held := func(key string) bool {
 		t.Helper()
-		lock := drv.RecordLockKey("s", key)
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`, lock).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
+		return advisoryLockHeld(t, pool, drv.RecordLockKey("s", key))
 	}
 	stored := func(k string) bool {
 		t.Helper()
@@ -444,14 +451,7 @@ func TestClaimReplayOrLockOnOneSession(t *testing.T) {
 	}
 	lockHeld := func(key string) bool {
 		t.Helper()
-		lock := drv.RecordLockKey("s", key)
-		var n int
-		err := other.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`, lock).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
+		return advisoryLockHeld(t, other, drv.RecordLockKey("s", key))
 	}
 	stored := &driver.TxCompleteParams{Scope: "s", Key: "done", Fingerprint: []byte("fp-1"), Status: 201,
 		Headers: []byte("h"), Body: []byte(`{"id":1}`), CreatedAt: now.Truncate(time.Microsecond),
