@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,13 +50,56 @@ type outageDriver[TTx any] struct {
 	// flaps counts its rounds.
 	flapping atomic.Bool
 	flaps    atomic.Int64
+
+	// turns, if set (Run's workers, outageWorkers on PostgreSQL), makes
+	// the workers' rounds take turns: a round starts once every other
+	// worker is back at the start of its next one, after its round's line.
+	// The clock moves a second a round, of any worker: a worker the machine
+	// held between its round and its line would read the time of the other
+	// worker's later rounds (a repeat of the outage's last "connection
+	// refused" round logged at 91 s, once the failure had changed, as a
+	// third summary). stopped (runOutage's) ends the waits: the round
+	// then fails with its context, done once the relay's is.
+	turns   int
+	turnMu  sync.Mutex
+	waiting []chan struct{}
+	stopped <-chan struct{}
+}
+
+// turn waits for the round's turn (see turns), on ctx, the round's; its
+// error once the relay is stopped.
+func (d *outageDriver[TTx]) turn(ctx context.Context) error {
+	if d.turns == 0 {
+		return nil
+	}
+	mine := make(chan struct{})
+	d.turnMu.Lock()
+	d.waiting = append(d.waiting, mine)
+	if len(d.waiting) == d.turns { // every worker is here: the first to come goes
+		close(d.waiting[0])
+		d.waiting = d.waiting[1:]
+	}
+	d.turnMu.Unlock()
+	select {
+	case <-mine:
+		return nil
+	case <-d.stopped:
+		// Not before ctx ends: the relay's context, of which stopped is
+		// the Done, is done before the round's (a round failing before
+		// would be logged).
+		<-ctx.Done()
+		return ctx.Err()
+	}
 }
 
 func (d *outageDriver[TTx]) down() bool { return d.left.Load() >= 0 }
 
 // round starts a round: it fails while the database is down, with a local
 // port that changes from one round to the next (the same failure).
-func (d *outageDriver[TTx]) round() error {
+func (d *outageDriver[TTx]) round(ctx context.Context) error {
+	if err := d.turn(ctx); err != nil {
+		return err
+	}
 	if d.flapping.Load() {
 		d.clock.Add(time.Second)
 		if d.flaps.Add(1)%2 == 0 {
@@ -92,7 +136,7 @@ func refused(port int) error {
 }
 
 func (d *outageDriver[TTx]) Begin(ctx context.Context) (TTx, error) {
-	if err := d.round(); err != nil {
+	if err := d.round(ctx); err != nil {
 		var zero TTx
 		return zero, err
 	}
@@ -116,7 +160,7 @@ type outageExecutor[TTx any] struct {
 }
 
 func (e outageExecutor[TTx]) OutboxClaimBatch(ctx context.Context, p *driver.OutboxClaimBatchParams) ([]driver.OutboxRow, error) {
-	if err := e.d.round(); err != nil {
+	if err := e.d.round(ctx); err != nil {
 		return nil, err
 	}
 	return e.OutboxExecutor.OutboxClaimBatch(ctx, p)
@@ -150,6 +194,9 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 		clock = &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 		drv   = &outageDriver[TTx]{OutboxDriver: db, clock: clock, changeAt: 10}
 	)
+	if db.Caps().ConcurrentWriters {
+		drv.turns = outageWorkers
+	}
 	drv.left.Store(failedRounds)
 	stop := runOutage(t, drv, &logs)
 	// Three rounds begun after the outage (a worker finished a successful
@@ -184,7 +231,7 @@ func testOutageLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 		t.Fatalf("%d WARN lines for a first failed round (%+v); want 2: connection refused, then starting up", len(firsts), firsts)
 	}
 	// Connections refused at 1..90 s: logged at 1 s, summarised at about
-	// 31 and 61 s (a second more or less: two workers fail at once on
+	// 31 and 61 s (a second more or less: two workers share the failure on
 	// PostgreSQL) with the rounds in between.
 	if len(summaries) != 2 {
 		t.Fatalf("%d summaries (%+v); want 2, at about 31 and 61 s", len(summaries), summaries)
@@ -361,6 +408,10 @@ func testUnknownLagLog[TTx any](t *testing.T, db driver.OutboxDriver[TTx]) {
 	}
 }
 
+// outageWorkers is the number of Run's workers of runOutage on PostgreSQL
+// (on SQLite, one).
+const outageWorkers = 2
+
 // runOutage runs a relay of drv (publishing to nowhere, retrying at once,
 // on drv's clock, logging to logs) until the returned stop is called; stop
 // waits for Run and fails the test on its error.
@@ -369,6 +420,7 @@ func runOutage[TTx any](t *testing.T, drv *outageDriver[TTx], logs *testlog.Buff
 	drv.okStep = time.Second
 	relay, err := outbox.NewRelay[TTx](drv, outbox.PublisherFunc(func(context.Context, []event.Envelope) error { return nil }), &outbox.RelayConfig{
 		Backoff:      func(int) time.Duration { return 0 }, // retried after 10 ms
+		Concurrency:  outageWorkers,
 		PollInterval: 10 * time.Millisecond,
 		Now:          drv.clock.Now,
 		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -377,6 +429,7 @@ func runOutage[TTx any](t *testing.T, drv *outageDriver[TTx], logs *testlog.Buff
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
+	drv.stopped = ctx.Done()
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 	return func() {
