@@ -188,6 +188,9 @@ func TestE2EScale(t *testing.T) {
 		args[slices.Index(args, "-cleanup")+1] = "@every 1s"
 		return append(args, "-kafka", strings.Join(kc.Seeds, ","), "-kafka-topic", topic, "-saga-stuck-after", "2s")
 	}
+	if err := c.reserveAhead(replicasMax); err != nil {
+		t.Fatal(err)
+	}
 	conns := sampleConns(db)
 	conns.set("1 replica idle")
 	replicas := make([]*proc, replicasMax)
@@ -198,15 +201,24 @@ func TestE2EScale(t *testing.T) {
 	defer mon.stop()
 	time.Sleep(2 * time.Second)
 
-	// The trickle: an order every 100 ms, until the scaling is over.
-	n := e2eOrders(400)
-	orders := makeOrders(n, e2eCustomers)
+	// The trickle: an order every 100 ms, until the scaling is over
+	// (about 120 orders on a quiet machine; in a soak, or with
+	// -e2e.orders, at least that many). It must outlast the scale-out
+	// however long a loaded machine takes, or the new replicas have no
+	// work to take: a CI run's 400 orders ended before they were
+	// assigned partitions. Its orders are cut to those handed out.
+	const pace = 100 * time.Millisecond
+	least := 0
+	if e2eSoak() || *e2eOrdersFlag > 0 {
+		least = e2eOrders(400)
+	}
+	orders := makeOrders(max(10*e2eOrders(400), 2*least), e2eCustomers)
 	var (
 		stopLoad atomic.Bool
 		handed   atomic.Int64
 		start    = time.Now()
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(orders))*pace)
 	defer cancel()
 	l := &load{
 		orders:    orders,
@@ -214,7 +226,7 @@ func TestE2EScale(t *testing.T) {
 		base:      "http://" + addrs[0], // the host is the balancer's
 		transport: func(int) http.RoundTripper { return lb },
 		gate: func(ctx context.Context, i int) bool {
-			sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*100*time.Millisecond)))
+			sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*pace)))
 			if stopLoad.Load() || ctx.Err() != nil {
 				return false
 			}
@@ -328,6 +340,9 @@ func TestE2EScale(t *testing.T) {
 			t.Errorf("scale-in of %v: %d orders answered before it still CREATED %.0f s after", stopped, left, settled.Seconds())
 		}
 		time.Sleep(time.Second) // the trickle on the replicas left
+	}
+	for handed.Load() < int64(least) && ctx.Err() == nil {
+		sleepCtx(ctx, pace)
 	}
 	stopLoad.Store(true)
 	loadDone.Wait()
