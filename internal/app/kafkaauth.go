@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -352,14 +353,18 @@ func tlsDialer(config func() (*tls.Config, error), timeout time.Duration) func(c
 // connFailures is a kgo hook that keeps why connections failed, for
 // checkKafka: kgo retries them, and a request that runs out of time
 // returns the deadline, not the cause. It also tells a cluster that
-// refused the SASL login for good (refused, when set, is called once):
-// kgo would retry such a connection until the request's context ends.
+// refused the SASL login for good, or a listener that closes every TLS
+// handshake (a plaintext port: a Kafka broker closes the connection at
+// a ClientHello's first bytes, which it reads as a request of over 350
+// MB) (refused, when set, is called once): kgo would retry such a
+// connection until the request's context ends.
 type connFailures struct {
 	// refused, when set, is called (once) when the cluster refused the
 	// SASL login: it answered SASL_AUTHENTICATION_FAILED,
 	// UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE, or a broker
-	// closed saslClosesRefuse connections in a row during SASL
-	// authentication.
+	// closed closesRefuse connections in a row during SASL
+	// authentication; or when a broker closed closesRefuse
+	// connections in a row during their TLS handshake.
 	refused func()
 
 	mu   sync.Mutex
@@ -368,29 +373,47 @@ type connFailures struct {
 	// some brokers refuse credentials, rather than with an error code).
 	sasl bool
 	// closes counts, per broker, its connections closed during SASL
-	// authentication since it last took one.
-	closes map[int32]int
+	// authentication since it last took one; handshakes, those closed
+	// during the TLS handshake.
+	closes, handshakes map[int32]int
 	// refusal is the refusal that called refused.
 	refusal error
 }
 
-// saslClosesRefuse is how many connections in a row a broker must close
-// during SASL authentication for connFailures to take it as a refusal: one
-// may be a broker going away; kgo retries a closed connection at once on a
-// new one, which a broker that refuses the login closes too.
-const saslClosesRefuse = 2
+// closesRefuse is how many connections in a row a broker must close during
+// SASL authentication, or during the TLS handshake, for connFailures to
+// take it as a refusal: one may be a broker going away; kgo retries a
+// closed connection at once on a new one, which a broker that refuses the
+// login (or does not speak TLS on that port) closes too.
+const closesRefuse = 2
 
 func (h *connFailures) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil {
 		delete(h.closes, meta.NodeID)
+		delete(h.handshakes, meta.NodeID)
 		return
 	}
 	h.last = err
 	if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState) {
 		h.refuse(err)
 	}
+	var hs *tlsHandshakeError
+	if errors.As(err, &hs) && closedByPeer(err) {
+		if h.handshakes == nil {
+			h.handshakes = map[int32]int{}
+		}
+		if h.handshakes[meta.NodeID]++; h.handshakes[meta.NodeID] >= closesRefuse {
+			h.refuse(err)
+		}
+	}
+}
+
+// closedByPeer reports whether err is the other side closing the
+// connection: EOF, or a reset (a close with the client's bytes unread).
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func (h *connFailures) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
@@ -408,7 +431,7 @@ func (h *connFailures) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _
 	if h.closes == nil {
 		h.closes = map[int32]int{}
 	}
-	if h.closes[meta.NodeID]++; h.closes[meta.NodeID] >= saslClosesRefuse {
+	if h.closes[meta.NodeID]++; h.closes[meta.NodeID] >= closesRefuse {
 		h.refuse(err)
 	}
 }
@@ -552,7 +575,7 @@ func tlsHint(auth KafkaAuth, err error) string {
 		return " (is -kafka-tls-ca the CA that signed the brokers' certificates?)"
 	case errors.As(err, &hostname):
 		return " (-kafka-tls-server-name sets the name the certificates must carry)"
-	case errors.As(err, &header), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, io.EOF):
+	case errors.As(err, &header), errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), closedByPeer(err):
 		return " (is it a TLS listener? the broker did not answer in TLS)"
 	case isTLSAlert(err) && auth.TLSCert == "":
 		return " (does the cluster require a client certificate? -kafka-tls-cert, -kafka-tls-key)"

@@ -653,3 +653,110 @@ func TestDemoRefusedCredentials(t *testing.T) {
 		t.Fatalf("demo with a wrong password: exit %d; want a failure saying the credentials were refused, without the password\n%s", code, out)
 	}
 }
+
+// kafkaPlaintextListener is what a Kafka broker's plaintext listener is to
+// a TLS client: it reads the request's size, and the first four bytes of a
+// ClientHello (0x16 0x03 0x01 ...) give over 350 MB, more than the
+// broker's socket.request.max.bytes, so it closes the connection
+// ("Invalid receive"). closeFirst > 0 closes only that many connections,
+// and forwards the others to the broker at to (a broker going away during
+// a handshake). It returns its address.
+func kafkaPlaintextListener(t *testing.T, closeFirst int, to string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for n := 0; ; n++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if closeFirst > 0 && n >= closeFirst {
+				go forward(conn, to)
+				continue
+			}
+			go func() {
+				defer func() { _ = conn.Close() }()
+				_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+				_, _ = io.ReadFull(conn, make([]byte, 4))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// forward copies conn to a new connection to addr and back, until either
+// side closes.
+func forward(conn net.Conn, addr string) {
+	defer func() { _ = conn.Close() }()
+	up, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer func() { _ = up.Close() }()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+	<-done
+}
+
+// idemd with -kafka-tls pointed at a broker's plaintext port stops at once
+// (exit 1, one line: the handshake failed, is it a TLS listener?), not
+// after the whole start-up check of 10 s: the broker closes each
+// connection as its handshake begins, and kgo retries a closed connection
+// (exit 1 after 10.2 s before).
+func TestKafkaTLSToPlaintextListenerFailsFast(t *testing.T) {
+	t.Parallel()
+	pki := newPKI(t)
+	seeds := kafkaPlaintextListener(t, 0, "")
+	env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": kafkatest.Name("idemd-tls"), "IDEMD_KAFKA_TLS_CA": pki.caFile}
+	args := []string{"-addr", "127.0.0.1:0", "-db", testdb.SQLitePath(t), "-cleanup", "off"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	m := stallmeter.Start(t)
+	code := app.Run(ctx, args, envOf(env), &out, &errOut)
+	ran, stalled := m.Elapsed()
+	stderr := errOut.String()
+	if code != 1 {
+		t.Errorf("exit code %d, want 1 (stderr %q)", code, stderr)
+	}
+	want := "idemd: TLS handshake with " + seeds + " failed: "
+	if !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "is it a TLS listener?") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("stderr %q: want one line starting %q that asks whether it is a TLS listener", stderr, want)
+	}
+	// Half the check's 10 s: the database's start-up and the refusal
+	// take well under a second on an idle machine.
+	if ran > 5*time.Second {
+		t.Errorf("start-up took %s (less the process's stalls of %s) to fail, want the refusal at once", ran, stalled)
+	}
+}
+
+// A broker that closes one connection during its TLS handshake (a broker
+// going away, a proxy's hiccup) and takes the next is no refusal: idemd
+// starts.
+func TestKafkaTLSOneClosedHandshakeStarts(t *testing.T) {
+	t.Parallel()
+	pki := newPKI(t)
+	topic := kafkatest.Name("idemd-tls")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+".dlq"),
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	seeds := kafkaPlaintextListener(t, 1, c.ListenAddrs()[0])
+	cfg, err := app.ParseConfig([]string{"-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off", "-kafka", seeds,
+		"-kafka-topic", topic, "-kafka-tls-ca", pki.caFile}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
+	if err != nil {
+		t.Fatalf("app.New after one connection closed during the TLS handshake: %v", err)
+	}
+	a.Close()
+}
