@@ -760,3 +760,28 @@ func TestKafkaTLSOneClosedHandshakeStarts(t *testing.T) {
 	}
 	a.Close()
 }
+
+// idemd demo with -kafka-tls pointed at a broker's plaintext port says so
+// at once, as idemd's start-up check does (its Ping takes the first
+// failure), not after its -timeout, and not as "unreachable".
+func TestDemoTLSToPlaintextListener(t *testing.T) {
+	t.Parallel()
+	pki := newPKI(t)
+	seeds := kafkaPlaintextListener(t, 0, "")
+	s := serve(t, app.SQLite)
+	env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": kafkatest.Name("idemd-tls"), "IDEMD_KAFKA_TLS_CA": pki.caFile}
+	var stdout, stderr strings.Builder
+	m := stallmeter.Start(t)
+	code := app.Run(context.Background(), []string{"demo", "-url", s.base, "-orders", "2", "-seed", "3", "-timeout", "30s"},
+		envOf(env), &stdout, &stderr)
+	ran, stalled := m.Elapsed()
+	out := stdout.String() + stderr.String()
+	if code == 0 || !strings.Contains(out, "TLS handshake with "+seeds+" failed") || !strings.Contains(out, "is it a TLS listener?") || strings.Contains(out, "unreachable") {
+		t.Fatalf("demo with TLS to a plaintext port: exit %d; want a failure naming the TLS handshake\n%s", code, out)
+	}
+	// Its 2 orders and their settling take a second or two on an idle
+	// machine; the Kafka step then fails at once, not at the 30 s timeout.
+	if ran > 15*time.Second {
+		t.Errorf("demo took %s (less the process's stalls of %s) to fail, want the refusal at once\n%s", ran, stalled, out)
+	}
+}
