@@ -48,9 +48,25 @@ var (
 func RequirePostgres(t testing.TB) {
 	t.Helper()
 	reachOnce.Do(func() {
+		// A connection slot first, waited for as any connection of the
+		// tests waits: with every slot of the machine taken for a while
+		// (other test processes, their idemd replicas), 5 s for the slot
+		// and the connection together failed every PostgreSQL test of
+		// the package as "required", the answer kept for the process.
+		release, err := acquireSlot(context.Background())
+		if err != nil {
+			reachErr = err
+			return
+		}
+		defer release()
+		cfg, err := pgx.ParseConfig(DSN())
+		if err != nil {
+			reachErr = err
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		conn, err := connect(ctx)
+		conn, err := pgx.ConnectConfig(ctx, cfg) // on the slot taken above
 		if err != nil {
 			reachErr = err
 			return
