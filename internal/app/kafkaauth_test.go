@@ -440,15 +440,7 @@ func TestKafkaRefusedCredentialsFailFast(t *testing.T) {
 			seeds := cluster(t, tt.errorCode)
 			env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": topic, "IDEMD_KAFKA_SASL": tt.mech,
 				"IDEMD_KAFKA_SASL_USER": tt.user, "IDEMD_KAFKA_SASL_PASSWORD": tt.pwd}
-			args := []string{"-addr", "127.0.0.1:0", "-db", testdb.SQLitePath(t), "-cleanup", "off"}
-			// Bounded: an idemd that starts would serve until ctx ends.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var out, errOut strings.Builder
-			m := stallmeter.Start(t)
-			code := app.Run(ctx, args, envOf(env), &out, &errOut)
-			ran, stalled := m.Elapsed()
-			stderr := errOut.String()
+			code, stderr, ran, stalled := runTimed(t, env)
 			if code != 1 {
 				t.Errorf("exit code %d, want 1 (stderr %q)", code, stderr)
 			}
@@ -465,6 +457,21 @@ func TestKafkaRefusedCredentialsFailFast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runTimed runs idemd on SQLite with env, bounded (an idemd that starts
+// would serve until its context ends), and returns its exit code, its
+// stderr, and how long it ran, less the process's stalls (stalled).
+func runTimed(t *testing.T, env map[string]string) (code int, stderr string, ran, stalled time.Duration) {
+	t.Helper()
+	args := []string{"-addr", "127.0.0.1:0", "-db", testdb.SQLitePath(t), "-cleanup", "off"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	m := stallmeter.Start(t)
+	code = app.Run(ctx, args, envOf(env), &out, &errOut)
+	ran, stalled = m.Elapsed()
+	return code, errOut.String(), ran, stalled
 }
 
 // A broker that closes one connection during the SASL authentication (a
@@ -484,15 +491,21 @@ func TestKafkaSASLOneClosedConnectionStarts(t *testing.T) {
 	c.ControlKey(int16(kmsg.SASLAuthenticate), func(kmsg.Request) (kmsg.Response, error, bool) {
 		return nil, errors.New("closed during the authentication"), true
 	})
-	cfg, err := app.ParseConfig([]string{"-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off", "-kafka", strings.Join(c.ListenAddrs(), ","),
-		"-kafka-topic", topic, "-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "idemd"},
-		envOf(map[string]string{"IDEMD_KAFKA_SASL_PASSWORD": "s3cret"}))
+	mustStartOnKafka(t, "one connection closed during SASL", map[string]string{"IDEMD_KAFKA_SASL_PASSWORD": "s3cret"},
+		"-kafka", strings.Join(c.ListenAddrs(), ","), "-kafka-topic", topic, "-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "idemd")
+}
+
+// mustStartOnKafka starts an app on SQLite with the Kafka flags and env
+// given, and closes it; it fails t (after what) if it does not start.
+func mustStartOnKafka(t *testing.T, after string, env map[string]string, kafkaFlags ...string) {
+	t.Helper()
+	cfg, err := app.ParseConfig(append([]string{"-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off"}, kafkaFlags...), envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
 	if err != nil {
-		t.Fatalf("app.New after one connection closed during SASL: %v", err)
+		t.Fatalf("app.New after %s: %v", after, err)
 	}
 	a.Close()
 }
@@ -562,17 +575,24 @@ func TestKafkaSASLPlainWithoutTLSWarns(t *testing.T) {
 	}
 }
 
-// tlsAlertListener is a broker's TLS listener as a Java broker is one to a
-// plaintext client: it answers the first bytes with a TLS alert record
-// (TLS 1.2, fatal, unexpected_message) and closes the connection. It
-// returns its address.
-func tlsAlertListener(t *testing.T) string {
+// listenLocal listens on a free port of 127.0.0.1 until t ends.
+func listenLocal(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// tlsAlertListener is a broker's TLS listener as a Java broker is one to a
+// plaintext client: it answers the first bytes with a TLS alert record
+// (TLS 1.2, fatal, unexpected_message) and closes the connection. It
+// returns its address.
+func tlsAlertListener(t *testing.T) string {
+	t.Helper()
+	ln := listenLocal(t)
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -663,11 +683,7 @@ func TestDemoRefusedCredentials(t *testing.T) {
 // a handshake). It returns its address.
 func kafkaPlaintextListener(t *testing.T, closeFirst int, to string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := listenLocal(t)
 	go func() {
 		for n := 0; ; n++ {
 			conn, err := ln.Accept()
@@ -697,9 +713,15 @@ func forward(conn net.Conn, addr string) {
 		return
 	}
 	defer func() { _ = up.Close() }()
+	splice(conn, up)
+}
+
+// splice copies a to b and b to a until either side ends; the caller
+// closes both.
+func splice(a, b net.Conn) {
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(b, a); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(a, b); done <- struct{}{} }()
 	<-done
 }
 
@@ -713,14 +735,7 @@ func TestKafkaTLSToPlaintextListenerFailsFast(t *testing.T) {
 	pki := newPKI(t)
 	seeds := kafkaPlaintextListener(t, 0, "")
 	env := map[string]string{"IDEMD_KAFKA": seeds, "IDEMD_KAFKA_TOPIC": kafkatest.Name("idemd-tls"), "IDEMD_KAFKA_TLS_CA": pki.caFile}
-	args := []string{"-addr", "127.0.0.1:0", "-db", testdb.SQLitePath(t), "-cleanup", "off"}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errOut strings.Builder
-	m := stallmeter.Start(t)
-	code := app.Run(ctx, args, envOf(env), &out, &errOut)
-	ran, stalled := m.Elapsed()
-	stderr := errOut.String()
+	code, stderr, ran, stalled := runTimed(t, env)
 	if code != 1 {
 		t.Errorf("exit code %d, want 1 (stderr %q)", code, stderr)
 	}
@@ -749,16 +764,7 @@ func TestKafkaTLSOneClosedHandshakeStarts(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	seeds := kafkaPlaintextListener(t, 1, c.ListenAddrs()[0])
-	cfg, err := app.ParseConfig([]string{"-db", "sqlite:" + testdb.SQLitePath(t), "-cleanup", "off", "-kafka", seeds,
-		"-kafka-topic", topic, "-kafka-tls-ca", pki.caFile}, envOf(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(context.Background(), cfg, newTestLogger(io.Discard))
-	if err != nil {
-		t.Fatalf("app.New after one connection closed during the TLS handshake: %v", err)
-	}
-	a.Close()
+	mustStartOnKafka(t, "one connection closed during the TLS handshake", nil, "-kafka", seeds, "-kafka-topic", topic, "-kafka-tls-ca", pki.caFile)
 }
 
 // idemd demo with -kafka-tls pointed at a broker's plaintext port says so

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -118,10 +117,7 @@ func (p *passwordProxy) serve(c net.Conn, upstream string) {
 	if _, err := up.Write(b); err != nil {
 		return
 	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
+	splice(c, up)
 }
 
 // The PostgreSQL password rotated under a running idemd (Vault, a
