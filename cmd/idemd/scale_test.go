@@ -212,7 +212,7 @@ func TestE2EScale(t *testing.T) {
 	if e2eSoak() || *e2eOrdersFlag > 0 {
 		least = e2eOrders(400)
 	}
-	orders := makeOrders(max(10*e2eOrders(400), 2*least), e2eCustomers)
+	orders := makeOrders(10*e2eOrders(400), e2eCustomers)
 	var (
 		stopLoad atomic.Bool
 		handed   atomic.Int64

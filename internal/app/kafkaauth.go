@@ -401,12 +401,18 @@ func (h *connFailures) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration,
 	}
 	var hs *tlsHandshakeError
 	if errors.As(err, &hs) && closedByPeer(err) {
-		if h.handshakes == nil {
-			h.handshakes = map[int32]int{}
-		}
-		if h.handshakes[meta.NodeID]++; h.handshakes[meta.NodeID] >= closesRefuse {
-			h.refuse(err)
-		}
+		h.countClose(&h.handshakes, meta.NodeID, err)
+	}
+}
+
+// countClose counts, in *counts, a connection to broker closed (err), and
+// takes closesRefuse in a row as a refusal; h.mu is held.
+func (h *connFailures) countClose(counts *map[int32]int, broker int32, err error) {
+	if *counts == nil {
+		*counts = map[int32]int{}
+	}
+	if (*counts)[broker]++; (*counts)[broker] >= closesRefuse {
+		h.refuse(err)
 	}
 }
 
@@ -428,12 +434,7 @@ func (h *connFailures) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sasl = true
-	if h.closes == nil {
-		h.closes = map[int32]int{}
-	}
-	if h.closes[meta.NodeID]++; h.closes[meta.NodeID] >= closesRefuse {
-		h.refuse(err)
-	}
+	h.countClose(&h.closes, meta.NodeID, err)
 }
 
 // refuse records the refusal err and calls refused, the first time; h.mu
