@@ -37,6 +37,15 @@
 //	            ignored. Check-then-execute: concurrent duplicates all run.
 //	n  naive    d's keys sent again: the interceptor's replay, one SELECT
 //	            by key and no lock (informative: what one statement costs).
+//	z  floor    the least database work of a middleware that never runs
+//	            the handler for a replay, with the bare handler's round
+//	            trips: the record read by key; BEGIN with the same INSERT;
+//	            a completed record (idem's columns and indexes) with
+//	            COMMIT. No lock, no in-progress state, no cache: not
+//	            correct under concurrency, the ceiling of b/a.
+//	y  floor    z without the read: one round trip less than the bare
+//	            handler, but a replay would run the handler (its record's
+//	            INSERT fails and the transaction rolls back).
 //
 // Scenarios are interleaved: within each round every scenario is driven for
 // -duration in -slice slices that take turns in a random order, so that the

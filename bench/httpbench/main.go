@@ -161,6 +161,8 @@ func run(ctx context.Context, o options) (err error) {
 		mux.Handle("POST "+r.path, as(r.as, mw.Handler(idemBusinessHandler())))
 	}
 	mux.Handle("POST "+pathNaive, naiveMiddleware(pool, bareHandler(pool)))
+	mux.Handle("POST "+pathFloor, floorHandler(pool, true))
+	mux.Handle("POST "+pathFloorNoRead, floorHandler(pool, false))
 	apps := []string{app}
 	var bnc *pgbouncer.Process
 	if o.pgbouncer {

@@ -34,6 +34,9 @@ const (
 	pathNoCache = "/idemnc/payments"
 	pathGeneric = "/generic/payments"
 	pathNaive   = "/naive/payments"
+	pathFloor   = "/floor/payments"
+	// pathFloorNoRead is scenario y, pathFloor without the read.
+	pathFloorNoRead = "/floorw/payments"
 	// pathIdem2 is a second idem instance (its own pool and middleware)
 	// on the same schema, for the duplicates experiment.
 	pathIdem2 = "/idem2/payments"
@@ -150,6 +153,12 @@ func scenarios(runID string, only string, pooled bool, keys string) ([]*scenario
 			done: genericDone.record, info: true},
 		{id: "g", name: "generic path replay (before)", path: pathGeneric, next: set.replay("generic", &genericDone), ok: replayed,
 			replays: "f", info: true},
+		// The database work any design that stores the response with the
+		// effect must do, and nothing more, with the record read first
+		// (z) and without (y, which would run the handler for a replay):
+		// see floorHandler.
+		{id: "z", name: "floor: read, effect, record", path: pathFloor, next: set.fresh("floor"), ok: created, info: true},
+		{id: "y", name: "floor without the read", path: pathFloorNoRead, next: set.fresh("floorw"), ok: created, info: true},
 		{id: "d", name: "naive interceptor", path: pathNaive, next: set.fresh("naive"), ok: created,
 			done: naiveDone.record},
 		// The naive interceptor's replay: one SELECT by key, no lock (and no
