@@ -122,6 +122,17 @@ func printTable(w io.Writer, scs []*scenario) error {
 			fmt.Fprintln(w, "through PgBouncer vs direct (throughput, median of per-round ratios):", strings.Join(vs, ", "))
 		}
 	}
+	// idem's first execution against the floor (scenario z), round by
+	// round: how much of what the database work alone allows idem keeps.
+	if bi, zi := slices.IndexFunc(scs, func(sc *scenario) bool { return sc.id == "b" }),
+		slices.IndexFunc(scs, func(sc *scenario) bool { return sc.id == "z" }); bi >= 0 && zi >= 0 {
+		b, z := scs[bi], scs[zi]
+		rs := make([]float64, len(b.runs))
+		for r := range b.runs {
+			rs[r] = b.runs[r].rps / z.runs[r].rps
+		}
+		fmt.Fprintf(w, "idem's first execution vs the floor (informative): b/z %.2f (%.2f..%.2f)\n", median(rs), slices.Min(rs), slices.Max(rs))
+	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "failure:", n)
 	}
