@@ -126,6 +126,9 @@ func run(ctx context.Context, o options) (err error) {
 	if err := drv.Migrate(ctx); err != nil {
 		return err
 	}
+	if err := createFloorTable(ctx, admin, schema); err != nil {
+		return err
+	}
 	// A second instance on the same schema (its own pool, driver and
 	// middleware), as a second replica would be, for the duplicates.
 	pool2, err := pgxpool.NewWithConfig(ctx, pcfg.Copy())

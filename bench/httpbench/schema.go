@@ -31,27 +31,23 @@ func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 			response        bytea,
 			http_status     integer     NOT NULL,
 			created_at      timestamptz NOT NULL DEFAULT now())`,
-		// Scenario z's record table: idem's idempotency_record, its
-		// columns, primary key and expires_at index.
-		`CREATE TABLE ` + s + `.floor_record (
-			scope            text        NOT NULL,
-			idempotency_key  text        NOT NULL,
-			fingerprint      bytea       NOT NULL,
-			state            text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
-			http_status      integer,
-			headers          bytea,
-			body             bytea,
-			lease_token      text,
-			lease_expires_at timestamptz,
-			created_at       timestamptz NOT NULL,
-			expires_at       timestamptz NOT NULL,
-			PRIMARY KEY (scope, idempotency_key))`,
-		`CREATE INDEX ON ` + s + `.floor_record (expires_at)`,
 	}
 	for _, q := range stmts {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create schema: %w", err)
 		}
+	}
+	return nil
+}
+
+// createFloorTable creates scenario z's record table: idem's
+// idempotency_record (created by Migrate before), its columns, constraints
+// and indexes.
+func createFloorTable(ctx context.Context, conn *pgx.Conn, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	_, err := conn.Exec(ctx, `CREATE TABLE `+s+`.floor_record (LIKE `+s+`.idempotency_record INCLUDING ALL)`)
+	if err != nil {
+		return fmt.Errorf("create floor_record: %w", err)
 	}
 	return nil
 }
