@@ -32,20 +32,28 @@ func paymentBody(n int64) []byte {
 	return fmt.Appendf(nil, `{"customer_id":%d,"amount":"%d.%02d","currency":"EUR"}`, n%1000+1, 10+n%90, n%100)
 }
 
+// insertPaymentSQL is the business effect's statement ($1 the key, then
+// the command's customer, amount and currency); it returns the row's id and
+// stored amount.
+const insertPaymentSQL = `INSERT INTO payment (idem_key, customer_id, amount, currency)
+		VALUES ($1, $2, $3::numeric, $4) RETURNING id, amount::text`
+
 // insertPayment is the business effect: one INSERT, in tx.
 func insertPayment(ctx context.Context, tx pgx.Tx, key string, p *paymentRequest) ([]byte, error) {
 	var (
 		id     int64
 		amount string
 	)
-	err := tx.QueryRow(ctx, `INSERT INTO payment (idem_key, customer_id, amount, currency)
-		VALUES ($1, $2, $3::numeric, $4) RETURNING id, amount::text`,
-		key, p.CustomerID, p.Amount, p.Currency).Scan(&id, &amount)
-	if err != nil {
+	if err := tx.QueryRow(ctx, insertPaymentSQL, key, p.CustomerID, p.Amount, p.Currency).Scan(&id, &amount); err != nil {
 		return nil, err
 	}
+	return paymentCreated(id, amount, p), nil
+}
+
+// paymentCreated is the 201 body of the payment id, stored with amount.
+func paymentCreated(id int64, amount string, p *paymentRequest) []byte {
 	return fmt.Appendf(nil, `{"id":%d,"status":"created","customer_id":%d,"amount":%s,"currency":%s}`+"\n",
-		id, p.CustomerID, strconv.Quote(amount), strconv.Quote(p.Currency)), nil
+		id, p.CustomerID, strconv.Quote(amount), strconv.Quote(p.Currency))
 }
 
 // servePayment decodes the command, runs insertPayment in tx and answers
@@ -226,16 +234,14 @@ func floorHandler(pool *pgxpool.Pool, read bool) http.Handler {
 		)
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(`INSERT INTO payment (idem_key, customer_id, amount, currency)
-			VALUES ($1, $2, $3::numeric, $4) RETURNING id, amount::text`,
-			key, p.CustomerID, p.Amount, p.Currency).QueryRow(func(row pgx.Row) error { return row.Scan(&id, &amount) })
+		b.Queue(insertPaymentSQL, key, p.CustomerID, p.Amount, p.Currency).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&id, &amount) })
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		body := fmt.Appendf(nil, `{"id":%d,"status":"created","customer_id":%d,"amount":%s,"currency":%s}`+"\n",
-			id, p.CustomerID, strconv.Quote(amount), strconv.Quote(p.Currency))
+		body := paymentCreated(id, amount, &p)
 		now := time.Now()
 		b = &pgx.Batch{}
 		b.Queue(`INSERT INTO floor_record (scope, idempotency_key, fingerprint, state, http_status, headers, body, created_at, expires_at)

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/idemkit/idem/driver/sqlitedriver"
 	"github.com/idemkit/idem/idemhttp"
@@ -89,8 +88,7 @@ func sqliteInsert(ctx context.Context, tx *sql.Tx, key string, p *paymentRequest
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Appendf(nil, `{"id":%d,"status":"created","customer_id":%d,"amount":%s,"currency":%s}`+"\n",
-		id, p.CustomerID, strconv.Quote(p.Amount), strconv.Quote(p.Currency)), nil
+	return paymentCreated(id, p.Amount, p), nil
 }
 
 func sqliteServe(w http.ResponseWriter, r *http.Request, tx *sql.Tx) error {
