@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/driver"
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/inbox"
@@ -49,6 +52,7 @@ type scenario struct {
 	table    string // effect table
 	consumer string // inbox consumer name; "" without dedup
 	single   bool   // one event per unit (a) rather than batches
+	floor    bool   // dedup rows in dedupFloorTable, not processed_event (f)
 	workers  int
 	n        int
 	mk       func(table, consumer string) handler
@@ -76,6 +80,7 @@ func (b *bench) scenarios(want map[string]bool) []*scenario {
 		{id: "a", name: "seed: 1 tx per event", table: "effect_a", consumer: "kafkabench-a", single: true, workers: o.workersA, n: o.nA, mk: seedHandler},
 		{id: "b", name: "idem ProcessBatch, 1 INSERT per event", table: "effect_b", consumer: "kafkabench-b", workers: o.workers, n: o.n, mk: idemHandler},
 		{id: "c", name: "as b, no dedup", table: "effect_c", workers: o.workers, n: o.n, mk: plainHandler},
+		{id: "f", name: "floor: b's dedup as a bare uuid primary key", table: "effect_f", floor: true, workers: o.workers, n: o.n, mk: floorHandler},
 		{id: "b2", name: "idem ProcessBulk, 1 INSERT per batch", table: "effect_b2", consumer: "kafkabench-b2", workers: o.workers, n: o.n, mk: idemBatchedHandler},
 		{id: "c2", name: "as b2, no dedup", table: "effect_c2", workers: o.workers, n: o.n, mk: plainBatchedHandler},
 	}
@@ -165,6 +170,85 @@ func plainHandler(table, _ string) handler {
 			return 0, 0, err
 		}
 		return len(unit), 0, nil
+	}
+}
+
+// dedupFloorTable holds scenario f's dedup rows: the event ID alone, as
+// its primary key.
+const dedupFloorTable = "dedup_floor"
+
+// floorHandler is the floor of any inbox that writes one durable dedup row
+// per event in the effects' transaction: b with the cheapest such row, a
+// bare uuid primary key (no consumer name, no processed_at and no index for
+// a cleaner to find expired rows by), the batch's IDs sorted and written by
+// one plain INSERT. If one was recorded before (the duplicate round), that
+// transaction rolls back and the batch runs again with ON CONFLICT DO
+// NOTHING RETURNING, applying the new events only. It is not a consumer
+// anyone could run for long (its table only grows); it shows what b's
+// dedup could cost at best.
+func floorHandler(table, _ string) handler {
+	eff := effectSQL(table)
+	ins := `INSERT INTO ` + dedupFloorTable + ` (event_id) SELECT unnest($1::uuid[])`
+	insNew := ins + ` ON CONFLICT DO NOTHING RETURNING event_id`
+	return func(ctx context.Context, x *exec, unit []*benchEvent) (int, int, error) {
+		raw := make([]uuid.UUID, len(unit))
+		for i, e := range unit {
+			raw[i] = e.id
+		}
+		uniq := driver.SortedUniqueIDs(raw)
+		ids := make([]pgtype.UUID, len(uniq))
+		for i, id := range uniq {
+			ids[i] = pgtype.UUID{Bytes: id, Valid: true}
+		}
+		err := pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, ins, ids); err != nil {
+				return err
+			}
+			for _, e := range unit {
+				if _, err := tx.Exec(ctx, eff, e.pgID(), e.account, e.amount); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			return len(unit), 0, nil
+		}
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			return 0, 0, err
+		}
+		applied, dups := 0, 0
+		err = pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, insNew, ids)
+			if err != nil {
+				return err
+			}
+			fresh, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
+				var id pgtype.UUID
+				err := row.Scan(&id)
+				return uuid.UUID(id.Bytes), err
+			})
+			if err != nil {
+				return err
+			}
+			isNew := make(map[uuid.UUID]bool, len(fresh))
+			for _, id := range fresh {
+				isNew[id] = true
+			}
+			for _, e := range unit {
+				if !isNew[e.id] {
+					dups++
+					continue
+				}
+				delete(isNew, e.id) // a later copy in the batch is a duplicate
+				applied++
+				if _, err := tx.Exec(ctx, eff, e.pgID(), e.account, e.amount); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return applied, dups, err
 	}
 }
 
@@ -344,7 +428,8 @@ func (b *bench) truncate(ctx context.Context) error {
 	_, err := b.admin.Exec(ctx, "TRUNCATE "+pgx.Identifier{b.schema, "processed_event"}.Sanitize()+", "+
 		pgx.Identifier{b.schema, "effect_a"}.Sanitize()+", "+pgx.Identifier{b.schema, "effect_b"}.Sanitize()+", "+
 		pgx.Identifier{b.schema, "effect_c"}.Sanitize()+", "+pgx.Identifier{b.schema, "effect_b2"}.Sanitize()+", "+
-		pgx.Identifier{b.schema, "effect_c2"}.Sanitize())
+		pgx.Identifier{b.schema, "effect_c2"}.Sanitize()+", "+
+		pgx.Identifier{b.schema, "effect_f"}.Sanitize()+", "+pgx.Identifier{b.schema, dedupFloorTable}.Sanitize())
 	if err != nil {
 		return fmt.Errorf("truncate: %w", err)
 	}
@@ -416,7 +501,13 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario, rng *mrand.Rand) 
 		r.extra = after - r.effects
 	}
 	r.ok = r.applied == r.events && r.effects == r.events && r.distinct == r.events
-	if sc.consumer != "" {
+	if sc.floor {
+		var rows int
+		if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, dedupFloorTable}.Sanitize()).Scan(&rows); err != nil {
+			return r, err
+		}
+		r.ok = r.ok && rows == r.events && r.extra == 0 && r.redelivDups == r.redelivered
+	} else if sc.consumer != "" {
 		var rows int
 		if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "processed_event"}.Sanitize()+
 			" WHERE consumer_name = $1", sc.consumer).Scan(&rows); err != nil {
@@ -454,7 +545,7 @@ func (r runResult) check(sc *scenario) string {
 	}
 	s := fmt.Sprintf("effects %d for %d events (%d distinct)", r.effects, r.events, r.distinct)
 	if r.redelivered > 0 {
-		if sc.consumer != "" {
+		if sc.consumer != "" || sc.floor {
 			s += fmt.Sprintf("; redelivered %d: %d skipped, %d extra effects", r.redelivered, r.redelivDups, r.extra)
 		} else {
 			s += fmt.Sprintf("; redelivered %d: %d extra effects (no dedup)", r.redelivered, r.extra)

@@ -36,6 +36,15 @@
 //	    function call with the batch's new events, which writes all their
 //	    effects with one INSERT ... SELECT FROM unnest), one COMMIT.
 //	c2  b2 without dedup: one INSERT ... unnest per batch.
+//	f   the floor of b's dedup (informative, not in the default
+//	    -scenarios): b with the cheapest durable dedup row there is, a
+//	    bare uuid primary key in a table of its own (no consumer name, no
+//	    processed_at, no index for a cleaner), the batch's sorted IDs
+//	    written by one plain INSERT in the effects' transaction, no
+//	    savepoint; if one was recorded before, the transaction rolls back
+//	    and the batch runs again with ON CONFLICT DO NOTHING RETURNING. No
+//	    inbox that writes a row per event can cost less; f/c is what any
+//	    of them can reach, b/f how close idem's processed_event comes.
 //
 // b, c, b2 and c2 run -workers goroutines (default 4, half of a's; think
 // partitions consumed at once), each taking the next batch. With a

@@ -24,7 +24,7 @@ type bench struct {
 
 // effectTables are the business tables of the consumer scenarios, one per
 // scenario so that they do not contend nor grow each other's indexes.
-var effectTables = []string{"effect_a", "effect_b", "effect_c", "effect_b2", "effect_c2", restartTable}
+var effectTables = []string{"effect_a", "effect_b", "effect_c", "effect_b2", "effect_c2", "effect_f", restartTable}
 
 // createSchema creates the bench's schema and its business tables; idem's
 // tables are created by pgdriver's Migrate.
@@ -40,6 +40,7 @@ func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 			account  text   NOT NULL,
 			amount   bigint NOT NULL)`)
 	}
+	stmts = append(stmts, `CREATE TABLE `+s+`.`+dedupFloorTable+` (event_id uuid PRIMARY KEY)`)
 	for _, q := range stmts {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create schema: %w", err)
