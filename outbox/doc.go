@@ -118,7 +118,12 @@
 // 5s): a connection cut off without a reset (a failover that took the
 // primary's host, a NAT or firewall that lost the connection) fails the
 // round, which is logged and retried on another connection, instead of
-// holding the relay until TCP gives up.
+// holding the relay until TCP gives up. With pgxpool the dead connection
+// keeps its slot for up to 15s more (pgx drains a connection it closes
+// until the server's close arrives, which a cut-off connection never
+// brings, before the pool may replace it), so a relay whose pool has one
+// connection publishes again up to about 35s after the cut; give it two
+// or more (pgxpool's default is at least 4).
 //
 // Clocks: on PostgreSQL no relay decision needs the relays' clocks to
 // agree (the lanes are locks, the hold timeout is the server's). Each
