@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/idemkit/idem/driver/pgdriver"
 	"github.com/idemkit/idem/event"
 	"github.com/idemkit/idem/inbox"
+	"github.com/idemkit/idem/uniq"
 )
 
 // benchEvent is a consumed event: what the handler needs of it.
@@ -174,8 +173,12 @@ func plainHandler(table, _ string) handler {
 }
 
 // dedupFloorTable holds scenario f's dedup rows: the event ID alone, as
-// its primary key.
+// its primary key (dedupFloorKey).
 const dedupFloorTable = "dedup_floor"
+
+// dedupFloorKey is dedupFloorTable's primary key: its violation is an ID
+// recorded before.
+var dedupFloorKey = uniq.Constraint{Name: "dedup_floor_pkey", Table: dedupFloorTable, Columns: []string{"event_id"}}
 
 // floorHandler is the floor of any inbox that writes one durable dedup row
 // per event in the effects' transaction: b with the cheapest such row, a
@@ -195,9 +198,9 @@ func floorHandler(table, _ string) handler {
 		for i, e := range unit {
 			raw[i] = e.id
 		}
-		uniq := driver.SortedUniqueIDs(raw)
-		ids := make([]pgtype.UUID, len(uniq))
-		for i, id := range uniq {
+		sorted := driver.SortedUniqueIDs(raw)
+		ids := make([]pgtype.UUID, len(sorted))
+		for i, id := range sorted {
 			ids[i] = pgtype.UUID{Bytes: id, Valid: true}
 		}
 		err := pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
@@ -214,7 +217,7 @@ func floorHandler(table, _ string) handler {
 		if err == nil {
 			return len(unit), 0, nil
 		}
-		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		if !uniq.Is(err, dedupFloorKey) {
 			return 0, 0, err
 		}
 		applied, dups := 0, 0

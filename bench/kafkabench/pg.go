@@ -40,7 +40,7 @@ func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
 			account  text   NOT NULL,
 			amount   bigint NOT NULL)`)
 	}
-	stmts = append(stmts, `CREATE TABLE `+s+`.`+dedupFloorTable+` (event_id uuid PRIMARY KEY)`)
+	stmts = append(stmts, `CREATE TABLE `+s+`.`+dedupFloorTable+` (event_id uuid, CONSTRAINT `+dedupFloorKey.Name+` PRIMARY KEY (event_id))`)
 	for _, q := range stmts {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create schema: %w", err)
