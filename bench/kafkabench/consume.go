@@ -504,16 +504,9 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario, rng *mrand.Rand) 
 		r.extra = after - r.effects
 	}
 	r.ok = r.applied == r.events && r.effects == r.events && r.distinct == r.events
-	if sc.floor {
+	if q, args, ok := sc.dedupRows(b.schema); ok {
 		var rows int
-		if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, dedupFloorTable}.Sanitize()).Scan(&rows); err != nil {
-			return r, err
-		}
-		r.ok = r.ok && rows == r.events && r.extra == 0 && r.redelivDups == r.redelivered
-	} else if sc.consumer != "" {
-		var rows int
-		if err := b.admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "processed_event"}.Sanitize()+
-			" WHERE consumer_name = $1", sc.consumer).Scan(&rows); err != nil {
+		if err := b.admin.QueryRow(ctx, q, args...).Scan(&rows); err != nil {
 			return r, err
 		}
 		r.ok = r.ok && rows == r.events && r.extra == 0 && r.redelivDups == r.redelivered
@@ -522,6 +515,19 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario, rng *mrand.Rand) 
 		r.ok = r.ok && r.extra == r.redelivered
 	}
 	return r, nil
+}
+
+// dedupRows returns the query counting sc's dedup rows in schema, and
+// false for a scenario without dedup.
+func (sc *scenario) dedupRows(schema string) (query string, args []any, ok bool) {
+	switch {
+	case sc.floor:
+		return "SELECT count(*) FROM " + pgx.Identifier{schema, dedupFloorTable}.Sanitize(), nil, true
+	case sc.consumer != "":
+		return "SELECT count(*) FROM " + pgx.Identifier{schema, "processed_event"}.Sanitize() + " WHERE consumer_name = $1",
+			[]any{sc.consumer}, true
+	}
+	return "", nil, false
 }
 
 func (b *bench) exec(ctx context.Context, sc *scenario, conns int) (*exec, error) {
@@ -548,7 +554,7 @@ func (r runResult) check(sc *scenario) string {
 	}
 	s := fmt.Sprintf("effects %d for %d events (%d distinct)", r.effects, r.events, r.distinct)
 	if r.redelivered > 0 {
-		if sc.consumer != "" || sc.floor {
+		if _, _, ok := sc.dedupRows(""); ok {
 			s += fmt.Sprintf("; redelivered %d: %d skipped, %d extra effects", r.redelivered, r.redelivDups, r.extra)
 		} else {
 			s += fmt.Sprintf("; redelivered %d: %d extra effects (no dedup)", r.redelivered, r.extra)
